@@ -1,0 +1,1 @@
+"""corvid-actors: supervised Pykka actors hosting long-running LLM agent sessions."""

@@ -1,0 +1,170 @@
+"""The ApprovalBroker actor: pending tool-use approvals, timeouts, session grants, modes.
+
+A session actor announces a request (it publishes the ``approval_request`` event itself,
+through its lifeline, so nothing of a stopped session is published late) and tells the
+broker :class:`RequestApproval`. The broker answers the session with an
+``ApprovalAnswer`` when a human resolves it (:class:`Resolve`), when it times out (deny),
+or at once in ``paused`` mode (deny) or for a tool granted for the whole session.
+``queued`` mode keeps requests without a timeout until someone resolves them.
+
+Requests never leave the broker with their raw input: :class:`ListPending` shows the
+description only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pykka
+
+from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
+from corvid_actors.actors.session import ApprovalAnswer
+from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
+from corvid_actors.clock import Clock
+
+MODES = ("normal", "queued", "paused")
+
+
+@dataclass(frozen=True)
+class RequestApproval:
+    approval_id: str
+    session_id: str
+    call_id: str
+    tool_name: str
+    description: str
+    kind: str
+    timeout_s: float
+    reply_to: pykka.ActorRef[Any]
+    tool_input: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Resolve:
+    """Resolve by id (a unique prefix of at least 4 characters is enough).
+
+    ``behavior``: allow | deny | allow_session. Replies with the resolved request's info
+    dict, or None when no pending request matches."""
+
+    approval_id: str
+    behavior: str
+    message: str = ""
+    updated_input: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ListPending:
+    session_id: str | None = None
+
+
+@dataclass(frozen=True)
+class CancelSession:
+    session_id: str
+    reason: str = "Session stopped"
+
+
+@dataclass(frozen=True)
+class DenyAll:
+    reason: str = "Server shutting down"
+
+
+@dataclass(frozen=True)
+class SetMode:
+    mode: str
+
+
+@dataclass(frozen=True)
+class GetMode:
+    pass
+
+
+@dataclass(frozen=True)
+class _Expired:
+    approval_id: str
+
+
+class ApprovalBroker(TrackedActor):
+    def __init__(self, tracker: ActivityTracker, *, clock: Clock, timers: pykka.ActorRef[Any],
+                 mode: str = "normal") -> None:
+        super().__init__(tracker)
+        self.clock = clock
+        self.timers = timers
+        self.mode = mode
+        self._pending: dict[str, tuple[RequestApproval, str]] = {}  # id -> (request, created_at)
+        self._session_grants: dict[str, set[str]] = {}
+
+    def on_receive(self, message: Any) -> Any:
+        match message:
+            case RequestApproval() as request:
+                self._request(request)
+            case Resolve(approval_id, behavior, text, updated):
+                return self._resolve(approval_id, behavior, text, updated)
+            case _Expired(approval_id):
+                entry = self._pending.pop(approval_id, None)
+                if entry is not None:
+                    self._answer(entry[0], False, "Approval timed out")
+            case ListPending(session_id):
+                return [
+                    {"id": r.approval_id, "session_id": r.session_id, "tool_name": r.tool_name,
+                     "description": r.description, "kind": r.kind, "created_at": created,
+                     "timeout_s": r.timeout_s}
+                    for r, created in self._pending.values()
+                    if session_id is None or r.session_id == session_id
+                ]
+            case CancelSession(session_id, reason):
+                self._session_grants.pop(session_id, None)
+                for approval_id in [a for a, (r, _) in self._pending.items() if r.session_id == session_id]:
+                    request, _ = self._pending.pop(approval_id)
+                    tell(self.timers, CancelTimer(("approval", approval_id)))
+                    self._answer(request, False, reason)
+            case DenyAll(reason):
+                for approval_id in list(self._pending):
+                    request, _ = self._pending.pop(approval_id)
+                    tell(self.timers, CancelTimer(("approval", approval_id)))
+                    self._answer(request, False, reason)
+            case SetMode(mode):
+                if mode not in MODES:
+                    raise ValueError(f"unknown approval mode {mode!r}; use one of {', '.join(MODES)}")
+                self.mode = mode
+                return mode
+            case GetMode():
+                return self.mode
+        return None
+
+    def _request(self, request: RequestApproval) -> None:
+        if self.mode == "paused":
+            self._answer(request, False, "System is in paused mode — all tool requests denied")
+            return
+        if request.kind == "tool" and request.tool_name in self._session_grants.get(request.session_id, ()):
+            self._answer(request, True, "Allowed for this session")
+            return
+        self._pending[request.approval_id] = (request, self.clock.now().isoformat())
+        if self.mode == "normal":
+            tell(self.timers, ScheduleTimer(("approval", request.approval_id), request.timeout_s,
+                                            self.actor_ref, _Expired(request.approval_id)))
+
+    def _resolve(self, approval_id: str, behavior: str, text: str,
+                 updated: dict[str, Any] | None) -> dict[str, Any] | None:
+        if behavior not in ("allow", "deny", "allow_session"):
+            raise ValueError(f"unknown behavior {behavior!r}; use allow, deny or allow_session")
+        matches = [a for a in self._pending if a == approval_id]
+        if not matches and len(approval_id) >= 4:
+            matches = [a for a in self._pending if a.startswith(approval_id)]
+        if len(matches) != 1:
+            return None
+        request, created = self._pending.pop(matches[0])
+        tell(self.timers, CancelTimer(("approval", request.approval_id)))
+        allowed = behavior != "deny"
+        scope = "session" if behavior == "allow_session" else "once"
+        if behavior == "allow_session":
+            self._session_grants.setdefault(request.session_id, set()).add(request.tool_name)
+        self._answer(request, allowed, text or ("Approved" if allowed else "Permission denied by user"),
+                     updated, scope)
+        return {"id": request.approval_id, "session_id": request.session_id, "tool_name": request.tool_name,
+                "behavior": behavior}
+
+    @staticmethod
+    def _answer(request: RequestApproval, allowed: bool, text: str,
+                updated: dict[str, Any] | None = None, scope: str = "once") -> None:
+        tell(request.reply_to, ApprovalAnswer(request.call_id, allowed, text, updated, scope,
+                                              approval_id=request.approval_id))

@@ -1,0 +1,136 @@
+"""The EventBus actor: fan-out of session events to per-session and global subscribers.
+
+Callbacks run on the EventBus thread, session subscribers first, then global ones, in
+subscription order. A callback that raises is logged and skipped; delivery goes on.
+A subscriber that joins a running session is told at once whether it is thinking.
+
+Messages: :class:`Publish` (tell), :class:`Subscribe` / :class:`Unsubscribe` /
+:class:`SubscribeAll` / :class:`UnsubscribeAll` (ask or tell), :class:`RemoveSession`,
+:class:`PruneSessions` (keep only the given ids), ``ask(BusStats())`` → dict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from loguru import logger
+
+from corvid_actors.actors.base import ActivityTracker, TrackedActor
+from corvid_actors.events import TERMINAL_EVENT_TYPES, Event, SessionStarted, Thinking
+
+EventCallback = Callable[[str, Event], None]
+
+
+@dataclass(frozen=True)
+class Publish:
+    session_id: str
+    event: Event
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    session_id: str
+    callback: EventCallback
+
+
+@dataclass(frozen=True)
+class Unsubscribe:
+    session_id: str
+    callback: EventCallback
+
+
+@dataclass(frozen=True)
+class SubscribeAll:
+    callback: EventCallback
+
+
+@dataclass(frozen=True)
+class UnsubscribeAll:
+    callback: EventCallback
+
+
+@dataclass(frozen=True)
+class RemoveSession:
+    session_id: str
+
+
+@dataclass(frozen=True)
+class PruneSessions:
+    """Drop subscriber sets of every session not in ``keep``; replies with how many."""
+
+    keep: frozenset[str]
+
+
+@dataclass(frozen=True)
+class BusStats:
+    pass
+
+
+class EventBus(TrackedActor):
+    def __init__(self, tracker: ActivityTracker) -> None:
+        super().__init__(tracker)
+        self._session_subs: dict[str, list[EventCallback]] = {}
+        self._global_subs: list[EventCallback] = []
+        # What a late subscriber needs to hear: is the session running, is it thinking.
+        self._running: dict[str, bool] = {}
+
+    def on_receive(self, message: Any) -> Any:
+        match message:
+            case Publish(session_id, event):
+                self._track(session_id, event)
+                for callback in list(self._session_subs.get(session_id, ())):
+                    self._deliver(callback, session_id, event)
+                for callback in list(self._global_subs):
+                    self._deliver(callback, session_id, event)
+            case Subscribe(session_id, callback):
+                self._session_subs.setdefault(session_id, []).append(callback)
+                thinking = self._running.get(session_id)
+                if thinking is not None:
+                    self._deliver(callback, session_id, Thinking(thinking=thinking))
+            case Unsubscribe(session_id, callback):
+                subs = self._session_subs.get(session_id)
+                if subs and callback in subs:
+                    subs.remove(callback)
+                    if not subs:
+                        del self._session_subs[session_id]
+            case SubscribeAll(callback):
+                self._global_subs.append(callback)
+            case UnsubscribeAll(callback):
+                if callback in self._global_subs:
+                    self._global_subs.remove(callback)
+            case RemoveSession(session_id):
+                self._session_subs.pop(session_id, None)
+                self._running.pop(session_id, None)
+            case PruneSessions(keep):
+                orphans = [sid for sid in self._session_subs if sid not in keep]
+                for sid in orphans:
+                    del self._session_subs[sid]
+                for sid in [s for s in self._running if s not in keep]:
+                    del self._running[sid]
+                return len(orphans)
+            case BusStats():
+                return {
+                    "subscribers": len(self._session_subs),
+                    "global_subscribers": len(self._global_subs),
+                }
+        return None
+
+    def _track(self, session_id: str, event: Event) -> None:
+        if isinstance(event, SessionStarted):
+            self._running[session_id] = True
+        elif isinstance(event, Thinking):
+            if session_id in self._running:
+                self._running[session_id] = event.thinking
+        elif event.type in TERMINAL_EVENT_TYPES:
+            self._running.pop(session_id, None)
+
+    @staticmethod
+    def _deliver(callback: EventCallback, session_id: str, event: Event) -> None:
+        try:
+            callback(session_id, event)
+        except Exception:  # noqa: BLE001 - one bad subscriber must not break delivery
+            logger.opt(exception=True).warning(
+                "event subscriber {} raised on {} for session {}", callback, event.type, session_id
+            )

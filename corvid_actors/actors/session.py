@@ -1,0 +1,538 @@
+"""The SessionActor: one per *running* session incarnation; the loop's imperative shell.
+
+It feeds its loop (a pure state machine, ``corvid_actors.loop``) with inputs and performs
+the effects the loop returns. Blocking work — a model stream, a tool run — goes to a
+worker thread that reports back with a message, so the mailbox is never blocked:
+``Abort``, user messages, approval answers and timers are handled at once, mid-stream.
+
+Everything this incarnation publishes passes through its :class:`Lifeline`. The
+supervisor closes the lifeline *before* it publishes the final event of a stop, so no
+event of this incarnation — not even a streamed delta already in flight on the worker —
+can come after the end.
+
+Messages in: :class:`Begin`, :class:`UserInput`, :class:`ExtendTimeout`,
+:class:`CheckTimeout`, :class:`Abort`, and the answers of SlotPool, ApprovalBroker and
+Timers. Messages out (to the supervisor): :class:`SessionEnded`, :class:`OutageReported`,
+:class:`TurnCompleted`, :class:`TimedOut`, :class:`SessionCrashed`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pykka
+from loguru import logger
+
+from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
+from corvid_actors.actors.events import Publish
+from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
+from corvid_actors.clock import Clock
+from corvid_actors.events import (
+    ApprovalRequestEvent,
+    ApprovalResolved,
+    Assistant,
+    ContentBlockDelta,
+    Event,
+    QueueStatus,
+    Result,
+    RetryScheduled,
+)
+from corvid_actors.loop import effects as fx
+from corvid_actors.providers.base import (
+    CancelToken,
+    ErrorKind,
+    ModelRequest,
+    Provider,
+    ProviderError,
+    StreamCancelled,
+    StreamEvent,
+    TextDelta,
+)
+from corvid_actors.tools.base import ToolContext, ToolRegistry, ToolResult
+
+# --- the lifeline ------------------------------------------------------------------------
+
+
+class Lifeline:
+    """An incarnation's publish gate and kill switch, shared by its actor, its worker and
+    the supervisor. ``close()`` is synchronous: once it returns, nothing more is published
+    and the in-flight worker call is cancelled."""
+
+    def __init__(self, session_id: str, bus: pykka.ActorRef[Any]) -> None:
+        self.session_id = session_id
+        self._bus = bus
+        self._lock = threading.Lock()
+        self._closed = False
+        self.cancel = CancelToken()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def publish(self, event: Event) -> bool:
+        with self._lock:
+            if self._closed:
+                return False
+            tell(self._bus, Publish(self.session_id, event))
+            return True
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        self.cancel.cancel()
+
+
+# --- messages ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Begin:
+    prompt: str
+
+
+@dataclass(frozen=True)
+class UserInput:
+    text: str
+
+
+@dataclass(frozen=True)
+class ExtendTimeout:
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class CheckTimeout:
+    pass
+
+
+@dataclass(frozen=True)
+class Abort:
+    """Stop now: cancel in-flight work and end the actor without emitting anything."""
+
+
+@dataclass(frozen=True)
+class SessionEnded:
+    session_id: str
+    generation: int
+    code: int
+
+
+@dataclass(frozen=True)
+class OutageReported:
+    session_id: str
+    generation: int
+    message: str
+
+
+@dataclass(frozen=True)
+class TurnCompleted:
+    session_id: str
+    generation: int
+    subtype: str
+    cost_usd: float
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TimedOut:
+    session_id: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class SessionCrashed:
+    session_id: str
+    generation: int
+    error: str
+
+
+# slot pool / approval broker / timer answers ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlotAnswer:
+    """From the SlotPool: granted, or the wait timed out."""
+
+    request_id: int
+    granted: bool
+
+
+@dataclass(frozen=True)
+class SlotQueued:
+    request_id: int
+    status_message: str
+
+
+@dataclass(frozen=True)
+class ApprovalAnswer:
+    call_id: str
+    allowed: bool
+    message: str = ""
+    updated_input: dict[str, Any] | None = None
+    scope: str = "once"
+    approval_id: str = ""
+
+
+@dataclass(frozen=True)
+class _LoopTimer:
+    generation: int
+    token: str
+
+
+@dataclass(frozen=True)
+class _IdleDue:
+    generation: int
+    turn_seq: int
+
+
+@dataclass(frozen=True)
+class _TimeoutDue:
+    generation: int
+
+
+@dataclass(frozen=True)
+class _WorkerDone:
+    seq: int
+    result: fx.LoopInput
+
+
+# --- collaborators -----------------------------------------------------------------------
+
+
+@dataclass
+class SessionWiring:
+    """The references and settings an incarnation is built with (made by the supervisor)."""
+
+    session_id: str
+    generation: int
+    lifeline: Lifeline
+    supervisor: pykka.ActorRef[Any]
+    timers: pykka.ActorRef[Any]
+    clock: Clock
+    store: Any
+    provider: Provider
+    loop: fx.Loop
+    tools: ToolRegistry
+    tool_context: ToolContext
+    timeout_s: float
+    idle_timeout_s: float
+    slot_pool: pykka.ActorRef[Any] | None = None
+    approvals: pykka.ActorRef[Any] | None = None
+    approval_timeout_s: float = 55.0
+    slot_weight: int = 1
+
+
+class SessionActor(TrackedActor):
+    def __init__(self, tracker: ActivityTracker, wiring: SessionWiring) -> None:
+        super().__init__(tracker)
+        self.w = wiring
+        self.sid = wiring.session_id
+        self.gen = wiring.generation
+        self._loop = wiring.loop
+        self._clock = wiring.clock
+        self._last_activity = self._clock.monotonic()
+        self._timeout_s = wiring.timeout_s
+        self._worker_seq = 0
+        self._worker_cancel: CancelToken | None = None
+        self._in_turn = False
+        self._pending_input: deque[str] = deque()
+        self._turn_seq = 0
+        self._slot_request = 0
+        self._slot_state = "none"  # none | waiting | held
+        self._ended = False
+        self._awaiting_approval: set[str] = set()
+        self._approval_seq = 0
+        self._turn_started = self._clock.monotonic()
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def on_start(self) -> None:
+        self._schedule_timeout(self._timeout_s)
+
+    def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
+        logger.bind(session_id=self.sid).opt(exception=(exception_type, exception_value, traceback)).error(
+            "session actor crashed"
+        )
+        self._release_everything()
+        tell(self.w.supervisor, SessionCrashed(self.sid, self.gen, f"{exception_type.__name__}: {exception_value}"))
+
+    def on_receive(self, message: Any) -> Any:
+        if self._ended or self.w.lifeline.closed:
+            if isinstance(message, SlotAnswer) and message.granted:
+                self._give_back_slot()  # granted during the abort: release it (race-safe)
+            if isinstance(message, Abort):
+                self._abort()
+            return None
+        match message:
+            case Begin(prompt):
+                self._touch()
+                self._turn_started = self._clock.monotonic()
+                self._in_turn = True
+                self._perform(self._loop.start(prompt))
+            case UserInput(text):
+                self._touch()
+                if self._in_turn:
+                    self._pending_input.append(text)
+                else:
+                    self._turn_started = self._clock.monotonic()
+                    tell(self.w.timers, CancelTimer((self.sid, "idle", self.gen)))
+                    self._in_turn = True
+                    self._perform(self._loop.handle(fx.UserMessage(text)))
+            case _WorkerDone(seq, result):
+                if seq == self._worker_seq:
+                    self._worker_cancel = None
+                    self._touch()
+                    self._perform(self._loop.handle(result))
+            case SlotAnswer(request_id, granted):
+                if request_id != self._slot_request or self._slot_state != "waiting":
+                    if granted:
+                        self._give_back_slot()
+                    return None
+                self._slot_state = "held" if granted else "none"
+                self.w.lifeline.publish(QueueStatus(status_message=""))
+                self._perform(self._loop.handle(fx.SlotGranted() if granted else fx.SlotTimedOut()))
+            case SlotQueued(request_id, status):
+                if request_id == self._slot_request and self._slot_state == "waiting":
+                    self.w.lifeline.publish(QueueStatus(status_message=status))
+            case ApprovalAnswer(call_id, allowed, text, updated, scope, approval_id):
+                if call_id not in self._awaiting_approval:
+                    return None
+                self._awaiting_approval.discard(call_id)
+                self._touch()
+                self.w.lifeline.publish(ApprovalResolved(
+                    id=approval_id, behavior="allow" if allowed else "deny", message=text))
+                self._perform(self._loop.handle(fx.ApprovalDecided(call_id, allowed, text, updated, scope)))
+            case _LoopTimer(gen, token) if gen == self.gen:
+                self._perform(self._loop.handle(fx.TimerFired(token)))
+            case _IdleDue(gen, turn_seq) if gen == self.gen:
+                if not self._in_turn and turn_seq == self._turn_seq:
+                    self._end(0)
+            case _TimeoutDue(gen) if gen == self.gen:
+                self._check_timeout()
+            case CheckTimeout():
+                self._check_timeout()
+            case ExtendTimeout(timeout_s):
+                self._timeout_s = timeout_s
+                self._touch()
+                self._schedule_timeout(timeout_s)
+            case Abort():
+                self._abort()
+        return None
+
+    # --- effects --------------------------------------------------------------------------
+
+    def _perform(self, effects: list[fx.Effect]) -> None:
+        for effect in effects:
+            if self._ended or self.w.lifeline.closed:
+                return
+            match effect:
+                case fx.Emit(event):
+                    self._emit(event)
+                case fx.CallModel(request, purpose):
+                    self._start_model_call(request, purpose)
+                case fx.RunTool(call):
+                    self._start_tool(call)
+                case fx.AskApproval(call, description, kind):
+                    self._ask_approval(call, description, kind)
+                case fx.AcquireSlot(model):
+                    self._acquire_slot(model)
+                case fx.ReleaseSlot():
+                    self._give_back_slot()
+                case fx.Schedule(delay_s, token):
+                    tell(self.w.timers, ScheduleTimer((self.sid, f"loop:{token}", self.gen), delay_s,
+                                                      self.actor_ref, _LoopTimer(self.gen, token)))
+                case fx.ReportOutage(text):
+                    self._release_everything()
+                    self._ended = True
+                    tell(self.w.supervisor, OutageReported(self.sid, self.gen, text))
+                case fx.TurnFinished():
+                    self._turn_finished()
+                case fx.Exit(code):
+                    self._end(code)
+                case fx.PersistMessage(role, content):
+                    # Assistant replies are persisted from their Assistant events already.
+                    if role != "assistant":
+                        self.w.store.append_message(self.sid, role, content)
+
+    def _emit(self, event: Event) -> None:
+        if isinstance(event, RetryScheduled) and not event.due_at:
+            due = self._clock.now().timestamp() + event.delay_s
+            event = replace(event, due_at=_iso(due))
+        if isinstance(event, Assistant) and event.content:
+            self.w.store.append_message(self.sid, "assistant", event.content)
+        if isinstance(event, Result) and not event.duration_ms:
+            event = replace(event, duration_ms=int((self._clock.monotonic() - self._turn_started) * 1000))
+        self.w.lifeline.publish(event)
+        if isinstance(event, Result):
+            tell(self.w.supervisor, TurnCompleted(self.sid, self.gen, event.subtype, event.total_cost_usd,
+                                                 dict(event.usage)))
+
+    def _turn_finished(self) -> None:
+        self._in_turn = False
+        self._turn_seq += 1
+        if self._pending_input:
+            self._turn_started = self._clock.monotonic()
+            self._in_turn = True
+            self._perform(self._loop.handle(fx.UserMessage(self._pending_input.popleft())))
+            return
+        tell(self.w.timers, ScheduleTimer((self.sid, "idle", self.gen), self.w.idle_timeout_s,
+                                          self.actor_ref, _IdleDue(self.gen, self._turn_seq)))
+
+    def _end(self, code: int) -> None:
+        self._release_everything()
+        self._ended = True
+        tell(self.w.supervisor, SessionEnded(self.sid, self.gen, code))
+
+    def _abort(self) -> None:
+        if not self._ended:
+            self._loop.abort()
+        self._release_everything()
+        self._ended = True
+        self.actor_ref.stop(block=False)
+
+    def _release_everything(self) -> None:
+        if self._worker_cancel is not None:
+            self._worker_cancel.cancel()
+            self._worker_cancel = None
+        if self._slot_state != "none":
+            self._give_back_slot()
+        for kind in ("idle", "timeout"):
+            tell(self.w.timers, CancelTimer((self.sid, kind, self.gen)))
+        if self.w.approvals is not None:
+            from corvid_actors.actors.approvals import CancelSession
+
+            tell(self.w.approvals, CancelSession(self.sid, "Session stopped"))
+
+    # --- model calls and tools ------------------------------------------------------------
+
+    def _start_model_call(self, request: ModelRequest, purpose: str) -> None:
+        provider, lifeline, stream_text = self.w.provider, self.w.lifeline, purpose == "turn"
+        actor = self
+
+        def on_event(event: StreamEvent) -> None:
+            actor._last_activity = actor._clock.monotonic()
+            if stream_text and isinstance(event, TextDelta) and event.text:
+                lifeline.publish(ContentBlockDelta(text=event.text))
+
+        def call(cancel: CancelToken) -> fx.LoopInput:
+            try:
+                response = provider.stream(request, on_event, cancel)
+                return fx.ModelSucceeded(response, request_bytes=_request_size(request))
+            except ProviderError as exc:
+                return fx.ModelFailed(exc)
+            except StreamCancelled:
+                raise
+            except Exception as exc:  # noqa: BLE001 - an unclassified provider bug is fatal, not a hang
+                logger.bind(session_id=self.sid).exception("provider raised an unclassified error")
+                return fx.ModelFailed(ProviderError(ErrorKind.FATAL, f"{type(exc).__name__}: {exc}"))
+
+        self._run_on_worker(call, f"model-{self.sid[:8]}")
+
+    def _start_tool(self, call: Any) -> None:
+        tool = self.w.tools.get(call.name)
+        ctx = self.w.tool_context
+
+        def run(cancel: CancelToken) -> fx.LoopInput:
+            if tool is None:
+                return fx.ToolFinished(call.id, ToolResult(f"Unknown tool: {call.name}", is_error=True))
+            try:
+                result = tool.handler(dict(call.arguments), replace(ctx, cancel=cancel))
+            except Exception as exc:  # noqa: BLE001 - a tool bug becomes a result the model sees
+                result = ToolResult(f"Tool execution error: {type(exc).__name__}: {exc}", is_error=True)
+            return fx.ToolFinished(call.id, result)
+
+        self._run_on_worker(run, f"tool-{call.name}-{self.sid[:8]}")
+
+    def _run_on_worker(self, work: Any, name: str) -> None:
+        self._worker_seq += 1
+        seq = self._worker_seq
+        cancel = CancelToken()
+        self._worker_cancel = cancel
+        self.w.lifeline.cancel.on_cancel(cancel.cancel)
+        ref = self.actor_ref
+
+        def body() -> None:
+            try:
+                result = work(cancel)
+            except StreamCancelled:
+                return
+            if not cancel.cancelled:
+                tell(ref, _WorkerDone(seq, result))
+
+        self._tracker.run_tracked(body, name)
+
+    def _ask_approval(self, call: Any, description: str, kind: str) -> None:
+        self._awaiting_approval.add(call.id)
+        if self.w.approvals is None:
+            self.actor_ref.tell(ApprovalAnswer(call.id, False, "No approval broker is configured"))
+            return
+        from corvid_actors.actors.approvals import RequestApproval
+
+        self._approval_seq += 1
+        # Deterministic ids (simulations replay identically): session prefix + generation + counter.
+        approval_id = f"{self.sid.replace('-', '')[:6]}{self.gen:x}{self._approval_seq:03x}"
+        self.w.lifeline.publish(ApprovalRequestEvent(
+            id=approval_id, session_id=self.sid, tool_name=call.name, description=description,
+            created_at=self._clock.now().isoformat(), timeout_s=self.w.approval_timeout_s, kind=kind,
+        ))
+        tell(self.w.approvals, RequestApproval(
+            approval_id=approval_id, session_id=self.sid, call_id=call.id, tool_name=call.name,
+            description=description, kind=kind, timeout_s=self.w.approval_timeout_s,
+            reply_to=self.actor_ref, tool_input=dict(call.arguments),
+        ))
+
+    # --- slots ------------------------------------------------------------------------------
+
+    def _acquire_slot(self, model: str) -> None:
+        self._slot_request += 1
+        if self.w.slot_pool is None:
+            self._slot_state = "held"
+            self._perform(self._loop.handle(fx.SlotGranted()))
+            return
+        from corvid_actors.actors.slots import AcquireSlot
+
+        self._slot_state = "waiting"
+        tell(self.w.slot_pool, AcquireSlot(self.sid, self._slot_request, model, self.w.slot_weight,
+                                           self.actor_ref))
+
+    def _give_back_slot(self) -> None:
+        state, self._slot_state = self._slot_state, "none"
+        if self.w.slot_pool is None or state == "none" and not self._ended:
+            return
+        from corvid_actors.actors.slots import ReleaseSlot
+
+        tell(self.w.slot_pool, ReleaseSlot(self.sid))
+
+    # --- timeout ------------------------------------------------------------------------
+
+    def _touch(self) -> None:
+        self._last_activity = self._clock.monotonic()
+
+    def _schedule_timeout(self, delay_s: float) -> None:
+        tell(self.w.timers, ScheduleTimer((self.sid, "timeout", self.gen), max(delay_s, 0.0),
+                                          self.actor_ref, _TimeoutDue(self.gen)))
+
+    def _check_timeout(self) -> None:
+        idle_for = self._clock.monotonic() - self._last_activity
+        if idle_for >= self._timeout_s:
+            tell(self.w.supervisor, TimedOut(self.sid, self.gen))
+        else:
+            self._schedule_timeout(self._timeout_s - idle_for)
+
+
+def _request_size(request: ModelRequest) -> int:
+    size = len(request.system.encode())
+    for message in request.messages:
+        size += len(message.content.encode()) + 16
+        for call in message.tool_calls:
+            size += len(call.name) + len(repr(call.arguments))
+    return size
+
+
+def _iso(timestamp: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(timestamp, UTC).isoformat()

@@ -1,0 +1,140 @@
+"""The SlotPool actor: weighted admission to inference, fair and leak-proof.
+
+Capacity is a total weight (``slots.max_parallel``); a request weighs 1–3 by model size.
+Admission is strict FIFO: the head of the queue is admitted as soon as its weight fits,
+and nobody behind it overtakes — so a heavy request cannot be starved by a stream of
+light ones (the original's scan let small requests overtake forever). A request heavier
+than the whole capacity is admitted alone when nothing runs, rather than never.
+
+Waiting requests hear ``SlotQueued`` with a status line, and ``SlotAnswer(granted=False)``
+when ``slots.wait_timeout_s`` passes. ``ReleaseSlot(session_id)`` releases whatever the
+session holds *or* waits for, and is idempotent — so an abort racing a grant is safe,
+and the supervisor can release on behalf of a dead session actor.
+
+Messages: :class:`AcquireSlot`, :class:`ReleaseSlot` (tell); ``ask(SlotStats())``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+from loguru import logger
+
+from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
+from corvid_actors.actors.session import SlotAnswer, SlotQueued
+from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
+
+
+@dataclass(frozen=True)
+class AcquireSlot:
+    session_id: str
+    request_id: int
+    model: str
+    weight: int
+    reply_to: pykka.ActorRef[Any]
+
+
+@dataclass(frozen=True)
+class ReleaseSlot:
+    session_id: str
+
+
+@dataclass(frozen=True)
+class SlotStats:
+    pass
+
+
+@dataclass(frozen=True)
+class _WaitExpired:
+    session_id: str
+    request_id: int
+
+
+@dataclass
+class _Waiter:
+    request: AcquireSlot
+
+
+def admit(capacity: int, in_use: int, queue_weights: list[int]) -> int:
+    """How many queue heads (in order) are admitted now. Pure: table-tested."""
+    admitted = 0
+    for weight in queue_weights:
+        if in_use == 0 or in_use + weight <= capacity:
+            in_use += weight
+            admitted += 1
+        else:
+            break
+    return admitted
+
+
+class SlotPool(TrackedActor):
+    def __init__(self, tracker: ActivityTracker, *, capacity: int, wait_timeout_s: float,
+                 timers: pykka.ActorRef[Any]) -> None:
+        super().__init__(tracker)
+        self.capacity = capacity
+        self.wait_timeout_s = wait_timeout_s
+        self.timers = timers
+        self._held: dict[str, int] = {}  # session -> weight
+        self._queue: deque[AcquireSlot] = deque()
+        self.peak_in_use = 0
+        self.grants = 0
+
+    @property
+    def in_use(self) -> int:
+        return sum(self._held.values())
+
+    def on_receive(self, message: Any) -> Any:
+        match message:
+            case AcquireSlot() as request:
+                if request.session_id in self._held:
+                    # One slot per session: a re-acquire without release keeps the old one.
+                    logger.warning("session {} acquired a slot it already holds", request.session_id)
+                    tell(request.reply_to, SlotAnswer(request.request_id, True))
+                    return None
+                self._drop_waiter(request.session_id)
+                self._queue.append(request)
+                self._admit()
+                if any(w is request for w in self._queue):
+                    position = next(i for i, w in enumerate(self._queue) if w is request) + 1
+                    tell(request.reply_to, SlotQueued(request.request_id,
+                         f"Queued — waiting for model slot (need {request.weight}, "
+                         f"{self.in_use}/{self.capacity} in use, position {position})"))
+                    if self.wait_timeout_s > 0:
+                        tell(self.timers, ScheduleTimer((request.session_id, "slot_wait"), self.wait_timeout_s,
+                                                        self.actor_ref, _WaitExpired(request.session_id,
+                                                                                     request.request_id)))
+            case ReleaseSlot(session_id):
+                self._drop_waiter(session_id)
+                if self._held.pop(session_id, None) is not None:
+                    self._admit()
+            case _WaitExpired(session_id, request_id):
+                for waiter in list(self._queue):
+                    if waiter.session_id == session_id and waiter.request_id == request_id:
+                        self._queue.remove(waiter)
+                        tell(waiter.reply_to, SlotAnswer(request_id, False))
+                        self._admit()
+            case SlotStats():
+                return {"capacity": self.capacity, "in_use": self.in_use, "held": dict(self._held),
+                        "waiting": len(self._queue), "peak_in_use": self.peak_in_use, "grants": self.grants}
+        return None
+
+    def _drop_waiter(self, session_id: str) -> None:
+        for waiter in [w for w in self._queue if w.session_id == session_id]:
+            self._queue.remove(waiter)
+            tell(self.timers, CancelTimer((session_id, "slot_wait")))
+
+    def _admit(self) -> None:
+        count = admit(self.capacity, self.in_use, [w.weight for w in self._queue])
+        for _ in range(count):
+            request = self._queue.popleft()
+            self._held[request.session_id] = request.weight
+            self.grants += 1
+            tell(self.timers, CancelTimer((request.session_id, "slot_wait")))
+            if not tell(request.reply_to, SlotAnswer(request.request_id, True)):
+                self._held.pop(request.session_id, None)  # its actor is gone: give it back at once
+        self.peak_in_use = max(self.peak_in_use, self.in_use)
+        if count and self._queue and self.in_use == 0:  # pragma: no cover - defensive
+            self._admit()

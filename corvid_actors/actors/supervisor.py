@@ -1,0 +1,684 @@
+"""The SessionSupervisor: the process manager of the seed, as an actor.
+
+It owns every running :class:`~corvid_actors.actors.session.SessionActor`, one per
+session (1:1), and decides what happens when one ends: clean exit, crash with
+backoff restart (chat sessions), pause on an upstream outage with health-probed
+auto-resume, timeout, stop. The decisions are pure functions in
+``corvid_actors.supervision``; this module performs them.
+
+Invariants kept here (seed numbering): 1 one actor per session (a new incarnation
+has a new generation; messages and timers of an old one are ignored), 2 stale sessions
+reset at start-up (``Runtime``), 6/7 context reset through the resume path, 8 crash
+auto-restart, 9 outage pause and auto-resume, 10 timeouts, 12 events before
+subscriber removal, 13 orphan pruning, 14 ``_cleanup`` as the single cleanup path.
+
+Requests (ask): see the message classes below; each replies as its docstring says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pykka
+from loguru import logger
+
+from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
+from corvid_actors.actors.events import PruneSessions, Publish, RemoveSession
+from corvid_actors.actors.session import (
+    Abort,
+    Begin,
+    CheckTimeout,
+    ExtendTimeout,
+    Lifeline,
+    OutageReported,
+    SessionActor,
+    SessionCrashed,
+    SessionEnded,
+    SessionWiring,
+    TimedOut,
+    TurnCompleted,
+    UserInput,
+)
+from corvid_actors.actors.timers import CancelTimer, CancelTimers, ScheduleTimer
+from corvid_actors.clock import Clock
+from corvid_actors.config import Config
+from corvid_actors.errors import NotFoundError, RuntimeStoppedError
+from corvid_actors.events import (
+    ErrorEvent,
+    Event,
+    SessionExited,
+    SessionPaused,
+    SessionRestarting,
+    SessionResumed,
+    SessionStarted,
+    SessionStopped,
+    SystemEvent,
+)
+from corvid_actors.loop.prompts import build_resume_prompt
+from corvid_actors.supervision import (
+    auto_resume_delay,
+    extended_timeout,
+    needs_context_reset,
+    restart_after_crash,
+    restart_count_after_uptime,
+)
+
+# --- requests ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StartProcess:
+    """Start (or restart) a session. Replies with its pseudo-PID, or None when it could
+    not start (an ``error`` event says why). Raises NotFoundError for an unknown session."""
+
+    session_id: str
+    prompt: str | None = None
+
+
+@dataclass(frozen=True)
+class ResumeProcess:
+    """Resume with history (warm: just send ``prompt``). Replies with the pid or None."""
+
+    session_id: str
+    prompt: str | None = None
+
+
+@dataclass(frozen=True)
+class StopProcess:
+    session_id: str
+    reason: str = "user_stop"
+
+
+@dataclass(frozen=True)
+class SendMessage:
+    """Replies True if a running session accepted the message (persisted first)."""
+
+    session_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class IsRunning:
+    session_id: str
+
+
+@dataclass(frozen=True)
+class IsPaused:
+    session_id: str
+
+
+@dataclass(frozen=True)
+class ActiveSessionIds:
+    pass
+
+
+@dataclass(frozen=True)
+class PausedSessionIds:
+    pass
+
+
+@dataclass(frozen=True)
+class ResumeSession:
+    """Manual resume of a paused session; replies False if it is not paused."""
+
+    session_id: str
+
+
+@dataclass(frozen=True)
+class ExtendSessionTimeout:
+    """Replies False if the session is not running."""
+
+    session_id: str
+    additional_s: float
+
+
+@dataclass(frozen=True)
+class CleanupSessionState:
+    session_id: str
+
+
+@dataclass(frozen=True)
+class SupervisorStats:
+    pass
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """Replies with a dict of in-memory facts about sessions (all when ``session_id`` is None)."""
+
+    session_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    reason: str = "server_shutdown"
+
+
+# --- internal -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _RestartDue:
+    session_id: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class _StableDue:
+    session_id: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class _ResumeDue:
+    session_id: str
+    seq: int
+
+
+@dataclass(frozen=True)
+class _ProbeResult:
+    session_id: str
+    seq: int
+    healthy: bool
+
+
+@dataclass(frozen=True)
+class _FallbackCheck:
+    pass
+
+
+@dataclass(frozen=True)
+class _Prune:
+    pass
+
+
+@dataclass
+class _Incarnation:
+    generation: int
+    ref: pykka.ActorRef[Any]
+    lifeline: Lifeline
+    pid: int
+    started_at: float
+    provider_name: str
+    timeout_s: float
+
+
+@dataclass
+class _Meta:
+    """What survives between incarnations of one session (the seed's sessionMeta)."""
+
+    source: str = "web"
+    restart_count: int = 0
+    turns_since_reset: int = 0
+    outage_attempts: int = 0
+    restart_pending: bool = False
+    started_at_iso: str = ""
+    cost_usd: float = 0.0
+    turns: int = 0
+
+
+@dataclass
+class _Paused:
+    seq: int
+    resume_at_iso: str
+    attempt: int
+    reason: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class SessionSupervisor(TrackedActor):
+    def __init__(
+        self,
+        tracker: ActivityTracker,
+        *,
+        config: Config,
+        clock: Clock,
+        store: Any,
+        builder: Any,
+        bus: pykka.ActorRef[Any],
+        timers: pykka.ActorRef[Any],
+        slot_pool: pykka.ActorRef[Any] | None = None,
+        approvals: pykka.ActorRef[Any] | None = None,
+        credits: pykka.ActorRef[Any] | None = None,
+    ) -> None:
+        super().__init__(tracker)
+        self.cfg = config
+        self.sup = config.supervisor
+        self.clock = clock
+        self.store = store
+        self.builder = builder
+        self.bus = bus
+        self.timers = timers
+        self.slot_pool = slot_pool
+        self.approvals = approvals
+        self.credits = credits
+        self._running: dict[str, _Incarnation] = {}
+        self._meta: dict[str, _Meta] = {}
+        self._paused: dict[str, _Paused] = {}
+        self._generation = 0
+        self._seq = 0
+        self._next_pid = {"sdk": self.sup.sdk_pid_base, "direct": self.sup.direct_pid_base}
+        self._fallback_scheduled = False
+        self._prune_scheduled = False
+        self._shutting_down = False
+
+    # --- dispatch ---------------------------------------------------------------------------
+
+    def on_receive(self, message: Any) -> Any:  # noqa: C901 - a flat message switch reads best
+        match message:
+            case StartProcess(sid, prompt):
+                self._refuse_if_stopping()
+                if prompt:
+                    self.store.require_session(sid)
+                    self.store.append_message(sid, "user", prompt)
+                return self._start(sid, prompt or None)
+            case ResumeProcess(sid, prompt):
+                self._refuse_if_stopping()
+                return self._resume(sid, prompt)
+            case SendMessage(sid, text):
+                return self._send(sid, text)
+            case StopProcess(sid, reason):
+                self._stop_session(sid, reason)
+            case IsRunning(sid):
+                return sid in self._running
+            case IsPaused(sid):
+                return sid in self._paused
+            case ActiveSessionIds():
+                return list(self._running)
+            case PausedSessionIds():
+                return list(self._paused)
+            case ResumeSession(sid):
+                return self._manual_resume(sid)
+            case ExtendSessionTimeout(sid, additional_s):
+                inc = self._running.get(sid)
+                if inc is None:
+                    return False
+                inc.timeout_s = extended_timeout(self.sup, inc.timeout_s, additional_s)
+                tell(inc.ref, ExtendTimeout(inc.timeout_s))
+                return True
+            case CleanupSessionState(sid):
+                self._cleanup(sid)
+            case SupervisorStats():
+                return {
+                    "processes": len(self._running),
+                    "session_meta": len(self._meta),
+                    "paused_sessions": len(self._paused),
+                }
+            case SessionInfo(sid):
+                return self._info(sid)
+            case Shutdown(reason):
+                self._shutdown(reason)
+            # --- from session actors
+            case SessionEnded(sid, gen, code) if self._current(sid, gen):
+                self._handle_exit(sid, code)
+            case SessionCrashed(sid, gen, error) if self._current(sid, gen):
+                self._publish(sid, ErrorEvent(error_type="crash", message=error))
+                self._handle_exit(sid, 1)
+            case OutageReported(sid, gen, text) if self._current(sid, gen):
+                self._pause_for_outage(sid, text)
+            case TurnCompleted(sid, gen, subtype, cost, usage) if self._current(sid, gen):
+                self._turn_completed(sid, subtype, cost, usage)
+            case TimedOut(sid, gen) if self._current(sid, gen):
+                self._stop_session(sid, "timeout")
+            # --- timers
+            case _RestartDue(sid, attempt):
+                self._restart_due(sid, attempt)
+            case _StableDue(sid, gen) if self._current(sid, gen):
+                meta = self._meta.get(sid)
+                if meta is not None:
+                    uptime = self.clock.monotonic() - self._running[sid].started_at
+                    meta.restart_count = restart_count_after_uptime(self.sup, meta.restart_count, uptime)
+            case _ResumeDue(sid, seq):
+                self._resume_due(sid, seq)
+            case _ProbeResult(sid, seq, healthy):
+                self._probe_result(sid, seq, healthy)
+            case _FallbackCheck():
+                self._fallback_scheduled = False
+                for inc in self._running.values():
+                    tell(inc.ref, CheckTimeout())
+                self._ensure_housekeeping()
+            case _Prune():
+                self._prune()
+        return None
+
+    def _current(self, sid: str, generation: int) -> bool:
+        inc = self._running.get(sid)
+        return inc is not None and inc.generation == generation
+
+    def _refuse_if_stopping(self) -> None:
+        if self._shutting_down:
+            raise RuntimeStoppedError("the runtime is shutting down and accepts no new sessions")
+
+    # --- start / resume / send ------------------------------------------------------------------
+
+    def _start(self, sid: str, prompt: str | None) -> int | None:
+        if sid in self._running:
+            self._stop_session(sid, "replaced")
+        try:
+            ctx = self.store.session_context(sid)
+        except NotFoundError:
+            raise
+        session = ctx.session
+        if session.project_id and ctx.project is None:
+            self._publish(sid, ErrorEvent(error_type="not_found", message=f"Project {session.project_id} not found"))
+            return None
+        text = prompt if prompt is not None else (session.initial_prompt or "")
+        try:
+            built = self.builder.build(ctx)
+        except Exception as exc:  # noqa: BLE001 - any build failure is a spawn error, reported
+            logger.bind(session_id=sid).opt(exception=True).warning("session failed to start")
+            self.store.update_session(sid, status="error", pid=None)
+            self._publish(sid, ErrorEvent(error_type="spawn_error", message=str(exc)))
+            return None
+        self._generation += 1
+        gen = self._generation
+        kind = built.pid_kind
+        pid = self._next_pid[kind]
+        self._next_pid[kind] += 1
+        lifeline = Lifeline(sid, self.bus)
+        timeout_s = self.sup.session_timeout_s
+        wiring = SessionWiring(
+            session_id=sid, generation=gen, lifeline=lifeline, supervisor=self.actor_ref,
+            timers=self.timers, clock=self.clock, store=self.store, provider=built.provider,
+            loop=built.loop, tools=built.tools, tool_context=built.tool_context, timeout_s=timeout_s,
+            idle_timeout_s=self.sup.session_idle_timeout_s,
+            slot_pool=self.slot_pool if built.uses_slots else None, approvals=self.approvals,
+            approval_timeout_s=built.approval_timeout_s, slot_weight=built.slot_weight,
+        )
+        ref = SessionActor.start(self._tracker, wiring)
+        self._running[sid] = _Incarnation(gen, ref, lifeline, pid, self.clock.monotonic(), built.provider_name,
+                                          timeout_s)
+        meta = self._meta.setdefault(sid, _Meta(source=session.source))
+        meta.source = session.source
+        meta.turns_since_reset = 0
+        meta.restart_pending = False
+        meta.started_at_iso = self.clock.now().isoformat()
+        self.store.update_session(sid, pid=pid, status="running", restart_pending=False)
+        tell(self.timers, CancelTimer((sid, "restart")))
+        tell(self.timers, ScheduleTimer((sid, "stable"), self.sup.stable_period_s, self.actor_ref,
+                                        _StableDue(sid, gen)))
+        self._publish(sid, SessionStarted(pid=pid, generation=gen))
+        self._publish(sid, SystemEvent(subtype="provider_selected", message=f"Provider: {built.provider_name} ({built.model})"))
+        tell(ref, Begin(text))
+        self._ensure_housekeeping()
+        return pid
+
+    def _resume(self, sid: str, prompt: str | None) -> int | None:
+        inc = self._running.get(sid)
+        meta = self._meta.get(sid)
+        if inc is not None:
+            if not prompt:
+                return inc.pid
+            if meta is not None and needs_context_reset(meta.turns_since_reset,
+                                                        self.cfg.session.max_turns_before_context_reset):
+                self._publish(sid, SystemEvent(subtype="context_reset",
+                                               message="Context reset: restarting with recent history"))
+                self._kill(sid)
+            else:
+                self._send(sid, prompt)
+                return inc.pid
+        session = self.store.require_session(sid)
+        history = self.store.recent_messages(sid, self.cfg.session.resume_history_messages)
+        if prompt:
+            self.store.append_message(sid, "user", prompt)
+        if history:
+            text = build_resume_prompt(
+                history, prompt or "", max_messages=self.cfg.session.resume_history_messages,
+                max_chars=self.cfg.session.resume_history_message_chars, interrupted=not prompt,
+            )
+        else:
+            text = prompt or session.initial_prompt or ""
+        return self._start(sid, text)
+
+    def _send(self, sid: str, text: str) -> bool:
+        inc = self._running.get(sid)
+        if inc is None:
+            return False
+        meta = self._meta[sid]
+        if needs_context_reset(meta.turns_since_reset, self.cfg.session.max_turns_before_context_reset):
+            return self._resume(sid, text) is not None
+        self.store.append_message(sid, "user", text)
+        meta.turns_since_reset += 1
+        meta.turns += 1
+        session = self.store.get_session(sid)
+        if session is not None:
+            self.store.update_session(sid, total_turns=session.total_turns + 1)
+        tell(inc.ref, UserInput(text))
+        return True
+
+    # --- stop / exit ---------------------------------------------------------------------------
+
+    def _kill(self, sid: str) -> _Incarnation | None:
+        """End the incarnation silently (its lifeline closes first: it publishes nothing more)."""
+        inc = self._running.pop(sid, None)
+        if inc is not None:
+            inc.lifeline.close()
+            tell(inc.ref, Abort())
+            tell(self.timers, CancelTimer((sid, "stable")))
+            self._release_session_resources(sid)
+        return inc
+
+    def _stop_session(self, sid: str, reason: str) -> None:
+        self._kill(sid)
+        if self.store.get_session(sid) is not None:
+            self.store.update_session(sid, pid=None, status="stopped")
+        self._publish(sid, SessionStopped(reason=reason))
+        self._cleanup(sid)
+
+    def _handle_exit(self, sid: str, code: int) -> None:
+        inc = self._kill(sid)
+        assert inc is not None
+        meta = self._meta.setdefault(sid, _Meta())
+        duration_s = self.clock.monotonic() - inc.started_at
+        self.store.update_session(sid, pid=None, status="idle" if code == 0 else "error")
+        if code == 0:
+            note = f"Session completed after {duration_s:.0f}s. Turns: {meta.turns}."
+        else:
+            note = (f"Session exited unexpectedly (code {code}) after {duration_s:.0f}s. "
+                    f"Turns: {meta.turns}. Send a message to resume.")
+        self.store.append_message(sid, "system", note)
+        self._publish(sid, SessionExited(code=code, num_turns=meta.turns, duration_ms=int(duration_s * 1000)))
+        decision = restart_after_crash(self.sup, source=meta.source, exit_code=code,
+                                       restarts_so_far=meta.restart_count)
+        if decision.restart:
+            meta.restart_count = decision.attempt
+            meta.restart_pending = True
+            self._publish(sid, SessionRestarting(attempt=decision.attempt, delay_s=decision.delay_s))
+            tell(self.timers, ScheduleTimer((sid, "restart"), decision.delay_s, self.actor_ref,
+                                            _RestartDue(sid, decision.attempt)))
+            self._ensure_housekeeping()
+            return
+        if code != 0 and meta.source in self.sup.auto_restart_sources:
+            self._publish(sid, ErrorEvent(
+                error_type="max_restarts_exceeded",
+                message=f"Session crashed {meta.restart_count + 1} times; giving up after {self.sup.max_restarts} restarts",
+            ))
+        self._cleanup(sid)
+
+    def _restart_due(self, sid: str, attempt: int) -> None:
+        meta = self._meta.get(sid)
+        if meta is None or not meta.restart_pending or sid in self._running or self._shutting_down:
+            return
+        row = self.store.get_session(sid)
+        if row is None or row.status == "stopped":
+            self._cleanup(sid)
+            return
+        meta.restart_pending = False
+        self._resume(sid, None)
+
+    # --- outage ----------------------------------------------------------------------------------
+
+    def _pause_for_outage(self, sid: str, reason: str) -> None:
+        self._kill(sid)
+        meta = self._meta.setdefault(sid, _Meta())
+        decision = auto_resume_delay(self.sup, meta.outage_attempts)
+        if decision.exhausted:
+            self._exhausted(sid, meta.outage_attempts)
+            return
+        self.store.update_session(sid, pid=None, status="paused")
+        self._seq += 1
+        resume_at = self.clock.now().timestamp() + decision.delay_s
+        from datetime import UTC, datetime
+
+        resume_iso = datetime.fromtimestamp(resume_at, UTC).isoformat()
+        self._paused[sid] = _Paused(self._seq, resume_iso, decision.attempt, reason)
+        self._publish(sid, ErrorEvent(error_type="api_outage",
+                                      message=f"API outage: {reason}. Auto-resume in {decision.delay_s / 60:g} min"))
+        self._publish(sid, SessionPaused(resume_at=resume_iso, attempt=decision.attempt))
+        tell(self.timers, ScheduleTimer((sid, "resume"), decision.delay_s, self.actor_ref,
+                                        _ResumeDue(sid, self._seq)))
+        self._ensure_housekeeping()
+
+    def _resume_due(self, sid: str, seq: int) -> None:
+        paused = self._paused.get(sid)
+        if paused is None or paused.seq != seq or self._shutting_down:
+            return
+        probe = self.builder.health_probe(sid)
+        ref = self.actor_ref
+
+        def run() -> None:
+            try:
+                healthy = bool(probe())
+            except Exception:  # noqa: BLE001 - a probe that raises means "not healthy"
+                healthy = False
+            tell(ref, _ProbeResult(sid, seq, healthy))
+
+        self._tracker.run_tracked(run, f"probe-{sid[:8]}")
+
+    def _probe_result(self, sid: str, seq: int, healthy: bool) -> None:
+        paused = self._paused.get(sid)
+        if paused is None or paused.seq != seq:
+            return
+        meta = self._meta.setdefault(sid, _Meta())
+        meta.outage_attempts += 1
+        if healthy:
+            del self._paused[sid]
+            self._publish(sid, SessionResumed(automatic=True))
+            self._resume(sid, None)
+            return
+        decision = auto_resume_delay(self.sup, meta.outage_attempts)
+        if decision.exhausted:
+            self._exhausted(sid, meta.outage_attempts)
+            return
+        self._seq += 1
+        paused.seq = self._seq
+        paused.attempt = decision.attempt
+        resume_at = self.clock.now().timestamp() + decision.delay_s
+        from datetime import UTC, datetime
+
+        paused.resume_at_iso = datetime.fromtimestamp(resume_at, UTC).isoformat()
+        tell(self.timers, ScheduleTimer((sid, "resume"), decision.delay_s, self.actor_ref,
+                                        _ResumeDue(sid, self._seq)))
+
+    def _exhausted(self, sid: str, attempts: int) -> None:
+        self._paused.pop(sid, None)
+        self.store.update_session(sid, pid=None, status="error")
+        self._publish(sid, ErrorEvent(error_type="auto_resume_exhausted",
+                                      message=f"Auto-resume gave up after {attempts} attempts"))
+        self._cleanup(sid)
+
+    def _manual_resume(self, sid: str) -> bool:
+        if sid not in self._paused:
+            return False
+        del self._paused[sid]
+        tell(self.timers, CancelTimer((sid, "resume")))
+        meta = self._meta.setdefault(sid, _Meta())
+        meta.restart_count = 0
+        meta.outage_attempts = 0
+        self._publish(sid, SessionResumed(automatic=False))
+        self._resume(sid, None)
+        return True
+
+    # --- turns, credits -----------------------------------------------------------------------------
+
+    def _turn_completed(self, sid: str, subtype: str, cost: float, usage: dict[str, int]) -> None:
+        meta = self._meta.get(sid)
+        if meta is not None:
+            meta.cost_usd += cost
+            if subtype == "success":
+                meta.outage_attempts = 0
+        self.store.add_session_usage(sid, cost_usd=cost, turns=1)
+        if self.credits is not None:
+            from corvid_actors.actors.credits import ChargeTurn
+
+            tell(self.credits, ChargeTurn(sid, meta.source if meta else "", self.actor_ref))
+
+    # --- housekeeping ---------------------------------------------------------------------------------
+
+    def _ensure_housekeeping(self) -> None:
+        if self._running and not self._fallback_scheduled:
+            self._fallback_scheduled = True
+            tell(self.timers, ScheduleTimer(("supervisor", "fallback"), self.sup.timeout_fallback_check_s,
+                                            self.actor_ref, _FallbackCheck()))
+        if (self._running or self._meta or self._paused) and not self._prune_scheduled:
+            self._prune_scheduled = True
+            tell(self.timers, ScheduleTimer(("supervisor", "prune"), self.sup.orphan_prune_interval_s,
+                                            self.actor_ref, _Prune()))
+
+    def _prune(self) -> None:
+        self._prune_scheduled = False
+        keep = set(self._running) | set(self._paused)
+        keep |= {sid for sid, meta in self._meta.items() if meta.restart_pending}
+        for sid in [s for s in self._meta if s not in keep]:
+            del self._meta[sid]
+        tell(self.bus, PruneSessions(frozenset(keep)))
+        self._ensure_housekeeping()
+
+    def _release_session_resources(self, sid: str) -> None:
+        if self.slot_pool is not None:
+            from corvid_actors.actors.slots import ReleaseSlot
+
+            tell(self.slot_pool, ReleaseSlot(sid))
+        if self.approvals is not None:
+            from corvid_actors.actors.approvals import CancelSession
+
+            tell(self.approvals, CancelSession(sid, "Session stopped"))
+
+    def _cleanup(self, sid: str) -> None:
+        """The single, idempotent cleanup path (seed invariant 14)."""
+        self._kill(sid)
+        self._meta.pop(sid, None)
+        self._paused.pop(sid, None)
+        tell(self.timers, CancelTimers(sid))
+        self._release_session_resources(sid)
+        tell(self.bus, RemoveSession(sid))
+
+    def _shutdown(self, reason: str) -> None:
+        self._shutting_down = True
+        for sid in list(self._running):
+            self.store.update_session(sid, restart_pending=True)
+            self._stop_session(sid, reason)
+        for sid in list(self._paused):
+            self.store.update_session(sid, restart_pending=True)
+            self._cleanup(sid)
+        for sid in list(self._meta):
+            if self._meta[sid].restart_pending:
+                self.store.update_session(sid, restart_pending=True)
+            self._cleanup(sid)
+        tell(self.timers, CancelTimer(("supervisor", "fallback")))
+        tell(self.timers, CancelTimer(("supervisor", "prune")))
+
+    def _publish(self, sid: str, event: Event) -> None:
+        tell(self.bus, Publish(sid, event))
+
+    def _info(self, sid: str | None) -> dict[str, Any]:
+        now = self.clock.monotonic()
+        ids = [sid] if sid else sorted(set(self._running) | set(self._paused) | set(self._meta))
+        out: dict[str, Any] = {}
+        for s in ids:
+            inc, meta, paused = self._running.get(s), self._meta.get(s), self._paused.get(s)
+            out[s] = {
+                "running": inc is not None,
+                "pid": inc.pid if inc else None,
+                "generation": inc.generation if inc else None,
+                "provider": inc.provider_name if inc else None,
+                "uptime_s": round(now - inc.started_at, 3) if inc else 0.0,
+                "timeout_s": inc.timeout_s if inc else None,
+                "restarts": meta.restart_count if meta else 0,
+                "turns": meta.turns if meta else 0,
+                "cost_usd": meta.cost_usd if meta else 0.0,
+                "paused_until": paused.resume_at_iso if paused else None,
+                "restart_pending": meta.restart_pending if meta else False,
+            }
+        return out

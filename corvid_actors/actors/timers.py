@@ -1,0 +1,97 @@
+"""The Timers actor: every delay in the runtime goes through it.
+
+Timers are named by a key (a tuple such as ``(session_id, "restart")``); scheduling a
+key again replaces the old timer, so an actor never has two of the same kind. When a
+timer is due the clock tells this actor, which checks the timer was not cancelled or
+replaced meanwhile and then tells the target its message. A target that has died is
+skipped silently: late timers of a dead incarnation are harmless by construction.
+
+Messages: :class:`ScheduleTimer`, :class:`CancelTimer`, :class:`CancelTimers`;
+``ask(TimerStats())`` replies with a dict of counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
+from corvid_actors.clock import Clock, TimerHandle
+
+
+@dataclass(frozen=True)
+class ScheduleTimer:
+    key: Hashable
+    delay_s: float
+    target: pykka.ActorRef[Any]
+    message: Any
+
+
+@dataclass(frozen=True)
+class CancelTimer:
+    key: Hashable
+
+
+@dataclass(frozen=True)
+class CancelTimers:
+    """Cancel every timer whose key is a tuple starting with ``prefix``."""
+
+    prefix: Hashable
+
+
+@dataclass(frozen=True)
+class TimerStats:
+    pass
+
+
+@dataclass(frozen=True)
+class _Due:
+    key: Hashable
+    seq: int
+
+
+class Timers(TrackedActor):
+    def __init__(self, tracker: ActivityTracker, clock: Clock) -> None:
+        super().__init__(tracker)
+        self._clock = clock
+        self._seq = 0
+        self._timers: dict[Hashable, tuple[int, TimerHandle, pykka.ActorRef[Any], Any]] = {}
+
+    def on_receive(self, message: Any) -> Any:
+        match message:
+            case ScheduleTimer(key, delay_s, target, payload):
+                self._cancel(key)
+                self._seq += 1
+                seq = self._seq
+                ref = self.actor_ref
+                handle = self._clock.call_later(delay_s, lambda: tell(ref, _Due(key, seq)))
+                self._timers[key] = (seq, handle, target, payload)
+            case CancelTimer(key):
+                self._cancel(key)
+            case CancelTimers(prefix):
+                for key in [k for k in self._timers if isinstance(k, tuple) and k[:1] == (prefix,)]:
+                    self._cancel(key)
+            case _Due(key, seq):
+                entry = self._timers.get(key)
+                if entry is not None and entry[0] == seq:
+                    del self._timers[key]
+                    tell(entry[2], entry[3])
+            case TimerStats():
+                kinds: dict[str, int] = {}
+                for key in self._timers:
+                    kind = str(key[1]) if isinstance(key, tuple) and len(key) > 1 else "other"
+                    kinds[kind] = kinds.get(kind, 0) + 1
+                return {"timers": len(self._timers), "by_kind": kinds}
+        return None
+
+    def _cancel(self, key: Hashable) -> None:
+        entry = self._timers.pop(key, None)
+        if entry is not None:
+            entry[1].cancel()
+
+    def on_stop(self) -> None:
+        for key in list(self._timers):
+            self._cancel(key)

@@ -1,0 +1,76 @@
+"""Forward-only schema migrations, recorded in ``schema_version``.
+
+Migration 1 creates the baseline schema. A later migration is a function appended to
+:data:`MIGRATIONS`; it receives the store's models and database and runs inside a
+transaction. Opening a store applies every migration newer than the recorded version,
+all in one transaction under an exclusive lock (see :func:`migrate`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
+
+import peewee as pw
+
+Migration = Callable[[SimpleNamespace, pw.Database], None]
+
+
+def _baseline(models: SimpleNamespace, db: pw.Database) -> None:
+    db.create_tables([m for m in models.all if m is not models.SchemaVersion], safe=True)
+
+
+def _session_message_order_index(models: SimpleNamespace, db: pw.Database) -> None:
+    # History reads are "last N messages of a session": index (session_id, id).
+    db.execute_sql(
+        "CREATE INDEX IF NOT EXISTS session_messages_session_id_id ON session_messages (session_id, id)"
+    )
+
+
+MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index]
+
+
+#: key of the PostgreSQL advisory lock that serialises migrations across processes
+_PG_MIGRATION_LOCK_KEY = 0x636F7276  # "corv"
+
+
+def current_version(models: SimpleNamespace) -> int:
+    """The highest applied migration number (0 for an empty database)."""
+    row = models.SchemaVersion.select(pw.fn.MAX(models.SchemaVersion.version)).scalar()
+    return int(row or 0)
+
+
+@contextmanager
+def _exclusive_transaction(db: pw.Database) -> Iterator[None]:
+    # Two processes may open a fresh database at once (daemon and CLI). Reading the
+    # version and applying migrations must be one exclusive step, or both apply
+    # migration 1 and one fails on schema_version's primary key.
+    if isinstance(db, pw.SqliteDatabase):
+        # IMMEDIATE: take the write lock before reading the version; waits on busy_timeout.
+        with db.atomic("IMMEDIATE"):
+            yield
+        return
+    with db.atomic():
+        if isinstance(db, pw.PostgresqlDatabase):
+            db.execute_sql("SELECT pg_advisory_xact_lock(%s)", (_PG_MIGRATION_LOCK_KEY,))
+        yield
+
+
+def migrate(models: SimpleNamespace, db: pw.Database) -> int:
+    """Apply pending migrations; returns the schema version afterwards.
+
+    All pending migrations run in one transaction under an exclusive lock: concurrent
+    openers apply each migration exactly once, and a failing migration leaves the
+    schema at its previous version.
+    """
+    with _exclusive_transaction(db):
+        db.create_tables([models.SchemaVersion], safe=True)
+        version = current_version(models)
+        for number, migration in enumerate(MIGRATIONS, start=1):
+            if number <= version:
+                continue
+            migration(models, db)
+            models.SchemaVersion.create(version=number)
+            version = number
+    return version

@@ -1,0 +1,218 @@
+"""peewee models: projects, agents, personas, skill bundles, sessions, messages, credits.
+
+Models are built per database by :func:`build_models`, so two stores in one process
+(two runtimes in a test, a daemon and its benchmark) never share a binding.
+Timestamps are written from Python (``datetime.now(UTC)``), which the simulated clock
+freezes, so database times follow simulated time.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from types import SimpleNamespace
+
+import peewee as pw
+
+from corvid_actors.clock import wall_now
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def _now() -> datetime:
+    # Naive UTC: portable across SQLite and PostgreSQL columns.
+    return wall_now().replace(tzinfo=None)
+
+
+SESSION_STATUSES = ("idle", "loading", "running", "paused", "stopped", "error")
+
+
+def build_models(database: pw.Database) -> SimpleNamespace:
+    """Model classes bound to ``database``. Returns a namespace of them plus ``all``."""
+
+    class Base(pw.Model):
+        class Meta:
+            pass
+
+    Base._meta.database = database  # type: ignore[attr-defined]
+
+    class SchemaVersion(Base):
+        version = pw.IntegerField(primary_key=True)
+        applied_at = pw.DateTimeField(default=_now)
+
+        class Meta:
+            table_name = "schema_version"
+
+    class Project(Base):
+        id = pw.CharField(primary_key=True, default=new_id, max_length=64)
+        name = pw.CharField(unique=True, max_length=200)
+        description = pw.TextField(default="")
+        working_dir = pw.TextField()
+        env_vars = pw.TextField(default="{}")  # JSON object
+        created_at = pw.DateTimeField(default=_now)
+        updated_at = pw.DateTimeField(default=_now)
+
+        class Meta:
+            table_name = "projects"
+
+    class Persona(Base):
+        id = pw.CharField(primary_key=True, default=new_id, max_length=64)
+        name = pw.CharField(max_length=200)
+        archetype = pw.CharField(default="custom", max_length=50)
+        traits = pw.TextField(default="[]")  # JSON list
+        background = pw.TextField(default="")
+        voice_guidelines = pw.TextField(default="")
+        example_messages = pw.TextField(default="[]")  # JSON list
+
+        class Meta:
+            table_name = "personas"
+
+    class SkillBundle(Base):
+        id = pw.CharField(primary_key=True, default=new_id, max_length=64)
+        name = pw.CharField(unique=True, max_length=200)
+        description = pw.TextField(default="")
+        tools = pw.TextField(default="[]")  # JSON list of tool names
+        prompt_additions = pw.TextField(default="")
+
+        class Meta:
+            table_name = "skill_bundles"
+
+    class Agent(Base):
+        id = pw.CharField(primary_key=True, default=new_id, max_length=64)
+        name = pw.CharField(unique=True, max_length=200)
+        description = pw.TextField(default="")
+        system_prompt = pw.TextField(default="")
+        append_prompt = pw.TextField(default="")
+        model = pw.CharField(default="", max_length=200)
+        provider = pw.CharField(default="", max_length=50)
+        permission_mode = pw.CharField(default="default", max_length=20)
+        # JSON list of tool names, or NULL for the defaults (seed invariant 4)
+        tool_permissions = pw.TextField(null=True)
+        default_project = pw.ForeignKeyField(Project, null=True, on_delete="SET NULL")
+        created_at = pw.DateTimeField(default=_now)
+        updated_at = pw.DateTimeField(default=_now)
+
+        class Meta:
+            table_name = "agents"
+
+    class AgentPersona(Base):
+        agent = pw.ForeignKeyField(Agent, on_delete="CASCADE")
+        persona = pw.ForeignKeyField(Persona, on_delete="CASCADE")
+        sort_order = pw.IntegerField(default=0)
+
+        class Meta:
+            table_name = "agent_personas"
+            indexes = ((("agent", "persona"), True),)
+
+    class AgentSkill(Base):
+        agent = pw.ForeignKeyField(Agent, on_delete="CASCADE")
+        bundle = pw.ForeignKeyField(SkillBundle, on_delete="CASCADE")
+        sort_order = pw.IntegerField(default=0)
+
+        class Meta:
+            table_name = "agent_skills"
+            indexes = ((("agent", "bundle"), True),)
+
+    class ProjectSkill(Base):
+        project = pw.ForeignKeyField(Project, on_delete="CASCADE")
+        bundle = pw.ForeignKeyField(SkillBundle, on_delete="CASCADE")
+        sort_order = pw.IntegerField(default=0)
+
+        class Meta:
+            table_name = "project_skills"
+            indexes = ((("project", "bundle"), True),)
+
+    class Session(Base):
+        id = pw.CharField(primary_key=True, default=new_id, max_length=64)
+        project = pw.ForeignKeyField(Project, null=True, on_delete="SET NULL")
+        agent = pw.ForeignKeyField(Agent, null=True, on_delete="SET NULL")
+        name = pw.CharField(default="", max_length=500)
+        status = pw.CharField(default="idle", max_length=20, index=True)
+        source = pw.CharField(default="web", max_length=20)
+        initial_prompt = pw.TextField(default="")
+        pid = pw.IntegerField(null=True)
+        total_cost_usd = pw.FloatField(default=0.0)
+        total_turns = pw.IntegerField(default=0)
+        cumulative_turns = pw.IntegerField(default=0)
+        restart_pending = pw.BooleanField(default=False, index=True)
+        participant = pw.CharField(default="", max_length=200)
+        channel = pw.CharField(default="", max_length=200)
+        council_role = pw.CharField(null=True, max_length=20)
+        depth = pw.IntegerField(default=1)
+        credits_consumed = pw.IntegerField(default=0)
+        last_context_tokens = pw.IntegerField(null=True)
+        conversation_summary = pw.TextField(default="")
+        plan = pw.TextField(default="")  # JSON of the current plan (OpenAgent seed)
+        created_at = pw.DateTimeField(default=_now)
+        updated_at = pw.DateTimeField(default=_now)
+
+        class Meta:
+            table_name = "sessions"
+
+    class SessionMessage(Base):
+        id = pw.AutoField()
+        session = pw.ForeignKeyField(Session, on_delete="CASCADE", index=True)
+        role = pw.CharField(max_length=20)
+        content = pw.TextField()
+        cost_usd = pw.FloatField(default=0.0)
+        timestamp = pw.DateTimeField(default=_now)
+
+        class Meta:
+            table_name = "session_messages"
+
+    class CreditLedger(Base):
+        participant = pw.CharField(primary_key=True, max_length=200)
+        credits = pw.IntegerField(default=0)
+        total_purchased = pw.IntegerField(default=0)
+        total_consumed = pw.IntegerField(default=0)
+        created_at = pw.DateTimeField(default=_now)
+        updated_at = pw.DateTimeField(default=_now)
+
+        class Meta:
+            table_name = "credit_ledger"
+            constraints = [pw.Check("credits >= 0")]
+
+    class CreditTransaction(Base):
+        id = pw.AutoField()
+        participant = pw.CharField(max_length=200, index=True)
+        type = pw.CharField(max_length=20)  # grant | purchase | deduction | refund
+        amount = pw.IntegerField()
+        balance_after = pw.IntegerField()
+        reference = pw.CharField(default="", max_length=200)
+        session_id = pw.CharField(null=True, max_length=64)
+        created_at = pw.DateTimeField(default=_now)
+
+        class Meta:
+            table_name = "credit_transactions"
+
+    class McpServerConfig(Base):
+        id = pw.CharField(primary_key=True, default=new_id, max_length=64)
+        agent = pw.ForeignKeyField(Agent, null=True, on_delete="CASCADE")  # NULL = global
+        name = pw.CharField(max_length=200)
+        command = pw.TextField()
+        args = pw.TextField(default="[]")
+        env_vars = pw.TextField(default="{}")
+        cwd = pw.TextField(default="")
+        enabled = pw.BooleanField(default=True)
+
+        class Meta:
+            table_name = "mcp_server_configs"
+
+    models = [
+        SchemaVersion,
+        Project,
+        Persona,
+        SkillBundle,
+        Agent,
+        AgentPersona,
+        AgentSkill,
+        ProjectSkill,
+        Session,
+        SessionMessage,
+        CreditLedger,
+        CreditTransaction,
+        McpServerConfig,
+    ]
+    return SimpleNamespace(**{m.__name__: m for m in models}, all=models)

@@ -1,0 +1,390 @@
+"""The Store: every database read and write the runtime makes, behind one lock.
+
+One connection per store, shared by all actor threads and serialised by a lock: in
+one process there is never "database is locked" (SQLite sees one writer), and
+``:memory:`` databases are the same database on every thread. SQLite runs in WAL mode
+with a busy timeout for other processes (the CLI reading while the daemon writes).
+PostgreSQL works through the same models, by URL.
+
+A write returns only after its transaction committed: ``append_message`` returning is
+the acknowledgement that the message is durable.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import peewee as pw
+from playhouse.db_url import connect as connect_url
+
+from corvid_actors.db.migrations import migrate
+from corvid_actors.db.models import build_models, new_id
+from corvid_actors.errors import NotFoundError, StoreError
+from corvid_actors.loop.prompts import compose_persona_prompt, strip_conversation_history
+
+_HISTORY_TAG = re.compile(r"</?conversation_history>", re.IGNORECASE)
+
+
+def open_database(url: str, *, busy_timeout_ms: int = 30000) -> pw.Database:
+    """A peewee database for ``url`` (sqlite:///path, sqlite:///:memory:, postgresql://…)."""
+    scheme = urlparse(url).scheme
+    if scheme.startswith("sqlite"):
+        path = url.split(":///", 1)[1] if ":///" in url else ""
+        if not path:
+            raise StoreError(f"SQLite URL needs a path: {url!r} (e.g. sqlite:///data/corvid.db)")
+        if path != ":memory:":
+            try:
+                Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create the directory for {url!r}: {exc}") from exc
+            path = str(Path(path).expanduser())
+        # journal_mode=wal is not a pragma here: see enable_wal (it needs a retry).
+        pragmas: dict[str, Any] = {"foreign_keys": 1, "busy_timeout": busy_timeout_ms}
+        if path != ":memory:":
+            pragmas["synchronous"] = "normal"
+        return pw.SqliteDatabase(path, pragmas=pragmas, check_same_thread=False, thread_safe=False)
+    if scheme.startswith(("postgres", "postgresql")):
+        try:
+            return connect_url(url, thread_safe=False, autorollback=True)
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise StoreError(
+                "PostgreSQL needs psycopg2: pip install 'corvid-actors[postgres]'"
+            ) from exc
+    raise StoreError(f"unsupported database URL {url!r}: use sqlite:///PATH or postgresql://…")
+
+
+#: attempts at switching a file database to WAL while other connections race for it
+_WAL_SWITCH_ATTEMPTS = 50
+
+
+def enable_wal(db: pw.SqliteDatabase) -> None:
+    """Put a file database in WAL mode (persistent: later connections find it set).
+
+    Switching to WAL needs an exclusive lock and SQLite answers "database is locked" at
+    once, without its busy handler, when another connection holds a lock (two processes
+    opening a fresh database together). Between attempts, ``BEGIN IMMEDIATE`` waits
+    (with the busy timeout) until the other connection's write lock is released.
+    """
+    last: Exception | None = None
+    for _ in range(_WAL_SWITCH_ATTEMPTS):
+        try:
+            mode = db.execute_sql("PRAGMA journal_mode = wal").fetchone()[0]
+        except pw.OperationalError as exc:
+            if "locked" not in str(exc):
+                raise
+            last = exc
+            db.execute_sql("BEGIN IMMEDIATE")
+            db.execute_sql("ROLLBACK")
+            continue
+        if str(mode).lower() == "wal":
+            return
+        raise StoreError(f"SQLite refused WAL mode (journal_mode is {mode!r})")
+    raise StoreError(f"could not switch the database to WAL mode: {last}")
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    """What starting a session needs from the store, resolved in one read."""
+
+    session: Any
+    agent: Any | None
+    project: Any | None
+    persona_prompt: str
+    skill_prompt: str
+    agent_tool_base: tuple[str, ...] | None
+    agent_bundle_tools: tuple[tuple[str, ...], ...]
+    project_bundle_tools: tuple[tuple[str, ...], ...]
+    project_env: dict[str, str]
+
+    def tool_permissions(self, defaults: Sequence[str]) -> tuple[str, ...] | None:
+        """The resolved tool list (seed invariant 4); None means "all defaults"."""
+        return resolve_tool_permissions(
+            self.agent_tool_base, self.agent_bundle_tools, self.project_bundle_tools, defaults
+        )
+
+
+class Store:
+    """Typed access to the database. Thread-safe; every method is one transaction."""
+
+    def __init__(self, url: str = "sqlite:///:memory:", *, busy_timeout_ms: int = 30000) -> None:
+        self.url = url
+        self._lock = threading.RLock()
+        try:
+            self.db = open_database(url, busy_timeout_ms=busy_timeout_ms)
+            self.db.connect(reuse_if_open=True)
+            if self.is_sqlite and self.db.database != ":memory:":
+                enable_wal(self.db)
+            self.m = build_models(self.db)
+            with self._lock:
+                self.schema_version = migrate(self.m, self.db)
+        except pw.OperationalError as exc:
+            raise StoreError(f"cannot open database {self._safe_url()}: {exc}") from exc
+
+    @property
+    def is_sqlite(self) -> bool:
+        return isinstance(self.db, pw.SqliteDatabase)
+
+    def _safe_url(self) -> str:
+        parsed = urlparse(self.url)
+        return self.url.replace(parsed.password, "***") if parsed.password else self.url
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One atomic unit under the store lock (for callers composing several writes)."""
+        with self._lock:
+            try:
+                with self._atomic():
+                    yield
+            except pw.OperationalError as exc:
+                raise StoreError(f"database error: {exc}") from exc
+
+    def _atomic(self) -> Any:
+        # SQLite: BEGIN IMMEDIATE takes the write lock up front, waiting (busy_timeout) for
+        # another connection's writer. A deferred BEGIN that reads first and writes later
+        # fails at once with "database is locked" (SQLITE_BUSY_SNAPSHOT, no busy wait) when
+        # another connection committed in between.
+        return self.db.atomic("IMMEDIATE") if self.is_sqlite else self.db.atomic()
+
+    def close(self) -> None:
+        with self._lock:
+            if not self.db.is_closed():
+                self.db.close()
+
+    # --- projects, agents, personas, bundles -------------------------------------------
+
+    def create_project(self, name: str, working_dir: str | Path, *, env_vars: dict[str, str] | None = None,
+                       description: str = "") -> Any:
+        with self.transaction():
+            return self.m.Project.create(
+                name=name, working_dir=str(working_dir), env_vars=json.dumps(env_vars or {}),
+                description=description,
+            )
+
+    def get_project(self, project_id: str) -> Any | None:
+        with self._lock:
+            return self.m.Project.get_or_none(self.m.Project.id == project_id)
+
+    def create_agent(self, name: str, **fields: Any) -> Any:
+        if "tool_permissions" in fields and fields["tool_permissions"] is not None:
+            fields["tool_permissions"] = json.dumps(list(fields["tool_permissions"]))
+        with self.transaction():
+            return self.m.Agent.create(name=name, **fields)
+
+    def get_agent(self, agent_id: str) -> Any | None:
+        with self._lock:
+            return self.m.Agent.get_or_none(self.m.Agent.id == agent_id)
+
+    def find_agent(self, id_or_name: str) -> Any | None:
+        """By id, else by case-insensitive name."""
+        with self._lock:
+            agent = self.m.Agent.get_or_none(self.m.Agent.id == id_or_name)
+            if agent is None:
+                agent = self.m.Agent.get_or_none(pw.fn.LOWER(self.m.Agent.name) == id_or_name.lower())
+            return agent
+
+    def list_agents(self) -> list[Any]:
+        with self._lock:
+            return list(self.m.Agent.select().order_by(self.m.Agent.name))
+
+    def create_persona(self, name: str, *, archetype: str = "custom", traits: Sequence[str] = (),
+                       background: str = "", voice_guidelines: str = "",
+                       example_messages: Sequence[str] = ()) -> Any:
+        with self.transaction():
+            return self.m.Persona.create(
+                name=name, archetype=archetype, traits=json.dumps(list(traits)), background=background,
+                voice_guidelines=voice_guidelines, example_messages=json.dumps(list(example_messages)),
+            )
+
+    def assign_persona(self, agent_id: str, persona_id: str, sort_order: int = 0) -> None:
+        with self.transaction():
+            self.m.AgentPersona.create(agent=agent_id, persona=persona_id, sort_order=sort_order)
+
+    def create_skill_bundle(self, name: str, *, tools: Sequence[str] = (), prompt_additions: str = "",
+                            description: str = "") -> Any:
+        with self.transaction():
+            return self.m.SkillBundle.create(
+                name=name, tools=json.dumps(list(tools)), prompt_additions=prompt_additions,
+                description=description,
+            )
+
+    def assign_agent_skill(self, agent_id: str, bundle_id: str, sort_order: int = 0) -> None:
+        with self.transaction():
+            self.m.AgentSkill.create(agent=agent_id, bundle=bundle_id, sort_order=sort_order)
+
+    def assign_project_skill(self, project_id: str, bundle_id: str, sort_order: int = 0) -> None:
+        with self.transaction():
+            self.m.ProjectSkill.create(project=project_id, bundle=bundle_id, sort_order=sort_order)
+
+    # --- sessions -----------------------------------------------------------------------
+
+    def create_session(self, *, agent_id: str | None = None, project_id: str | None = None,
+                       source: str = "web", name: str = "", initial_prompt: str = "",
+                       participant: str = "", channel: str = "", council_role: str | None = None,
+                       depth: int = 1, session_id: str | None = None) -> Any:
+        with self.transaction():
+            return self.m.Session.create(
+                id=session_id or new_id(), agent=agent_id, project=project_id, source=source, name=name,
+                initial_prompt=initial_prompt, participant=participant, channel=channel,
+                council_role=council_role, depth=depth,
+            )
+
+    def get_session(self, session_id: str) -> Any | None:
+        with self._lock:
+            return self.m.Session.get_or_none(self.m.Session.id == session_id)
+
+    def require_session(self, session_id: str) -> Any:
+        row = self.get_session(session_id)
+        if row is None:
+            raise NotFoundError(f"no session with id {session_id!r}")
+        return row
+
+    def update_session(self, session_id: str, **fields: Any) -> int:
+        fields.setdefault("updated_at", self.m.Session.updated_at.default())
+        with self.transaction():
+            return self.m.Session.update(**fields).where(self.m.Session.id == session_id).execute()
+
+    def add_session_usage(self, session_id: str, *, cost_usd: float = 0.0, turns: int = 0) -> None:
+        S = self.m.Session
+        with self.transaction():
+            S.update(total_cost_usd=S.total_cost_usd + cost_usd,
+                     cumulative_turns=S.cumulative_turns + turns,
+                     updated_at=S.updated_at.default()).where(S.id == session_id).execute()
+
+    def list_sessions(self, *, statuses: Sequence[str] | None = None, limit: int = 500) -> list[Any]:
+        S = self.m.Session
+        with self._lock:
+            query = S.select().order_by(S.updated_at.desc()).limit(limit)
+            if statuses:
+                query = query.where(S.status.in_(list(statuses)))
+            return list(query)
+
+    def reset_stale_sessions(self) -> list[str]:
+        """Sessions left running/loading by a dead runtime → idle, pid NULL, marked for resume."""
+        S = self.m.Session
+        with self.transaction():
+            ids = [row.id for row in S.select(S.id).where(S.status.in_(["running", "loading"]))]
+            if ids:
+                S.update(status="idle", pid=None, restart_pending=True,
+                         updated_at=S.updated_at.default()).where(S.id.in_(ids)).execute()
+            return ids
+
+    def take_restart_pending(self) -> list[str]:
+        """Ids of sessions marked for resume; the marks are cleared."""
+        S = self.m.Session
+        with self.transaction():
+            ids = [row.id for row in S.select(S.id).where(S.restart_pending == True)]  # noqa: E712
+            if ids:
+                S.update(restart_pending=False).where(S.id.in_(ids)).execute()
+            return ids
+
+    # --- messages -------------------------------------------------------------------------
+
+    def append_message(self, session_id: str, role: str, content: str, *, cost_usd: float = 0.0) -> int:
+        """Persist one message (nested ``<conversation_history>`` blocks stripped); returns its id."""
+        if _HISTORY_TAG.search(content):
+            # The resume prompt's own history block must not be stored, or the next
+            # resume nests it (seed). Nested and unclosed blocks go whole.
+            content = strip_conversation_history(content)
+        with self.transaction():
+            return self.m.SessionMessage.insert(
+                session=session_id, role=role, content=content, cost_usd=cost_usd
+            ).execute()
+
+    def recent_messages(self, session_id: str, limit: int, roles: Sequence[str] = ("user", "assistant")
+                        ) -> list[tuple[str, str]]:
+        """The last ``limit`` messages with these roles, oldest first, as (role, content)."""
+        M = self.m.SessionMessage
+        with self._lock:
+            rows = list(
+                M.select(M.role, M.content)
+                .where((M.session == session_id) & (M.role.in_(list(roles))))
+                .order_by(M.id.desc())
+                .limit(limit)
+            )
+        return [(r.role, r.content) for r in reversed(rows)]
+
+    def count_messages(self, session_id: str) -> int:
+        M = self.m.SessionMessage
+        with self._lock:
+            return M.select().where(M.session == session_id).count()
+
+    # --- session context ------------------------------------------------------------------
+
+    def session_context(self, session_id: str) -> SessionContext:
+        """Session, agent, project, persona/skill prompts and resolved tool permissions."""
+        with self._lock:
+            session = self.require_session(session_id)
+            agent = self.m.Agent.get_or_none(self.m.Agent.id == session.agent_id) if session.agent_id else None
+            project = (
+                self.m.Project.get_or_none(self.m.Project.id == session.project_id)
+                if session.project_id else None
+            )
+            persona_prompt = ""
+            agent_bundles: list[Any] = []
+            if agent is not None:
+                personas = list(
+                    self.m.Persona.select().join(self.m.AgentPersona)
+                    .where(self.m.AgentPersona.agent == agent.id).order_by(self.m.AgentPersona.sort_order)
+                )
+                persona_prompt = compose_persona_prompt(personas) if personas else ""
+                agent_bundles = list(
+                    self.m.SkillBundle.select().join(self.m.AgentSkill)
+                    .where(self.m.AgentSkill.agent == agent.id).order_by(self.m.AgentSkill.sort_order)
+                )
+            project_bundles: list[Any] = []
+            if project is not None:
+                project_bundles = list(
+                    self.m.SkillBundle.select().join(self.m.ProjectSkill)
+                    .where(self.m.ProjectSkill.project == project.id).order_by(self.m.ProjectSkill.sort_order)
+                )
+        skill_prompt = "\n\n".join(
+            b.prompt_additions for b in [*agent_bundles, *project_bundles] if b.prompt_additions
+        )
+        base = (
+            tuple(json.loads(agent.tool_permissions))
+            if agent is not None and agent.tool_permissions is not None else None
+        )
+        env = json.loads(project.env_vars) if project is not None else {}
+        return SessionContext(
+            session, agent, project, persona_prompt, skill_prompt, base,
+            tuple(tuple(json.loads(b.tools)) for b in agent_bundles),
+            tuple(tuple(json.loads(b.tools)) for b in project_bundles),
+            env,
+        )
+
+
+def resolve_tool_permissions(
+    agent_base: Sequence[str] | None,
+    agent_bundle_tools: Sequence[Sequence[str]],
+    project_bundle_tools: Sequence[Sequence[str]],
+    defaults: Sequence[str] = (),
+) -> tuple[str, ...] | None:
+    """Seed invariant 4: agent base → ∪ agent bundle tools → ∪ project bundle tools
+    (the latter only when the agent has no explicit list). With no explicit list, bundle
+    tools extend ``defaults``. None means "the defaults, unchanged"."""
+    result: list[str] | None = list(agent_base) if agent_base is not None else None
+
+    def merge(tools: Sequence[str]) -> None:
+        nonlocal result
+        if result is None:
+            result = list(defaults)
+        for name in tools:
+            if name not in result:
+                result.append(name)
+
+    for tools in agent_bundle_tools:
+        if tools:
+            merge(tools)
+    if agent_base is None:
+        for tools in project_bundle_tools:
+            if tools:
+                merge(tools)
+    return tuple(result) if result is not None else None

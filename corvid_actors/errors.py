@@ -1,0 +1,27 @@
+"""The runtime's error types. Messages say what was wrong and what to do about it."""
+
+from __future__ import annotations
+
+
+class CorvidError(Exception):
+    """Base of every error corvid-actors raises on purpose."""
+
+
+class ConfigError(CorvidError):
+    """A configuration value is missing or invalid; the message names the key."""
+
+
+class StoreError(CorvidError):
+    """The database could not be opened, migrated or written."""
+
+
+class NotFoundError(CorvidError):
+    """A session, agent or project does not exist."""
+
+
+class RuntimeStoppedError(CorvidError):
+    """The runtime is shut down (or shutting down) and refuses new work."""
+
+
+class SettleTimeout(CorvidError):
+    """``Runtime.settle(timeout_s=…)`` gave up: some actor or worker is still busy."""

@@ -1,0 +1,82 @@
+"""The plain conversation loop: one model turn per user message, no tools.
+
+Used for providers that have no agentic loop of their own (the scripted provider in
+simulations, chat-only agents). Rules:
+
+- each user message → one model call with the whole conversation;
+- a retryable provider error → report an outage (the supervisor pauses the session);
+- any other provider error → ``error`` event and exit 1 (a crash: chat sessions restart).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from corvid_actors.events import Assistant, ErrorEvent, Result, Thinking
+from corvid_actors.loop.effects import (
+    CallModel,
+    Effect,
+    Emit,
+    Exit,
+    LoopInput,
+    ModelFailed,
+    ModelSucceeded,
+    ReportOutage,
+    TurnFinished,
+    UserMessage,
+)
+from corvid_actors.providers.base import ChatMessage, ErrorKind, ModelRequest
+
+
+class ConversationLoop:
+    def __init__(self, *, model: str, system_prompt: str, history: Sequence[ChatMessage] = ()) -> None:
+        self._model = model
+        self._system = system_prompt
+        self._messages: list[ChatMessage] = list(history)
+        self._turns = 0
+
+    @property
+    def history(self) -> list[ChatMessage]:
+        return list(self._messages)
+
+    def start(self, prompt: str) -> list[Effect]:
+        return self._user_turn(prompt)
+
+    def handle(self, event: LoopInput) -> list[Effect]:
+        match event:
+            case UserMessage(text):
+                return self._user_turn(text)
+            case ModelSucceeded(response):
+                self._messages.append(ChatMessage("assistant", response.text))
+                self._turns += 1
+                effects: list[Effect] = []
+                if response.text:
+                    effects.append(Emit(Assistant(content=response.text)))
+                usage = response.usage
+                effects += [
+                    Emit(Result(
+                        subtype="success", total_cost_usd=response.cost_usd, num_turns=1,
+                        result=response.text,
+                        usage={"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
+                    )),
+                    Emit(Thinking(thinking=False)),
+                    TurnFinished(),
+                ]
+                return effects
+            case ModelFailed(error):
+                if error.kind is ErrorKind.RETRYABLE:
+                    return [ReportOutage(error.message)]
+                return [
+                    Emit(Result(subtype="error", result=error.message)),
+                    Emit(ErrorEvent(error_type="provider_error", message=error.message)),
+                    Exit(1),
+                ]
+        return []
+
+    def abort(self) -> list[Effect]:
+        return []
+
+    def _user_turn(self, text: str) -> list[Effect]:
+        self._messages.append(ChatMessage("user", text))
+        request = ModelRequest(model=self._model, system=self._system, messages=tuple(self._messages))
+        return [Emit(Thinking(thinking=True)), CallModel(request)]

@@ -1,0 +1,246 @@
+"""The contract between a loop (functional core) and the session actor (imperative shell).
+
+A loop is a state machine: the actor feeds it :data:`LoopInput` values and performs the
+:data:`Effect` values it returns, in order. A loop does no I/O, reads no clock and starts
+no threads, so every rule in it is testable by feeding inputs and reading effects.
+
+Lifecycle, as the actor drives it::
+
+    effects = loop.start(prompt)          # first user turn
+    ... perform effects, feed results back with loop.handle(...)
+    TurnFinished  -> the actor idles until the next user message
+    effects = loop.handle(UserMessage(text))
+    Exit(code)    -> the actor ends the session with that exit code
+
+At most one ``CallModel`` or ``RunTool`` is outstanding at a time; the loop waits for
+its result input before asking for the next one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from corvid_actors.events import Event
+from corvid_actors.providers.base import (
+    ChatMessage,
+    ModelRequest,
+    ModelResponse,
+    ProviderError,
+    ToolCall,
+)
+from corvid_actors.tools.base import ToolResult
+
+# --- effects (loop -> actor) ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CallModel:
+    """Run one model call on the worker; answer with ModelSucceeded or ModelFailed.
+
+    ``purpose`` tells the actor what the call is for ("turn", "summary", "compaction");
+    only ``"turn"`` calls stream their text to subscribers as ``content_block_delta``.
+    """
+
+    request: ModelRequest
+    purpose: str = "turn"
+
+
+@dataclass(frozen=True)
+class RunTool:
+    """Run a tool on the worker; answer with ToolFinished."""
+
+    call: ToolCall
+
+
+@dataclass(frozen=True)
+class AskApproval:
+    """Ask the ApprovalBroker; answer with ApprovalDecided.
+
+    ``kind`` is "tool" for an ordinary tool approval, "doom_loop" for the repeated-call
+    guard. ``description`` is what a human sees (never the raw input).
+    """
+
+    call: ToolCall
+    description: str
+    kind: str = "tool"
+
+
+@dataclass(frozen=True)
+class AcquireSlot:
+    """Ask the SlotPool for an inference slot; answer with SlotGranted or SlotTimedOut."""
+
+    model: str
+
+
+@dataclass(frozen=True)
+class ReleaseSlot:
+    """Give the inference slot back (no answer)."""
+
+
+@dataclass(frozen=True)
+class Emit:
+    """Publish ``event`` to the session's subscribers."""
+
+    event: Event
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Feed TimerFired(token) back after ``delay_s`` seconds (through the runtime's Timers)."""
+
+    delay_s: float
+    token: str
+
+
+@dataclass(frozen=True)
+class ReportOutage:
+    """Upstream outage: the supervisor pauses the session (no exit)."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class TurnFinished:
+    """The turn is over; the actor idles until the next user message."""
+
+
+@dataclass(frozen=True)
+class Exit:
+    """The session ends with ``code`` (0 clean, 1 failure)."""
+
+    code: int
+
+
+@dataclass(frozen=True)
+class PersistMessage:
+    """Store a message of the conversation (assistant replies and summaries)."""
+
+    role: str
+    content: str
+
+
+Effect = (
+    CallModel
+    | RunTool
+    | AskApproval
+    | AcquireSlot
+    | ReleaseSlot
+    | Emit
+    | Schedule
+    | ReportOutage
+    | TurnFinished
+    | Exit
+    | PersistMessage
+)
+
+# --- inputs (actor -> loop) -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UserMessage:
+    text: str
+
+
+@dataclass(frozen=True)
+class ModelSucceeded:
+    response: ModelResponse
+    #: size in bytes of the request as sent (for the payload-growth failsafe)
+    request_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class ModelFailed:
+    error: ProviderError
+
+
+@dataclass(frozen=True)
+class ToolFinished:
+    call_id: str
+    result: ToolResult
+
+
+@dataclass(frozen=True)
+class ApprovalDecided:
+    """A human's (or policy's) decision. ``scope == "session"`` means allow for the session."""
+
+    call_id: str
+    allowed: bool
+    message: str = ""
+    updated_input: dict[str, Any] | None = None
+    scope: str = "once"
+
+
+@dataclass(frozen=True)
+class SlotGranted:
+    pass
+
+
+@dataclass(frozen=True)
+class SlotTimedOut:
+    pass
+
+
+@dataclass(frozen=True)
+class TimerFired:
+    token: str
+
+
+LoopInput = (
+    UserMessage
+    | ModelSucceeded
+    | ModelFailed
+    | ToolFinished
+    | ApprovalDecided
+    | SlotGranted
+    | SlotTimedOut
+    | TimerFired
+)
+
+
+class Loop(Protocol):
+    """What the session actor needs from a loop."""
+
+    def start(self, prompt: str) -> list[Effect]:
+        """Begin the first turn with ``prompt``."""
+        ...
+
+    def handle(self, event: LoopInput) -> list[Effect]:
+        """Advance on ``event``; return the effects to perform, in order."""
+        ...
+
+    def abort(self) -> list[Effect]:
+        """The session is being stopped: return clean-up effects (e.g. ReleaseSlot).
+
+        Called once; the loop must emit no events after it.
+        """
+        ...
+
+    @property
+    def history(self) -> list[ChatMessage]:
+        """The conversation as the loop holds it (for diagnostics and compaction)."""
+        ...
+
+
+@dataclass
+class TurnMetrics:
+    """Counters a loop reports in its ``result`` event."""
+
+    iterations: int = 0
+    tool_calls: int = 0
+    nudges: int = 0
+    mid_chain_nudges: int = 0
+    termination_reason: str = "normal"
+    needs_summary: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "iterations": self.iterations,
+            "tool_calls": self.tool_calls,
+            "nudges": self.nudges,
+            "mid_chain_nudges": self.mid_chain_nudges,
+            "termination_reason": self.termination_reason,
+            "needs_summary": self.needs_summary,
+            **self.extra,
+        }

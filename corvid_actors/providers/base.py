@@ -1,0 +1,253 @@
+"""The provider boundary: the types every model provider speaks and the errors it raises.
+
+A provider turns a :class:`ModelRequest` into a :class:`ModelResponse`, streaming
+text to a callback as it arrives. It runs on a session's worker thread (never on an
+actor thread) and must return promptly when its :class:`CancelToken` is cancelled,
+closing any HTTP stream it holds.
+
+Provider errors are classified *once*, here, into :class:`ErrorKind`; loops never
+inspect client-library exceptions.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Role = Literal["user", "assistant", "tool", "system"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call requested by the model.
+
+    ``arguments`` is the parsed JSON object. When the model sent arguments that are not
+    a JSON object, ``arguments`` is empty and ``arguments_error`` says what was wrong
+    (the loop answers the model with that error instead of running the tool).
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    arguments_error: str | None = None
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One entry of a conversation, provider-neutral.
+
+    ``role == "tool"`` carries a tool result: ``tool_call_id`` and ``tool_name`` say
+    which call it answers and ``is_error`` whether the tool failed.
+    """
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    is_error: bool = False
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """What the model is told about a tool: name, description and JSON-schema parameters."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """One model call: the system prompt, the conversation so far and the tools offered."""
+
+    model: str
+    system: str
+    messages: tuple[ChatMessage, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts reported by the provider for one call."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ModelResponse:
+    """The outcome of one successful model call."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    stop_reason: str = "end_turn"
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    model: str = ""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a provider knows about a model (used for slot weights and context budgets)."""
+
+    name: str
+    context_window: int
+    parameter_size_b: float | None = None
+
+
+# --- streaming -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """A chunk of assistant text, as streamed."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallStarted:
+    """The model began a tool call (Anthropic streams these before the arguments)."""
+
+    id: str
+    name: str
+
+
+StreamEvent = TextDelta | ToolCallStarted
+StreamCallback = Callable[[StreamEvent], None]
+
+
+# --- errors --------------------------------------------------------------------------
+
+
+class ErrorKind(enum.Enum):
+    """How the runtime reacts to a provider failure."""
+
+    #: transient upstream trouble (connection refused/reset, mid-stream drop, 5xx, 408,
+    #: 409, 429, 529 overloaded). Retried where the loop retries; counts toward an outage.
+    RETRYABLE = "retryable"
+    #: the prompt does not fit the model's context window.
+    CONTEXT_OVERFLOW = "context_overflow"
+    #: the model does not accept tool definitions.
+    TOOLS_UNSUPPORTED = "tools_unsupported"
+    #: anything else (auth, invalid request, unknown). Never retried.
+    FATAL = "fatal"
+
+
+class ProviderError(Exception):
+    """A classified provider failure.
+
+    ``retry_after_s`` carries the server's ``retry-after`` hint when it sent one;
+    ``error_type`` the provider's own error type (e.g. ``overloaded_error``).
+    """
+
+    def __init__(
+        self,
+        kind: ErrorKind,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after_s: float | None = None,
+        error_type: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.status = status
+        self.retry_after_s = retry_after_s
+        self.error_type = error_type
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind is ErrorKind.RETRYABLE
+
+    def __repr__(self) -> str:
+        return f"ProviderError({self.kind.value}, {self.message!r}, status={self.status})"
+
+
+class StreamCancelled(Exception):
+    """Raised by a provider when its call was cancelled through the CancelToken."""
+
+
+class CancelToken:
+    """A one-shot cancellation signal shared between an actor and its worker.
+
+    ``cancel()`` may be called from any thread; callbacks registered with
+    :meth:`on_cancel` run exactly once, on the cancelling thread (or at once, on the
+    registering thread, if the token is already cancelled). Providers register a
+    callback that closes their HTTP response so a blocked read returns.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._callbacks: list[Callable[[], None]] = []
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        with self._lock:
+            if self._cancelled:
+                return
+            self._cancelled = True
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - a failing closer must not stop the others
+                pass
+
+    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Register ``callback``; returns a function that unregisters it."""
+        with self._lock:
+            if not self._cancelled:
+                self._callbacks.append(callback)
+
+                def unregister() -> None:
+                    with self._lock:
+                        if callback in self._callbacks:
+                            self._callbacks.remove(callback)
+
+                return unregister
+        callback()
+        return lambda: None
+
+    def raise_if_cancelled(self) -> None:
+        if self._cancelled:
+            raise StreamCancelled()
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A model provider. Every method may block; call it from a worker thread."""
+
+    #: short name used in config and routing ("ollama", "anthropic", "scripted")
+    name: str
+
+    def stream(
+        self, request: ModelRequest, on_event: StreamCallback, cancel: CancelToken
+    ) -> ModelResponse:
+        """Run one model call, calling ``on_event`` per streamed chunk.
+
+        Raises :class:`ProviderError` (classified) or :class:`StreamCancelled`.
+        """
+        ...
+
+    def health(self) -> bool:
+        """A cheap probe: is the upstream answering at all?"""
+        ...
+
+    def model_info(self, model: str) -> ModelInfo:
+        """Context window and size of ``model`` (falls back to configured defaults)."""
+        ...

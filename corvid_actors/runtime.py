@@ -1,0 +1,288 @@
+"""The Runtime: builds, wires, starts and stops the actor tree; the public entry point.
+
+Every method is synchronous and thread-safe, and may be called from any thread that is
+*not* an actor thread (never from inside an event callback: callbacks run on the
+EventBus thread — hand work to another thread or use ``tell``-style methods there).
+
+    runtime = Runtime(config, providers={"scripted": provider})
+    session = runtime.create_session(agent_id=agent.id, source="chat")
+    runtime.start_process(session.id, "hello")
+    runtime.settle()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pykka
+
+from corvid_actors.actors import approvals as ap
+from corvid_actors.actors import supervisor as sv
+from corvid_actors.actors.base import ActivityTracker
+from corvid_actors.actors.events import (
+    BusStats,
+    EventBus,
+    EventCallback,
+    Subscribe,
+    SubscribeAll,
+    Unsubscribe,
+    UnsubscribeAll,
+)
+from corvid_actors.actors.slots import SlotPool, SlotStats
+from corvid_actors.actors.timers import Timers, TimerStats
+from corvid_actors.clock import Clock, RealClock
+from corvid_actors.config import Config, load_config
+from corvid_actors.db.store import Store
+from corvid_actors.errors import RuntimeStoppedError
+from corvid_actors.loop.effects import Loop
+from corvid_actors.providers.base import Provider
+from corvid_actors.tools.base import PermissionCheck, ToolRegistry
+from corvid_actors.wiring import LoopFactory, LoopSpec, SessionBuilder, default_tool_registry
+
+__all__ = ["Runtime", "LoopSpec"]
+
+
+def default_providers(config: Config) -> dict[str, Provider]:
+    """Ollama always (it is local); Anthropic when an API key is configured."""
+    from corvid_actors.providers.ollama import OllamaProvider
+
+    p = config.providers
+    providers: dict[str, Provider] = {
+        "ollama": OllamaProvider(
+            p.ollama_host, num_ctx=p.ollama_num_ctx, num_predict=p.ollama_num_predict,
+            keep_alive=p.ollama_keep_alive, text_tool_families=p.ollama_text_tool_families,
+            request_timeout_s=p.ollama_request_timeout_s,
+        )
+    }
+    if p.anthropic_api_key:
+        from corvid_actors.providers.anthropic import AnthropicProvider, ModelPrice
+
+        providers["anthropic"] = AnthropicProvider(
+            p.anthropic_api_key, base_url=p.anthropic_base_url or None, max_tokens=p.anthropic_max_tokens,
+            prices={name: ModelPrice(*row) for name, row in p.anthropic_prices.items()},
+            default_context_window=p.anthropic_default_context_window,
+        )
+    return providers
+
+
+class Runtime:
+    """The runtime. See the module docstring; every collaborator is injectable.
+
+    Args:
+        config: the configuration (default: ``load_config()``).
+        clock: ``RealClock()`` by default; ``corvid_actors.testing.SimClock`` for simulations.
+        store: a :class:`Store`, or ``store_url`` to open one (default: the config's URL).
+        providers: name → :class:`Provider` (default: built from the config).
+        tool_registry_factory: returns the tools sessions may use (filtered per agent).
+        loops / loop_for_provider: loop factories by kind, and which kind a provider gets.
+        permission_check_factory: ``(mode, tools, project_dir, protected) -> PermissionCheck``.
+        with_slot_pool / with_credits: start the optional actors.
+    """
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        clock: Clock | None = None,
+        store: Store | None = None,
+        store_url: str | None = None,
+        providers: Mapping[str, Provider] | None = None,
+        tool_registry_factory: Callable[[], ToolRegistry] = default_tool_registry,
+        loops: Mapping[str, LoopFactory] | None = None,
+        loop_for_provider: Mapping[str, str] | None = None,
+        permission_check_factory: Callable[..., PermissionCheck] | None = None,
+        extra_tools: Callable[[Any], ToolRegistry] | None = None,
+        workspace_dir: str | Path | None = None,
+        with_credits: bool = False,
+        is_owner: Callable[[str], bool] | None = None,
+        reset_stale: bool = True,
+    ) -> None:
+        self.config = config or load_config()
+        self.clock: Clock = clock or RealClock()
+        self.tracker = ActivityTracker()
+        self._owns_store = store is None
+        self.store = store or Store(store_url or self.config.store.resolved_url(),
+                                    busy_timeout_ms=self.config.store.sqlite_busy_timeout_ms)
+        self.providers = dict(providers) if providers is not None else default_providers(self.config)
+        self.builder = SessionBuilder(
+            config=self.config, clock=self.clock, providers=self.providers,
+            tool_registry_factory=tool_registry_factory, loops=loops, loop_for_provider=loop_for_provider,
+            permission_check_factory=permission_check_factory,
+            workspace_dir=Path(workspace_dir) if workspace_dir else None, extra_tools=extra_tools,
+        )
+        self.builder.bind_store(self.store)
+        self._stopped = False
+        self.stale_session_ids: list[str] = self.store.reset_stale_sessions() if reset_stale else []
+
+        self.clock.attach(self.tracker, self.settle)
+        self.clock.start()
+        t = self.tracker
+        self.timers = Timers.start(t, self.clock)
+        self.bus = EventBus.start(t)
+        self.slot_pool = SlotPool.start(t, capacity=self.config.slots.max_parallel,
+                                        wait_timeout_s=self.config.slots.wait_timeout_s, timers=self.timers)
+        self.approvals = ap.ApprovalBroker.start(t, clock=self.clock, timers=self.timers,
+                                                 mode=self.config.approvals.mode)
+        self.credits = None
+        if with_credits:
+            from corvid_actors.actors.credits import CreditBank
+
+            self.credits = CreditBank.start(t, store=self.store, config=self.config.credits, bus=self.bus,
+                                            is_owner=is_owner or (lambda participant: False))
+        self.supervisor = sv.SessionSupervisor.start(
+            t, config=self.config, clock=self.clock, store=self.store, builder=self.builder, bus=self.bus,
+            timers=self.timers, slot_pool=self.slot_pool, approvals=self.approvals, credits=self.credits,
+        )
+        if self.credits is not None:
+            self.credits.tell(_BindSupervisor(self.supervisor))
+
+    # --- the seed's ProcessManager API ------------------------------------------------------
+
+    def start_process(self, session_id: str, prompt: str | None = None) -> int | None:
+        """Start ``session_id`` (stopping a running incarnation first). Returns its pid, or
+        None when it could not start (an ``error`` event says why)."""
+        return self._ask(sv.StartProcess(session_id, prompt))
+
+    def resume_process(self, session_id: str, prompt: str | None = None) -> int | None:
+        """Resume with conversation history (or send ``prompt`` to a running session)."""
+        return self._ask(sv.ResumeProcess(session_id, prompt))
+
+    def stop_process(self, session_id: str, reason: str = "user_stop") -> None:
+        self._ask(sv.StopProcess(session_id, reason))
+
+    def send_message(self, session_id: str, content: str) -> bool:
+        """Persist ``content`` and deliver it; False if the session is not running."""
+        return bool(self._ask(sv.SendMessage(session_id, content)))
+
+    def is_running(self, session_id: str) -> bool:
+        return bool(self._ask(sv.IsRunning(session_id)))
+
+    def subscribe(self, session_id: str, callback: EventCallback) -> None:
+        """``callback(session_id, event)`` for this session's events (on the EventBus thread)."""
+        self._ask(Subscribe(session_id, callback), self.bus)
+
+    def unsubscribe(self, session_id: str, callback: EventCallback) -> None:
+        self._ask(Unsubscribe(session_id, callback), self.bus)
+
+    def subscribe_all(self, callback: EventCallback) -> None:
+        self._ask(SubscribeAll(callback), self.bus)
+
+    def unsubscribe_all(self, callback: EventCallback) -> None:
+        self._ask(UnsubscribeAll(callback), self.bus)
+
+    def get_active_session_ids(self) -> list[str]:
+        return list(self._ask(sv.ActiveSessionIds()))
+
+    def resume_session(self, session_id: str) -> bool:
+        """Resume a session paused by an outage; False if it is not paused."""
+        return bool(self._ask(sv.ResumeSession(session_id)))
+
+    def is_paused(self, session_id: str) -> bool:
+        return bool(self._ask(sv.IsPaused(session_id)))
+
+    def get_paused_session_ids(self) -> list[str]:
+        return list(self._ask(sv.PausedSessionIds()))
+
+    def extend_timeout(self, session_id: str, additional_s: float) -> bool:
+        """Add ``additional_s`` to a running session's timeout (capped at 4× the default)."""
+        return bool(self._ask(sv.ExtendSessionTimeout(session_id, additional_s)))
+
+    def get_memory_stats(self) -> dict[str, int]:
+        stats = dict(self._ask(sv.SupervisorStats()))
+        stats.update(self._ask(BusStats(), self.bus))
+        timers = self._ask(TimerStats(), self.timers)
+        stats["timers"] = timers["timers"]
+        stats["session_timeouts"] = timers["by_kind"].get("timeout", 0)
+        stats["stable_timers"] = timers["by_kind"].get("stable", 0)
+        return stats
+
+    def cleanup_session_state(self, session_id: str) -> None:
+        self._ask(sv.CleanupSessionState(session_id))
+
+    def session_info(self, session_id: str | None = None) -> dict[str, Any]:
+        return dict(self._ask(sv.SessionInfo(session_id)))
+
+    # --- approvals, slots ---------------------------------------------------------------------
+
+    def list_approvals(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        return list(self._ask(ap.ListPending(session_id), self.approvals))
+
+    def resolve_approval(self, approval_id: str, behavior: str, message: str = "",
+                         updated_input: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """allow | deny | allow_session. Returns the request's info, or None if not pending."""
+        return self._ask(ap.Resolve(approval_id, behavior, message, updated_input), self.approvals)
+
+    def set_approval_mode(self, mode: str) -> str:
+        return str(self._ask(ap.SetMode(mode), self.approvals))
+
+    def slot_stats(self) -> dict[str, Any]:
+        return dict(self._ask(SlotStats(), self.slot_pool))
+
+    # --- sessions ----------------------------------------------------------------------------
+
+    def create_session(self, **fields: Any) -> Any:
+        """Create a session row (``agent_id``, ``project_id``, ``source``, ``name``, …)."""
+        return self.store.create_session(**fields)
+
+    def resume_pending_sessions(self) -> list[str]:
+        """Resume every session marked for resume (stale at start-up or stopped by shutdown)."""
+        ids = self.store.take_restart_pending()
+        for sid in ids:
+            self.resume_process(sid)
+        return ids
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def settle(self, timeout_s: float | None = 30.0) -> None:
+        """Return when no actor has a message in flight and no worker is running.
+
+        Exact, not a sleep. ``timeout_s`` (real seconds) is a safety net that raises
+        SettleTimeout. Never call this from an actor thread or an event callback.
+        """
+        self.tracker.wait_idle(timeout_s)
+
+    def shutdown(self, reason: str = "server_shutdown", *, settle_timeout_s: float = 10.0) -> None:
+        """Stop every session (marked for resume), deny pending approvals, stop all actors."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            self.supervisor.ask(sv.Shutdown(reason))
+            self.approvals.ask(ap.DenyAll("Server shutting down"))
+            self.tracker.wait_idle(settle_timeout_s)
+        except (pykka.ActorDeadError, Exception):  # noqa: BLE001 - shutdown goes on regardless
+            pass
+        for ref in (self.supervisor, self.credits, self.slot_pool, self.approvals, self.bus, self.timers):
+            if ref is not None:
+                try:
+                    ref.stop(block=True)
+                except pykka.ActorDeadError:
+                    pass
+        self.clock.stop()
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def _ask(self, message: Any, ref: pykka.ActorRef[Any] | None = None) -> Any:
+        if self._stopped:
+            raise RuntimeStoppedError("the runtime is shut down")
+        try:
+            return (ref or self.supervisor).ask(message)
+        except pykka.ActorDeadError:
+            raise RuntimeStoppedError("the runtime is shut down") from None
+
+
+class _BindSupervisor:
+    def __init__(self, ref: pykka.ActorRef[Any]) -> None:
+        self.ref = ref
+
+
+def make_loop(spec: LoopSpec, factory: LoopFactory) -> Loop:  # pragma: no cover - convenience
+    return factory(spec)

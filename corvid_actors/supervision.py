@@ -1,0 +1,65 @@
+"""Supervision policies as pure functions: crash backoff, stability reset, outage resume.
+
+The SessionSupervisor asks these; they read no clock and keep no state, so the seed's
+numbers are checked by table tests (tests/actors/test_supervision_policy.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corvid_actors.config import SupervisorConfig
+
+
+@dataclass(frozen=True)
+class RestartDecision:
+    """``restart`` with ``delay_s`` before attempt number ``attempt`` (1-based), or give up."""
+
+    restart: bool
+    delay_s: float = 0.0
+    attempt: int = 0
+
+
+def restart_after_crash(
+    cfg: SupervisorConfig, *, source: str, exit_code: int, restarts_so_far: int
+) -> RestartDecision:
+    """Crash auto-restart (seed invariant 8): chat-sourced sessions, 5 s × 3^n, at most 3."""
+    if exit_code == 0 or source not in cfg.auto_restart_sources:
+        return RestartDecision(restart=False)
+    if restarts_so_far >= cfg.max_restarts:
+        return RestartDecision(restart=False, attempt=restarts_so_far)
+    delay = cfg.restart_backoff_base_s * cfg.restart_backoff_multiplier**restarts_so_far
+    return RestartDecision(restart=True, delay_s=delay, attempt=restarts_so_far + 1)
+
+
+def restart_count_after_uptime(cfg: SupervisorConfig, restarts_so_far: int, uptime_s: float) -> int:
+    """Stability reset: after ``stable_period_s`` of uptime the counter goes back to 0."""
+    return 0 if uptime_s >= cfg.stable_period_s else restarts_so_far
+
+
+@dataclass(frozen=True)
+class ResumeDecision:
+    """Probe again after ``delay_s`` (attempt number ``attempt``), or give up (exhausted)."""
+
+    exhausted: bool
+    delay_s: float = 0.0
+    attempt: int = 0
+
+
+def auto_resume_delay(cfg: SupervisorConfig, attempts_so_far: int) -> ResumeDecision:
+    """Outage auto-resume (seed invariant 9): 5 min × 3^n capped at 60 min, at most 10."""
+    if attempts_so_far >= cfg.auto_resume_max_attempts:
+        return ResumeDecision(exhausted=True, attempt=attempts_so_far)
+    delay = min(cfg.auto_resume_base_s * cfg.auto_resume_multiplier**attempts_so_far, cfg.auto_resume_cap_s)
+    return ResumeDecision(exhausted=False, delay_s=delay, attempt=attempts_so_far + 1)
+
+
+def extended_timeout(cfg: SupervisorConfig, current_s: float, additional_s: float) -> float:
+    """``extend_timeout``: add ``additional_s``, capped at ``timeout_extension_cap_factor`` × default."""
+    cap = cfg.session_timeout_s * cfg.timeout_extension_cap_factor
+    return min(max(current_s, 0.0) + max(additional_s, 0.0), cap)
+
+
+def needs_context_reset(turns: int, max_turns: int) -> bool:
+    """Seed invariant 6: after ``max_turns`` user turns, restart through the resume path."""
+    return turns >= max_turns

@@ -1,0 +1,166 @@
+"""The simulated clock: time that moves only when a test says so.
+
+:class:`SimClock` owns a heap of timers and keeps freezegun's frozen time in step, so
+``datetime.now()`` and ``time.time()`` anywhere in the process (database timestamps
+included) agree with simulated time. :meth:`SimClock.advance` fires due timers in time
+order and lets the runtime settle after each one, so a chain — crash, backoff, restart,
+crash — unfolds exactly as it would in real time, in microseconds.
+
+Workers that wait in simulated time (scripted latency) park on the clock: while parked
+they do not count as work in flight, so ``settle()`` returns and the test can advance.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import freezegun
+import freezegun.api
+
+from corvid_actors.actors.base import ActivityTracker
+from corvid_actors.clock import TimerHandle
+from corvid_actors.providers.base import CancelToken
+
+DEFAULT_START = datetime(2026, 1, 1, 0, 0, 0, tzinfo=UTC)
+
+
+class SimClock:
+    """A deterministic clock for simulations (see the module docstring).
+
+    Use as ``clock = SimClock()`` and pass it to ``Runtime(clock=clock)``; then
+    ``clock.advance(seconds)`` or ``clock.advance_to(...)``. ``clock.close()`` (or the
+    runtime's shutdown) unfreezes time.
+    """
+
+    def __init__(self, start: datetime = DEFAULT_START) -> None:
+        if start.tzinfo is None:
+            start = start.replace(tzinfo=UTC)
+        self._start = start
+        self._t = 0.0
+        self._heap: list[TimerHandle] = []
+        self._seq = itertools.count()
+        self._lock = threading.RLock()
+        self._tracker: ActivityTracker | None = None
+        self._settle: Callable[[], None] = lambda: None
+        # Consistent frozen time for shallow and deep callers (FIELD-NOTES: freezegun).
+        freezegun.api.call_stack_inspection_limit = 0
+        self._freezer = freezegun.freeze_time(start.replace(tzinfo=None))
+        self._frozen = self._freezer.start()
+        self._closed = False
+
+    # --- the Clock protocol ---------------------------------------------------------
+
+    def now(self) -> datetime:
+        return self._start + timedelta(seconds=self._t)
+
+    def monotonic(self) -> float:
+        return self._t
+
+    def attach(self, tracker: ActivityTracker, settle: Callable[[], None]) -> None:
+        self._tracker = tracker
+        self._settle = settle
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.close()
+
+    def call_later(self, delay_s: float, fn: Callable[[], None]) -> TimerHandle:
+        with self._lock:
+            handle = TimerHandle(self._t + max(0.0, delay_s), next(self._seq), fn)
+            heapq.heappush(self._heap, handle)
+            return handle
+
+    def wait(self, delay_s: float, cancel: CancelToken | None = None) -> bool:
+        """Park the calling worker until simulated time reaches now + ``delay_s``."""
+        tracker = self._tracker
+        woken = threading.Event()
+        once = threading.Lock()
+        state = {"fired": False}
+
+        def wake() -> None:
+            with once:
+                if state["fired"]:
+                    return
+                state["fired"] = True
+                if tracker is not None:
+                    tracker.begin()  # counted again before the waiter runs on
+            woken.set()
+
+        self.call_later(delay_s, wake)
+        unregister = cancel.on_cancel(wake) if cancel is not None else (lambda: None)
+        if tracker is not None:
+            tracker.end()  # parked: not work in flight
+        woken.wait()
+        unregister()
+        return not (cancel is not None and cancel.cancelled)
+
+    # --- driving time ---------------------------------------------------------------
+
+    @property
+    def elapsed(self) -> float:
+        """Simulated seconds since the start."""
+        return self._t
+
+    def pending(self) -> int:
+        """Timers scheduled and not cancelled."""
+        with self._lock:
+            return sum(1 for h in self._heap if not h.cancelled)
+
+    def next_due(self) -> float | None:
+        """Simulated seconds until the next live timer, or None."""
+        with self._lock:
+            self._drop_cancelled()
+            return None if not self._heap else self._heap[0].due - self._t
+
+    def advance(self, seconds: float) -> int:
+        """Move time forward by ``seconds``, firing due timers in order; returns how many fired."""
+        if seconds < 0:
+            raise ValueError("cannot move simulated time backwards")
+        return self.advance_to(self._t + seconds)
+
+    def advance_to(self, t: float) -> int:
+        """Move time to ``t`` simulated seconds after the start."""
+        fired = 0
+        self._settle()
+        while True:
+            with self._lock:
+                self._drop_cancelled()
+                if not self._heap or self._heap[0].due > t:
+                    break
+                handle = heapq.heappop(self._heap)
+                self._set_time(max(self._t, handle.due))
+            handle.fn()
+            fired += 1
+            self._settle()
+        with self._lock:
+            self._set_time(max(self._t, t))
+        self._settle()
+        return fired
+
+    def run_until_idle(self, max_seconds: float = 7 * 24 * 3600.0) -> float:
+        """Fire timers until none is left (or ``max_seconds`` pass); returns time moved."""
+        start = self._t
+        while True:
+            due = self.next_due()
+            if due is None or self._t + due > start + max_seconds:
+                return self._t - start
+            self.advance(due)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._freezer.stop()
+
+    def _set_time(self, t: float) -> None:
+        self._t = t
+        self._frozen.move_to(self.now().replace(tzinfo=None))
+
+    def _drop_cancelled(self) -> None:
+        while self._heap and self._heap[0].cancelled:
+            heapq.heappop(self._heap)

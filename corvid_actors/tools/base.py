@@ -1,0 +1,154 @@
+"""The tool layer's contracts: a tool, the context it runs in, and its result.
+
+Tools run on a session's worker thread. A tool must honour ``ctx.cancel`` (kill its
+process group when cancelled) and schedule any timeout through ``ctx.call_later`` —
+never through ``time.sleep`` or ``threading.Timer`` — so simulations stay exact.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from corvid_actors.providers.base import CancelToken, ToolSpec
+
+
+class ToolKind(enum.Enum):
+    """What a tool does, for permission modes: read-only, file edit, command, other."""
+
+    READ = "read"
+    EDIT = "edit"
+    COMMAND = "command"
+    OTHER = "other"
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """A tool's answer to the model.
+
+    ``output`` is what the model sees. ``full_output``, when set, is the complete
+    output kept for the operator (events/store) when ``output`` was capped.
+    """
+
+    output: str
+    is_error: bool = False
+    full_output: str | None = None
+
+
+class ToolError(Exception):
+    """Raised by a tool handler for an expected failure; becomes an error result."""
+
+
+class PathDenied(ToolError):
+    """A path escapes the project directory or is protected."""
+
+
+#: call_later(delay_s, fn) -> cancel()
+CallLater = Callable[[float, Callable[[], None]], Callable[[], None]]
+
+
+def _no_call_later(delay: float, fn: Callable[[], None]) -> Callable[[], None]:
+    return lambda: None
+
+
+@dataclass
+class ToolContext:
+    """Everything a tool may use: where it runs, with which environment, and how to stop.
+
+    ``env`` is the complete subprocess environment (already allowlisted plus the
+    project's own variables). ``protected_patterns`` are the protected-path patterns
+    (see ``corvid_actors.tools.paths``).
+    """
+
+    project_dir: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    cancel: CancelToken = field(default_factory=CancelToken)
+    call_later: CallLater = _no_call_later
+    protected_patterns: tuple[str, ...] = ()
+    session_id: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Handler = Callable[[dict[str, Any], ToolContext], ToolResult]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool: its spec for the model, its kind for permissions, and its handler."""
+
+    spec: ToolSpec
+    kind: ToolKind
+    handler: Handler
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+class ToolRegistry:
+    """The tools a session may use, by name."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.add(tool)
+
+    def add(self, tool: Tool) -> None:
+        self._tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        return tuple(tool.spec for tool in self._tools.values())
+
+    def filtered(self, allowed: Iterable[str] | None) -> ToolRegistry:
+        """A registry holding only ``allowed`` names (all of them when ``allowed`` is None)."""
+        if allowed is None:
+            return ToolRegistry(self._tools.values())
+        keep = set(allowed)
+        return ToolRegistry(t for t in self._tools.values() if t.name in keep)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._tools.values())
+
+
+def as_mapping(registry: ToolRegistry) -> Mapping[str, Tool]:
+    return {tool.name: tool for tool in registry}
+
+
+# --- permissions ---------------------------------------------------------------------
+
+
+class Permission(enum.Enum):
+    """A permission check's verdict for one tool call."""
+
+    ALLOW = "allow"
+    ASK = "ask"
+    DENY = "deny"
+
+
+@dataclass(frozen=True)
+class PermissionDecision:
+    """``ASK`` carries the human-readable ``description`` for the approval request;
+    ``DENY`` carries the ``message`` the model is told."""
+
+    permission: Permission
+    message: str = ""
+    description: str = ""
+
+
+#: decides, for one (call name, arguments), whether it runs, needs approval, or is denied
+PermissionCheck = Callable[[str, dict[str, Any]], PermissionDecision]

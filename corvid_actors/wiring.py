@@ -1,0 +1,280 @@
+"""Building one session incarnation: provider routing, model, system prompt, tools, loop.
+
+The supervisor calls :meth:`SessionBuilder.build` with a session's stored context and
+gets everything a :class:`~corvid_actors.actors.session.SessionActor` needs. Every
+collaborator here is injectable through the ``Runtime`` (providers, tool registry
+factory, loop factories), so a host changes behaviour without patching the core.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from corvid_actors.clock import Clock
+from corvid_actors.config import Config
+from corvid_actors.db.store import SessionContext
+from corvid_actors.errors import ConfigError
+from corvid_actors.loop.conversation import ConversationLoop
+from corvid_actors.loop.effects import Loop
+from corvid_actors.loop.prompts import compose_system_prompt
+from corvid_actors.providers.base import Provider
+from corvid_actors.tools.base import PermissionCheck, ToolContext, ToolRegistry
+
+#: roles that deliberate and get no tools (direct-process seed invariant 10)
+COUNCIL_DELIBERATION_ROLES = frozenset({"member", "discusser", "reviewer"})
+#: tools an agent-sourced session may not use (no agent→agent recursion)
+AGENT_RESTRICTED_TOOLS = frozenset({"corvid_send_message", "corvid_list_agents"})
+
+
+@dataclass(frozen=True)
+class LoopSpec:
+    """Everything a loop factory may use to build a loop for one incarnation."""
+
+    model: str
+    system_prompt: str
+    tools: ToolRegistry
+    permission_check: PermissionCheck
+    context_window: int
+    council_role: str | None
+    config: Config
+    provider_name: str
+
+
+LoopFactory = Callable[[LoopSpec], Loop]
+
+
+@dataclass(frozen=True)
+class BuiltSession:
+    provider_name: str
+    provider: Provider
+    model: str
+    loop: Loop
+    tools: ToolRegistry
+    tool_context: ToolContext
+    pid_kind: str
+    uses_slots: bool
+    slot_weight: int
+    approval_timeout_s: float
+
+
+def conversation_loop(spec: LoopSpec) -> Loop:
+    return ConversationLoop(model=spec.model, system_prompt=spec.system_prompt)
+
+
+def direct_loop(spec: LoopSpec) -> Loop:
+    from corvid_actors.loop.direct import DirectLoop, DirectLoopSettings
+
+    d = spec.config.direct_loop
+    settings = DirectLoopSettings(
+        max_tool_iterations=d.max_tool_iterations, max_messages=d.max_messages, keep_recent=d.keep_recent,
+        max_repeats=d.max_repeats, max_same_tool=d.max_same_tool, max_nudges=d.max_nudges,
+        max_mid_chain_nudges=d.max_mid_chain_nudges, trim_usage_threshold=d.trim_usage_threshold,
+        tool_result_share=d.tool_result_share, tool_result_min_chars=d.tool_result_min_chars,
+    )
+    return DirectLoop(
+        model=spec.model, system_prompt=spec.system_prompt, tools=spec.tools.specs(),
+        permission_check=spec.permission_check, context_window=spec.context_window, settings=settings,
+        council_role=spec.council_role,
+    )
+
+
+def sdk_loop(spec: LoopSpec) -> Loop:
+    from corvid_actors.loop.retry import RetrySettings
+    from corvid_actors.loop.sdk import SdkLoop, SdkLoopSettings
+
+    s = spec.config.sdk_loop
+    settings = SdkLoopSettings(
+        api_failure_threshold=s.api_failure_threshold, compaction_threshold=s.compaction_threshold,
+        doom_loop_threshold=s.doom_loop_threshold,
+        retry=RetrySettings(base_s=s.retry_base_s, cap_s=s.retry_cap_s, retry_after_cap_s=s.retry_after_cap_s,
+                            max_attempts=s.retry_max_attempts),
+    )
+    return SdkLoop(
+        model=spec.model, system_prompt=spec.system_prompt, tools=spec.tools.specs(),
+        permission_check=spec.permission_check, context_window=spec.context_window, settings=settings,
+    )
+
+
+DEFAULT_LOOPS: dict[str, LoopFactory] = {
+    "conversation": conversation_loop,
+    "direct": direct_loop,
+    "sdk": sdk_loop,
+}
+
+#: which loop a provider gets unless the runtime says otherwise
+DEFAULT_LOOP_FOR_PROVIDER: dict[str, str] = {"ollama": "direct", "anthropic": "sdk"}
+
+
+def default_tool_registry() -> ToolRegistry:
+    from corvid_actors.tools.coding import coding_tools
+
+    return ToolRegistry(coding_tools())
+
+
+class SessionBuilder:
+    """Turns a stored :class:`SessionContext` into a :class:`BuiltSession`."""
+
+    def __init__(
+        self,
+        *,
+        config: Config,
+        clock: Clock,
+        providers: Mapping[str, Provider],
+        tool_registry_factory: Callable[[], ToolRegistry] = default_tool_registry,
+        loops: Mapping[str, LoopFactory] | None = None,
+        loop_for_provider: Mapping[str, str] | None = None,
+        permission_check_factory: Callable[..., PermissionCheck] | None = None,
+        workspace_dir: Path | None = None,
+        extra_tools: Callable[[SessionContext], ToolRegistry] | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.providers = dict(providers)
+        self.tool_registry_factory = tool_registry_factory
+        self.loops = {**DEFAULT_LOOPS, **(loops or {})}
+        self.loop_for_provider = {**DEFAULT_LOOP_FOR_PROVIDER, **(loop_for_provider or {})}
+        self.permission_check_factory = permission_check_factory
+        self.workspace_dir = workspace_dir or Path(config.store.data_dir).expanduser() / "workspace"
+        self.extra_tools = extra_tools
+
+    # --- routing ------------------------------------------------------------------------
+
+    def route(self, agent: Any | None) -> str:
+        """Seed invariant 5: explicit provider wins; with none and no Anthropic credentials, Ollama."""
+        explicit = (agent.provider if agent is not None else "") or self.config.providers.default_provider
+        if explicit:
+            return explicit
+        if self.config.providers.anthropic_api_key and "anthropic" in self.providers:
+            return "anthropic"
+        return "ollama"
+
+    def provider(self, name: str) -> Provider:
+        try:
+            return self.providers[name]
+        except KeyError:
+            configured = ", ".join(sorted(self.providers)) or "none"
+            raise ConfigError(
+                f"provider {name!r} is not configured (configured: {configured}); "
+                "set the agent's provider or providers.default_provider"
+            ) from None
+
+    def model_for(self, provider_name: str, agent: Any | None, council_role: str | None) -> str:
+        if council_role == "chairman" and self.config.supervisor.council_model:
+            return self.config.supervisor.council_model
+        if agent is not None and agent.model:
+            return str(agent.model)
+        defaults = {
+            "ollama": self.config.providers.ollama_default_model,
+            "anthropic": self.config.providers.anthropic_default_model,
+        }
+        return defaults.get(provider_name, provider_name)
+
+    def health_probe(self, session_id: str) -> Callable[[], bool]:
+        """A probe for the provider this session routes to (runs on a worker thread)."""
+        ctx = None
+        try:
+            from corvid_actors.errors import NotFoundError
+
+            ctx = self._store_context(session_id)
+        except NotFoundError:
+            pass
+        name = self.route(ctx.agent if ctx is not None else None)
+        provider = self.providers.get(name)
+        return (lambda: False) if provider is None else provider.health
+
+    _store_context: Callable[[str], SessionContext]
+
+    def bind_store(self, store: Any) -> None:
+        self._store_context = store.session_context
+
+    # --- building ----------------------------------------------------------------------------
+
+    def build(self, ctx: SessionContext) -> BuiltSession:
+        session, agent = ctx.session, ctx.agent
+        provider_name = self.route(agent)
+        provider = self.provider(provider_name)
+        model = self.model_for(provider_name, agent, session.council_role)
+        loop_kind = self.loop_for_provider.get(provider_name, "conversation")
+        if loop_kind not in self.loops:
+            raise ConfigError(f"unknown loop {loop_kind!r} for provider {provider_name!r}")
+        project_dir = Path(ctx.project.working_dir) if ctx.project is not None else self.workspace_dir
+        project_dir.mkdir(parents=True, exist_ok=True)
+
+        tools = ToolRegistry()
+        if loop_kind != "conversation" and session.council_role not in COUNCIL_DELIBERATION_ROLES:
+            registry = self.tool_registry_factory()
+            if self.extra_tools is not None:
+                for tool in self.extra_tools(ctx):
+                    registry.add(tool)
+            allowed = ctx.tool_permissions(defaults=registry.names())
+            tools = registry.filtered(allowed)
+            if session.source == "agent":
+                tools = tools.filtered([n for n in tools.names() if n not in AGENT_RESTRICTED_TOOLS])
+
+        info = provider.model_info(model)
+        mode = agent.permission_mode if agent is not None else "default"
+        protected = self.config.tools.protected_patterns
+        permission_check = self._permission_check(mode, tools, project_dir, protected)
+        system_prompt = compose_system_prompt(
+            agent.system_prompt if agent is not None else "",
+            agent.append_prompt if agent is not None else "",
+            ctx.persona_prompt,
+            ctx.skill_prompt,
+        )
+        spec = LoopSpec(model, system_prompt, tools, permission_check, info.context_window,
+                        session.council_role, self.config, provider_name)
+        loop = self.loops[loop_kind](spec)
+
+        from corvid_actors.tools.env import safe_env
+
+        tool_context = ToolContext(
+            project_dir=project_dir,
+            env=safe_env(ctx.project_env),
+            call_later=self._call_later,
+            protected_patterns=protected,
+            session_id=session.id,
+            extra={"depth": session.depth, "source": session.source},
+        )
+        weight = self._slot_weight(info.parameter_size_b)
+        approval_timeout = (
+            self.config.approvals.chat_timeout_s if session.source == "chat" else self.config.approvals.timeout_s
+        )
+        return BuiltSession(
+            provider_name=provider_name, provider=provider, model=model, loop=loop, tools=tools,
+            tool_context=tool_context, pid_kind="sdk" if provider_name == "anthropic" else "direct",
+            uses_slots=provider_name == "ollama", slot_weight=weight, approval_timeout_s=approval_timeout,
+        )
+
+    def _permission_check(self, mode: str, tools: ToolRegistry, project_dir: Path,
+                          protected: tuple[str, ...]) -> PermissionCheck:
+        if self.permission_check_factory is not None:
+            return self.permission_check_factory(mode, tools, project_dir, protected)
+        if len(tools) == 0:
+            from corvid_actors.tools.base import Permission, PermissionDecision
+
+            return lambda name, args: PermissionDecision(Permission.DENY, f"Unknown tool: {name}")
+        from corvid_actors.tools.base import as_mapping
+        from corvid_actors.tools.permissions import PermissionMode, make_permission_check
+
+        return make_permission_check(PermissionMode.parse(mode), as_mapping(tools), project_dir, protected)
+
+    def _slot_weight(self, parameter_size_b: float | None) -> int:
+        slots = self.config.slots
+        if parameter_size_b is None:
+            return 1
+        if parameter_size_b >= slots.heavy_model_min_b:
+            return 3
+        if parameter_size_b >= slots.medium_model_min_b:
+            return 2
+        return 1
+
+    def _call_later(self, delay_s: float, fn: Callable[[], None]) -> Callable[[], None]:
+        return self.clock.call_later(delay_s, fn).cancel
+
+
+def default_workspace() -> Path:
+    return Path(os.getcwd())

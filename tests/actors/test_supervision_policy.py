@@ -1,0 +1,73 @@
+"""Table tests of the supervision policies (pure functions)."""
+
+import pytest
+
+from corvid_actors.config import SupervisorConfig
+from corvid_actors.supervision import (
+    auto_resume_delay,
+    extended_timeout,
+    needs_context_reset,
+    restart_after_crash,
+    restart_count_after_uptime,
+)
+
+CFG = SupervisorConfig()
+
+
+@pytest.mark.parametrize(
+    ("source", "code", "restarts", "restart", "delay", "attempt"),
+    [
+        ("chat", 1, 0, True, 5.0, 1),
+        ("chat", 1, 1, True, 15.0, 2),
+        ("chat", 1, 2, True, 45.0, 3),
+        ("chat", 1, 3, False, 0.0, 3),  # max 3 restarts
+        ("chat", 0, 0, False, 0.0, 0),  # clean exit: nothing to do
+        ("web", 1, 0, False, 0.0, 0),  # only chat-sourced sessions auto-restart
+        ("agent", 2, 0, False, 0.0, 0),
+    ],
+)
+def test_restart_after_crash(source, code, restarts, restart, delay, attempt):
+    decision = restart_after_crash(CFG, source=source, exit_code=code, restarts_so_far=restarts)
+    assert (decision.restart, decision.delay_s, decision.attempt) == (restart, delay, attempt)
+
+
+@pytest.mark.parametrize(
+    ("restarts", "uptime", "expected"),
+    [(2, 599.9, 2), (2, 600.0, 0), (3, 3600.0, 0), (0, 0.0, 0)],
+)
+def test_stability_reset(restarts, uptime, expected):
+    assert restart_count_after_uptime(CFG, restarts, uptime) == expected
+
+
+@pytest.mark.parametrize(
+    ("attempts", "exhausted", "delay_min"),
+    [(0, False, 5), (1, False, 15), (2, False, 45), (3, False, 60), (4, False, 60), (9, False, 60),
+     (10, True, 0)],
+)
+def test_auto_resume_delay(attempts, exhausted, delay_min):
+    decision = auto_resume_delay(CFG, attempts)
+    assert decision.exhausted is exhausted
+    assert decision.delay_s == delay_min * 60
+    if not exhausted:
+        assert decision.attempt == attempts + 1
+
+
+@pytest.mark.parametrize(
+    ("current", "extra", "expected"),
+    [(1800, 600, 2400), (1800, 10_000, 7200), (7200, 60, 7200), (1800, -50, 1800), (0, 60, 60)],
+)
+def test_extended_timeout_is_capped_at_four_times_the_default(current, extra, expected):
+    assert extended_timeout(CFG, current, extra) == expected
+
+
+@pytest.mark.parametrize(("turns", "reset"), [(0, False), (7, False), (8, True), (9, True)])
+def test_context_reset_after_eight_turns(turns, reset):
+    assert needs_context_reset(turns, 8) is reset
+
+
+def test_policies_follow_config():
+    cfg = SupervisorConfig(restart_backoff_base_s=1.0, restart_backoff_multiplier=2.0, max_restarts=5,
+                           auto_resume_base_s=10.0, auto_resume_multiplier=2.0, auto_resume_cap_s=30.0)
+    delays = [restart_after_crash(cfg, source="chat", exit_code=1, restarts_so_far=n).delay_s for n in range(5)]
+    assert delays == [1, 2, 4, 8, 16]
+    assert [auto_resume_delay(cfg, n).delay_s for n in range(4)] == [10, 20, 30, 30]
