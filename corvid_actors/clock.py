@@ -85,6 +85,11 @@ class Clock(Protocol):
 class RealClock:
     """Wall-clock time with one timer thread over a heap of :class:`TimerHandle`."""
 
+    # Kept as a class attribute: freezegun rewrites module-level references to time
+    # functions but not class attributes, so the real clock stays real even while a
+    # simulation freezes time (the process-wide I/O clock runs during simulations).
+    _mono = staticmethod(time.monotonic)
+
     def __init__(self) -> None:
         self._heap: list[TimerHandle] = []
         self._cond = threading.Condition()
@@ -96,7 +101,7 @@ class RealClock:
         return datetime.now(UTC)
 
     def monotonic(self) -> float:
-        return time.monotonic()
+        return self._mono()
 
     def attach(self, tracker: ActivityTracker, settle: Callable[[], None]) -> None:
         pass
@@ -119,7 +124,7 @@ class RealClock:
             thread.join()
 
     def call_later(self, delay_s: float, fn: Callable[[], None]) -> TimerHandle:
-        handle = TimerHandle(time.monotonic() + max(0.0, delay_s), next(self._seq), fn)
+        handle = TimerHandle(self._mono() + max(0.0, delay_s), next(self._seq), fn)
         with self._cond:
             heapq.heappush(self._heap, handle)
             if self._heap[0] is handle:
@@ -150,7 +155,7 @@ class RealClock:
                     if not self._heap:
                         self._cond.wait()
                         continue
-                    delay = self._heap[0].due - time.monotonic()
+                    delay = self._heap[0].due - self._mono()
                     if delay <= 0:
                         break
                     self._cond.wait(delay)
@@ -161,3 +166,22 @@ class RealClock:
                 handle.fn()
             except Exception:  # noqa: BLE001 - a failing callback must not kill the clock
                 logger.exception("timer callback failed")
+
+
+_io_clock: RealClock | None = None
+_io_clock_lock = threading.Lock()
+
+
+def io_clock() -> RealClock:
+    """The process-wide real clock for I/O deadlines (e.g. killing a tool's subprocess).
+
+    A subprocess runs in real time even when the runtime's clock is simulated, so its
+    timeout must be real too: a simulated deadline could never fire while ``settle()``
+    waits for the worker blocked on that subprocess. One timer thread for the process.
+    """
+    global _io_clock
+    with _io_clock_lock:
+        if _io_clock is None:
+            _io_clock = RealClock()
+            _io_clock.start()
+        return _io_clock

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from corvid_actors.errors import ConfigError
+from corvid_actors.providers.text_tools import DEFAULT_TEXT_TOOL_FAMILIES
 
 
 def _positive(value: float) -> bool:
@@ -71,6 +72,14 @@ class SessionConfig:
     resume_history_message_chars: int = field(default=2000, metadata=AT_LEAST_ONE)
 
 
+#: USD per million tokens: input, output, cache read, cache write (as in default.toml).
+DEFAULT_ANTHROPIC_PRICES: dict[str, tuple[float, ...]] = {
+    "claude-opus-4": (5.0, 25.0, 0.5, 6.25),
+    "claude-sonnet-4": (3.0, 15.0, 0.3, 3.75),
+    "claude-haiku-4": (1.0, 5.0, 0.1, 1.25),
+}
+
+
 @dataclass(frozen=True)
 class ProvidersConfig:
     default_provider: str = ""
@@ -80,13 +89,17 @@ class ProvidersConfig:
     ollama_num_predict: int = field(default=2048, metadata=POSITIVE)
     ollama_keep_alive: str = "5m"
     ollama_request_timeout_s: float = field(default=1800.0, metadata=POSITIVE)
-    ollama_text_tool_families: tuple[str, ...] = ()
+    # The runtime passes this list to the Ollama provider as is: empty means "no model
+    # gets text-based tools", so the default is the full list, as in default.toml.
+    ollama_text_tool_families: tuple[str, ...] = DEFAULT_TEXT_TOOL_FAMILIES
     anthropic_base_url: str = ""
-    anthropic_default_model: str = "claude-sonnet-4-5"
+    anthropic_default_model: str = "claude-sonnet-4-6"
     anthropic_max_tokens: int = field(default=8192, metadata=POSITIVE)
     anthropic_default_context_window: int = field(default=200000, metadata=POSITIVE)
     health_probe_timeout_s: float = field(default=10.0, metadata=POSITIVE)
-    anthropic_prices: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    anthropic_prices: dict[str, tuple[float, ...]] = field(
+        default_factory=lambda: dict(DEFAULT_ANTHROPIC_PRICES)
+    )
     #: credentials come from the environment only (ANTHROPIC_API_KEY); never from files
     anthropic_api_key: str = ""
 
@@ -139,6 +152,7 @@ class ToolsConfig:
     output_truncate_chars: int = field(default=8000, metadata=AT_LEAST_ONE)
     command_timeout_default_s: float = field(default=30.0, metadata=POSITIVE)
     command_timeout_max_s: float = field(default=120.0, metadata=POSITIVE)
+    #: empty means the built-in list (tools.paths.DEFAULT_PROTECTED_PATTERNS); never "none"
     protected_patterns: tuple[str, ...] = ()
 
 
@@ -246,7 +260,14 @@ def _merge(base: dict[str, Any], layer: Mapping[str, Any], where: str) -> None:
     for section, values in layer.items():
         if not isinstance(values, Mapping):
             raise ConfigError(f"{where}: [{section}] must be a table")
-        base.setdefault(section, {}).update(values)
+        target = base.setdefault(section, {})
+        for key, value in values.items():
+            # A table inside a section (the price table) merges key by key, so a user
+            # file that prices one more model keeps the default rows.
+            if isinstance(value, Mapping) and isinstance(target.get(key), Mapping):
+                target[key] = {**target[key], **value}
+            else:
+                target[key] = value
 
 
 def load_config(

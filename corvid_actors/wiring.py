@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from corvid_actors.clock import Clock
+from corvid_actors.clock import Clock, io_clock
 from corvid_actors.config import Config
 from corvid_actors.db.store import SessionContext
 from corvid_actors.errors import ConfigError
@@ -272,8 +272,10 @@ class SessionBuilder:
             return 2
         return 1
 
-    def _call_later(self, delay_s: float, fn: Callable[[], None]) -> Callable[[], None]:
-        return self.clock.call_later(delay_s, fn).cancel
+    @staticmethod
+    def _call_later(delay_s: float, fn: Callable[[], None]) -> Callable[[], None]:
+        # Tool deadlines guard real subprocesses: always real time (see clock.io_clock).
+        return io_clock().call_later(delay_s, fn).cancel
 
 
 def default_workspace() -> Path:

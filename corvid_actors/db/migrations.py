@@ -14,6 +14,8 @@ from types import SimpleNamespace
 
 import peewee as pw
 
+from corvid_actors.errors import StoreError
+
 Migration = Callable[[SimpleNamespace, pw.Database], None]
 
 
@@ -66,11 +68,20 @@ def migrate(models: SimpleNamespace, db: pw.Database) -> int:
     """
     with _exclusive_transaction(db):
         db.create_tables([models.SchemaVersion], safe=True)
-        version = current_version(models)
+        version = start = current_version(models)
         for number, migration in enumerate(MIGRATIONS, start=1):
             if number <= version:
                 continue
-            migration(models, db)
+            try:
+                migration(models, db)
+            except pw.OperationalError:
+                raise  # the store reports it as "cannot open database …"
+            except Exception as exc:
+                name = getattr(migration, "__name__", repr(migration))
+                raise StoreError(
+                    f"schema migration {number} ({name}) failed: {exc}; the database "
+                    f"stays at version {start}"
+                ) from exc
             models.SchemaVersion.create(version=number)
             version = number
     return version

@@ -117,8 +117,8 @@ class Store:
     def __init__(self, url: str = "sqlite:///:memory:", *, busy_timeout_ms: int = 30000) -> None:
         self.url = url
         self._lock = threading.RLock()
+        self.db = open_database(url, busy_timeout_ms=busy_timeout_ms)
         try:
-            self.db = open_database(url, busy_timeout_ms=busy_timeout_ms)
             self.db.connect(reuse_if_open=True)
             if self.is_sqlite and self.db.database != ":memory:":
                 enable_wal(self.db)
@@ -126,7 +126,11 @@ class Store:
             with self._lock:
                 self.schema_version = migrate(self.m, self.db)
         except pw.OperationalError as exc:
+            self.db.close()
             raise StoreError(f"cannot open database {self._safe_url()}: {exc}") from exc
+        except BaseException:
+            self.db.close()  # a failed open must not leak its connection
+            raise
 
     @property
     def is_sqlite(self) -> bool:
@@ -143,7 +147,8 @@ class Store:
             try:
                 with self._atomic():
                     yield
-            except pw.OperationalError as exc:
+            except pw.DatabaseError as exc:
+                # Locked, constraint violated, connection lost: one error type for callers.
                 raise StoreError(f"database error: {exc}") from exc
 
     def _atomic(self) -> Any:

@@ -1,0 +1,150 @@
+"""Confinement to the project directory and protected-path matching."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from corvid_actors.tools.base import PathDenied
+from corvid_actors.tools.paths import (
+    DEFAULT_PROTECTED_PATTERNS,
+    is_protected,
+    resolve_in_project,
+)
+
+
+@pytest.fixture
+def project(tmp_path):
+    root = tmp_path / "project"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "a.py").write_text("x = 1\n")
+    (root / ".env").write_text("SECRET=1\n")
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("[core]\n")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.txt").write_text("outside\n")
+    return root
+
+
+# --- resolve_in_project ----------------------------------------------------------------
+
+
+def test_relative_path_resolves_under_the_project(project):
+    assert resolve_in_project(project, "src/a.py") == (project / "src" / "a.py").resolve()
+    assert resolve_in_project(project, ".") == project.resolve()
+    assert resolve_in_project(project, "src/../src/a.py") == (project / "src/a.py").resolve()
+
+
+def test_a_new_file_may_be_named(project):
+    assert resolve_in_project(project, "new/dir/b.txt") == project.resolve() / "new/dir/b.txt"
+
+
+def test_absolute_path_inside_the_project_is_accepted(project):
+    inside = str(project / "src" / "a.py")
+    assert resolve_in_project(project, inside) == (project / "src" / "a.py").resolve()
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "/", "/tmp"])
+def test_absolute_path_outside_the_project_is_denied(project, path):
+    with pytest.raises(PathDenied, match="outside the project"):
+        resolve_in_project(project, path)
+
+
+@pytest.mark.parametrize("path", ["../x", "..", "src/../../x", "src/../../outside/secret.txt"])
+def test_dot_dot_escape_is_denied(project, path):
+    with pytest.raises(PathDenied, match="Path traversal denied"):
+        resolve_in_project(project, path)
+
+
+def test_symlink_to_a_file_outside_is_denied(project, tmp_path):
+    os.symlink(tmp_path / "outside" / "secret.txt", project / "link.txt")
+    with pytest.raises(PathDenied, match="Symlink escape denied"):
+        resolve_in_project(project, "link.txt")
+
+
+def test_path_through_a_symlinked_directory_outside_is_denied(project, tmp_path):
+    os.symlink(tmp_path / "outside", project / "linkdir")
+    with pytest.raises(PathDenied, match="Symlink escape denied"):
+        resolve_in_project(project, "linkdir/secret.txt")
+    with pytest.raises(PathDenied, match="Symlink escape denied"):
+        resolve_in_project(project, "linkdir/new-file.txt")
+
+
+def test_symlink_inside_the_project_resolves_to_its_target(project):
+    os.symlink(project / "src" / "a.py", project / "alias.py")
+    assert resolve_in_project(project, "alias.py") == (project / "src" / "a.py").resolve()
+
+
+def test_project_named_through_a_symlink_accepts_its_absolute_paths(project, tmp_path):
+    os.symlink(project, tmp_path / "project-link")
+    linked = tmp_path / "project-link"
+    assert resolve_in_project(linked, str(linked / "src" / "a.py")) == (
+        project / "src" / "a.py"
+    ).resolve()
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [("", "empty"), ("~/.bashrc", "Home-relative"), ("~", "Home-relative"), ("a\0b", "NUL")],
+)
+def test_unusable_paths_are_denied_with_a_clear_message(project, path, message):
+    with pytest.raises(PathDenied, match=message):
+        resolve_in_project(project, path)
+
+
+# --- is_protected ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ".env", ".env.local", ".env.production", ".envrc", "x.envrc", "prod.env", "foo/.env",
+        ".ENV", ".git", ".git/", ".git/config", ".git/hooks/pre-commit", "vendor/lib/.git/HEAD",
+        "corvid.db", "data/app.db-wal", "app.db-shm", "app.db-journal", "store.sqlite",
+        "store.sqlite3", "cert.pem", "server.key", "id_rsa", "id_rsa.pub", "id_ed25519",
+        "wallet-keystore.json", ".ssh/known_hosts", "./.env", "src/../.env",
+    ],
+)
+def test_default_patterns_protect(project, path):
+    assert is_protected(project, path)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "src/a.py", ".gitignore", ".github/workflows/ci.yml", "environment.py", "README.md",
+        "git/config", "keys.py", "database.py", "db/models.py", "src", ".", "",
+    ],
+)
+def test_default_patterns_leave_ordinary_files_alone(project, path):
+    assert not is_protected(project, path)
+
+
+def test_absolute_paths_are_judged_too(project):
+    assert is_protected(project, str(project / ".env"))
+    assert is_protected(project, "/home/someone/.ssh/id_rsa")
+    assert not is_protected(project, str(project / "src" / "a.py"))
+
+
+def test_a_symlink_pointing_at_a_protected_file_is_protected(project):
+    os.symlink(project / ".env", project / "harmless.txt")
+    os.symlink(project / ".git", project / "gitdir")
+    assert is_protected(project, "harmless.txt")
+    assert is_protected(project, "gitdir/config")
+
+
+def test_custom_patterns_replace_the_defaults(project):
+    patterns = ("CLAUDE.md", "server/selftest/")
+    assert is_protected(project, "CLAUDE.md", patterns)
+    assert is_protected(project, "docs/CLAUDE.md", patterns)
+    assert is_protected(project, "server/selftest/run.py", patterns)
+    assert is_protected(project, "server/selftest", patterns)
+    assert not is_protected(project, "other/server/selftest/run.py", patterns)
+    assert not is_protected(project, ".env", patterns)
+
+
+def test_defaults_cover_the_documented_families():
+    joined = " ".join(DEFAULT_PROTECTED_PATTERNS)
+    for family in (".env", ".git/", "*.db", "*.pem", "*.key", "id_rsa", "keystore", ".ssh/"):
+        assert family in joined
