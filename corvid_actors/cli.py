@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from corvid_actors.admin_cli import add_operator_commands
 from corvid_actors.errors import CorvidError
 
 
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--db", help="SQLite file to use (default: a fresh temporary file)")
     demo.add_argument("--minutes", type=float, default=30.0, help="simulated minutes to run (default 30)")
     demo.set_defaults(func=_demo)
+    add_operator_commands(sub)  # serve, admin …, events, run
     return parser
 
 

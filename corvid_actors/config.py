@@ -145,6 +145,65 @@ class SdkLoopConfig:
     retry_cap_s: float = field(default=30.0, metadata=POSITIVE)
     retry_after_cap_s: float = field(default=60.0, metadata=POSITIVE)
     retry_max_attempts: int = field(default=5, metadata=AT_LEAST_ONE)
+    #: a human's denial ends the turn (SDK seed); false: the model is told and goes on
+    stop_on_denial: bool = True
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """Plan tracking: the update_plan tool, offered to both loops (OpenAgent seed)."""
+
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class PayloadGuardConfig:
+    """The payload-growth failsafe (OpenAgent seed)."""
+
+    enabled: bool = True
+    growth_factor: float = field(default=5.0, metadata=_check(lambda v: v > 1, "must be > 1"))
+    min_growth_bytes: int = field(default=1024, metadata=NON_NEGATIVE)
+    on_trip: str = field(
+        default="compact", metadata=_check(lambda v: v in ("compact", "stop"), "must be compact or stop"),
+    )
+    #: empty: <store.data_dir>/snapshots
+    snapshot_dir: str = ""
+
+
+@dataclass(frozen=True)
+class ObservationConfig:
+    """Observation caps on tool output shown to the model (OpenAgent seed)."""
+
+    enabled: bool = True
+    max_lines: int = field(default=200, metadata=AT_LEAST_ONE)
+    max_bytes: int = field(default=16384, metadata=_check(lambda v: v >= 2048, "must be >= 2048"))
+    hard_limit_bytes: int = field(default=51200, metadata=AT_LEAST_ONE)
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """History memory policies (OpenAgent seed); 0 turns a policy off."""
+
+    amnesia_turns: int = field(default=10, metadata=NON_NEGATIVE)
+    dementia_turns: int = field(default=30, metadata=NON_NEGATIVE)
+    #: per agent name: [amnesia_turns, dementia_turns]
+    agents: dict[str, tuple[float, ...]] = field(default_factory=dict, metadata=_check(
+        lambda v: all(len(row) == 2 and min(row) >= 0 and all(x == int(x) for x in row) for row in v.values()),
+        "rows must be [amnesia_turns, dementia_turns]: two whole numbers >= 0",
+    ))
+
+
+@dataclass(frozen=True)
+class CommandPolicyConfig:
+    """Command approval policy: allowlisted simple commands skip the human (OpenAgent seed)."""
+
+    enabled: bool = True
+    allowlist: tuple[str, ...] = (
+        "ls", "pwd", "cat", "head", "tail", "wc", "grep", "find", "tree", "file", "stat", "du",
+        "echo", "which", "diff", "git status", "git log", "git diff", "git show", "git ls-files",
+        "git blame", "git rev-parse",
+    )
+    auto_approve_modes: tuple[str, ...] = ("auto-edit",)
 
 
 @dataclass(frozen=True)
@@ -176,6 +235,96 @@ class StoreConfig:
 
 
 @dataclass(frozen=True)
+class DaemonConfig:
+    """``corvid-actors serve``: the admin socket, logs, shutdown bound, model server choice."""
+
+    #: auto (a real provider when one answers, else the stub) | ollama | anthropic | stub
+    provider: str = field(
+        default="auto",
+        metadata=_check(lambda v: v in ("auto", "ollama", "anthropic", "stub"),
+                        "must be auto, ollama, anthropic or stub"),
+    )
+    provider_probe_timeout_s: float = field(default=2.0, metadata=POSITIVE)
+    stub_reply: str = "Hello from the corvid-actors stub model: no real model is configured."
+    stub_chunks: int = field(default=8, metadata=AT_LEAST_ONE)
+    stub_chunk_delay_s: float = field(default=0.05, metadata=NON_NEGATIVE)
+    shutdown_timeout_s: float = field(default=30.0, metadata=POSITIVE)
+    socket_name: str = "admin.sock"
+    pid_file_name: str = "corvid.pid"
+    #: operators sharing a host may require this token on every admin request ("" = none)
+    admin_token: str = ""
+    admin_max_request_bytes: int = field(default=65536, metadata=AT_LEAST_ONE)
+    admin_max_connections: int = field(default=32, metadata=AT_LEAST_ONE)
+    admin_client_timeout_s: float = field(default=30.0, metadata=POSITIVE)
+    follow_queue_events: int = field(default=10000, metadata=AT_LEAST_ONE)
+    recent_events: int = field(default=50, metadata=AT_LEAST_ONE)
+    recent_event_sessions: int = field(default=500, metadata=AT_LEAST_ONE)
+    session_list_limit: int = field(default=100, metadata=AT_LEAST_ONE)
+    session_messages_shown: int = field(default=20, metadata=AT_LEAST_ONE)
+    max_credit_grant: int = field(default=1000000, metadata=AT_LEAST_ONE)
+    with_credits: bool = True
+    log_format: str = field(
+        default="human", metadata=_check(lambda v: v in ("human", "json"), "must be human or json")
+    )
+    log_level: str = field(
+        default="INFO",
+        metadata=_check(lambda v: v.upper() in ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR"),
+                        "must be a loguru level (DEBUG, INFO, WARNING, ...)"),
+    )
+
+
+#: the keys of one ``[mcp.servers.NAME]`` table and the type each must have
+MCP_SERVER_KEYS: dict[str, tuple[type, ...]] = {
+    "command": (str,), "args": (list, tuple), "env": (Mapping,), "cwd": (str,), "enabled": (bool,),
+    "agents": (list, tuple),
+}
+
+
+@dataclass(frozen=True)
+class McpConfig:
+    """External MCP servers over stdio (``corvid_actors.tools.mcp_client``).
+
+    ``servers`` maps a server name to ``{command, args, env, cwd, enabled, agents}``
+    (``agents``: names or ids; empty = every agent). The store's ``mcp_server_configs``
+    rows add to these and win over an entry of the same name.
+    """
+
+    connect_timeout_s: float = field(default=30.0, metadata=POSITIVE)
+    call_timeout_s: float = field(default=120.0, metadata=POSITIVE)
+    stderr_tail_chars: int = field(default=2000, metadata=AT_LEAST_ONE)
+    servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, row in self.servers.items():
+            where = f"mcp.servers.{name}"
+            for key, value in row.items():
+                if key not in MCP_SERVER_KEYS:
+                    raise ConfigError(f"unknown config key {where}.{key} (known: {', '.join(MCP_SERVER_KEYS)})")
+                if not isinstance(value, MCP_SERVER_KEYS[key]):
+                    raise ConfigError(f"config key {where}.{key} has the wrong type: {value!r}")
+            if not str(row.get("command", "")).strip():
+                raise ConfigError(f"config key {where}.command must name the server's executable")
+            if not all(isinstance(x, str) for x in [*row.get("args", ()), *row.get("agents", ())]):
+                raise ConfigError(f"config keys {where}.args and .agents must be lists of strings")
+            if not all(isinstance(v, str) for v in dict(row.get("env", {})).values()):
+                raise ConfigError(f"config key {where}.env must map names to strings")
+
+
+@dataclass(frozen=True)
+class CorvidToolsConfig:
+    """The runtime's own ``corvid_*`` tools (``corvid_actors.tools.corvid_tools``)."""
+
+    #: MAX_INVOKE_DEPTH: a session at a deeper depth may not message another agent
+    max_agent_depth: int = field(default=3, metadata=AT_LEAST_ONE)
+    #: how long corvid_send_message waits for the recipient's reply (runtime clock)
+    agent_reply_timeout_s: float = field(default=600.0, metadata=POSITIVE)
+    #: agent-sourced sessions lose corvid_send_message / corvid_list_agents (no recursion)
+    restrict_agent_sessions: bool = True
+    extend_timeout_min_minutes: float = field(default=1.0, metadata=POSITIVE)
+    extend_timeout_max_minutes: float = field(default=120.0, metadata=POSITIVE)
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration, one frozen dataclass per section."""
 
@@ -189,6 +338,14 @@ class Config:
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     credits: CreditsConfig = field(default_factory=CreditsConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    mcp: McpConfig = field(default_factory=McpConfig)
+    corvid_tools: CorvidToolsConfig = field(default_factory=CorvidToolsConfig)
+    plan: PlanConfig = field(default_factory=PlanConfig)
+    payload_guard: PayloadGuardConfig = field(default_factory=PayloadGuardConfig)
+    observation: ObservationConfig = field(default_factory=ObservationConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    command_policy: CommandPolicyConfig = field(default_factory=CommandPolicyConfig)
 
     def replace(self, **sections: Mapping[str, Any]) -> Config:
         """A copy with some keys changed: ``cfg.replace(supervisor={"max_restarts": 5})``."""
@@ -333,6 +490,11 @@ def _coerce(key: str, hint: Any, raw: Any) -> Any:
         if isinstance(raw, list | tuple) and all(isinstance(x, str) for x in raw):
             return tuple(raw)
         raise ConfigError(f"config key {key} must be a list of strings, got {raw!r}")
+    if origin is dict and typing.get_origin(typing.get_args(hint)[1]) is dict:
+        # A table of tables ([mcp.servers.NAME]); its section validates the rows.
+        if isinstance(raw, Mapping) and all(isinstance(row, Mapping) for row in raw.values()):
+            return {str(name): dict(row) for name, row in raw.items()}
+        raise ConfigError(f"config key {key} must be a table of tables, got {raw!r}")
     if origin is dict:
         if isinstance(raw, Mapping):
             out = {}

@@ -39,7 +39,14 @@ from corvid_actors.errors import RuntimeStoppedError
 from corvid_actors.loop.effects import Loop
 from corvid_actors.providers.base import Provider
 from corvid_actors.tools.base import PermissionCheck, ToolRegistry
-from corvid_actors.wiring import LoopFactory, LoopSpec, SessionBuilder, default_tool_registry
+from corvid_actors.wiring import (
+    ApprovalPolicyFactory,
+    HistoryPolicyFactory,
+    LoopFactory,
+    LoopSpec,
+    SessionBuilder,
+    default_tool_registry,
+)
 
 __all__ = ["Runtime", "LoopSpec"]
 
@@ -79,6 +86,17 @@ class Runtime:
         loops / loop_for_provider: loop factories by kind, and which kind a provider gets.
         permission_check_factory: ``(mode, tools, project_dir, protected) -> PermissionCheck``.
         with_slot_pool / with_credits: start the optional actors.
+        approval_policy_factory: ``(LoopSpec) -> ApprovalPolicy`` refining every permission
+            decision (default: the command allowlist / session-signature policy,
+            ``corvid_actors.tools.command_policy``).
+        history_policy_factory: ``(LoopSpec) -> HistoryPolicy | None``, applied to the
+            conversation before each model call (default: amnesia/dementia from ``[memory]``,
+            ``corvid_actors.loop.memory_policy``).
+        ``providers`` may also be a factory ``(config) -> {name: Provider}``. With ``clock``,
+        ``store`` and ``tool_registry_factory`` these are the collaborators a host replaces
+        without patching the core (the OpenAgent seed's DI hooks).
+        runtime_tools: offer the corvid_* tools and the agents' MCP servers
+            (``corvid_actors.tools.corvid_tools``) besides ``extra_tools``.
     """
 
     def __init__(
@@ -88,7 +106,7 @@ class Runtime:
         clock: Clock | None = None,
         store: Store | None = None,
         store_url: str | None = None,
-        providers: Mapping[str, Provider] | None = None,
+        providers: Mapping[str, Provider] | Callable[[Config], Mapping[str, Provider]] | None = None,
         tool_registry_factory: Callable[[], ToolRegistry] = default_tool_registry,
         loops: Mapping[str, LoopFactory] | None = None,
         loop_for_provider: Mapping[str, str] | None = None,
@@ -98,6 +116,9 @@ class Runtime:
         with_credits: bool = False,
         is_owner: Callable[[str], bool] | None = None,
         reset_stale: bool = True,
+        approval_policy_factory: ApprovalPolicyFactory | None = None,
+        history_policy_factory: HistoryPolicyFactory | None = None,
+        runtime_tools: bool = True,
     ) -> None:
         self.config = config or load_config()
         self.clock: Clock = clock or RealClock()
@@ -105,14 +126,22 @@ class Runtime:
         self._owns_store = store is None
         self.store = store or Store(store_url or self.config.store.resolved_url(),
                                     busy_timeout_ms=self.config.store.sqlite_busy_timeout_ms)
+        if callable(providers) and not isinstance(providers, Mapping):
+            providers = providers(self.config)
         self.providers = dict(providers) if providers is not None else default_providers(self.config)
         self.builder = SessionBuilder(
             config=self.config, clock=self.clock, providers=self.providers,
             tool_registry_factory=tool_registry_factory, loops=loops, loop_for_provider=loop_for_provider,
             permission_check_factory=permission_check_factory,
             workspace_dir=Path(workspace_dir) if workspace_dir else None, extra_tools=extra_tools,
+            approval_policy_factory=approval_policy_factory, history_policy_factory=history_policy_factory,
         )
         self.builder.bind_store(self.store)
+        if runtime_tools:
+            # corvid_* tools and the agents' external MCP servers, after the host's extra_tools
+            from corvid_actors.tools.corvid_tools import install_session_tools
+
+            install_session_tools(self, extra_tools)
         self._stopped = False
         self.stale_session_ids: list[str] = self.store.reset_stale_sessions() if reset_stale else []
 
@@ -202,7 +231,39 @@ class Runtime:
         self._ask(sv.CleanupSessionState(session_id))
 
     def session_info(self, session_id: str | None = None) -> dict[str, Any]:
-        return dict(self._ask(sv.SessionInfo(session_id)))
+        """In-memory facts per session, plus each one's current ``plan`` (see get_plan)."""
+        info = dict(self._ask(sv.SessionInfo(session_id)))
+        for sid, facts in info.items():
+            if isinstance(facts, dict):
+                facts["plan"] = self._stored_plan(sid)
+        return info
+
+    # --- plans and full tool outputs (OpenAgent seed) ---------------------------------------------
+
+    def get_plan(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's current plan: ``[{"id", "title", "status", "waiting_for"}, …]``.
+
+        Read from the store (``sessions.plan``), which the session updates before it
+        publishes each ``plan`` event; works for idle sessions too. Render it for people
+        with ``corvid_actors.loop.plan.render_plan``. Raises NotFoundError for an unknown id.
+        """
+        self.store.require_session(session_id)
+        return self._stored_plan(session_id)
+
+    def _stored_plan(self, session_id: str) -> list[dict[str, Any]]:
+        from corvid_actors.loop.plan import plan_from_json
+
+        row = self.store.get_session(session_id)
+        return plan_from_json(getattr(row, "plan", "")) if row is not None else []
+
+    def get_tool_outputs(self, session_id: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The complete outputs of the session's last ``limit`` tool calls whose output the
+        model saw only in part (observation caps), oldest first: ``{"call_id",
+        "tool_name", "is_error", "bytes", "output"}``."""
+        from corvid_actors.loop.observation import OPERATOR_OUTPUT_ROLE, parse_operator_record
+
+        rows = self.store.recent_messages(session_id, limit, roles=(OPERATOR_OUTPUT_ROLE,))
+        return [record for _, content in rows if (record := parse_operator_record(content)) is not None]
 
     # --- approvals, slots ---------------------------------------------------------------------
 
@@ -219,6 +280,40 @@ class Runtime:
 
     def slot_stats(self) -> dict[str, Any]:
         return dict(self._ask(SlotStats(), self.slot_pool))
+
+    # --- credits (Runtime(with_credits=True)) -------------------------------------------------
+
+    def grant_credits(self, participant: str, amount: int, *, type: str = "grant", reference: str = "") -> int:
+        """Add ``amount`` (> 0) credits (``type``: grant | purchase | refund); returns the balance."""
+        from corvid_actors.actors.credits import GrantCredits
+
+        return int(self._ask(GrantCredits(participant, amount, type, reference), self._credit_bank()))
+
+    def credit_balance(self, participant: str) -> int:
+        """The participant's balance (0 without an account)."""
+        from corvid_actors.actors.credits import GetBalance
+
+        return int(self._ask(GetBalance(participant), self._credit_bank()))
+
+    def credit_transactions(self, participant: str, limit: int = 10) -> list[dict[str, Any]]:
+        """The latest ``limit`` ledger rows of ``participant``, newest first."""
+        from corvid_actors.actors.credits import GetTransactions
+
+        return list(self._ask(GetTransactions(participant, limit), self._credit_bank()))
+
+    def open_credit_account(self, participant: str) -> Any:
+        """Open the account with the first-time free credits if it has none (idempotent).
+        Returns an ``Account(participant, balance, created)``."""
+        from corvid_actors.actors.credits import OpenAccount
+
+        return self._ask(OpenAccount(participant), self._credit_bank())
+
+    def _credit_bank(self) -> pykka.ActorRef[Any]:
+        if self.credits is None:
+            from corvid_actors.errors import ConfigError
+
+            raise ConfigError("credits are not enabled: create the runtime with Runtime(with_credits=True)")
+        return self.credits
 
     # --- sessions ----------------------------------------------------------------------------
 

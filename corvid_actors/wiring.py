@@ -9,6 +9,7 @@ factory, loop factories), so a host changes behaviour without patching the core.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,9 +43,23 @@ class LoopSpec:
     council_role: str | None
     config: Config
     provider_name: str
+    #: the OpenAgent rules' inputs (corvid_actors.loop.rules.rules_for reads them)
+    agent_name: str = ""
+    permission_mode: str = "default"
+    #: names of the session's COMMAND tools (observation tails, command approval policy)
+    command_tools: tuple[str, ...] = ()
+    #: the plan stored for this session (sessions.plan), resumed by a new incarnation
+    initial_plan: tuple[dict[str, Any], ...] = ()
+    #: made by the approval / history policy factories (None: no policy)
+    approval_policy: Any = None
+    history_policy: Any = None
 
 
 LoopFactory = Callable[[LoopSpec], Loop]
+#: ``(spec) -> ApprovalPolicy`` (corvid_actors.tools.command_policy); spec has no policies yet
+ApprovalPolicyFactory = Callable[[LoopSpec], Any]
+#: ``(spec) -> HistoryPolicy | None`` (corvid_actors.loop.memory_policy)
+HistoryPolicyFactory = Callable[[LoopSpec], Any]
 
 
 @dataclass(frozen=True)
@@ -59,6 +74,11 @@ class BuiltSession:
     uses_slots: bool
     slot_weight: int
     approval_timeout_s: float
+    #: blocking closers of what this incarnation owns (MCP server processes); the
+    #: supervisor runs them on a worker thread when the incarnation ends, on every path
+    resources: tuple[Callable[[], None], ...] = ()
+    #: events published right after ``session_started`` (e.g. an MCP server that failed)
+    notices: tuple[Any, ...] = ()
 
 
 def conversation_loop(spec: LoopSpec) -> Loop:
@@ -75,10 +95,12 @@ def direct_loop(spec: LoopSpec) -> Loop:
         max_mid_chain_nudges=d.max_mid_chain_nudges, trim_usage_threshold=d.trim_usage_threshold,
         tool_result_share=d.tool_result_share, tool_result_min_chars=d.tool_result_min_chars,
     )
+    from corvid_actors.loop.rules import rules_for
+
     return DirectLoop(
         model=spec.model, system_prompt=spec.system_prompt, tools=spec.tools.specs(),
         permission_check=spec.permission_check, context_window=spec.context_window, settings=settings,
-        council_role=spec.council_role,
+        council_role=spec.council_role, rules=rules_for(spec),
     )
 
 
@@ -92,10 +114,14 @@ def sdk_loop(spec: LoopSpec) -> Loop:
         doom_loop_threshold=s.doom_loop_threshold,
         retry=RetrySettings(base_s=s.retry_base_s, cap_s=s.retry_cap_s, retry_after_cap_s=s.retry_after_cap_s,
                             max_attempts=s.retry_max_attempts),
+        stop_on_denial=s.stop_on_denial,
     )
+    from corvid_actors.loop.rules import rules_for
+
     return SdkLoop(
         model=spec.model, system_prompt=spec.system_prompt, tools=spec.tools.specs(),
         permission_check=spec.permission_check, context_window=spec.context_window, settings=settings,
+        rules=rules_for(spec),
     )
 
 
@@ -130,7 +156,13 @@ class SessionBuilder:
         permission_check_factory: Callable[..., PermissionCheck] | None = None,
         workspace_dir: Path | None = None,
         extra_tools: Callable[[SessionContext], ToolRegistry] | None = None,
+        approval_policy_factory: ApprovalPolicyFactory | None = None,
+        history_policy_factory: HistoryPolicyFactory | None = None,
     ) -> None:
+        from corvid_actors.loop.rules import default_approval_policy, default_history_policy
+
+        self.approval_policy_factory = approval_policy_factory or default_approval_policy
+        self.history_policy_factory = history_policy_factory or default_history_policy
         self.config = config
         self.clock = clock
         self.providers = dict(providers)
@@ -194,7 +226,19 @@ class SessionBuilder:
     # --- building ----------------------------------------------------------------------------
 
     def build(self, ctx: SessionContext) -> BuiltSession:
+        # What extra_tools started (MCP servers) must not outlive a build that fails.
+        resources: list[Callable[[], None]] = []
+        try:
+            return self._build(ctx, resources)
+        except BaseException:
+            if resources:
+                threading.Thread(target=close_resources, args=(tuple(resources), ctx.session.id),
+                                 name="close-failed-build", daemon=True).start()
+            raise
+
+    def _build(self, ctx: SessionContext, resources: list[Callable[[], None]]) -> BuiltSession:
         session, agent = ctx.session, ctx.agent
+        notices: list[Any] = []
         provider_name = self.route(agent)
         provider = self.provider(provider_name)
         model = self.model_for(provider_name, agent, session.council_role)
@@ -208,11 +252,16 @@ class SessionBuilder:
         if loop_kind != "conversation" and session.council_role not in COUNCIL_DELIBERATION_ROLES:
             registry = self.tool_registry_factory()
             if self.extra_tools is not None:
-                for tool in self.extra_tools(ctx):
+                extra = self.extra_tools(ctx)
+                # A hook may return a registry that also carries closers and notices
+                # (corvid_actors.tools.mcp_client.SessionTools).
+                resources.extend(getattr(extra, "closers", ()))
+                notices.extend(getattr(extra, "notices", ()))
+                for tool in extra:
                     registry.add(tool)
             allowed = ctx.tool_permissions(defaults=registry.names())
             tools = registry.filtered(allowed)
-            if session.source == "agent":
+            if session.source == "agent" and self.config.corvid_tools.restrict_agent_sessions:
                 tools = tools.filtered([n for n in tools.names() if n not in AGENT_RESTRICTED_TOOLS])
 
         info = provider.model_info(model)
@@ -227,6 +276,7 @@ class SessionBuilder:
         )
         spec = LoopSpec(model, system_prompt, tools, permission_check, info.context_window,
                         session.council_role, self.config, provider_name)
+        spec = self._with_policies(spec, ctx, mode)
         loop = self.loops[loop_kind](spec)
 
         from corvid_actors.tools.env import safe_env
@@ -247,7 +297,24 @@ class SessionBuilder:
             provider_name=provider_name, provider=provider, model=model, loop=loop, tools=tools,
             tool_context=tool_context, pid_kind="sdk" if provider_name == "anthropic" else "direct",
             uses_slots=provider_name == "ollama", slot_weight=weight, approval_timeout_s=approval_timeout,
+            resources=tuple(resources), notices=tuple(notices),
         )
+
+    def _with_policies(self, spec: LoopSpec, ctx: SessionContext, mode: str) -> LoopSpec:
+        """The spec with the OpenAgent rules' inputs: agent, mode, command tools, stored
+        plan, and the policies the injected factories make from it."""
+        from dataclasses import replace
+
+        from corvid_actors.loop.plan import plan_from_json
+        from corvid_actors.tools.base import ToolKind
+
+        spec = replace(
+            spec, agent_name=ctx.agent.name if ctx.agent is not None else "", permission_mode=mode or "default",
+            command_tools=tuple(t.name for t in spec.tools if t.kind is ToolKind.COMMAND),
+            initial_plan=tuple(plan_from_json(getattr(ctx.session, "plan", ""))),
+        )
+        return replace(spec, approval_policy=self.approval_policy_factory(spec),
+                       history_policy=self.history_policy_factory(spec))
 
     def _permission_check(self, mode: str, tools: ToolRegistry, project_dir: Path,
                           protected: tuple[str, ...]) -> PermissionCheck:
@@ -276,6 +343,17 @@ class SessionBuilder:
     def _call_later(delay_s: float, fn: Callable[[], None]) -> Callable[[], None]:
         # Tool deadlines guard real subprocesses: always real time (see clock.io_clock).
         return io_clock().call_later(delay_s, fn).cancel
+
+
+def close_resources(closers: tuple[Callable[[], None], ...], session_id: str) -> None:
+    """Run every closer (blocking); one that fails is logged and the others still run."""
+    for close in closers:
+        try:
+            close()
+        except Exception:  # noqa: BLE001 - a closer must not stop the others
+            from loguru import logger
+
+            logger.bind(session_id=session_id).exception("closing a session resource failed")
 
 
 def default_workspace() -> Path:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import pykka
@@ -36,11 +37,15 @@ from corvid_actors.events import (
     Assistant,
     ContentBlockDelta,
     Event,
+    PlanEvent,
     QueueStatus,
     Result,
     RetryScheduled,
+    SystemEvent,
 )
 from corvid_actors.loop import effects as fx
+from corvid_actors.loop.payload_guard import SNAPSHOT_ROLE, request_size
+from corvid_actors.loop.plan import plan_to_json
 from corvid_actors.providers.base import (
     CancelToken,
     ErrorKind,
@@ -223,6 +228,8 @@ class SessionWiring:
     approvals: pykka.ActorRef[Any] | None = None
     approval_timeout_s: float = 55.0
     slot_weight: int = 1
+    #: where payload-growth snapshots are written (None: not written, only logged)
+    snapshot_dir: Path | None = None
 
 
 class SessionActor(TrackedActor):
@@ -352,12 +359,34 @@ class SessionActor(TrackedActor):
                     self._turn_finished()
                 case fx.Exit(code):
                     self._end(code)
+                case fx.PersistMessage(role, content) if role == SNAPSHOT_ROLE:
+                    self._write_snapshot(content)
                 case fx.PersistMessage(role, content):
                     # Assistant replies are persisted from their Assistant events already.
                     if role != "assistant":
                         self.w.store.append_message(self.sid, role, content)
 
+    def _write_snapshot(self, content: str) -> None:
+        """The payload-growth failsafe's diagnostic snapshot → a file in the data directory."""
+        log = logger.bind(session_id=self.sid)
+        if self.w.snapshot_dir is None:
+            log.warning("payload-growth snapshot not written: no snapshot directory configured")
+            return
+        stamp = self._clock.now().strftime("%Y%m%dT%H%M%S%fZ")
+        path = self.w.snapshot_dir / f"payload-{self.sid}-{stamp}.json"
+        try:
+            self.w.snapshot_dir.mkdir(parents=True, exist_ok=True)
+            path.write_text(content, encoding="utf-8")
+        except OSError as exc:
+            log.warning("payload-growth snapshot not written to {}: {}", path, exc)
+            return
+        log.warning("payload-growth snapshot written to {}", path)
+        self.w.lifeline.publish(SystemEvent(subtype="payload_snapshot", message=str(path)))
+
     def _emit(self, event: Event) -> None:
+        if isinstance(event, PlanEvent):
+            # stored before it is published: a reader told of the change finds it in the store
+            self.w.store.update_session(self.sid, plan=plan_to_json(event.steps))
         if isinstance(event, RetryScheduled) and not event.due_at:
             due = self._clock.now().timestamp() + event.delay_s
             event = replace(event, due_at=_iso(due))
@@ -524,12 +553,8 @@ class SessionActor(TrackedActor):
 
 
 def _request_size(request: ModelRequest) -> int:
-    size = len(request.system.encode())
-    for message in request.messages:
-        size += len(message.content.encode()) + 16
-        for call in message.tool_calls:
-            size += len(call.name) + len(repr(call.arguments))
-    return size
+    # one measure for the actor and the loop's payload-growth failsafe
+    return request_size(request)
 
 
 def _iso(timestamp: float) -> str:

@@ -55,6 +55,7 @@ from corvid_actors.events import (
     SessionStopped,
     SystemEvent,
 )
+from corvid_actors.loop.payload_guard import snapshot_dir
 from corvid_actors.loop.prompts import build_resume_prompt
 from corvid_actors.supervision import (
     auto_resume_delay,
@@ -202,6 +203,8 @@ class _Incarnation:
     started_at: float
     provider_name: str
     timeout_s: float
+    #: blocking closers of what the incarnation owns (BuiltSession.resources)
+    resources: tuple[Any, ...] = ()
 
 
 @dataclass
@@ -335,8 +338,11 @@ class SessionSupervisor(TrackedActor):
                 self._probe_result(sid, seq, healthy)
             case _FallbackCheck():
                 self._fallback_scheduled = False
+                now = self.clock.monotonic()
                 for inc in self._running.values():
-                    tell(inc.ref, CheckTimeout())
+                    # an incarnation younger than its timeout cannot be overdue: leave it be
+                    if now - inc.started_at >= inc.timeout_s:
+                        tell(inc.ref, CheckTimeout())
                 self._ensure_housekeeping()
             case _Prune():
                 self._prune()
@@ -385,10 +391,11 @@ class SessionSupervisor(TrackedActor):
             idle_timeout_s=self.sup.session_idle_timeout_s,
             slot_pool=self.slot_pool if built.uses_slots else None, approvals=self.approvals,
             approval_timeout_s=built.approval_timeout_s, slot_weight=built.slot_weight,
+            snapshot_dir=snapshot_dir(self.cfg.store.data_dir, self.cfg.payload_guard.snapshot_dir),
         )
         ref = SessionActor.start(self._tracker, wiring)
         self._running[sid] = _Incarnation(gen, ref, lifeline, pid, self.clock.monotonic(), built.provider_name,
-                                          timeout_s)
+                                          timeout_s, resources=built.resources)
         meta = self._meta.setdefault(sid, _Meta(source=session.source))
         meta.source = session.source
         meta.turns_since_reset = 0
@@ -400,6 +407,8 @@ class SessionSupervisor(TrackedActor):
                                         _StableDue(sid, gen)))
         self._publish(sid, SessionStarted(pid=pid, generation=gen))
         self._publish(sid, SystemEvent(subtype="provider_selected", message=f"Provider: {built.provider_name} ({built.model})"))
+        for notice in built.notices:
+            self._publish(sid, notice)
         tell(ref, Begin(text))
         self._ensure_housekeeping()
         return pid
@@ -457,6 +466,17 @@ class SessionSupervisor(TrackedActor):
             tell(inc.ref, Abort())
             tell(self.timers, CancelTimer((sid, "stable")))
             self._release_session_resources(sid)
+            if not self._running and self._fallback_scheduled:
+                # nothing left to check: the safety net is not kept waiting for nobody
+                self._fallback_scheduled = False
+                tell(self.timers, CancelTimer(("supervisor", "fallback")))
+            if inc.resources:
+                # Closing may block (an MCP server gets a grace period before its process
+                # tree is killed): a tracked worker does it, so settle() waits for it.
+                from corvid_actors.wiring import close_resources
+
+                resources = inc.resources
+                self._tracker.run_tracked(lambda: close_resources(resources, sid), f"close-{sid[:8]}")
         return inc
 
     def _stop_session(self, sid: str, reason: str) -> None:
@@ -609,8 +629,12 @@ class SessionSupervisor(TrackedActor):
     def _ensure_housekeeping(self) -> None:
         if self._running and not self._fallback_scheduled:
             self._fallback_scheduled = True
-            tell(self.timers, ScheduleTimer(("supervisor", "fallback"), self.sup.timeout_fallback_check_s,
-                                            self.actor_ref, _FallbackCheck()))
+            # The safety net has nothing to do before the first incarnation could be overdue
+            # (timeouts only grow): schedule it for then, and every 60 s from then on.
+            now = self.clock.monotonic()
+            earliest_due = min(inc.started_at + inc.timeout_s for inc in self._running.values())
+            delay = max(self.sup.timeout_fallback_check_s, earliest_due - now)
+            tell(self.timers, ScheduleTimer(("supervisor", "fallback"), delay, self.actor_ref, _FallbackCheck()))
         if (self._running or self._meta or self._paused) and not self._prune_scheduled:
             self._prune_scheduled = True
             tell(self.timers, ScheduleTimer(("supervisor", "prune"), self.sup.orphan_prune_interval_s,

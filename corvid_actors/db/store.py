@@ -3,11 +3,14 @@
 One connection per store, shared by all actor threads and serialised by a lock: in
 one process there is never "database is locked" (SQLite sees one writer), and
 ``:memory:`` databases are the same database on every thread. SQLite runs in WAL mode
-with a busy timeout for other processes (the CLI reading while the daemon writes).
-PostgreSQL works through the same models, by URL.
+with a busy timeout for other processes (the CLI reading while the daemon writes), and
+every transaction begins IMMEDIATE so that another process's writer makes it wait, never
+fail. PostgreSQL works through the same models, by URL (see :mod:`.connect`).
 
 A write returns only after its transaction committed: ``append_message`` returning is
-the acknowledgement that the message is durable.
+the acknowledgement that the message is durable. Concurrent ``append_message`` calls share
+commits (group commit, ``corvid_actors.db.group_commit``): each still returns only after
+the transaction holding its row committed.
 """
 
 from __future__ import annotations
@@ -23,71 +26,18 @@ from typing import Any
 from urllib.parse import urlparse
 
 import peewee as pw
-from playhouse.db_url import connect as connect_url
 
+from corvid_actors.db.connect import enable_wal, open_database
+from corvid_actors.db.group_commit import GroupCommitter
+from corvid_actors.db.message_batches import MessageRow, insert_messages
 from corvid_actors.db.migrations import migrate
 from corvid_actors.db.models import build_models, new_id
 from corvid_actors.errors import NotFoundError, StoreError
 from corvid_actors.loop.prompts import compose_persona_prompt, strip_conversation_history
 
 _HISTORY_TAG = re.compile(r"</?conversation_history>", re.IGNORECASE)
-
-
-def open_database(url: str, *, busy_timeout_ms: int = 30000) -> pw.Database:
-    """A peewee database for ``url`` (sqlite:///path, sqlite:///:memory:, postgresql://…)."""
-    scheme = urlparse(url).scheme
-    if scheme.startswith("sqlite"):
-        path = url.split(":///", 1)[1] if ":///" in url else ""
-        if not path:
-            raise StoreError(f"SQLite URL needs a path: {url!r} (e.g. sqlite:///data/corvid.db)")
-        if path != ":memory:":
-            try:
-                Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StoreError(f"cannot create the directory for {url!r}: {exc}") from exc
-            path = str(Path(path).expanduser())
-        # journal_mode=wal is not a pragma here: see enable_wal (it needs a retry).
-        pragmas: dict[str, Any] = {"foreign_keys": 1, "busy_timeout": busy_timeout_ms}
-        if path != ":memory:":
-            pragmas["synchronous"] = "normal"
-        return pw.SqliteDatabase(path, pragmas=pragmas, check_same_thread=False, thread_safe=False)
-    if scheme.startswith(("postgres", "postgresql")):
-        try:
-            return connect_url(url, thread_safe=False, autorollback=True)
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise StoreError(
-                "PostgreSQL needs psycopg2: pip install 'corvid-actors[postgres]'"
-            ) from exc
-    raise StoreError(f"unsupported database URL {url!r}: use sqlite:///PATH or postgresql://…")
-
-
-#: attempts at switching a file database to WAL while other connections race for it
-_WAL_SWITCH_ATTEMPTS = 50
-
-
-def enable_wal(db: pw.SqliteDatabase) -> None:
-    """Put a file database in WAL mode (persistent: later connections find it set).
-
-    Switching to WAL needs an exclusive lock and SQLite answers "database is locked" at
-    once, without its busy handler, when another connection holds a lock (two processes
-    opening a fresh database together). Between attempts, ``BEGIN IMMEDIATE`` waits
-    (with the busy timeout) until the other connection's write lock is released.
-    """
-    last: Exception | None = None
-    for _ in range(_WAL_SWITCH_ATTEMPTS):
-        try:
-            mode = db.execute_sql("PRAGMA journal_mode = wal").fetchone()[0]
-        except pw.OperationalError as exc:
-            if "locked" not in str(exc):
-                raise
-            last = exc
-            db.execute_sql("BEGIN IMMEDIATE")
-            db.execute_sql("ROLLBACK")
-            continue
-        if str(mode).lower() == "wal":
-            return
-        raise StoreError(f"SQLite refused WAL mode (journal_mode is {mode!r})")
-    raise StoreError(f"could not switch the database to WAL mode: {last}")
+#: most append calls one group commit carries
+DEFAULT_MAX_MESSAGE_BATCH = 500
 
 
 @dataclass(frozen=True)
@@ -114,9 +64,16 @@ class SessionContext:
 class Store:
     """Typed access to the database. Thread-safe; every method is one transaction."""
 
-    def __init__(self, url: str = "sqlite:///:memory:", *, busy_timeout_ms: int = 30000) -> None:
+    def __init__(self, url: str = "sqlite:///:memory:", *, busy_timeout_ms: int = 30000,
+                 group_commit: bool = True, max_message_batch: int = DEFAULT_MAX_MESSAGE_BATCH) -> None:
         self.url = url
         self._lock = threading.RLock()
+        # Which threads are inside transaction(): their appends must join that transaction,
+        # not wait for a group commit that needs the lock they hold.
+        self._local = threading.local()
+        self.group_commit = group_commit
+        self._message_commits: GroupCommitter[tuple[MessageRow, ...], list[int]] = GroupCommitter(
+            self._commit_message_groups, max_batch=max_message_batch)
         self.db = open_database(url, busy_timeout_ms=busy_timeout_ms)
         try:
             self.db.connect(reuse_if_open=True)
@@ -144,12 +101,24 @@ class Store:
     def transaction(self) -> Iterator[None]:
         """One atomic unit under the store lock (for callers composing several writes)."""
         with self._lock:
+            self._local.depth = getattr(self._local, "depth", 0) + 1
             try:
                 with self._atomic():
                     yield
             except pw.DatabaseError as exc:
                 # Locked, constraint violated, connection lost: one error type for callers.
                 raise StoreError(f"database error: {exc}") from exc
+            finally:
+                self._local.depth -= 1
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The store's lock: held by whoever uses the connection."""
+        return self._lock
+
+    def in_transaction(self) -> bool:
+        """Is the calling thread inside :meth:`transaction`?"""
+        return bool(getattr(self._local, "depth", 0))
 
     def _atomic(self) -> Any:
         # SQLite: BEGIN IMMEDIATE takes the write lock up front, waiting (busy_timeout) for
@@ -298,10 +267,30 @@ class Store:
             # The resume prompt's own history block must not be stored, or the next
             # resume nests it (seed). Nested and unclosed blocks go whole.
             content = strip_conversation_history(content)
-        with self.transaction():
-            return self.m.SessionMessage.insert(
-                session=session_id, role=role, content=content, cost_usd=cost_usd
-            ).execute()
+        row: MessageRow = (session_id, role, content, cost_usd)
+        if self.group_commit and not self.in_transaction():
+            return self._message_commits.submit((row,))[0]
+        return insert_messages(self, [row])[0]
+
+    def append_messages(self, messages: Sequence[tuple[str, str, str]]) -> list[int]:
+        """Persist ``(session_id, role, content)`` messages atomically (all or none, e.g. a
+        turn's messages); their ids in order. Group-committed like :meth:`append_message`."""
+        rows: tuple[MessageRow, ...] = tuple(
+            (sid, role, strip_conversation_history(content) if _HISTORY_TAG.search(content) else content, 0.0)
+            for sid, role, content in messages)
+        if not rows:
+            return []
+        if self.group_commit and not self.in_transaction():
+            return self._message_commits.submit(rows)
+        return insert_messages(self, rows)
+
+    def _commit_message_groups(self, groups: Sequence[tuple[MessageRow, ...]]) -> list[list[int]]:
+        ids = insert_messages(self, [row for group in groups for row in group])
+        out, start = [], 0
+        for group in groups:
+            out.append(ids[start:start + len(group)])
+            start += len(group)
+        return out
 
     def recent_messages(self, session_id: str, limit: int, roles: Sequence[str] = ("user", "assistant")
                         ) -> list[tuple[str, str]]:

@@ -19,6 +19,10 @@ is :mod:`corvid_actors.loop.effects`; the rules live in pure modules beside this
   unsupported → tools off for the session, retried; retryable → backoff through
   ``Schedule``, and at ``api_failure_threshold`` consecutive failures (kept across
   turns until a success) ``ReportOutage``; anything else → ``error`` + ``Exit(1)``.
+- the OpenAgent rules (:mod:`.rules`, off unless ``rules`` is given): ``update_plan``,
+  the history policy before trimming, the plan in the system prompt, the payload-growth
+  failsafe before each call (a trip compacts to a plain-text summary, or stops),
+  observation caps on tool results, and the approval policy after the permission check.
 """
 
 from __future__ import annotations
@@ -74,7 +78,9 @@ from corvid_actors.loop.nudges import (
     nudge_message,
     strip_hallucination,
 )
+from corvid_actors.loop.payload_guard import GrowthCheck, compact_for_growth
 from corvid_actors.loop.repeats import RepeatTracker
+from corvid_actors.loop.rules import LoopRules
 from corvid_actors.loop.tiers import (
     DEFAULT_TIER_CAPS,
     ModelTier,
@@ -229,11 +235,13 @@ class DirectLoop:
         settings: DirectLoopSettings = DirectLoopSettings(),  # noqa: B008 - frozen
         council_role: str | None = None,
         history: Sequence[ChatMessage] = (),
+        rules: LoopRules | None = None,
     ) -> None:
         self._model = model
         self._settings = settings
+        self._rules = rules or LoopRules.off()
         self._council = council_role in COUNCIL_ROLES
-        self._tools: tuple[ToolSpec, ...] = () if self._council else tuple(tools)
+        self._tools: tuple[ToolSpec, ...] = () if self._council else self._rules.offered_tools(tools)
         self._tool_names = frozenset(spec.name for spec in self._tools)
         self._system = council_system_prompt(system_prompt) if self._council else system_prompt
         self._permission_check = permission_check
@@ -294,7 +302,7 @@ class DirectLoop:
             message = f"Could not acquire model slot for {self._model} — timed out waiting"
             return [Emit(ErrorEvent(error_type="slot_timeout", message=message)), Exit(1)]
         elif isinstance(event, ModelSucceeded) and phase is _Phase.WAIT_MODEL:
-            return self._on_response(event.response)
+            return self._rules.on_reply(event) + self._on_response(event.response)
         elif isinstance(event, ModelFailed) and phase is _Phase.WAIT_MODEL:
             return self._on_failure(event.error)
         elif isinstance(event, ToolFinished) and phase is _Phase.WAIT_TOOL:
@@ -317,6 +325,7 @@ class DirectLoop:
     def _begin_turn(self, text: str) -> list[Effect]:
         self._turn = self._new_turn()
         self._history.append(ChatMessage(role="user", content=text))
+        self._rules.begin_turn()
         self._phase = _Phase.WAIT_SLOT
         return [Emit(Thinking(thinking=True)), AcquireSlot(self._model)]
 
@@ -333,12 +342,28 @@ class DirectLoop:
         offer = purpose == "turn" and not self._tools_disabled
         request = ModelRequest(
             model=self._model,
-            system=self._system,
+            system=self._rules.system_prompt(self._system),
             messages=tuple(self._history),
             tools=self._tools if offer else (),
         )
+        verdict = self._rules.check(request)
+        if verdict.tripped:
+            return self._on_payload_growth(request, verdict, purpose)
         self._phase = _Phase.WAIT_MODEL
         return [CallModel(request, purpose=purpose)]
+
+    def _on_payload_growth(self, request: ModelRequest, verdict: GrowthCheck, purpose: str) -> list[Effect]:
+        """The failsafe tripped: the request is not sent; compact and go on, or stop."""
+        effects, stop = self._rules.trip(request, verdict)
+        if stop:
+            self._turn.metrics.termination_reason = "payload_growth"
+            self._phase = _Phase.DONE
+            return effects + [self._result("error")] + self._release() + [Exit(1)]
+        before = len(self._history)
+        self._history = compact_for_growth(self._history)
+        self._rules.compacted()
+        note = f"Conversation compacted: {before} messages replaced by a summary (payload growth)."
+        return effects + [Emit(SystemEvent(subtype="compaction", message=note))] + self._call_model(purpose)
 
     def _summary_epilogue(self) -> list[Effect]:
         self._turn.metrics.needs_summary = True
@@ -386,6 +411,7 @@ class DirectLoop:
     # --- context ----------------------------------------------------------------------
 
     def _prepare_context(self) -> list[Effect]:
+        self._history = self._rules.prepare_history(self._history)
         settings, history = self._settings, self._history
         # the newest assistant message's tool results are never "stale", however many
         last_assistant = max(
@@ -446,7 +472,11 @@ class DirectLoop:
         turn = self._turn
         text = strip_hallucination(response.text)
         effects: list[Effect] = [Emit(Assistant(content=text))] if text.strip() else []
-        self._tracker, stall = self._tracker.observe(response.tool_calls, self._settings)
+        # plan updates are bookkeeping: they neither make nor hide a stall
+        work = [c for c in response.tool_calls if not self._rules.is_plan_call(c)]
+        stall = None
+        if work:
+            self._tracker, stall = self._tracker.observe(work, self._settings)
         if stall is not None:
             # the stalled calls are not run, so they never enter the history
             self._tracker = RepeatTracker()
@@ -546,19 +576,26 @@ class DirectLoop:
                 text = f"Invalid arguments for tool {call.name}: {call.arguments_error}"
                 effects += self._record_result(call, ToolResult(text, True))
                 continue
-            decision = self._permission_check(call.name, dict(call.arguments))
+            if self._rules.is_plan_call(call):
+                # the plan is this loop's own state: no permission, no worker
+                result, plan_effects = self._rules.plan_call(call)
+                effects += plan_effects + self._record_result(call, result)
+                continue
+            review = self._rules.review(call, self._permission_check(call.name, dict(call.arguments)))
+            decision = review.decision
             if decision.permission is Permission.DENY:
                 effects += self._record_result(call, _denied(call.name, decision.message))
                 continue
             if decision.permission is Permission.ASK:
                 self._phase = _Phase.WAIT_APPROVAL
                 description = decision.description or f"Use tool: {call.name}"
-                return effects + [AskApproval(call, description)]
+                return effects + [AskApproval(call, description, review.kind)]
             return effects + self._run(call)
         turn.current = None
         return effects + [Emit(MessageStop())] + self._next_iteration()
 
     def _on_approval(self, call: ToolCall, decision: ApprovalDecided) -> list[Effect]:
+        self._rules.approved(call, decision)
         if not decision.allowed:
             return (
                 self._record_result(call, _denied(call.name, decision.message)) + self._next_call()
@@ -580,6 +617,7 @@ class DirectLoop:
 
     def _record_result(self, call: ToolCall, result: ToolResult) -> list[Effect]:
         """Cap ``result``, append it as a tool message and publish its status."""
+        result, kept = self._rules.observe(call, result)
         settings = self._settings
         used = estimate_messages_tokens(self._history, self._system, settings.token_settings)
         limit = max_tool_result_chars(self._context_window, used, settings)
@@ -606,7 +644,7 @@ class DirectLoop:
             state="error" if result.is_error else "completed",
             output=cap_tool_result(output, settings.tool_status_output_chars),
         )
-        return [Emit(status)]
+        return [*kept, Emit(status)]
 
 
 def _denied(name: str, message: str) -> ToolResult:

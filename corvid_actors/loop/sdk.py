@@ -18,6 +18,10 @@ Behaviour of the SDK-process and stream-processor seeds, without I/O (see
   in the same turn.
 - fatal errors: ``result`` subtype ``"error"``, ``error`` (``sdk_error``), ``Exit(1)``.
   ``abort()`` returns no effects, and nothing is emitted after it.
+- the OpenAgent rules (:mod:`.rules`, off unless ``rules`` is given): ``update_plan``,
+  the history policy before each call and compaction, the plan in the system prompt,
+  the payload-growth failsafe (a trip compacts through the summary call, or stops),
+  observation caps on tool results, and the approval policy after the permission check.
 """
 
 from __future__ import annotations
@@ -60,12 +64,14 @@ from corvid_actors.loop.effects import (
     TurnMetrics,
     UserMessage,
 )
+from corvid_actors.loop.payload_guard import GrowthCheck
 from corvid_actors.loop.prompts import (
     COMPACTION_SYSTEM_PROMPT,
     compacted_user_message,
     compaction_request_text,
 )
 from corvid_actors.loop.retry import RetrySettings, retry_delay, should_retry
+from corvid_actors.loop.rules import LoopRules
 from corvid_actors.providers.base import (
     ChatMessage,
     ErrorKind,
@@ -205,10 +211,14 @@ class SdkLoop:
         context_window: int,
         settings: SdkLoopSettings | None = None,
         history: Sequence[ChatMessage] = (),
+        rules: LoopRules | None = None,
     ) -> None:
         self._model = model
         self._system = system_prompt
-        self._tools = tuple(tools)
+        self._rules = rules or LoopRules.off()
+        self._tools = self._rules.offered_tools(tools)
+        # a compaction started by the payload-growth failsafe is outstanding
+        self._growth_compaction = False
         self._check = permission_check
         self._window = context_window
         self._s = settings or SdkLoopSettings()
@@ -268,7 +278,7 @@ class SdkLoop:
                 self._queued.append(text)
                 return []
             case ModelSucceeded(response=response) if self._phase is _Phase.MODEL:
-                return self._on_model_success(response)
+                return self._on_model_success(response, event)
             case ModelFailed(error=error) if self._phase is _Phase.MODEL:
                 return self._on_model_failure(error)
             case TimerFired(token=token) if (
@@ -290,6 +300,7 @@ class SdkLoop:
 
     def _begin_turn(self, text: str) -> list[Effect]:
         self._turn = _Turn(prompt=text)
+        self._rules.begin_turn()
         # the doom-loop guard is about the model repeating itself without human input
         self._recent.clear()
         self._messages.append(ChatMessage(role="user", content=text))
@@ -310,13 +321,32 @@ class SdkLoop:
         return self._call_model()
 
     def _call_model(self) -> list[Effect]:
+        self._messages = self._rules.prepare_history(self._messages)
         request = ModelRequest(
             model=self._model,
-            system=self._system,
+            system=self._rules.system_prompt(self._system),
             messages=tuple(self._messages),
             tools=self._tools,
         )
+        verdict = self._rules.check(request)
+        if verdict.tripped:
+            return self._on_payload_growth(request, verdict)
         return self._send(CallModel(request=request, purpose="turn"))
+
+    def _on_payload_growth(self, request: ModelRequest, verdict: GrowthCheck) -> list[Effect]:
+        """The failsafe tripped: the request is not sent; compact, or stop the session."""
+        effects, stop = self._rules.trip(request, verdict)
+        if stop:
+            return effects + self._stop_for_growth("the request payload ballooned")
+        self._rules.compacted()
+        self._growth_compaction = True
+        return effects + self._start_compaction()
+
+    def _stop_for_growth(self, why: str) -> list[Effect]:
+        self._turn.metrics.termination_reason = "payload_growth"
+        self._phase = _Phase.EXITED
+        self._pending = None
+        return [Emit(self._result("error", f"Session stopped: {why}")), Exit(1)]
 
     def _send(self, call: CallModel) -> list[Effect]:
         self._pending = call
@@ -363,14 +393,14 @@ class SdkLoop:
 
     # --- model results -------------------------------------------------------------
 
-    def _on_model_success(self, response: ModelResponse) -> list[Effect]:
+    def _on_model_success(self, response: ModelResponse, event: ModelSucceeded) -> list[Effect]:
         purpose = self._pending.purpose if self._pending else "turn"
         self._pending = None
         self._api_errors = 0
         self._turn.account(response)
         if purpose == "compaction":
             return self._on_compacted(response)
-        return self._on_turn_response(response)
+        return self._rules.on_reply(event) + self._on_turn_response(response)
 
     def _on_turn_response(self, response: ModelResponse) -> list[Effect]:
         turn = self._turn
@@ -493,6 +523,7 @@ class SdkLoop:
     # --- compaction ----------------------------------------------------------------
 
     def _start_compaction(self) -> list[Effect]:
+        self._messages = self._rules.prepare_history(self._messages)
         text = compaction_request_text(self._messages, self._s.compaction_entry_max_chars)
         request = ModelRequest(
             model=self._model,
@@ -506,6 +537,10 @@ class SdkLoop:
         turn = self._turn
         summary = response.text.strip()
         self._compact_due = False
+        for_growth, self._growth_compaction = self._growth_compaction, False
+        if not summary and for_growth:
+            # going on with the full conversation would send the runaway request
+            return self._stop_for_growth("compaction after payload growth returned no summary")
         if not summary:
             # nothing to continue from: keep the conversation, do not try again this turn
             turn.compaction_blocked = True
@@ -549,6 +584,10 @@ class SdkLoop:
         if call.arguments_error is not None:
             result = ToolResult(f"Invalid arguments for {call.name}: {call.arguments_error}", True)
             return effects + self._finish_call(call, result)
+        if self._rules.is_plan_call(call):
+            # the plan is this loop's own state: no doom-loop guard, no approval, no worker
+            result, plan_effects = self._rules.plan_call(call)
+            return effects + plan_effects + self._finish_call(call, result)
         self._recent.append((call.name, dict(call.arguments)))
         threshold = self._s.doom_loop_threshold
         if call.name not in self._doom_whitelist and is_doom_loop(list(self._recent), threshold):
@@ -562,15 +601,16 @@ class SdkLoop:
         return effects + self._authorize(call)
 
     def _authorize(self, call: ToolCall) -> list[Effect]:
-        decision = self._check(call.name, dict(call.arguments))
+        review = self._rules.review(call, self._check(call.name, dict(call.arguments)))
+        decision = review.decision
         if decision.permission is Permission.DENY:
             message = decision.message or f"Permission denied for {call.name}"
             return self._finish_call(call, ToolResult(message, is_error=True))
         if decision.permission is Permission.ASK:
-            self._approval_kind = "tool"
+            self._approval_kind = review.kind
             self._phase = _Phase.APPROVAL
             description = decision.description or f"Use tool: {call.name}"
-            return [AskApproval(call=call, description=description, kind="tool")]
+            return [AskApproval(call=call, description=description, kind=review.kind)]
         return self._run(call)
 
     def _run(self, call: ToolCall) -> list[Effect]:
@@ -592,6 +632,7 @@ class SdkLoop:
             # the repetition is allowed; the call still needs its ordinary permission
             effects = self._authorize(call)
         elif decision.allowed:
+            self._rules.approved(call, decision)
             if decision.updated_input is not None:
                 call = ToolCall(id=call.id, name=call.name, arguments=dict(decision.updated_input))
             effects = self._run(call)
@@ -604,6 +645,7 @@ class SdkLoop:
 
     def _finish_call(self, call: ToolCall, result: ToolResult) -> list[Effect]:
         """Record ``result`` for the current call and move to the next one."""
+        result, kept = self._rules.observe(call, result)
         self._messages.append(
             ChatMessage(
                 role="tool",
@@ -620,7 +662,7 @@ class SdkLoop:
         preview = result.output[: self._s.tool_preview_chars]
         status = ToolStatus(status_message=f"{verb} {call.name}", tool_name=call.name,
                             call_id=call.id, state=state, output=preview)
-        return [Emit(status)]
+        return [*kept, Emit(status)]
 
     def _skip_remaining(self, message: str) -> list[Effect]:
         """Answer every call not yet run with ``message`` (the API needs a result for each

@@ -1,0 +1,143 @@
+"""Pure helpers of the AdminActor: how sessions and events look to an operator.
+
+No actor, no thread: rows and dicts in, JSON-ready dicts out (``session_summary``), the
+log line for each lifecycle event (``LIFECYCLE_LOG``), the recent events of recent
+sessions (``RecentEvents``, owned by the AdminActor), session-id prefixes
+(``resolve_session_id``, a read of the store) and process figures (``process_stats``).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from loguru import logger
+
+from corvid_actors.admin_protocol import BAD_REQUEST, NOT_FOUND, AdminError
+
+#: events too frequent to keep or log per session (a follower still gets them)
+UNRECORDED_EVENTS = frozenset({"content_block_delta", "thinking", "context_usage"})
+
+#: shortest id prefix accepted for a session
+MIN_ID_PREFIX = 4
+
+
+def _text(event: Mapping[str, Any], key: str) -> str:
+    return str(event.get(key, ""))
+
+
+#: event type -> (log level, message) for the daemon's log
+LIFECYCLE_LOG: Mapping[str, tuple[str, Callable[[Mapping[str, Any]], str]]] = {
+    "session_started": ("INFO", lambda e: f"session started (pid {_text(e, 'pid')}, generation {_text(e, 'generation')})"),
+    "session_exited": ("INFO", lambda e: f"session exited with code {_text(e, 'code')} after {_text(e, 'num_turns')} turns"),
+    "session_stopped": ("INFO", lambda e: f"session stopped ({_text(e, 'reason')})"),
+    "session_paused": ("WARNING", lambda e: f"session paused until {_text(e, 'resume_at')} (attempt {_text(e, 'attempt')})"),
+    "session_resumed": ("INFO", lambda e: "session resumed " + ("automatically" if e.get("automatic") else "by hand")),
+    "session_restarting": ("WARNING", lambda e: f"session restart #{_text(e, 'attempt')} in {_text(e, 'delay_s')} s"),
+    "error": ("WARNING", lambda e: f"error [{_text(e, 'error_type')}] {_text(e, 'message')}"),
+    "approval_request": ("INFO", lambda e: f"approval {_text(e, 'id')} requested: {_text(e, 'description')}"),
+    "approval_resolved": ("INFO", lambda e: f"approval {_text(e, 'id')} resolved: {_text(e, 'behavior')}"),
+    "result": ("INFO", lambda e: f"turn finished ({_text(e, 'subtype')}, ${float(e.get('total_cost_usd') or 0):.4f})"),
+    "credits_low": ("WARNING", lambda e: f"low credits: {_text(e, 'remaining')} left"),
+}
+
+
+def session_summary(row: Any, info: Mapping[str, Any] | None, pending_approvals: int,
+                    agent_names: Mapping[str, str]) -> dict[str, Any]:
+    """One line of ``admin sessions``: the stored row joined with the supervisor's facts."""
+    return {
+        "id": row.id,
+        "name": row.name,
+        "status": row.status,
+        "agent": agent_names.get(row.agent_id, "") if row.agent_id else "",
+        "source": row.source,
+        "participant": row.participant,
+        "uptime_s": info.get("uptime_s", 0.0) if info and info.get("running") else None,
+        "restarts": info.get("restarts", 0) if info else 0,
+        "paused_until": info.get("paused_until") if info else None,
+        "pending_approvals": pending_approvals,
+        "cost_usd": round(float(row.total_cost_usd or 0.0), 6),
+        "turns": int(row.cumulative_turns or 0),
+        "restart_pending": bool(row.restart_pending),
+    }
+
+
+def resolve_session_id(store: Any, text: str) -> str:
+    """A full session id from an id or a unique prefix (at least ``MIN_ID_PREFIX`` chars)."""
+    if store.get_session(text) is not None:
+        return text
+    if len(text) < MIN_ID_PREFIX:
+        raise AdminError(NOT_FOUND, f"no session {text!r} (give the id or at least {MIN_ID_PREFIX} of its first characters)")
+    session = store.m.Session
+    with store.transaction():
+        matches = [row.id for row in session.select(session.id).where(session.id.startswith(text)).limit(2)]
+    if not matches:
+        raise AdminError(NOT_FOUND, f"no session {text!r}; see `corvid-actors admin sessions`")
+    if len(matches) > 1:
+        raise AdminError(BAD_REQUEST, f"session prefix {text!r} is ambiguous: give more characters")
+    return matches[0]
+
+
+def process_stats() -> dict[str, Any]:
+    """The daemon process: pid, threads, resident and peak memory (KiB)."""
+    stats: dict[str, Any] = {"pid": os.getpid(), "threads": threading.active_count(),
+                             "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+    try:
+        with open("/proc/self/statm", encoding="ascii") as fh:
+            pages = int(fh.read().split()[1])
+        stats["rss_kib"] = pages * os.sysconf("SC_PAGE_SIZE") // 1024
+    except (OSError, ValueError, IndexError):  # not Linux: the peak is all we have
+        pass
+    return stats
+
+
+class RecentEvents:
+    """The last ``per_session`` events of the ``sessions`` sessions heard from most
+    recently, each logged (lifecycle events only) with ``session_id`` and ``agent`` bound.
+    ``agent_of(session_id)`` names a session's agent (asked once per session)."""
+
+    def __init__(self, per_session: int, sessions: int, agent_of: Callable[[str], str]) -> None:
+        self.per_session = per_session
+        self.sessions = sessions
+        self._agent_of = agent_of
+        self._rings: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
+        self._agents: OrderedDict[str, str] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._rings)
+
+    def of(self, session_id: str) -> list[dict[str, Any]]:
+        return list(self._rings.get(session_id, ()))
+
+    def record(self, session_id: str, at: str, event: dict[str, Any]) -> None:
+        ring = self._rings.get(session_id)
+        if ring is None:
+            ring = self._rings[session_id] = deque(maxlen=self.per_session)
+            while len(self._rings) > self.sessions:
+                self._rings.popitem(last=False)
+        else:
+            self._rings.move_to_end(session_id)
+        ring.append({"at": at, **event})
+        self._log(session_id, event)
+
+    def _agent(self, session_id: str) -> str:
+        name = self._agents.get(session_id)
+        if name is None:
+            name = self._agents[session_id] = self._agent_of(session_id)
+            while len(self._agents) > self.sessions:
+                self._agents.popitem(last=False)
+        return name
+
+    def _log(self, session_id: str, event: dict[str, Any]) -> None:
+        rule = LIFECYCLE_LOG.get(event["type"])
+        if rule is None:
+            return
+        level, describe = rule
+        if event["type"] == "session_exited" and event.get("code"):
+            level = "WARNING"
+        logger.bind(session_id=session_id, agent=self._agent(session_id), event=event["type"]).log(
+            level, describe(event))

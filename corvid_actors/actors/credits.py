@@ -1,0 +1,211 @@
+"""The CreditBank actor: per-participant credits, charged once per model turn of chat sessions.
+
+The supervisor tells the bank :class:`ChargeTurn` for every ``result`` event (one model
+turn). The bank charges ``credits.credits_per_turn`` to the session's ``participant``
+when the session's source is charged (``chat``) and the participant is not an owner
+(``is_owner``, injected by the host). A first-time participant's account is opened with
+``credits.free_credits_on_first_message``. After a charge:
+
+- balance at or below ``credits.low_credit_threshold`` → a ``credits_low`` event on the
+  session (:class:`~corvid_actors.events.CreditsLow`);
+- a refused charge (the balance does not cover the turn) → an ``error`` event of type
+  ``credits_exhausted``, then ``StopProcess(session_id, "credits_exhausted")`` to the
+  supervisor, so the session ends with ``session_stopped``.
+
+The bank serialises its own requests (one mailbox); the ledger's guarded transaction
+(:mod:`corvid_actors.db.ledger`) keeps balances right across processes as well, so the
+balance never goes negative and no deduction is lost or doubled.
+
+Messages (all on the bank's thread):
+
+- :class:`ChargeTurn` (tell; an ask replies with the :class:`Deduction`, or None when
+  the turn was not charged);
+- :class:`OpenAccount` → :class:`Account`; :class:`GrantCredits` → new balance;
+  :class:`GetBalance` → int; :class:`GetTransactions` → list of dicts (newest first);
+- :class:`BindSupervisor` (tell) — the supervisor to stop exhausted sessions through
+  when a ``ChargeTurn`` names no ``reply_to``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+from loguru import logger
+
+from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
+from corvid_actors.actors.events import Publish
+from corvid_actors.actors.supervisor import StopProcess
+from corvid_actors.config import CreditsConfig
+from corvid_actors.db.ledger import Account, Deduction, Ledger
+from corvid_actors.events import CreditsLow, ErrorEvent
+
+__all__ = [
+    "CHARGED_SOURCES", "BindSupervisor", "ChargeTurn", "CreditBank", "GetBalance", "GetTransactions",
+    "GrantCredits", "OpenAccount", "payer_for", "exhausted_message", "low_message",
+]
+
+#: session sources whose turns cost credits (the seed's "algochat" sessions)
+CHARGED_SOURCES = frozenset({"chat"})
+
+
+# --- messages -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChargeTurn:
+    """One model turn of ``session_id`` finished; charge it if its source is charged.
+
+    ``reply_to`` is the supervisor, told ``StopProcess`` when the credits are exhausted.
+    """
+
+    session_id: str
+    source: str
+    reply_to: pykka.ActorRef[Any] | None = None
+
+
+@dataclass(frozen=True)
+class OpenAccount:
+    """Open ``participant``'s account with the first-time free credits (idempotent)."""
+
+    participant: str
+
+
+@dataclass(frozen=True)
+class GrantCredits:
+    """Add credits: ``type`` is grant | purchase | refund. Replies with the new balance."""
+
+    participant: str
+    amount: int
+    type: str = "grant"
+    reference: str = ""
+
+
+@dataclass(frozen=True)
+class GetBalance:
+    """Replies with the balance (0 for a participant without an account)."""
+
+    participant: str
+
+
+@dataclass(frozen=True)
+class GetTransactions:
+    participant: str
+    limit: int = 10
+
+
+@dataclass(frozen=True)
+class BindSupervisor:
+    ref: pykka.ActorRef[Any]
+
+
+# --- rules (pure) -------------------------------------------------------------------------
+
+
+def payer_for(source: str, participant: str, *, owner: bool) -> str | None:
+    """Who pays a turn: the participant of a charged-source session, unless an owner."""
+    if source not in CHARGED_SOURCES or not participant or owner:
+        return None
+    return participant
+
+
+def low_message(remaining: int) -> str:
+    return f"Low credits: {remaining} remaining. Top up to keep chatting."
+
+
+def exhausted_message(remaining: int, per_turn: int) -> str:
+    return (f"Session stopped: credits exhausted ({remaining} left, {per_turn} per turn). "
+            "Top up to resume; /credits shows your balance.")
+
+
+# --- the actor ----------------------------------------------------------------------------
+
+
+class CreditBank(TrackedActor):
+    """See the module docstring. ``store`` is the runtime's :class:`~corvid_actors.db.store.Store`."""
+
+    def __init__(self, tracker: ActivityTracker, *, store: Any, config: CreditsConfig,
+                 bus: pykka.ActorRef[Any] | None = None,
+                 is_owner: Callable[[str], bool] | None = None) -> None:
+        super().__init__(tracker)
+        self.store = store
+        self.ledger = Ledger(store)
+        self.cfg = config
+        self.bus = bus
+        self.is_owner = is_owner or (lambda participant: False)
+        self.supervisor: pykka.ActorRef[Any] | None = None
+
+    def on_receive(self, message: Any) -> Any:
+        match message:
+            case ChargeTurn(session_id, source, reply_to):
+                return self._charge_safely(session_id, source, reply_to)
+            case OpenAccount(participant):
+                return self.ledger.open_account(participant, self.cfg.free_credits_on_first_message)
+            case GrantCredits(participant, amount, type_, reference):
+                return self.ledger.credit(participant, amount, type=type_, reference=reference)
+            case GetBalance(participant):
+                balance = self.ledger.balance(participant)
+                return 0 if balance is None else balance
+            case GetTransactions(participant, limit):
+                return self.ledger.transactions(participant, limit)
+            case BindSupervisor(ref):
+                self.supervisor = ref
+            case _ if _is_runtime_bind(message):
+                self.supervisor = message.ref
+        return None
+
+    def _charge_safely(self, session_id: str, source: str,
+                       reply_to: pykka.ActorRef[Any] | None) -> Deduction | None:
+        # A charge arrives as a tell: an exception here would kill the bank (Pykka stops an
+        # actor whose tell raises), and with it every later charge. Log and go on.
+        try:
+            return self._charge(session_id, source, reply_to)
+        except Exception:  # noqa: BLE001 - StoreError mostly; anything else must not kill the bank either
+            logger.bind(session_id=session_id).opt(exception=True).error("credit charge failed; turn not charged")
+            return None
+
+    def _charge(self, session_id: str, source: str, reply_to: pykka.ActorRef[Any] | None) -> Deduction | None:
+        if source not in CHARGED_SOURCES:
+            return None  # cheap exit before any read: most sessions are never charged
+        session = self.store.get_session(session_id)
+        if session is None:
+            return None
+        participant = session.participant or ""
+        payer = payer_for(session.source, participant, owner=bool(participant) and self._owner(participant))
+        if payer is None:
+            if not participant:
+                logger.bind(session_id=session_id).warning("chat session without a participant: turn not charged")
+            return None
+        self.ledger.open_account(payer, self.cfg.free_credits_on_first_message)
+        cost = self.cfg.credits_per_turn
+        result = self.ledger.deduct(payer, cost, low_threshold=self.cfg.low_credit_threshold,
+                                    session_id=session_id)
+        if not result.success:
+            self._publish(session_id, ErrorEvent(error_type="credits_exhausted",
+                                                 message=exhausted_message(result.remaining, cost)))
+            tell(reply_to or self.supervisor, StopProcess(session_id, "credits_exhausted"))
+        elif result.is_low:
+            self._publish(session_id, CreditsLow(remaining=result.remaining, message=low_message(result.remaining)))
+        return result
+
+    def _owner(self, participant: str) -> bool:
+        try:
+            return bool(self.is_owner(participant))
+        except Exception:  # noqa: BLE001 - a broken host callback must not stop charging
+            logger.opt(exception=True).error("is_owner({!r}) raised; treating as not an owner", participant)
+            return False
+
+    def _publish(self, session_id: str, event: Any) -> None:
+        tell(self.bus, Publish(session_id, event))
+
+
+def _is_runtime_bind(message: Any) -> bool:
+    # Runtime tells ``runtime._BindSupervisor(ref)`` (defined there to keep this module
+    # free of a runtime import); accept it by shape.
+    return type(message).__name__ == "_BindSupervisor" and isinstance(getattr(message, "ref", None),
+                                                                       pykka.ActorRef)
+
+
+__all__ += ["Account", "Deduction"]

@@ -1,0 +1,197 @@
+"""The admin protocol: JSON lines, one object per line in each direction, every request checked.
+
+    request  {"cmd": "sessions", "args": {"status": "running"}, "id": 7, "token": "..."}
+    reply    {"id": 7, "ok": true, "result": [...]}
+             {"id": 7, "ok": false, "error": {"code": "bad_request", "message": "..."}}
+
+``args``, ``id`` and ``token`` are optional (``token`` is required when the daemon has
+one). :func:`parse_request` checks a line against :data:`COMMANDS` — garbage, unknown
+commands, unknown or missing arguments and wrong types are all rejected with a reason —
+before anything reaches the AdminActor. ``follow`` replies once and then streams
+``{"session_id": ..., "at": ..., "event": {...}}`` lines (and ``{"dropped": n}`` when a
+slow reader lost events) until a last ``{"end": reason}`` line. Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from corvid_actors.errors import CorvidError
+
+#: error codes a reply may carry
+BAD_REQUEST = "bad_request"
+UNKNOWN_COMMAND = "unknown_command"
+UNAUTHORIZED = "unauthorized"
+TOO_LARGE = "too_large"
+NOT_FOUND = "not_found"
+CONFLICT = "conflict"
+UNAVAILABLE = "unavailable"
+SHUTTING_DOWN = "shutting_down"
+BUSY = "busy"
+INTERNAL = "internal"
+
+
+class AdminError(CorvidError):
+    """An admin request failed; ``code`` is one of this module's error codes."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of a command: its JSON type, whether it is required, and a range rule."""
+
+    kind: str  # "str" | "int" | "number" | "bool"
+    required: bool = False
+    check: Callable[[Any], bool] | None = None
+    must: str = ""
+
+
+def _text(required: bool = False) -> Arg:
+    return Arg("str", required, lambda v: bool(v.strip()), "must not be empty")
+
+
+def _positive(kind: str, required: bool = True) -> Arg:
+    return Arg(kind, required, lambda v: v > 0, "must be > 0")
+
+
+_SESSION = _text(required=True)
+
+#: every command the socket accepts, with its arguments
+COMMANDS: Mapping[str, Mapping[str, Arg]] = {
+    "health": {},
+    "stats": {},
+    "agents": {},
+    "sessions": {"status": _text(), "limit": _positive("int", required=False)},
+    "session": {"session": _SESSION, "events": _positive("int", required=False),
+                "messages": _positive("int", required=False)},
+    "start": {"agent": _text(required=True), "prompt": _text(required=True), "source": _text(),
+              "name": Arg("str"), "participant": Arg("str")},
+    "send": {"session": _SESSION, "text": _text(required=True)},
+    "stop": {"session": _SESSION},
+    "resume": {"session": _SESSION},
+    "extend": {"session": _SESSION, "minutes": _positive("number")},
+    "approvals": {"session": _text()},
+    "approve": {"approval": _text(required=True), "session_wide": Arg("bool"), "message": Arg("str")},
+    "deny": {"approval": _text(required=True), "message": Arg("str")},
+    "mode": {"mode": _text()},
+    "credits_balance": {"participant": _text(required=True), "transactions": _positive("int", required=False)},
+    "credits_grant": {"participant": _text(required=True), "amount": _positive("int"), "reason": Arg("str")},
+    "shutdown": {"reason": _text()},
+    "follow": {"session": _text()},
+}
+
+
+@dataclass(frozen=True)
+class Request:
+    """A checked request: a known command with well-typed arguments."""
+
+    cmd: str
+    args: dict[str, Any] = field(default_factory=dict)
+    id: str | int | None = None
+
+
+class RequestRejected(AdminError):
+    """The request itself is invalid; carries the request id when one could be read."""
+
+    def __init__(self, code: str, message: str, request_id: str | int | None = None) -> None:
+        super().__init__(code, message)
+        self.request_id = request_id
+
+
+def _type_ok(kind: str, value: Any) -> bool:
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    raise ValueError(f"unknown argument kind {kind!r}")  # pragma: no cover - a table typo
+
+
+_KIND_NAMES = {"str": "a string", "bool": "true or false", "int": "an integer", "number": "a number"}
+
+
+def parse_request(line: bytes, *, token: str = "") -> Request:
+    """Check one request line; raises :class:`RequestRejected` saying what is wrong.
+
+    A pure function: the same line always gives the same answer.
+    """
+    try:
+        data = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise RequestRejected(BAD_REQUEST, "request is not UTF-8 text") from None
+    except (ValueError, RecursionError):
+        raise RequestRejected(BAD_REQUEST, 'request is not valid JSON: send one object per line, '
+                                           'e.g. {"cmd": "health"}') from None
+    if not isinstance(data, dict):
+        raise RequestRejected(BAD_REQUEST, 'request must be a JSON object, e.g. {"cmd": "health"}')
+    request_id = data.get("id")
+    if request_id is not None and not (isinstance(request_id, str | int) and not isinstance(request_id, bool)):
+        raise RequestRejected(BAD_REQUEST, '"id" must be a string or an integer')
+    unknown = set(data) - {"cmd", "args", "id", "token"}
+    if unknown:
+        raise RequestRejected(BAD_REQUEST, f"unknown request field(s): {', '.join(sorted(unknown))}", request_id)
+    if token:
+        given = data.get("token")
+        if not isinstance(given, str) or not hmac.compare_digest(given.encode(), token.encode()):
+            raise RequestRejected(UNAUTHORIZED, "a valid admin token is required (CORVID_ADMIN_TOKEN)",
+                                  request_id)
+    cmd = data.get("cmd")
+    if not isinstance(cmd, str):
+        raise RequestRejected(BAD_REQUEST, '"cmd" must be a string naming a command', request_id)
+    spec = COMMANDS.get(cmd)
+    if spec is None:
+        known = ", ".join(sorted(COMMANDS))
+        raise RequestRejected(UNKNOWN_COMMAND, f"unknown command {cmd[:64]!r}; known: {known}", request_id)
+    args = data.get("args", {})
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise RequestRejected(BAD_REQUEST, '"args" must be a JSON object', request_id)
+    return Request(cmd, _check_args(cmd, spec, args, request_id), request_id)
+
+
+def _check_args(cmd: str, spec: Mapping[str, Arg], args: dict[str, Any], request_id: Any) -> dict[str, Any]:
+    extra = set(args) - set(spec)
+    if extra:
+        allowed = ", ".join(spec) or "none"
+        raise RequestRejected(BAD_REQUEST, f"{cmd}: unknown argument(s) {', '.join(sorted(extra))} "
+                                           f"(allowed: {allowed})", request_id)
+    checked: dict[str, Any] = {}
+    for name, arg in spec.items():
+        if name not in args or args[name] is None:
+            if arg.required:
+                raise RequestRejected(BAD_REQUEST, f"{cmd}: argument {name!r} is required", request_id)
+            continue
+        value = args[name]
+        if not _type_ok(arg.kind, value):
+            raise RequestRejected(BAD_REQUEST, f"{cmd}: argument {name!r} must be {_KIND_NAMES[arg.kind]}, "
+                                               f"got {type(value).__name__}", request_id)
+        if arg.check is not None and not arg.check(value):
+            raise RequestRejected(BAD_REQUEST, f"{cmd}: argument {name!r} {arg.must}", request_id)
+        checked[name] = value
+    return checked
+
+
+def ok_reply(request_id: Any, result: Any) -> dict[str, Any]:
+    return {"id": request_id, "ok": True, "result": result}
+
+
+def error_reply(request_id: Any, code: str, message: str) -> dict[str, Any]:
+    return {"id": request_id, "ok": False, "error": {"code": code, "message": message}}
+
+
+def encode(message: Mapping[str, Any]) -> bytes:
+    """One JSON line (values JSON cannot hold are written as strings)."""
+    return json.dumps(message, default=str, separators=(",", ":")).encode("utf-8") + b"\n"

@@ -1,0 +1,369 @@
+"""The ChatBridge: hosts one session per (channel, participant) conversation of a chat bot.
+
+    runtime = Runtime(config, with_credits=True, is_owner=owners.__contains__)
+    agent = runtime.store.create_agent("helper", provider="ollama", model="qwen3:8b")
+    with ChatBridge(runtime, WebhookTransport(callback_url), agent_id=agent.id,
+                    is_owner=owners.__contains__):
+        ...  # serve until told to stop
+
+Incoming (on the transport's threads, see :mod:`corvid_actors.chat.transport`):
+
+- chat commands ``/help``, ``/status``, ``/stop``, ``/credits`` (and ``/grant`` for owners)
+  are answered by the bridge;
+- ``yes <id>`` / ``no <id>`` resolves a pending tool approval of one of this bridge's
+  sessions — only when written by the participant the request belongs to, or by an
+  owner; anyone else is told no and the approval stays pending;
+- anything else goes to the conversation's session (created on first contact, source
+  ``chat``): ``send_message`` to a running session, else ``resume_process`` (a stopped,
+  idle, crashed or paused one). Both persist the message before they return, so a
+  message the transport acknowledged is never lost — a crashed session's restart, or
+  the resume, finds it. With credits enabled, a non-owner whose balance cannot pay a turn
+  is told so and the message is not taken; a first-time participant's account opens with
+  the free credits.
+
+Outgoing: the bridge subscribes to *every* session (``subscribe_all``: global subscribers
+survive session restarts and are never pruned), maps events of its own sessions back to
+their conversation (:func:`~corvid_actors.chat.commands.render_event`) and hands them to
+its :class:`~corvid_actors.chat.outbox.Outbox`, whose one thread calls the transport — so
+a slow or failing platform never blocks the EventBus or a session actor.
+
+A bridge's sessions are the rows with ``source = 'chat'``, ``name = 'chat:<settings.name>'``
+and the conversation's ``channel`` and ``participant``; a restarted bot finds them again
+(:mod:`corvid_actors.chat.conversations`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from loguru import logger
+
+from corvid_actors.chat.commands import (
+    ApprovalReply,
+    Command,
+    help_text,
+    parse_input,
+    render_event,
+    transactions_text,
+)
+from corvid_actors.chat.conversations import Conversation, ConversationDirectory
+from corvid_actors.chat.outbox import Outbox
+from corvid_actors.chat.transport import ChatTransport, IncomingMessage, OutgoingMessage
+from corvid_actors.errors import RuntimeStoppedError
+from corvid_actors.events import Event
+
+#: event types that may produce a message to the participant (cheap filter on the bus thread)
+RELAYED_EVENT_TYPES = frozenset({
+    "assistant", "approval_request", "approval_resolved", "credits_low", "session_restarting",
+    "session_resumed", "session_stopped", "error",
+})
+
+
+@dataclass(frozen=True)
+class BridgeSettings:
+    """Tunables of a :class:`ChatBridge` (defaults suit a small bot)."""
+
+    #: tags this bridge's sessions (``sessions.name = 'chat:<name>'``); one per bot/platform
+    name: str = "chat"
+    #: replies waiting for a slow transport before new ones are dropped
+    outbox_max_pending: int = 1000
+    #: how long ``stop()`` waits for the transport to take the queued replies
+    stop_timeout_s: float = 5.0
+    #: transactions listed by ``/credits``
+    recent_transactions: int = 5
+    #: platform message ids remembered to ignore redeliveries
+    dedupe_window: int = 1000
+    #: longest channel / participant id (the ``sessions`` columns hold 200 characters)
+    max_id_chars: int = 200
+    #: count queued replies as work in flight, so ``Runtime.settle()`` waits for delivery
+    track_delivery: bool = True
+
+
+class ChatBridge:
+    """See the module docstring. ``start()``/``stop()``, or use it as a context manager."""
+
+    def __init__(self, runtime: Any, transport: ChatTransport, *, agent_id: str | None = None,
+                 project_id: str | None = None, is_owner: Callable[[str], bool] | None = None,
+                 settings: BridgeSettings | None = None) -> None:
+        self.runtime = runtime
+        self.transport = transport
+        self.agent_id = agent_id
+        self.project_id = project_id
+        self.settings = settings or BridgeSettings()
+        self._is_owner = is_owner or (lambda participant: False)
+        self.conversations = ConversationDirectory(runtime, f"chat:{self.settings.name}", agent_id=agent_id,
+                                                   project_id=project_id)
+        self._lock = threading.Lock()
+        self._low_warned: dict[tuple[str, str], int] = {}
+        self._seen_ids: OrderedDict[str, None] = OrderedDict()
+        self._outbox = Outbox(self._deliver, max_pending=self.settings.outbox_max_pending,
+                              tracker=runtime.tracker if self.settings.track_delivery else None,
+                              name=f"chat-outbox-{self.settings.name}")
+        self._started = False
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> ChatBridge:
+        if not self._started:
+            self._started = True
+            self._outbox.start()
+            self.runtime.subscribe_all(self._on_event)
+            self.transport.start(self.handle)
+        return self
+
+    def stop(self) -> None:
+        """Stop receiving, unsubscribe, deliver what is queued. Stop the runtime *first* if
+        participants should hear its shutdown notice."""
+        if not self._started:
+            return
+        self._started = False
+        self.transport.stop()
+        try:
+            self.runtime.unsubscribe_all(self._on_event)
+        except RuntimeStoppedError:
+            pass
+        self._outbox.stop(self.settings.stop_timeout_s)
+
+    def __enter__(self) -> ChatBridge:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Outbox counters: ``handled``, ``failed`` (transport raised), ``dropped`` (queue full)."""
+        return dict(self._outbox.stats)
+
+    @property
+    def credits_enabled(self) -> bool:
+        return getattr(self.runtime, "credits", None) is not None
+
+    # --- incoming -------------------------------------------------------------------------------
+
+    def handle(self, message: IncomingMessage) -> str:
+        """Deal with one incoming message (the transport's handler; any non-actor thread).
+
+        Returns ``delivered``, ``command``, ``refused`` (no credits), ``approved`` /
+        ``denied`` / ``rejected`` / ``expired`` (approval replies), ``duplicate`` or
+        ``ignored``. Raises ValueError for a message without channel or participant.
+        """
+        for what, value in (("channel", message.channel), ("participant", message.participant)):
+            if not value or len(value) > self.settings.max_id_chars:
+                raise ValueError(f"a chat message needs a {what} id of 1–{self.settings.max_id_chars} characters")
+        # platform message ids are unique per channel at least
+        seen_key = f"{message.channel}\0{message.message_id}" if message.message_id else ""
+        if seen_key and not self._first_sight(seen_key):
+            return "duplicate"
+        try:
+            with self.conversations.lock_for(message.channel, message.participant):
+                return self._handle(message)
+        except BaseException:
+            if seen_key:
+                self._forget(seen_key)  # let the platform's redelivery try again
+            raise
+
+    def _handle(self, message: IncomingMessage) -> str:
+        parsed = parse_input(message.text)
+        if isinstance(parsed, Command):
+            self._command(message, parsed)
+            return "command"
+        if isinstance(parsed, ApprovalReply):
+            outcome = self._approval(message, parsed)
+            if outcome is not None:
+                return outcome
+        text = message.text.strip()
+        if not text:
+            return "ignored"
+        return self._deliver_text(message, text)
+
+    def _deliver_text(self, message: IncomingMessage, text: str) -> str:
+        conv = self.conversations.open(message.channel, message.participant)
+        if self.credits_enabled and not self._owner(message.participant):
+            account = self.runtime.open_credit_account(message.participant)
+            per_turn = self.runtime.config.credits.credits_per_turn
+            if account.created and account.balance > 0:
+                self._reply(message, f"Welcome! You have {account.balance} free credits; each reply costs "
+                                     f"{per_turn}. /help lists the commands.", "notice")
+            if account.balance < per_turn:
+                self._reply(message, f"You are out of credits ({account.balance} left, {per_turn} per reply). "
+                                     "Top up to continue; /credits shows your balance.", "notice")
+                return "refused"
+        # send_message persists before delivering; a session that is not running (idle,
+        # stopped, crashed and waiting for its restart, paused) is resumed with the message
+        # persisted first, so it is answered now rather than lost.
+        if not self.runtime.send_message(conv.session_id, text):
+            self.runtime.resume_process(conv.session_id, text)
+        return "delivered"
+
+    # --- commands -----------------------------------------------------------------------------
+
+    def _command(self, message: IncomingMessage, command: Command) -> None:
+        match command.name:
+            case "/help":
+                self._reply(message, help_text())
+            case "/status":
+                self._reply(message, self._status_text(message))
+            case "/stop":
+                conv = self.conversations.find(message.channel, message.participant)
+                sid = conv.session_id if conv is not None else None
+                if sid is not None and self._is_active(sid):
+                    self.runtime.stop_process(sid, "user_stop")
+                    self._reply(message, "Stopped. Your next message starts the session again.")
+                else:
+                    self._reply(message, "Nothing is running.")
+            case "/credits":
+                self._reply(message, self._credits_text(message.participant))
+            case "/grant":
+                self._reply(message, self._grant(message, command.args))
+            case _:
+                self._reply(message, f"Unknown command {command.name}.\n{help_text()}")
+
+    def _is_active(self, sid: str) -> bool:
+        info = self.runtime.session_info(sid).get(sid, {})
+        return bool(info.get("running") or info.get("restart_pending")) or self.runtime.is_paused(sid)
+
+    def _status_text(self, message: IncomingMessage) -> str:
+        conv = self.conversations.find(message.channel, message.participant)
+        if conv is None:
+            return "No session yet: send a message to start one."
+        sid = conv.session_id
+        info = self.runtime.session_info(sid).get(sid, {})
+        row = self.runtime.store.get_session(sid)
+        if self.runtime.is_paused(sid):
+            state = "paused (the model is unavailable; it resumes by itself)"
+        elif info.get("running"):
+            state = "running"
+        elif info.get("restart_pending"):
+            state = "restarting after a failure"
+        else:
+            state = row.status if row is not None else "unknown"
+        lines = [f"Session {sid[:8]}: {state}", f"Turns: {row.cumulative_turns if row is not None else 0}"]
+        pending = self.runtime.list_approvals(sid)
+        if pending:
+            lines.append("Waiting for your approval: " + ", ".join(a["id"] for a in pending))
+        if self.credits_enabled:
+            lines.append(self._balance_line(message.participant))
+        return "\n".join(lines)
+
+    def _balance_line(self, participant: str) -> str:
+        if self._owner(participant):
+            return "Credits: you are an owner; your turns are free."
+        balance = self.runtime.credit_balance(participant)
+        return f"Credits: {balance} ({self.runtime.config.credits.credits_per_turn} per reply)"
+
+    def _credits_text(self, participant: str) -> str:
+        if not self.credits_enabled:
+            return "Credits are not enabled on this bot."
+        if not self._owner(participant):
+            self.runtime.open_credit_account(participant)  # first contact: the free credits
+        rows = self.runtime.credit_transactions(participant, self.settings.recent_transactions)
+        return f"{self._balance_line(participant)}\n{transactions_text(rows)}"
+
+    def _grant(self, message: IncomingMessage, args: tuple[str, ...]) -> str:
+        if not self.credits_enabled:
+            return "Credits are not enabled on this bot."
+        if not self._owner(message.participant):
+            return "Only an owner can grant credits."
+        if len(args) != 2 or not args[1].isdigit() or int(args[1]) <= 0:
+            return "Usage: /grant <participant> <amount> (a positive whole number)."
+        balance = self.runtime.grant_credits(args[0], int(args[1]), reference=f"granted by {message.participant}")
+        return f"Granted {int(args[1])} credits to {args[0]}: balance {balance}."
+
+    # --- approvals ------------------------------------------------------------------------------
+
+    def _approval(self, message: IncomingMessage, reply: ApprovalReply) -> str | None:
+        """Resolve the approval ``reply`` names, or None when it names none of ours (then
+        the line is an ordinary chat message)."""
+        pending = self.runtime.list_approvals()
+        matches = [a for a in pending if a["id"] == reply.ref] or [
+            a for a in pending if a["id"].startswith(reply.ref)]
+        if len(matches) != 1:
+            return None
+        approval = matches[0]
+        conv = self.conversations.of_session(approval["session_id"])
+        if conv is None:
+            return None
+        sender = message.participant
+        if sender != conv.participant and not self._owner(sender):
+            logger.bind(session_id=conv.session_id).warning(
+                "approval {} answered by {!r}, not its participant: rejected", approval["id"], sender)
+            self._reply(message, f"Approval {approval['id']} is not yours to answer: only the participant "
+                                 "who asked (or an owner) can.")
+            return "rejected"
+        behavior = "allow" if reply.allow else "deny"
+        verb = "Approved" if reply.allow else "Denied"
+        if self.runtime.resolve_approval(approval["id"], behavior, f"{verb} by {sender}") is None:
+            self._reply(message, f"Approval {approval['id']} is no longer pending.")
+            return "expired"
+        if (message.channel, sender) != (conv.channel, conv.participant):
+            # the conversation hears the resolution from its event; an owner elsewhere gets this
+            self._reply(message, f"{verb} {approval['id']}.")
+        return "approved" if reply.allow else "denied"
+
+    # --- conversations --------------------------------------------------------------------------
+
+    def conversation(self, channel: str, participant: str) -> Conversation | None:
+        """The conversation's session, if it has one."""
+        return self.conversations.find(channel, participant)
+
+    def _first_sight(self, message_id: str) -> bool:
+        with self._lock:
+            if message_id in self._seen_ids:
+                return False
+            self._seen_ids[message_id] = None
+            while len(self._seen_ids) > self.settings.dedupe_window:
+                self._seen_ids.popitem(last=False)
+            return True
+
+    def _forget(self, message_id: str) -> None:
+        with self._lock:
+            self._seen_ids.pop(message_id, None)
+
+    def _owner(self, participant: str) -> bool:
+        try:
+            return bool(self._is_owner(participant))
+        except Exception:  # noqa: BLE001 - a broken owner check grants nothing
+            logger.opt(exception=True).error("is_owner({!r}) raised; treating as not an owner", participant)
+            return False
+
+    # --- outgoing -------------------------------------------------------------------------------
+
+    def _on_event(self, session_id: str, event: Event) -> None:
+        # On the EventBus thread: filter, queue, return. No store reads, no runtime calls.
+        if event.type not in RELAYED_EVENT_TYPES:
+            return
+        if self.conversations.known_foreign(session_id):
+            return
+        self._outbox.put((session_id, event))
+
+    def _reply(self, message: IncomingMessage, text: str, kind: str = "command", session_id: str = "") -> None:
+        self._outbox.put(OutgoingMessage(message.channel, message.participant, text, kind, session_id))
+
+    def _deliver(self, item: Any) -> None:
+        """On the outbox thread: render and send one item (slow work is fine here)."""
+        if isinstance(item, OutgoingMessage):
+            self.transport.send(item)
+            return
+        session_id, event = item
+        conv = self.conversations.of_session(session_id)
+        if conv is None:
+            return
+        if event.type == "credits_low" and not self._should_warn_low(conv, event.remaining):
+            return
+        rendered = render_event(event)
+        if rendered is not None:
+            kind, text = rendered
+            self.transport.send(OutgoingMessage(conv.channel, conv.participant, text, kind, session_id))
+
+    def _should_warn_low(self, conv: Conversation, remaining: int) -> bool:
+        # Once per low-balance episode: again only after the balance went up (a top-up).
+        key = (conv.channel, conv.participant)
+        with self._lock:
+            previous = self._low_warned.get(key)
+            self._low_warned[key] = remaining
+        return previous is None or remaining > previous

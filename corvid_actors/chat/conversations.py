@@ -1,0 +1,88 @@
+"""Which session belongs to which conversation: the bridge's directory, backed by the store.
+
+A bridge's sessions are the rows with ``source = 'chat'``, ``name = 'chat:<bridge name>'``
+and the conversation's ``channel`` and ``participant``, so a restarted bot finds its
+conversations again. The directory caches both directions in memory, and remembers
+sessions that are *not* the bridge's, so the EventBus thread can drop their events
+without a database read.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One participant in one channel, and the session that hosts their conversation."""
+
+    channel: str
+    participant: str
+    session_id: str
+
+
+class ConversationDirectory:
+    """Thread-safe; the store reads happen on the calling thread (never the EventBus's)."""
+
+    def __init__(self, runtime: Any, tag: str, *, agent_id: str | None, project_id: str | None) -> None:
+        self.runtime = runtime
+        self.tag = tag
+        self.agent_id = agent_id
+        self.project_id = project_id
+        self._lock = threading.Lock()
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._by_key: dict[tuple[str, str], Conversation] = {}
+        self._by_session: dict[str, Conversation | None] = {}  # None: not one of ours
+
+    def find(self, channel: str, participant: str) -> Conversation | None:
+        """The conversation's session, if it has one (cache, then the store)."""
+        with self._lock:
+            conv = self._by_key.get((channel, participant))
+        if conv is not None:
+            return conv
+        store = self.runtime.store
+        S = store.m.Session
+        with store.transaction():
+            row = (S.select(S.id).where((S.source == "chat") & (S.name == self.tag) & (S.channel == channel)
+                                        & (S.participant == participant))
+                   .order_by(S.created_at.desc()).first())
+        return None if row is None else self._remember(Conversation(channel, participant, row.id))
+
+    def open(self, channel: str, participant: str) -> Conversation:
+        """The conversation's session, created (source ``chat``) on first contact."""
+        conv = self.find(channel, participant)
+        if conv is None:
+            row = self.runtime.create_session(agent_id=self.agent_id, project_id=self.project_id, source="chat",
+                                              name=self.tag, channel=channel, participant=participant)
+            conv = self._remember(Conversation(channel, participant, row.id))
+        return conv
+
+    def of_session(self, session_id: str) -> Conversation | None:
+        """The conversation ``session_id`` hosts, or None when it is not this bridge's."""
+        with self._lock:
+            if session_id in self._by_session:
+                return self._by_session[session_id]
+        row = self.runtime.store.get_session(session_id)
+        if row is None or row.source != "chat" or row.name != self.tag:
+            with self._lock:
+                self._by_session[session_id] = None
+            return None
+        return self._remember(Conversation(row.channel, row.participant, row.id))
+
+    def known_foreign(self, session_id: str) -> bool:
+        """Cheap (no store read): is ``session_id`` known *not* to be this bridge's?"""
+        with self._lock:
+            return session_id in self._by_session and self._by_session[session_id] is None
+
+    def lock_for(self, channel: str, participant: str) -> threading.Lock:
+        """One message of a conversation at a time: two at once must not create two sessions."""
+        with self._lock:
+            return self._locks.setdefault((channel, participant), threading.Lock())
+
+    def _remember(self, conv: Conversation) -> Conversation:
+        with self._lock:
+            self._by_key[(conv.channel, conv.participant)] = conv
+            self._by_session[conv.session_id] = conv
+        return conv

@@ -1,0 +1,311 @@
+"""``corvid-actors serve``: the long-running daemon.
+
+Start-up: configuration (``config/default.toml`` < user file < environment < command
+line), the data directory (mode 0700) with its pid/lock file, loguru logs (human or JSON
+lines, ``session_id`` and ``agent`` bound), the model server (a real provider, or the
+stub Ollama server, loudly announced, when none is configured), the Runtime on SQLite in
+the data directory (or PostgreSQL by URL) — which resets sessions left running by a dead
+daemon — the AdminActor and its socket, and finally every session marked for resume is
+resumed.
+
+Shutdown (SIGTERM, SIGINT or ``admin shutdown``): new work is refused, sessions are
+stopped with reason ``server_shutdown`` and marked for resume, pending approvals are
+denied, the store is flushed and closed; exit 0 within ``daemon.shutdown_timeout_s`` or
+exit 1 when that bound passes. A second SIGINT exits at once (130).
+
+Signals reach the main thread through a self-pipe: handlers only write a byte, and the
+main thread blocks reading it — no polling, no sleeping.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from loguru import logger
+
+from corvid_actors.config import Config, load_config
+from corvid_actors.daemon_process import (
+    DAEMON_LOG,
+    PidLock,
+    Wakeup,
+    configure_logging,
+    detach,
+    log_tail,
+    prepare_data_dir,
+    redacted,
+)
+from corvid_actors.errors import ConfigError, CorvidError
+
+#: environment variables for the [daemon] section: variable -> (key, converter)
+DAEMON_ENV: Mapping[str, tuple[str, type]] = {
+    "CORVID_DAEMON_PROVIDER": ("provider", str),
+    "CORVID_ADMIN_TOKEN": ("admin_token", str),
+    "CORVID_LOG_FORMAT": ("log_format", str),
+    "CORVID_LOG_LEVEL": ("log_level", str),
+    "CORVID_SHUTDOWN_TIMEOUT_S": ("shutdown_timeout_s", float),
+}
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Command-line choices of ``serve``; None keeps the configured value."""
+
+    config_file: str | None = None
+    data_dir: str | None = None
+    provider: str | None = None
+    log_format: str | None = None
+    log_level: str | None = None
+    stub_script: str | None = None
+    #: fork, log to ``<data dir>/daemon.log`` and return once the daemon is ready
+    detach: bool = False
+
+
+def load_daemon_config(config_file: str | None = None, *, data_dir: str | None = None,
+                       environ: Mapping[str, str] | None = None, **daemon: Any) -> Config:
+    """The configuration the daemon and its CLI use: ``load_config`` plus the ``CORVID_*``
+    variables of :data:`DAEMON_ENV`, plus explicit values (``data_dir``, daemon keys)."""
+    env = os.environ if environ is None else environ
+    config = load_config(config_file, env)
+    overrides: dict[str, Any] = {}
+    for var, (key, convert) in DAEMON_ENV.items():
+        raw = env.get(var)
+        if raw:
+            try:
+                overrides[key] = convert(raw)
+            except ValueError:
+                raise ConfigError(f"environment variable {var}={raw!r} is not valid for daemon.{key}") from None
+    overrides.update({k: v for k, v in daemon.items() if v is not None})
+    if overrides:
+        config = config.replace(daemon=overrides)
+    if data_dir:
+        config = config.replace(store={"data_dir": str(Path(data_dir).expanduser().resolve())})
+    return config
+
+
+def data_dir_of(config: Config) -> Path:
+    return Path(config.store.data_dir).expanduser()
+
+
+def socket_path_of(config: Config) -> Path:
+    return data_dir_of(config) / config.daemon.socket_name
+
+
+# --- the daemon ----------------------------------------------------------------------------
+
+
+class Daemon:
+    """One run of ``serve``; :meth:`run` returns the exit code."""
+
+    def __init__(self, config: Config, data_dir: Path, stub_script: str | None = None,
+                 on_ready: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.config = config
+        self.on_ready = on_ready
+        self.settings = config.daemon
+        self.data_dir = data_dir
+        self.stub_script = stub_script
+        self.wake = Wakeup()
+        self.runtime: Any = None
+        self.admin: Any = None
+        self.server: Any = None
+        self.models: Any = None
+        self._shutdown_reason = "signal"
+        self.about: dict[str, Any] = {}
+
+    def run(self) -> int:
+        from corvid_actors.admin_socket import AdminSocketServer, SocketSettings
+        from corvid_actors.daemon_models import start_model_server
+
+        for signum, code in ((signal.SIGINT, Wakeup.SIGINT), (signal.SIGTERM, Wakeup.SIGTERM)):
+            signal.signal(signum, lambda _s, _f, code=code: self.wake.post(code))
+        s = self.settings
+        self.server = AdminSocketServer(
+            self.data_dir / s.socket_name, self._handle, self._follow,
+            SocketSettings(token=s.admin_token, max_request_bytes=s.admin_max_request_bytes,
+                           max_connections=s.admin_max_connections, follow_queue_events=s.follow_queue_events),
+        )
+        self.server.bind()  # fail fast on a bad path, before anything is started
+        try:
+            self.models = start_model_server(self.config, self.stub_script)
+            self._start_runtime()
+            self.server.start()
+            logger.info("corvid-actors daemon ready: pid {}, admin socket {}, database {}, model server {}",
+                        os.getpid(), self.server.path, self.about["database"], self.models.description)
+            if self.on_ready is not None:
+                self.on_ready(dict(self.about))
+            return self._main_loop()
+        finally:
+            self._close_quietly()
+
+    def _start_runtime(self) -> None:
+        from corvid_actors.actors.admin import AdminActor, AdminWiring, Ready
+        from corvid_actors.runtime import Runtime
+
+        credits = self.settings.with_credits and _credits_available()
+        self.runtime = runtime = Runtime(self.models.config, providers=self.models.providers,
+                                         workspace_dir=self.data_dir / "workspace", with_credits=credits)
+        if runtime.stale_session_ids:
+            logger.warning("{} session(s) were left running by a previous daemon: reset and marked for resume",
+                           len(runtime.stale_session_ids))
+        self.about = about = {
+            "pid": os.getpid(), "data_dir": str(self.data_dir), "database": redacted(runtime.store.url),
+            "socket": str(self.server.path), "model_server": self.models.description,
+            "stub": self.models.stub_url is not None, "credits": credits, "version": _version(),
+        }
+        self.admin = AdminActor.start(runtime.tracker, AdminWiring(
+            supervisor=runtime.supervisor, approvals=runtime.approvals, bus=runtime.bus, timers=runtime.timers,
+            slot_pool=runtime.slot_pool, credits=runtime.credits, store=runtime.store,
+            providers=runtime.providers, clock=runtime.clock, settings=self.settings, about=about,
+            request_shutdown=self._request_shutdown,
+        ))
+        self.admin.ask(Ready())  # subscribed to the bus before any session is resumed
+        self._resume_marked()
+
+    def _resume_marked(self) -> None:
+        ids = self.runtime.store.take_restart_pending()
+        for sid in ids:
+            try:
+                self.runtime.resume_process(sid)
+            except CorvidError as exc:  # one bad row must not keep the others down
+                logger.bind(session_id=sid).warning("could not resume session: {}", exc)
+        if ids:
+            logger.info("resumed {} session(s) marked for resume", len(ids))
+
+    # --- admin socket hooks (connection threads) ------------------------------------------------
+
+    def _handle(self, request: Any) -> Any:
+        import pykka
+
+        from corvid_actors.actors.admin import AdminCommand
+        from corvid_actors.admin_protocol import SHUTTING_DOWN, AdminError
+
+        try:
+            result = self.admin.ask(AdminCommand(request.cmd, request.args))
+            return result.get() if isinstance(result, pykka.Future) else result
+        except pykka.ActorDeadError:
+            raise AdminError(SHUTTING_DOWN, "the daemon is shutting down") from None
+
+    def _follow(self, session_id: str | None, sink: Any) -> Any:
+        import pykka
+
+        from corvid_actors.actors.admin import Follow
+        from corvid_actors.admin_protocol import SHUTTING_DOWN, AdminError
+
+        try:
+            return self.admin.ask(Follow(session_id, sink))
+        except pykka.ActorDeadError:
+            raise AdminError(SHUTTING_DOWN, "the daemon is shutting down") from None
+
+    def _request_shutdown(self, reason: str) -> None:
+        self._shutdown_reason = reason
+        self.wake.post(Wakeup.ADMIN)
+
+    # --- main loop and shutdown -----------------------------------------------------------------
+
+    def _main_loop(self) -> int:
+        from corvid_actors.clock import io_clock
+
+        stopping = False
+        while True:
+            code = self.wake.read()
+            if code in (Wakeup.SIGINT, Wakeup.SIGTERM, Wakeup.ADMIN):
+                if stopping:
+                    if code == Wakeup.SIGINT:
+                        logger.error("second SIGINT: exiting now, without finishing the shutdown")
+                        os._exit(130)
+                    continue
+                stopping = True
+                reason = {Wakeup.SIGINT: "SIGINT", Wakeup.SIGTERM: "SIGTERM"}.get(code, self._shutdown_reason)
+                logger.info("shutting down ({}): refusing new work, stopping sessions (bound {} s)",
+                            reason, self.settings.shutdown_timeout_s)
+                io_clock().call_later(self.settings.shutdown_timeout_s, lambda: self.wake.post(Wakeup.OVERDUE))
+                threading.Thread(target=self._graceful, name="daemon-shutdown", daemon=True).start()
+            elif code == Wakeup.DONE:
+                logger.info("daemon stopped cleanly")
+                return 0
+            elif code == Wakeup.OVERDUE:
+                logger.error("shutdown took longer than daemon.shutdown_timeout_s = {} s: exiting anyway",
+                             self.settings.shutdown_timeout_s)
+                os._exit(1)
+
+    def _graceful(self) -> None:
+        from corvid_actors.actors.admin import BeginShutdown
+        from corvid_actors.actors.base import tell
+
+        try:
+            tell(self.admin, BeginShutdown())
+            self.runtime.shutdown("server_shutdown", settle_timeout_s=self.settings.shutdown_timeout_s)
+            self.server.close("daemon stopped")
+        except Exception:  # noqa: BLE001 - the main thread must hear DONE whatever happened
+            logger.exception("error during shutdown")
+        finally:
+            self.wake.post(Wakeup.DONE)
+
+    def _close_quietly(self) -> None:
+        for step in (lambda: self.server.close("daemon stopped"),
+                     lambda: self.admin is not None and self.admin.stop(),
+                     lambda: self.runtime is not None and self.runtime.shutdown("server_shutdown"),
+                     lambda: self.models is not None and self.models.close()):
+            try:
+                step()
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                logger.opt(exception=True).debug("cleanup step failed")
+
+
+def _credits_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("corvid_actors.actors.credits") is not None
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("corvid-actors")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "unknown"
+
+
+def serve(options: ServeOptions, out: TextIO | None = None) -> int:
+    """Run the daemon until it is told to stop; returns the process exit code.
+
+    With ``options.detach`` the daemon runs in a forked child and this returns (0) as soon
+    as it is ready, after printing where it runs to ``out``; 1 if it failed to start.
+    """
+    config = load_daemon_config(options.config_file, data_dir=options.data_dir, provider=options.provider,
+                                log_format=options.log_format, log_level=options.log_level)
+    data_dir = data_dir_of(config).resolve()
+    if options.detach:
+        return _detach(config, data_dir, options, out or sys.stdout)
+    configure_logging(config)
+    prepare_data_dir(data_dir)
+    with PidLock(data_dir / config.daemon.pid_file_name):
+        return Daemon(config, data_dir, options.stub_script).run()
+
+
+def _detach(config: Config, data_dir: Path, options: ServeOptions, out: TextIO) -> int:
+    """The daemon in the background; prints where it runs once it is ready."""
+    prepare_data_dir(data_dir)
+    log_path = data_dir / DAEMON_LOG
+
+    def run(ready: Callable[[dict[str, Any]], None]) -> int:
+        with PidLock(data_dir / config.daemon.pid_file_name):
+            return Daemon(config, data_dir, options.stub_script, on_ready=ready).run()
+
+    about = detach(log_path, run, lambda: configure_logging(config))
+    if about is None:
+        out.write(f"corvid-actors: the daemon did not start; the end of {log_path}:\n{log_tail(log_path)}\n")
+        return 1
+    out.write(f"corvid-actors daemon running: pid {about['pid']}, model server {about['model_server']}\n"
+              f"  admin socket {about['socket']}, database {about['database']}, log {log_path}\n")
+    if about.get("stub"):
+        out.write("  NOTE: no model provider is configured, so sessions get canned replies from the STUB model;\n"
+                  "  set OLLAMA_HOST (a running Ollama) or ANTHROPIC_API_KEY and restart for real answers.\n")
+    return 0

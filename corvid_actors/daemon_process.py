@@ -1,0 +1,178 @@
+"""The daemon's process plumbing: one daemon per data directory, its directory, its logs,
+a self-pipe for signals, and running in the background.
+
+Nothing here knows the runtime: :mod:`corvid_actors.daemon` puts these together.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from loguru import logger
+
+from corvid_actors.config import Config
+from corvid_actors.errors import CorvidError
+
+#: the detached daemon's log file, in the data directory
+DAEMON_LOG = "daemon.log"
+#: lines of that log shown when a detached daemon fails to start
+DETACH_LOG_TAIL_LINES = 20
+
+
+class DaemonError(CorvidError):
+    """The daemon cannot start (another one holds the data directory, a bad path, …)."""
+
+
+class PidLock:
+    """An exclusive ``flock`` on the pid file: one daemon per data directory.
+
+    The kernel drops the lock when the process dies, even by SIGKILL, so a stale pid file
+    never blocks a restart.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def __enter__(self) -> PidLock:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise DaemonError(
+                f"another corvid-actors daemon (pid {other}) is serving {self.path.parent}; stop it with "
+                "`corvid-actors admin shutdown`, or use another data directory (--data-dir / CORVID_DATA_DIR)"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            try:
+                self.path.unlink()
+            except FileNotFoundError:
+                pass
+            os.close(self._fd)
+            self._fd = None
+
+
+def _human_format(record: Any) -> str:
+    extra = record["extra"]
+    tag = ""
+    if extra.get("session_id"):
+        agent = extra.get("agent")
+        tag = f" [{str(extra['session_id'])[:8]}{'/' + str(agent) if agent else ''}]"
+        tag = tag.replace("{", "{{").replace("}", "}}").replace("<", r"\<")
+    return "<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> <level>{level: <7}</level>" + tag + " {message}\n{exception}"
+
+
+def configure_logging(config: Config, stream: TextIO | None = None) -> None:
+    """Log to ``stream`` (stderr): human lines, or JSON lines with ``log_format = "json"``."""
+    stream = stream or sys.stderr
+    settings = config.daemon
+    logger.remove()
+    logger.configure(extra={"session_id": "", "agent": ""})
+    level = settings.log_level.upper()
+    if settings.log_format == "json":
+        logger.add(stream, level=level, serialize=True, backtrace=False, diagnose=False)
+    else:
+        # diagnose=False: tracebacks must not print variable values (API keys, prompts)
+        logger.add(stream, level=level, format=_human_format, colorize=stream.isatty(),
+                   backtrace=False, diagnose=False)
+
+
+class Wakeup:
+    """A self-pipe: signal handlers and other threads post one byte; the main thread reads."""
+
+    SIGINT, SIGTERM, ADMIN, DONE, OVERDUE = b"i", b"t", b"a", b"d", b"o"
+
+    def __init__(self) -> None:
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._w, False)
+
+    def post(self, code: bytes) -> None:
+        try:
+            os.write(self._w, code)
+        except OSError:  # pipe full: the main thread has plenty to read already
+            pass
+
+    def read(self) -> bytes:
+        return os.read(self._r, 1)
+
+
+def redacted(url: str) -> str:
+    """A database URL fit for logs: its password replaced."""
+    from urllib.parse import urlparse
+
+    password = urlparse(url).password
+    return url.replace(f":{password}@", ":***@") if password else url
+
+
+def prepare_data_dir(path: Path) -> Path:
+    """Create the data directory owner-only (0700); warn when an existing one is wider."""
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise DaemonError(f"cannot create the data directory {path}: {exc} (set --data-dir or CORVID_DATA_DIR)") from exc
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        logger.warning("data directory {} has mode {:o}: other users may read the database (chmod 700 it)",
+                       path, mode)
+    return path
+
+
+def detach(log_path: Path, run: Callable[[Callable[[dict[str, Any]], None]], int],
+           configure: Callable[[], None]) -> dict[str, Any] | None:
+    """Run ``run(ready)`` in a forked child of its own session, with stdout and stderr in
+    ``log_path``; return in the parent once the child called ``ready(about)`` (its ``about``),
+    or None when it ended first. Call this before any thread exists (fork).
+
+    The parent blocks reading a pipe: the child's "ready" line, or end of file when it
+    died — it never polls.
+    """
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as pipe:
+            line = pipe.readline()
+        return json.loads(line) if line else None
+    code = 1
+    try:
+        os.close(read_end)
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        configure()
+
+        def ready(about: dict[str, Any]) -> None:
+            os.write(write_end, json.dumps(about).encode() + b"\n")
+            os.close(write_end)
+
+        code = run(ready)
+    except CorvidError as exc:
+        logger.error("the daemon could not start: {}", exc)
+    except BaseException:  # noqa: BLE001 - the child must end here, whatever happened
+        logger.exception("the daemon failed")
+    finally:
+        os._exit(code)
+
+
+def log_tail(path: Path, lines: int = DETACH_LOG_TAIL_LINES) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(cannot read {path}: {exc})"

@@ -1,0 +1,138 @@
+"""``corvid-actors run --agent NAME "prompt"``: one session in the foreground.
+
+A Runtime in this process (on the configured store, without touching other processes'
+sessions), one session of the agent, the reply streamed to stdout as it arrives, tool
+activity and errors on stderr. Tool approvals are asked on the terminal (denied when
+there is none). Before anything starts, the provider the agent routes to is probed; an
+unreachable one is a one-line message naming the setting to fix, not a traceback.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from corvid_actors.errors import ConfigError, CorvidError
+
+
+class ProviderUnreachable(CorvidError):
+    """The model server the session would use does not answer."""
+
+
+def unreachable_message(provider_name: str, config: Any) -> str:
+    """What to tell the user when ``provider_name`` does not answer: the setting to fix."""
+    p = config.providers
+    if provider_name == "ollama":
+        return (f"cannot reach Ollama at {p.ollama_host}: start it (`ollama serve`) or set OLLAMA_HOST "
+                "(config providers.ollama_host) to a running server; `--provider stub` uses the built-in stub model")
+    if provider_name == "anthropic":
+        return (f"the Anthropic API does not answer at {p.anthropic_base_url or 'https://api.anthropic.com'}: "
+                "check ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL (config providers.anthropic_base_url)")
+    return f"the model provider {provider_name!r} does not answer"
+
+
+def _models(config: Any, provider: str) -> Any:
+    from corvid_actors.daemon_models import ModelServer, _real_providers, start_stub
+
+    if provider == "stub":
+        return start_stub(config)
+    if provider == "anthropic" and not config.providers.anthropic_api_key:
+        raise ConfigError("--provider anthropic needs ANTHROPIC_API_KEY in the environment")
+    if provider in ("ollama", "anthropic"):
+        config = config.replace(providers={"default_provider": provider})
+    return ModelServer(config, _real_providers(config), provider)
+
+
+def run_foreground(*, agent: str, prompt: str, config_file: str | None = None, data_dir: str | None = None,
+                   provider: str = "auto", out: TextIO | None = None, err: TextIO | None = None,
+                   stdin: TextIO | None = None) -> int:
+    """Run the session; returns 0 when the turn succeeded, 1 otherwise."""
+    from corvid_actors.daemon import load_daemon_config
+    from corvid_actors.runtime import Runtime
+
+    out, err, stdin = out or sys.stdout, err or sys.stderr, stdin or sys.stdin
+    config = load_daemon_config(config_file, data_dir=data_dir)
+    models = _models(config, provider)
+    runtime = None
+    sid = None
+    try:
+        runtime = Runtime(models.config, providers=models.providers, reset_stale=False,
+                          workspace_dir=Path(models.config.store.data_dir).expanduser() / "workspace")
+        row = runtime.store.find_agent(agent)
+        if row is None:
+            row = runtime.store.create_agent(agent)
+            err.write(f"(created agent {agent!r} with default settings)\n")
+        name = runtime.builder.route(row)
+        if name == "anthropic" and "anthropic" not in runtime.providers:
+            raise ConfigError(f"agent {agent!r} uses Anthropic, but ANTHROPIC_API_KEY is not set")
+        target = runtime.builder.provider(name)  # ConfigError naming the setting when it is missing
+        if not target.health():
+            raise ProviderUnreachable(unreachable_message(name, models.config))
+        session = runtime.create_session(agent_id=row.id, source="cli", name=f"run: {prompt[:40]}",
+                                         initial_prompt=prompt)
+        sid = session.id
+        return _stream(runtime, sid, prompt, name, models.config, out, err, stdin)
+    finally:
+        if runtime is not None:
+            if sid is not None:
+                # Stopped here, not by shutdown(): a shutdown marks sessions for resume,
+                # and a later daemon must not pick up this terminal's session.
+                runtime.stop_process(sid, "user_stop")
+            runtime.shutdown("user_stop")
+        models.close()
+
+
+def _stream(runtime: Any, sid: str, prompt: str, provider_name: str, config: Any, out: TextIO, err: TextIO,
+            stdin: TextIO) -> int:
+    inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+    started_text = [False]
+
+    def on_event(session_id: str, event: Any) -> None:  # on the EventBus thread: print or hand over
+        match event.type:
+            case "content_block_delta":
+                started_text[0] = True
+                out.write(event.text)
+                out.flush()
+            case "tool_status" if event.status_message:
+                err.write(f"\n[{event.status_message}]\n")
+            case "approval_request":
+                inbox.put(("approval", event))
+            case "error":
+                inbox.put(("error", event))
+            case "result" | "session_exited" | "session_stopped" | "session_paused":
+                inbox.put((event.type, event))
+
+    runtime.subscribe(sid, on_event)
+    runtime.start_process(sid, prompt)
+    failure = ""
+    while True:
+        kind, event = inbox.get()
+        if kind == "approval":
+            _ask_approval(runtime, event, err, stdin)
+        elif kind == "error":
+            failure = (unreachable_message(provider_name, config) if event.error_type == "api_outage"
+                       else f"{event.error_type}: {event.message}")
+        elif kind == "result":
+            if started_text[0]:
+                out.write("\n")
+            if event.subtype != "success":
+                err.write(f"corvid-actors: the turn ended with {event.subtype}\n")
+            return 0 if event.subtype == "success" else 1
+        else:  # the session ended without a result
+            err.write(f"corvid-actors: {failure or 'the session ended (' + kind + ')'}\n")
+            return 1
+
+
+def _ask_approval(runtime: Any, event: Any, err: TextIO, stdin: TextIO) -> None:
+    if not stdin.isatty():
+        runtime.resolve_approval(event.id, "deny", "No terminal to ask for approval; use an agent whose "
+                                                   "permission_mode allows this tool")
+        err.write(f"\n[denied {event.tool_name}: no terminal to ask]\n")
+        return
+    err.write(f"\nAllow {event.description}? [y]es / [n]o / [a]lways in this session: ")
+    err.flush()
+    answer = stdin.readline().strip().lower()
+    behavior = {"y": "allow", "yes": "allow", "a": "allow_session", "always": "allow_session"}.get(answer, "deny")
+    runtime.resolve_approval(event.id, behavior)

@@ -1,0 +1,219 @@
+"""Command approval policy (OpenAgent seed): which shell commands run without a human.
+
+For a command tool (``run_command``) whose permission check says ASK, in this order:
+
+1. a command approved "for this session" before — same *signature*, i.e. the same
+   words once the shell's quoting and spacing are normalised — runs;
+2. in the modes listed in ``auto_approve_modes`` (default ``auto-edit``, where
+   read-only tools already run), a *simple* allowlisted command runs: its leading words
+   match an allowlist pattern (``ls``, ``git status``, …), it has no shell
+   metacharacters (no pipes, redirections, substitutions, globs, ``~``, separators), no
+   argument leaves the project (absolute paths, ``..``), and none of the program's
+   dangerous flags is present (``find -exec``/``-delete``, ``tail -f``, ``tree -o``,
+   ``git diff --output``, …);
+3. anything else goes to the ApprovalBroker as an approval of kind ``command``.
+
+A DENY from the permission check (protected paths, plan mode, dangerous commands) is
+never upgraded, and ALLOW (``full-auto``) stays ALLOW. The broker's own "allow for the
+session" grant is by tool name, which for a shell would approve *every* command — hence
+the ``command`` kind, which the broker does not grant wholesale, and the signature kept
+here instead.
+
+The rules are pure functions; :class:`CommandApprovalPolicy` is the small stateful
+object (one per session incarnation) the loops call through the :class:`ApprovalPolicy`
+protocol, which a host may replace (``Runtime(approval_policy_factory=…)``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from corvid_actors.tools.base import Permission, PermissionDecision
+
+#: AskApproval kinds: an ordinary tool approval, a shell command approval
+TOOL_APPROVAL = "tool"
+COMMAND_APPROVAL = "command"
+
+DEFAULT_ALLOWLIST: tuple[str, ...] = (
+    "ls", "pwd", "cat", "head", "tail", "wc", "grep", "find", "tree", "file", "stat", "du",
+    "echo", "which", "diff", "git status", "git log", "git diff", "git show", "git ls-files",
+    "git blame", "git rev-parse",
+)
+
+#: per program: flags that write files, run other programs, never end, or read file
+#: contents recursively (a recursive read reaches protected files no argument names,
+#: so it needs a human; ``rg`` recurses by default and is left off the allowlist)
+DEFAULT_DANGEROUS_FLAGS: Mapping[str, tuple[str, ...]] = {
+    "find": ("-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0",
+             "-fprintf", "-fls"),
+    "grep": ("-r", "-R", "--recursive", "--dereference-recursive", "-d", "--directories"),
+    "diff": ("-r", "--recursive"),
+    "tail": ("-f", "-F", "--follow", "--retry"),
+    "tree": ("-o",),
+    "file": ("-C", "--compile"),
+    "git": ("--output", "--ext-diff"),
+}
+
+#: characters that make a command line more than one simple command
+SHELL_METACHARACTERS = frozenset(";&|<>()$`\\{}*?[]!#\n\r")
+#: a ``~`` the shell expands to a home directory (word start, or after ``=`` / ``:``)
+_TILDE = re.compile(r"(?:^|[\s=:])~")
+
+
+@dataclass(frozen=True)
+class CommandPolicySettings:
+    """The policy's configuration (``[command_policy]``)."""
+
+    enabled: bool = True
+    allowlist: tuple[str, ...] = DEFAULT_ALLOWLIST
+    #: permission modes in which allowlisted commands skip the human
+    auto_approve_modes: tuple[str, ...] = ("auto-edit",)
+    dangerous_flags: Mapping[str, tuple[str, ...]] = field(
+        default_factory=lambda: dict(DEFAULT_DANGEROUS_FLAGS))
+
+
+# --- pure rules --------------------------------------------------------------------------
+
+
+def split_command(command: str) -> list[str] | None:
+    """The command's words (shell quoting removed); None when it does not parse."""
+    try:
+        return shlex.split(command, comments=False, posix=True)
+    except ValueError:
+        return None
+
+
+def command_signature(command: str) -> str:
+    """The identity of a command for session approvals: its words, normalised (spacing
+    and quoting style do not matter; word boundaries do)."""
+    words = split_command(command)
+    return shlex.join(words) if words else command.strip()
+
+
+def _flag_hit(word: str, flags: Iterable[str]) -> str | None:
+    for flag in flags:
+        if word == flag or (flag.startswith("--") and word.startswith(flag + "=")):
+            return flag
+        short = len(flag) == 2 and flag.startswith("-") and flag[1] != "-"
+        # bundled short options (-ao out): only for one-letter flags and letter bundles
+        if short and word.startswith("-") and not word.startswith("--") and word[1:].isalpha() \
+                and flag[1] in word[1:] and len(word) > 2:
+            return flag
+    return None
+
+
+def _leaves_project(word: str) -> bool:
+    value = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word
+    parts = value.replace("\\", "/").split("/")
+    return value.startswith("/") or ".." in parts
+
+
+def auto_approval_refusal(command: str, settings: CommandPolicySettings) -> str | None:
+    """Why ``command`` is not auto-approvable (None: it is). Pure; for tests and logs."""
+    if not command.strip():
+        return "empty command"
+    bad = sorted(set(command) & SHELL_METACHARACTERS) + (["~"] if _TILDE.search(command) else [])
+    if bad:
+        return f"shell metacharacters: {' '.join(repr(c) for c in bad)}"
+    words = split_command(command)
+    if not words:
+        return "does not parse"
+    pattern = next((p for p in settings.allowlist if words[: len(p.split())] == p.split()), None)
+    if pattern is None:
+        return f"{words[0]!r} is not on the allowlist"
+    flags = settings.dangerous_flags.get(words[0], ())
+    for word in words[1:]:
+        hit = _flag_hit(word, flags)
+        if hit is not None:
+            return f"dangerous flag {hit} for {words[0]}"
+        if _leaves_project(word):
+            return f"argument {word!r} reaches outside the project"
+    return None
+
+
+def is_auto_approvable(command: str, settings: CommandPolicySettings) -> bool:
+    return auto_approval_refusal(command, settings) is None
+
+
+# --- the collaborator --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Review:
+    """A policy's verdict on one call: the decision, and the approval kind if it asks."""
+
+    decision: PermissionDecision
+    kind: str = TOOL_APPROVAL
+
+
+class ApprovalPolicy(Protocol):
+    """What the loops ask before a tool call runs (injectable: ``approval_policy_factory``).
+
+    Called on the session actor's thread, one call at a time.
+    """
+
+    def review(self, tool_name: str, arguments: Mapping[str, Any],
+               decision: PermissionDecision) -> Review:
+        """Refine the permission check's ``decision`` for this call."""
+        ...
+
+    def remember(self, tool_name: str, arguments: Mapping[str, Any]) -> None:
+        """A human allowed this call for the rest of the session."""
+        ...
+
+
+class PassThroughPolicy:
+    """An approval policy that changes nothing (the permission check decides alone)."""
+
+    def review(self, tool_name: str, arguments: Mapping[str, Any],
+               decision: PermissionDecision) -> Review:
+        return Review(decision)
+
+    def remember(self, tool_name: str, arguments: Mapping[str, Any]) -> None:
+        return None
+
+
+class CommandApprovalPolicy:
+    """The default policy (see the module docstring); one per session incarnation."""
+
+    def __init__(self, settings: CommandPolicySettings = CommandPolicySettings(),  # noqa: B008 - frozen
+                 *, command_tools: Iterable[str] = ("run_command",), mode: str = "default",
+                 command_argument: str = "command") -> None:
+        self.settings = settings
+        self.command_tools = frozenset(command_tools)
+        self.mode = mode
+        self.command_argument = command_argument
+        self._approved: set[str] = set()
+
+    @property
+    def approved_signatures(self) -> frozenset[str]:
+        """Commands a human allowed for this session."""
+        return frozenset(self._approved)
+
+    def _command(self, tool_name: str, arguments: Mapping[str, Any]) -> str | None:
+        if tool_name not in self.command_tools:
+            return None
+        value = arguments.get(self.command_argument)
+        return value if isinstance(value, str) else None
+
+    def review(self, tool_name: str, arguments: Mapping[str, Any],
+               decision: PermissionDecision) -> Review:
+        if tool_name not in self.command_tools or not self.settings.enabled:
+            return Review(decision)
+        command = self._command(tool_name, arguments)
+        if decision.permission is not Permission.ASK or command is None:
+            return Review(decision, COMMAND_APPROVAL)
+        if command_signature(command) in self._approved:
+            return Review(PermissionDecision(Permission.ALLOW))
+        if self.mode in self.settings.auto_approve_modes and is_auto_approvable(command, self.settings):
+            return Review(PermissionDecision(Permission.ALLOW))
+        return Review(decision, COMMAND_APPROVAL)
+
+    def remember(self, tool_name: str, arguments: Mapping[str, Any]) -> None:
+        command = self._command(tool_name, arguments)
+        if command is not None and self.settings.enabled:
+            self._approved.add(command_signature(command))

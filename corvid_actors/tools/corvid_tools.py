@@ -1,0 +1,262 @@
+"""The runtime's own tools, served to sessions through the same tool layer as any tool.
+
+- ``corvid_list_agents()``: the agents a session may message.
+- ``corvid_send_message(to_agent, message, thread?)``: to another agent by id or
+  case-insensitive name; starts or resumes the recipient's session (source ``agent``,
+  depth + 1, the restricted tool policy of ``wiring.AGENT_RESTRICTED_TOOLS``) and returns
+  its reply. No self-send; a session deeper than ``corvid_tools.max_agent_depth``
+  (MAX_INVOKE_DEPTH = 3) may not send, so a chain A→B→C→D→E stops at D.
+- ``corvid_extend_timeout(minutes)``: 1–120 minutes, capped as the supervisor caps it.
+- ``corvid_check_credits(wallet_address?)``: the CreditBank's balance, when there is one.
+
+Their kind is ``OTHER``: permission modes and approvals treat them like any tool, and
+the permission chain (agent list → agent bundles → project bundles) decides which ones
+a session gets. :func:`install_session_tools` wires them, the MCP servers and a host's
+own ``extra_tools`` hook into the runtime's SessionBuilder (the seed's ``setMcpServices``).
+
+Handlers run on a session's worker thread — never an actor — so ``corvid_send_message``
+may block on the runtime's API: it waits for the recipient's ``result`` on the runtime's
+clock, bounded by ``agent_reply_timeout_s`` (simulated time in simulations).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from corvid_actors.errors import CorvidError
+from corvid_actors.events import Assistant, ErrorEvent, Event, Result
+from corvid_actors.providers.base import CancelToken, ToolSpec
+from corvid_actors.tools.base import Tool, ToolContext, ToolKind, ToolRegistry, ToolResult
+
+#: the names of the runtime's own tools
+CORVID_TOOL_NAMES = ("corvid_list_agents", "corvid_send_message", "corvid_extend_timeout", "corvid_check_credits")
+#: the source of a session started by an agent's message
+AGENT_SOURCE = "agent"
+#: events after which a recipient will not answer this message
+_GIVE_UP_EVENTS = frozenset({"session_exited", "session_stopped", "session_paused"})
+
+_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
+    "corvid_list_agents": (
+        "List the agents you can message with corvid_send_message: name, id and description.",
+        {"type": "object", "properties": {}},
+    ),
+    "corvid_send_message": (
+        "Send a message to another agent (by name or id) and wait for its reply, which this "
+        "tool returns. Use `thread` to keep separate conversations with the same agent.",
+        {"type": "object", "properties": {
+            "to_agent": {"type": "string", "description": "The recipient agent's name or id"},
+            "message": {"type": "string", "description": "What to tell or ask the agent"},
+            "thread": {"type": "string", "description": "Optional conversation key"},
+        }, "required": ["to_agent", "message"]},
+    ),
+    "corvid_extend_timeout": (
+        "Give this session more time before its inactivity timeout stops it.",
+        {"type": "object", "properties": {
+            "minutes": {"type": "number", "description": "Minutes to add (1-120)", "minimum": 1, "maximum": 120},
+        }, "required": ["minutes"]},
+    ),
+    "corvid_check_credits": (
+        "Check a participant's credit balance (default: this session's participant).",
+        {"type": "object", "properties": {
+            "wallet_address": {"type": "string", "description": "Participant / wallet address"},
+        }},
+    ),
+}
+
+
+def _error(message: str) -> ToolResult:
+    return ToolResult(message, is_error=True)
+
+
+def _text_arg(args: dict[str, Any], name: str) -> str:
+    value = args.get(name) if isinstance(args, dict) else None
+    return value.strip() if isinstance(value, str) else ""
+
+
+class _ReplyWaiter:
+    """An event subscriber that waits for the recipient's next ``result``."""
+
+    def __init__(self) -> None:
+        self.token = CancelToken()  # cancelled when there is an answer (or none will come)
+        self._lock = threading.Lock()
+        self.reply: str | None = None
+        self.failure = ""
+        self._last_text = ""
+
+    def __call__(self, session_id: str, event: Event) -> None:
+        with self._lock:
+            if self.token.cancelled:
+                return
+            if isinstance(event, Assistant) and event.content:
+                self._last_text = event.content
+            elif isinstance(event, ErrorEvent):
+                self.failure = f"{event.error_type}: {event.message}"
+            elif isinstance(event, Result):
+                text = event.result or self._last_text
+                if event.subtype == "success":
+                    self.reply = text
+                else:
+                    self.failure = f"the turn ended with {event.subtype}" + (f": {text}" if text else "")
+            elif event.type in _GIVE_UP_EVENTS:
+                self.failure = self.failure or f"the session ended ({event.type}) without a reply"
+            else:
+                return
+            if self.reply is not None or (self.failure and not isinstance(event, ErrorEvent)):
+                self.token.cancel()
+
+
+class CorvidTools:
+    """The ``extra_tools`` hook serving the corvid_* tools, bound to a Runtime."""
+
+    def __init__(self, runtime: Any) -> None:
+        self.runtime = runtime
+        self.cfg = runtime.config.corvid_tools
+
+    def __call__(self, ctx: Any) -> ToolRegistry:
+        handlers: dict[str, Callable[[dict[str, Any], ToolContext], ToolResult]] = {
+            "corvid_list_agents": lambda args, tctx: self.list_agents(ctx),
+            "corvid_send_message": lambda args, tctx: self.send_message(ctx, args, tctx.cancel),
+            "corvid_extend_timeout": lambda args, tctx: self.extend_timeout(ctx, args),
+            "corvid_check_credits": lambda args, tctx: self.check_credits(ctx, args),
+        }
+        return ToolRegistry(
+            Tool(ToolSpec(name, description, parameters), ToolKind.OTHER, _guard(handlers[name]))
+            for name, (description, parameters) in _SPECS.items()
+        )
+
+    # --- the tools --------------------------------------------------------------------------
+
+    def list_agents(self, ctx: Any) -> ToolResult:
+        me = ctx.agent.id if ctx.agent is not None else None
+        lines = []
+        for agent in self.runtime.store.list_agents():
+            about = f": {agent.description}" if agent.description else ""
+            lines.append(f"- {agent.name} (id {agent.id}){' [you]' if agent.id == me else ''}{about}")
+        return ToolResult("\n".join(lines) if lines else "No agents are registered.")
+
+    def send_message(self, ctx: Any, args: dict[str, Any], cancel: CancelToken) -> ToolResult:
+        to, message, thread = _text_arg(args, "to_agent"), _text_arg(args, "message"), _text_arg(args, "thread")
+        if not to or not message:
+            return _error("corvid_send_message needs `to_agent` (a name or id) and a non-empty `message`")
+        depth = int(ctx.session.depth or 1)
+        if depth > self.cfg.max_agent_depth:
+            return _error(f"Refused: this conversation is already {depth - 1} agent messages deep and "
+                          f"chains deeper than {self.cfg.max_agent_depth} are not allowed. Answer with what you have.")
+        store = self.runtime.store
+        recipient = store.find_agent(to)
+        if recipient is None:
+            names = ", ".join(a.name for a in store.list_agents()) or "none"
+            return _error(f"No agent named or with id {to!r}. Agents: {names}")
+        sender = ctx.agent
+        if sender is not None and recipient.id == sender.id:
+            return _error("You cannot send a message to yourself.")
+        sender_name = sender.name if sender is not None else "a session"
+        sid = self._recipient_session(ctx, recipient, depth, thread)
+        prompt = (f"[Message from agent {sender_name}. Reply with plain text: your reply is returned to "
+                  f"{sender_name} automatically.]\n\n{message}")
+        return self._deliver(sid, recipient.name, prompt, cancel)
+
+    def extend_timeout(self, ctx: Any, args: dict[str, Any]) -> ToolResult:
+        minutes = args.get("minutes") if isinstance(args, dict) else None
+        low, high = self.cfg.extend_timeout_min_minutes, self.cfg.extend_timeout_max_minutes
+        if isinstance(minutes, bool) or not isinstance(minutes, int | float) or not low <= minutes <= high:
+            return _error(f"`minutes` must be a number from {low:g} to {high:g}")
+        sid = ctx.session.id
+        if not self.runtime.extend_timeout(sid, float(minutes) * 60):
+            return _error("This session is not running; its timeout cannot be extended.")
+        timeout_s = self.runtime.session_info(sid).get(sid, {}).get("timeout_s") or 0.0
+        cap_s = self.runtime.config.supervisor.session_timeout_s * self.runtime.config.supervisor.timeout_extension_cap_factor
+        capped = " (the maximum)" if timeout_s >= cap_s else ""
+        return ToolResult(f"Timeout extended: this session now stops after {timeout_s / 60:g} minutes "
+                          f"without activity{capped}.")
+
+    def check_credits(self, ctx: Any, args: dict[str, Any]) -> ToolResult:
+        if getattr(self.runtime, "credits", None) is None:
+            return ToolResult("Credits are not enabled on this runtime: no balance to check.")
+        participant = _text_arg(args, "wallet_address") or str(ctx.session.participant or "")
+        if not participant:
+            return _error("This session has no participant: pass `wallet_address`.")
+        balance = int(self.runtime.credit_balance(participant))
+        credits = self.runtime.config.credits
+        low = " This is low." if balance < credits.low_credit_threshold else ""
+        return ToolResult(f"{participant} has {balance} credits ({credits.credits_per_turn} per turn).{low}")
+
+    # --- sending ----------------------------------------------------------------------------
+
+    def _recipient_session(self, ctx: Any, recipient: Any, depth: int, thread: str) -> str:
+        """The recipient's session for this sender session (and thread): reused, or created."""
+        store = self.runtime.store
+        channel = f"agent:{ctx.session.id}" + (f"#{thread}" if thread else "")
+        model = store.m.Session
+        with store.transaction():
+            found = model.get_or_none((model.agent == recipient.id) & (model.source == AGENT_SOURCE)
+                                      & (model.channel == channel))
+        if found is not None:
+            return str(found.id)
+        sender = ctx.agent
+        project_id = recipient.default_project_id or ctx.session.project_id
+        created = store.create_session(
+            agent_id=recipient.id, project_id=project_id, source=AGENT_SOURCE,
+            name=f"Message from {sender.name if sender is not None else 'a session'}",
+            participant=str(sender.id) if sender is not None else "", channel=channel, depth=depth + 1,
+        )
+        return str(created.id)
+
+    def _deliver(self, sid: str, recipient: str, prompt: str, cancel: CancelToken) -> ToolResult:
+        runtime = self.runtime
+        waiter = _ReplyWaiter()
+        runtime.subscribe(sid, waiter)
+        unregister = cancel.on_cancel(waiter.token.cancel)
+        try:
+            if runtime.resume_process(sid, prompt) is None and not waiter.token.cancelled:
+                waiter.failure = waiter.failure or "its session could not start"
+                waiter.token.cancel()
+            timed_out = runtime.clock.wait(self.cfg.agent_reply_timeout_s, waiter.token)
+        finally:
+            unregister()
+            runtime.unsubscribe(sid, waiter)
+        if waiter.reply is not None:
+            return ToolResult(f"Reply from {recipient}:\n{waiter.reply}")
+        if cancel.cancelled:
+            return _error(f"Stopped while waiting for {recipient}'s reply.")
+        if timed_out:
+            return _error(f"{recipient} did not reply within {self.cfg.agent_reply_timeout_s:g}s.")
+        return _error(f"{recipient} did not reply: {waiter.failure}")
+
+
+def _guard(handler: Callable[[dict[str, Any], ToolContext], ToolResult]
+           ) -> Callable[[dict[str, Any], ToolContext], ToolResult]:
+    """A runtime that is shutting down, or a missing row, is an error result, not a crash."""
+
+    def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        try:
+            return handler(args if isinstance(args, dict) else {}, ctx)
+        except CorvidError as exc:
+            return _error(f"{type(exc).__name__}: {exc}")
+
+    return run
+
+
+def install_session_tools(runtime: Any, host_hook: Callable[[Any], ToolRegistry] | None = None) -> None:
+    """Make the runtime's SessionBuilder offer: the host's ``extra_tools`` (if any), the
+    corvid_* tools, and the agent's external MCP servers — in that order (later names win)."""
+    from corvid_actors.actors.base import tell
+    from corvid_actors.actors.events import Publish
+    from corvid_actors.tools.mcp_client import McpToolSource, SessionTools
+
+    corvid = CorvidTools(runtime)
+    mcp = McpToolSource(runtime.config.mcp, runtime.store,
+                        publish=lambda sid, event: tell(runtime.bus, Publish(sid, event)),
+                        output_limit=runtime.config.tools.output_truncate_chars)
+
+    def hook(ctx: Any) -> SessionTools:
+        tools = SessionTools()
+        if host_hook is not None:
+            tools.merge(host_hook(ctx))
+        tools.merge(corvid(ctx))
+        tools.merge(mcp(ctx))
+        return tools
+
+    runtime.builder.extra_tools = hook

@@ -1,0 +1,282 @@
+"""External MCP servers as session tools, through the official ``mcp`` client.
+
+:class:`McpToolSource` is a ``SessionBuilder.extra_tools`` hook. For a session that may
+use them it starts the agent's MCP servers over stdio (global ones and the agent's own,
+from the config file's ``[mcp.servers]`` and the store's ``mcp_server_configs``), lists
+their tools, and returns them as our :class:`~corvid_actors.tools.base.Tool` objects —
+namespaced ``mcp__<server>__<tool>``, with the server's JSON schemas, of kind
+``OTHER`` so the permission modes and approvals treat them like any tool — inside a
+:class:`SessionTools` that also carries the closers and the notices of the start.
+
+**One set of servers per session incarnation**, not one shared per agent: a server's
+state (open files, a browser page, a working directory) then belongs to one
+conversation, a server that crashes takes down the tools of one session only, the
+servers get the session's project directory, and their lifetime is exactly the
+incarnation's — the supervisor runs the closers on every exit path (exit, crash,
+outage pause, stop, timeout, context reset, shutdown). The price is a start-up per
+incarnation (a Python server takes about a second) and one process per session.
+
+**Failures never fail the session**: a server that cannot start, does not answer
+``initialize`` in time or dies mid-call is logged, a ``system`` event says so
+(``mcp_server_failed`` at start, ``mcp_server_lost`` later), its process tree is
+killed, and the session goes on without its tools. Servers get the allowlisted
+environment (``corvid_actors.tools.env.safe_env``) plus their own configured
+variables, never the daemon's secrets.
+
+The hook blocks the supervisor while the servers start (all in parallel, bounded by
+``mcp.connect_timeout_s``): the loops need the tool list when they are built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from corvid_actors.config import McpConfig
+from corvid_actors.events import Event, SystemEvent
+from corvid_actors.providers.base import ToolSpec
+from corvid_actors.tools.base import Tool, ToolContext, ToolKind, ToolRegistry, ToolResult
+from corvid_actors.tools.coding import truncate_middle
+from corvid_actors.tools.env import safe_env
+from corvid_actors.tools.mcp_connection import McpConnection, McpLimits, McpServerSpec, McpToolInfo
+
+__all__ = [
+    "MCP_TOOL_PREFIX", "McpServerSpec", "McpToolSource", "SessionTools", "add_mcp_server",
+    "namespaced_tool_name", "render_result", "resolve_servers", "servers_for_agent",
+]
+
+#: every MCP tool's name starts with this (then the server, "__", the tool)
+MCP_TOOL_PREFIX = "mcp__"
+#: the longest tool name every provider accepts (Anthropic's limit; Ollama has none)
+MAX_TOOL_NAME_CHARS = 64
+#: characters a tool name may hold (Anthropic: ^[a-zA-Z0-9_-]+$)
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+#: hex digits of the hash that keeps a shortened name unique
+_HASH_CHARS = 8
+
+
+class SessionTools(ToolRegistry):
+    """A registry of tools plus what the session must do with them besides offering them.
+
+    ``closers`` (blocking, idempotent) end what the tools hold — run when the
+    incarnation ends (``BuiltSession.resources``). ``notices`` are events published
+    right after ``session_started`` (``BuiltSession.notices``).
+    """
+
+    def __init__(self, tools: Iterable[Tool] = (), *, closers: Iterable[Callable[[], None]] = (),
+                 notices: Iterable[Event] = ()) -> None:
+        super().__init__(tools)
+        self.closers: list[Callable[[], None]] = list(closers)
+        self.notices: list[Event] = list(notices)
+
+    def merge(self, other: ToolRegistry) -> None:
+        """Add ``other``'s tools (and, for a SessionTools, its closers and notices)."""
+        for tool in other:
+            self.add(tool)
+        self.closers.extend(getattr(other, "closers", ()))
+        self.notices.extend(getattr(other, "notices", ()))
+
+
+# --- which servers a session gets --------------------------------------------------------------
+
+
+def _spec(name: str, row: Mapping[str, Any]) -> McpServerSpec:
+    return McpServerSpec(
+        name=name, command=str(row.get("command", "")), args=tuple(str(a) for a in row.get("args", ())),
+        env={str(k): str(v) for k, v in dict(row.get("env") or {}).items()},
+        cwd=str(row.get("cwd", "") or ""), enabled=bool(row.get("enabled", True)),
+    )
+
+
+def resolve_servers(layers: Iterable[Iterable[McpServerSpec]]) -> list[McpServerSpec]:
+    """Merge layers of server specs, least specific first: a later spec of the same name
+    replaces an earlier one, and a disabled one removes it (an agent can opt out of a
+    global server by disabling it under the same name)."""
+    merged: dict[str, McpServerSpec] = {}
+    for layer in layers:
+        for spec in layer:
+            merged[spec.name] = spec
+    return [spec for spec in merged.values() if spec.enabled]
+
+
+def _matches(agent: Any | None, names: Sequence[str]) -> bool:
+    if agent is None:
+        return False
+    wanted = {n.lower() for n in names}
+    return str(agent.id).lower() in wanted or str(agent.name).lower() in wanted
+
+
+def servers_for_agent(config: McpConfig, store: Any | None, agent: Any | None) -> list[McpServerSpec]:
+    """The servers a session of ``agent`` gets: config global < config for the agent <
+    store global < store for the agent (see :func:`resolve_servers`)."""
+    rows = config.servers.items()
+    layers: list[list[McpServerSpec]] = [
+        [_spec(n, r) for n, r in rows if not r.get("agents")],
+        [_spec(n, r) for n, r in rows if r.get("agents") and _matches(agent, r["agents"])],
+    ]
+    if store is not None:
+        model = store.m.McpServerConfig
+        with store.transaction():
+            stored = list(model.select().where(model.agent.is_null()
+                                               | (model.agent == (agent.id if agent is not None else None))))
+        decoded = [(row.agent_id, _spec(row.name, {
+            "command": row.command, "args": json.loads(row.args or "[]"),
+            "env": json.loads(row.env_vars or "{}"), "cwd": row.cwd, "enabled": row.enabled,
+        })) for row in stored]
+        layers.append([spec for owner, spec in decoded if owner is None])
+        layers.append([spec for owner, spec in decoded if owner is not None])
+    return resolve_servers(layers)
+
+
+def add_mcp_server(store: Any, name: str, command: str, *, args: Sequence[str] = (),
+                   env: Mapping[str, str] | None = None, cwd: str = "", agent_id: str | None = None,
+                   enabled: bool = True) -> Any:
+    """Store an MCP server config (``agent_id`` None: every agent). Returns the row."""
+    with store.transaction():
+        return store.m.McpServerConfig.create(
+            agent=agent_id, name=name, command=command, args=json.dumps(list(args)),
+            env_vars=json.dumps(dict(env or {})), cwd=cwd, enabled=enabled,
+        )
+
+
+def server_prefix(server: str) -> str:
+    return f"{MCP_TOOL_PREFIX}{_UNSAFE.sub('_', server)}__"
+
+
+def may_use_server(allowed: Sequence[str] | None, server: str) -> bool:
+    """With an explicit tool list (the permission chain), only a server one of whose
+    tools is listed is started at all."""
+    if allowed is None:
+        return True
+    prefix = server_prefix(server)
+    return any(name.startswith(prefix) for name in allowed)
+
+
+# --- tools -----------------------------------------------------------------------------------
+
+
+def namespaced_tool_name(server: str, tool: str, taken: set[str]) -> str:
+    """``mcp__<server>__<tool>``, made of safe characters, at most
+    :data:`MAX_TOOL_NAME_CHARS` long, and not in ``taken`` (which it joins)."""
+    name = f"{server_prefix(server)}{_UNSAFE.sub('_', tool)}"
+    if len(name) > MAX_TOOL_NAME_CHARS:
+        digest = hashlib.sha1(f"{server}\0{tool}".encode()).hexdigest()[:_HASH_CHARS]
+        name = f"{name[:MAX_TOOL_NAME_CHARS - _HASH_CHARS - 1]}_{digest}"
+    base, n = name, 2
+    while name in taken:
+        suffix = f"_{n}"
+        name, n = base[:MAX_TOOL_NAME_CHARS - len(suffix)] + suffix, n + 1
+    taken.add(name)
+    return name
+
+
+def _block_text(block: Any) -> str:
+    kind = getattr(block, "type", "")
+    if kind == "text":
+        return str(block.text)
+    if kind in ("image", "audio"):
+        return f"[{kind} content: {block.mime_type}, {len(block.data)} base64 chars]"
+    if kind == "resource":
+        resource = block.resource
+        text = getattr(resource, "text", None)
+        return str(text) if text is not None else f"[binary resource {resource.uri}]"
+    if kind == "resource_link":
+        return f"[resource link {block.uri}]"
+    return f"[{kind or 'unknown'} content]"
+
+
+def render_result(result: Any, limit: int) -> ToolResult:
+    """A ``CallToolResult`` as the text the model sees (cut in the middle past ``limit``)."""
+    parts = [_block_text(block) for block in result.content or ()]
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content))
+    text = "\n".join(parts) or "(no output)"
+    shown = truncate_middle(text, limit)
+    return ToolResult(shown, is_error=bool(result.is_error), full_output=text if shown != text else None)
+
+
+def _schema(info: McpToolInfo) -> dict[str, Any]:
+    schema = dict(info.input_schema)
+    schema.setdefault("type", "object")
+    schema.setdefault("properties", {})
+    return schema
+
+
+def connection_tools(connection: McpConnection, taken: set[str]) -> list[Tool]:
+    """The tools of a ready connection, as our Tool objects (calls go to the server)."""
+    tools = []
+    for info in connection.tools:
+        name = namespaced_tool_name(connection.spec.name, info.name, taken)
+        description = info.description or f"Tool {info.name} of the MCP server {connection.spec.name}"
+
+        def handler(args: dict[str, Any], ctx: ToolContext, _tool: str = info.name) -> ToolResult:
+            return connection.call(_tool, args if isinstance(args, dict) else {}, ctx.cancel)
+
+        tools.append(Tool(ToolSpec(name, description, _schema(info)), ToolKind.OTHER, handler))
+    return tools
+
+
+# --- the hook --------------------------------------------------------------------------------
+
+
+class McpToolSource:
+    """The ``extra_tools`` hook for external MCP servers (see the module docstring).
+
+    Args:
+        config: the ``[mcp]`` section (timeouts and the config file's servers).
+        store: where ``mcp_server_configs`` rows live (None: config only).
+        publish: ``publish(session_id, event)`` for a server lost mid-session.
+        output_limit: characters of a tool result the model sees.
+    """
+
+    def __init__(self, config: McpConfig, store: Any | None = None, *,
+                 publish: Callable[[str, Event], None] | None = None, output_limit: int = 8000) -> None:
+        self.config = config
+        self.store = store
+        self.publish = publish
+        self.output_limit = output_limit
+        self.limits = McpLimits(connect_timeout_s=config.connect_timeout_s, call_timeout_s=config.call_timeout_s,
+                                stderr_tail_chars=config.stderr_tail_chars)
+
+    def __call__(self, ctx: Any) -> SessionTools:
+        session_id = ctx.session.id
+        # Only an explicit tool list narrows anything: without one every tool is allowed.
+        allowed = ctx.tool_permissions(defaults=()) if ctx.agent_tool_base is not None else None
+        specs = [s for s in servers_for_agent(self.config, self.store, ctx.agent)
+                 if may_use_server(allowed, s.name)]
+        if not specs:
+            return SessionTools()
+        cwd = str(Path(ctx.project.working_dir)) if ctx.project is not None else None
+        connections = [self._connection(spec, session_id, cwd) for spec in specs]
+        for connection in connections:
+            connection.start()
+        tools: list[Tool] = []
+        notices: list[Event] = []
+        taken: set[str] = set()
+        for connection in connections:
+            if connection.wait_ready():
+                tools.extend(connection_tools(connection, taken))
+                logger.bind(session_id=session_id).info(
+                    "MCP server {} ready with {} tools", connection.spec.name, len(connection.tools))
+            else:
+                message = f"{connection.error}; the session continues without its tools"
+                logger.bind(session_id=session_id).warning(message)
+                notices.append(SystemEvent(subtype="mcp_server_failed", message=message))
+        return SessionTools(tools, closers=[c.close for c in connections], notices=notices)
+
+    def _connection(self, spec: McpServerSpec, session_id: str, project_dir: str | None) -> McpConnection:
+        publish = self.publish
+
+        def on_lost(message: str) -> None:
+            if publish is not None:
+                publish(session_id, SystemEvent(subtype="mcp_server_lost", message=message))
+
+        cwd = str(Path(spec.cwd).expanduser()) if spec.cwd else project_dir
+        return McpConnection(spec, env=safe_env(spec.env), cwd=cwd, limits=self.limits, on_lost=on_lost,
+                             render=lambda result: render_result(result, self.output_limit))

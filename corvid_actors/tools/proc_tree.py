@@ -1,0 +1,67 @@
+"""Process trees on Linux, read from /proc: find a child we started, kill what is left of it.
+
+A stdio MCP server is started in its own session (``start_new_session``), so everything
+it spawns shares its session id unless it calls ``setsid`` itself; killing the members of
+that session reaches descendants that outlived their parent or left its process group.
+Without /proc (not Linux) these find nothing and kill nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+
+def _stat(pid: str) -> tuple[str, int, int] | None:
+    """(state, ppid, session id) of a process, from /proc/PID/stat."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2:].split()  # the command name may hold spaces and parens
+    return fields[0], int(fields[1]), int(fields[3])
+
+
+def _pids() -> list[str]:
+    try:
+        return [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+
+
+def find_child_with_marker(variable: str, marker: str) -> int | None:
+    """The pid of our child process started with ``variable=marker`` in its environment."""
+    needle = f"{variable}={marker}".encode()
+    me = os.getpid()
+    for pid in _pids():
+        info = _stat(pid)
+        if info is None or info[1] != me:
+            continue
+        with contextlib.suppress(OSError):
+            if needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                return int(pid)
+    return None
+
+
+def session_members(leader: int) -> list[int]:
+    """Live (not zombie) processes of the session ``leader`` started (stdio servers get their
+    own session: the ``mcp`` client spawns them with ``start_new_session``)."""
+    members = []
+    for pid in _pids():
+        info = _stat(pid)
+        if info is not None and info[2] == leader and info[0] != "Z":
+            members.append(int(pid))
+    return members
+
+
+def kill_session_tree(leader: int | None) -> None:
+    """SIGKILL what is left of a server's process tree (after the ``mcp`` shutdown ran)."""
+    if leader is None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(leader, signal.SIGKILL)
+    for pid in session_members(leader):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)

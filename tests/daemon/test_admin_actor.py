@@ -1,0 +1,219 @@
+"""The AdminActor in simulated time: operator commands as messages, answered from the
+supervisor, the approval broker, the credit bank and the store."""
+
+from __future__ import annotations
+
+import pytest
+
+from corvid_actors.actors.admin import (
+    AdminActor,
+    AdminCommand,
+    AdminWiring,
+    BeginShutdown,
+    Follow,
+    Ready,
+)
+from corvid_actors.admin_protocol import AdminError
+from corvid_actors.config import Config, DaemonConfig
+from corvid_actors.testing import sim_runtime
+
+
+def make(sim_clock, scripted, tmp_path, *, credits=False, settings=None, shutdown=None, direct=False):
+    extra = {"loop_for_provider": {"scripted": "direct"}} if direct else {}
+    rt = sim_runtime(sim_clock, scripted, config=Config(), workspace_dir=tmp_path / "ws", with_credits=credits,
+                     **extra)
+    admin = AdminActor.start(rt.tracker, AdminWiring(
+        supervisor=rt.supervisor, approvals=rt.approvals, bus=rt.bus, timers=rt.timers, slot_pool=rt.slot_pool,
+        credits=rt.credits, store=rt.store, providers=rt.providers, clock=rt.clock,
+        settings=settings or DaemonConfig(), about={"pid": 1}, request_shutdown=shutdown,
+    ))
+    assert admin.ask(Ready()) is True
+    return rt, admin
+
+
+@pytest.fixture
+def admin_rt(sim_clock, scripted, tmp_path):
+    rt, admin = make(sim_clock, scripted, tmp_path)
+    yield rt, admin
+    admin.stop()
+    rt.shutdown()
+
+
+def command(admin, name, **args):
+    return admin.ask(AdminCommand(name, args))
+
+
+def failure(admin, name, **args) -> AdminError:
+    with pytest.raises(AdminError) as caught:
+        command(admin, name, **args)
+    return caught.value
+
+
+def test_start_then_list_and_show_a_session(admin_rt, scripted):
+    rt, admin = admin_rt
+    scripted.reply("Hi there.", latency_s=1.0)
+    started = command(admin, "start", agent="helper", prompt="hello", source="chat", participant="alice")
+    assert started["created_agent"] is True and started["agent"] == "helper"
+    rt.settle()
+    rt.clock.advance(2)
+    [row] = command(admin, "sessions")
+    assert (row["id"], row["status"], row["agent"], row["source"], row["turns"]) == (
+        started["session"], "running", "helper", "chat", 1)
+    assert row["uptime_s"] == 2.0 and row["pending_approvals"] == 0
+    detail = command(admin, "session", session=started["session"][:6])
+    assert [(m["role"], m["content"]) for m in detail["messages"]] == [("user", "hello"), ("assistant", "Hi there.")]
+    assert [e["type"] for e in detail["events"] if e["type"] in ("session_started", "result")] == [
+        "session_started", "result"]
+    assert command(admin, "sessions", status="stopped") == []
+    assert command(admin, "start", agent="HELPER", prompt="again")["created_agent"] is False
+
+
+def test_send_is_persisted_and_resumes_an_ended_session_with_history(admin_rt, scripted):
+    rt, admin = admin_rt
+    sid = command(admin, "start", agent="a", prompt="first")["session"]
+    rt.settle()
+    assert command(admin, "stop", session=sid) == {"session": sid, "was_running": True, "was_paused": False}
+    assert command(admin, "stop", session=sid)["was_running"] is False
+    sent = command(admin, "send", session=sid, text="second")
+    assert sent["delivered"] is True
+    assert ("user", "second") in rt.store.recent_messages(sid, 10)
+    rt.settle()
+    assert "<conversation_history>" in scripted.requests[-1].messages[-1].content
+
+
+def test_resume_covers_paused_running_and_ended_sessions(admin_rt, scripted):
+    rt, admin = admin_rt
+    scripted.outage("connection refused")
+    sid = command(admin, "start", agent="a", prompt="go")["session"]
+    rt.settle()
+    assert command(admin, "sessions")[0]["paused_until"] is not None
+    assert command(admin, "resume", session=sid) == {"session": sid, "how": "resumed_paused"}
+    rt.settle()
+    assert command(admin, "resume", session=sid) == {"session": sid, "how": "already_running"}
+    command(admin, "stop", session=sid)
+    assert command(admin, "resume", session=sid)["how"] == "resumed_with_history"
+
+
+def test_extend_needs_a_running_session_and_is_capped(admin_rt):
+    rt, admin = admin_rt
+    sid = command(admin, "start", agent="a", prompt="go")["session"]
+    rt.settle()
+    assert command(admin, "extend", session=sid, minutes=10)["timeout_s"] == 2400.0
+    assert command(admin, "extend", session=sid, minutes=10_000)["timeout_s"] == 4 * 1800.0
+    command(admin, "stop", session=sid)
+    assert failure(admin, "extend", session=sid, minutes=1).code == "conflict"
+
+
+def test_unknown_and_ambiguous_session_ids(admin_rt):
+    rt, admin = admin_rt
+    rt.store.create_session(session_id="abcd-1")
+    rt.store.create_session(session_id="abcd-2")
+    assert failure(admin, "stop", session="nope-nope").code == "not_found"
+    assert failure(admin, "stop", session="ab").code == "not_found"
+    assert failure(admin, "stop", session="abcd").code == "bad_request"
+    assert command(admin, "stop", session="abcd-2")["session"] == "abcd-2"
+
+
+def test_approvals_are_listed_and_resolved(sim_clock, scripted, tmp_path):
+    rt, admin = make(sim_clock, scripted, tmp_path, direct=True)
+    try:
+        (tmp_path / "ws").mkdir(exist_ok=True)
+        scripted.tool_call("list_files", {"path": "."})
+        scripted.reply("Done.")
+        sid = command(admin, "start", agent="careful", prompt="list files")["session"]
+        rt.settle()
+        [pending] = command(admin, "approvals")
+        assert (pending["session_id"], pending["tool_name"]) == (sid, "list_files")
+        assert command(admin, "sessions")[0]["pending_approvals"] == 1
+        assert command(admin, "approvals", session=sid) == [pending]
+        resolved = command(admin, "approve", approval=pending["id"], session_wide=True)
+        assert resolved["behavior"] == "allow_session"
+        assert failure(admin, "deny", approval=pending["id"]).code == "not_found"
+        rt.settle()
+        assert command(admin, "approvals") == []
+        assert command(admin, "mode", mode="paused") == {"mode": "paused"}
+        assert command(admin, "mode") == {"mode": "paused"}
+        assert failure(admin, "mode", mode="sideways").code == "bad_request"
+    finally:
+        admin.stop()
+        rt.shutdown()
+
+
+def test_credit_commands_explain_when_there_is_no_credit_bank(admin_rt):
+    _, admin = admin_rt
+    error = failure(admin, "credits_balance", participant="alice")
+    assert error.code == "unavailable" and "daemon.with_credits" in error.message
+
+
+def test_credit_commands_grant_and_show_balances(sim_clock, scripted, tmp_path):
+    rt, admin = make(sim_clock, scripted, tmp_path, credits=True, settings=DaemonConfig(max_credit_grant=100))
+    try:
+        assert command(admin, "credits_grant", participant="bob", amount=60, reason="welcome")["balance"] == 60
+        assert command(admin, "credits_grant", participant="bob", amount=40)["balance"] == 100
+        assert failure(admin, "credits_grant", participant="bob", amount=101).code == "bad_request"
+        shown = command(admin, "credits_balance", participant="bob", transactions=5)
+        assert shown["balance"] == 100 and [t["amount"] for t in shown["transactions"]] == [40, 60]
+    finally:
+        admin.stop()
+        rt.shutdown()
+
+
+def test_shutdown_asks_the_daemon_and_then_new_work_is_refused(sim_clock, scripted, tmp_path):
+    asked: list[str] = []
+    rt, admin = make(sim_clock, scripted, tmp_path, shutdown=asked.append)
+    try:
+        assert command(admin, "shutdown", reason="maintenance") == {"shutting_down": True}
+        assert asked == ["maintenance"]
+        assert failure(admin, "start", agent="a", prompt="late").code == "shutting_down"
+        assert command(admin, "sessions") == []  # reading still works
+    finally:
+        admin.stop()
+        rt.shutdown()
+
+
+def test_without_a_daemon_shutdown_is_unavailable_and_begin_shutdown_refuses_work(admin_rt):
+    _, admin = admin_rt
+    assert failure(admin, "shutdown").code == "unavailable"
+    admin.tell(BeginShutdown())
+    assert failure(admin, "send", session="abcd", text="x").code == "shutting_down"
+
+
+def test_health_probes_providers_off_the_mailbox_and_stats_sum_up_the_actors(admin_rt, scripted):
+    rt, admin = admin_rt
+    scripted.health_results = [False, True]
+    future = command(admin, "health")
+    first = future.get()
+    assert first["status"] == "degraded" and first["providers"] == {"scripted": {"healthy": False}}
+    assert first["daemon"]["pid"] == 1 and all(first["actors"].values())
+    assert command(admin, "health").get()["status"] == "ok"
+    stats = command(admin, "stats")
+    assert set(stats) >= {"supervisor", "event_bus", "timers", "slots", "admin", "process"}
+
+
+def test_recent_events_are_bounded_and_followers_see_only_their_session(sim_clock, scripted, tmp_path):
+    rt, admin = make(sim_clock, scripted, tmp_path, settings=DaemonConfig(recent_events=3, recent_event_sessions=2))
+    try:
+        seen: list[tuple[str, str]] = []
+        first = command(admin, "start", agent="a", prompt="one")["session"]
+        unfollow = admin.ask(Follow(first, lambda sid, at, event: seen.append((sid, event["type"]))))
+        second = command(admin, "start", agent="a", prompt="two")["session"]
+        rt.settle()
+        command(admin, "send", session=first, text="more")
+        rt.settle()
+        assert {sid for sid, _ in seen} == {first} and ("result" in [t for _, t in seen])
+        assert len(command(admin, "session", session=first)["events"]) == 3  # of many more
+        assert command(admin, "session", session=second)["events"] != []
+        command(admin, "start", agent="a", prompt="three")
+        rt.settle()
+        # two sessions are kept: the one least recently heard from (second) is forgotten
+        assert command(admin, "session", session=second)["events"] == []
+        assert len(command(admin, "session", session=first)["events"]) == 3
+        unfollow()
+        rt.settle()
+        count = len(seen)
+        command(admin, "send", session=first, text="unseen")
+        rt.settle()
+        assert len(seen) == count
+    finally:
+        admin.stop()
+        rt.shutdown()

@@ -1,0 +1,132 @@
+"""Forward migrations recorded in ``schema_version`` (SQLite; PostgreSQL in test_store_postgres)."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import peewee as pw
+import pytest
+
+from corvid_actors.db import migrations
+from corvid_actors.db.store import Store
+from corvid_actors.errors import StoreError
+from tests.db.conftest import run_together
+
+
+def recorded_versions(store: Store) -> list[int]:
+    V = store.m.SchemaVersion
+    return [row.version for row in V.select().order_by(V.version)]
+
+
+def test_fresh_database_records_every_migration() -> None:
+    store = Store()
+    try:
+        count = len(migrations.MIGRATIONS)
+        assert store.schema_version == count
+        assert recorded_versions(store) == list(range(1, count + 1))
+        assert migrations.current_version(store.m) == count
+        tables = set(store.db.get_tables())
+        assert {m._meta.table_name for m in store.m.all} <= tables
+        indexes = {ix.name for ix in store.db.get_indexes("session_messages")}
+        assert "session_messages_session_id_id" in indexes
+    finally:
+        store.close()
+
+
+def test_reopening_applies_nothing_twice(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'corvid.db'}"
+    first = Store(url)
+    session = first.create_session(name="survivor")
+    first.append_message(session.id, "user", "kept")
+    first.close()
+
+    second = Store(url)
+    try:
+        assert second.schema_version == len(migrations.MIGRATIONS)
+        assert recorded_versions(second) == list(range(1, len(migrations.MIGRATIONS) + 1))
+        assert second.get_session(session.id).name == "survivor"
+        assert second.recent_messages(session.id, 5) == [("user", "kept")]
+    finally:
+        second.close()
+
+
+def _add_notes_table(calls: list[int]):
+    def add_notes(models: SimpleNamespace, db: pw.Database) -> None:
+        calls.append(1)
+        db.execute_sql("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
+
+    return add_notes
+
+
+def test_appended_migration_runs_once_on_reopen(tmp_path, monkeypatch) -> None:
+    url = f"sqlite:///{tmp_path / 'corvid.db'}"
+    Store(url).close()
+    base = len(migrations.MIGRATIONS)
+    calls: list[int] = []
+    monkeypatch.setattr(migrations, "MIGRATIONS", [*migrations.MIGRATIONS, _add_notes_table(calls)])
+
+    upgraded = Store(url)
+    upgraded.db.execute_sql("INSERT INTO notes (body) VALUES ('n1')")
+    upgraded.close()
+    again = Store(url)
+    try:
+        assert calls == [1]
+        assert again.schema_version == base + 1
+        assert recorded_versions(again) == list(range(1, base + 2))
+        assert again.db.execute_sql("SELECT body FROM notes").fetchall() == [("n1",)]
+    finally:
+        again.close()
+
+
+def test_failing_migration_raises_store_error_and_changes_nothing(tmp_path, monkeypatch) -> None:
+    url = f"sqlite:///{tmp_path / 'corvid.db'}"
+    Store(url).close()
+    base = len(migrations.MIGRATIONS)
+
+    def half_done(models: SimpleNamespace, db: pw.Database) -> None:
+        db.execute_sql("CREATE TABLE half (id INTEGER PRIMARY KEY)")
+        raise ValueError("bad data in row 7")
+
+    monkeypatch.setattr(migrations, "MIGRATIONS", [*migrations.MIGRATIONS, half_done])
+    with pytest.raises(StoreError) as info:
+        Store(url)
+    assert f"schema migration {base + 1} (half_done) failed: bad data in row 7" in str(info.value)
+    assert f"stays at version {base}" in str(info.value)
+
+    monkeypatch.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:base])
+    store = Store(url)
+    try:
+        assert recorded_versions(store) == list(range(1, base + 1))
+        assert "half" not in store.db.get_tables()  # the DDL was rolled back with it
+    finally:
+        store.close()
+
+
+def test_concurrent_openers_of_a_fresh_file_migrate_once(tmp_path) -> None:
+    # Two processes (daemon, CLI) opening a new database together: one applies the
+    # migrations, the others find them applied. Several rounds, since it is a race.
+    rounds, openers = 5, 4
+    for round_no in range(rounds):
+        url = f"sqlite:///{tmp_path / f'race{round_no}.db'}"
+        opened: list[Store] = []
+        lock = threading.Lock()
+
+        def open_one(url: str = url, opened: list[Store] = opened, lock=lock) -> None:
+            store = Store(url)
+            with lock:
+                opened.append(store)
+
+        try:
+            errors = run_together([open_one] * openers)
+        finally:
+            for store in opened:
+                store.close()
+
+        assert errors == []
+        check = Store(url)
+        try:
+            assert recorded_versions(check) == list(range(1, len(migrations.MIGRATIONS) + 1))
+            assert check.db.execute_sql("PRAGMA journal_mode").fetchone()[0] == "wal"
+        finally:
+            check.close()

@@ -1,0 +1,560 @@
+"""The daemon as a real subprocess, driven only through the CLI and the admin socket.
+
+``corvid-actors serve --provider stub`` runs the stub Ollama server in the daemon with
+slow replies (100 chunks, 0.1 s apart), so sessions stay mid-stream while the tests work on
+them; a stub script gives the tool calls that need approval. Every wait is bounded, and
+every daemon is killed in teardown whatever happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import select
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corvid_actors import cli
+from corvid_actors.admin_client import AdminClient, AdminRequestFailed, AdminUnavailable
+from corvid_actors.db.store import Store
+
+#: an interpreter start plus the runtime's imports on a loaded 2-core machine (~1.5 s typical)
+READY_S = 30.0
+#: anything the daemon does on request (milliseconds typical)
+WAIT_S = 10.0
+TOKEN = "s3cret-operator-token"
+SLOW_REPLY = " ".join(f"word{i}" for i in range(100))
+
+CONFIG = """
+[slots]
+max_parallel = 200
+[daemon]
+stub_reply = "{reply}"
+stub_chunks = 100
+stub_chunk_delay_s = {delay}
+shutdown_timeout_s = {bound}
+"""
+
+STUB_SCRIPT = [
+    {"match": "please list", "tool_calls": [["list_files", {"path": "."}]]},
+    {"match": "please read", "tool_calls": [["read_file", {"path": "notes.txt"}]]},
+]
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OLLAMA_", "CORVID_"))}
+
+
+class Daemon:
+    """One ``serve`` subprocess; its stderr is read on a thread (so it never blocks on a full pipe)."""
+
+    def __init__(self, data_dir: Path, *, bound_s: float = 20.0, token: str = "", args: tuple[str, ...] = (),
+                 detach: bool = False, chunk_delay_s: float = 0.1) -> None:
+        self.data_dir = data_dir
+        self.detach = detach
+        self.pid: int | None = None
+        self.token = token
+        self.config = data_dir.parent / f"{data_dir.name}.toml"
+        self.config.write_text(CONFIG.format(reply=SLOW_REPLY, bound=bound_s, delay=chunk_delay_s))
+        self.script = data_dir.parent / f"{data_dir.name}-script.json"
+        self.script.write_text(json.dumps(STUB_SCRIPT))
+        self.args = args
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self._eof = False
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> Daemon:
+        env = _env()
+        if self.token:
+            env["CORVID_ADMIN_TOKEN"] = self.token
+        command = [sys.executable, "-m", "corvid_actors.cli", "serve", "--data-dir", str(self.data_dir), "--provider",
+                   "stub", "--config", str(self.config), "--stub-script", str(self.script), *self.args]
+        if self.detach:  # returns once the daemon is ready; the daemon is not our child
+            started = subprocess.run([*command, "--detach"], env=env, stdin=subprocess.DEVNULL,
+                                     capture_output=True, text=True, timeout=READY_S)
+            assert started.returncode == 0 and "daemon running: pid" in started.stdout, started
+            self.pid = int(started.stdout.split("pid ", 1)[1].split(",", 1)[0])
+            return self
+        self.proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+        self.pid = self.proc.pid
+        threading.Thread(target=self._read, daemon=True).start()
+        self.wait_log("daemon ready", READY_S)
+        return self
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with self._cond:
+                self.lines.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self._eof = True
+            self._cond.notify_all()
+
+    def wait_log(self, text: str, timeout_s: float = WAIT_S) -> str:
+        with self._cond:
+            self._cond.wait_for(lambda: self._eof or any(text in line for line in self.lines), timeout_s)
+            found = [line for line in self.lines if text in line]
+            log = "".join(self.lines[-40:])
+        assert found, f"the daemon did not log {text!r} within {timeout_s} s; its log ends:\n{log}"
+        return found[0]
+
+    @property
+    def socket(self) -> Path:
+        return self.data_dir / "admin.sock"
+
+    def client(self, timeout_s: float | None = WAIT_S) -> AdminClient:
+        return AdminClient(self.socket, token=self.token, timeout_s=timeout_s).connect()
+
+    def call(self, cmd: str, **args: Any) -> Any:
+        with self.client() as client:
+            return client.call(cmd, **args)
+
+    def cli(self, capsys: Any, *argv: str) -> tuple[int, str, str]:
+        """The CLI in this process (it only talks to the socket)."""
+        capsys.readouterr()
+        location = ["--data-dir", str(self.data_dir), "--token", self.token]
+        code = cli.main([*argv[:2], *location, *argv[2:]] if argv[0] == "admin" else [*argv, *location])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    def wait_exit(self, timeout_s: float) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL, and wait (bounded) until the process is gone."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(WAIT_S)
+            return
+        if self.pid is None:
+            return
+        try:
+            handle = os.pidfd_open(self.pid)  # readable once the process has exited
+        except ProcessLookupError:
+            return
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            assert select.select([handle], [], [], WAIT_S)[0], f"pid {self.pid} survived SIGKILL"
+            self.pid = None  # never signal that number again: it may be reused
+        finally:
+            os.close(handle)
+
+
+class Follower:
+    """Collects the daemon's event stream (``follow``) on a thread."""
+
+    def __init__(self, daemon: Daemon, session: str | None = None) -> None:
+        self.items: list[dict[str, Any]] = []
+        self._by: dict[tuple[str, str], list[dict[str, Any]]] = {}  # (session, type) -> events
+        self._cond = threading.Condition()
+        self._client = daemon.client(timeout_s=None)
+        self._stream = self._client.follow(session)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for item in self._stream:
+                with self._cond:
+                    self.items.append(item)
+                    if "event" in item:
+                        self._by.setdefault((item["session_id"], item["event"]["type"]), []).append(item["event"])
+                    self._cond.notify_all()
+        except AdminUnavailable:
+            pass
+
+    def events(self, sid: str, type_: str) -> list[dict[str, Any]]:
+        with self._cond:
+            return list(self._by.get((sid, type_), ()))
+
+    def wait(self, predicate: Callable[[], Any], timeout_s: float = WAIT_S) -> Any:
+        with self._cond:
+            self._cond.wait_for(lambda: bool(predicate()), timeout_s)
+        result = predicate()
+        assert result, f"condition not met within {timeout_s} s; got {[i['event']['type'] for i in self.items]}"
+        return result
+
+    def close(self) -> None:
+        self._client.close()
+        self._thread.join(WAIT_S)
+
+
+@pytest.fixture
+def daemons() -> Iterator[Callable[..., Daemon]]:
+    made: list[Daemon] = []
+
+    def make(data_dir: Path, **kwargs: Any) -> Daemon:
+        daemon = Daemon(data_dir, **kwargs)
+        made.append(daemon)
+        return daemon.start()
+
+    yield make
+    for daemon in made:
+        daemon.kill()
+
+
+@pytest.fixture(scope="module")
+def shared() -> Iterator[Daemon]:
+    """One daemon for the functional tests, with a token, in a directory others may traverse
+    (so that only the socket's own mode keeps another user out)."""
+    base = Path(tempfile.mkdtemp(prefix="corvid-e2e-", dir="/tmp"))
+    base.chmod(0o711)
+    data_dir = base / "data"
+    data_dir.mkdir(mode=0o711)
+    data_dir.chmod(0o711)
+    daemon = Daemon(data_dir, token=TOKEN)
+    try:
+        yield daemon.start()
+    finally:
+        daemon.kill()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _stored_sessions(data_dir: Path, ids: list[str]) -> list[Any]:
+    store = Store(f"sqlite:///{data_dir / 'corvid.db'}")
+    try:
+        return [store.get_session(sid) for sid in ids]
+    finally:
+        store.close()
+
+
+def _health_once_free(daemon: Daemon) -> dict[str, Any]:
+    """``health``, retried while closed connections are still being released (bounded;
+    each attempt waits for the daemon's answer, never for a clock)."""
+    for _ in range(200):
+        try:
+            return daemon.call("health")
+        except AdminRequestFailed as exc:
+            if exc.code != "busy":
+                raise
+    raise AssertionError("the daemon stayed busy")
+
+
+# --- list, stop, resume, approve through the CLI ------------------------------------------------
+
+
+def test_cli_lists_stops_and_resumes_a_running_session(shared, capsys):
+    code, out, _ = shared.cli(capsys, "admin", "start", "--agent", "lister", "--json", "count to a hundred")
+    assert code == 0
+    sid = json.loads(out)["session"]
+
+    code, out, _ = shared.cli(capsys, "admin", "sessions")
+    assert code == 0
+    [line] = [line for line in out.splitlines() if line.startswith(sid[:8])]
+    assert "running" in line and "lister" in line
+
+    code, out, _ = shared.cli(capsys, "admin", "stop", sid[:8])
+    assert (code, out.strip()) == (0, f"stopped {sid[:8]} (was running)")
+    code, out, _ = shared.cli(capsys, "admin", "session", sid, "--json")
+    detail = json.loads(out)
+    assert detail["status"] == "stopped"
+    assert [e["reason"] for e in detail["events"] if e["type"] == "session_stopped"] == ["user_stop"]
+
+    code, out, _ = shared.cli(capsys, "admin", "resume", sid[:8])
+    assert (code, out.strip()) == (0, f"{sid[:8]}: resumed with history")
+    code, out, _ = shared.cli(capsys, "admin", "sessions", "--json", "--status", "running")
+    assert sid in [row["id"] for row in json.loads(out)]
+    code, out, _ = shared.cli(capsys, "admin", "session", sid[:8])
+    assert "count to a hundred" in out and "session_started" in out
+
+
+def test_approvals_are_listed_approved_and_denied_through_the_cli(shared, capsys):
+    follower = Follower(shared)
+    try:
+        listing = shared.call("start", agent="careful", prompt="please list the files")["session"]
+        reading = shared.call("start", agent="careful", prompt="please read my notes")["session"]
+        [asked_list] = follower.wait(lambda: follower.events(listing, "approval_request"))
+        [asked_read] = follower.wait(lambda: follower.events(reading, "approval_request"))
+
+        code, out, _ = shared.cli(capsys, "admin", "approvals")
+        assert code == 0 and asked_list["id"] in out and asked_read["id"] in out
+        code, out, _ = shared.cli(capsys, "admin", "approvals", "--json", "--session", listing)
+        assert [a["tool_name"] for a in json.loads(out)] == ["list_files"]
+
+        code, out, _ = shared.cli(capsys, "admin", "approve", asked_list["id"])
+        assert code == 0 and "allow (list_files" in out
+        code, out, _ = shared.cli(capsys, "admin", "deny", asked_read["id"], "--message", "not today")
+        assert code == 0 and "deny (read_file" in out
+
+        [allowed] = follower.wait(lambda: follower.events(listing, "approval_resolved"))
+        [denied] = follower.wait(lambda: follower.events(reading, "approval_resolved"))
+        assert (allowed["behavior"], denied["behavior"], denied["message"]) == ("allow", "deny", "not today")
+        follower.wait(lambda: [e for e in follower.events(listing, "tool_status") if e["state"] == "completed"])
+        code, _, err = shared.cli(capsys, "admin", "approve", asked_list["id"])
+        assert code == 1 and "no pending approval" in err
+    finally:
+        follower.close()
+
+
+def test_events_follows_one_session_like_tail(shared, capsys):
+    # the slow stub streams a delta every 0.1 s, so a follower soon sees two events
+    sid = shared.call("start", agent="chatty", prompt="tell me a story")["session"]
+    other = shared.call("start", agent="chatty", prompt="and another one")["session"]
+    result: dict[str, Any] = {}
+
+    def follow() -> None:
+        result["code"] = cli.main(["events", sid[:8], "--json", "--limit", "2", "--data-dir", str(shared.data_dir),
+                                   "--token", TOKEN])
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    thread.join(WAIT_S)
+    assert other != sid and result == {"code": 0}
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(lines) == 2 and {line["session_id"] for line in lines} == {sid}
+
+
+def test_extend_mode_credits_and_stats_over_the_socket(shared):
+    sid = shared.call("start", agent="extender", prompt="wait for it")["session"]
+    assert shared.call("extend", session=sid, minutes=10)["timeout_s"] == 1800 + 600
+    assert shared.call("mode") == {"mode": "normal"}
+    assert shared.call("mode", mode="queued") == {"mode": "queued"}
+    assert shared.call("mode", mode="normal") == {"mode": "normal"}
+    assert shared.call("credits_grant", participant="alice", amount=75)["balance"] == 75
+    balance = shared.call("credits_balance", participant="alice", transactions=5)
+    assert balance["balance"] == 75 and [t["amount"] for t in balance["transactions"]] == [75]
+    stats = shared.call("stats")
+    assert stats["supervisor"]["processes"] >= 1 and stats["process"]["threads"] > 1
+    health = shared.call("health")
+    assert health["status"] == "ok" and health["daemon"]["stub"] is True
+    assert health["providers"]["ollama"]["healthy"] is True
+
+
+def test_a_second_daemon_on_the_same_data_directory_is_refused(shared):
+    second = subprocess.run(
+        [sys.executable, "-m", "corvid_actors.cli", "serve", "--provider", "stub", "--data-dir", str(shared.data_dir)],
+        env=_env(), capture_output=True, text=True, timeout=READY_S,
+    )
+    assert second.returncode == 1
+    assert f"another corvid-actors daemon (pid {shared.proc.pid})" in second.stderr
+    assert shared.call("health")["status"] == "ok"
+
+
+# --- bad input and permissions ------------------------------------------------------------------
+
+
+BAD_LINES = [
+    (b"\x00\xff\xfe garbage\n", "bad_request"),
+    (b"not json at all\n", "bad_request"),
+    (b"[1, 2, 3]\n", "bad_request"),
+    (b"[" * 60000 + b"\n", "bad_request"),
+    (json.dumps({"cmd": 5, "token": TOKEN}).encode() + b"\n", "bad_request"),
+    (json.dumps({"cmd": "format_disk", "token": TOKEN}).encode() + b"\n", "unknown_command"),
+    (json.dumps({"cmd": "stop", "args": {"session": 123}, "token": TOKEN}).encode() + b"\n", "bad_request"),
+    (json.dumps({"cmd": "extend", "args": {"session": "abcd", "minutes": "ten"}, "token": TOKEN}).encode() + b"\n",
+     "bad_request"),
+    (json.dumps({"cmd": "extend", "args": {"session": "abcd", "minutes": -5}, "token": TOKEN}).encode() + b"\n",
+     "bad_request"),
+    (json.dumps({"cmd": "stop", "args": {}, "token": TOKEN}).encode() + b"\n", "bad_request"),
+    (json.dumps({"cmd": "stop", "args": {"session": "zzzz-none"}, "token": TOKEN}).encode() + b"\n", "not_found"),
+    (json.dumps({"cmd": "health", "args": [1], "token": TOKEN}).encode() + b"\n", "bad_request"),
+    (json.dumps({"cmd": "health", "args": {"x": 1}, "token": TOKEN}).encode() + b"\n", "bad_request"),
+    (json.dumps({"cmd": "health"}).encode() + b"\n", "unauthorized"),
+    (json.dumps({"cmd": "health", "token": "wrong"}).encode() + b"\n", "unauthorized"),
+    (b"x" * 1_000_000 + b"\n", "too_large"),
+]
+
+
+def test_bad_input_on_the_socket_gets_error_replies_and_the_daemon_keeps_running(shared):
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(WAIT_S)
+        sock.connect(str(shared.socket))
+        replies = sock.makefile("rb")
+        for line, code in BAD_LINES:
+            sock.sendall(line)
+            reply = json.loads(replies.readline())
+            assert reply["ok"] is False and reply["error"]["code"] == code, (line[:60], reply)
+        # the same connection still works
+        sock.sendall(json.dumps({"id": "last", "cmd": "health", "token": TOKEN}).encode() + b"\n")
+        reply = json.loads(replies.readline())
+        assert (reply["id"], reply["ok"]) == ("last", True)
+
+    # clients that vanish mid-request, and more connections than allowed
+    for partial in (b'{"cmd": "hea', b"x" * 100_000):
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(shared.socket))
+            sock.sendall(partial)
+    extra = []
+    try:
+        for _ in range(40):
+            extra.append(socket.socket(socket.AF_UNIX))
+            extra[-1].connect(str(shared.socket))
+        extra[-1].settimeout(WAIT_S)
+        assert json.loads(extra[-1].makefile("rb").readline())["error"]["code"] == "busy"
+    finally:
+        for sock in extra:
+            sock.close()
+    assert shared.proc.poll() is None
+    assert _health_once_free(shared)["status"] == "ok"
+
+
+def _connect_as_nobody(path: Path) -> str:
+    """Connect from a forked child that became ``nobody``; what it saw, as text."""
+    nobody = pwd.getpwnam("nobody")
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop root, try the socket, report through the pipe
+        result = "child failed"
+        try:
+            os.setgroups([])
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.settimeout(5)
+                try:
+                    sock.connect(str(path))
+                except PermissionError:
+                    result = "EACCES"
+                else:
+                    try:
+                        sock.sendall(b'{"cmd": "health"}\n')
+                    except BrokenPipeError:
+                        pass  # refused at once: the refusal is already waiting to be read
+                    result = sock.makefile("rb").readline().decode()
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the test
+            result = f"child failed: {exc!r}"
+        finally:
+            os.write(write_end, result.encode())
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as fh:
+        seen = fh.read().decode()
+    os.waitpid(pid, 0)
+    return seen
+
+
+def test_the_socket_is_owner_only_and_another_user_cannot_connect(shared):
+    mode = stat.S_IMODE(shared.socket.stat().st_mode)
+    assert mode == 0o600
+    assert stat.S_ISSOCK(shared.socket.stat().st_mode)
+    if os.getuid() != 0:
+        return  # the bits are the whole story for an unprivileged test run
+    assert _connect_as_nobody(shared.socket) == "EACCES"
+    # Control: with the file opened up, nobody reaches the daemon, whose peer check refuses it.
+    shared.socket.chmod(0o666)
+    try:
+        seen = _connect_as_nobody(shared.socket)
+    finally:
+        shared.socket.chmod(0o600)
+    assert json.loads(seen)["error"]["code"] == "unauthorized", seen
+    assert shared.call("health")["status"] == "ok"
+
+
+def test_admin_without_a_daemon_says_how_to_start_one(tmp_path, capsys):
+    code = cli.main(["admin", "sessions", "--data-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1 and "no corvid-actors daemon is listening" in err and "corvid-actors serve" in err
+
+
+# --- crash safety and shutdown ---------------------------------------------------------------------
+
+
+def test_sigkill_mid_session_loses_no_acknowledged_message_and_the_sessions_resume(daemons, tmp_path, capsys):
+    data_dir = tmp_path / "data"
+    first = daemons(data_dir, detach=True)  # as the README starts it: in the background
+    assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+    acknowledged: dict[str, list[str]] = {}
+    for i in range(3):
+        sid = first.call("start", agent="survivor", prompt=f"task {i}")["session"]
+        acknowledged[sid] = [f"task {i}"]
+        for j in range(2):
+            text = f"note {j} for task {i}"
+            assert first.call("send", session=sid, text=text)["delivered"] is True
+            acknowledged[sid].append(text)
+    first.kill()
+
+    second = daemons(data_dir, args=("--log-format", "json"))
+    second.wait_log("resumed 3 session(s)")
+    rows = {row["id"]: row for row in second.call("sessions")}
+    for sid, texts in acknowledged.items():
+        assert rows[sid]["status"] == "running"
+        detail = second.call("session", session=sid, messages=50)
+        assert [m["content"] for m in detail["messages"] if m["role"] == "user"] == texts
+        assert [e["type"] for e in detail["events"]][:1] == ["session_started"]
+    started = [json.loads(line)["record"] for line in second.lines if '"session started' in line]
+    assert {(r["extra"]["session_id"], r["extra"]["agent"]) for r in started} == {(s, "survivor") for s in acknowledged}
+
+    # `admin shutdown --wait` returns once the daemon has stopped; the sessions stay marked
+    assert second.cli(capsys, "admin", "shutdown", "--wait") == (0, "daemon is shutting down\n", "")
+    assert second.wait_exit(WAIT_S) == 0
+    second.wait_log("daemon stopped cleanly")
+    rows = _stored_sessions(data_dir, list(acknowledged))
+    assert {(r.status, r.restart_pending) for r in rows} == {("stopped", True)}
+
+
+def test_sigterm_with_50_running_sessions_stops_within_the_bound_and_marks_them_for_resume(daemons, tmp_path):
+    bound_s = 10.0
+    daemon = daemons(tmp_path / "data", bound_s=bound_s, chunk_delay_s=0.5)  # 100 deltas/s in all
+    follower = Follower(daemon)
+    with daemon.client() as client:
+        for i in range(50):  # pipelined on one connection: answered in order
+            client.send("start", agent="worker", prompt=f"job {i}")
+        ids = [client.receive()["result"]["session"] for _ in range(50)]
+    follower.wait(lambda: all(follower.events(sid, "content_block_delta") for sid in ids))
+    rows = {row["id"]: row for row in daemon.call("sessions", status="running")}
+    assert set(ids) <= set(rows) and all(rows[sid]["turns"] == 0 for sid in ids)  # all mid-stream
+
+    started = time.monotonic()
+    daemon.proc.send_signal(signal.SIGTERM)
+    code = daemon.wait_exit(bound_s + 5)
+    elapsed = time.monotonic() - started
+    assert code == 0 and elapsed < bound_s, (code, elapsed)
+    daemon.wait_log("daemon stopped cleanly")
+    follower.close()
+    stopped = [e["reason"] for sid in ids for e in follower.events(sid, "session_stopped")]
+    assert stopped == ["server_shutdown"] * 50
+    rows = _stored_sessions(daemon.data_dir, ids)
+    assert {(r.status, r.restart_pending) for r in rows} == {("stopped", True)}
+
+
+# --- run: one session in the foreground -------------------------------------------------------------
+
+
+def test_run_streams_the_reply_to_the_terminal(tmp_path, capsys):
+    config = tmp_path / "fast.toml"
+    config.write_text('[daemon]\nstub_reply = "Foreground hello from the stub."\nstub_chunks = 4\n'
+                      "stub_chunk_delay_s = 0.0\n")
+    code = cli.main(["run", "--agent", "tester", "--provider", "stub", "--data-dir", str(tmp_path / "data"),
+                     "--config", str(config), "say hello"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out.strip() == "Foreground hello from the stub."
+    assert "created agent 'tester'" in err
+    store = Store(f"sqlite:///{tmp_path / 'data' / 'corvid.db'}")
+    try:
+        [row] = store.list_sessions()
+        assert (row.source, row.status, row.restart_pending) == ("cli", "stopped", False)
+        assert store.recent_messages(row.id, 10) == [("user", "say hello"),
+                                                     ("assistant", "Foreground hello from the stub.")]
+    finally:
+        store.close()
+
+
+def test_run_names_the_setting_to_fix_when_ollama_is_unreachable(tmp_path, capsys, monkeypatch):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("OLLAMA_HOST", f"http://127.0.0.1:{port}")
+    code = cli.main(["run", "--agent", "tester", "--data-dir", str(tmp_path / "data"), "hello"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"cannot reach Ollama at http://127.0.0.1:{port}" in err and "set OLLAMA_HOST" in err
+    assert "Traceback" not in err
