@@ -50,9 +50,9 @@ class GroupCommitter(Generic[Item, Result]):
 
     ``max_batch`` bounds the items of one commit; ``extra_batches`` is how many batches a
     leader commits for others after its own before handing over. ``commit`` runs on the
-    leading caller's thread. When a batch of several fails, each
-    of its items is committed again on its own, so one bad item (a foreign key that does
-    not exist) fails only its own caller.
+    leading caller's thread. When a batch of several fails, each of its items is committed
+    again on its own, so one bad item (a foreign key that does not exist) fails only its
+    own caller.
     """
 
     def __init__(self, commit: BatchCommit[Item, Result], *, max_batch: int, extra_batches: int = 0,

@@ -66,7 +66,7 @@ class CodingToolSettings:
     #: read_file without offset/limit refuses files bigger than this
     read_max_file_bytes: int = 10_000_000
     #: command output kept in memory per stream (head and tail; the middle is dropped)
-    command_capture_max_bytes: int = 1_000_000
+    command_capture_max_bytes: int = 8 * 1024 * 1024  # the operator keeps all of a 1 MiB+ output
     command_read_chunk_bytes: int = 65536
     command_shell: str = "/bin/sh"
     #: "Run command: <cmd>" approval descriptions are cut here (formatToolDescription)

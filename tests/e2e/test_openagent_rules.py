@@ -15,8 +15,6 @@ from corvid_actors.providers.anthropic import AnthropicProvider
 from corvid_actors.providers.ollama import OllamaProvider
 from corvid_actors.testing.anthropic_stub import AnthropicStubServer
 from corvid_actors.testing.ollama_stub import OllamaStubServer
-from corvid_actors.tools.base import ToolRegistry
-from corvid_actors.tools.coding import CodingToolSettings, coding_tools
 
 MODEL = "llama3.1:8b"  # native tools; a 128k window (num_ctx below) keeps trimming out of the way
 CLAUDE = "claude-sonnet-4-6"
@@ -170,9 +168,7 @@ MIB_COMMAND = "yes 0123456789abcde | head -c 1048576"
 
 def test_a_1_mib_output_reaches_the_model_as_a_notice_and_the_operator_reads_all_of_it(
         make_e2e, stub, data_dir):
-    # the default capture keeps 1,000,000 bytes per stream: give it room for a full MiB
-    registry = lambda: ToolRegistry(coding_tools(CodingToolSettings(command_capture_max_bytes=4 * 1024 * KIB)))  # noqa: E731
-    e2e = ollama_e2e(make_e2e, stub, data_dir, tool_registry_factory=registry)
+    e2e = ollama_e2e(make_e2e, stub, data_dir)  # the default tools: run_command keeps up to 8 MiB
     stub.add_tool_calls([("run_command", {"command": MIB_COMMAND})])
     stub.add_reply("That was a lot of output.")
     s = e2e.session(provider="ollama", model=MODEL, mode="full-auto")

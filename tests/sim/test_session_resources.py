@@ -93,4 +93,5 @@ def test_a_build_that_fails_after_the_hooks_still_closes_what_they_opened(rt, re
     recorder = EventRecorder.attach(rt)
     assert rt.start_process(s.id, "hello there.") is None
     assert res.all_closed.wait(1.0)
+    rt.settle()
     assert [e.event.error_type for e in recorder.of(s.id, "error")] == ["spawn_error"]

@@ -424,9 +424,10 @@ def test_run_command_invalid_timeout(ctx, timeout):
 
 def test_run_command_timeout_kills_the_whole_process_group(ctx, project):
     # the grandchild keeps stdout open: only a group kill lets the read reach EOF
-    result = bounded(lambda: call("run_command", ctx, timeout=0.3,
+    # 1 s: under load the shell must have started and written gc.pid before the kill
+    result = bounded(lambda: call("run_command", ctx, timeout=1,
                                   command="sleep 30 & echo $! > gc.pid; sleep 30"))
-    assert result.is_error and result.output.startswith("Command timed out after 0.3 s")
+    assert result.is_error and result.output.startswith("Command timed out after 1 s")
     grandchild = int((project / "gc.pid").read_text())
     assert process_gone(grandchild)
 
@@ -434,7 +435,7 @@ def test_run_command_timeout_kills_the_whole_process_group(ctx, project):
 def test_run_command_cancel_kills_the_whole_process_group(ctx, project):
     token = CancelToken()
     ctx.cancel = token
-    trigger = threading.Timer(0.2, token.cancel)
+    trigger = threading.Timer(0.8, token.cancel)  # after the shell wrote gc.pid, even under load
     trigger.start()
     try:
         result = bounded(
