@@ -251,8 +251,10 @@ class StubHandler(BaseHTTPRequestHandler):
             return
         # The client sends nothing more on this connection while we stream, so the
         # socket turning readable means EOF or reset: the client went away.
-        readable, _, _ = select.select([self.connection], [], [], delay_s)
-        if readable:
+        # poll, not select: select() cannot watch a descriptor >= 1024 (FD_SETSIZE)
+        poller = select.poll()
+        poller.register(self.connection, select.POLLIN)
+        if poller.poll(delay_s * 1000):
             try:
                 gone = self.connection.recv(1, socket.MSG_PEEK) == b""
             except OSError:

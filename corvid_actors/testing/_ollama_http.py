@@ -151,7 +151,11 @@ class StubHandler(BaseHTTPRequestHandler):
             return
         deadline = RealTime.monotonic() + delay_s
         while (remaining := deadline - RealTime.monotonic()) > 0:
-            readable, _, _ = select.select([self.connection], [], [], remaining)
+            # poll, not select: select() cannot watch a descriptor >= 1024 (FD_SETSIZE),
+            # which a stub serving a thousand streams at once hands out
+            poller = select.poll()
+            poller.register(self.connection, select.POLLIN)
+            readable = poller.poll(remaining * 1000)
             if not readable:
                 return
             try:

@@ -1,0 +1,63 @@
+"""``python -m bench [--quick] [--only NAME ...]``: run every benchmark, write bench/RESULTS.md.
+
+Each benchmark runs in its own subprocess (``python -m bench.<name>``) so that memory and
+thread counts start clean; the JSON each prints is collected (``bench/results.json``) and rendered
+by :mod:`bench.report`. The analysis part of RESULTS.md (outside the markers) is kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench._common import RESULT_MARKER, loadavg, machine
+
+BENCHMARKS = ("streaming", "messaging", "scale", "control", "simtime", "persistence")
+TIMEOUT_S = 3600
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
+    parser.add_argument("--only", nargs="*", choices=BENCHMARKS, help="run only these")
+    parser.add_argument("--out", default=str(Path(__file__).with_name("RESULTS.md")))
+    args = parser.parse_args(argv)
+    from bench.report import write_results
+
+    results: dict = {}
+    raw = Path(args.out).with_name("results.json")
+    if args.only and raw.exists():
+        # a partial run keeps the other benchmarks' last figures (each says when it ran)
+        results = {k: v for k, v in json.loads(raw.read_text()).items() if k in BENCHMARKS}
+    for name in args.only or BENCHMARKS:
+        cmd = [sys.executable, "-m", f"bench.{name}"] + (["--quick"] if args.quick else [])
+        print(f"[bench] {name} … (load {loadavg()})", flush=True)
+        t0 = time.monotonic()
+        try:
+            done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+            lines = [ln for ln in done.stdout.splitlines() if ln.startswith(RESULT_MARKER)]
+            if lines:
+                results[name] = json.loads(lines[-1][len(RESULT_MARKER):])
+            else:
+                results[name] = {"name": name, "failed": True,
+                                 "error": f"exit {done.returncode}: {done.stderr[-1500:]}"}
+        except subprocess.TimeoutExpired:
+            results[name] = {"name": name, "failed": True, "error": f"timed out after {TIMEOUT_S} s"}
+        print(f"[bench] {name} done in {time.monotonic() - t0:.0f} s", flush=True)
+        # the raw figures, kept after each benchmark so that a later failure loses nothing
+        results[name]["run_at"] = machine()["date"]
+        results[name]["quick"] = args.quick
+        raw.write_text(json.dumps({n: results[n] for n in BENCHMARKS if n in results}, indent=1))
+    ordered = {n: results[n] for n in BENCHMARKS if n in results}
+    path = write_results(Path(args.out), ordered, machine(), quick=args.quick)
+    print(f"[bench] wrote {path}")
+    return 0 if not any(r.get("failed") for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

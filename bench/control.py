@@ -1,0 +1,104 @@
+"""Benchmark 4 — control latency: ``stop_process`` mid-stream → ``session_stopped`` delivered.
+
+``ACTIVE + STOPS`` sessions stream long, slow replies from the stub (in its own process);
+then ``STOPS`` of them, picked at random (seeded), are stopped one at a time, a random
+few milliseconds apart, so at least ``ACTIVE`` sessions are streaming throughout. For
+each stop: the time from calling ``stop_process`` to the subscriber receiving
+``session_stopped`` (and, separately, to ``stop_process`` returning).
+
+    python -m bench.control [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from bench._common import cli, loadavg, machine, now, percentile, quiet_logs
+from bench._runtime import Waiter, create_sessions, real_runtime
+from bench._stub_proc import StubProcess, prompt
+
+ACTIVE = 1000
+STOPS = 200
+#: seconds between chunks of each stream: 1 chunk/s per session (what the process sustains
+#: with 1,200 streams) and 5 chunks/s (beyond it: every thread is runnable, see RESULTS.md)
+DELAYS_S = (1.0, 0.2)
+#: a stream must outlast the start-up of all sessions and the stops (~2 min at 1,200)
+STREAM_S = 240.0
+PAUSE_RANGE_S = (0.01, 0.05)
+GOAL_P99_MS = 50.0
+SEED = 4
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    quiet_logs()
+    active, stops = (200, 50) if args.quick else (ACTIVE, STOPS)
+    runs = [measure(active, stops, delay) for delay in DELAYS_S]
+    p99 = runs[0]["delivered_ms"]["p99"]
+    return {
+        "name": "control", "machine": machine(), "load_before": runs[0]["load_before"],
+        "load_after": runs[0]["load_after"], "runs": runs,
+        "goal": f"p99 ≤ {GOAL_P99_MS:g} ms with {active} streaming sessions ({1 / DELAYS_S[0]:g} chunk/s each)",
+        "met": p99 <= GOAL_P99_MS, "command": ".venv/bin/python -m bench.control",
+    }
+
+
+def measure(active: int, stops: int, delay_s: float) -> dict[str, Any]:
+    """Stop ``stops`` of ``active + stops`` sessions streaming one chunk every ``delay_s``."""
+    rng = random.Random(SEED)
+    waiter = Waiter()
+    stopped_at: dict[str, float] = {}
+    lock = threading.Lock()
+
+    def on_event(sid: str, event: Any) -> None:
+        if event.type == "session_stopped":
+            with lock:
+                stopped_at[sid] = now()
+        waiter.bump(event.type)
+
+    load_before = loadavg()
+    with StubProcess() as url, tempfile.TemporaryDirectory() as tmp:
+        runtime = real_runtime(url, Path(tmp), max_parallel=active + stops)
+        try:
+            sids = create_sessions(runtime, Path(tmp), active + stops)
+            runtime.subscribe_all(on_event)
+            for sid in sids:
+                runtime.start_process(sid, prompt(round(STREAM_S / delay_s), delay_s))
+            # every session has its first chunk: all are mid-stream
+            assert waiter.wait("content_block_delta", len(sids) * 2, 600), "streams did not start"
+            streaming_at_first_stop = len(runtime.get_active_session_ids())
+            deltas_before = waiter.counts.get("content_block_delta", 0)
+            t_window = now()
+            victims = rng.sample(sids, stops)
+            delivered, returned = [], []
+            for sid in victims:
+                threading.Event().wait(rng.uniform(*PAUSE_RANGE_S))
+                t0 = now()
+                runtime.stop_process(sid)
+                returned.append((now() - t0) * 1e3)
+                assert waiter.wait("session_stopped", len(returned), 30), "session_stopped never came"
+                with lock:
+                    delivered.append((stopped_at[sid] - t0) * 1e3)
+            window_s = now() - t_window
+            deltas_during = waiter.counts.get("content_block_delta", 0) - deltas_before
+            still_streaming = len(runtime.get_active_session_ids())
+        finally:
+            runtime.shutdown(settle_timeout_s=120)
+    return {
+        "delay_s": delay_s, "load_before": load_before, "load_after": loadavg(),
+        "sessions": active + stops, "stops": stops, "streaming_at_first_stop": streaming_at_first_stop,
+        "streaming_after_last_stop": still_streaming,
+        "delivered_ms": {"p50": round(percentile(delivered, 50), 1), "p90": round(percentile(delivered, 90), 1),
+                         "p99": round(percentile(delivered, 99), 1), "max": round(max(delivered), 1)},
+        "stop_call_ms": {"p50": round(percentile(returned, 50), 1), "p99": round(percentile(returned, 99), 1)},
+        "deltas_per_s_during_stops": round(deltas_during / window_s),
+        "offered_chunks_per_s": round((active + stops) / delay_s),
+    }
+
+
+if __name__ == "__main__":
+    cli(run)

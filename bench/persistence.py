@@ -1,0 +1,121 @@
+"""Benchmark 6 — persistence: session messages persisted per second, SQLite WAL, 200 sessions.
+
+200 threads (one per session, as session actors are) append messages to one store on a
+SQLite WAL file, side by side:
+- ``per_append`` (before): ``Store(group_commit=False)``, one transaction per message;
+- ``group_commit`` (after): the default store, concurrent appends share commits;
+- ``group_commit_turns``: each call persists one turn's ``TURN_MESSAGES`` messages with
+  ``append_messages`` (one acknowledgement per turn).
+Every acknowledged id is then re-read through a NEW connection and compared (session,
+content): durable means committed and visible to another connection. Any
+"database is locked" error is counted.
+
+    python -m bench.persistence [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from bench._common import cli, loadavg, machine, median, now, quiet_logs
+
+SESSIONS = 200
+MESSAGES_PER_SESSION = 100
+TURN_MESSAGES = 4
+REPEATS = 3
+GOAL_PER_S = 20000.0
+
+
+def trial(workdir: Path, mode: str, per_session: int) -> dict[str, Any]:
+    from corvid_actors.db.store import Store
+
+    url = f"sqlite:///{workdir / f'{mode}.db'}"
+    store = Store(url, group_commit=mode != "per_append")
+    sids = [store.create_session(name=f"s{i}").id for i in range(SESSIONS)]
+    acked: list[dict[int, tuple[str, str]]] = [{} for _ in sids]
+    errors: list[str] = []
+    barrier = threading.Barrier(SESSIONS + 1)
+
+    def writer(k: int, sid: str) -> None:
+        barrier.wait()
+        mine = acked[k]
+        try:
+            if mode == "group_commit_turns":
+                for turn in range(per_session // TURN_MESSAGES):
+                    texts = [f"{sid}:{turn}:{j} a message of ordinary length" for j in range(TURN_MESSAGES)]
+                    ids = store.append_messages([(sid, "user" if j == 0 else "assistant", t)
+                                                 for j, t in enumerate(texts)])
+                    mine.update(zip(ids, [(sid, t) for t in texts], strict=True))
+            else:
+                for m in range(per_session):
+                    text = f"{sid}:{m} a message of ordinary length"
+                    mine[store.append_message(sid, "user", text)] = (sid, text)
+        except Exception as exc:  # noqa: BLE001 - counted and reported
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=writer, args=(k, sid)) for k, sid in enumerate(sids)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    t0 = now()
+    for thread in threads:
+        thread.join()
+    elapsed = now() - t0
+    batches = store._message_commits.batches
+    store.close()
+    # durability: every acknowledged row, through a new connection
+    reader = Store(url)
+    M = reader.m.SessionMessage
+    stored = {m.id: (m.session_id, m.content) for m in M.select(M.id, M.session, M.content)}
+    reader.close()
+    acknowledged = {i: v for part in acked for i, v in part.items()}
+    missing = sum(1 for i, v in acknowledged.items() if stored.get(i) != v)
+    return {"per_s": len(acknowledged) / elapsed, "acknowledged": len(acknowledged), "missing": missing,
+            "errors": len(errors), "locked_errors": sum("locked" in e for e in errors),
+            "first_error": errors[0] if errors else "", "commits": batches}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    quiet_logs()
+    per_session = 20 if args.quick else MESSAGES_PER_SESSION
+    load_before = loadavg()
+    modes = ("per_append", "group_commit", "group_commit_turns")
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(1 if args.quick else REPEATS):
+            for mode in modes:  # interleaved: load drifts hit every mode alike
+                workdir = Path(tmp) / f"r{r}"
+                workdir.mkdir(exist_ok=True)
+                runs[mode].append(trial(workdir, mode, per_session))
+    stats = {}
+    for mode, trials in runs.items():
+        stats[mode] = {
+            "messages_per_s": round(median([t["per_s"] for t in trials])),
+            "acknowledged": sum(t["acknowledged"] for t in trials),
+            "missing_after_reread": sum(t["missing"] for t in trials),
+            "errors": sum(t["errors"] for t in trials), "locked_errors": sum(t["locked_errors"] for t in trials),
+            "first_error": next((t["first_error"] for t in trials if t["first_error"]), ""),
+            "avg_messages_per_commit": round(sum(t["acknowledged"] for t in trials)
+                                             / max(1, sum(t["commits"] for t in trials)), 1)
+            if mode != "per_append" else 1.0,
+        }
+    after = stats["group_commit"]["messages_per_s"]
+    clean = all(s["missing_after_reread"] == 0 and s["errors"] == 0 for s in stats.values())
+    return {
+        "name": "persistence", "machine": machine(), "load_before": load_before,
+        "sessions": SESSIONS, "messages_per_session": per_session, "turn_messages": TURN_MESSAGES,
+        "stats": stats, "speedup_group_commit": round(after / stats["per_append"]["messages_per_s"], 2),
+        "speedup_turns": round(stats["group_commit_turns"]["messages_per_s"] / stats["per_append"]["messages_per_s"], 2),
+        "all_durable_no_errors": clean,
+        "goal": f"≥ {GOAL_PER_S:,.0f} messages/s, no 'database is locked', every acknowledged message durable",
+        "met": clean and after >= GOAL_PER_S,
+        "command": ".venv/bin/python -m bench.persistence",
+    }
+
+
+if __name__ == "__main__":
+    cli(run)

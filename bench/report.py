@@ -1,0 +1,170 @@
+"""Renders the benchmarks' JSON results as bench/RESULTS.md (figures first, then the analysis).
+
+The generated part sits between two markers and is replaced on every run; whatever is
+written after ``ANALYSIS_MARKER`` (the analysis) is kept.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+BEGIN = "<!-- BEGIN GENERATED: python -m bench rewrites this part -->"
+END = "<!-- END GENERATED -->"
+
+
+def _verdict(result: dict[str, Any]) -> str:
+    if result.get("failed"):
+        return "**failed to run**"
+    met = result.get("met")
+    return "—" if met is None else ("**met**" if met else "**not met**")
+
+
+def _load(result: dict[str, Any]) -> str:
+    before, after = result.get("load_before"), result.get("load_after")
+    return f"load {before[0] if before else '?'} → {after[0] if after else '?'}"
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return out + [""]
+
+
+def _streaming(r: dict[str, Any]) -> list[str]:
+    s = r["stats"]
+    rows = [[k, f"{v['tokens_per_s_total']:,}", f"{v['tokens_per_s_steady']:,}", v["cpu_us_per_token"],
+             ", ".join(f"{x:,}" for x in v["trials"])] for k, v in s.items()]
+    return [f"{r['trials']} trials × {r['tokens_per_trial']:,} tokens, alternating. "
+            f"**Runtime / raw = {r['ratio_total']:.0%}** end to end ({r['ratio_steady']:.0%} first→last token).", "",
+            *_table(["path", "tokens/s (request→last)", "tokens/s (first→last)", "CPU µs/token (this process)",
+                     "per trial"], rows)]
+
+
+def _messaging(r: dict[str, Any]) -> list[str]:
+    out = _table(["ask round trip", "µs"], [[k, v] for k, v in r["ask_rtt_us"].items()])
+    out += _table(["tell throughput", "msg/s"], [[k, f"{v:,.0f}"] for k, v in r["tell_per_s"].items()])
+    out += _table(["request/grant/release cycle", "cycles/s"], [[k, f"{v:,.0f}"] for k, v in r["cycles_per_s"].items()])
+    out += _table(["event delivery to a callback", "events/s"], [[k, f"{v:,.0f}"] for k, v in r["events_per_s"].items()])
+    out += _table(["ratio", "value"], [[k, v] for k, v in r["ratios"].items()])
+    ag = r.get("autogen", {})
+    out.append(f"autogen-core {ag.get('autogen_core', '')}: installed in a separate venv at bench time."
+               if ag.get("available") else f"autogen-core: not measured — {ag.get('reason', 'unknown')}")
+    return out + [""]
+
+
+def _scale(r: dict[str, Any]) -> list[str]:
+    keys = [("sessions", "sessions"), ("live_sessions", "live"), ("startup_ms_per_session", "start-up ms/session"),
+            ("startup_s", "start-up s"), ("rss_mib_live", "RSS MiB (all live)"),
+            ("rss_kib_per_session", "RSS KiB/session"), ("threads_per_session", "threads/session (idle)"),
+            ("streamers", "streamed to"), ("max_concurrent_streams", "most streams at once"),
+            ("peak_threads_streaming", "peak threads"), ("latency_ms_p50", "latency p50 ms"),
+            ("latency_ms_p99", "latency p99 ms"), ("send_s", "messages sent in s"),
+            ("steady_latency_ms_p50", "latency p50 ms, all sent"), ("steady_latency_ms_p99", "latency p99 ms, all sent"),
+            ("offered_chunks_per_s", "chunks/s offered"), ("cpu_us_per_delta", "CPU µs per chunk (phase B)"),
+            ("delivered_chunks_per_s", "chunks/s delivered"), ("shutdown_s", "shutdown s"), ("error", "error")]
+    rows = [[label] + [lv.get(k, "") for lv in r["levels"]] for k, label in keys]
+    rows.append(["load before → after"] + [f"{lv.get('load_before', ['?'])[0]} → {lv.get('load_after', ['?'])[0]}"
+                                           for lv in r["levels"]])
+    return [f"Phase B: each streamed reply is {r['chunks']} chunks, {r['delay_s']} s apart.", "",
+            *_table(["", *[f"{lv.get('sessions')}" for lv in r["levels"]]], rows)]
+
+
+def _control(r: dict[str, Any]) -> list[str]:
+    rows = []
+    for x in r["runs"]:
+        d, c = x["delivered_ms"], x["stop_call_ms"]
+        rows.append([f"{1 / x['delay_s']:g} chunk/s per session", d["p50"], d["p90"], d["p99"], d["max"],
+                     f"{c['p50']} / {c['p99']}", f"{x['offered_chunks_per_s']:,} / {x['deltas_per_s_during_stops']:,}",
+                     x["streaming_after_last_stop"], f"{x['load_before'][0]} → {x['load_after'][0]}"])
+    return _table(["streams", "p50 ms", "p90 ms", "p99 ms", "max ms", "stop call p50 / p99 ms",
+                   "chunks/s offered / delivered", "still streaming after", "load"], rows) + [
+        f"{r['runs'][0]['stops']} stops, one at a time, among {r['runs'][0]['sessions']} streaming sessions: "
+        "time from calling stop_process to the subscriber receiving session_stopped.", ""]
+
+
+def _simtime(r: dict[str, Any]) -> list[str]:
+    return _table(["sessions", "simulated span", "wall s", "events", "simulated h / wall s", "wall ms / simulated h"],
+                  [[x["sessions"], f"{x['hours']:g} h + 1 h", x["wall_s"], x["events"], x["simulated_hours_per_s"],
+                    x["wall_ms_per_simulated_hour"]] for x in r["runs"]])
+
+
+def _persistence(r: dict[str, Any]) -> list[str]:
+    rows = [[k, f"{v['messages_per_s']:,}", v["avg_messages_per_commit"], v["acknowledged"],
+             v["missing_after_reread"], v["errors"], v["locked_errors"]] for k, v in r["stats"].items()]
+    return [f"{r['sessions']} threads × {r['messages_per_session']} messages, SQLite WAL file "
+            f"(synchronous=NORMAL). Group commit vs before: ×{r['speedup_group_commit']}; "
+            f"turn-sized appends ({r['turn_messages']} messages per call): ×{r['speedup_turns']}.", "",
+            *_table(["mode", "messages/s", "messages/commit", "acknowledged", "missing on re-read", "errors",
+                     "'database is locked'"], rows)]
+
+
+SECTIONS = {
+    "streaming": ("1. Streaming overhead", _streaming),
+    "messaging": ("2. Actor messaging", _messaging),
+    "scale": ("3. Scale", _scale),
+    "control": ("4. Control latency", _control),
+    "simtime": ("5. Simulated time", _simtime),
+    "persistence": ("6. Persistence", _persistence),
+}
+
+
+def _headline(name: str, r: dict[str, Any]) -> str:
+    if r.get("failed"):
+        return "failed: see below"
+    if name == "streaming":
+        return f"runtime {r['ratio_total']:.0%} of raw ollama client tokens/s"
+    if name == "messaging":
+        x = r["ratios"]
+        return (f"tracked ask ×{x['tracked_ask_vs_plain']} of plain Pykka; bus delivery {x['bus_delivery_vs_plain']:.0%}"
+                + (f"; autogen send ×{x['autogen_send_vs_pykka_ask']} slower than Pykka ask"
+                   if "autogen_send_vs_pykka_ask" in x else ""))
+    if name == "scale":
+        top = r["levels"][-1]
+        return (f"{top.get('live_sessions', 0):,} live: {top.get('rss_mib_live', '?')} MiB RSS, "
+                f"{top.get('rss_kib_per_session', '?')} KiB & {top.get('threads_per_session', '?')} thread/session; "
+                f"stub→subscriber p99 {top.get('latency_ms_p99', '?')} ms")
+    if name == "control":
+        a, b = r["runs"][0], r["runs"][-1]
+        return (f"p50 {a['delivered_ms']['p50']} ms, p99 {a['delivered_ms']['p99']} ms "
+                f"(at {1 / b['delay_s']:g} chunk/s: p99 {b['delivered_ms']['p99']} ms)")
+    if name == "simtime":
+        return f"{r['runs'][0]['simulated_hours_per_s']} simulated h / wall s"
+    if name == "persistence":
+        s = r["stats"]
+        return (f"{s['per_append']['messages_per_s']:,} → {s['group_commit']['messages_per_s']:,} msg/s "
+                f"(turns: {s['group_commit_turns']['messages_per_s']:,}), 0 lost: {r['all_durable_no_errors']}")
+    return ""
+
+
+def render(results: dict[str, dict[str, Any]], machine: dict[str, Any], *, quick: bool) -> str:
+    p = machine["packages"]
+    out = [BEGIN, "", f"Run: {machine['date']} — `python -m bench{' --quick' if quick else ''}`"
+           + (" (**quick smoke sizes: not the reported figures**)" if quick else ""), "",
+           f"Machine: {machine['nproc']} cores, {machine['ram_gib']} GiB RAM, {machine['implementation']} "
+           f"{machine['python']}, Linux {machine['kernel']}; " + ", ".join(f"{k} {v}" for k, v in p.items()) + ".",
+           "Other work shared the machine during the run: the load average (1 min) is given next to each figure.", "",
+           *_table(["#", "benchmark", "figure", "goal", "verdict", "load", "reproduce"],
+                   [[SECTIONS[n][0].split(".")[0], SECTIONS[n][0].split(". ")[1], _headline(n, r),
+                     r.get("goal", ""), _verdict(r), _load(r), f"`{r.get('command', '')}`"]
+                    for n, r in results.items()])]
+    for name, r in results.items():
+        title, body = SECTIONS[name]
+        out += [f"### {title}", "", f"`{r.get('command', '')}` — run {r.get('run_at', '?')} — {_load(r)} — "
+                f"goal: {r.get('goal', '')} — {_verdict(r)}", ""]
+        out += [f"```\n{r.get('error', '')}\n```", ""] if r.get("failed") else body(r)
+    return "\n".join(out + [END])
+
+
+def write_results(path: Path, results: dict[str, dict[str, Any]], machine: dict[str, Any], *, quick: bool) -> Path:
+    """Replace the generated part of ``path`` (keeping everything outside the markers)."""
+    generated = render(results, machine, quick=quick)
+    old = path.read_text() if path.exists() else ""
+    if BEGIN in old and END in old:
+        head, rest = old.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1]
+        text = head + generated + tail
+    else:
+        text = "# corvid-actors benchmark results\n\n" + generated + "\n\n## Analysis\n\n(to be written)\n"
+    path.write_text(text)
+    return path

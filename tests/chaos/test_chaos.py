@@ -1,0 +1,283 @@
+"""Chaos: 200 sessions against the stub servers under random faults; then every invariant holds.
+
+Faults, drawn from the seed (see conftest): HTTP 500/503/429 (Ollama) and 429/500/529
+(Anthropic), connections dropped mid-stream, in-stream error events, malformed tool
+arguments, tool timeouts (a real subprocess killed), sessions stopped at random moments
+(mid-stream included), exceptions on session actors, and a subscriber that raises.
+Supervision runs on the simulated clock (retries, restarts, outages, idle timeouts);
+HTTP and tools run in real time on 127.0.0.1.
+
+Afterwards: every session is in a defined state, no slot is in use, no approval is
+pending, no thread is left behind, every acknowledged user message is in the database,
+and each session's event log is well-formed.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from corvid_actors.config import Config
+from corvid_actors.providers.anthropic import AnthropicProvider
+from corvid_actors.providers.ollama import OllamaProvider
+from corvid_actors.runtime import Runtime
+from corvid_actors.testing import EventRecorder, SimClock
+from corvid_actors.testing.anthropic_stub import AnthropicStubServer
+from corvid_actors.testing.ollama_stub import OllamaStubServer, Turn
+from corvid_actors.wiring import direct_loop, sdk_loop
+from tests.chaos.conftest import CRASH_AT_START, CRASH_ON_REPLY, chaotic, check_event_log
+
+SESSIONS = 200
+ROUNDS = 10
+OLLAMA_MODEL = "llama3.1:8b"
+ANTHROPIC_MODEL = "claude-sonnet-4-6"
+API_KEY = "chaos-key"
+#: real seconds: a slow stream lasts ~0.3 s, a tool timeout 0.2 s
+CHUNK_DELAY_S = 0.01
+TOOL_TIMEOUT_S = 0.2
+SETTLE_S = 60.0
+THREAD_EXIT_S = 5.0
+#: threads the runtime documents as process-wide (the real-time I/O clock for tool deadlines)
+PROCESS_WIDE_THREADS = frozenset({"corvid-clock"})
+OLLAMA_FAULTS = ("http_500", "http_503", "http_429", "drop", "bad_args", "tool_timeout", "slow", "reply")
+ANTHROPIC_FAULTS = ("http_429", "http_500", "http_529", "drop", "stream_error", "bad_json", "slow", "reply")
+ACTOR_FAULTS = (CRASH_AT_START, CRASH_ON_REPLY)
+
+
+@dataclass
+class Plan:
+    """What one session meets: its provider, mode, source and the faults of its first calls."""
+
+    tag: str
+    provider: str
+    source: str
+    mode: str
+    faults: list[str]
+    actor_fault: str = ""
+    raising_subscriber: bool = False
+    sid: str = ""
+    acked: list[str] = field(default_factory=list)
+
+
+class OllamaScript:
+    """The Ollama stub's responder: each session's calls get its planned faults in order."""
+
+    def __init__(self, plans: dict[str, Plan]) -> None:
+        self._plans = plans
+        self._calls: dict[str, int] = defaultdict(int)
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict[str, Any]) -> Turn | None:
+        text = " ".join(str(m.get("content", "")) for m in body.get("messages") or [])
+        tag = next((t for t in self._plans if t in text), None)
+        if tag is None:
+            return None
+        with self._lock:
+            index = self._calls[tag]
+            self._calls[tag] += 1
+        faults = self._plans[tag].faults
+        kind = faults[index] if index < len(faults) else "reply"
+        words = " ".join(f"w{i}" for i in range(30))
+        return {
+            "http_500": Turn(fault="http_500"),
+            "http_503": Turn(fault="http_503"),
+            "http_429": Turn(fault="http_429"),
+            "drop": Turn(text=words, fault="drop_mid_stream", after_chunks=3),
+            "bad_args": Turn(tool_calls=[("read_file", {"offset": "not-a-number"})]),
+            "tool_timeout": Turn(tool_calls=[("run_command", {"command": "sleep 5",
+                                                               "timeout": TOOL_TIMEOUT_S})]),
+            "slow": Turn(text=f"slow answer {tag} {words}", delay_s=CHUNK_DELAY_S),
+        }.get(kind, Turn(text=f"answer for {tag} {words}", chunks=10, delay_s=CHUNK_DELAY_S))
+
+
+def script_anthropic(stub: AnthropicStubServer, plan: Plan) -> None:
+    words = " ".join(f"w{i}" for i in range(30))
+    for kind in plan.faults:
+        if kind in ("http_429", "http_500", "http_529"):
+            stub.add_fault(kind, retry_after_ms=1, match=plan.tag)
+        elif kind == "drop":
+            stub.add_fault("drop", after_events=4, text=words, match=plan.tag)
+        elif kind == "stream_error":
+            stub.add_fault("stream_error", after_events=3, text=words, match=plan.tag)
+        elif kind == "bad_json":
+            stub.add_raw_tool_use("read_file", ['{"path": "READ', "ME.md"], match=plan.tag)
+        elif kind == "slow":
+            stub.add_fault("slow", text=f"slow answer {words}", delay_s=CHUNK_DELAY_S, match=plan.tag)
+        else:
+            stub.add_reply(f"answer for {plan.tag}", match=plan.tag)
+
+
+def make_plans(rng: random.Random) -> list[Plan]:
+    plans = []
+    for i in range(SESSIONS):
+        provider = "ollama" if rng.random() < 0.7 else "anthropic"
+        pool = OLLAMA_FAULTS if provider == "ollama" else ANTHROPIC_FAULTS
+        plans.append(Plan(
+            tag=f"[chaos-{i:03d}]", provider=provider,
+            source="chat" if rng.random() < 0.5 else "web",
+            mode="default" if rng.random() < 0.2 else "full-auto",
+            faults=[rng.choice(pool) for _ in range(rng.randint(0, 3))],
+            actor_fault=rng.choice(ACTOR_FAULTS) if rng.random() < 0.08 else "",
+            raising_subscriber=rng.random() < 0.05,
+        ))
+    return plans
+
+
+def raising_subscriber(session_id: str, event: Any) -> None:
+    raise RuntimeError("a subscriber that fails on every event")
+
+
+class Chaos:
+    """Drives the scenario; keeps what was acknowledged to whom."""
+
+    def __init__(self, runtime: Runtime, clock: SimClock, plans: list[Plan], rng: random.Random) -> None:
+        self.runtime, self.clock, self.plans, self.rng = runtime, clock, plans, rng
+        self.messages = 0
+        self.stops = 0
+
+    def prompt(self, plan: Plan, *, first: bool) -> str:
+        self.messages += 1
+        marker = plan.actor_fault if first else ""
+        return f"{plan.tag} message {self.messages} {marker}".strip()
+
+    def start_all(self) -> None:
+        for plan in self.plans:
+            text = self.prompt(plan, first=True)
+            self.runtime.start_process(plan.sid, text)  # persisted before it returns
+            plan.acked.append(text)
+
+    def round(self) -> None:
+        """Between two clock advances: messages, random stops (some of sessions just sent a
+        message: mid-stream or waiting for a slot) and approval answers."""
+        sent = self.rng.sample(self.plans, 20)
+        for plan in sent:
+            text = self.prompt(plan, first=False)
+            if self.runtime.send_message(plan.sid, text):
+                plan.acked.append(text)
+            elif not self.runtime.is_paused(plan.sid):
+                self.runtime.resume_process(plan.sid, text)  # persisted before it starts
+                plan.acked.append(text)
+        for plan in self.rng.sample(sent, 4) + self.rng.sample(self.plans, 4):
+            self.runtime.stop_process(plan.sid, "chaos_stop")
+            self.stops += 1
+        for approval in self.runtime.list_approvals():
+            roll = self.rng.random()
+            if roll < 0.4:
+                self.runtime.resolve_approval(approval["id"], "allow")
+            elif roll < 0.7:
+                self.runtime.resolve_approval(approval["id"], "deny")
+            # else: left to time out
+
+    def advance(self, seconds: float) -> None:
+        self.runtime.settle(SETTLE_S)
+        self.clock.advance(seconds)
+        self.runtime.settle(SETTLE_S)
+
+
+def test_200_sessions_under_random_faults_end_consistent(seed, tmp_path):
+    rng = random.Random(seed)
+    threads_before = set(threading.enumerate())
+    plans = make_plans(rng)
+    by_tag = {p.tag: p for p in plans}
+    ollama_stub = OllamaStubServer(responder=OllamaScript(by_tag)).start()
+    anthropic_stub = AnthropicStubServer(api_key=API_KEY).start()
+    clock = SimClock()
+    project_dir = tmp_path / "project"
+    project_dir.mkdir()
+    (project_dir / "README.md").write_text("# chaos\n")
+    config = Config().replace(slots={"max_parallel": 6})
+    runtime = Runtime(
+        config, clock=clock, store_url="sqlite:///:memory:", workspace_dir=tmp_path / "ws",
+        providers={"ollama": OllamaProvider(ollama_stub.url),
+                   "anthropic": AnthropicProvider(API_KEY, base_url=anthropic_stub.url)},
+        loops={"direct": chaotic(direct_loop), "sdk": chaotic(sdk_loop)},
+    )
+    context = f"(chaos seed {seed}; replay with CHAOS_SEED={seed})"
+    try:
+        recorder = EventRecorder.attach(runtime)
+        project = runtime.store.create_project("chaos", project_dir)
+        agents = {
+            (provider, mode): runtime.store.create_agent(
+                f"{provider}-{mode}", provider=provider, permission_mode=mode,
+                model=OLLAMA_MODEL if provider == "ollama" else ANTHROPIC_MODEL)
+            for provider in ("ollama", "anthropic") for mode in ("default", "full-auto")
+        }
+        for plan in plans:
+            plan.sid = runtime.create_session(agent_id=agents[plan.provider, plan.mode].id,
+                                              project_id=project.id, source=plan.source, name=plan.tag).id
+            if plan.provider == "anthropic":
+                script_anthropic(anthropic_stub, plan)
+            if plan.raising_subscriber:
+                runtime.subscribe(plan.sid, raising_subscriber)
+
+        chaos = Chaos(runtime, clock, plans, rng)
+        chaos.start_all()
+        for _ in range(ROUNDS):
+            chaos.round()  # stops land mid-stream: nothing has settled since the last sends
+            chaos.advance(rng.uniform(1, 90))
+        for _ in range(6):  # retries, restarts, probes, resumes and idle timeouts run out
+            chaos.advance(3600)
+
+        # --- every session in a defined state -----------------------------------------------
+        assert runtime.get_active_session_ids() == [], context
+        paused = set(runtime.get_paused_session_ids())
+        for plan in plans:
+            status = runtime.store.get_session(plan.sid).status
+            expected = {"paused"} if plan.sid in paused else {"idle", "stopped", "error"}
+            assert status in expected, f"{plan.tag} is {status!r} {context}"
+        # --- zero slots in use, no pending approvals ---------------------------------------
+        slots = runtime.slot_stats()
+        assert (slots["in_use"], slots["waiting"]) == (0, 0), f"{slots} {context}"
+        assert runtime.list_approvals() == [], context
+        # --- every acknowledged user message is in the database ----------------------------
+        for plan in plans:
+            stored = {content for role, content in runtime.store.recent_messages(plan.sid, 10_000, roles=("user",))}
+            missing = [text for text in plan.acked if text not in stored]
+            assert missing == [], f"{plan.tag} lost {missing} {context}"
+        # --- each session's event log is well-formed -----------------------------------------
+        for plan in plans:
+            records = recorder.of(plan.sid)
+            problems = check_event_log(plan.sid, [r.type for r in records],
+                                       [getattr(r.event, "generation", None) for r in records])
+            assert problems == [], f"{plan.tag}: {problems} {[r.type for r in records]} {context}"
+        # the faults really happened
+        types = {r.type for r in recorder.events}
+        assert {"session_stopped", "session_exited", "retry", "session_restarting", "approval_request",
+                "session_paused", "tool_status"} <= types, context
+        print(f"chaos: {chaos.messages} user messages, {chaos.stops} stops, "
+              f"{ollama_stub.disconnects + len(anthropic_stub.disconnects)} streams cut by a stop, "
+              f"{len(recorder.events)} events {context}")
+    finally:
+        runtime.shutdown()
+        clock.close()
+        ollama_stub.stop()
+        anthropic_stub.close()
+    # --- no thread left behind --------------------------------------------------------------
+    leftovers = [t for t in set(threading.enumerate()) - threads_before if t.name not in PROCESS_WIDE_THREADS]
+    for thread in leftovers:
+        thread.join(THREAD_EXIT_S)
+    alive = [t.name for t in leftovers if t.is_alive()]
+    assert alive == [], f"threads left behind: {alive} {context}"
+
+
+# --- the checker itself must be able to fail -----------------------------------------------
+
+
+def test_event_log_checker_accepts_incarnations_with_supervisor_events_between():
+    types = ["session_started", "thinking", "error", "session_exited", "session_restarting",
+             "session_started", "result", "session_paused", "session_resumed", "session_started",
+             "session_stopped", "session_stopped"]
+    generations = [1, None, None, None, None, 2, None, None, None, 3, None, None]
+    assert check_event_log("s", types, generations) == []
+
+
+def test_event_log_checker_flags_events_after_the_end_and_unfinished_incarnations():
+    late = check_event_log("s", ["session_started", "session_stopped", "content_block_delta"], [1, None, None])
+    assert [p.problem for p in late] == ["content_block_delta after the end of an incarnation"]
+    unfinished = check_event_log("s", ["session_started", "assistant"], [1, None])
+    assert [p.problem for p in unfinished] == ["the last incarnation never ended"]
+    twice = check_event_log("s", ["session_started", "session_started", "session_exited"], [2, 1, None])
+    assert len(twice) == 2  # started inside an incarnation, and a generation going back
