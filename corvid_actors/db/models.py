@@ -2,7 +2,7 @@
 
 Models are built per database by :func:`build_models`, so two stores in one process
 (two runtimes in a test, a daemon and its benchmark) never share a binding.
-Timestamps are written from Python (``datetime.now(UTC)``), which the simulated clock
+Timestamps are written from Python (``clock.wall_now()``), which the simulated clock
 freezes, so database times follow simulated time.
 """
 
