@@ -211,8 +211,14 @@ class Store:
             )
 
     def get_session(self, session_id: str) -> Any | None:
+        # The hottest read of the runtime: a precompiled statement skips peewee's
+        # per-call SQL generation (most of its cost; see bench/simtime).
+        sql = getattr(self, "_session_by_id_sql", None)
+        if sql is None:
+            sql = self._session_by_id_sql = f'SELECT * FROM "sessions" WHERE "id" = {self.db.param}'
         with self._lock:
-            return self.m.Session.get_or_none(self.m.Session.id == session_id)
+            rows = list(self.m.Session.raw(sql, session_id))
+        return rows[0] if rows else None
 
     def require_session(self, session_id: str) -> Any:
         row = self.get_session(session_id)
