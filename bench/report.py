@@ -21,6 +21,8 @@ def _verdict(result: dict[str, Any]) -> str:
 
 
 def _load(result: dict[str, Any]) -> str:
+    if "levels" in result:
+        return "load: per level, in the table"
     before, after = result.get("load_before"), result.get("load_after")
     return f"load {before[0] if before else '?'} → {after[0] if after else '?'}"
 
@@ -62,6 +64,7 @@ def _scale(r: dict[str, Any]) -> list[str]:
             ("latency_ms_p99", "latency p99 ms"), ("send_s", "messages sent in s"),
             ("steady_latency_ms_p50", "latency p50 ms, all sent"), ("steady_latency_ms_p99", "latency p99 ms, all sent"),
             ("offered_chunks_per_s", "chunks/s offered"), ("cpu_us_per_delta", "CPU µs per chunk (phase B)"),
+            ("gc_s_phase_b", "GC s by generation (phase B)"),
             ("delivered_chunks_per_s", "chunks/s delivered"), ("shutdown_s", "shutdown s"), ("error", "error")]
     rows = [[label] + [lv.get(k, "") for lv in r["levels"]] for k, label in keys]
     rows.append(["load before → after"] + [f"{lv.get('load_before', ['?'])[0]} → {lv.get('load_after', ['?'])[0]}"
@@ -121,9 +124,11 @@ def _headline(name: str, r: dict[str, Any]) -> str:
                    if "autogen_send_vs_pykka_ask" in x else ""))
     if name == "scale":
         top = r["levels"][-1]
+        lat = "; ".join(f"{lv.get('sessions'):,} live + {lv.get('streamers', 0):,} streams: stub→subscriber p50 "
+                        f"{lv.get('latency_ms_p50', '?')} ms, p99 {lv.get('latency_ms_p99', '?')} ms"
+                        for lv in r["levels"][1:])
         return (f"{top.get('live_sessions', 0):,} live: {top.get('rss_mib_live', '?')} MiB RSS, "
-                f"{top.get('rss_kib_per_session', '?')} KiB & {top.get('threads_per_session', '?')} thread/session; "
-                f"stub→subscriber p99 {top.get('latency_ms_p99', '?')} ms")
+                f"{top.get('rss_kib_per_session', '?')} KiB & {top.get('threads_per_session', '?')} thread/session; {lat}")
     if name == "control":
         a, b = r["runs"][0], r["runs"][-1]
         return (f"p50 {a['delivered_ms']['p50']} ms, p99 {a['delivered_ms']['p99']} ms "
@@ -133,13 +138,15 @@ def _headline(name: str, r: dict[str, Any]) -> str:
     if name == "persistence":
         s = r["stats"]
         return (f"{s['per_append']['messages_per_s']:,} → {s['group_commit']['messages_per_s']:,} msg/s "
-                f"(turns: {s['group_commit_turns']['messages_per_s']:,}), 0 lost: {r['all_durable_no_errors']}")
+                f"(turn-sized appends: {s['group_commit_turns']['messages_per_s']:,}); "
+                + ("none lost, no errors" if r["all_durable_no_errors"] else "**LOST OR FAILED WRITES**"))
     return ""
 
 
 def render(results: dict[str, dict[str, Any]], machine: dict[str, Any], *, quick: bool) -> str:
     p = machine["packages"]
-    out = [BEGIN, "", f"Run: {machine['date']} — `python -m bench{' --quick' if quick else ''}`"
+    out = [BEGIN, "", f"Written {machine['date']} by `python -m bench{' --quick' if quick else ''}` from "
+           "`bench/results.json`; each section says when its benchmark ran."
            + (" (**quick smoke sizes: not the reported figures**)" if quick else ""), "",
            f"Machine: {machine['nproc']} cores, {machine['ram_gib']} GiB RAM, {machine['implementation']} "
            f"{machine['python']}, Linux {machine['kernel']}; " + ", ".join(f"{k} {v}" for k, v in p.items()) + ".",

@@ -65,6 +65,32 @@ def _steady(latencies: list[float], arrivals: list[float], after: float) -> dict
             "steady_latency_ms_p99": round(percentile(steady, 99), 1)}
 
 
+class GcWatch:
+    """Time the cyclic garbage collector spends, per generation (collections stop every thread)."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self.seconds = [0.0, 0.0, 0.0]
+        self.count = [0, 0, 0]
+        self._t0 = 0.0
+        self._gc = gc
+
+    def __enter__(self) -> GcWatch:
+        self._gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._gc.callbacks.remove(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._t0 = now()
+        else:
+            self.seconds[info["generation"]] += now() - self._t0
+            self.count[info["generation"]] += 1
+
+
 def measure_level(n: int) -> dict[str, Any]:
     """Phase A: start ``n`` sessions (a one-chunk reply each) and count what the live, idle
     sessions cost. Phase B: send ``min(n, STREAMS)`` of them a message at once and measure
@@ -116,7 +142,7 @@ def measure_level(n: int) -> dict[str, Any]:
             # phase B: the stub streams to min(n, STREAMS) sessions at once
             streamers = sids[:min(started, STREAMS)]
             results_before = waiter.counts.get("result", 0)
-            with Sampler() as sampler:
+            with Sampler() as sampler, GcWatch() as gc_watch:
                 cpu1 = time.process_time()
                 t1 = now()
                 for sid in streamers:
@@ -143,6 +169,7 @@ def measure_level(n: int) -> dict[str, Any]:
         "deltas": len(latencies),
         # CPU of this process (all threads) per chunk delivered, sends included
         "cpu_us_per_delta": round(stream_cpu_s / max(len(latencies), 1) * 1e6, 1),
+        "gc_s_phase_b": [round(x, 2) for x in gc_watch.seconds], "gc_count_phase_b": gc_watch.count,
         **_steady(latencies, arrivals, sent_all + STEADY_AFTER_S),
         "latency_ms_p50": round(percentile(latencies, 50), 1),
         "latency_ms_p99": round(percentile(latencies, 99), 1),
