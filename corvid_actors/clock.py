@@ -14,7 +14,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from loguru import logger
@@ -31,6 +31,11 @@ def wall_now() -> datetime:
     simulated time.
     """
     return datetime.now(UTC)
+
+
+def iso_after(clock: Clock, delay_s: float) -> str:
+    """ISO-8601 UTC text of the time ``delay_s`` after ``clock.now()`` (for due-at fields)."""
+    return (clock.now() + timedelta(seconds=delay_s)).astimezone(UTC).isoformat()
 
 
 class TimerHandle:

@@ -36,7 +36,6 @@ from corvid_actors.clock import Clock, RealClock
 from corvid_actors.config import Config, load_config
 from corvid_actors.db.store import Store
 from corvid_actors.errors import RuntimeStoppedError
-from corvid_actors.loop.effects import Loop
 from corvid_actors.providers.base import Provider
 from corvid_actors.tools.base import PermissionCheck, ToolRegistry
 from corvid_actors.wiring import (
@@ -165,7 +164,9 @@ class Runtime:
             timers=self.timers, slot_pool=self.slot_pool, approvals=self.approvals, credits=self.credits,
         )
         if self.credits is not None:
-            self.credits.tell(_BindSupervisor(self.supervisor))
+            from corvid_actors.actors.credits import BindSupervisor
+
+            self.credits.tell(BindSupervisor(self.supervisor))
 
     # --- the seed's ProcessManager API ------------------------------------------------------
 
@@ -373,11 +374,3 @@ class Runtime:
         except pykka.ActorDeadError:
             raise RuntimeStoppedError("the runtime is shut down") from None
 
-
-class _BindSupervisor:
-    def __init__(self, ref: pykka.ActorRef[Any]) -> None:
-        self.ref = ref
-
-
-def make_loop(spec: LoopSpec, factory: LoopFactory) -> Loop:  # pragma: no cover - convenience
-    return factory(spec)

@@ -8,7 +8,6 @@ factory, loop factories), so a host changes behaviour without patching the core.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -355,6 +354,3 @@ def close_resources(closers: tuple[Callable[[], None], ...], session_id: str) ->
 
             logger.bind(session_id=session_id).exception("closing a session resource failed")
 
-
-def default_workspace() -> Path:
-    return Path(os.getcwd())

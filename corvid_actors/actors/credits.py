@@ -152,8 +152,6 @@ class CreditBank(TrackedActor):
                 return self.ledger.transactions(participant, limit)
             case BindSupervisor(ref):
                 self.supervisor = ref
-            case _ if _is_runtime_bind(message):
-                self.supervisor = message.ref
         return None
 
     def _charge_safely(self, session_id: str, source: str,
@@ -199,13 +197,6 @@ class CreditBank(TrackedActor):
 
     def _publish(self, session_id: str, event: Any) -> None:
         tell(self.bus, Publish(session_id, event))
-
-
-def _is_runtime_bind(message: Any) -> bool:
-    # Runtime tells ``runtime._BindSupervisor(ref)`` (defined there to keep this module
-    # free of a runtime import); accept it by shape.
-    return type(message).__name__ == "_BindSupervisor" and isinstance(getattr(message, "ref", None),
-                                                                       pykka.ActorRef)
 
 
 __all__ += ["Account", "Deduction"]

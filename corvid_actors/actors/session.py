@@ -30,7 +30,7 @@ from loguru import logger
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.events import Publish
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
-from corvid_actors.clock import Clock
+from corvid_actors.clock import Clock, iso_after
 from corvid_actors.events import (
     ApprovalRequestEvent,
     ApprovalResolved,
@@ -388,8 +388,7 @@ class SessionActor(TrackedActor):
             # stored before it is published: a reader told of the change finds it in the store
             self.w.store.update_session(self.sid, plan=plan_to_json(event.steps))
         if isinstance(event, RetryScheduled) and not event.due_at:
-            due = self._clock.now().timestamp() + event.delay_s
-            event = replace(event, due_at=_iso(due))
+            event = replace(event, due_at=iso_after(self._clock, event.delay_s))
         if isinstance(event, Assistant) and event.content:
             self.w.store.append_message(self.sid, "assistant", event.content)
         if isinstance(event, Result) and not event.duration_ms:
@@ -529,7 +528,11 @@ class SessionActor(TrackedActor):
 
     def _give_back_slot(self) -> None:
         state, self._slot_state = self._slot_state, "none"
-        if self.w.slot_pool is None or state == "none" and not self._ended:
+        if self.w.slot_pool is None:
+            return
+        # Nothing held or requested: nothing to give back — unless this incarnation has
+        # ended, when a grant may be racing the abort (ReleaseSlot is idempotent).
+        if state == "none" and not self._ended:
             return
         from corvid_actors.actors.slots import ReleaseSlot
 
@@ -556,8 +559,3 @@ def _request_size(request: ModelRequest) -> int:
     # one measure for the actor and the loop's payload-growth failsafe
     return request_size(request)
 
-
-def _iso(timestamp: float) -> str:
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(timestamp, UTC).isoformat()

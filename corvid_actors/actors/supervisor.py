@@ -41,7 +41,7 @@ from corvid_actors.actors.session import (
     UserInput,
 )
 from corvid_actors.actors.timers import CancelTimer, CancelTimers, ScheduleTimer
-from corvid_actors.clock import Clock
+from corvid_actors.clock import Clock, iso_after
 from corvid_actors.config import Config
 from corvid_actors.errors import NotFoundError, RuntimeStoppedError
 from corvid_actors.events import (
@@ -538,10 +538,7 @@ class SessionSupervisor(TrackedActor):
             return
         self.store.update_session(sid, pid=None, status="paused")
         self._seq += 1
-        resume_at = self.clock.now().timestamp() + decision.delay_s
-        from datetime import UTC, datetime
-
-        resume_iso = datetime.fromtimestamp(resume_at, UTC).isoformat()
+        resume_iso = iso_after(self.clock, decision.delay_s)
         self._paused[sid] = _Paused(self._seq, resume_iso, decision.attempt, reason)
         self._publish(sid, ErrorEvent(error_type="api_outage",
                                       message=f"API outage: {reason}. Auto-resume in {decision.delay_s / 60:g} min"))
@@ -584,10 +581,7 @@ class SessionSupervisor(TrackedActor):
         self._seq += 1
         paused.seq = self._seq
         paused.attempt = decision.attempt
-        resume_at = self.clock.now().timestamp() + decision.delay_s
-        from datetime import UTC, datetime
-
-        paused.resume_at_iso = datetime.fromtimestamp(resume_at, UTC).isoformat()
+        paused.resume_at_iso = iso_after(self.clock, decision.delay_s)
         tell(self.timers, ScheduleTimer((sid, "resume"), decision.delay_s, self.actor_ref,
                                         _ResumeDue(sid, self._seq)))
 

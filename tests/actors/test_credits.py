@@ -4,7 +4,6 @@ chat session in simulated time (owner exempt, low-credit warning, exhaustion sto
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -153,16 +152,16 @@ def test_100_simultaneous_charges_through_the_bank_leave_exactly_zero(store):
 @pytest.fixture
 def pg_store_url():
     """A fresh schema on the test PostgreSQL server (skipped locally when it is down, failed in CI)."""
-    from tests.db.conftest import _admin_connect, _create_schema, _schema_url, pg_base_url
+    from tests.db.conftest import (
+        _admin_connect,
+        _create_schema,
+        _schema_url,
+        admin_connect_or_skip,
+        pg_base_url,
+    )
 
     base = pg_base_url()
-    try:
-        _admin_connect(base).close()
-    except Exception as exc:  # psycopg2.OperationalError, or psycopg2 missing
-        message = f"PostgreSQL unreachable at {base}: {exc}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    admin_connect_or_skip(base).close()
     schema = _create_schema(base)
     yield _schema_url(base, schema)
     admin = _admin_connect(base)

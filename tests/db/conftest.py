@@ -46,12 +46,13 @@ def _admin_connect(url: str) -> Any:
     return conn
 
 
-@pytest.fixture(scope="session")
-def pg_database_url() -> Iterator[str]:
-    """URL of a database created for this test run (dropped afterwards)."""
-    base = pg_base_url()
+def admin_connect_or_skip(base: str) -> Any:
+    """An admin connection to the test server. Unreachable: skip locally, FAIL in CI.
+
+    The one place that decides what an unreachable PostgreSQL means for a test run.
+    """
     try:
-        admin = _admin_connect(base)
+        return _admin_connect(base)
     except Exception as exc:  # psycopg2.OperationalError, or psycopg2 missing
         message = (
             f"PostgreSQL unreachable at {base} ({exc.__class__.__name__}: {exc}). "
@@ -61,6 +62,13 @@ def pg_database_url() -> Iterator[str]:
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def pg_database_url() -> Iterator[str]:
+    """URL of a database created for this test run (dropped afterwards)."""
+    base = pg_base_url()
+    admin = admin_connect_or_skip(base)
     name = f"corvid_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     with admin.cursor() as cur:
         cur.execute(f'CREATE DATABASE "{name}"')
