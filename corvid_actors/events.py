@@ -80,6 +80,23 @@ class ErrorEvent(Event):
 
 
 @dataclass(frozen=True)
+class SessionError(Event):
+    """A session-level problem for people, with how bad it is (the original's shape).
+
+    ``error_type``: spawn_error, crash, credits_exhausted, context_exhausted,
+    context_compacted, timeout. ``severity``: info | warning | error | fatal.
+    ``recoverable``: whether sending a message (or waiting) brings the session back.
+    Published beside the ``error``/``system`` event that carries the details.
+    """
+
+    type: ClassVar[str] = "session_error"
+    error_type: str = "unknown"
+    message: str = ""
+    severity: str = "error"
+    recoverable: bool = True
+
+
+@dataclass(frozen=True)
 class Thinking(Event):
     type: ClassVar[str] = "thinking"
     thinking: bool = True

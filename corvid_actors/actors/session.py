@@ -10,7 +10,7 @@ supervisor closes the lifeline *before* it publishes the final event of a stop, 
 event of this incarnation — not even a streamed delta already in flight on the worker —
 can come after the end.
 
-Messages in: :class:`Begin`, :class:`UserInput`, :class:`ExtendTimeout`,
+Messages in: :class:`Begin`, :class:`Ready`, :class:`UserInput`, :class:`ExtendTimeout`,
 :class:`CheckTimeout`, :class:`Abort`, and the answers of SlotPool, ApprovalBroker and
 Timers. Messages out (to the supervisor): :class:`SessionEnded`, :class:`OutageReported`,
 :class:`TurnCompleted`, :class:`TimedOut`, :class:`SessionCrashed`.
@@ -36,6 +36,7 @@ from corvid_actors.events import (
     ApprovalResolved,
     Assistant,
     ContentBlockDelta,
+    ErrorEvent,
     Event,
     PlanEvent,
     QueueStatus,
@@ -71,11 +72,22 @@ class Lifeline:
         self._bus = bus
         self._lock = threading.Lock()
         self._closed = False
+        self._accepting_input = True
         self.cancel = CancelToken()
 
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def accepting_input(self) -> bool:
+        """False once the incarnation has ended (or been closed): a user message sent now
+        would never be answered, so the supervisor refuses it instead of persisting it."""
+        return self._accepting_input and not self._closed
+
+    def refuse_input(self) -> None:
+        """The incarnation takes no more user messages (it is ending)."""
+        self._accepting_input = False
 
     def publish(self, event: Event) -> bool:
         with self._lock:
@@ -87,6 +99,7 @@ class Lifeline:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            self._accepting_input = False
         self.cancel.cancel()
 
 
@@ -96,6 +109,12 @@ class Lifeline:
 @dataclass(frozen=True)
 class Begin:
     prompt: str
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Start without a turn: the incarnation waits for its first message (a resumed
+    session that was not mid-turn calls no model until someone speaks)."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +142,8 @@ class SessionEnded:
     session_id: str
     generation: int
     code: int
+    #: the last error the incarnation published (for the exit note), "" for a clean end
+    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -253,6 +274,8 @@ class SessionActor(TrackedActor):
         self._awaiting_approval: set[str] = set()
         self._approval_seq = 0
         self._turn_started = self._clock.monotonic()
+        self._begun = False
+        self._last_error = ""
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -263,6 +286,7 @@ class SessionActor(TrackedActor):
         logger.bind(session_id=self.sid).opt(exception=(exception_type, exception_value, traceback)).error(
             "session actor crashed"
         )
+        self.w.lifeline.refuse_input()
         self._release_everything()
         tell(self.w.supervisor, SessionCrashed(self.sid, self.gen, f"{exception_type.__name__}: {exception_value}"))
 
@@ -275,10 +299,13 @@ class SessionActor(TrackedActor):
             return None
         match message:
             case Begin(prompt):
+                self._begin(prompt)
+            case Ready():
+                # no turn: wait for the first message as after a finished turn
                 self._touch()
-                self._turn_started = self._clock.monotonic()
-                self._in_turn = True
-                self._perform(self._loop.start(prompt))
+                self._turn_finished()
+            case UserInput(text) if not self._begun:
+                self._begin(text)  # the supervisor sends Begin first; never lose a message
             case UserInput(text):
                 self._touch()
                 if self._in_turn:
@@ -329,6 +356,14 @@ class SessionActor(TrackedActor):
                 self._abort()
         return None
 
+    def _begin(self, prompt: str) -> None:
+        self._begun = True
+        self._touch()
+        tell(self.w.timers, CancelTimer((self.sid, "idle", self.gen)))
+        self._turn_started = self._clock.monotonic()
+        self._in_turn = True
+        self._perform(self._loop.start(prompt))
+
     # --- effects --------------------------------------------------------------------------
 
     def _perform(self, effects: list[fx.Effect]) -> None:
@@ -352,6 +387,7 @@ class SessionActor(TrackedActor):
                     tell(self.w.timers, ScheduleTimer((self.sid, f"loop:{token}", self.gen), delay_s,
                                                       self.actor_ref, _LoopTimer(self.gen, token)))
                 case fx.ReportOutage(text):
+                    self.w.lifeline.refuse_input()
                     self._release_everything()
                     self._ended = True
                     tell(self.w.supervisor, OutageReported(self.sid, self.gen, text))
@@ -391,6 +427,8 @@ class SessionActor(TrackedActor):
             event = replace(event, due_at=iso_after(self._clock, event.delay_s))
         if isinstance(event, Assistant) and event.content:
             self.w.store.append_message(self.sid, "assistant", event.content)
+        if isinstance(event, ErrorEvent) and event.message:
+            self._last_error = event.message
         if isinstance(event, Result) and not event.duration_ms:
             event = replace(event, duration_ms=int((self._clock.monotonic() - self._turn_started) * 1000))
         self.w.lifeline.publish(event)
@@ -410,11 +448,13 @@ class SessionActor(TrackedActor):
                                           self.actor_ref, _IdleDue(self.gen, self._turn_seq)))
 
     def _end(self, code: int) -> None:
+        self.w.lifeline.refuse_input()
         self._release_everything()
         self._ended = True
-        tell(self.w.supervisor, SessionEnded(self.sid, self.gen, code))
+        tell(self.w.supervisor, SessionEnded(self.sid, self.gen, code, self._last_error if code else ""))
 
     def _abort(self) -> None:
+        self.w.lifeline.refuse_input()
         if not self._ended:
             self._loop.abort()
         self._release_everything()
