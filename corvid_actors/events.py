@@ -96,6 +96,12 @@ class SessionError(Event):
     recoverable: bool = True
 
 
+def context_compacted() -> SessionError:
+    """The ``session_error`` a loop publishes after it compacted the conversation."""
+    return SessionError(error_type="context_compacted", severity="info", recoverable=True,
+                        message="Context compacted — continuing with condensed context.")
+
+
 @dataclass(frozen=True)
 class Thinking(Event):
     type: ClassVar[str] = "thinking"

@@ -5,6 +5,8 @@
   latency in simulated time.
 - :class:`EventRecorder`: keeps every event with its simulated time.
 - :func:`sim_runtime`: a Runtime on a SimClock, in-memory SQLite and a scripted provider.
+- :func:`refuse_input` (``corvid_actors.testing.faults``): a running session refuses
+  user messages, to test the refused-delivery path.
 - Stub servers speaking the real wire protocols: ``corvid_actors.testing.ollama_stub``
   (:class:`OllamaStubServer`) and ``corvid_actors.testing.anthropic_stub``
   (:class:`AnthropicStubServer`).
@@ -18,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from corvid_actors.testing.clock import SimClock
+from corvid_actors.testing.faults import refuse_input
 from corvid_actors.testing.recorder import EventRecorder, Recorded
 from corvid_actors.testing.scripted import ScriptedProvider, ScriptedTurn
 
-__all__ = ["SimClock", "ScriptedProvider", "ScriptedTurn", "EventRecorder", "Recorded", "sim_runtime"]
+__all__ = ["SimClock", "ScriptedProvider", "ScriptedTurn", "EventRecorder", "Recorded", "refuse_input",
+           "sim_runtime"]
 
 
 def sim_runtime(clock: SimClock | None = None, provider: Any | None = None, *, config: Any = None,
