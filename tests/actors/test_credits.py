@@ -298,6 +298,10 @@ def test_exhaustion_mid_session_stops_it_with_credits_exhausted(credit_runtime):
     assert stopped.reason == "credits_exhausted"
     types = rt.recorder.types(s.id)
     assert types.index("error") < types.index("session_stopped")  # the error comes first
+    session_error = rt.recorder.last("session_error", s.id)
+    assert (session_error.error_type, session_error.severity, session_error.recoverable) == (
+        "credits_exhausted", "warning", True)
+    assert types.index("error") < types.index("session_error") < types.index("session_stopped")
     assert not rt.is_running(s.id)
     assert rt.store.get_session(s.id).status == "stopped"
     assert rt.credit_balance("alice") == 0
