@@ -176,14 +176,19 @@ class Runtime:
         return self._ask(sv.StartProcess(session_id, prompt))
 
     def resume_process(self, session_id: str, prompt: str | None = None) -> int | None:
-        """Resume with conversation history (or send ``prompt`` to a running session)."""
+        """Resume with conversation history (or send ``prompt`` to a running session).
+
+        Without ``prompt`` the model is called only if the session was mid-turn (a turn in
+        flight when it ended, or an unanswered user message); otherwise the session comes
+        back ready and its next message reaches the model with the history."""
         return self._ask(sv.ResumeProcess(session_id, prompt))
 
     def stop_process(self, session_id: str, reason: str = "user_stop") -> None:
         self._ask(sv.StopProcess(session_id, reason))
 
     def send_message(self, session_id: str, content: str) -> bool:
-        """Persist ``content`` and deliver it; False if the session is not running."""
+        """Persist ``content`` and deliver it; False (nothing persisted) if the session is not
+        running or its incarnation refuses input because it is ending."""
         return bool(self._ask(sv.SendMessage(session_id, content)))
 
     def is_running(self, session_id: str) -> bool:

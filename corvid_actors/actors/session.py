@@ -43,6 +43,7 @@ from corvid_actors.events import (
     Result,
     RetryScheduled,
     SystemEvent,
+    Thinking,
 )
 from corvid_actors.loop import effects as fx
 from corvid_actors.loop.payload_guard import SNAPSHOT_ROLE, request_size
@@ -301,8 +302,10 @@ class SessionActor(TrackedActor):
             case Begin(prompt):
                 self._begin(prompt)
             case Ready():
-                # no turn: wait for the first message as after a finished turn
+                # no turn: wait for the first message as after a finished turn (a late
+                # subscriber hears "not thinking", as between turns)
                 self._touch()
+                self.w.lifeline.publish(Thinking(thinking=False))
                 self._turn_finished()
             case UserInput(text) if not self._begun:
                 self._begin(text)  # the supervisor sends Begin first; never lose a message
