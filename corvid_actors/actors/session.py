@@ -432,6 +432,8 @@ class SessionActor(TrackedActor):
             self.w.store.append_message(self.sid, "assistant", event.content)
         if isinstance(event, ErrorEvent) and event.message:
             self._last_error = event.message
+        elif isinstance(event, Result) and event.subtype == "success":
+            self._last_error = ""  # a turn that went well: earlier errors explain no later exit
         if isinstance(event, Result) and not event.duration_ms:
             event = replace(event, duration_ms=int((self._clock.monotonic() - self._turn_started) * 1000))
         self.w.lifeline.publish(event)
