@@ -502,11 +502,11 @@ class SessionSupervisor(TrackedActor):
         """The request a resume without a new message must answer, or None when the session
         was not mid-turn: a turn was open when its last incarnation ended, or its newest
         user/assistant message is the user's, or it never had one and has an initial prompt."""
-        last = self.store.recent_messages(sid, 1)
-        if (session.open_turns or 0) > 0 or (last and last[0][0] == "user"):
+        last = self.store.last_message_role(sid)
+        if (session.open_turns or 0) > 0 or last == "user":
             users = self.store.recent_messages(sid, 1, roles=("user",))
             return users[0][1] if users else (session.initial_prompt or "")
-        if not last and session.initial_prompt:
+        if last is None and session.initial_prompt:
             return str(session.initial_prompt)
         return None
 
