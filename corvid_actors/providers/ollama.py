@@ -308,11 +308,15 @@ class OllamaProvider:
         )
 
     def health(self) -> bool:
-        """True iff the server answers ``/api/tags`` within ``probe_timeout_s``."""
+        """True iff the server answers ``/api/tags`` within ``probe_timeout_s`` with a status
+        below 500 (the original's probe rule: a 4xx means the server is up)."""
         try:
             with self._probe_client() as client:
                 client.list()
-        except Exception as exc:  # noqa: BLE001 - any failure means "not healthy"
+        except ollama.ResponseError as exc:
+            logger.debug("ollama health probe answered {}: {}", exc.status_code, exc)
+            return 0 < exc.status_code < 500
+        except Exception as exc:  # noqa: BLE001 - any other failure means "not healthy"
             logger.debug("ollama health probe failed: {}", exc)
             return False
         return True

@@ -84,6 +84,9 @@ class OllamaStubServer:
         self.default_reply = default_reply
         self.responder = responder
         self.strict_models = strict_models
+        #: HTTP status ``GET /api/tags`` answers with (anything but 200 sends an error body):
+        #: health probes against a server that is up but refuses, or one that fails
+        self.tags_status = 200
         self._cond = threading.Condition()
         self._turns: list[Turn] = []
         self._requests: list[RecordedRequest] = []
@@ -284,7 +287,10 @@ class OllamaStubServer:
         elif (method, path) == ("GET", "/api/version"):
             handler.send_json(200, {"version": SERVER_VERSION})
         elif (method, path) == ("GET", "/api/tags"):
-            handler.send_json(200, tags_body(self.models))
+            if self.tags_status != 200:
+                handler.send_json(self.tags_status, {"error": f"status {self.tags_status}"})
+            else:
+                handler.send_json(200, tags_body(self.models))
         elif (method, path) == ("GET", "/api/ps"):
             with self._cond:
                 loaded = list(self._loaded)

@@ -153,6 +153,30 @@ def test_third_consecutive_failure_pauses_and_auto_resume_follows(e2e, stub):
     assert e2e.events(s.id, "assistant")[-1].content == "back online"
 
 
+def test_failed_probe_is_no_attempt_and_is_repeated_a_minute_later_until_a_4xx_answer(e2e, stub):
+    for _ in range(3):
+        stub.add_fault("http_529")
+    stub.add_reply("back online")
+    s = e2e.session(provider="anthropic", model=MODEL, source="chat")
+    e2e.runtime.start_process(s.id, "hi")
+    e2e.clock.advance(2 + 4)
+    assert [e.message for e in e2e.events(s.id, "error")] == [
+        "Session paused due to API outage — auto-resume in 5min"]
+    stub.set_outage(529)  # the probe's real HTTP call gets a 529: not healthy
+    e2e.clock.advance(5 * 60)
+    e2e.clock.advance(60)
+    probes = [r for r in stub.message_requests if r.json == {}]
+    assert len(probes) == 2 and e2e.runtime.is_paused(s.id)
+    stub.set_outage(None)  # the stub answers the probe's empty body with 400: healthy
+    e2e.clock.advance(59)
+    assert e2e.runtime.is_paused(s.id)
+    e2e.clock.advance(1)
+    assert len([r for r in stub.message_requests if r.json == {}]) == 3
+    assert e2e.runtime.is_running(s.id)
+    assert e2e.events(s.id, "assistant")[-1].content == "back online"
+    assert [e.automatic for e in e2e.events(s.id, "session_resumed")] == [True]
+
+
 def test_auth_error_is_fatal_and_never_retried(e2e, stub):
     stub.add_fault("http_401")
     s = e2e.session(provider="anthropic", model=MODEL)
