@@ -95,12 +95,18 @@ class Lifeline:
 
 @dataclass(frozen=True)
 class Begin:
+    """The first message; ``blocks`` when it is multimodal (``prompt`` is its text)."""
+
     prompt: str
+    blocks: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
 class UserInput:
+    """A user message; ``blocks`` when it is multimodal (``text`` is its text parts)."""
+
     text: str
+    blocks: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -254,7 +260,7 @@ class SessionActor(TrackedActor):
         self._worker_seq = 0
         self._worker_cancel: CancelToken | None = None
         self._in_turn = False
-        self._pending_input: deque[str] = deque()
+        self._pending_input: deque[fx.UserMessage] = deque()
         self._turn_seq = 0
         self._slot_request = 0
         self._slot_state = "none"  # none | waiting | held
@@ -283,20 +289,21 @@ class SessionActor(TrackedActor):
                 self._abort()
             return None
         match message:
-            case Begin(prompt):
+            case Begin(prompt, blocks):
                 self._touch()
                 self._turn_started = self._clock.monotonic()
                 self._in_turn = True
-                self._perform(self._loop.start(prompt))
-            case UserInput(text):
+                # a plain string unless multimodal: loops written for strings keep working
+                self._perform(self._loop.start(fx.UserMessage(prompt, blocks) if blocks else prompt))
+            case UserInput(text, blocks):
                 self._touch()
                 if self._in_turn:
-                    self._pending_input.append(text)
+                    self._pending_input.append(fx.UserMessage(text, blocks))
                 else:
                     self._turn_started = self._clock.monotonic()
                     tell(self.w.timers, CancelTimer((self.sid, "idle", self.gen)))
                     self._in_turn = True
-                    self._perform(self._loop.handle(fx.UserMessage(text)))
+                    self._perform(self._loop.handle(fx.UserMessage(text, blocks)))
             case _WorkerDone(seq, result):
                 if seq == self._worker_seq:
                     self._worker_cancel = None
@@ -412,7 +419,7 @@ class SessionActor(TrackedActor):
         if self._pending_input:
             self._turn_started = self._clock.monotonic()
             self._in_turn = True
-            self._perform(self._loop.handle(fx.UserMessage(self._pending_input.popleft())))
+            self._perform(self._loop.handle(self._pending_input.popleft()))
             return
         if self.w.idle_timeout_s is None:
             return

@@ -43,6 +43,7 @@ from corvid_actors.actors.session import (
 from corvid_actors.actors.timers import CancelTimer, CancelTimers, ScheduleTimer
 from corvid_actors.clock import Clock, iso_after
 from corvid_actors.config import Config
+from corvid_actors.content import UserContent, content_blocks, image_blocks, text_parts
 from corvid_actors.errors import NotFoundError, RuntimeStoppedError
 from corvid_actors.events import (
     ErrorEvent,
@@ -72,10 +73,11 @@ from corvid_actors.supervision import (
 @dataclass(frozen=True)
 class StartProcess:
     """Start (or restart) a session. Replies with its pseudo-PID, or None when it could
-    not start (an ``error`` event says why). Raises NotFoundError for an unknown session."""
+    not start (an ``error`` event says why). Raises NotFoundError for an unknown session.
+    ``prompt`` may be multimodal content blocks (``corvid_actors.content``)."""
 
     session_id: str
-    prompt: str | None = None
+    prompt: UserContent | None = None
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ class ResumeProcess:
     """Resume with history (warm: just send ``prompt``). Replies with the pid or None."""
 
     session_id: str
-    prompt: str | None = None
+    prompt: UserContent | None = None
 
 
 @dataclass(frozen=True)
@@ -94,10 +96,11 @@ class StopProcess:
 
 @dataclass(frozen=True)
 class SendMessage:
-    """Replies True if a running session accepted the message (persisted first)."""
+    """Replies True if a running session accepted the message (persisted first).
+    ``text`` may be multimodal content blocks (``corvid_actors.content``)."""
 
     session_id: str
-    text: str
+    text: UserContent
 
 
 @dataclass(frozen=True)
@@ -364,7 +367,7 @@ class SessionSupervisor(TrackedActor):
 
     # --- start / resume / send ------------------------------------------------------------------
 
-    def _start(self, sid: str, prompt: str | None) -> int | None:
+    def _start(self, sid: str, prompt: UserContent | None) -> int | None:
         if sid in self._running:
             self._stop_session(sid, "replaced")
         try:
@@ -375,7 +378,8 @@ class SessionSupervisor(TrackedActor):
         if session.project_id and ctx.project is None:
             self._publish(sid, ErrorEvent(error_type="not_found", message=f"Project {session.project_id} not found"))
             return None
-        text = prompt if prompt is not None else (session.initial_prompt or "")
+        blocks = content_blocks(prompt) if prompt is not None else ()
+        text = text_parts(blocks) if blocks else (prompt if isinstance(prompt, str) else session.initial_prompt or "")
         try:
             built = self.builder.build(ctx)
         except Exception as exc:  # noqa: BLE001 - any build failure is a spawn error, reported
@@ -416,11 +420,11 @@ class SessionSupervisor(TrackedActor):
         self._publish(sid, SystemEvent(subtype="provider_selected", message=f"Provider: {built.provider_name} ({built.model})"))
         for notice in built.notices:
             self._publish(sid, notice)
-        tell(ref, Begin(text))
+        tell(ref, Begin(text, blocks))
         self._ensure_housekeeping()
         return pid
 
-    def _resume(self, sid: str, prompt: str | None) -> int | None:
+    def _resume(self, sid: str, prompt: UserContent | None) -> int | None:
         inc = self._running.get(sid)
         meta = self._meta.get(sid)
         if inc is not None:
@@ -438,16 +442,22 @@ class SessionSupervisor(TrackedActor):
         history = self.store.recent_messages(sid, self.cfg.session.resume_history_messages)
         if prompt:
             self.store.append_message(sid, "user", prompt)
+        blocks = content_blocks(prompt) if prompt else ()
+        new_text = text_parts(blocks) if blocks else (prompt or "")
+        assert isinstance(new_text, str)
         if history:
             text = build_resume_prompt(
-                history, prompt or "", max_messages=self.cfg.session.resume_history_messages,
+                history, new_text, max_messages=self.cfg.session.resume_history_messages,
                 max_chars=self.cfg.session.resume_history_message_chars, interrupted=not prompt,
             )
         else:
-            text = prompt or session.initial_prompt or ""
+            text = new_text or session.initial_prompt or ""
+        if blocks:
+            # the history prompt as the text, the new message's images after it
+            return self._start(sid, ({"type": "text", "text": text}, *image_blocks(blocks)))
         return self._start(sid, text)
 
-    def _send(self, sid: str, text: str) -> bool:
+    def _send(self, sid: str, text: UserContent) -> bool:
         inc = self._running.get(sid)
         if inc is None:
             return False
@@ -460,7 +470,8 @@ class SessionSupervisor(TrackedActor):
         session = self.store.get_session(sid)
         if session is not None:
             self.store.update_session(sid, total_turns=session.total_turns + 1)
-        tell(inc.ref, UserInput(text))
+        blocks = content_blocks(text)
+        tell(inc.ref, UserInput(text_parts(blocks) if blocks else str(text), blocks))
         return True
 
     # --- stop / exit ---------------------------------------------------------------------------

@@ -236,3 +236,31 @@ def test_compaction_when_input_tokens_pass_90_percent(e2e, stub):
     assert any(e.subtype == "compaction" for e in e2e.events(s.id, "system"))
     last = stub.message_requests[-1].json
     assert "Summary: we talked." in str(last["messages"][0]["content"])
+
+
+# --- multimodal user content (issue 12, item 4) ---------------------------------------------
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8/5+hHgAHggJ/PchI7wAAAABJRU5ErkJggg=="
+PICTURE = [
+    {"type": "text", "text": "What is in this picture?"},
+    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+    {"type": "text", "text": "Answer in one line."},
+]
+
+
+def test_image_blocks_reach_the_api_through_the_real_anthropic_client(e2e, stub):
+    stub.add_reply("A single red pixel.")
+    stub.add_reply("Also red.")
+    s = e2e.session(provider="anthropic", model=MODEL)
+    e2e.runtime.start_process(s.id, PICTURE)
+    e2e.runtime.settle()
+    first = stub.message_requests[-1].json["messages"]
+    assert first == [{"role": "user", "content": PICTURE}]  # as given, in order
+    assert e2e.events(s.id, "assistant")[-1].content == "A single red pixel."
+    # a follow-up picture through send_message joins the conversation the same way
+    assert e2e.runtime.send_message(s.id, PICTURE[:2]) is True
+    e2e.runtime.settle()
+    again = stub.message_requests[-1].json["messages"]
+    assert [m["role"] for m in again] == ["user", "assistant", "user"]
+    assert again[0]["content"] == PICTURE and again[2]["content"] == PICTURE[:2]
+    assert e2e.runtime.store.message_contents(s.id, 5, roles=("user",)) == [("user", PICTURE), ("user", PICTURE[:2])]
