@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from corvid_actors.errors import InvalidContentError
 
@@ -45,10 +45,10 @@ def content_blocks(content: UserContent) -> tuple[dict[str, Any], ...]:
             f"message content must be a string or a list of content blocks, not {type(content).__name__}")
     if not content:
         raise InvalidContentError("message content is an empty list of blocks: give at least one block")
-    blocks = []
+    blocks: list[dict[str, Any]] = []
     for index, block in enumerate(content):
         _check_block(index, block)
-        blocks.append(copy.deepcopy(dict(block)))
+        blocks.append(copy.deepcopy(dict(cast(Mapping[str, Any], block))))
     return tuple(blocks)
 
 

@@ -1,4 +1,6 @@
-"""Multimodal user messages in the store (issue 12, item 4): kept losslessly, text beside."""
+"""Multimodal user messages in the store (issue 12, item 4): kept losslessly, text beside.
+
+``store`` is tests/db/conftest.py's fixture: every backend (SQLite, PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -15,13 +17,6 @@ BLOCKS = [
     {"type": "text", "text": "And this one — ünïcode?"},
     {"type": "image", "source": {"type": "url", "url": "https://example.org/cat.jpg"}},
 ]
-
-
-@pytest.fixture
-def store():
-    s = Store()
-    yield s
-    s.close()
 
 
 def test_blocks_are_stored_as_given_and_read_back(store) -> None:
@@ -69,15 +64,19 @@ def test_nested_conversation_history_is_stripped_from_text_blocks(store) -> None
     assert "conversation_history" not in blocks[0]["text"] and "new question" in blocks[0]["text"]
 
 
+def downgrade_to_before_content_blocks(store: Store) -> None:
+    """Make ``store``'s database the one an earlier version left: no column, older schema."""
+    store.db.execute_sql('ALTER TABLE "session_messages" DROP COLUMN "content_blocks"')
+    number = migrations.MIGRATIONS.index(migrations._session_message_content_blocks) + 1
+    store.m.SchemaVersion.delete().where(store.m.SchemaVersion.version >= number).execute()
+
+
 def test_migration_adds_the_blocks_column_to_an_older_database(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'corvid.db'}"
     old = Store(url)
     session = old.create_session(name="from before")
     old.append_message(session.id, "user", "an old message")
-    # make it the database an earlier version left: no column, schema at the version before
-    old.db.execute_sql('ALTER TABLE "session_messages" DROP COLUMN "content_blocks"')
-    number = migrations.MIGRATIONS.index(migrations._session_message_content_blocks) + 1
-    old.m.SchemaVersion.delete().where(old.m.SchemaVersion.version >= number).execute()
+    downgrade_to_before_content_blocks(old)
     old.close()
 
     upgraded = Store(url)
