@@ -191,8 +191,7 @@ class Runtime:
         Anthropic Messages API takes them, see :mod:`corvid_actors.content`); they are
         stored as given and sent to providers that take images, the text parts to the
         others. Invalid blocks raise InvalidContentError."""
-        checked = _checked(content)
-        assert checked is not None
+        checked = content if isinstance(content, str) else content_blocks(content)
         return bool(self._ask(sv.SendMessage(session_id, checked)))
 
     def is_running(self, session_id: str) -> bool:

@@ -443,8 +443,7 @@ class SessionSupervisor(TrackedActor):
         if prompt:
             self.store.append_message(sid, "user", prompt)
         blocks = content_blocks(prompt) if prompt else ()
-        new_text = text_parts(blocks) if blocks else (prompt or "")
-        assert isinstance(new_text, str)
+        new_text = text_parts(blocks) if blocks else str(prompt or "")
         if history:
             text = build_resume_prompt(
                 history, new_text, max_messages=self.cfg.session.resume_history_messages,
