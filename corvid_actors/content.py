@@ -17,6 +17,8 @@ are; Ollama: base64 images in the message's ``images`` field when the model has 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -71,8 +73,13 @@ def _check_block(index: int, block: Any) -> None:
             allowed = ", ".join(sorted(IMAGE_MEDIA_TYPES))
             raise InvalidContentError(f"{where} (image) has media_type {source.get('media_type')!r}; use one of "
                                       f"{allowed}")
-        if not isinstance(source.get("data"), str) or not source.get("data"):
+        data = source.get("data")
+        if not isinstance(data, str) or not data:
             raise InvalidContentError(f"{where} (image) needs base64 'data'")
+        try:
+            base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidContentError(f"{where} (image) has 'data' that is not valid base64") from None
     elif source.get("type") == "url":
         if not isinstance(source.get("url"), str) or not source.get("url"):
             raise InvalidContentError(f"{where} (image) needs a 'url'")
