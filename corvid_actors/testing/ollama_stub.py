@@ -15,6 +15,8 @@ faults; and records every request.
         assert stub.wait_for(lambda: stub.disconnects == 1, timeout_s=1.0)
 
 Text-format tool calls and fake ``«tool_output»`` markers are simply reply texts.
+``llava:7b`` has the ``vision`` capability (a message's ``images`` are recorded with the
+request); ``tags_status`` makes ``/api/tags`` (the health probe) answer another status.
 Waits keep real time even while freezegun has frozen it (see ``_ollama_http``).
 Handler threads call into the stub; all its state sits behind one condition variable.
 """
