@@ -277,7 +277,8 @@ def _admin_commands() -> list[tuple[str, str, str, Callable[[argparse.ArgumentPa
 
     def extend(p: argparse.ArgumentParser) -> None:
         session(p)
-        p.add_argument("minutes", type=float, help="minutes to add (capped at 4x the default timeout)")
+        p.add_argument("minutes", type=float, help="stop after this many minutes from now unless the session is active again "
+                                                "(capped at 4x the default timeout)")
 
     def approvals(p: argparse.ArgumentParser) -> None:
         p.add_argument("--session", help="only this session's requests")

@@ -63,6 +63,8 @@ class SupervisorConfig:
     council_model: str = ""
     sdk_pid_base: int = field(default=900000, metadata=POSITIVE)
     direct_pid_base: int = field(default=800000, metadata=POSITIVE)
+    auto_resume_check_interval_s: float = field(default=60.0, metadata=POSITIVE)
+    idle_exit_loops: tuple[str, ...] = ("direct",)
 
 
 @dataclass(frozen=True)

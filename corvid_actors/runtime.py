@@ -34,6 +34,7 @@ from corvid_actors.actors.slots import SlotPool, SlotStats
 from corvid_actors.actors.timers import Timers, TimerStats
 from corvid_actors.clock import Clock, RealClock
 from corvid_actors.config import Config, load_config
+from corvid_actors.content import UserContent, content_blocks
 from corvid_actors.db.store import Store
 from corvid_actors.errors import RuntimeStoppedError
 from corvid_actors.providers.base import Provider
@@ -170,26 +171,33 @@ class Runtime:
 
     # --- the seed's ProcessManager API ------------------------------------------------------
 
-    def start_process(self, session_id: str, prompt: str | None = None) -> int | None:
+    def start_process(self, session_id: str, prompt: UserContent | None = None) -> int | None:
         """Start ``session_id`` (stopping a running incarnation first). Returns its pid, or
-        None when it could not start (an ``error`` event says why)."""
-        return self._ask(sv.StartProcess(session_id, prompt))
+        None when it could not start (an ``error`` event says why). ``prompt`` is a string
+        or multimodal content blocks (see :mod:`corvid_actors.content`); invalid blocks
+        raise InvalidContentError before anything happens."""
+        return self._ask(sv.StartProcess(session_id, _checked(prompt)))
 
-    def resume_process(self, session_id: str, prompt: str | None = None) -> int | None:
+    def resume_process(self, session_id: str, prompt: UserContent | None = None) -> int | None:
         """Resume with conversation history (or send ``prompt`` to a running session).
 
         Without ``prompt`` the model is called only if the session was mid-turn (a turn in
         flight when it ended, or an unanswered user message); otherwise the session comes
         back ready and its next message reaches the model with the history."""
-        return self._ask(sv.ResumeProcess(session_id, prompt))
+        return self._ask(sv.ResumeProcess(session_id, _checked(prompt)))
 
     def stop_process(self, session_id: str, reason: str = "user_stop") -> None:
         self._ask(sv.StopProcess(session_id, reason))
 
-    def send_message(self, session_id: str, content: str) -> bool:
+    def send_message(self, session_id: str, content: UserContent) -> bool:
         """Persist ``content`` and deliver it; False (nothing persisted) if the session is not
-        running or its incarnation refuses input because it is ending."""
-        return bool(self._ask(sv.SendMessage(session_id, content)))
+        running or its incarnation refuses input because it is ending.
+        ``content`` is a string or multimodal content blocks (text and image blocks as the
+        Anthropic Messages API takes them, see :mod:`corvid_actors.content`); they are
+        stored as given and sent to providers that take images, the text parts to the
+        others. Invalid blocks raise InvalidContentError."""
+        checked = content if isinstance(content, str) else content_blocks(content)
+        return bool(self._ask(sv.SendMessage(session_id, checked)))
 
     def is_running(self, session_id: str) -> bool:
         return bool(self._ask(sv.IsRunning(session_id)))
@@ -379,3 +387,10 @@ class Runtime:
         except pykka.ActorDeadError:
             raise RuntimeStoppedError("the runtime is shut down") from None
 
+
+def _checked(content: UserContent | None) -> UserContent | None:
+    """Content blocks checked (InvalidContentError) and copied on the caller's thread, so
+    a bad message fails before anything is stored and a caller's later edits change nothing."""
+    if content is None or isinstance(content, str):
+        return content
+    return content_blocks(content)

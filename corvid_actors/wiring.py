@@ -78,6 +78,9 @@ class BuiltSession:
     resources: tuple[Callable[[], None], ...] = ()
     #: events published right after ``session_started`` (e.g. an MCP server that failed)
     notices: tuple[Any, ...] = ()
+    #: the loop's name in the builder's loop table ("direct", "sdk", "conversation", …);
+    #: the idle exit applies to the loops named in ``supervisor.idle_exit_loops``
+    loop_kind: str = ""
 
 
 def conversation_loop(spec: LoopSpec) -> Loop:
@@ -296,7 +299,7 @@ class SessionBuilder:
             provider_name=provider_name, provider=provider, model=model, loop=loop, tools=tools,
             tool_context=tool_context, pid_kind="sdk" if provider_name == "anthropic" else "direct",
             uses_slots=provider_name == "ollama", slot_weight=weight, approval_timeout_s=approval_timeout,
-            resources=tuple(resources), notices=tuple(notices),
+            resources=tuple(resources), notices=tuple(notices), loop_kind=loop_kind,
         )
 
     def _with_policies(self, spec: LoopSpec, ctx: SessionContext, mode: str) -> LoopSpec:

@@ -109,7 +109,10 @@ class Lifeline:
 
 @dataclass(frozen=True)
 class Begin:
+    """The first message; ``blocks`` when it is multimodal (``prompt`` is its text)."""
+
     prompt: str
+    blocks: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -120,11 +123,17 @@ class Ready:
 
 @dataclass(frozen=True)
 class UserInput:
+    """A user message; ``blocks`` when it is multimodal (``text`` is its text parts)."""
+
     text: str
+    blocks: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
 class ExtendTimeout:
+    """Replace the pending inactivity deadline with now + ``timeout_s`` (already capped by
+    the supervisor); the session's next event re-arms the default timeout."""
+
     timeout_s: float
 
 
@@ -245,7 +254,9 @@ class SessionWiring:
     tools: ToolRegistry
     tool_context: ToolContext
     timeout_s: float
-    idle_timeout_s: float
+    #: waiting this long for a user message ends the session cleanly (exit 0); None: no
+    #: idle exit, the session waits until the inactivity timeout stops it
+    idle_timeout_s: float | None
     slot_pool: pykka.ActorRef[Any] | None = None
     approvals: pykka.ActorRef[Any] | None = None
     approval_timeout_s: float = 55.0
@@ -263,11 +274,15 @@ class SessionActor(TrackedActor):
         self._loop = wiring.loop
         self._clock = wiring.clock
         self._last_activity = self._clock.monotonic()
+        #: counts activity (events): an extension holds only while no event came after it
+        self._activity_seq = 0
         self._timeout_s = wiring.timeout_s
+        #: (activity_seq when granted, monotonic deadline) of the last extend_timeout
+        self._extension: tuple[int, float] | None = None
         self._worker_seq = 0
         self._worker_cancel: CancelToken | None = None
         self._in_turn = False
-        self._pending_input: deque[str] = deque()
+        self._pending_input: deque[fx.UserMessage] = deque()
         self._turn_seq = 0
         self._slot_request = 0
         self._slot_state = "none"  # none | waiting | held
@@ -299,25 +314,25 @@ class SessionActor(TrackedActor):
                 self._abort()
             return None
         match message:
-            case Begin(prompt):
-                self._begin(prompt)
+            case Begin(prompt, blocks):
+                self._begin(prompt, blocks)
             case Ready():
                 # no turn: wait for the first message as after a finished turn (a late
                 # subscriber hears "not thinking", as between turns)
                 self._touch()
                 self.w.lifeline.publish(Thinking(thinking=False))
                 self._turn_finished()
-            case UserInput(text) if not self._begun:
-                self._begin(text)  # the supervisor sends Begin first; never lose a message
-            case UserInput(text):
+            case UserInput(text, blocks) if not self._begun:
+                self._begin(text, blocks)  # the supervisor sends Begin first; never lose a message
+            case UserInput(text, blocks):
                 self._touch()
                 if self._in_turn:
-                    self._pending_input.append(text)
+                    self._pending_input.append(fx.UserMessage(text, blocks))
                 else:
                     self._turn_started = self._clock.monotonic()
                     tell(self.w.timers, CancelTimer((self.sid, "idle", self.gen)))
                     self._in_turn = True
-                    self._perform(self._loop.handle(fx.UserMessage(text)))
+                    self._perform(self._loop.handle(fx.UserMessage(text, blocks)))
             case _WorkerDone(seq, result):
                 if seq == self._worker_seq:
                     self._worker_cancel = None
@@ -352,20 +367,20 @@ class SessionActor(TrackedActor):
             case CheckTimeout():
                 self._check_timeout()
             case ExtendTimeout(timeout_s):
-                self._timeout_s = timeout_s
-                self._touch()
-                self._schedule_timeout(timeout_s)
+                self._extension = (self._activity_seq, self._clock.monotonic() + max(timeout_s, 0.0))
+                self._schedule_timeout(min(timeout_s, self._timeout_s))
             case Abort():
                 self._abort()
         return None
 
-    def _begin(self, prompt: str) -> None:
+    def _begin(self, prompt: str, blocks: tuple[dict[str, Any], ...] = ()) -> None:
         self._begun = True
         self._touch()
         tell(self.w.timers, CancelTimer((self.sid, "idle", self.gen)))
         self._turn_started = self._clock.monotonic()
         self._in_turn = True
-        self._perform(self._loop.start(prompt))
+        # a plain string unless multimodal: loops written for strings keep working
+        self._perform(self._loop.start(fx.UserMessage(prompt, blocks) if blocks else prompt))
 
     # --- effects --------------------------------------------------------------------------
 
@@ -447,7 +462,9 @@ class SessionActor(TrackedActor):
         if self._pending_input:
             self._turn_started = self._clock.monotonic()
             self._in_turn = True
-            self._perform(self._loop.handle(fx.UserMessage(self._pending_input.popleft())))
+            self._perform(self._loop.handle(self._pending_input.popleft()))
+            return
+        if self.w.idle_timeout_s is None:
             return
         tell(self.w.timers, ScheduleTimer((self.sid, "idle", self.gen), self.w.idle_timeout_s,
                                           self.actor_ref, _IdleDue(self.gen, self._turn_seq)))
@@ -486,7 +503,7 @@ class SessionActor(TrackedActor):
         actor = self
 
         def on_event(event: StreamEvent) -> None:
-            actor._last_activity = actor._clock.monotonic()
+            actor._touch()
             if stream_text and isinstance(event, TextDelta) and event.text:
                 lifeline.publish(ContentBlockDelta(text=event.text))
 
@@ -586,18 +603,29 @@ class SessionActor(TrackedActor):
     # --- timeout ------------------------------------------------------------------------
 
     def _touch(self) -> None:
+        """An event: re-arms the default inactivity timeout (ends any extension)."""
         self._last_activity = self._clock.monotonic()
+        self._activity_seq += 1
+
+    def _deadline(self) -> float:
+        extension = self._extension
+        if extension is not None and extension[0] == self._activity_seq:
+            return extension[1]
+        return self._last_activity + self._timeout_s
 
     def _schedule_timeout(self, delay_s: float) -> None:
         tell(self.w.timers, ScheduleTimer((self.sid, "timeout", self.gen), max(delay_s, 0.0),
                                           self.actor_ref, _TimeoutDue(self.gen)))
 
     def _check_timeout(self) -> None:
-        idle_for = self._clock.monotonic() - self._last_activity
-        if idle_for >= self._timeout_s:
+        now = self._clock.monotonic()
+        deadline = self._deadline()
+        if now >= deadline:
             tell(self.w.supervisor, TimedOut(self.sid, self.gen))
         else:
-            self._schedule_timeout(self._timeout_s - idle_for)
+            # An event may re-arm the default before an extension's deadline: check again
+            # no later than one default timeout from now (activity only pushes it later).
+            self._schedule_timeout(min(deadline, now + self._timeout_s) - now)
 
 
 def _request_size(request: ModelRequest) -> int:

@@ -30,6 +30,13 @@ def _session_message_order_index(models: SimpleNamespace, db: pw.Database) -> No
     )
 
 
+def _session_message_content_blocks(models: SimpleNamespace, db: pw.Database) -> None:
+    # Multimodal user messages keep their blocks (issue 12). A database created by the
+    # baseline of this version has the column already.
+    if "content_blocks" not in {c.name for c in db.get_columns("session_messages")}:
+        db.execute_sql('ALTER TABLE "session_messages" ADD COLUMN "content_blocks" TEXT')
+
+
 def _session_open_turns(models: SimpleNamespace, db: pw.Database) -> None:
     # sessions.open_turns: a restart resumes with a model call only a session mid-turn.
     # A database made by this version's baseline has the column already.
@@ -37,7 +44,8 @@ def _session_open_turns(models: SimpleNamespace, db: pw.Database) -> None:
         db.execute_sql("ALTER TABLE sessions ADD COLUMN open_turns INTEGER NOT NULL DEFAULT 0")
 
 
-MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_open_turns]
+MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
+                               _session_open_turns]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

@@ -139,7 +139,16 @@ Effect = (
 
 @dataclass(frozen=True)
 class UserMessage:
+    """A user message: its text, and for multimodal content its blocks as given (text
+    and image, see ``corvid_actors.content``; ``text`` is then their text parts)."""
+
     text: str
+    blocks: tuple[dict[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, prompt: str | UserMessage) -> UserMessage:
+        """``prompt`` as a UserMessage (what ``Loop.start`` receives may be either)."""
+        return prompt if isinstance(prompt, UserMessage) else cls(prompt)
 
 
 @dataclass(frozen=True)
@@ -201,8 +210,10 @@ LoopInput = (
 class Loop(Protocol):
     """What the session actor needs from a loop."""
 
-    def start(self, prompt: str) -> list[Effect]:
-        """Begin the first turn with ``prompt``."""
+    def start(self, prompt: str | UserMessage) -> list[Effect]:
+        """Begin the first turn with ``prompt``: a string, or a :class:`UserMessage` when
+        the first message is multimodal (a loop that takes only strings may treat that
+        as ``prompt.text``)."""
         ...
 
     def handle(self, event: LoopInput) -> list[Effect]:

@@ -41,6 +41,10 @@ class ChatMessage:
 
     ``role == "tool"`` carries a tool result: ``tool_call_id`` and ``tool_name`` say
     which call it answers and ``is_error`` whether the tool failed.
+
+    A multimodal user message keeps its content blocks (text and image, the Messages
+    API's shape; see :mod:`corvid_actors.content`) in ``blocks``, and their text parts in
+    ``content``: providers that take images send the blocks, the others the text.
     """
 
     role: Role
@@ -49,6 +53,7 @@ class ChatMessage:
     tool_call_id: str | None = None
     tool_name: str | None = None
     is_error: bool = False
+    blocks: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,8 @@ class ModelInfo:
     name: str
     context_window: int
     parameter_size_b: float | None = None
+    #: the model takes images (Ollama: the ``vision`` capability); None when unknown
+    supports_images: bool | None = None
 
 
 # --- streaming -----------------------------------------------------------------------

@@ -119,7 +119,7 @@ def test_extend_needs_a_running_session_and_is_capped(admin_rt):
     rt, admin = admin_rt
     sid = command(admin, "start", agent="a", prompt="go")["session"]
     rt.settle()
-    assert command(admin, "extend", session=sid, minutes=10)["timeout_s"] == 2400.0
+    assert command(admin, "extend", session=sid, minutes=10)["timeout_s"] == 600.0  # replaces, not adds
     assert command(admin, "extend", session=sid, minutes=10_000)["timeout_s"] == 4 * 1800.0
     command(admin, "stop", session=sid)
     assert failure(admin, "extend", session=sid, minutes=1).code == "conflict"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from corvid_actors.actors.events import BusStats
 from corvid_actors.actors.supervisor import Shutdown
-from corvid_actors.testing import refuse_input
+from corvid_actors.testing import refuse_input, sim_runtime
 
 MIN = 60.0
 
@@ -59,14 +59,22 @@ def test_the_inactivity_timeout_publishes_a_timeout_session_error_before_the_sto
 # --- 2. exit notes ---------------------------------------------------------------------------------
 
 
-def test_exit_notes_count_the_opening_prompt_as_turn_one(runtime, scripted, web_session):
-    runtime.start_process(web_session.id, "hi")
-    runtime.settle()
-    runtime.send_message(web_session.id, "more")
-    runtime.settle()
-    runtime.clock.advance(300)
-    assert _notes(runtime, web_session.id) == ["Session completed after 300s. Turns: 2."]
-    assert runtime.store.get_session(web_session.id).total_turns == 2
+def test_exit_notes_count_the_opening_prompt_as_turn_one(sim_clock, scripted, tmp_path):
+    # the clean exit after the idle wait belongs to the direct loop
+    runtime = sim_runtime(sim_clock, scripted, workspace_dir=tmp_path / "workspace",
+                          loop_for_provider={"scripted": "direct"})
+    scripted.default_reply = "Done."
+    try:
+        sid = runtime.create_session(source="web").id
+        runtime.start_process(sid, "hi")
+        runtime.settle()
+        runtime.send_message(sid, "more")
+        runtime.settle()
+        runtime.clock.advance(300)
+        assert _notes(runtime, sid) == ["Session completed after 300s. Turns: 2."]
+        assert runtime.store.get_session(sid).total_turns == 2
+    finally:
+        runtime.shutdown()
 
 
 def test_a_crash_note_keeps_the_crash_message(runtime, scripted, recorder, web_session):

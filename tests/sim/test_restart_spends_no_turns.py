@@ -144,18 +144,29 @@ def test_resuming_an_ended_session_without_a_message_calls_no_model(runtime, scr
     assert "[User]: hello" in scripted.requests[-1].messages[-1].content
 
 
-def test_a_ready_session_exits_after_the_idle_wait_with_its_turns_counted(runtime, scripted, recorder, web_session):
-    runtime.start_process(web_session.id, "hello")
-    runtime.send_message(web_session.id, "more")
-    runtime.settle()
-    runtime.stop_process(web_session.id)
-    runtime.resume_process(web_session.id)
-    runtime.settle()
-    started = runtime.clock.elapsed
-    runtime.clock.advance(runtime.config.supervisor.session_idle_timeout_s)
-    assert not runtime.is_running(web_session.id)
-    assert recorder.times("session_exited", web_session.id) == [started + runtime.config.supervisor.session_idle_timeout_s]
-    # no model call, and the turns of the resumed context (2 user messages) are counted
-    assert len(scripted.requests) == 2
-    note = runtime.store.recent_messages(web_session.id, 1, roles=("system",))[0][1]
-    assert note == "Session completed after 300s. Turns: 2."
+def test_a_ready_session_exits_after_the_idle_wait_with_its_turns_counted(sim_clock, scripted, tmp_path):
+    # the idle exit belongs to the direct loop
+    rt = sim_runtime(sim_clock, scripted, workspace_dir=tmp_path / "workspace",
+                     loop_for_provider={"scripted": "direct"})
+    recorder = EventRecorder.attach(rt)
+    scripted.default_reply = "Done."  # a complete answer: the direct loop does not nudge
+    try:
+        sid = rt.create_session(source="web").id
+        rt.start_process(sid, "hello")
+        rt.send_message(sid, "more")
+        rt.settle()
+        rt.stop_process(sid)
+        calls = len(scripted.requests)
+        rt.resume_process(sid)
+        rt.settle()
+        started = rt.clock.elapsed
+        idle_s = rt.config.supervisor.session_idle_timeout_s
+        rt.clock.advance(idle_s)
+        assert not rt.is_running(sid)
+        assert recorder.times("session_exited", sid) == [started + idle_s]
+        # no model call, and the turns of the resumed context (2 user messages) are counted
+        assert len(scripted.requests) == calls
+        note = rt.store.recent_messages(sid, 1, roles=("system",))[0][1]
+        assert note == "Session completed after 300s. Turns: 2."
+    finally:
+        rt.shutdown()
