@@ -39,13 +39,17 @@ def sim_runtime(clock: SimClock | None = None, provider: Any | None = None, *, c
     """A Runtime for simulations: simulated clock, in-memory SQLite, scripted provider.
 
     The scripted provider is the default provider (``providers.default_provider``).
+    ``config`` is a ``Config``, or overrides by section for the default one:
+    ``sim_runtime(config={"direct_loop": {"use_tier_caps": False}})``.
     """
+    from collections.abc import Mapping
+
     from corvid_actors.config import Config
     from corvid_actors.runtime import Runtime
 
     clock = clock or SimClock()
     provider = provider or ScriptedProvider(clock)
-    cfg = config or Config()
+    cfg = Config().replace(**config) if isinstance(config, Mapping) else (config or Config())
     cfg = cfg.replace(providers={"default_provider": provider.name})
     providers = runtime_kwargs.pop("providers", None) or {provider.name: provider}
     return Runtime(cfg, clock=clock, store_url=store_url, providers=providers,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from corvid_actors.config import Config
 from corvid_actors.testing import Turn, sim_runtime
 
 MODEL = "llama3.1:8b"  # a capable family under 20B: the "limited" tier (8 tool iterations)
@@ -16,8 +15,8 @@ def make_runtime(sim_clock, scripted, tmp_path):
     made = []
 
     def make(**direct_loop):
-        cfg = Config().replace(direct_loop=direct_loop) if direct_loop else Config()
-        rt = sim_runtime(sim_clock, scripted, config=cfg, loop_for_provider={"scripted": "direct"},
+        rt = sim_runtime(sim_clock, scripted, config={"direct_loop": direct_loop},
+                         loop_for_provider={"scripted": "direct"},
                          workspace_dir=tmp_path / "ws")
         made.append(rt)
         return rt

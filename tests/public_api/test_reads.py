@@ -57,10 +57,7 @@ def test_approval_mode_reads_what_was_set(runtime):
 
 @pytest.fixture
 def credit_runtime(sim_clock, scripted, tmp_path):
-    from corvid_actors.config import Config
-
-    cfg = Config().replace(credits={"credits_per_turn": 2, "low_credit_threshold": 3,
-                                    "free_credits_on_first_message": 5})
+    cfg = {"credits": {"credits_per_turn": 2, "low_credit_threshold": 3, "free_credits_on_first_message": 5}}
     rt = sim_runtime(sim_clock, scripted, config=cfg, with_credits=True, workspace_dir=tmp_path / "ws",
                      is_owner=lambda participant: participant == "owner")
     yield rt
