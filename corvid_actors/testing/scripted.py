@@ -90,12 +90,15 @@ class Turn:
 
     @staticmethod
     def reply(text: str = "", *, deltas: int = 1, latency_s: float = 0.0,
-              tool_calls: Iterable[ToolCallLike] = (), usage: Usage | None = None,
+              tool_calls: Iterable[ToolCallLike] = (), usage: Usage | Mapping[str, int] | None = None,
               cost_usd: float = 0.0, stop_reason: str | None = None) -> ScriptedTurn:
         """A model reply: ``text`` streamed in ``deltas`` chunks after ``latency_s`` simulated
         seconds, with ``tool_calls`` (``ToolCall`` or ``(name, arguments)``; ids are given
-        when the turn is served if left empty)."""
+        when the turn is served if left empty) and ``usage`` (a ``Usage`` or a dict such as
+        ``{"input_tokens": 120, "output_tokens": 40}``; estimated from the text if left out)."""
         calls = tuple(c if isinstance(c, ToolCall) else ToolCall("", c[0], dict(c[1])) for c in tool_calls)
+        if isinstance(usage, Mapping):
+            usage = Usage(**usage)
         return ScriptedTurn(text=text, deltas=deltas, latency_s=latency_s, tool_calls=calls,
                             usage=usage or Usage(), cost_usd=cost_usd,
                             stop_reason=stop_reason or ("tool_use" if calls else "end_turn"))
@@ -204,7 +207,7 @@ class ScriptedProvider:
         return self
 
     def reply(self, text: str, *, deltas: int = 1, latency_s: float = 0.0, match: str | None = None,
-              usage: Usage | None = None, cost_usd: float = 0.0,
+              usage: Usage | Mapping[str, int] | None = None, cost_usd: float = 0.0,
               tool_calls: Iterable[ToolCallLike] = ()) -> ScriptedProvider:
         turn = Turn.reply(text, deltas=deltas, latency_s=latency_s, usage=usage, cost_usd=cost_usd,
                           tool_calls=tool_calls)

@@ -53,7 +53,7 @@ def test_a_session_with_its_script_used_up_falls_back_to_the_shared_queue(runtim
 def test_a_reply_streams_its_deltas_after_its_latency_with_its_usage(runtime, scripted, recorder):
     s = runtime.create_session(source="web")
     scripted.for_session(s.id, Turn.reply("Hello there, friend", deltas=3, latency_s=2.5,
-                                          usage=None, cost_usd=0.25))
+                                          usage={"input_tokens": 120, "output_tokens": 40}, cost_usd=0.25))
     runtime.start_process(s.id, "hi")
     runtime.clock.advance(2.4)
     assert recorder.of(s.id, "content_block_delta") == []
@@ -61,7 +61,9 @@ def test_a_reply_streams_its_deltas_after_its_latency_with_its_usage(runtime, sc
     deltas = [r.event.text for r in recorder.of(s.id, "content_block_delta")]
     assert len(deltas) == 3 and "".join(deltas) == "Hello there, friend"
     recorder.assert_first_at("result", 2.5, s.id)
-    assert recorder.last("result", s.id).total_cost_usd == 0.25
+    result = recorder.last("result", s.id)
+    assert result.total_cost_usd == 0.25
+    assert (result.usage["input_tokens"], result.usage["output_tokens"]) == (120, 40)
 
 
 def test_crash_restart_keeps_the_script_across_incarnations(runtime, scripted, recorder):
