@@ -190,3 +190,28 @@ def test_a_script_survives_a_manual_resume_with_history(runtime, scripted, recor
     first, second = scripted.requests_for(s.id)
     assert second.generation > first.generation
     assert "before the stop" in second.messages[-1].content  # the resume prompt carries history
+
+
+def test_a_script_survives_a_runtime_restart_over_the_same_store(tmp_path):
+    from corvid_actors.testing import EventRecorder, ScriptedProvider, SimClock, sim_runtime
+
+    url = f"sqlite:///{tmp_path / 'corvid.db'}"
+    scripted = ScriptedProvider()
+    first_clock = SimClock()
+    scripted.clock = first_clock
+    with sim_runtime(first_clock, scripted, store_url=url, workspace_dir=tmp_path / "ws") as rt:
+        s = rt.create_session(source="web")
+        scripted.for_session(s.id, Turn.reply("never heard", latency_s=100), "after the restart")
+        rt.start_process(s.id, "a long question")
+        first_clock.advance(10)  # mid-turn: the shutdown marks the session for resume
+    first_clock.close()
+    second_clock = SimClock()
+    scripted.clock = second_clock
+    with sim_runtime(second_clock, scripted, store_url=url, workspace_dir=tmp_path / "ws") as rt:
+        recorder = EventRecorder.attach(rt)
+        assert rt.resume_pending_sessions() == [s.id]
+        rt.settle()
+        assert replies(recorder, s.id) == ["after the restart"]
+    second_clock.close()
+    assert scripted.remaining(s.id) == 0
+    assert len(scripted.requests_for(s.id)) == 2
