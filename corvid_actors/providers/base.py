@@ -67,7 +67,8 @@ class ModelRequest:
     """One model call: the system prompt, the conversation so far and the tools offered.
 
     ``session_id`` and ``generation`` say which session incarnation makes the call (the
-    session actor fills them in; a loop used on its own leaves them empty). Providers may
+    session actor fills them in; a loop used on its own leaves them empty). Generations
+    count up within one Runtime (the ``generation`` of ``session_started``). Providers may
     use them for routing or logging; the scripted provider keys its per-session scripts
     on them.
     """
