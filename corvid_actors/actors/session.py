@@ -52,6 +52,7 @@ from corvid_actors.providers.base import (
     ModelRequest,
     Provider,
     ProviderError,
+    SessionExit,
     StreamCancelled,
     StreamEvent,
     TextDelta,
@@ -210,7 +211,14 @@ class _TimeoutDue:
 @dataclass(frozen=True)
 class _WorkerDone:
     seq: int
-    result: fx.LoopInput
+    result: fx.LoopInput | _ExitRequested
+
+
+@dataclass(frozen=True)
+class _ExitRequested:
+    """A worker's outcome that bypasses the loop: the provider asked to end (SessionExit)."""
+
+    code: int
 
 
 # --- collaborators -----------------------------------------------------------------------
@@ -308,7 +316,10 @@ class SessionActor(TrackedActor):
                 if seq == self._worker_seq:
                     self._worker_cancel = None
                     self._touch()
-                    self._perform(self._loop.handle(result))
+                    if isinstance(result, _ExitRequested):
+                        self._end(result.code)
+                    else:
+                        self._perform(self._loop.handle(result))
             case SlotAnswer(request_id, granted):
                 if request_id != self._slot_request or self._slot_state != "waiting":
                     if granted:
@@ -455,6 +466,7 @@ class SessionActor(TrackedActor):
 
     def _start_model_call(self, request: ModelRequest, purpose: str) -> None:
         provider, lifeline, stream_text = self.w.provider, self.w.lifeline, purpose == "turn"
+        request = replace(request, session_id=self.sid, generation=self.gen)
         actor = self
 
         def on_event(event: StreamEvent) -> None:
@@ -462,12 +474,14 @@ class SessionActor(TrackedActor):
             if stream_text and isinstance(event, TextDelta) and event.text:
                 lifeline.publish(ContentBlockDelta(text=event.text))
 
-        def call(cancel: CancelToken) -> fx.LoopInput:
+        def call(cancel: CancelToken) -> fx.LoopInput | _ExitRequested:
             try:
                 response = provider.stream(request, on_event, cancel)
                 return fx.ModelSucceeded(response, request_bytes=_request_size(request))
             except ProviderError as exc:
                 return fx.ModelFailed(exc)
+            except SessionExit as exc:
+                return _ExitRequested(exc.code)
             except StreamCancelled:
                 raise
             except Exception as exc:  # noqa: BLE001 - an unclassified provider bug is fatal, not a hang
