@@ -63,3 +63,57 @@ def test_an_explicit_ollama_provider_is_no_fallback_and_keeps_its_model(e2e, stu
     e2e.runtime.settle()
     assert stub.chat_requests[-1].json["model"] == "claude-sonnet-4-6"  # the operator chose it
     assert provider_notes(e2e, s.id) == ["Provider: ollama (claude-sonnet-4-6)"]
+
+
+# --- items 14 and 15: the summary epilogue and the third hallucinated reply ---------------
+
+
+def test_summary_epilogue_asks_in_the_original_words_and_emits_the_summary(e2e, stub):
+    for _ in range(3):
+        stub.add_tool_calls([("read_file", {"path": "README.md"})])
+    stub.add_reply("I read the README; it says hello.")
+    s = e2e.session(provider="ollama", model=MODEL, mode="full-auto")
+    e2e.runtime.start_process(s.id, "read the readme")
+    e2e.runtime.settle()
+    last = stub.chat_requests[-1].json
+    assert not last.get("tools")
+    assert last["messages"][-1] == {
+        "role": "user",
+        "content": "Summarize what you accomplished. Be concise — state the key actions taken and their results.",
+    }
+    assert e2e.events(s.id, "assistant")[-1].content == "I read the README; it says hello."
+
+
+def test_a_failed_summary_call_ends_the_turn_normally_and_the_session_stays(e2e, stub):
+    for _ in range(3):
+        stub.add_tool_calls([("read_file", {"path": "README.md"})])
+    stub.add_fault("http_500", status=400, error="invalid request: unknown field")
+    s = e2e.session(provider="ollama", model=MODEL, mode="full-auto")
+    e2e.runtime.start_process(s.id, "read the readme")
+    e2e.runtime.settle()
+    assert e2e.events(s.id, "error") == []
+    assert e2e.events(s.id, "session_exited") == []
+    assert e2e.runtime.is_running(s.id)
+    [result] = e2e.events(s.id, "result")
+    assert result.subtype == "success" and result.metrics["termination_reason"] == "stall_repeat"
+    notes = [e.message for e in e2e.events(s.id, "system") if e.subtype == "summary_failed"]
+    assert len(notes) == 1 and notes[0].startswith("Final summary call failed: ")
+    assert e2e.runtime.slot_stats()["in_use"] == 0
+    stub.add_reply("Still here.")
+    assert e2e.runtime.send_message(s.id, "are you there?")
+    e2e.runtime.settle()
+    assert e2e.events(s.id, "assistant")[-1].content == "Still here."
+
+
+def test_the_third_hallucinated_reply_is_emitted_as_the_turns_assistant_text(e2e, stub):
+    fake = "[Tool Result] the file says hello"
+    stub.add_tool_calls([("read_file", {"path": "README.md"})])
+    for _ in range(5):
+        stub.add_reply(fake)
+    s = e2e.session(provider="ollama", model=MODEL, mode="full-auto")  # limited tier: 4 mid-chain nudges
+    e2e.runtime.start_process(s.id, "read the readme")
+    e2e.runtime.settle()
+    assert [e.content for e in e2e.events(s.id, "assistant")] == [fake]
+    [result] = e2e.events(s.id, "result")
+    assert result.subtype == "success" and result.metrics["mid_chain_nudges"] == 4
+    assert len(stub.chat_requests) == 6
