@@ -96,9 +96,9 @@ from corvid_actors.loop.tokens import TokenSettings, estimate_messages_tokens
 from corvid_actors.loop.tool_results import TruncationShape, cap_tool_result, max_tool_result_chars
 from corvid_actors.loop.trimming import (
     TrimTiers,
-    compress_tool_results,
     overflow_recovery,
     trim_messages,
+    truncate_old_tool_results,
 )
 from corvid_actors.providers.base import (
     ChatMessage,
@@ -422,7 +422,7 @@ class DirectLoop:
             (i for i, m in enumerate(history) if m.role == "assistant"), default=len(history)
         )
         keep = max(settings.stale_tool_result_keep_last, len(history) - last_assistant)
-        history = compress_tool_results(history, keep, settings.stale_tool_result_chars)
+        history = truncate_old_tool_results(history, keep, settings.stale_tool_result_chars)
         trim = trim_messages(history, self._system, self._context_window, settings)
         self._history = list(trim.messages)
         usage = trim.estimated_tokens / self._context_window if self._context_window else 0.0

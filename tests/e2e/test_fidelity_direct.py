@@ -117,3 +117,21 @@ def test_the_third_hallucinated_reply_is_emitted_as_the_turns_assistant_text(e2e
     [result] = e2e.events(s.id, "result")
     assert result.subtype == "success" and result.metrics["mid_chain_nudges"] == 4
     assert len(stub.chat_requests) == 6
+
+
+# --- item 16: tool results and trimming in the original's format -------------------------
+
+
+def test_old_tool_results_are_cut_in_the_original_format(e2e, stub, project_dir):
+    (project_dir / "big.txt").write_text("".join(f"row {i}\n" for i in range(600)))
+    stub.add_tool_calls([("read_file", {"path": "big.txt"})])
+    stub.add_tool_calls([("list_files", {"path": "."})])
+    stub.add_tool_calls([("search_files", {"pattern": "hello"})])
+    stub.add_reply("Done.")
+    s = e2e.session(provider="ollama", model=MODEL, mode="full-auto")
+    e2e.runtime.start_process(s.id, "look around")
+    e2e.runtime.settle()
+    first_result = [m for m in stub.chat_requests[-1].json["messages"] if m["role"] == "tool"][0]["content"]
+    full = [m for m in stub.chat_requests[1].json["messages"] if m["role"] == "tool"][0]["content"]
+    assert len(full) > 500 and full.startswith("1\trow 0")
+    assert first_result == f"{full[:500]}... [truncated, was {len(full)} chars]"
