@@ -249,6 +249,8 @@ class SessionActor(TrackedActor):
         self._turn_seq = 0
         self._slot_request = 0
         self._slot_state = "none"  # none | waiting | held
+        #: a queue_status with the waiting text was published for the current request
+        self._slot_queued = False
         self._ended = False
         self._awaiting_approval: set[str] = set()
         self._approval_seq = 0
@@ -299,10 +301,14 @@ class SessionActor(TrackedActor):
                         self._give_back_slot()
                     return None
                 self._slot_state = "held" if granted else "none"
-                self.w.lifeline.publish(QueueStatus(status_message=""))
+                if self._slot_queued:
+                    # "no longer waiting" only after a real wait (an immediate grant says nothing)
+                    self._slot_queued = False
+                    self.w.lifeline.publish(QueueStatus(status_message=""))
                 self._perform(self._loop.handle(fx.SlotGranted() if granted else fx.SlotTimedOut()))
             case SlotQueued(request_id, status):
                 if request_id == self._slot_request and self._slot_state == "waiting":
+                    self._slot_queued = True
                     self.w.lifeline.publish(QueueStatus(status_message=status))
             case ApprovalAnswer(call_id, allowed, text, updated, scope, approval_id):
                 if call_id not in self._awaiting_approval:
@@ -516,6 +522,7 @@ class SessionActor(TrackedActor):
 
     def _acquire_slot(self, model: str) -> None:
         self._slot_request += 1
+        self._slot_queued = False
         if self.w.slot_pool is None:
             self._slot_state = "held"
             self._perform(self._loop.handle(fx.SlotGranted()))

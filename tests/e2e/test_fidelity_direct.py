@@ -135,3 +135,41 @@ def test_old_tool_results_are_cut_in_the_original_format(e2e, stub, project_dir)
     full = [m for m in stub.chat_requests[1].json["messages"] if m["role"] == "tool"][0]["content"]
     assert len(full) > 500 and full.startswith("1\trow 0")
     assert first_result == f"{full[:500]}... [truncated, was {len(full)} chars]"
+
+
+# --- item 17: queue_status only while really waiting --------------------------------------
+
+
+def test_an_immediate_slot_grant_publishes_no_queue_status(e2e, stub):
+    stub.default_reply = "hello"
+    s = e2e.session(provider="ollama", model=MODEL, mode="full-auto")
+    e2e.runtime.start_process(s.id, "hi")
+    e2e.runtime.settle()
+    assert e2e.runtime.send_message(s.id, "again")
+    e2e.runtime.settle()
+    assert len(e2e.events(s.id, "result")) == 2
+    assert e2e.events(s.id, "queue_status") == []
+
+
+def test_a_real_wait_publishes_the_waiting_text_then_an_empty_status(make_e2e, stub):
+    from corvid_actors.actors.slots import AcquireSlot, ReleaseSlot
+
+    e2e = make(make_e2e, stub, max_parallel=1)
+    stub.default_reply = "hello"
+    e2e.runtime.slot_pool.tell(AcquireSlot("someone-else", 1, MODEL, 1, e2e.runtime.timers))
+    e2e.runtime.settle()
+    s = e2e.session(provider="ollama", model=MODEL, mode="full-auto")
+    e2e.runtime.start_process(s.id, "hi")
+    e2e.runtime.settle()
+    waiting = [q.status_message for q in e2e.events(s.id, "queue_status")]
+    assert waiting == ["Queued — waiting for model slot (need 2, 1/1 in use, position 1)"]
+    assert e2e.events(s.id, "result") == []
+    e2e.clock.advance(30)
+    e2e.runtime.slot_pool.tell(ReleaseSlot("someone-else"))
+    e2e.runtime.settle()
+    assert [q.status_message for q in e2e.events(s.id, "queue_status")] == [waiting[0], ""]
+    assert e2e.events(s.id, "assistant")[-1].content == "hello"
+    # the next turn gets the slot at once: no status at all
+    assert e2e.runtime.send_message(s.id, "again")
+    e2e.runtime.settle()
+    assert len(e2e.events(s.id, "queue_status")) == 2
