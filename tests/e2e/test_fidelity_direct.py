@@ -173,3 +173,57 @@ def test_a_real_wait_publishes_the_waiting_text_then_an_empty_status(make_e2e, s
     assert e2e.runtime.send_message(s.id, "again")
     e2e.runtime.settle()
     assert len(e2e.events(s.id, "queue_status")) == 2
+
+
+# --- item 19: approval_request only when a human is asked; 8-character ids -----------------
+
+
+def test_an_approval_request_has_an_8_character_id_and_is_resolved_by_it(e2e, stub):
+    stub.add_tool_calls([("read_file", {"path": "README.md"})])
+    stub.add_reply("Read it.")
+    s = e2e.session(provider="ollama", model=MODEL, mode="default")
+    e2e.runtime.start_process(s.id, "read the readme")
+    e2e.runtime.settle()
+    [ask] = e2e.events(s.id, "approval_request")
+    assert len(ask.id) == 8 and all(c in "0123456789abcdef" for c in ask.id)
+    assert [p["id"] for p in e2e.runtime.list_approvals(s.id)] == [ask.id]
+    assert e2e.runtime.resolve_approval(ask.id[:4], "allow") is not None  # a prefix resolves it
+    e2e.runtime.settle()
+    assert [r.id for r in e2e.events(s.id, "approval_resolved")] == [ask.id]
+    assert e2e.events(s.id, "assistant")[-1].content == "Read it."
+
+
+def test_paused_mode_denies_without_publishing_an_approval_request(e2e, stub):
+    e2e.runtime.set_approval_mode("paused")
+    stub.add_tool_calls([("read_file", {"path": "README.md"})])
+    stub.add_reply("Denied, so I stop.")
+    s = e2e.session(provider="ollama", model=MODEL, mode="default")
+    e2e.runtime.start_process(s.id, "read the readme")
+    e2e.runtime.settle()
+    assert e2e.events(s.id, "approval_request") == []
+    assert e2e.events(s.id, "approval_resolved") == []
+    denied = [m for m in stub.chat_requests[-1].json["messages"] if m["role"] == "tool"][0]["content"]
+    assert denied == ("Permission denied for tool: read_file: "
+                      "System is in paused mode — all tool requests denied")
+    assert e2e.events(s.id, "assistant")[-1].content == "Denied, so I stop."
+
+
+def test_a_session_wide_grant_answers_later_requests_without_asking(e2e, stub):
+    for path in ("README.md", ".", "README.md"):
+        stub.add_tool_calls([("list_files" if path == "." else "read_file", {"path": path})])
+    stub.add_reply("Done.")
+    s = e2e.session(provider="ollama", model=MODEL, mode="default")
+    e2e.runtime.start_process(s.id, "look")
+    e2e.runtime.settle()
+    [first] = e2e.events(s.id, "approval_request")
+    e2e.runtime.resolve_approval(first.id, "allow_session")
+    e2e.runtime.settle()
+    second = e2e.events(s.id, "approval_request")[-1]
+    assert second.tool_name == "list_files" and second.id != first.id
+    e2e.runtime.resolve_approval(second.id, "allow")
+    e2e.runtime.settle()
+    # the second read_file is granted by the session grant: nobody is asked, nothing published
+    assert [a.tool_name for a in e2e.events(s.id, "approval_request")] == ["read_file", "list_files"]
+    assert [r.id for r in e2e.events(s.id, "approval_resolved")] == [first.id, second.id]
+    assert e2e.events(s.id, "assistant")[-1].content == "Done."
+    assert len([m for m in stub.chat_requests[-1].json["messages"] if m["role"] == "tool"]) == 3
