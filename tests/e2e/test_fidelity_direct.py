@@ -227,3 +227,34 @@ def test_a_session_wide_grant_answers_later_requests_without_asking(e2e, stub):
     assert [r.id for r in e2e.events(s.id, "approval_resolved")] == [first.id, second.id]
     assert e2e.events(s.id, "assistant")[-1].content == "Done."
     assert len([m for m in stub.chat_requests[-1].json["messages"] if m["role"] == "tool"]) == 3
+
+
+# --- item 18: text tool calls in every form of the original, one run per call ---------------
+
+
+def test_a_python_style_text_call_runs_the_tool(e2e, stub):
+    stub.add_reply('Let me read it.\nread_file(path="README.md")')
+    stub.add_reply("It says hello.")
+    s = e2e.session(provider="ollama", model="qwen3:8b", mode="full-auto")  # text-based tool calls
+    e2e.runtime.start_process(s.id, "read the readme")
+    e2e.runtime.settle()
+    assert [(b.name, b.input) for b in e2e.events(s.id, "content_block_start")] == [
+        ("read_file", {"path": "README.md"})]
+    wrapped = stub.chat_requests[1].json["messages"][-1]["content"]
+    assert "hello from the project" in wrapped
+    assert e2e.events(s.id, "assistant")[-1].content == "It says hello."
+
+
+def test_one_call_written_in_several_forms_runs_once(e2e, stub):
+    stub.add_reply(
+        '<tool_call>{"name": "read_file", "arguments": {"path": "README.md"}}</tool_call>\n'
+        'In JSON: ```json\n[{"name": "read_file", "arguments": {"path": "README.md"}}]\n```\n'
+        'or read_file(path="README.md")'
+    )
+    stub.add_reply("Done.")
+    s = e2e.session(provider="ollama", model="qwen3:8b", mode="full-auto")
+    e2e.runtime.start_process(s.id, "read the readme")
+    e2e.runtime.settle()
+    assert [b.name for b in e2e.events(s.id, "content_block_start")] == ["read_file"]
+    [result] = e2e.events(s.id, "result")
+    assert result.metrics["tool_calls"] == 1
