@@ -258,3 +258,45 @@ def test_one_call_written_in_several_forms_runs_once(e2e, stub):
     assert [b.name for b in e2e.events(s.id, "content_block_start")] == ["read_file"]
     [result] = e2e.events(s.id, "result")
     assert result.metrics["tool_calls"] == 1
+
+
+# --- item 13: the tool permission chain --------------------------------------------------
+# Decision: bundle tools are ADDED to the defaults when the agent has no explicit list. That
+# is the original since #1319 ("skill bundles no longer drop default tools when base
+# permissions are null") and reference §10 ("if base is NULL, start from DEFAULT_CORE_TOOLS");
+# replacing the defaults was the original's earlier bug.
+
+
+def offered_tools(stub):
+    """The tools the last model call offered (update_plan is the loop's own, always there)."""
+    return sorted(t["function"]["name"] for t in stub.chat_requests[-1].json["tools"]
+                  if t["function"]["name"] != "update_plan")
+
+
+def start_with_bundle(e2e, explicit):
+    store = e2e.runtime.store
+    agent = store.create_agent(f"bundled-{explicit}", provider="ollama", model=MODEL,
+                               permission_mode="full-auto", tool_permissions=explicit)
+    bundle = store.create_skill_bundle(f"reader-{explicit}", tools=["read_file"])
+    store.assign_agent_skill(agent.id, bundle.id)
+    s = e2e.runtime.create_session(agent_id=agent.id, project_id=e2e.project.id)
+    e2e.runtime.start_process(s.id, "hi")
+    e2e.runtime.settle()
+
+
+def test_bundle_tools_extend_the_defaults_when_the_agent_has_no_list(e2e, stub):
+    stub.default_reply = "All good."
+    plain = e2e.session(provider="ollama", model=MODEL, mode="full-auto")
+    e2e.runtime.start_process(plain.id, "hi")
+    e2e.runtime.settle()
+    defaults = offered_tools(stub)
+    assert "write_file" in defaults and any(name.startswith("corvid_") for name in defaults)
+    start_with_bundle(e2e, None)
+    assert len(stub.chat_requests) == 2
+    assert offered_tools(stub) == defaults  # read_file was a default already: nothing lost
+
+
+def test_bundle_tools_extend_an_explicit_list(e2e, stub):
+    stub.default_reply = "All good."
+    start_with_bundle(e2e, ["list_files"])
+    assert offered_tools(stub) == ["list_files", "read_file"]
