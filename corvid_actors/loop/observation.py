@@ -7,7 +7,7 @@ conversation:
   notice with its size and how to ask for less;
 - otherwise at most ``max_lines`` (200) lines — the *last* lines for commands (where
   errors and summaries are), the first lines for other tools, and for JSON output (it
-  opens with ``{`` or ``[``) its head and its tail in the original's 70:20 shape, since
+  opens with a whole JSON object or array) its head and its tail in the original's 70:20 shape, since
   neither end alone says what the structure is — and at most ``max_bytes`` (16 KiB),
   notice included. A command call may ask for another number
   of trailing lines with its ``tail_lines`` argument; the byte cap still holds.
@@ -99,8 +99,7 @@ def build_observation(output: str, settings: ObservationSettings, *, command: bo
         notice = _omitted_notice(total_bytes, total_lines, settings, command)
         return Observation(notice, True, True, total_bytes, total_lines, 0, 0)
     limit = tail_lines if tail_lines is not None else settings.max_lines
-    if tail_lines is None and text.lstrip()[:1] in ("{", "[") and (
-            total_lines > limit or total_bytes > settings.max_bytes):
+    if tail_lines is None and (total_lines > limit or total_bytes > settings.max_bytes) and _is_json(text):
         return _json_observation(lines, limit, total_bytes, settings)
     kept = lines[-limit:] if command else lines[:limit]
     shown = "".join(kept)
@@ -116,6 +115,19 @@ def build_observation(output: str, settings: ObservationSettings, *, command: bo
 
 #: how a cut JSON output is shared between its head and its tail (the original's 70:20)
 JSON_HEAD_SHARE, JSON_TAIL_SHARE = 7, 2
+
+
+def _is_json(text: str) -> bool:
+    """Whether ``text`` opens with a whole JSON object or array (a log line such as
+    ``[INFO] …`` or ``[2026-01-01 …]`` does not)."""
+    stripped = text.lstrip()
+    if stripped[:1] not in ("{", "["):
+        return False
+    try:
+        json.JSONDecoder().raw_decode(stripped)
+    except json.JSONDecodeError:
+        return False
+    return True
 
 
 def _json_observation(lines: list[str], limit: int, total_bytes: int,

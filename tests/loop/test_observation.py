@@ -87,6 +87,16 @@ def test_json_output_keeps_its_head_and_its_tail(command):
     assert obs.shown_lines == 200
 
 
+@pytest.mark.parametrize("output", [
+    "".join(f"[INFO] step {i}\n" for i in range(300)),
+    "".join(f"[2026-11-23 18:00:{i % 60:02d}] step {i}\n" for i in range(300)),
+])
+def test_logs_in_brackets_are_not_json_and_keep_their_last_lines(output):
+    obs = build_observation(output, S)
+    assert obs.text.splitlines()[0].startswith("[Output truncated: showing the last 200 of 300 lines")
+    assert obs.text.endswith("step 299\n")
+
+
 def test_head_mode_notice_tells_how_to_read_more():
     obs = build_observation(numbered(400), S, command=False)
     assert obs.text.splitlines()[-1].startswith("[Output truncated: showing the first 200 of 400 lines")
