@@ -18,6 +18,7 @@ Timers. Messages out (to the supervisor): :class:`SessionEnded`, :class:`OutageR
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -195,8 +196,6 @@ class ApprovalAsked:
 def approval_id_for(session_id: str, generation: int, seq: int) -> str:
     """An 8-character approval id, as the original's (the head of a uuid): hex digits of
     a hash, so simulations replay the same ids while ids of different sessions differ."""
-    import hashlib
-
     return hashlib.blake2s(f"{session_id}/{generation}/{seq}".encode(), digest_size=4).hexdigest()
 
 
