@@ -137,6 +137,8 @@ class DirectLoopConfig:
     trim_usage_threshold: float = field(default=0.70, metadata=FRACTION)
     tool_result_share: float = field(default=0.30, metadata=FRACTION)
     tool_result_min_chars: int = field(default=1000, metadata=AT_LEAST_ONE)
+    #: the model's tier sets the iteration and nudge caps (false: the three above hold)
+    use_tier_caps: bool = True
 
 
 @dataclass(frozen=True)

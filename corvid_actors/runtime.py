@@ -292,6 +292,10 @@ class Runtime:
     def set_approval_mode(self, mode: str) -> str:
         return str(self._ask(ap.SetMode(mode), self.approvals))
 
+    def approval_mode(self) -> str:
+        """The approval broker's mode: ``normal``, ``queued`` or ``paused``."""
+        return str(self._ask(ap.GetMode(), self.approvals))
+
     def slot_stats(self) -> dict[str, Any]:
         return dict(self._ask(SlotStats(), self.slot_pool))
 
@@ -321,6 +325,21 @@ class Runtime:
         from corvid_actors.actors.credits import OpenAccount
 
         return self._ask(OpenAccount(participant), self._credit_bank())
+
+    def charge_turn(self, session_id: str) -> Any:
+        """Charge one model turn of ``session_id`` now, exactly as the end of a turn does
+        (``credits.credits_per_turn`` from the session's participant when its source is
+        charged and the participant is no owner; ``credits_low`` / ``credits_exhausted``
+        events, and an exhausted running session is stopped).
+
+        Returns the ``Deduction(success, remaining, is_low, is_exhausted)``, or None when
+        the turn is not charged (source not charged, an owner, no participant). Raises
+        NotFoundError for an unknown session.
+        """
+        from corvid_actors.actors.credits import ChargeTurn
+
+        session = self.store.require_session(session_id)
+        return self._ask(ChargeTurn(session_id, session.source, self.supervisor), self._credit_bank())
 
     def _credit_bank(self) -> pykka.ActorRef[Any]:
         if self.credits is None:

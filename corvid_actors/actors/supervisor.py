@@ -463,7 +463,8 @@ class SessionSupervisor(TrackedActor):
         tell(self.timers, ScheduleTimer((sid, "stable"), self.sup.stable_period_s, self.actor_ref,
                                         _StableDue(sid, gen)))
         self._publish(sid, SessionStarted(pid=pid, generation=gen))
-        self._publish(sid, SystemEvent(subtype="provider_selected", message=f"Provider: {built.provider_name} ({built.model})"))
+        self._publish(sid, SystemEvent(subtype="provider_selected", message=built.provider_selected
+                                       or f"Provider: {built.provider_name} ({built.model})"))
         for notice in built.notices:
             self._publish(sid, notice)
         tell(ref, Begin(text, blocks) if begin else Ready())
@@ -538,8 +539,8 @@ class SessionSupervisor(TrackedActor):
         from corvid_actors.loop.trimming import summarize_conversation
         from corvid_actors.providers.base import ChatMessage
 
-        messages = [ChatMessage(role=role, content=content)
-                    for role, content in self.store.all_messages(sid) if role in ("user", "assistant")]
+        messages = [ChatMessage(role=m.role, content=m.content)
+                    for m in self.store.messages(sid) if m.role in ("user", "assistant")]
         project = self.store.get_project(session.project_id) if session.project_id else None
         summary = summarize_conversation(messages, project.name if project is not None else None)
         self.store.update_session(sid, conversation_summary=summary, status="idle", pid=None, total_turns=0,

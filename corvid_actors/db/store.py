@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -60,6 +61,24 @@ class SessionContext:
         return resolve_tool_permissions(
             self.agent_tool_base, self.agent_bundle_tools, self.project_bundle_tools, defaults
         )
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """One row of a session's messages (:meth:`Store.messages`); ``timestamp`` is aware UTC."""
+
+    id: int
+    role: str
+    content: str
+    timestamp: datetime
+    cost_usd: float = 0.0
+
+
+def _aware(value: Any) -> datetime:
+    # SQLite hands back naive datetimes (or text); the store writes UTC
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 class Store:
@@ -253,6 +272,17 @@ class Store:
                 query = query.where(S.status.in_(list(statuses)))
             return list(query)
 
+    def delete_session(self, session_id: str) -> bool:
+        """Delete the session row and its messages (one transaction); False if there was none.
+
+        The store does not know what is running: stop the session first
+        (``Runtime.stop_process``), or its next write fails.
+        """
+        S, M = self.m.Session, self.m.SessionMessage
+        with self.transaction():
+            M.delete().where(M.session == session_id).execute()
+            return bool(S.delete().where(S.id == session_id).execute())
+
     def reset_stale_sessions(self) -> list[str]:
         """Sessions left running/loading by a dead runtime → idle, pid NULL, marked for resume."""
         S = self.m.Session
@@ -381,13 +411,6 @@ class Store:
                    .order_by(M.id.desc()).first())
         return row.role if row is not None else None
 
-    def all_messages(self, session_id: str) -> list[tuple[str, str]]:
-        """Every message of the session, oldest first, as (role, content)."""
-        M = self.m.SessionMessage
-        with self._lock:
-            rows = list(M.select(M.role, M.content).where(M.session == session_id).order_by(M.id))
-        return [(r.role, r.content) for r in rows]
-
     def delete_messages(self, session_id: str) -> int:
         """Delete every message of the session; returns how many."""
         M = self.m.SessionMessage
@@ -399,6 +422,15 @@ class Store:
         M = self.m.SessionMessage
         with self.transaction():
             return M.delete().where(M.id == message_id).execute()
+
+    def messages(self, session_id: str) -> list[StoredMessage]:
+        """Every stored message of the session — all roles (user, assistant, system and the
+        runtime's own), in the order they were written — with id, timestamp and cost."""
+        M = self.m.SessionMessage
+        with self._lock:
+            rows = list(M.select(M.id, M.role, M.content, M.cost_usd, M.timestamp)
+                        .where(M.session == session_id).order_by(M.id))
+        return [StoredMessage(r.id, r.role, r.content, _aware(r.timestamp), r.cost_usd) for r in rows]
 
     def count_messages(self, session_id: str) -> int:
         M = self.m.SessionMessage

@@ -69,13 +69,22 @@ class ToolSpec:
 
 @dataclass(frozen=True)
 class ModelRequest:
-    """One model call: the system prompt, the conversation so far and the tools offered."""
+    """One model call: the system prompt, the conversation so far and the tools offered.
+
+    ``session_id`` and ``generation`` say which session incarnation makes the call (the
+    session actor fills them in; a loop used on its own leaves them empty). Generations
+    count up within one Runtime (the ``generation`` of ``session_started``). Providers may
+    use them for routing or logging; the scripted provider keys its per-session scripts
+    on them.
+    """
 
     model: str
     system: str
     messages: tuple[ChatMessage, ...]
     tools: tuple[ToolSpec, ...] = ()
     max_tokens: int | None = None
+    session_id: str = ""
+    generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -181,6 +190,20 @@ class ProviderError(Exception):
         return f"ProviderError({self.kind.value}, {self.message!r}, status={self.status})"
 
 
+class SessionExit(Exception):
+    """Raised by a provider's ``stream`` to end the calling incarnation as if its process
+    had exited with ``code`` (0: a clean exit, the session goes idle; otherwise the
+    supervisor treats it as a crash). Nothing more of the turn is published.
+
+    Real providers have no use for it; the scripted provider raises it for a scripted
+    clean exit (``corvid_actors.testing.Turn.clean_exit``).
+    """
+
+    def __init__(self, code: int = 0) -> None:
+        super().__init__(f"session exit requested (code {code})")
+        self.code = code
+
+
 class StreamCancelled(Exception):
     """Raised by a provider when its call was cancelled through the CancelToken."""
 
@@ -258,3 +281,10 @@ class Provider(Protocol):
     def model_info(self, model: str) -> ModelInfo:
         """Context window and size of ``model`` (falls back to configured defaults)."""
         ...
+
+
+#: An optional provider method, not part of the protocol: ``before_start(session_id)`` is
+#: called while an incarnation of a session routed to the provider is being built; if it
+#: raises, the start fails (an ``error`` event of type ``spawn_error``). The scripted
+#: provider uses it for scripted start failures.
+BEFORE_START_HOOK = "before_start"

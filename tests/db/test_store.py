@@ -458,5 +458,5 @@ def test_ghost_rows_are_reset_and_single_messages_deleted(store) -> None:
     assert store.delete_message(gone) == 1
     assert store.recent_messages(live.id, 5) == [("user", "kept")] and keep != gone
     assert store.last_message_role(live.id) == "user"
-    assert store.delete_messages(live.id) == 1 and store.all_messages(live.id) == []
+    assert store.delete_messages(live.id) == 1 and store.messages(live.id) == []
     assert store.last_message_role(live.id) is None
