@@ -125,6 +125,8 @@ def _one_liner(cmd: str, result: Any) -> str:
         case "send":
             return f"delivered to {result['session'][:8]}" if result["delivered"] else "not delivered"
         case "stop":
+            if result.get("already_stopped"):
+                return f"{result['session'][:8]} was already stopped"
             state = "was running" if result["was_running"] else "paused" if result["was_paused"] else "was not running"
             return f"stopped {result['session'][:8]} ({state})"
         case "resume":

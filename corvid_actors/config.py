@@ -72,6 +72,7 @@ class SessionConfig:
     max_turns_before_context_reset: int = field(default=8, metadata=AT_LEAST_ONE)
     resume_history_messages: int = field(default=20, metadata=AT_LEAST_ONE)
     resume_history_message_chars: int = field(default=2000, metadata=AT_LEAST_ONE)
+    zero_turn_breaker_threshold: int = field(default=3, metadata=AT_LEAST_ONE)
 
 
 #: USD per million tokens: input, output, cache read, cache write (as in default.toml).

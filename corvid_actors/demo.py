@@ -29,6 +29,8 @@ def describe(event: Event) -> str:
             return f"turn finished ({event.subtype})"  # type: ignore[attr-defined]
         case "error":
             return f"error [{event.error_type}] {event.message}"  # type: ignore[attr-defined]
+        case "session_error":
+            return f"session_error [{event.error_type}, {event.severity}] {event.message}"  # type: ignore[attr-defined]
         case "session_exited":
             return f"exited with code {event.code}"  # type: ignore[attr-defined]
         case "session_restarting":

@@ -179,14 +179,19 @@ class Runtime:
         return self._ask(sv.StartProcess(session_id, _checked(prompt)))
 
     def resume_process(self, session_id: str, prompt: UserContent | None = None) -> int | None:
-        """Resume with conversation history (or send ``prompt`` to a running session)."""
+        """Resume with conversation history (or send ``prompt`` to a running session).
+
+        Without ``prompt`` the model is called only if the session was mid-turn (a turn in
+        flight when it ended, or an unanswered user message); otherwise the session comes
+        back ready and its next message reaches the model with the history."""
         return self._ask(sv.ResumeProcess(session_id, _checked(prompt)))
 
     def stop_process(self, session_id: str, reason: str = "user_stop") -> None:
         self._ask(sv.StopProcess(session_id, reason))
 
     def send_message(self, session_id: str, content: UserContent) -> bool:
-        """Persist ``content`` and deliver it; False if the session is not running.
+        """Persist ``content`` and deliver it; False (nothing persisted) if the session is not
+        running or its incarnation refuses input because it is ending.
         ``content`` is a string or multimodal content blocks (text and image blocks as the
         Anthropic Messages API takes them, see :mod:`corvid_actors.content`); they are
         stored as given and sent to providers that take images, the text parts to the

@@ -6,6 +6,8 @@ numbers are checked by table tests (tests/actors/test_supervision_policy.py).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from corvid_actors.config import SupervisorConfig
@@ -61,3 +63,35 @@ def extended_timeout(cfg: SupervisorConfig, requested_s: float) -> float:
 def needs_context_reset(turns: int, max_turns: int) -> bool:
     """Seed invariant 6: after ``max_turns`` user turns, restart through the resume path."""
     return turns >= max_turns
+
+
+#: the exit notes the supervisor writes (``handle_exit``); the zero-turn breaker reads them
+_EXIT_NOTE = re.compile(r"^Session (completed|exited)")
+_ZERO_TURNS = re.compile(r"Turns: 0\.")
+
+
+def completed_note(duration_s: float, turns: int) -> str:
+    """The system message of a clean exit (the original's wording)."""
+    return f"Session completed after {duration_s:.0f}s. Turns: {turns}."
+
+
+def crashed_note(code: int, error: str, duration_s: float, turns: int) -> str:
+    """The system message of a non-zero exit, keeping the crash's own message."""
+    detail = f": {error}" if error else ""
+    return (f"Session exited unexpectedly (code {code}){detail} after {duration_s:.0f}s. "
+            f"Turns: {turns}. Send a message to resume.")
+
+
+def zero_turn_breaker_trips(system_notes: Sequence[str], threshold: int) -> bool:
+    """The zero-turn circuit breaker: the last ``threshold`` exit notes (among the session's
+    system messages, oldest first) all say ``Turns: 0`` — resuming keeps dying before a
+    single turn, so the context is to be replaced by a summary."""
+    exits = [note for note in system_notes if _EXIT_NOTE.match(note)]
+    last = exits[-threshold:]
+    return len(last) >= threshold and all(_ZERO_TURNS.search(note) for note in last)
+
+
+def active_turns(history: Sequence[tuple[str, str]], new_prompt: bool) -> int:
+    """The turn count of a cold-resumed incarnation, as the original counts it: the user
+    messages in the resume history, plus one for a new prompt."""
+    return sum(1 for role, _ in history if role == "user") + (1 if new_prompt else 0)

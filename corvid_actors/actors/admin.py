@@ -254,8 +254,10 @@ class AdminActor(TrackedActor):
         sid = self._sid(args)
         was_running = bool(self._ask(self.w.supervisor, sv.IsRunning(sid)))
         was_paused = bool(self._ask(self.w.supervisor, sv.IsPaused(sid)))
-        self._ask(self.w.supervisor, sv.StopProcess(sid, "user_stop"))
-        return {"session": sid, "was_running": was_running, "was_paused": was_paused}
+        # a session stopped already is left as it is: no second session_stopped
+        stopped = bool(self._ask(self.w.supervisor, sv.StopProcess(sid, "user_stop")))
+        return {"session": sid, "was_running": was_running, "was_paused": was_paused,
+                "already_stopped": not stopped}
 
     def _cmd_resume(self, args: Mapping[str, Any]) -> dict[str, Any]:
         sid = self._sid(args)

@@ -10,7 +10,7 @@ supervisor closes the lifeline *before* it publishes the final event of a stop, 
 event of this incarnation — not even a streamed delta already in flight on the worker —
 can come after the end.
 
-Messages in: :class:`Begin`, :class:`UserInput`, :class:`ExtendTimeout`,
+Messages in: :class:`Begin`, :class:`Ready`, :class:`UserInput`, :class:`ExtendTimeout`,
 :class:`CheckTimeout`, :class:`Abort`, and the answers of SlotPool, ApprovalBroker and
 Timers. Messages out (to the supervisor): :class:`SessionEnded`, :class:`OutageReported`,
 :class:`TurnCompleted`, :class:`TimedOut`, :class:`SessionCrashed`.
@@ -37,12 +37,14 @@ from corvid_actors.events import (
     ApprovalResolved,
     Assistant,
     ContentBlockDelta,
+    ErrorEvent,
     Event,
     PlanEvent,
     QueueStatus,
     Result,
     RetryScheduled,
     SystemEvent,
+    Thinking,
 )
 from corvid_actors.loop import effects as fx
 from corvid_actors.loop.payload_guard import SNAPSHOT_ROLE, request_size
@@ -73,11 +75,22 @@ class Lifeline:
         self._bus = bus
         self._lock = threading.Lock()
         self._closed = False
+        self._accepting_input = True
         self.cancel = CancelToken()
 
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def accepting_input(self) -> bool:
+        """False once the incarnation has ended (or been closed): a user message sent now
+        would never be answered, so the supervisor refuses it instead of persisting it."""
+        return self._accepting_input and not self._closed
+
+    def refuse_input(self) -> None:
+        """The incarnation takes no more user messages (it is ending)."""
+        self._accepting_input = False
 
     def publish(self, event: Event) -> bool:
         with self._lock:
@@ -89,6 +102,7 @@ class Lifeline:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            self._accepting_input = False
         self.cancel.cancel()
 
 
@@ -101,6 +115,12 @@ class Begin:
 
     prompt: str
     blocks: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Start without a turn: the incarnation waits for its first message (a resumed
+    session that was not mid-turn calls no model until someone speaks)."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +154,8 @@ class SessionEnded:
     session_id: str
     generation: int
     code: int
+    #: the last error the incarnation published (for the exit note), "" for a clean end
+    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -300,6 +322,8 @@ class SessionActor(TrackedActor):
         self._announced: set[str] = set()
         self._approval_seq = 0
         self._turn_started = self._clock.monotonic()
+        self._begun = False
+        self._last_error = ""
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -310,6 +334,7 @@ class SessionActor(TrackedActor):
         logger.bind(session_id=self.sid).opt(exception=(exception_type, exception_value, traceback)).error(
             "session actor crashed"
         )
+        self.w.lifeline.refuse_input()
         self._release_everything()
         tell(self.w.supervisor, SessionCrashed(self.sid, self.gen, f"{exception_type.__name__}: {exception_value}"))
 
@@ -322,11 +347,15 @@ class SessionActor(TrackedActor):
             return None
         match message:
             case Begin(prompt, blocks):
+                self._begin(prompt, blocks)
+            case Ready():
+                # no turn: wait for the first message as after a finished turn (a late
+                # subscriber hears "not thinking", as between turns)
                 self._touch()
-                self._turn_started = self._clock.monotonic()
-                self._in_turn = True
-                # a plain string unless multimodal: loops written for strings keep working
-                self._perform(self._loop.start(fx.UserMessage(prompt, blocks) if blocks else prompt))
+                self.w.lifeline.publish(Thinking(thinking=False))
+                self._turn_finished()
+            case UserInput(text, blocks) if not self._begun:
+                self._begin(text, blocks)  # the supervisor sends Begin first; never lose a message
             case UserInput(text, blocks):
                 self._touch()
                 if self._in_turn:
@@ -397,6 +426,15 @@ class SessionActor(TrackedActor):
                 self._abort()
         return None
 
+    def _begin(self, prompt: str, blocks: tuple[dict[str, Any], ...] = ()) -> None:
+        self._begun = True
+        self._touch()
+        tell(self.w.timers, CancelTimer((self.sid, "idle", self.gen)))
+        self._turn_started = self._clock.monotonic()
+        self._in_turn = True
+        # a plain string unless multimodal: loops written for strings keep working
+        self._perform(self._loop.start(fx.UserMessage(prompt, blocks) if blocks else prompt))
+
     # --- effects --------------------------------------------------------------------------
 
     def _perform(self, effects: list[fx.Effect]) -> None:
@@ -420,6 +458,7 @@ class SessionActor(TrackedActor):
                     tell(self.w.timers, ScheduleTimer((self.sid, f"loop:{token}", self.gen), delay_s,
                                                       self.actor_ref, _LoopTimer(self.gen, token)))
                 case fx.ReportOutage(text):
+                    self.w.lifeline.refuse_input()
                     self._release_everything()
                     self._ended = True
                     tell(self.w.supervisor, OutageReported(self.sid, self.gen, text))
@@ -459,6 +498,10 @@ class SessionActor(TrackedActor):
             event = replace(event, due_at=iso_after(self._clock, event.delay_s))
         if isinstance(event, Assistant) and event.content:
             self.w.store.append_message(self.sid, "assistant", event.content)
+        if isinstance(event, ErrorEvent) and event.message:
+            self._last_error = event.message
+        elif isinstance(event, Result) and event.subtype == "success":
+            self._last_error = ""  # a turn that went well: earlier errors explain no later exit
         if isinstance(event, Result) and not event.duration_ms:
             event = replace(event, duration_ms=int((self._clock.monotonic() - self._turn_started) * 1000))
         self.w.lifeline.publish(event)
@@ -480,11 +523,13 @@ class SessionActor(TrackedActor):
                                           self.actor_ref, _IdleDue(self.gen, self._turn_seq)))
 
     def _end(self, code: int) -> None:
+        self.w.lifeline.refuse_input()
         self._release_everything()
         self._ended = True
-        tell(self.w.supervisor, SessionEnded(self.sid, self.gen, code))
+        tell(self.w.supervisor, SessionEnded(self.sid, self.gen, code, self._last_error if code else ""))
 
     def _abort(self) -> None:
+        self.w.lifeline.refuse_input()
         if not self._ended:
             self._loop.abort()
         self._release_everything()

@@ -32,6 +32,7 @@ from corvid_actors.actors.session import (
     ExtendTimeout,
     Lifeline,
     OutageReported,
+    Ready,
     SessionActor,
     SessionCrashed,
     SessionEnded,
@@ -48,6 +49,7 @@ from corvid_actors.errors import NotFoundError, RuntimeStoppedError
 from corvid_actors.events import (
     ErrorEvent,
     Event,
+    SessionError,
     SessionExited,
     SessionPaused,
     SessionRestarting,
@@ -57,15 +59,22 @@ from corvid_actors.events import (
     SystemEvent,
 )
 from corvid_actors.loop.payload_guard import snapshot_dir
-from corvid_actors.loop.prompts import build_resume_prompt
+from corvid_actors.loop.prompts import build_resume_prompt, with_context_summary
 from corvid_actors.supervision import (
+    active_turns,
     auto_resume_delay,
     auto_resume_exhausted,
+    completed_note,
+    crashed_note,
     extended_timeout,
     needs_context_reset,
     restart_after_crash,
     restart_count_after_uptime,
+    zero_turn_breaker_trips,
 )
+
+#: how many of a session's latest system messages the zero-turn breaker reads
+_BREAKER_NOTES_WINDOW = 50
 
 # --- requests ---------------------------------------------------------------------------
 
@@ -90,6 +99,9 @@ class ResumeProcess:
 
 @dataclass(frozen=True)
 class StopProcess:
+    """Replies True if it stopped something; False (nothing published) when the session
+    is stopped already — no incarnation, not paused, no restart pending, row ``stopped``."""
+
     session_id: str
     reason: str = "user_stop"
 
@@ -97,7 +109,11 @@ class StopProcess:
 @dataclass(frozen=True)
 class SendMessage:
     """Replies True if a running session accepted the message (persisted first).
-    ``text`` may be multimodal content blocks (``corvid_actors.content``)."""
+    ``text`` may be multimodal content blocks (``corvid_actors.content``).
+
+    False when no incarnation runs, or when the incarnation refuses input (it is ending):
+    then nothing is persisted and the incarnation is evicted, so the next resume
+    cold-starts."""
 
     session_id: str
     text: UserContent
@@ -163,6 +179,15 @@ class Shutdown:
     reason: str = "server_shutdown"
 
 
+@dataclass(frozen=True)
+class RefuseInput:
+    """Fault hook (``corvid_actors.testing.refuse_input``): the running incarnation refuses
+    user input from now on, as one does between its end and the supervisor hearing of it.
+    Replies False when the session is not running."""
+
+    session_id: str
+
+
 # --- internal -----------------------------------------------------------------------------
 
 
@@ -214,6 +239,9 @@ class _Incarnation:
     timeout_s: float
     #: blocking closers of what the incarnation owns (BuiltSession.resources)
     resources: tuple[Any, ...] = ()
+    #: False while a resumed incarnation waits for its first message (no turn yet): that
+    #: message goes to it with the conversation history (see ``_send``)
+    begun: bool = True
 
 
 @dataclass
@@ -291,7 +319,7 @@ class SessionSupervisor(TrackedActor):
             case SendMessage(sid, text):
                 return self._send(sid, text)
             case StopProcess(sid, reason):
-                self._stop_session(sid, reason)
+                return self._stop_request(sid, reason)
             case IsRunning(sid):
                 return sid in self._running
             case IsPaused(sid):
@@ -321,17 +349,26 @@ class SessionSupervisor(TrackedActor):
                 return self._info(sid)
             case Shutdown(reason):
                 self._shutdown(reason)
+            case RefuseInput(sid):
+                inc = self._running.get(sid)
+                if inc is not None:
+                    inc.lifeline.refuse_input()
+                return inc is not None
             # --- from session actors
-            case SessionEnded(sid, gen, code) if self._current(sid, gen):
-                self._handle_exit(sid, code)
+            case SessionEnded(sid, gen, code, error) if self._current(sid, gen):
+                self._handle_exit(sid, code, error)
             case SessionCrashed(sid, gen, error) if self._current(sid, gen):
                 self._publish(sid, ErrorEvent(error_type="crash", message=error))
-                self._handle_exit(sid, 1)
+                self._handle_exit(sid, 1, error)
             case OutageReported(sid, gen, text) if self._current(sid, gen):
                 self._pause_for_outage(sid, text)
             case TurnCompleted(sid, gen, subtype, cost, usage) if self._current(sid, gen):
                 self._turn_completed(sid, subtype, cost, usage)
             case TimedOut(sid, gen) if self._current(sid, gen):
+                timeout_s = self._running[sid].timeout_s
+                self._publish(sid, SessionError(
+                    error_type="timeout", severity="warning", recoverable=True,
+                    message=f"Session stopped after {timeout_s:g}s without activity. Send a message to resume."))
                 self._stop_session(sid, "timeout")
             # --- timers
             case _RestartDue(sid, attempt):
@@ -367,7 +404,11 @@ class SessionSupervisor(TrackedActor):
 
     # --- start / resume / send ------------------------------------------------------------------
 
-    def _start(self, sid: str, prompt: UserContent | None) -> int | None:
+    def _start(self, sid: str, prompt: UserContent | None, *, begin: bool = True,
+               turns: int | None = None) -> int | None:
+        """Start an incarnation. ``begin``: its first turn is ``prompt`` (or the initial
+        prompt); otherwise it comes up ready and waits for a message. ``turns``: the turn
+        count it starts with (default, as the original's start: at least 1, the prompt)."""
         if sid in self._running:
             self._stop_session(sid, "replaced")
         try:
@@ -386,6 +427,8 @@ class SessionSupervisor(TrackedActor):
             logger.bind(session_id=sid).opt(exception=True).warning("session failed to start")
             self.store.update_session(sid, status="error", pid=None)
             self._publish(sid, ErrorEvent(error_type="spawn_error", message=str(exc)))
+            self._publish(sid, SessionError(error_type="spawn_error", message=str(exc), severity="fatal",
+                                            recoverable=False))
             return None
         self._generation += 1
         gen = self._generation
@@ -406,13 +449,16 @@ class SessionSupervisor(TrackedActor):
         )
         ref = SessionActor.start(self._tracker, wiring)
         self._running[sid] = _Incarnation(gen, ref, lifeline, pid, self.clock.monotonic(), built.provider_name,
-                                          timeout_s, resources=built.resources)
+                                          timeout_s, resources=built.resources, begun=begin)
         meta = self._meta.setdefault(sid, _Meta(source=session.source))
         meta.source = session.source
         meta.turns_since_reset = 0
         meta.restart_pending = False
         meta.started_at_iso = self.clock.now().isoformat()
-        self.store.update_session(sid, pid=pid, status="running", restart_pending=False)
+        meta.turns = turns if turns is not None else max(meta.turns, session.total_turns or 0, 1)
+        # open_turns: the first turn is in flight (begin) or there is none (ready)
+        self.store.update_session(sid, pid=pid, status="running", restart_pending=False,
+                                  total_turns=meta.turns, open_turns=1 if begin else 0)
         tell(self.timers, CancelTimer((sid, "restart")))
         tell(self.timers, ScheduleTimer((sid, "stable"), self.sup.stable_period_s, self.actor_ref,
                                         _StableDue(sid, gen)))
@@ -421,7 +467,7 @@ class SessionSupervisor(TrackedActor):
                                        or f"Provider: {built.provider_name} ({built.model})"))
         for notice in built.notices:
             self._publish(sid, notice)
-        tell(ref, Begin(text, blocks))
+        tell(ref, Begin(text, blocks) if begin else Ready())
         self._ensure_housekeeping()
         return pid
 
@@ -436,13 +482,26 @@ class SessionSupervisor(TrackedActor):
                 self._publish(sid, SystemEvent(subtype="context_reset",
                                                message="Context reset: restarting with recent history"))
                 self._kill(sid)
-            else:
-                self._send(sid, prompt)
+            elif self._send(sid, prompt):
                 return inc.pid
+            else:
+                # the incarnation refused the message (it is ending): _send evicted it
+                self._publish(sid, SystemEvent(subtype="warm_path_failed",
+                                               message="Warm path failed, falling back to cold start"))
+        session = self.store.require_session(sid)
+        # Decided before the breaker may delete the history: a turn in flight at the end of
+        # the last incarnation, or a user message nobody answered. Only then does a resume
+        # without a new message call the model (a restart spends no turn on a session that
+        # was waiting for its user).
+        unanswered = self._unanswered_request(sid, session) if not prompt else None
+        self._zero_turn_breaker(sid, session)
         session = self.store.require_session(sid)
         history = self.store.recent_messages(sid, self.cfg.session.resume_history_messages)
         if prompt:
             self.store.append_message(sid, "user", prompt)
+        turns = active_turns(history, new_prompt=bool(prompt))
+        if not prompt and (unanswered is None or not (history or unanswered)):
+            return self._start(sid, None, begin=False, turns=turns)
         blocks = content_blocks(prompt) if prompt else ()
         new_text = text_parts(blocks) if blocks else str(prompt or "")
         if history:
@@ -451,28 +510,88 @@ class SessionSupervisor(TrackedActor):
                 max_chars=self.cfg.session.resume_history_message_chars, interrupted=not prompt,
             )
         else:
-            text = new_text or session.initial_prompt or ""
+            text = new_text or unanswered or ""
+        text = with_context_summary(session.conversation_summary or "", text)
         if blocks:
             # the history prompt as the text, the new message's images after it
-            return self._start(sid, ({"type": "text", "text": text}, *image_blocks(blocks)))
-        return self._start(sid, text)
+            return self._start(sid, ({"type": "text", "text": text}, *image_blocks(blocks)), turns=turns)
+        return self._start(sid, text, turns=turns)
+
+    def _unanswered_request(self, sid: str, session: Any) -> str | None:
+        """The request a resume without a new message must answer, or None when the session
+        was not mid-turn: a turn was open when its last incarnation ended, or its newest
+        user/assistant message is the user's, or it never had one and has an initial prompt."""
+        last = self.store.last_message_role(sid)
+        if (session.open_turns or 0) > 0 or last == "user":
+            users = self.store.recent_messages(sid, 1, roles=("user",))
+            return users[0][1] if users else (session.initial_prompt or "")
+        if last is None and session.initial_prompt:
+            return str(session.initial_prompt)
+        return None
+
+    def _zero_turn_breaker(self, sid: str, session: Any) -> None:
+        """Reference §Resume 3: the last N exit notes all say ``Turns: 0`` — every resume dies
+        before a turn. Summarise the history, store the summary, delete the messages,
+        say so (``context_exhausted``) and let the resume start fresh."""
+        notes = [c for _, c in self.store.recent_messages(sid, _BREAKER_NOTES_WINDOW, roles=("system",))]
+        if not zero_turn_breaker_trips(notes, self.cfg.session.zero_turn_breaker_threshold):
+            return
+        from corvid_actors.loop.trimming import summarize_conversation
+        from corvid_actors.providers.base import ChatMessage
+
+        messages = [ChatMessage(role=m.role, content=m.content)
+                    for m in self.store.messages(sid) if m.role in ("user", "assistant")]
+        project = self.store.get_project(session.project_id) if session.project_id else None
+        summary = summarize_conversation(messages, project.name if project is not None else None)
+        self.store.update_session(sid, conversation_summary=summary, status="idle", pid=None, total_turns=0,
+                                  open_turns=0)
+        deleted = self.store.delete_messages(sid)
+        meta = self._meta.get(sid)
+        if meta is not None:
+            meta.turns = 0
+        logger.bind(session_id=sid).warning("zero-turn death loop: {} messages replaced by a summary", deleted)
+        self._publish(sid, SessionError(error_type="context_exhausted", severity="info", recoverable=True,
+                                        message="Session context was bloated — restarting with fresh context."))
 
     def _send(self, sid: str, text: UserContent) -> bool:
         inc = self._running.get(sid)
         if inc is None:
             return False
+        if not inc.lifeline.accepting_input or not inc.ref.is_alive():
+            self._evict(sid)
+            return False
         meta = self._meta[sid]
         if needs_context_reset(meta.turns_since_reset, self.cfg.session.max_turns_before_context_reset):
             return self._resume(sid, text) is not None
-        self.store.append_message(sid, "user", text)
+        blocks = content_blocks(text)
+        plain = text_parts(blocks) if blocks else str(text)
+        message: Begin | UserInput = UserInput(plain, blocks)
+        if not inc.begun:
+            # a resumed incarnation's first turn: the message with the stored history (as
+            # the text; a multimodal message's images after it)
+            history = self.store.recent_messages(sid, self.cfg.session.resume_history_messages)
+            first = build_resume_prompt(history, plain, max_messages=self.cfg.session.resume_history_messages,
+                                        max_chars=self.cfg.session.resume_history_message_chars)
+            row = self.store.get_session(sid)
+            first = with_context_summary(getattr(row, "conversation_summary", "") or "", first)
+            message = Begin(first, ({"type": "text", "text": first}, *image_blocks(blocks)) if blocks else ())
+        message_id = self.store.append_message(sid, "user", text)
+        if not tell(inc.ref, message):
+            self.store.delete_message(message_id)  # refused: nothing of it stays
+            self._evict(sid)
+            return False
+        inc.begun = True
         meta.turns_since_reset += 1
         meta.turns += 1
-        session = self.store.get_session(sid)
-        if session is not None:
-            self.store.update_session(sid, total_turns=session.total_turns + 1)
-        blocks = content_blocks(text)
-        tell(inc.ref, UserInput(text_parts(blocks) if blocks else str(text), blocks))
+        self.store.open_turn(sid, total_turns=meta.turns)
         return True
+
+    def _evict(self, sid: str) -> None:
+        """Drop an incarnation that refuses input, silently (as the original's map delete):
+        the session keeps its meta, its row goes idle, and the next resume cold-starts."""
+        self._kill(sid)
+        if self.store.get_session(sid) is not None:
+            self.store.update_session(sid, pid=None, status="idle")
 
     # --- stop / exit ---------------------------------------------------------------------------
 
@@ -497,6 +616,15 @@ class SessionSupervisor(TrackedActor):
                 self._tracker.run_tracked(lambda: close_resources(resources, sid), f"close-{sid[:8]}")
         return inc
 
+    def _stop_request(self, sid: str, reason: str) -> bool:
+        meta = self._meta.get(sid)
+        if sid not in self._running and sid not in self._paused and not (meta and meta.restart_pending):
+            row = self.store.get_session(sid)
+            if row is not None and row.status == "stopped":
+                return False  # stopped already: no second session_stopped
+        self._stop_session(sid, reason)
+        return True
+
     def _stop_session(self, sid: str, reason: str) -> None:
         self._kill(sid)
         if self.store.get_session(sid) is not None:
@@ -504,21 +632,23 @@ class SessionSupervisor(TrackedActor):
         self._publish(sid, SessionStopped(reason=reason))
         self._cleanup(sid)
 
-    def _handle_exit(self, sid: str, code: int) -> None:
+    def _handle_exit(self, sid: str, code: int, error: str = "") -> None:
         inc = self._kill(sid)
         assert inc is not None
         meta = self._meta.setdefault(sid, _Meta())
         duration_s = self.clock.monotonic() - inc.started_at
         self.store.update_session(sid, pid=None, status="idle" if code == 0 else "error")
         if code == 0:
-            note = f"Session completed after {duration_s:.0f}s. Turns: {meta.turns}."
+            note = completed_note(duration_s, meta.turns)
         else:
-            note = (f"Session exited unexpectedly (code {code}) after {duration_s:.0f}s. "
-                    f"Turns: {meta.turns}. Send a message to resume.")
+            note = crashed_note(code, error, duration_s, meta.turns)
         self.store.append_message(sid, "system", note)
-        self._publish(sid, SessionExited(code=code, num_turns=meta.turns, duration_ms=int(duration_s * 1000)))
         decision = restart_after_crash(self.sup, source=meta.source, exit_code=code,
                                        restarts_so_far=meta.restart_count)
+        if code != 0:
+            self._publish(sid, SessionError(error_type="crash", message=error or f"Session crashed with exit code {code}",
+                                            severity="warning" if decision.restart else "error", recoverable=True))
+        self._publish(sid, SessionExited(code=code, num_turns=meta.turns, duration_ms=int(duration_s * 1000)))
         if decision.restart:
             meta.restart_count = decision.attempt
             meta.restart_pending = True
@@ -635,7 +765,7 @@ class SessionSupervisor(TrackedActor):
             meta.cost_usd += cost
             if subtype == "success":
                 meta.outage_attempts = 0
-        self.store.add_session_usage(sid, cost_usd=cost, turns=1)
+        self.store.add_session_usage(sid, cost_usd=cost, turns=1, answered=subtype == "success")
         if self.credits is not None:
             from corvid_actors.actors.credits import ChargeTurn
 
@@ -664,6 +794,14 @@ class SessionSupervisor(TrackedActor):
 
     def _prune(self) -> None:
         self._prune_scheduled = False
+        try:
+            ghosts = self.store.reset_ghost_sessions(list(self._running))
+        except Exception:  # noqa: BLE001 - a told handler must not die of a store error; next sweep retries
+            logger.opt(exception=True).warning("orphan pruner could not repair ghost session rows")
+            ghosts = []
+        for sid in ghosts:
+            # "running" with no live incarnation: reset as at start-up (idle, marked for resume)
+            logger.bind(session_id=sid).warning("ghost session row (running, no incarnation) reset to idle")
         keep = set(self._running) | set(self._paused)
         keep |= {sid for sid, meta in self._meta.items() if meta.restart_pending}
         for sid in [s for s in self._meta if s not in keep]:
@@ -702,6 +840,8 @@ class SessionSupervisor(TrackedActor):
             if self._meta[sid].restart_pending:
                 self.store.update_session(sid, restart_pending=True)
             self._cleanup(sid)
+        # every session's subscribers, also of sessions never started here (globals stay)
+        tell(self.bus, PruneSessions(frozenset()))
         tell(self.timers, CancelTimer(("supervisor", "fallback")))
         tell(self.timers, CancelTimer(("supervisor", "prune")))
 

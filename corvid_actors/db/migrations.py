@@ -37,7 +37,15 @@ def _session_message_content_blocks(models: SimpleNamespace, db: pw.Database) ->
         db.execute_sql('ALTER TABLE "session_messages" ADD COLUMN "content_blocks" TEXT')
 
 
-MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks]
+def _session_open_turns(models: SimpleNamespace, db: pw.Database) -> None:
+    # sessions.open_turns: a restart resumes with a model call only a session mid-turn.
+    # A database made by this version's baseline has the column already.
+    if "open_turns" not in {c.name for c in db.get_columns("sessions")}:
+        db.execute_sql("ALTER TABLE sessions ADD COLUMN open_turns INTEGER NOT NULL DEFAULT 0")
+
+
+MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
+                               _session_open_turns]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

@@ -145,6 +145,9 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         last_context_tokens = pw.IntegerField(null=True)
         conversation_summary = pw.TextField(default="")
         plan = pw.TextField(default="")  # JSON of the current plan (OpenAgent seed)
+        #: user turns delivered and not yet answered by a result: > 0 means a restart finds
+        #: the session mid-turn (only such a session calls the model on resume)
+        open_turns = pw.IntegerField(default=0)
         created_at = pw.DateTimeField(default=_now)
         updated_at = pw.DateTimeField(default=_now)
 

@@ -251,12 +251,18 @@ class Store:
         with self.transaction():
             return self.m.Session.update(**fields).where(self.m.Session.id == session_id).execute()
 
-    def add_session_usage(self, session_id: str, *, cost_usd: float = 0.0, turns: int = 0) -> None:
+    def add_session_usage(self, session_id: str, *, cost_usd: float = 0.0, turns: int = 0,
+                          answered: bool = False) -> None:
+        """Add a turn's cost and count; ``answered``: the turn succeeded, so one open turn
+        (see :meth:`open_turn`) is closed."""
         S = self.m.Session
         with self.transaction():
-            S.update(total_cost_usd=S.total_cost_usd + cost_usd,
-                     cumulative_turns=S.cumulative_turns + turns,
-                     updated_at=S.updated_at.default()).where(S.id == session_id).execute()
+            fields: dict[Any, Any] = {S.total_cost_usd: S.total_cost_usd + cost_usd,
+                                      S.cumulative_turns: S.cumulative_turns + turns,
+                                      S.updated_at: S.updated_at.default()}
+            if answered:
+                fields[S.open_turns] = pw.Case(None, [(S.open_turns > 1, S.open_turns - 1)], 0)
+            S.update(fields).where(S.id == session_id).execute()
 
     def list_sessions(self, *, statuses: Sequence[str] | None = None, limit: int = 500) -> list[Any]:
         S = self.m.Session
@@ -295,6 +301,27 @@ class Store:
             if ids:
                 S.update(restart_pending=False).where(S.id.in_(ids)).execute()
             return ids
+
+    def reset_ghost_sessions(self, live: Sequence[str]) -> list[str]:
+        """Rows left running/loading with no live incarnation (ids not in ``live``) → reset
+        as at start-up: idle, pid NULL, marked for resume. Returns their ids."""
+        S = self.m.Session
+        keep = set(live)
+        with self.transaction():
+            ids = [row.id for row in S.select(S.id).where(S.status.in_(["running", "loading"]))
+                   if row.id not in keep]
+            if ids:
+                S.update(status="idle", pid=None, restart_pending=True,
+                         updated_at=S.updated_at.default()).where(S.id.in_(ids)).execute()
+            return ids
+
+    def open_turn(self, session_id: str, *, total_turns: int) -> None:
+        """A user turn was delivered: count it open (until its result) and record the
+        session's turn count."""
+        S = self.m.Session
+        with self.transaction():
+            S.update(open_turns=S.open_turns + 1, total_turns=total_turns,
+                     updated_at=S.updated_at.default()).where(S.id == session_id).execute()
 
     # --- messages -------------------------------------------------------------------------
 
@@ -375,6 +402,26 @@ class Store:
                 .limit(limit)
             )
         return [(r.role, r.content) for r in reversed(rows)]
+
+    def last_message_role(self, session_id: str, roles: Sequence[str] = ("user", "assistant")) -> str | None:
+        """The role of the session's newest message among ``roles`` (None: there is none)."""
+        M = self.m.SessionMessage
+        with self._lock:
+            row = (M.select(M.role).where((M.session == session_id) & (M.role.in_(list(roles))))
+                   .order_by(M.id.desc()).first())
+        return row.role if row is not None else None
+
+    def delete_messages(self, session_id: str) -> int:
+        """Delete every message of the session; returns how many."""
+        M = self.m.SessionMessage
+        with self.transaction():
+            return M.delete().where(M.session == session_id).execute()
+
+    def delete_message(self, message_id: int) -> int:
+        """Delete one message by id (an append whose delivery was refused)."""
+        M = self.m.SessionMessage
+        with self.transaction():
+            return M.delete().where(M.id == message_id).execute()
 
     def messages(self, session_id: str) -> list[StoredMessage]:
         """Every stored message of the session — all roles (user, assistant, system and the

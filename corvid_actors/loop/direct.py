@@ -50,6 +50,7 @@ from corvid_actors.events import (
     SystemEvent,
     Thinking,
     ToolStatus,
+    context_compacted,
 )
 from corvid_actors.loop.effects import (
     AcquireSlot,
@@ -367,7 +368,8 @@ class DirectLoop:
         self._history = compact_for_growth(self._history)
         self._rules.compacted()
         note = f"Conversation compacted: {before} messages replaced by a summary (payload growth)."
-        return effects + [Emit(SystemEvent(subtype="compaction", message=note))] + self._call_model(purpose)
+        return effects + [Emit(SystemEvent(subtype="compaction", message=note)),
+                          Emit(context_compacted())] + self._call_model(purpose)
 
     def _summary_epilogue(self) -> list[Effect]:
         self._turn.metrics.needs_summary = True

@@ -42,6 +42,7 @@ from corvid_actors.events import (
     SystemEvent,
     Thinking,
     ToolStatus,
+    context_compacted,
 )
 from corvid_actors.loop.doom import is_doom_loop
 from corvid_actors.loop.effects import (
@@ -558,6 +559,7 @@ class SdkLoop:
         note = f"Conversation compacted: {before} messages replaced by a summary."
         return [
             Emit(SystemEvent(subtype="compaction", message=note)),
+            Emit(context_compacted()),
             PersistMessage(role="system", content=summary),
             *self._call_model(),
         ]

@@ -4,12 +4,16 @@ import pytest
 
 from corvid_actors.config import SupervisorConfig
 from corvid_actors.supervision import (
+    active_turns,
     auto_resume_delay,
     auto_resume_exhausted,
+    completed_note,
+    crashed_note,
     extended_timeout,
     needs_context_reset,
     restart_after_crash,
     restart_count_after_uptime,
+    zero_turn_breaker_trips,
 )
 
 CFG = SupervisorConfig()
@@ -70,3 +74,37 @@ def test_policies_follow_config():
     delays = [restart_after_crash(cfg, source="chat", exit_code=1, restarts_so_far=n).delay_s for n in range(5)]
     assert delays == [1, 2, 4, 8, 16]
     assert [auto_resume_delay(cfg, n) for n in range(4)] == [10, 20, 30, 30]
+
+
+# --- exit notes, turn counts and the zero-turn breaker (reference §3) ----------------------------
+
+Z = "Session exited unexpectedly (code 1): boom after 1s. Turns: 0. Send a message to resume."
+
+
+@pytest.mark.parametrize("notes, trips", [
+    ([Z, Z, Z], True),
+    ([Z, "Session completed after 4s. Turns: 0.", Z], True),
+    ([Z, Z], False),  # fewer than three exits
+    ([Z, Z, "Session completed after 9s. Turns: 2.", Z, Z], False),  # a turn in between
+    ([Z, Z, "Session completed after 9s. Turns: 10.", Z], False),  # "10" is not zero
+    (["Session completed after 9s. Turns: 2.", Z, Z, Z], True),  # only the last three count
+    ([Z, "Context compacted: a summary", Z, "payload note", Z], True),  # other system notes are ignored
+])
+def test_zero_turn_breaker_reads_the_last_three_exit_notes(notes, trips):
+    assert zero_turn_breaker_trips(notes, 3) is trips
+
+
+def test_exit_notes_use_the_original_wording():
+    assert completed_note(12.4, 2) == "Session completed after 12s. Turns: 2."
+    assert crashed_note(1, "boom", 3.0, 1) == (
+        "Session exited unexpectedly (code 1): boom after 3s. Turns: 1. Send a message to resume.")
+    assert crashed_note(2, "", 0.0, 0) == (
+        "Session exited unexpectedly (code 2) after 0s. Turns: 0. Send a message to resume.")
+    assert zero_turn_breaker_trips([crashed_note(1, "x", 1, 0)] * 3, 3)
+
+
+def test_a_resumed_incarnation_counts_the_user_messages_of_its_history():
+    history = [("user", "a"), ("assistant", "b"), ("user", "c"), ("assistant", "d")]
+    assert active_turns(history, new_prompt=False) == 2
+    assert active_turns(history, new_prompt=True) == 3
+    assert active_turns([], new_prompt=False) == 0

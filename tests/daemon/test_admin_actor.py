@@ -72,13 +72,34 @@ def test_send_is_persisted_and_resumes_an_ended_session_with_history(admin_rt, s
     rt, admin = admin_rt
     sid = command(admin, "start", agent="a", prompt="first")["session"]
     rt.settle()
-    assert command(admin, "stop", session=sid) == {"session": sid, "was_running": True, "was_paused": False}
+    assert command(admin, "stop", session=sid) == {"session": sid, "was_running": True, "was_paused": False,
+                                                   "already_stopped": False}
     assert command(admin, "stop", session=sid)["was_running"] is False
     sent = command(admin, "send", session=sid, text="second")
     assert sent["delivered"] is True
     assert ("user", "second") in rt.store.recent_messages(sid, 10)
     rt.settle()
     assert "<conversation_history>" in scripted.requests[-1].messages[-1].content
+
+
+def test_stop_on_a_stopped_session_says_so_and_publishes_no_second_stopped(admin_rt):
+    rt, admin = admin_rt
+    sid = command(admin, "start", agent="a", prompt="first")["session"]
+    rt.settle()
+    assert command(admin, "stop", session=sid)["already_stopped"] is False
+    rt.settle()
+    again = command(admin, "stop", session=sid)
+    rt.settle()
+    assert again == {"session": sid, "was_running": False, "was_paused": False, "already_stopped": True}
+    events = [e["type"] for e in command(admin, "session", session=sid, events=50)["events"]]
+    assert events.count("session_stopped") == 1
+    assert rt.store.get_session(sid).status == "stopped"
+    # an ended (idle) session is not "stopped": stopping it still marks it so, once
+    other = command(admin, "start", agent="a", prompt="second")["session"]
+    rt.settle()
+    rt.store.update_session(other, status="idle")
+    rt.stop_process(other)  # the running incarnation goes; the row says stopped
+    assert command(admin, "stop", session=other)["already_stopped"] is True
 
 
 def test_resume_covers_paused_running_and_ended_sessions(admin_rt, scripted):

@@ -234,6 +234,7 @@ def test_compaction_when_input_tokens_pass_90_percent(e2e, stub):
     e2e.runtime.send_message(s.id, "second")
     e2e.runtime.settle()
     assert any(e.subtype == "compaction" for e in e2e.events(s.id, "system"))
+    assert [(e.error_type, e.severity) for e in e2e.events(s.id, "session_error")] == [("context_compacted", "info")]
     last = stub.message_requests[-1].json
     assert "Summary: we talked." in str(last["messages"][0]["content"])
 

@@ -263,6 +263,8 @@ def test_cli_lists_stops_and_resumes_a_running_session(shared, capsys):
 
     code, out, _ = shared.cli(capsys, "admin", "stop", sid[:8])
     assert (code, out.strip()) == (0, f"stopped {sid[:8]} (was running)")
+    code, out, _ = shared.cli(capsys, "admin", "stop", sid[:8])  # again: says so, publishes nothing
+    assert (code, out.strip()) == (0, f"{sid[:8]} was already stopped")
     code, out, _ = shared.cli(capsys, "admin", "session", sid, "--json")
     detail = json.loads(out)
     assert detail["status"] == "stopped"
@@ -558,3 +560,98 @@ def test_run_names_the_setting_to_fix_when_ollama_is_unreachable(tmp_path, capsy
     assert code == 1
     assert f"cannot reach Ollama at http://127.0.0.1:{port}" in err and "set OLLAMA_HOST" in err
     assert "Traceback" not in err
+
+
+# --- restarts spend no model turns (issue 15.1): calls counted on a stub in this process ------------
+
+
+def _daemon_on(stub: Any, data_dir: Path, made: list[Daemon]) -> Daemon:
+    """A daemon whose Ollama is ``stub`` (so the test counts the model calls)."""
+    daemon = Daemon(data_dir, args=("--provider", "ollama"))
+    daemon.config.write_text(daemon.config.read_text() + f'[providers]\nollama_host = "{stub.url}"\n')
+    made.append(daemon)
+    return daemon.start()
+
+
+def _say(daemon: Daemon, sid: str, text: str) -> None:
+    """Send ``text`` and wait (bounded) for the turn's result."""
+    follower = Follower(daemon, sid)
+    try:
+        before = len(follower.events(sid, "result"))
+        assert daemon.call("send", session=sid, text=text)["delivered"] is True
+        follower.wait(lambda: len(follower.events(sid, "result")) > before)
+    finally:
+        follower.close()
+
+
+def _user_and_assistant(daemon: Daemon, sid: str) -> list[tuple[str, str]]:
+    messages = daemon.call("session", session=sid, messages=50)["messages"]
+    return [(m["role"], m["content"]) for m in messages if m["role"] in ("user", "assistant")]
+
+
+def test_sigterm_and_sigkill_restarts_call_no_model_for_answered_sessions(tmp_path):
+    from corvid_actors.testing.ollama_stub import OllamaStubServer
+
+    made: list[Daemon] = []
+    data_dir = tmp_path / "data"
+    with OllamaStubServer(default_reply="Hi!") as stub:
+        try:
+            first = _daemon_on(stub, data_dir, made)
+            follower = Follower(first)
+            sid = first.call("start", agent="greeter", prompt="hello")["session"]
+            follower.wait(lambda: follower.events(sid, "result"))
+            follower.close()
+            assert len(stub.chat_requests) == 1
+
+            first.proc.send_signal(signal.SIGTERM)
+            assert first.wait_exit(WAIT_S) == 0
+            second = _daemon_on(stub, data_dir, made)
+            second.wait_log("resumed 1 session(s)")
+            assert second.call("session", session=sid)["status"] == "running"  # back, and ready
+
+            second.kill()  # SIGKILL: the row is left "running"
+            third = _daemon_on(stub, data_dir, made)
+            third.wait_log("resumed 1 session(s)")
+            # the next message is the only model call since the first: a resume that had
+            # called the model would show up here as one more request
+            _say(third, sid, "how are you?")
+            assert len(stub.chat_requests) == 2
+            assert _user_and_assistant(third, sid) == [("user", "hello"), ("assistant", "Hi!"),
+                                                       ("user", "how are you?"), ("assistant", "Hi!")]
+            last = stub.chat_requests[-1].json["messages"][-1]["content"]
+            assert "[User]: hello" in last and last.rstrip().endswith("how are you?")
+        finally:
+            for daemon in made:
+                daemon.kill()
+
+
+def test_sigkill_mid_turn_resumes_only_the_interrupted_session_with_one_call(tmp_path):
+    from corvid_actors.testing.ollama_stub import OllamaStubServer
+
+    made: list[Daemon] = []
+    data_dir = tmp_path / "data"
+    with OllamaStubServer(default_reply="All done.") as stub:  # a complete answer: no nudge
+        stub.add_reply(" ".join(["slow"] * 100), chunks=100, delay_s=0.2, match="long job")
+        try:
+            first = _daemon_on(stub, data_dir, made)
+            follower = Follower(first)
+            answered = first.call("start", agent="worker", prompt="quick one")["session"]
+            follower.wait(lambda: follower.events(answered, "result"))
+            busy = first.call("start", agent="worker", prompt="long job")["session"]
+            follower.wait(lambda: follower.events(busy, "content_block_delta"))  # mid-stream
+            follower.close()
+            assert len(stub.chat_requests) == 2
+            first.kill()
+
+            second = _daemon_on(stub, data_dir, made)
+            second.wait_log("resumed 2 session(s)")
+            assert stub.wait_for(lambda: len(stub.chat_requests) >= 3, WAIT_S)
+            resumed = stub.chat_requests[2].json["messages"][-1]["content"]
+            assert "interrupted" in resumed and "[User]: long job" in resumed
+            _say(second, answered, "and another")  # proves no resume call came for `answered`
+            assert len(stub.chat_requests) == 4
+            assert _user_and_assistant(second, answered) == [
+                ("user", "quick one"), ("assistant", "All done."), ("user", "and another"), ("assistant", "All done.")]
+        finally:
+            for daemon in made:
+                daemon.kill()
