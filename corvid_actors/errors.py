@@ -25,3 +25,8 @@ class RuntimeStoppedError(CorvidError):
 
 class SettleTimeout(CorvidError):
     """``Runtime.settle(timeout_s=…)`` gave up: some actor or worker is still busy."""
+
+
+class CreditAmountError(CorvidError, ValueError):
+    """A credit amount is not a positive whole number within the ledger's bounds, or would
+    push a balance past its cap. A ValueError too, so callers that catch that keep working."""
