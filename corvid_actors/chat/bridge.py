@@ -34,6 +34,7 @@ and the conversation's ``channel`` and ``participant``; a restarted bot finds th
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -55,6 +56,10 @@ from corvid_actors.chat.outbox import Outbox
 from corvid_actors.chat.transport import ChatTransport, IncomingMessage, OutgoingMessage
 from corvid_actors.errors import RuntimeStoppedError
 from corvid_actors.events import Event
+
+_ASCII_DIGITS = re.compile(r"[0-9]+")
+#: shortest id prefix an approval answer may use
+_MIN_APPROVAL_PREFIX = 4
 
 #: event types that may produce a message to the participant (cheap filter on the bus thread)
 RELAYED_EVENT_TYPES = frozenset({
@@ -149,8 +154,8 @@ class ChatBridge:
         """Deal with one incoming message (the transport's handler; any non-actor thread).
 
         Returns ``delivered``, ``command``, ``refused`` (no credits), ``approved`` /
-        ``denied`` / ``rejected`` / ``expired`` (approval replies), ``duplicate`` or
-        ``ignored``. Raises ValueError for a message without channel or participant.
+        ``denied`` / ``rejected`` / ``expired`` / ``unclear`` (approval replies),
+        ``duplicate`` or ``ignored``. Raises ValueError for a message without channel or participant.
         """
         for what, value in (("channel", message.channel), ("participant", message.participant)):
             if not value or len(value) > self.settings.max_id_chars:
@@ -269,10 +274,19 @@ class ChatBridge:
             return "Credits are not enabled on this bot."
         if not self._owner(message.participant):
             return "Only an owner can grant credits."
-        if len(args) != 2 or not args[1].isdigit() or int(args[1]) <= 0:
-            return "Usage: /grant <participant> <amount> (a positive whole number)."
-        balance = self.runtime.grant_credits(args[0], int(args[1]), reference=f"granted by {message.participant}")
-        return f"Granted {int(args[1])} credits to {args[0]}: balance {balance}."
+        cap = self.runtime.config.daemon.max_credit_grant  # the admin's cap, one setting for both
+        # ASCII digits only: str.isdigit() also accepts "²" and "١", which int() then refuses
+        if len(args) != 2 or not _ASCII_DIGITS.fullmatch(args[1]) or not args[1].strip("0"):
+            return f"Usage: /grant <participant> <amount> (a whole number from 1 to {cap})."
+        # compare lengths first: int() refuses more than 4,300 digits
+        if len(args[1].lstrip("0")) > len(str(cap)) or int(args[1]) > cap:
+            return f"A single grant is at most {cap} credits (daemon.max_credit_grant)."
+        amount = int(args[1])
+        try:
+            balance = self.runtime.grant_credits(args[0], amount, reference=f"granted by {message.participant}")
+        except ValueError as exc:  # the ledger's own checks: participant id, balance cap
+            return f"Cannot grant: {exc}"
+        return f"Granted {amount} credits to {args[0]}: balance {balance}."
 
     # --- approvals ------------------------------------------------------------------------------
 
@@ -281,9 +295,9 @@ class ChatBridge:
         the line is an ordinary chat message)."""
         pending = self.runtime.list_approvals()
         matches = [a for a in pending if a["id"] == reply.ref] or [
-            a for a in pending if a["id"].startswith(reply.ref)]
+            a for a in pending if len(reply.ref) >= _MIN_APPROVAL_PREFIX and a["id"].startswith(reply.ref)]
         if len(matches) != 1:
-            return None
+            return self._unclear_approval(message, reply, pending)
         approval = matches[0]
         conv = self.conversations.of_session(approval["session_id"])
         if conv is None:
@@ -304,6 +318,23 @@ class ChatBridge:
             # the conversation hears the resolution from its event; an owner elsewhere gets this
             self._reply(message, f"{verb} {approval['id']}.")
         return "approved" if reply.allow else "denied"
+
+    def _unclear_approval(self, message: IncomingMessage, reply: ApprovalReply,
+                          pending: list[dict[str, Any]]) -> str | None:
+        """An answer word that names no pending approval: with approvals waiting in this
+        conversation it surely meant one of them, so say what is expected (and decide
+        nothing); otherwise it is an ordinary chat line ("yes" to the model's question)."""
+        conv = self.conversations.find(message.channel, message.participant)
+        mine = [a for a in pending if conv is not None and a["session_id"] == conv.session_id]
+        if not mine:
+            return None
+        word = "yes" if reply.allow else "no"
+        listed = "; ".join(f"{a['id']}: {a.get('description') or a.get('tool_name', '')}" for a in mine[:5])
+        what = f"'{reply.ref}' matches none of them" if reply.ref else "it needs the approval's id"
+        first = mine[0]["id"]
+        self._reply(message, f"Waiting for your approval: {listed}\nYour '{word}' was not applied: {what}. "
+                             f"Reply 'yes {first}' to allow or 'no {first}' to deny.")
+        return "unclear"
 
     # --- conversations --------------------------------------------------------------------------
 

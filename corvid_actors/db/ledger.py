@@ -185,9 +185,16 @@ def _require_amount(amount: object, what: str) -> None:
             f"a {what} must be a positive whole number of credits, at most {MAX_CREDIT_AMOUNT}; got {shown}")
 
 
+#: the ``participant`` columns hold this many characters
+MAX_PARTICIPANT_CHARS = 200
+
+
 def _require_participant(participant: str) -> None:
     if not participant:
         raise ValueError("a credit account needs a participant id (wallet / account id)")
+    if len(participant) > MAX_PARTICIPANT_CHARS:
+        raise ValueError(f"a participant id is at most {MAX_PARTICIPANT_CHARS} characters, "
+                         f"got {len(participant)}")
 
 
 __all__ = ["Account", "Deduction", "Ledger", "CREDIT_TYPES", "DEDUCTION", "FIRST_TIME_REFERENCE",
