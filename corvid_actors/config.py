@@ -271,6 +271,13 @@ class DaemonConfig:
         metadata=_check(lambda v: v.upper() in ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR"),
                         "must be a loguru level (DEBUG, INFO, WARNING, ...)"),
     )
+    #: a `send` request line may be this long (its message rides in it); other requests
+    #: stay under admin_max_request_bytes
+    admin_max_send_bytes: int = field(default=8 * 1024 * 1024, metadata=AT_LEAST_ONE)
+    #: a new admin connection must send a valid request (token included) within this
+    admin_auth_timeout_s: float = field(default=10.0, metadata=POSITIVE)
+    #: an admin connection silent this long after a reply is closed
+    admin_idle_timeout_s: float = field(default=300.0, metadata=POSITIVE)
 
 
 #: the keys of one ``[mcp.servers.NAME]`` table and the type each must have

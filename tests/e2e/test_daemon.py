@@ -397,8 +397,13 @@ def test_bad_input_on_the_socket_gets_error_replies_and_the_daemon_keeps_running
         for _ in range(40):
             extra.append(socket.socket(socket.AF_UNIX))
             extra[-1].connect(str(shared.socket))
+        # idle strangers cannot hold the cap: the oldest ones were evicted to make room
+        extra[0].settimeout(WAIT_S)
+        evicted = json.loads(extra[0].makefile("rb").readline())["error"]
+        assert evicted["code"] == "busy" and "evicted" in evicted["message"]
         extra[-1].settimeout(WAIT_S)
-        assert json.loads(extra[-1].makefile("rb").readline())["error"]["code"] == "busy"
+        extra[-1].sendall(json.dumps({"id": 1, "cmd": "health", "token": TOKEN}).encode() + b"\n")
+        assert json.loads(extra[-1].makefile("rb").readline())["ok"] is True
     finally:
         for sock in extra:
             sock.close()
