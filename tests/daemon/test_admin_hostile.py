@@ -66,11 +66,13 @@ class Harness:
     def __init__(self, tmp_path: Path, gate: threading.Event | None = None, **settings) -> None:
         self.requests: list = []
         self.gate = gate
+        self.entered = threading.Event()
         self.server = AdminSocketServer(tmp_path / "a.sock", self.handle, lambda s, sink: (lambda: None),
                                         SocketSettings(**settings))
         self.server.start()
 
     def handle(self, request):
+        self.entered.set()
         if self.gate is not None:
             self.gate.wait(WAIT_S)
         self.requests.append(request)
@@ -201,6 +203,7 @@ def test_busy_connections_are_not_evicted(tmp_path):
     try:
         with h.connect() as busy:
             busy.sendall(raw('{"id": 1, "cmd": "health"}'))
+            assert h.entered.wait(WAIT_S)  # mid-request now
             with h.connect() as late:
                 assert json.loads(read_line(late))["error"]["code"] == "busy"
             gate.set()
