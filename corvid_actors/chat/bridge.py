@@ -58,6 +58,15 @@ from corvid_actors.errors import RuntimeStoppedError
 from corvid_actors.events import Event
 
 _ASCII_DIGITS = re.compile(r"[0-9]+")
+
+
+def _is_text(value: str) -> bool:
+    """Storable text: encodable as UTF-8 (no lone surrogates) and without NUL."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in value
 #: shortest id prefix an approval answer may use
 _MIN_APPROVAL_PREFIX = 4
 
@@ -117,6 +126,9 @@ class ChatBridge:
             self._started = True
             self._outbox.start()
             self.runtime.subscribe_all(self._on_event)
+            bind = getattr(self.transport, "bind_runtime", None)
+            if callable(bind):  # e.g. the webhook's replay store lives in the runtime's database
+                bind(self.runtime)
             self.transport.start(self.handle)
         return self
 
@@ -155,11 +167,16 @@ class ChatBridge:
 
         Returns ``delivered``, ``command``, ``refused`` (no credits), ``approved`` /
         ``denied`` / ``rejected`` / ``expired`` / ``unclear`` (approval replies),
-        ``duplicate`` or ``ignored``. Raises ValueError for a message without channel or participant.
+        ``duplicate`` or ``ignored``. Raises ValueError for a message without channel or participant,
+        or with text that is not valid Unicode (a transport answers that as a bad request).
         """
         for what, value in (("channel", message.channel), ("participant", message.participant)):
             if not value or len(value) > self.settings.max_id_chars:
                 raise ValueError(f"a chat message needs a {what} id of 1–{self.settings.max_id_chars} characters")
+        for what, value in (("channel", message.channel), ("participant", message.participant),
+                            ("text", message.text), ("id", message.message_id)):
+            if not _is_text(value):
+                raise ValueError(f"the message's {what} is not valid Unicode text (lone surrogates or NUL)")
         # platform message ids are unique per channel at least
         seen_key = f"{message.channel}\0{message.message_id}" if message.message_id else ""
         if seen_key and not self._first_sight(seen_key):

@@ -30,7 +30,12 @@ def _session_message_order_index(models: SimpleNamespace, db: pw.Database) -> No
     )
 
 
-MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index]
+def _webhook_replays(models: SimpleNamespace, db: pw.Database) -> None:
+    # The webhook's replay store: accepted signatures until their timestamps expire.
+    db.create_tables([models.WebhookReplay], safe=True)
+
+
+MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _webhook_replays]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes
