@@ -312,3 +312,18 @@ def test_invalid_unicode_fields_are_400_not_500(served):
     assert post(transport.url, body, sign(SECRET, body, now_s()))[0] == 400
     assert recorder.messages == []
 
+
+
+def test_the_readme_signing_example_is_accepted(served):
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    start = readme.index("```python\nimport hashlib, hmac") + len("```python\n")
+    code = readme[start:readme.index("```", start)]
+    definition = code[:code.index("\npost_signed(")]
+    namespace: dict = {}
+    exec(definition, namespace)  # noqa: S102 - the documented example, as a reader would run it
+    transport, recorder = served(secret="s3cret")
+    assert namespace["post_signed"](transport.url, "s3cret", {"channel": "room-1", "participant": "alice",
+                                                            "text": "hi", "id": "m-1"}) == 202
+    assert [m.text for m in recorder.messages] == ["hi"]
