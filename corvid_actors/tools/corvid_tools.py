@@ -125,7 +125,7 @@ def effective_agent_mode(store: Any, session: Any, own_mode: str | None = None) 
 def describe_send_message(args: Any) -> str:
     """The approval line of a ``corvid_send_message`` call: who gets what."""
     to = _text_arg(args, "to_agent") or "(no recipient)"
-    message = _text_arg(args, "message")
+    message = _text_arg(args, "message") or "(no message)"
     if len(message) > DESCRIPTION_MESSAGE_CHARS:
         message = message[:DESCRIPTION_MESSAGE_CHARS] + f"… ({len(message)} characters)"
     shared = " (sharing this session's project)" if _shares_project(args) else ""
