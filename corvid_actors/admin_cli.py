@@ -236,7 +236,7 @@ def _events(args: argparse.Namespace, out: TextIO | None = None) -> int:
             if args.json:
                 out.write(json.dumps(item) + "\n")
             elif args.all_events or event["type"] not in quiet:
-                out.write(f"{item['at'][11:23]}  {item['session_id'][:8]}  {safe_text(event['type']):<20} "
+                out.write(f"{item['at'][11:23]}  {item['session_id'][:8]}  {event['type']:<20} "
                           f"{describe_event(event)}\n")
             else:
                 continue

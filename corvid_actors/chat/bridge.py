@@ -34,11 +34,12 @@ and the conversation's ``channel`` and ``participant``; a restarted bot finds th
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from loguru import logger
@@ -54,10 +55,16 @@ from corvid_actors.chat.commands import (
 from corvid_actors.chat.conversations import Conversation, ConversationDirectory
 from corvid_actors.chat.outbox import Outbox
 from corvid_actors.chat.transport import ChatTransport, IncomingMessage, OutgoingMessage
+from corvid_actors.db.replays import ReplayStore
 from corvid_actors.errors import RuntimeStoppedError
 from corvid_actors.events import Event
 
 _ASCII_DIGITS = re.compile(r"[0-9]+")
+
+
+def _id_key(seen_key: str) -> str:
+    # channel and id may be 200 characters each: the replay store keeps a digest
+    return "id:" + hashlib.sha256(seen_key.encode("utf-8")).hexdigest()
 
 
 def _is_text(value: str) -> bool:
@@ -89,8 +96,9 @@ class BridgeSettings:
     stop_timeout_s: float = 5.0
     #: transactions listed by ``/credits``
     recent_transactions: int = 5
-    #: platform message ids remembered to ignore redeliveries
-    dedupe_window: int = 1000
+    #: how long a platform message id is remembered to ignore redeliveries (in the
+    #: runtime's database: a restarted bot still knows them)
+    dedupe_window_s: float = 86400.0
     #: longest channel / participant id (the ``sessions`` columns hold 200 characters)
     max_id_chars: int = 200
     #: count queued replies as work in flight, so ``Runtime.settle()`` waits for delivery
@@ -113,7 +121,7 @@ class ChatBridge:
                                                    project_id=project_id)
         self._lock = threading.Lock()
         self._low_warned: dict[tuple[str, str], int] = {}
-        self._seen_ids: OrderedDict[str, None] = OrderedDict()
+        self._seen_ids = ReplayStore(runtime.store)
         self._outbox = Outbox(self._deliver, max_pending=self.settings.outbox_max_pending,
                               tracker=runtime.tracker if self.settings.track_delivery else None,
                               name=f"chat-outbox-{self.settings.name}")
@@ -359,18 +367,13 @@ class ChatBridge:
         """The conversation's session, if it has one."""
         return self.conversations.find(channel, participant)
 
-    def _first_sight(self, message_id: str) -> bool:
-        with self._lock:
-            if message_id in self._seen_ids:
-                return False
-            self._seen_ids[message_id] = None
-            while len(self._seen_ids) > self.settings.dedupe_window:
-                self._seen_ids.popitem(last=False)
-            return True
+    def _first_sight(self, seen_key: str) -> bool:
+        now = self.runtime.clock.now()
+        return self._seen_ids.first_use(_id_key(seen_key), now=now,
+                                        expires_at=now + timedelta(seconds=self.settings.dedupe_window_s))
 
-    def _forget(self, message_id: str) -> None:
-        with self._lock:
-            self._seen_ids.pop(message_id, None)
+    def _forget(self, seen_key: str) -> None:
+        self._seen_ids.forget(_id_key(seen_key))
 
     def _owner(self, participant: str) -> bool:
         try:

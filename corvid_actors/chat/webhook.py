@@ -263,6 +263,10 @@ class WebhookTransport:
         except RuntimeStoppedError:
             self._forget(verified)  # not handled: the platform's retry may use the signature again
             return 503, {"error": "the bot is shutting down; retry later"}
+        except StoreError as exc:
+            self._forget(verified)
+            logger.warning("webhook: the database is unavailable ({}); the platform should retry", exc)
+            return 503, {"error": "the bot's database is unavailable; retry later"}
         except Exception as exc:  # noqa: BLE001 - report, keep serving
             self._forget(verified)
             logger.opt(exception=True).error("webhook: handling a message failed")
