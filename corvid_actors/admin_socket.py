@@ -22,6 +22,7 @@ no client can take the daemon down. Connections are bounded in time and number:
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import socket
 import struct
@@ -52,6 +53,7 @@ from corvid_actors.admin_protocol import (
     parse_request,
 )
 from corvid_actors.clock import Clock, RealClock
+from corvid_actors.deadline_io import DeadlineSocketIO
 from corvid_actors.errors import CorvidError
 
 #: Unix socket paths longer than this do not fit ``sockaddr_un.sun_path`` on Linux
@@ -115,59 +117,28 @@ class SocketSettings:
 
 
 class _LineReader:
-    """Reads ``\n``-terminated lines from a socket against a deadline (a total one: each
-    ``recv`` waits only for what is left of it, so dripping bytes does not extend it)."""
+    """``\\n``-terminated lines from a socket against a total deadline (a slow drip does
+    not extend it): :class:`~corvid_actors.deadline_io.DeadlineSocketIO`, buffered."""
 
     def __init__(self, sock: socket.socket, clock: Clock) -> None:
-        self.sock = sock
-        self.clock = clock
-        self._buf = bytearray()
-        self._scanned = 0  # bytes of _buf known to hold no newline
+        self._raw = DeadlineSocketIO(sock, clock)
+        self._buffered = io.BufferedReader(self._raw, _DISCARD_CHUNK)
 
     def readline(self, limit: int, deadline: float | None) -> bytes:
-        """The next line (with its ``\n``); ``limit + 1`` bytes without one when it is
+        """The next line (with its ``\\n``); ``limit + 1`` bytes without one when it is
         longer; what is left at EOF (``b""`` when nothing). Raises TimeoutError."""
-        while True:
-            end = self._buf.find(b"\n", self._scanned, limit + 1)
-            if end >= 0:
-                return self._take(end + 1)
-            if len(self._buf) > limit:
-                return self._take(limit + 1)
-            self._scanned = len(self._buf)
-            chunk = self._recv(deadline)
-            if not chunk:
-                return self._take(len(self._buf))
-            self._buf += chunk
+        self._raw.deadline = deadline
+        return self._buffered.readline(limit + 1)
 
     def discard_line(self, deadline: float | None) -> bool:
         """Skip to the end of the current line; False when the peer hung up first."""
+        self._raw.deadline = deadline
         while True:
-            end = self._buf.find(b"\n")
-            if end >= 0:
-                self._take(end + 1)
-                return True
-            self._buf.clear()
-            self._scanned = 0
-            chunk = self._recv(deadline)
+            chunk = self._buffered.readline(_DISCARD_CHUNK)
             if not chunk:
                 return False
-            self._buf += chunk
-
-    def _recv(self, deadline: float | None) -> bytes:
-        if deadline is None:
-            self.sock.settimeout(None)
-        else:
-            remaining = deadline - self.clock.monotonic()
-            if remaining <= 0:
-                raise TimeoutError
-            self.sock.settimeout(remaining)
-        return self.sock.recv(_DISCARD_CHUNK)
-
-    def _take(self, n: int) -> bytes:
-        line = bytes(self._buf[:n])
-        del self._buf[:n]
-        self._scanned = 0
-        return line
+            if chunk.endswith(b"\n"):
+                return True
 
 
 @dataclass(eq=False)

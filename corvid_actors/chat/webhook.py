@@ -70,6 +70,7 @@ from corvid_actors.chat.transport import (
 )
 from corvid_actors.clock import Clock, RealClock
 from corvid_actors.db.replays import MemoryReplayStore
+from corvid_actors.deadline_io import DeadlineSocketIO
 from corvid_actors.errors import RuntimeStoppedError, StoreError
 
 DEFAULT_PATH = "/messages"
@@ -312,28 +313,6 @@ def _valid_id(value: Any) -> bool:
     return isinstance(value, str) and len(value) <= 200 and _is_text(value)
 
 
-class _DeadlineSocketIO(io.RawIOBase):
-    """A socket's reading side against a deadline: each ``recv`` waits only for what is
-    left of it, so a client dripping bytes cannot keep a connection for ever."""
-
-    def __init__(self, sock: socket.socket, clock: Clock) -> None:
-        super().__init__()
-        self.sock = sock
-        self.clock = clock
-        self.deadline: float | None = None
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        if self.deadline is not None:
-            remaining = self.deadline - self.clock.monotonic()
-            if remaining <= 0:
-                raise TimeoutError("the request deadline passed")
-            self.sock.settimeout(remaining)
-        return self.sock.recv_into(buffer)
-
-
 class _CappedServer(ThreadingHTTPServer):
     """At most ``max_connections`` served at once; more are answered 429 at once."""
 
@@ -387,7 +366,7 @@ def _make_handler(transport: WebhookTransport) -> type[BaseHTTPRequestHandler]:
         def setup(self) -> None:
             super().setup()
             self.rfile.close()  # the plain file: replaced by one reading against a deadline
-            self._raw = _DeadlineSocketIO(self.connection, transport._io_clock)
+            self._raw = DeadlineSocketIO(self.connection, transport._io_clock)
             self.rfile = io.BufferedReader(self._raw)
 
         def handle_one_request(self) -> None:
