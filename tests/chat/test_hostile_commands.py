@@ -82,3 +82,29 @@ def test_yes_without_any_pending_approval_is_still_a_chat_message(bot, scripted)
     scripted.reply("Great, continuing.", match="yes")
     assert say(rt, transport, "alice", "yes") == "delivered"
     assert transport.texts("alice", kind="reply") == ["Great, continuing."]
+
+
+def test_free_turns_charge_nothing_and_log_no_error(sim_clock, scripted, tmp_path):
+    # the ledger refuses a deduction of 0: with credits_per_turn = 0 the bank must not ask for one
+    from loguru import logger
+
+    from corvid_actors.chat import ChatBridge, MemoryTransport
+    from corvid_actors.config import Config
+    from corvid_actors.testing import sim_runtime
+
+    errors: list[str] = []
+    sink = logger.add(lambda m: errors.append(str(m)), level="ERROR")
+    rt = sim_runtime(sim_clock, scripted, config=Config().replace(credits={"credits_per_turn": 0}),
+                     workspace_dir=tmp_path / "ws", with_credits=True)
+    transport = MemoryTransport()
+    bridge = ChatBridge(rt, transport).start()
+    try:
+        scripted.reply("free reply")
+        assert say(rt, transport, "zoe", "hello") == "delivered"
+        assert transport.texts("zoe", kind="reply") == ["free reply"]
+        assert [t["type"] for t in rt.credit_transactions("zoe", 10)] == ["grant"]  # the welcome, no deduction
+    finally:
+        rt.shutdown()
+        bridge.stop()
+        logger.remove(sink)
+    assert errors == []
