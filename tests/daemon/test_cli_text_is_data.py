@@ -107,3 +107,33 @@ def test_argparse_namespace_has_the_text(monkeypatch):
 
     args = build_parser().parse_args(["admin", "send", "abcd", "-"])
     assert isinstance(args, argparse.Namespace) and args.text == "-"
+
+
+class TtyInput(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_foreground_approval_prompt_shows_escapes_not_executes_them(sim_clock, scripted, tmp_path):
+    from corvid_actors.foreground import _ask_approval
+    from corvid_actors.testing import EventRecorder, sim_runtime
+
+    rt = sim_runtime(sim_clock, scripted, workspace_dir=tmp_path / "ws", loop_for_provider={"scripted": "direct"})
+    try:
+        recorder = EventRecorder.attach(rt)
+        agent = rt.store.create_agent("asker", permission_mode="default")
+        # "\r" + text would overwrite the real command on the operator's terminal
+        scripted.tool_call("run_command", {"command": "touch x \r\x1b[2Kls"}, match="tidy")
+        scripted.reply("ok", match="tidy")
+        s = rt.create_session(agent_id=agent.id)
+        rt.start_process(s.id, "tidy up")
+        rt.settle()
+        [ask] = [r.event for r in recorder.of(s.id, "approval_request")]
+        err = Terminal()
+        _ask_approval(rt, ask, err, TtyInput("n\n"))
+        rt.settle()
+        prompt = err.getvalue()
+        assert "touch x \\x0d\\x1b[2Kls" in prompt and "\r" not in prompt and "\x1b" not in prompt
+        assert rt.list_approvals() == []  # answered: denied
+    finally:
+        rt.shutdown()
