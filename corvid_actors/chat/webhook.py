@@ -39,6 +39,7 @@ TLS-terminating proxy in front of it to expose it.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -85,6 +86,8 @@ DEFAULT_MAX_CONNECTIONS = 64
 #: how often the server loop checks for stop() (bounds how long stop() takes)
 _SERVE_POLL_S = 0.05
 _DIGITS = re.compile(r"[0-9]{1,15}")
+#: how long an early answer waits for the rest of a body it will not use
+_LINGER_S = 1.0
 
 
 class ReplayGuard(Protocol):
@@ -316,6 +319,10 @@ def _valid_id(value: Any) -> bool:
 class _CappedServer(ThreadingHTTPServer):
     """At most ``max_connections`` served at once; more are answered 429 at once."""
 
+    # a burst of connections must reach accept() to be answered (429 or served), not wait
+    # in SYN retries behind socketserver's default backlog of 5
+    request_queue_size = 128
+
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
                  max_connections: int) -> None:
         super().__init__(address, handler)
@@ -376,6 +383,7 @@ def _make_handler(transport: WebhookTransport) -> type[BaseHTTPRequestHandler]:
             super().handle_one_request()
 
         def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            length = 0
             try:
                 length = self._content_length()
                 if self.path.split("?", 1)[0] != transport.path:
@@ -384,6 +392,8 @@ def _make_handler(transport: WebhookTransport) -> type[BaseHTTPRequestHandler]:
                 body = self._read_body(length)
             except _RequestError as exc:
                 self._answer(exc.status, {"error": exc.message}, close=True)
+                if exc.status in (401, 404):
+                    self._linger(length)
                 return
             status, payload = transport._incoming(body, self.headers.get(SIGNATURE_HEADER))
             self._answer(status, payload)
@@ -410,6 +420,18 @@ def _make_handler(transport: WebhookTransport) -> type[BaseHTTPRequestHandler]:
             if len(body) != length:
                 raise _RequestError(400, "the body ended before Content-Length bytes")
             return body
+
+        def _linger(self, length: int) -> None:
+            """After answering early, swallow the (size-checked) body the client is still
+            sending, briefly: closing with unread data makes the kernel send a reset, and the
+            client could lose the answer. Never more than the checked length or _LINGER_S."""
+            self._raw.deadline = min(self._raw.deadline or 0.0, transport._io_clock.monotonic() + _LINGER_S)
+            with contextlib.suppress(OSError, ValueError):
+                while length > 0:
+                    chunk = self.rfile.read1(min(length, 65536))
+                    if not chunk:
+                        return
+                    length -= len(chunk)
 
         def do_GET(self) -> None:  # noqa: N802
             if self.path == "/healthz":

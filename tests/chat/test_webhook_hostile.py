@@ -327,3 +327,14 @@ def test_the_readme_signing_example_is_accepted(served):
     assert namespace["post_signed"](transport.url, "s3cret", {"channel": "room-1", "participant": "alice",
                                                             "text": "hi", "id": "m-1"}) == 202
     assert [m.text for m in recorder.messages] == ["hi"]
+
+
+def test_an_early_refusal_of_a_sent_body_still_reaches_the_client(served):
+    # refused before the body is read; the body is swallowed (bounded) so the answer is not
+    # lost to a connection reset
+    transport, recorder = served()
+    body = json.dumps({**MESSAGE, "text": "x" * 60_000}).encode()
+    for _ in range(20):
+        assert post(transport.url, body, None)[0] == 401
+        assert post(transport.url, body, sign(SECRET, body, now_s() - 3600))[0] == 401
+    assert recorder.messages == []
