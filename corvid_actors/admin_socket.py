@@ -300,10 +300,12 @@ class AdminSocketServer:
         except TimeoutError:
             authed = state.authenticated
             with contextlib.suppress(OSError):
-                self._send(conn, encode(error_reply(None, TIMEOUT, (
+                # best effort, never waiting: the timeout may have been a write to a peer
+                # that stopped reading
+                conn.send(encode(error_reply(None, TIMEOUT, (
                     f"idle for {self.settings.idle_timeout_s:g} s: connection closed" if authed else
                     f"no valid first request within {self.settings.auth_timeout_s:g} s of connecting: "
-                    "connection closed"))))
+                    "connection closed"))), socket.MSG_DONTWAIT)
         except OSError:
             pass  # the client went away mid-reply: nothing to tell anyone
         except Exception:  # noqa: BLE001 - one bad connection must never take the daemon down
