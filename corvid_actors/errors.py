@@ -29,3 +29,8 @@ class SettleTimeout(CorvidError):
 
 class InvalidContentError(CorvidError, ValueError):
     """A message's content is neither a string nor valid content blocks (text, image)."""
+
+
+class CreditAmountError(CorvidError, ValueError):
+    """A credit amount is not a positive whole number within the ledger's bounds, or would
+    push a balance past its cap. A ValueError too, so callers that catch that keep working."""
