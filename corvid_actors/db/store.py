@@ -94,6 +94,9 @@ class Store:
         # not wait for a group commit that needs the lock they hold.
         self._local = threading.local()
         self.group_commit = group_commit
+        #: update_session's statement per set of columns: (sql, the fields in parameter order)
+        self._update_shapes: dict[Any, tuple[str, tuple[Any, ...]]] = {}
+        self._sql_cache: dict[Any, str] = {}  # see _sql
         self._message_commits: GroupCommitter[tuple[MessageRow, ...], list[int]] = GroupCommitter(
             self._commit_message_groups, max_batch=max_message_batch)
         self.db = open_database(url, busy_timeout_ms=busy_timeout_ms)
@@ -149,6 +152,16 @@ class Store:
         # another connection committed in between.
         return self.db.atomic("IMMEDIATE") if self.is_sqlite else self.db.atomic()
 
+    def _sql(self, key: Any, build: Any) -> str:
+        """The SQL of a query shape, generated once: ``build()`` returns the peewee query
+        (with any placeholder values), and callers pass the real values as parameters in
+        the same order. Starting a session reads about ten rows; generating their SQL was
+        most of that cost (profile of 1,000 session starts), executing it a small part."""
+        sql = self._sql_cache.get(key)
+        if sql is None:
+            sql = self._sql_cache[key] = build().sql()[0]
+        return sql
+
     def close(self) -> None:
         with self._lock:
             if not self.db.is_closed():
@@ -165,8 +178,11 @@ class Store:
             )
 
     def get_project(self, project_id: str) -> Any | None:
+        P = self.m.Project
+        sql = self._sql("project_by_id", lambda: P.select().where(P.id == ""))
         with self._lock:
-            return self.m.Project.get_or_none(self.m.Project.id == project_id)
+            rows = list(P.raw(sql, project_id))
+        return rows[0] if rows else None
 
     def create_agent(self, name: str, **fields: Any) -> Any:
         if "tool_permissions" in fields and fields["tool_permissions"] is not None:
@@ -175,8 +191,11 @@ class Store:
             return self.m.Agent.create(name=name, **fields)
 
     def get_agent(self, agent_id: str) -> Any | None:
+        A = self.m.Agent
+        sql = self._sql("agent_by_id", lambda: A.select().where(A.id == ""))
         with self._lock:
-            return self.m.Agent.get_or_none(self.m.Agent.id == agent_id)
+            rows = list(A.raw(sql, agent_id))
+        return rows[0] if rows else None
 
     def find_agent(self, id_or_name: str) -> Any | None:
         """By id, else by case-insensitive name."""
@@ -249,9 +268,29 @@ class Store:
         return row
 
     def update_session(self, session_id: str, **fields: Any) -> int:
-        fields.setdefault("updated_at", self.m.Session.updated_at.default())
+        S = self.m.Session
+        fields.setdefault("updated_at", S.updated_at.default())
+        if any(isinstance(value, pw.Node) for value in fields.values()):
+            with self.transaction():
+                return S.update(**fields).where(S.id == session_id).execute()
+        # Plain values: the statement's SQL is generated once per set of columns, and the
+        # values converted as peewee converts them (each field's db_value), in the order
+        # peewee wrote the columns.
+        key = ("update_session", frozenset(fields))
+        shape = self._update_shapes.get(key)
+        if shape is None:
+            sql, params = S.update(**fields).where(S.id == session_id).sql()
+            by_column = {S._meta.combined[name].column_name: S._meta.combined[name] for name in fields}
+            columns = re.findall(r'"(\w+)" = ' + re.escape(self.db.param), sql.split(" WHERE ")[0])
+            if sorted(columns) != sorted(by_column) or len(params) != len(columns) + 1:  # pragma: no cover
+                with self.transaction():
+                    return S.update(**fields).where(S.id == session_id).execute()
+            shape = self._update_shapes[key] = (sql, tuple(by_column[c] for c in columns))
+        sql, ordered = shape
+        values = {S._meta.combined[name].column_name: value for name, value in fields.items()}
+        args = [field.db_value(values[field.column_name]) for field in ordered]
         with self.transaction():
-            return self.m.Session.update(**fields).where(self.m.Session.id == session_id).execute()
+            return self.db.execute_sql(sql, (*args, session_id)).rowcount
 
     def add_session_usage(self, session_id: str, *, cost_usd: float = 0.0, turns: int = 0,
                           answered: bool = False) -> None:
@@ -416,22 +455,23 @@ class Store:
                         ) -> list[tuple[str, str]]:
         """The last ``limit`` messages with these roles, oldest first, as (role, content)."""
         M = self.m.SessionMessage
+        roles = tuple(roles)
+        sql = self._sql(("recent_messages", len(roles)), lambda: (
+            M.select(M.role, M.content).where((M.session == "") & (M.role.in_(list(roles))))
+            .order_by(M.id.desc()).limit(1)))
         with self._lock:
-            rows = list(
-                M.select(M.role, M.content)
-                .where((M.session == session_id) & (M.role.in_(list(roles))))
-                .order_by(M.id.desc())
-                .limit(limit)
-            )
-        return [(r.role, r.content) for r in reversed(rows)]
+            rows = self.db.execute_sql(sql, (session_id, *roles, limit)).fetchall()
+        return [(role, content) for role, content in reversed(rows)]
 
     def last_message_role(self, session_id: str, roles: Sequence[str] = ("user", "assistant")) -> str | None:
         """The role of the session's newest message among ``roles`` (None: there is none)."""
         M = self.m.SessionMessage
+        roles = tuple(roles)
+        sql = self._sql(("last_message_role", len(roles)), lambda: (
+            M.select(M.role).where((M.session == "") & (M.role.in_(list(roles)))).order_by(M.id.desc()).limit(1)))
         with self._lock:
-            row = (M.select(M.role).where((M.session == session_id) & (M.role.in_(list(roles))))
-                   .order_by(M.id.desc()).first())
-        return row.role if row is not None else None
+            row = self.db.execute_sql(sql, (session_id, *roles, 1)).fetchone()
+        return row[0] if row is not None else None
 
     def delete_messages(self, session_id: str) -> int:
         """Delete every message of the session; returns how many."""
@@ -463,31 +503,29 @@ class Store:
 
     def session_context(self, session_id: str) -> SessionContext:
         """Session, agent, project, persona/skill prompts and resolved tool permissions."""
+        m = self.m
+        personas_sql = self._sql("agent_personas", lambda: (
+            m.Persona.select().join(m.AgentPersona).where(m.AgentPersona.agent == "")
+            .order_by(m.AgentPersona.sort_order)))
+        agent_bundles_sql = self._sql("agent_bundles", lambda: (
+            m.SkillBundle.select().join(m.AgentSkill).where(m.AgentSkill.agent == "")
+            .order_by(m.AgentSkill.sort_order)))
+        project_bundles_sql = self._sql("project_bundles", lambda: (
+            m.SkillBundle.select().join(m.ProjectSkill).where(m.ProjectSkill.project == "")
+            .order_by(m.ProjectSkill.sort_order)))
         with self._lock:
             session = self.require_session(session_id)
-            agent = self.m.Agent.get_or_none(self.m.Agent.id == session.agent_id) if session.agent_id else None
-            project = (
-                self.m.Project.get_or_none(self.m.Project.id == session.project_id)
-                if session.project_id else None
-            )
+            agent = self.get_agent(session.agent_id) if session.agent_id else None
+            project = self.get_project(session.project_id) if session.project_id else None
             persona_prompt = ""
             agent_bundles: list[Any] = []
             if agent is not None:
-                personas = list(
-                    self.m.Persona.select().join(self.m.AgentPersona)
-                    .where(self.m.AgentPersona.agent == agent.id).order_by(self.m.AgentPersona.sort_order)
-                )
+                personas = list(m.Persona.raw(personas_sql, agent.id))
                 persona_prompt = compose_persona_prompt(personas) if personas else ""
-                agent_bundles = list(
-                    self.m.SkillBundle.select().join(self.m.AgentSkill)
-                    .where(self.m.AgentSkill.agent == agent.id).order_by(self.m.AgentSkill.sort_order)
-                )
+                agent_bundles = list(m.SkillBundle.raw(agent_bundles_sql, agent.id))
             project_bundles: list[Any] = []
             if project is not None:
-                project_bundles = list(
-                    self.m.SkillBundle.select().join(self.m.ProjectSkill)
-                    .where(self.m.ProjectSkill.project == project.id).order_by(self.m.ProjectSkill.sort_order)
-                )
+                project_bundles = list(m.SkillBundle.raw(project_bundles_sql, project.id))
         skill_prompt = "\n\n".join(
             b.prompt_additions for b in [*agent_bundles, *project_bundles] if b.prompt_additions
         )
