@@ -499,6 +499,19 @@ class Store:
         with self._lock:
             return M.select().where(M.session == session_id).count()
 
+    def mcp_server_configs(self, agent_id: str | None) -> list[Any]:
+        """The stored MCP server configs a session of ``agent_id`` sees: the global ones
+        (no agent) and the agent's own. Read at every session start (precompiled)."""
+        C = self.m.McpServerConfig
+        if agent_id is None:
+            sql = self._sql("mcp_global", lambda: C.select().where(C.agent.is_null()))
+            params: tuple[Any, ...] = ()
+        else:
+            sql = self._sql("mcp_for_agent", lambda: C.select().where(C.agent.is_null() | (C.agent == "")))
+            params = (agent_id,)
+        with self._lock:
+            return list(C.raw(sql, *params))
+
     # --- session context ------------------------------------------------------------------
 
     def session_context(self, session_id: str) -> SessionContext:
