@@ -5,7 +5,8 @@ Start-up is what a daemon restart does: N sessions left ``running`` by a dead pr
 ``resume_pending_sessions()`` brings every one back (ready, no model call: none was
 mid-turn). Timed from constructing the runtime until every session runs and the runtime
 is idle. Shutdown is ``Runtime.shutdown()`` with the N sessions live, until every actor
-stopped; afterwards every row must be marked for resume.
+stopped; afterwards every row must be marked for resume. Also per level: the Timers
+actor's cost of one session's cleanup (``CancelTimers``) with 3 timers per session pending.
 
 Side by side: "after" is this tree; "before" is a git ref (default ``main``) checked out
 into a temporary directory (``git archive``) and run with THIS bench code, each level in
@@ -73,6 +74,37 @@ def prepare(url: str, workdir: Path, n: int) -> list[str]:
         store.close()
 
 
+def timers_cleanup_cost(owners: int = 10000, kinds: int = 3, cleanups: int = 2000) -> dict[str, Any]:
+    """The Timers actor with ``owners × kinds`` pending timers (as many sessions' restart,
+    stable and slot-wait timers): the cost of one session's cleanup (``CancelTimers``),
+    told ``cleanups`` times and timed to the last one's completion."""
+    from corvid_actors.actors.base import ActivityTracker
+    from corvid_actors.actors.timers import CancelTimers, ScheduleTimer, Timers, TimerStats
+    from corvid_actors.clock import RealClock
+
+    cleanups = min(cleanups, owners)
+    clock = RealClock()
+    tracker = ActivityTracker()
+    clock.attach(tracker, lambda: tracker.wait_idle(60))
+    clock.start()
+    timers = Timers.start(tracker, clock)
+    try:
+        for i in range(owners):
+            for k in range(kinds):
+                timers.tell(ScheduleTimer((f"s{i}", f"kind{k}"), 3600.0, timers, None))
+        pending = timers.ask(TimerStats())["timers"]
+        t0 = now()
+        for i in range(cleanups):
+            timers.tell(CancelTimers(f"s{i}"))
+        left = timers.ask(TimerStats())["timers"]
+        elapsed = now() - t0
+    finally:
+        timers.stop()
+        clock.stop()
+    return {"timers": pending, "cleanups": cleanups, "left": left,
+            "cleanup_us": round(elapsed / cleanups * 1e6, 1)}
+
+
 def measure_level(n: int) -> dict[str, Any]:
     quiet_logs()
     import corvid_actors
@@ -114,7 +146,9 @@ def measure_level(n: int) -> dict[str, Any]:
         "startup_resume_calls_s": round(t2 - t1, 2), "startup_ms_per_session": round((t3 - t0) / n * 1e3, 2),
         "shutdown_s": round(t5 - t4, 2), "shutdown_ms_per_session": round((t5 - t4) / n * 1e3, 3),
         "marked_after_shutdown": marked, "stopped_after_shutdown": stopped,
-        "complete": live == n and marked == n and stopped == n, "load_after": loadavg(),
+        "complete": live == n and marked == n and stopped == n,
+        # one session's timer cleanup among 3 timers per live session
+        "timers_cleanup": timers_cleanup_cost(owners=n), "load_after": loadavg(),
     })
     return out
 
