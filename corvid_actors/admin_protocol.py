@@ -64,17 +64,29 @@ def _positive(kind: str, required: bool = True) -> Arg:
 
 
 _SESSION = _text(required=True)
+#: session statuses ``sessions --status`` accepts (the store's, ``db.models.SESSION_STATUSES``)
+SESSION_STATUSES = ("idle", "loading", "running", "paused", "stopped", "error")
+#: what ``start --create`` may set on a new agent
+AGENT_PROVIDERS = ("ollama", "anthropic")
+PERMISSION_MODES = ("default", "plan", "auto-edit", "full-auto")
 
 #: every command the socket accepts, with its arguments
 COMMANDS: Mapping[str, Mapping[str, Arg]] = {
     "health": {},
     "stats": {},
     "agents": {},
-    "sessions": {"status": _text(), "limit": _positive("int", required=False)},
+    "sessions": {"status": Arg("str", False, lambda v: v in SESSION_STATUSES,
+                               f"must be one of {', '.join(SESSION_STATUSES)}"),
+                 "limit": _positive("int", required=False)},
     "session": {"session": _SESSION, "events": _positive("int", required=False),
                 "messages": _positive("int", required=False)},
     "start": {"agent": _text(required=True), "prompt": _text(required=True), "source": _text(),
-              "name": Arg("str"), "participant": Arg("str")},
+              "name": Arg("str"), "participant": Arg("str"), "create": Arg("bool"),
+              "provider": Arg("str", False, lambda v: v in AGENT_PROVIDERS,
+                          f"must be one of {', '.join(AGENT_PROVIDERS)}"),
+              "model": _text(),
+              "permission_mode": Arg("str", False, lambda v: v in PERMISSION_MODES,
+                                     f"must be one of {', '.join(PERMISSION_MODES)}")},
     "send": {"session": _SESSION, "text": _text(required=True)},
     "stop": {"session": _SESSION},
     "resume": {"session": _SESSION},

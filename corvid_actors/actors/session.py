@@ -504,7 +504,7 @@ class SessionActor(TrackedActor):
         approval_id = f"{self.sid.replace('-', '')[:6]}{self.gen:x}{self._approval_seq:03x}"
         self.w.lifeline.publish(ApprovalRequestEvent(
             id=approval_id, session_id=self.sid, tool_name=call.name, description=description,
-            created_at=self._clock.now().isoformat(), timeout_s=self.w.approval_timeout_s, kind=kind,
+            created_at=iso_after(self._clock, 0), timeout_s=self.w.approval_timeout_s, kind=kind,
         ))
         tell(self.w.approvals, RequestApproval(
             approval_id=approval_id, session_id=self.sid, call_id=call.id, tool_name=call.name,

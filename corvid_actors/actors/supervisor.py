@@ -400,7 +400,7 @@ class SessionSupervisor(TrackedActor):
         meta.source = session.source
         meta.turns_since_reset = 0
         meta.restart_pending = False
-        meta.started_at_iso = self.clock.now().isoformat()
+        meta.started_at_iso = iso_after(self.clock, 0)
         self.store.update_session(sid, pid=pid, status="running", restart_pending=False)
         tell(self.timers, CancelTimer((sid, "restart")))
         tell(self.timers, ScheduleTimer((sid, "stable"), self.sup.stable_period_s, self.actor_ref,

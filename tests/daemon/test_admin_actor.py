@@ -40,6 +40,8 @@ def admin_rt(sim_clock, scripted, tmp_path):
 
 
 def command(admin, name, **args):
+    if name == "start":
+        args.setdefault("create", True)  # most tests name a new agent
     return admin.ask(AdminCommand(name, args))
 
 
@@ -66,6 +68,30 @@ def test_start_then_list_and_show_a_session(admin_rt, scripted):
         "session_started", "result"]
     assert command(admin, "sessions", status="stopped") == []
     assert command(admin, "start", agent="HELPER", prompt="again")["created_agent"] is False
+
+
+def test_start_with_an_unknown_agent_is_an_error_listing_the_agents(admin_rt):
+    rt, admin = admin_rt
+    rt.store.create_agent("helper")
+    rt.store.create_agent("coder")
+    error = failure(admin, "start", agent="helpr", prompt="hi", create=False)
+    assert error.code == "not_found"
+    assert "no agent 'helpr'" in error.message and "coder, helper" in error.message and "--create" in error.message
+    assert [a.name for a in rt.store.list_agents()] == ["coder", "helper"]  # nothing created
+    assert rt.store.list_sessions() == []
+
+
+def test_start_create_makes_the_agent_with_its_settings_and_refuses_different_ones(admin_rt):
+    rt, admin = admin_rt
+    started = command(admin, "start", agent="writer", prompt="hi", create=True, model="qwen3:8b",
+                      permission_mode="auto-edit")
+    assert started["created_agent"] is True
+    agent = rt.store.find_agent("writer")
+    assert (agent.model, agent.permission_mode) == ("qwen3:8b", "auto-edit")
+    assert command(admin, "start", agent="writer", prompt="again", create=True)["created_agent"] is False
+    error = failure(admin, "start", agent="writer", prompt="x", create=True, model="llama3.1:8b")
+    assert error.code == "conflict" and "model is 'qwen3:8b', not 'llama3.1:8b'" in error.message
+    assert rt.store.find_agent("writer").model == "qwen3:8b"  # unchanged
 
 
 def test_send_is_persisted_and_resumes_an_ended_session_with_history(admin_rt, scripted):
@@ -162,7 +188,7 @@ def test_shutdown_asks_the_daemon_and_then_new_work_is_refused(sim_clock, script
     asked: list[str] = []
     rt, admin = make(sim_clock, scripted, tmp_path, shutdown=asked.append)
     try:
-        assert command(admin, "shutdown", reason="maintenance") == {"shutting_down": True}
+        assert command(admin, "shutdown", reason="maintenance") == {"shutting_down": True, "pid": 1}
         assert asked == ["maintenance"]
         assert failure(admin, "start", agent="a", prompt="late").code == "shutting_down"
         assert command(admin, "sessions") == []  # reading still works
