@@ -288,3 +288,18 @@ def test_a_plain_install_runs_the_daemon_on_the_stub(tmp_path):
             pass
     demo = subprocess.run([*plain, "demo"], env=env(), capture_output=True, text=True, timeout=CLI_S)
     one_line_error(demo, "needs the test extras", "pip install 'corvid-actors[test]'")
+
+
+# --- the example chat bot ------------------------------------------------------------------------
+
+
+def test_the_example_chat_bot_removes_its_temporary_directory_unless_kept(tmp_path):
+    temp = private_dir(tmp_path / "tmp")
+    example = [sys.executable, str(ROOT / "examples" / "chat_bot.py")]
+    no_ollama = {k: v for k, v in env(TMPDIR=str(temp)).items() if k != "OLLAMA_HOST"}  # its own stub
+    bounded = {"env": no_ollama, "capture_output": True, "text": True, "timeout": CLI_S}
+    quit_at_once = subprocess.run(example, input="", **bounded)
+    assert quit_at_once.returncode == 0, quit_at_once.stderr
+    assert "removed at exit" in quit_at_once.stdout and list(temp.iterdir()) == []
+    kept = subprocess.run([*example, "--keep"], input="", **bounded)
+    assert kept.returncode == 0 and [p.name.startswith("corvid-chat-") for p in temp.iterdir()] == [True]
