@@ -227,7 +227,7 @@ def _admin(args: argparse.Namespace, out: TextIO | None = None) -> int:
             out.write(f"{result['participant']}: {result['balance']} credits\n")
             if result.get("transactions"):
                 render_table(["WHEN", "TYPE", "AMOUNT", "BALANCE", "REFERENCE"],
-                             [[str(t.get("created_at", ""))[:19], t.get("type"), t.get("amount"),
+                             [[_when(t.get("created_at")), t.get("type"), t.get("amount"),
                                t.get("balance_after"), t.get("reference")] for t in result["transactions"]], out)
         case "health" | "stats":
             show_mapping(result, out)

@@ -62,7 +62,8 @@ class PidLock:
     def check(self) -> None:
         """Raise :class:`DaemonError` now when another daemon holds the lock (before a
         ``serve --detach`` forks: the child's failure would land in that daemon's log)."""
-        fcntl.flock(fd := self._open_locked(), fcntl.LOCK_UN)
+        fd = self._open_locked()
+        fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 
     def __enter__(self) -> PidLock:

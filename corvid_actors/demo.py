@@ -36,7 +36,7 @@ def describe(event: Event) -> str:
         case "session_restarting":
             return f"restart #{event.attempt} scheduled in {event.delay_s:g}s"  # type: ignore[attr-defined]
         case "session_paused":
-            return f"paused until {event.resume_at[11:19]} (attempt {event.attempt})"  # type: ignore[attr-defined]
+            return f"paused until {event.resume_at[11:19]}Z (attempt {event.attempt})"  # type: ignore[attr-defined]
         case "session_resumed":
             return "resumed " + ("automatically" if event.automatic else "by hand")  # type: ignore[attr-defined]
         case "session_stopped":

@@ -124,10 +124,30 @@ def test_extend_needs_a_running_session_and_is_capped(admin_rt):
     rt, admin = admin_rt
     sid = command(admin, "start", agent="a", prompt="go")["session"]
     rt.settle()
-    assert command(admin, "extend", session=sid, minutes=10)["timeout_s"] == 2400.0
-    assert command(admin, "extend", session=sid, minutes=10_000)["timeout_s"] == 4 * 1800.0
+    extended = command(admin, "extend", session=sid, minutes=10)
+    assert (extended["timeout_s"], extended["capped"]) == (2400.0, False)
+    capped = command(admin, "extend", session=sid, minutes=10_000)
+    assert (capped["timeout_s"], capped["capped"], capped["requested_s"]) == (4 * 1800.0, True, 600_000.0)
     command(admin, "stop", session=sid)
     assert failure(admin, "extend", session=sid, minutes=1).code == "conflict"
+
+
+def test_a_queued_approval_has_no_timeout(sim_clock, scripted, tmp_path):
+    rt, admin = make(sim_clock, scripted, tmp_path, direct=True)
+    try:
+        (tmp_path / "ws").mkdir(exist_ok=True)
+        command(admin, "mode", mode="queued")
+        scripted.tool_call("list_files", {"path": "."})
+        scripted.reply("Done.")
+        command(admin, "start", agent="careful", prompt="list files")
+        rt.settle()
+        [pending] = command(admin, "approvals")
+        assert pending["timeout_s"] is None  # it waits for a human: no countdown to show
+        rt.clock.advance(600)  # far past the normal 55 s / 120 s approval timeouts
+        assert command(admin, "approvals") == [pending]  # and it did not expire
+    finally:
+        admin.stop()
+        rt.shutdown()
 
 
 def test_unknown_and_ambiguous_session_ids(admin_rt):
@@ -150,6 +170,7 @@ def test_approvals_are_listed_and_resolved(sim_clock, scripted, tmp_path):
         rt.settle()
         [pending] = command(admin, "approvals")
         assert (pending["session_id"], pending["tool_name"]) == (sid, "list_files")
+        assert pending["timeout_s"] > 0 and pending["created_at"].endswith("Z")  # normal mode: it expires
         assert command(admin, "sessions")[0]["pending_approvals"] == 1
         assert command(admin, "approvals", session=sid) == [pending]
         resolved = command(admin, "approve", approval=pending["id"], session_wide=True)
