@@ -174,7 +174,7 @@ def _one_liner(cmd: str, result: Any) -> str:
             return f"{result['session'][:8]}: {result['how'].replace('_', ' ')}"
         case "extend":
             capped = " (capped: at most 4x the session timeout)" if result.get("capped") else ""
-            return f"{result['session'][:8]}: timeout now {_duration(result['timeout_s'])}{capped}"
+            return f"{result['session'][:8]}: stops in {_duration(result['timeout_s'])} unless active again{capped}"
         case "approve" | "deny":
             return f"{result['id']}: {result['behavior']} ({result['tool_name']} in {result['session_id'][:8]})"
         case "mode":
@@ -362,7 +362,8 @@ def _admin_commands() -> list[tuple[str, str, str, Callable[[argparse.ArgumentPa
 
     def extend(p: argparse.ArgumentParser) -> None:
         session(p)
-        p.add_argument("minutes", type=float, help="minutes to add (capped at 4x the default timeout)")
+        p.add_argument("minutes", type=float, help="stop after this many minutes from now unless the session is active again "
+                                                "(capped at 4x the default timeout)")
 
     def approvals(p: argparse.ArgumentParser) -> None:
         p.add_argument("--session", help="only this session's requests")

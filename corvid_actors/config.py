@@ -63,6 +63,8 @@ class SupervisorConfig:
     council_model: str = ""
     sdk_pid_base: int = field(default=900000, metadata=POSITIVE)
     direct_pid_base: int = field(default=800000, metadata=POSITIVE)
+    auto_resume_check_interval_s: float = field(default=60.0, metadata=POSITIVE)
+    idle_exit_loops: tuple[str, ...] = ("direct",)
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,8 @@ class DirectLoopConfig:
     trim_usage_threshold: float = field(default=0.70, metadata=FRACTION)
     tool_result_share: float = field(default=0.30, metadata=FRACTION)
     tool_result_min_chars: int = field(default=1000, metadata=AT_LEAST_ONE)
+    #: the model's tier sets the iteration and nudge caps (false: the three above hold)
+    use_tier_caps: bool = True
 
 
 @dataclass(frozen=True)

@@ -29,3 +29,7 @@ class ConflictError(CorvidError):
 
 class SettleTimeout(CorvidError):
     """``Runtime.settle(timeout_s=…)`` gave up: some actor or worker is still busy."""
+
+
+class InvalidContentError(CorvidError, ValueError):
+    """A message's content is neither a string nor valid content blocks (text, image)."""

@@ -37,27 +37,25 @@ def restart_count_after_uptime(cfg: SupervisorConfig, restarts_so_far: int, upti
     return 0 if uptime_s >= cfg.stable_period_s else restarts_so_far
 
 
-@dataclass(frozen=True)
-class ResumeDecision:
-    """Probe again after ``delay_s`` (attempt number ``attempt``), or give up (exhausted)."""
-
-    exhausted: bool
-    delay_s: float = 0.0
-    attempt: int = 0
-
-
-def auto_resume_delay(cfg: SupervisorConfig, attempts_so_far: int) -> ResumeDecision:
-    """Outage auto-resume (seed invariant 9): 5 min × 3^n capped at 60 min, at most 10."""
-    if attempts_so_far >= cfg.auto_resume_max_attempts:
-        return ResumeDecision(exhausted=True, attempt=attempts_so_far)
-    delay = min(cfg.auto_resume_base_s * cfg.auto_resume_multiplier**attempts_so_far, cfg.auto_resume_cap_s)
-    return ResumeDecision(exhausted=False, delay_s=delay, attempt=attempts_so_far + 1)
+def auto_resume_delay(cfg: SupervisorConfig, resumes_so_far: int) -> float:
+    """Outage auto-resume (seed invariant 9): the wait from a pause to its due check,
+    5 min × 3^n capped at 60 min, where n counts the resumes already made (probes that
+    failed do not count: a failed probe is retried ``auto_resume_check_interval_s`` later)."""
+    return float(min(cfg.auto_resume_base_s * cfg.auto_resume_multiplier**max(resumes_so_far, 0),
+                     cfg.auto_resume_cap_s))
 
 
-def extended_timeout(cfg: SupervisorConfig, current_s: float, additional_s: float) -> float:
-    """``extend_timeout``: add ``additional_s``, capped at ``timeout_extension_cap_factor`` × default."""
+def auto_resume_exhausted(cfg: SupervisorConfig, resumes_so_far: int) -> bool:
+    """At a due check: True when ``auto_resume_max_attempts`` resumes were made already
+    (the session is given up instead of probed)."""
+    return resumes_so_far >= cfg.auto_resume_max_attempts
+
+
+def extended_timeout(cfg: SupervisorConfig, requested_s: float) -> float:
+    """``extend_timeout``: the new inactivity deadline is ``now + this``; it *replaces* the
+    pending one (not added to it) and is capped at ``timeout_extension_cap_factor`` × default."""
     cap = cfg.session_timeout_s * cfg.timeout_extension_cap_factor
-    return min(max(current_s, 0.0) + max(additional_s, 0.0), cap)
+    return min(max(requested_s, 0.0), cap)
 
 
 def needs_context_reset(turns: int, max_turns: int) -> bool:

@@ -21,7 +21,7 @@ from corvid_actors.errors import ConfigError
 from corvid_actors.loop.conversation import ConversationLoop
 from corvid_actors.loop.effects import Loop
 from corvid_actors.loop.prompts import compose_system_prompt
-from corvid_actors.providers.base import Provider
+from corvid_actors.providers.base import BEFORE_START_HOOK, Provider
 from corvid_actors.tools.base import PermissionCheck, ToolContext, ToolRegistry
 
 #: roles that deliberate and get no tools (direct-process seed invariant 10)
@@ -78,6 +78,9 @@ class BuiltSession:
     resources: tuple[Callable[[], None], ...] = ()
     #: events published right after ``session_started`` (e.g. an MCP server that failed)
     notices: tuple[Any, ...] = ()
+    #: the loop's name in the builder's loop table ("direct", "sdk", "conversation", …);
+    #: the idle exit applies to the loops named in ``supervisor.idle_exit_loops``
+    loop_kind: str = ""
 
 
 def conversation_loop(spec: LoopSpec) -> Loop:
@@ -93,6 +96,7 @@ def direct_loop(spec: LoopSpec) -> Loop:
         max_repeats=d.max_repeats, max_same_tool=d.max_same_tool, max_nudges=d.max_nudges,
         max_mid_chain_nudges=d.max_mid_chain_nudges, trim_usage_threshold=d.trim_usage_threshold,
         tool_result_share=d.tool_result_share, tool_result_min_chars=d.tool_result_min_chars,
+        use_tier_caps=d.use_tier_caps,
     )
     from corvid_actors.loop.rules import rules_for
 
@@ -240,6 +244,9 @@ class SessionBuilder:
         notices: list[Any] = []
         provider_name = self.route(agent)
         provider = self.provider(provider_name)
+        before_start = getattr(provider, BEFORE_START_HOOK, None)
+        if before_start is not None:
+            before_start(session.id)  # raising fails the start (spawn_error)
         model = self.model_for(provider_name, agent, session.council_role)
         loop_kind = self.loop_for_provider.get(provider_name, "conversation")
         if loop_kind not in self.loops:
@@ -296,7 +303,7 @@ class SessionBuilder:
             provider_name=provider_name, provider=provider, model=model, loop=loop, tools=tools,
             tool_context=tool_context, pid_kind="sdk" if provider_name == "anthropic" else "direct",
             uses_slots=provider_name == "ollama", slot_weight=weight, approval_timeout_s=approval_timeout,
-            resources=tuple(resources), notices=tuple(notices),
+            resources=tuple(resources), notices=tuple(notices), loop_kind=loop_kind,
         )
 
     def _with_policies(self, spec: LoopSpec, ctx: SessionContext, mode: str) -> LoopSpec:

@@ -280,12 +280,12 @@ class AdminActor(TrackedActor):
     def _cmd_extend(self, args: Mapping[str, Any]) -> dict[str, Any]:
         sid = self._sid(args)
         requested_s = float(args["minutes"]) * 60
-        before = self._ask(self.w.supervisor, sv.SessionInfo(sid)).get(sid, {}).get("timeout_s")
         if not self._ask(self.w.supervisor, sv.ExtendSessionTimeout(sid, requested_s)):
             raise AdminError(CONFLICT, f"session {sid} is not running")
         after = self._ask(self.w.supervisor, sv.SessionInfo(sid)).get(sid, {}).get("timeout_s")
-        # The supervisor caps a timeout at 4x the default (supervision.extended_timeout).
-        capped = before is not None and after is not None and after < before + requested_s - 1e-6
+        # The new deadline is now + the request, capped at 4x the default timeout
+        # (supervision.extended_timeout): say so when the cap applied.
+        capped = after is not None and after < requested_s - 1e-6
         return {"session": sid, "timeout_s": after, "requested_s": requested_s, "capped": capped}
 
     # --- approvals ---------------------------------------------------------------------------

@@ -52,6 +52,7 @@ from corvid_actors.providers.base import (
     ModelRequest,
     Provider,
     ProviderError,
+    SessionExit,
     StreamCancelled,
     StreamEvent,
     TextDelta,
@@ -95,16 +96,25 @@ class Lifeline:
 
 @dataclass(frozen=True)
 class Begin:
+    """The first message; ``blocks`` when it is multimodal (``prompt`` is its text)."""
+
     prompt: str
+    blocks: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
 class UserInput:
+    """A user message; ``blocks`` when it is multimodal (``text`` is its text parts)."""
+
     text: str
+    blocks: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
 class ExtendTimeout:
+    """Replace the pending inactivity deadline with now + ``timeout_s`` (already capped by
+    the supervisor); the session's next event re-arms the default timeout."""
+
     timeout_s: float
 
 
@@ -201,7 +211,14 @@ class _TimeoutDue:
 @dataclass(frozen=True)
 class _WorkerDone:
     seq: int
-    result: fx.LoopInput
+    result: fx.LoopInput | _ExitRequested
+
+
+@dataclass(frozen=True)
+class _ExitRequested:
+    """A worker's outcome that bypasses the loop: the provider asked to end (SessionExit)."""
+
+    code: int
 
 
 # --- collaborators -----------------------------------------------------------------------
@@ -223,7 +240,9 @@ class SessionWiring:
     tools: ToolRegistry
     tool_context: ToolContext
     timeout_s: float
-    idle_timeout_s: float
+    #: waiting this long for a user message ends the session cleanly (exit 0); None: no
+    #: idle exit, the session waits until the inactivity timeout stops it
+    idle_timeout_s: float | None
     slot_pool: pykka.ActorRef[Any] | None = None
     approvals: pykka.ActorRef[Any] | None = None
     approval_timeout_s: float = 55.0
@@ -241,11 +260,15 @@ class SessionActor(TrackedActor):
         self._loop = wiring.loop
         self._clock = wiring.clock
         self._last_activity = self._clock.monotonic()
+        #: counts activity (events): an extension holds only while no event came after it
+        self._activity_seq = 0
         self._timeout_s = wiring.timeout_s
+        #: (activity_seq when granted, monotonic deadline) of the last extend_timeout
+        self._extension: tuple[int, float] | None = None
         self._worker_seq = 0
         self._worker_cancel: CancelToken | None = None
         self._in_turn = False
-        self._pending_input: deque[str] = deque()
+        self._pending_input: deque[fx.UserMessage] = deque()
         self._turn_seq = 0
         self._slot_request = 0
         self._slot_state = "none"  # none | waiting | held
@@ -274,25 +297,29 @@ class SessionActor(TrackedActor):
                 self._abort()
             return None
         match message:
-            case Begin(prompt):
+            case Begin(prompt, blocks):
                 self._touch()
                 self._turn_started = self._clock.monotonic()
                 self._in_turn = True
-                self._perform(self._loop.start(prompt))
-            case UserInput(text):
+                # a plain string unless multimodal: loops written for strings keep working
+                self._perform(self._loop.start(fx.UserMessage(prompt, blocks) if blocks else prompt))
+            case UserInput(text, blocks):
                 self._touch()
                 if self._in_turn:
-                    self._pending_input.append(text)
+                    self._pending_input.append(fx.UserMessage(text, blocks))
                 else:
                     self._turn_started = self._clock.monotonic()
                     tell(self.w.timers, CancelTimer((self.sid, "idle", self.gen)))
                     self._in_turn = True
-                    self._perform(self._loop.handle(fx.UserMessage(text)))
+                    self._perform(self._loop.handle(fx.UserMessage(text, blocks)))
             case _WorkerDone(seq, result):
                 if seq == self._worker_seq:
                     self._worker_cancel = None
                     self._touch()
-                    self._perform(self._loop.handle(result))
+                    if isinstance(result, _ExitRequested):
+                        self._end(result.code)
+                    else:
+                        self._perform(self._loop.handle(result))
             case SlotAnswer(request_id, granted):
                 if request_id != self._slot_request or self._slot_state != "waiting":
                     if granted:
@@ -322,9 +349,8 @@ class SessionActor(TrackedActor):
             case CheckTimeout():
                 self._check_timeout()
             case ExtendTimeout(timeout_s):
-                self._timeout_s = timeout_s
-                self._touch()
-                self._schedule_timeout(timeout_s)
+                self._extension = (self._activity_seq, self._clock.monotonic() + max(timeout_s, 0.0))
+                self._schedule_timeout(min(timeout_s, self._timeout_s))
             case Abort():
                 self._abort()
         return None
@@ -404,7 +430,9 @@ class SessionActor(TrackedActor):
         if self._pending_input:
             self._turn_started = self._clock.monotonic()
             self._in_turn = True
-            self._perform(self._loop.handle(fx.UserMessage(self._pending_input.popleft())))
+            self._perform(self._loop.handle(self._pending_input.popleft()))
+            return
+        if self.w.idle_timeout_s is None:
             return
         tell(self.w.timers, ScheduleTimer((self.sid, "idle", self.gen), self.w.idle_timeout_s,
                                           self.actor_ref, _IdleDue(self.gen, self._turn_seq)))
@@ -438,19 +466,22 @@ class SessionActor(TrackedActor):
 
     def _start_model_call(self, request: ModelRequest, purpose: str) -> None:
         provider, lifeline, stream_text = self.w.provider, self.w.lifeline, purpose == "turn"
+        request = replace(request, session_id=self.sid, generation=self.gen)
         actor = self
 
         def on_event(event: StreamEvent) -> None:
-            actor._last_activity = actor._clock.monotonic()
+            actor._touch()
             if stream_text and isinstance(event, TextDelta) and event.text:
                 lifeline.publish(ContentBlockDelta(text=event.text))
 
-        def call(cancel: CancelToken) -> fx.LoopInput:
+        def call(cancel: CancelToken) -> fx.LoopInput | _ExitRequested:
             try:
                 response = provider.stream(request, on_event, cancel)
                 return fx.ModelSucceeded(response, request_bytes=_request_size(request))
             except ProviderError as exc:
                 return fx.ModelFailed(exc)
+            except SessionExit as exc:
+                return _ExitRequested(exc.code)
             except StreamCancelled:
                 raise
             except Exception as exc:  # noqa: BLE001 - an unclassified provider bug is fatal, not a hang
@@ -541,18 +572,29 @@ class SessionActor(TrackedActor):
     # --- timeout ------------------------------------------------------------------------
 
     def _touch(self) -> None:
+        """An event: re-arms the default inactivity timeout (ends any extension)."""
         self._last_activity = self._clock.monotonic()
+        self._activity_seq += 1
+
+    def _deadline(self) -> float:
+        extension = self._extension
+        if extension is not None and extension[0] == self._activity_seq:
+            return extension[1]
+        return self._last_activity + self._timeout_s
 
     def _schedule_timeout(self, delay_s: float) -> None:
         tell(self.w.timers, ScheduleTimer((self.sid, "timeout", self.gen), max(delay_s, 0.0),
                                           self.actor_ref, _TimeoutDue(self.gen)))
 
     def _check_timeout(self) -> None:
-        idle_for = self._clock.monotonic() - self._last_activity
-        if idle_for >= self._timeout_s:
+        now = self._clock.monotonic()
+        deadline = self._deadline()
+        if now >= deadline:
             tell(self.w.supervisor, TimedOut(self.sid, self.gen))
         else:
-            self._schedule_timeout(self._timeout_s - idle_for)
+            # An event may re-arm the default before an extension's deadline: check again
+            # no later than one default timeout from now (activity only pushes it later).
+            self._schedule_timeout(min(deadline, now + self._timeout_s) - now)
 
 
 def _request_size(request: ModelRequest) -> int:

@@ -43,6 +43,7 @@ from corvid_actors.actors.session import (
 from corvid_actors.actors.timers import CancelTimer, CancelTimers, ScheduleTimer
 from corvid_actors.clock import Clock, iso_after
 from corvid_actors.config import Config
+from corvid_actors.content import UserContent, content_blocks, image_blocks, text_parts
 from corvid_actors.errors import NotFoundError, RuntimeStoppedError
 from corvid_actors.events import (
     ErrorEvent,
@@ -59,6 +60,7 @@ from corvid_actors.loop.payload_guard import snapshot_dir
 from corvid_actors.loop.prompts import build_resume_prompt
 from corvid_actors.supervision import (
     auto_resume_delay,
+    auto_resume_exhausted,
     extended_timeout,
     needs_context_reset,
     restart_after_crash,
@@ -71,10 +73,11 @@ from corvid_actors.supervision import (
 @dataclass(frozen=True)
 class StartProcess:
     """Start (or restart) a session. Replies with its pseudo-PID, or None when it could
-    not start (an ``error`` event says why). Raises NotFoundError for an unknown session."""
+    not start (an ``error`` event says why). Raises NotFoundError for an unknown session.
+    ``prompt`` may be multimodal content blocks (``corvid_actors.content``)."""
 
     session_id: str
-    prompt: str | None = None
+    prompt: UserContent | None = None
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ class ResumeProcess:
     """Resume with history (warm: just send ``prompt``). Replies with the pid or None."""
 
     session_id: str
-    prompt: str | None = None
+    prompt: UserContent | None = None
 
 
 @dataclass(frozen=True)
@@ -93,10 +96,11 @@ class StopProcess:
 
 @dataclass(frozen=True)
 class SendMessage:
-    """Replies True if a running session accepted the message (persisted first)."""
+    """Replies True if a running session accepted the message (persisted first).
+    ``text`` may be multimodal content blocks (``corvid_actors.content``)."""
 
     session_id: str
-    text: str
+    text: UserContent
 
 
 @dataclass(frozen=True)
@@ -121,14 +125,17 @@ class PausedSessionIds:
 
 @dataclass(frozen=True)
 class ResumeSession:
-    """Manual resume of a paused session; replies False if it is not paused."""
+    """Manual resume of a paused session; replies False if it is not paused, or if its row
+    was deleted while it was paused (the paused record is dropped then)."""
 
     session_id: str
 
 
 @dataclass(frozen=True)
 class ExtendSessionTimeout:
-    """Replies False if the session is not running."""
+    """Replace the running session's pending inactivity deadline with now +
+    min(``additional_s``, 4 × default); its next event re-arms the default timeout.
+    Replies False if the session is not running."""
 
     session_id: str
     additional_s: float
@@ -202,6 +209,8 @@ class _Incarnation:
     pid: int
     started_at: float
     provider_name: str
+    #: the inactivity timeout last set: the default, or what extend_timeout granted (it
+    #: holds until the session's next event, which re-arms the default)
     timeout_s: float
     #: blocking closers of what the incarnation owns (BuiltSession.resources)
     resources: tuple[Any, ...] = ()
@@ -297,7 +306,7 @@ class SessionSupervisor(TrackedActor):
                 inc = self._running.get(sid)
                 if inc is None:
                     return False
-                inc.timeout_s = extended_timeout(self.sup, inc.timeout_s, additional_s)
+                inc.timeout_s = extended_timeout(self.sup, additional_s)
                 tell(inc.ref, ExtendTimeout(inc.timeout_s))
                 return True
             case CleanupSessionState(sid):
@@ -341,7 +350,7 @@ class SessionSupervisor(TrackedActor):
                 now = self.clock.monotonic()
                 for inc in self._running.values():
                     # an incarnation younger than its timeout cannot be overdue: leave it be
-                    if now - inc.started_at >= inc.timeout_s:
+                    if now - inc.started_at >= self._due_after(inc):
                         tell(inc.ref, CheckTimeout())
                 self._ensure_housekeeping()
             case _Prune():
@@ -358,7 +367,7 @@ class SessionSupervisor(TrackedActor):
 
     # --- start / resume / send ------------------------------------------------------------------
 
-    def _start(self, sid: str, prompt: str | None) -> int | None:
+    def _start(self, sid: str, prompt: UserContent | None) -> int | None:
         if sid in self._running:
             self._stop_session(sid, "replaced")
         try:
@@ -369,7 +378,8 @@ class SessionSupervisor(TrackedActor):
         if session.project_id and ctx.project is None:
             self._publish(sid, ErrorEvent(error_type="not_found", message=f"Project {session.project_id} not found"))
             return None
-        text = prompt if prompt is not None else (session.initial_prompt or "")
+        blocks = content_blocks(prompt) if prompt is not None else ()
+        text = text_parts(blocks) if blocks else (prompt if isinstance(prompt, str) else session.initial_prompt or "")
         try:
             built = self.builder.build(ctx)
         except Exception as exc:  # noqa: BLE001 - any build failure is a spawn error, reported
@@ -388,7 +398,8 @@ class SessionSupervisor(TrackedActor):
             session_id=sid, generation=gen, lifeline=lifeline, supervisor=self.actor_ref,
             timers=self.timers, clock=self.clock, store=self.store, provider=built.provider,
             loop=built.loop, tools=built.tools, tool_context=built.tool_context, timeout_s=timeout_s,
-            idle_timeout_s=self.sup.session_idle_timeout_s,
+            idle_timeout_s=(self.sup.session_idle_timeout_s if built.loop_kind in self.sup.idle_exit_loops
+                            else None),
             slot_pool=self.slot_pool if built.uses_slots else None, approvals=self.approvals,
             approval_timeout_s=built.approval_timeout_s, slot_weight=built.slot_weight,
             snapshot_dir=snapshot_dir(self.cfg.store.data_dir, self.cfg.payload_guard.snapshot_dir),
@@ -409,11 +420,11 @@ class SessionSupervisor(TrackedActor):
         self._publish(sid, SystemEvent(subtype="provider_selected", message=f"Provider: {built.provider_name} ({built.model})"))
         for notice in built.notices:
             self._publish(sid, notice)
-        tell(ref, Begin(text))
+        tell(ref, Begin(text, blocks))
         self._ensure_housekeeping()
         return pid
 
-    def _resume(self, sid: str, prompt: str | None) -> int | None:
+    def _resume(self, sid: str, prompt: UserContent | None) -> int | None:
         inc = self._running.get(sid)
         meta = self._meta.get(sid)
         if inc is not None:
@@ -431,16 +442,21 @@ class SessionSupervisor(TrackedActor):
         history = self.store.recent_messages(sid, self.cfg.session.resume_history_messages)
         if prompt:
             self.store.append_message(sid, "user", prompt)
+        blocks = content_blocks(prompt) if prompt else ()
+        new_text = text_parts(blocks) if blocks else str(prompt or "")
         if history:
             text = build_resume_prompt(
-                history, prompt or "", max_messages=self.cfg.session.resume_history_messages,
+                history, new_text, max_messages=self.cfg.session.resume_history_messages,
                 max_chars=self.cfg.session.resume_history_message_chars, interrupted=not prompt,
             )
         else:
-            text = prompt or session.initial_prompt or ""
+            text = new_text or session.initial_prompt or ""
+        if blocks:
+            # the history prompt as the text, the new message's images after it
+            return self._start(sid, ({"type": "text", "text": text}, *image_blocks(blocks)))
         return self._start(sid, text)
 
-    def _send(self, sid: str, text: str) -> bool:
+    def _send(self, sid: str, text: UserContent) -> bool:
         inc = self._running.get(sid)
         if inc is None:
             return False
@@ -453,7 +469,8 @@ class SessionSupervisor(TrackedActor):
         session = self.store.get_session(sid)
         if session is not None:
             self.store.update_session(sid, total_turns=session.total_turns + 1)
-        tell(inc.ref, UserInput(text))
+        blocks = content_blocks(text)
+        tell(inc.ref, UserInput(text_parts(blocks) if blocks else str(text), blocks))
         return True
 
     # --- stop / exit ---------------------------------------------------------------------------
@@ -530,26 +547,32 @@ class SessionSupervisor(TrackedActor):
     # --- outage ----------------------------------------------------------------------------------
 
     def _pause_for_outage(self, sid: str, reason: str) -> None:
+        """Pause (not a restart): due for a resume after 5 min × 3^resumes (capped). The
+        give-up after ``auto_resume_max_attempts`` resumes happens at the due check."""
         self._kill(sid)
         meta = self._meta.setdefault(sid, _Meta())
-        decision = auto_resume_delay(self.sup, meta.outage_attempts)
-        if decision.exhausted:
-            self._exhausted(sid, meta.outage_attempts)
-            return
+        delay_s = auto_resume_delay(self.sup, meta.outage_attempts)
         self.store.update_session(sid, pid=None, status="paused")
         self._seq += 1
-        resume_iso = iso_after(self.clock, decision.delay_s)
-        self._paused[sid] = _Paused(self._seq, resume_iso, decision.attempt, reason)
+        resume_iso = iso_after(self.clock, delay_s)
+        self._paused[sid] = _Paused(self._seq, resume_iso, meta.outage_attempts + 1, reason)
+        logger.bind(session_id=sid, event="api_outage").warning("session paused by an API outage: {}", reason)
         self._publish(sid, ErrorEvent(error_type="api_outage",
-                                      message=f"API outage: {reason}. Auto-resume in {decision.delay_s / 60:g} min"))
-        self._publish(sid, SessionPaused(resume_at=resume_iso, attempt=decision.attempt))
-        tell(self.timers, ScheduleTimer((sid, "resume"), decision.delay_s, self.actor_ref,
-                                        _ResumeDue(sid, self._seq)))
+                                      message=f"Session paused due to API outage — auto-resume in {delay_s / 60:g}min"))
+        self._publish(sid, SessionPaused(resume_at=resume_iso, attempt=meta.outage_attempts + 1))
+        tell(self.timers, ScheduleTimer((sid, "resume"), delay_s, self.actor_ref, _ResumeDue(sid, self._seq)))
         self._ensure_housekeeping()
 
     def _resume_due(self, sid: str, seq: int) -> None:
         paused = self._paused.get(sid)
         if paused is None or paused.seq != seq or self._shutting_down:
+            return
+        if self.store.get_session(sid) is None:
+            self._cleanup(sid)  # deleted while paused: nothing left to resume
+            return
+        meta = self._meta.setdefault(sid, _Meta())
+        if auto_resume_exhausted(self.sup, meta.outage_attempts):
+            self._exhausted(sid, meta.outage_attempts)
             return
         probe = self.builder.health_probe(sid)
         ref = self.actor_ref
@@ -567,33 +590,32 @@ class SessionSupervisor(TrackedActor):
         paused = self._paused.get(sid)
         if paused is None or paused.seq != seq:
             return
-        meta = self._meta.setdefault(sid, _Meta())
-        meta.outage_attempts += 1
         if healthy:
+            meta = self._meta.setdefault(sid, _Meta())
+            meta.outage_attempts += 1  # attempts count resumes, not probes
             del self._paused[sid]
             self._publish(sid, SessionResumed(automatic=True))
             self._resume(sid, None)
             return
-        decision = auto_resume_delay(self.sup, meta.outage_attempts)
-        if decision.exhausted:
-            self._exhausted(sid, meta.outage_attempts)
-            return
+        # Still down: the session stays due and is probed again one check interval later.
+        delay_s = self.sup.auto_resume_check_interval_s
         self._seq += 1
         paused.seq = self._seq
-        paused.attempt = decision.attempt
-        paused.resume_at_iso = iso_after(self.clock, decision.delay_s)
-        tell(self.timers, ScheduleTimer((sid, "resume"), decision.delay_s, self.actor_ref,
-                                        _ResumeDue(sid, self._seq)))
+        paused.resume_at_iso = iso_after(self.clock, delay_s)
+        tell(self.timers, ScheduleTimer((sid, "resume"), delay_s, self.actor_ref, _ResumeDue(sid, self._seq)))
 
     def _exhausted(self, sid: str, attempts: int) -> None:
         self._paused.pop(sid, None)
         self.store.update_session(sid, pid=None, status="error")
         self._publish(sid, ErrorEvent(error_type="auto_resume_exhausted",
-                                      message=f"Auto-resume gave up after {attempts} attempts"))
+                                      message=f"Auto-resume abandoned after {attempts} attempts"))
         self._cleanup(sid)
 
     def _manual_resume(self, sid: str) -> bool:
         if sid not in self._paused:
+            return False
+        if self.store.get_session(sid) is None:
+            self._cleanup(sid)  # the row was deleted while paused: drop the paused record
             return False
         del self._paused[sid]
         tell(self.timers, CancelTimer((sid, "resume")))
@@ -623,16 +645,21 @@ class SessionSupervisor(TrackedActor):
     def _ensure_housekeeping(self) -> None:
         if self._running and not self._fallback_scheduled:
             self._fallback_scheduled = True
-            # The safety net has nothing to do before the first incarnation could be overdue
-            # (timeouts only grow): schedule it for then, and every 60 s from then on.
+            # The safety net has nothing to do before the first incarnation could be overdue:
+            # schedule it for then, and every 60 s from then on.
             now = self.clock.monotonic()
-            earliest_due = min(inc.started_at + inc.timeout_s for inc in self._running.values())
+            earliest_due = min(inc.started_at + self._due_after(inc) for inc in self._running.values())
             delay = max(self.sup.timeout_fallback_check_s, earliest_due - now)
             tell(self.timers, ScheduleTimer(("supervisor", "fallback"), delay, self.actor_ref, _FallbackCheck()))
         if (self._running or self._meta or self._paused) and not self._prune_scheduled:
             self._prune_scheduled = True
             tell(self.timers, ScheduleTimer(("supervisor", "prune"), self.sup.orphan_prune_interval_s,
                                             self.actor_ref, _Prune()))
+
+    def _due_after(self, inc: _Incarnation) -> float:
+        """The least uptime after which ``inc`` may be overdue: an extension may be shorter
+        than the default, and the default is back after the session's next event."""
+        return min(inc.timeout_s, self.sup.session_timeout_s)
 
     def _prune(self) -> None:
         self._prune_scheduled = False

@@ -30,7 +30,14 @@ def _session_message_order_index(models: SimpleNamespace, db: pw.Database) -> No
     )
 
 
-MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index]
+def _session_message_content_blocks(models: SimpleNamespace, db: pw.Database) -> None:
+    # Multimodal user messages keep their blocks (issue 12). A database created by the
+    # baseline of this version has the column already.
+    if "content_blocks" not in {c.name for c in db.get_columns("session_messages")}:
+        db.execute_sql('ALTER TABLE "session_messages" ADD COLUMN "content_blocks" TEXT')
+
+
+MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

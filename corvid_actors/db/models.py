@@ -158,6 +158,9 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         content = pw.TextField()
         cost_usd = pw.FloatField(default=0.0)
         timestamp = pw.DateTimeField(default=_now)
+        #: multimodal content as given (JSON list of text/image blocks); ``content`` then
+        #: holds its text (images as placeholders). NULL for plain-text messages.
+        content_blocks = pw.TextField(null=True)
 
         class Meta:
             table_name = "session_messages"

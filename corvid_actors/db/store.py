@@ -21,12 +21,14 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import peewee as pw
 
+from corvid_actors.content import UserContent, content_blocks, stored_text
 from corvid_actors.db.connect import enable_wal, open_database
 from corvid_actors.db.group_commit import GroupCommitter
 from corvid_actors.db.message_batches import MessageRow, insert_messages
@@ -59,6 +61,24 @@ class SessionContext:
         return resolve_tool_permissions(
             self.agent_tool_base, self.agent_bundle_tools, self.project_bundle_tools, defaults
         )
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """One row of a session's messages (:meth:`Store.messages`); ``timestamp`` is aware UTC."""
+
+    id: int
+    role: str
+    content: str
+    timestamp: datetime
+    cost_usd: float = 0.0
+
+
+def _aware(value: Any) -> datetime:
+    # SQLite hands back naive datetimes (or text); the store writes UTC
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 class Store:
@@ -294,6 +314,17 @@ class Store:
                 query = query.where(S.status.in_(list(statuses)))
             return list(query)
 
+    def delete_session(self, session_id: str) -> bool:
+        """Delete the session row and its messages (one transaction); False if there was none.
+
+        The store does not know what is running: stop the session first
+        (``Runtime.stop_process``), or its next write fails.
+        """
+        S, M = self.m.Session, self.m.SessionMessage
+        with self.transaction():
+            M.delete().where(M.session == session_id).execute()
+            return bool(S.delete().where(S.id == session_id).execute())
+
     def reset_stale_sessions(self) -> list[str]:
         """Sessions left running/loading by a dead runtime → idle, pid NULL, marked for resume."""
         S = self.m.Session
@@ -315,8 +346,16 @@ class Store:
 
     # --- messages -------------------------------------------------------------------------
 
-    def append_message(self, session_id: str, role: str, content: str, *, cost_usd: float = 0.0) -> int:
-        """Persist one message (nested ``<conversation_history>`` blocks stripped); returns its id."""
+    def append_message(self, session_id: str, role: str, content: UserContent, *, cost_usd: float = 0.0) -> int:
+        """Persist one message (nested ``<conversation_history>`` blocks stripped); returns its id.
+
+        ``content`` may be multimodal content blocks (:mod:`corvid_actors.content`): they
+        are kept as given in ``content_blocks`` (read back with :meth:`message_contents`)
+        and ``content`` holds their text, images as placeholders. Raises
+        InvalidContentError for blocks that are not valid.
+        """
+        if not isinstance(content, str):
+            return self._append_blocks(session_id, role, content_blocks(content), cost_usd)
         if _HISTORY_TAG.search(content):
             # The resume prompt's own history block must not be stored, or the next
             # resume nests it (seed). Nested and unclosed blocks go whole.
@@ -325,6 +364,32 @@ class Store:
         if self.group_commit and not self.in_transaction():
             return self._message_commits.submit((row,))[0]
         return insert_messages(self, [row])[0]
+
+    def _append_blocks(self, session_id: str, role: str, blocks: tuple[dict[str, Any], ...],
+                       cost_usd: float) -> int:
+        # Rare (a user's picture), so a plain insert rather than the group commit; the
+        # caller waits for it as it waits for a group commit, so its order holds.
+        for block in blocks:
+            if block.get("type") == "text" and _HISTORY_TAG.search(block["text"]):
+                block["text"] = strip_conversation_history(block["text"])
+        M = self.m.SessionMessage
+        with self.transaction():
+            return int(M.insert(session=session_id, role=role, content=stored_text(blocks), cost_usd=cost_usd,
+                                content_blocks=json.dumps(list(blocks), ensure_ascii=False)).execute())
+
+    def message_contents(self, session_id: str, limit: int, roles: Sequence[str] = ("user", "assistant")
+                         ) -> list[tuple[str, UserContent]]:
+        """Like :meth:`recent_messages`, with multimodal messages as their content blocks
+        (a list of dicts, as given) and the others as strings."""
+        M = self.m.SessionMessage
+        with self._lock:
+            rows = list(
+                M.select(M.role, M.content, M.content_blocks)
+                .where((M.session == session_id) & (M.role.in_(list(roles))))
+                .order_by(M.id.desc())
+                .limit(limit)
+            )
+        return [(r.role, json.loads(r.content_blocks) if r.content_blocks else r.content) for r in reversed(rows)]
 
     def append_messages(self, messages: Sequence[tuple[str, str, str]]) -> list[int]:
         """Persist ``(session_id, role, content)`` messages atomically (all or none, e.g. a
@@ -358,6 +423,15 @@ class Store:
                 .limit(limit)
             )
         return [(r.role, r.content) for r in reversed(rows)]
+
+    def messages(self, session_id: str) -> list[StoredMessage]:
+        """Every stored message of the session — all roles (user, assistant, system and the
+        runtime's own), in the order they were written — with id, timestamp and cost."""
+        M = self.m.SessionMessage
+        with self._lock:
+            rows = list(M.select(M.id, M.role, M.content, M.cost_usd, M.timestamp)
+                        .where(M.session == session_id).order_by(M.id))
+        return [StoredMessage(r.id, r.role, r.content, _aware(r.timestamp), r.cost_usd) for r in rows]
 
     def count_messages(self, session_id: str) -> int:
         M = self.m.SessionMessage

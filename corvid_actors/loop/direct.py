@@ -260,7 +260,7 @@ class DirectLoop:
         self._retry_token = ""
         self._phase = _Phase.IDLE
         self._slot_held = False
-        self._queue: deque[str] = deque()
+        self._queue: deque[UserMessage] = deque()
         self._turn = self._new_turn()
 
     # --- the Loop protocol ------------------------------------------------------------
@@ -275,9 +275,9 @@ class DirectLoop:
         """True once the model said it does not support tools (for the rest of the session)."""
         return self._tools_disabled
 
-    def start(self, prompt: str) -> list[Effect]:
+    def start(self, prompt: str | UserMessage) -> list[Effect]:
         """Begin the first turn with ``prompt``."""
-        return self.handle(UserMessage(prompt))
+        return self.handle(UserMessage.of(prompt))
 
     def abort(self) -> list[Effect]:
         """Stop: nothing more is emitted; the actor releases any slot it holds."""
@@ -290,7 +290,7 @@ class DirectLoop:
         if phase is _Phase.DONE:
             return []
         if isinstance(event, UserMessage):
-            self._queue.append(event.text)
+            self._queue.append(event)
             if phase is _Phase.IDLE:
                 # first come, first served: older queued messages go before this one
                 return self._begin_turn(self._queue.popleft())
@@ -322,9 +322,9 @@ class DirectLoop:
         extra: dict[str, Any] = {"model": self._model, "tier": self.tier.value}
         return _Turn(metrics=TurnMetrics(extra=extra))
 
-    def _begin_turn(self, text: str) -> list[Effect]:
+    def _begin_turn(self, message: UserMessage) -> list[Effect]:
         self._turn = self._new_turn()
-        self._history.append(ChatMessage(role="user", content=text))
+        self._history.append(ChatMessage(role="user", content=message.text, blocks=message.blocks))
         self._rules.begin_turn()
         self._phase = _Phase.WAIT_SLOT
         return [Emit(Thinking(thinking=True)), AcquireSlot(self._model)]

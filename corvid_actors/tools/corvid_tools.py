@@ -52,9 +52,10 @@ _SPECS: dict[str, tuple[str, dict[str, Any]]] = {
         }, "required": ["to_agent", "message"]},
     ),
     "corvid_extend_timeout": (
-        "Give this session more time before its inactivity timeout stops it.",
+        "Give this session more time before its inactivity timeout stops it: it stops `minutes` from "
+        "now unless it is active again (its next activity restores the default timeout).",
         {"type": "object", "properties": {
-            "minutes": {"type": "number", "description": "Minutes to add (1-120)", "minimum": 1, "maximum": 120},
+            "minutes": {"type": "number", "description": "Minutes from now (1-120)", "minimum": 1, "maximum": 120},
         }, "required": ["minutes"]},
     ),
     "corvid_check_credits": (
@@ -169,8 +170,10 @@ class CorvidTools:
         timeout_s = self.runtime.session_info(sid).get(sid, {}).get("timeout_s") or 0.0
         cap_s = self.runtime.config.supervisor.session_timeout_s * self.runtime.config.supervisor.timeout_extension_cap_factor
         capped = " (the maximum)" if timeout_s >= cap_s else ""
-        return ToolResult(f"Timeout extended: this session now stops after {timeout_s / 60:g} minutes "
-                          f"without activity{capped}.")
+        default_min = self.runtime.config.supervisor.session_timeout_s / 60
+        return ToolResult(f"Timeout extended: this session now stops in {timeout_s / 60:g} minutes{capped} "
+                          f"unless it is active again; its next activity restores the default of "
+                          f"{default_min:g} minutes.")
 
     def check_credits(self, ctx: Any, args: dict[str, Any]) -> ToolResult:
         if getattr(self.runtime, "credits", None) is None:

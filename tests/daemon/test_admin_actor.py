@@ -125,7 +125,7 @@ def test_extend_needs_a_running_session_and_is_capped(admin_rt):
     sid = command(admin, "start", agent="a", prompt="go")["session"]
     rt.settle()
     extended = command(admin, "extend", session=sid, minutes=10)
-    assert (extended["timeout_s"], extended["capped"]) == (2400.0, False)
+    assert (extended["timeout_s"], extended["capped"]) == (600.0, False)  # replaces, not adds
     capped = command(admin, "extend", session=sid, minutes=10_000)
     assert (capped["timeout_s"], capped["capped"], capped["requested_s"]) == (4 * 1800.0, True, 600_000.0)
     command(admin, "stop", session=sid)

@@ -78,7 +78,7 @@ def test_queued_approvals_show_no_countdown():
 
 def test_extend_says_when_it_capped_the_timeout():
     sid = str(uuid.uuid4())
-    assert _one_liner("extend", {"session": sid, "timeout_s": 2400.0, "capped": False}) == \
-        f"{sid[:8]}: timeout now 40m00s"
+    assert _one_liner("extend", {"session": sid, "timeout_s": 600.0, "capped": False}) == \
+        f"{sid[:8]}: stops in 10m00s unless active again"
     capped = _one_liner("extend", {"session": sid, "timeout_s": 7200.0, "capped": True})
-    assert capped.startswith(f"{sid[:8]}: timeout now 2h00m") and "capped" in capped
+    assert capped.startswith(f"{sid[:8]}: stops in 2h00m") and "capped" in capped

@@ -139,21 +139,6 @@ def test_spawn_failure_sets_error_status_and_emits_spawn_error(runtime, recorder
     assert runtime.store.get_session(session.id).status == "error"
 
 
-def test_clean_idle_exit_after_the_idle_timeout(runtime, recorder, web_session):
-    runtime.start_process(web_session.id, "hi")
-    runtime.settle()
-    runtime.clock.advance(299)
-    assert runtime.is_running(web_session.id)
-    runtime.clock.advance(1)
-    assert not runtime.is_running(web_session.id)
-    exited = recorder.last("session_exited", web_session.id)
-    assert exited.code == 0
-    row = runtime.store.get_session(web_session.id)
-    assert (row.status, row.pid) == ("idle", None)
-    assert runtime.store.recent_messages(web_session.id, 1, roles=("system",))[0][1].startswith(
-        "Session completed after 300s")
-
-
 def test_cleanup_is_idempotent_and_memory_stats_return_to_zero(runtime, scripted, web_session):
     runtime.start_process(web_session.id, "hi")
     runtime.subscribe(web_session.id, lambda sid, ev: None)
