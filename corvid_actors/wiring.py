@@ -81,6 +81,40 @@ class BuiltSession:
     #: the loop's name in the builder's loop table ("direct", "sdk", "conversation", …);
     #: the idle exit applies to the loops named in ``supervisor.idle_exit_loops``
     loop_kind: str = ""
+    #: the ``provider_selected`` note: "Provider: ollama (fallback: no_claude_access)" when
+    #: routing fell back (the original's wording); empty lets the supervisor say its own
+    provider_selected: str = ""
+
+
+@dataclass(frozen=True)
+class RoutingDecision:
+    """Which provider a session uses and why (the original's ``resolveProviderRouting``)."""
+
+    provider: str
+    #: agent_config | default | no_claude_access
+    reason: str
+    #: True when the session was routed away from what it would otherwise get (the
+    #: Anthropic default), i.e. to Ollama for want of Anthropic access
+    fallback: bool = False
+
+
+#: the reason named in ``provider_selected`` when a session falls back to Ollama
+FALLBACK_NO_CLAUDE_ACCESS = "no_claude_access"
+
+
+def looks_like_ollama_model(model: str) -> bool:
+    """Whether a model name can be sent to Ollama as is (the original's test: empty, a
+    ``name:tag``, or a qwen/llama family name); a cloud name such as ``claude-sonnet-4-6``
+    cannot."""
+    return not model or ":" in model or model.startswith(("qwen", "llama"))
+
+
+def provider_selected_message(decision: RoutingDecision, model: str) -> str:
+    """The ``provider_selected`` text: the original's "Provider: X (fallback: reason)" on a
+    fallback; otherwise ours, which also names the model."""
+    if decision.fallback:
+        return f"Provider: {decision.provider} (fallback: {decision.reason})"
+    return f"Provider: {decision.provider} ({model})"
 
 
 def conversation_loop(spec: LoopSpec) -> Loop:
@@ -180,12 +214,16 @@ class SessionBuilder:
 
     def route(self, agent: Any | None) -> str:
         """Seed invariant 5: explicit provider wins; with none and no Anthropic credentials, Ollama."""
+        return self.routing(agent).provider
+
+    def routing(self, agent: Any | None) -> RoutingDecision:
+        """The routing decision with its reason (see :func:`provider_selected_message`)."""
         explicit = (agent.provider if agent is not None else "") or self.config.providers.default_provider
         if explicit:
-            return explicit
+            return RoutingDecision(explicit, "agent_config")
         if self.config.providers.anthropic_api_key and "anthropic" in self.providers:
-            return "anthropic"
-        return "ollama"
+            return RoutingDecision("anthropic", "default")
+        return RoutingDecision("ollama", FALLBACK_NO_CLAUDE_ACCESS, fallback=True)
 
     def provider(self, name: str) -> Provider:
         try:
@@ -197,10 +235,13 @@ class SessionBuilder:
                 "set the agent's provider or providers.default_provider"
             ) from None
 
-    def model_for(self, provider_name: str, agent: Any | None, council_role: str | None) -> str:
+    def model_for(self, provider_name: str, agent: Any | None, council_role: str | None,
+                  *, fallback: bool = False) -> str:
+        """The model of an incarnation. On a ``fallback`` to Ollama an agent model that is
+        not an Ollama name (a Claude model) gives way to the Ollama default."""
         if council_role == "chairman" and self.config.supervisor.council_model:
             return self.config.supervisor.council_model
-        if agent is not None and agent.model:
+        if agent is not None and agent.model and not (fallback and not looks_like_ollama_model(str(agent.model))):
             return str(agent.model)
         defaults = {
             "ollama": self.config.providers.ollama_default_model,
@@ -242,12 +283,13 @@ class SessionBuilder:
     def _build(self, ctx: SessionContext, resources: list[Callable[[], None]]) -> BuiltSession:
         session, agent = ctx.session, ctx.agent
         notices: list[Any] = []
-        provider_name = self.route(agent)
+        decision = self.routing(agent)
+        provider_name = decision.provider
         provider = self.provider(provider_name)
         before_start = getattr(provider, BEFORE_START_HOOK, None)
         if before_start is not None:
             before_start(session.id)  # raising fails the start (spawn_error)
-        model = self.model_for(provider_name, agent, session.council_role)
+        model = self.model_for(provider_name, agent, session.council_role, fallback=decision.fallback)
         loop_kind = self.loop_for_provider.get(provider_name, "conversation")
         if loop_kind not in self.loops:
             raise ConfigError(f"unknown loop {loop_kind!r} for provider {provider_name!r}")
@@ -304,6 +346,7 @@ class SessionBuilder:
             tool_context=tool_context, pid_kind="sdk" if provider_name == "anthropic" else "direct",
             uses_slots=provider_name == "ollama", slot_weight=weight, approval_timeout_s=approval_timeout,
             resources=tuple(resources), notices=tuple(notices), loop_kind=loop_kind,
+            provider_selected=provider_selected_message(decision, model),
         )
 
     def _with_policies(self, spec: LoopSpec, ctx: SessionContext, mode: str) -> LoopSpec:

@@ -1,11 +1,14 @@
 """The ApprovalBroker actor: pending tool-use approvals, timeouts, session grants, modes.
 
-A session actor announces a request (it publishes the ``approval_request`` event itself,
-through its lifeline, so nothing of a stopped session is published late) and tells the
-broker :class:`RequestApproval`. The broker answers the session with an
-``ApprovalAnswer`` when a human resolves it (:class:`Resolve`), when it times out (deny),
-or at once in ``paused`` mode (deny) or for a tool granted for the whole session.
-``queued`` mode keeps requests without a timeout until someone resolves them.
+A session actor tells the broker :class:`RequestApproval`. A request that needs a human
+is kept pending and the broker tells the session ``ApprovalAsked`` (with the request's
+8-character id, unique among the pending ones); only then does the session publish
+``approval_request`` (itself, through its lifeline, so nothing of a stopped session is
+published late). The broker answers the session with an ``ApprovalAnswer`` when a human
+resolves it (:class:`Resolve`), when it times out (deny), or at once — without asking
+anyone, so without ``ApprovalAsked`` — in ``paused`` mode (deny) or for a tool granted
+for the whole session. ``queued`` mode keeps requests without a timeout until someone
+resolves them.
 
 Requests never leave the broker with their raw input: :class:`ListPending` shows the
 description only.
@@ -13,13 +16,14 @@ description only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pykka
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
-from corvid_actors.actors.session import ApprovalAnswer
+from corvid_actors.actors.session import ApprovalAnswer, ApprovalAsked
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
 from corvid_actors.clock import Clock, iso_after
 
@@ -145,11 +149,23 @@ class ApprovalBroker(TrackedActor):
         if request.kind == "tool" and request.tool_name in self._session_grants.get(request.session_id, ()):
             self._answer(request, True, "Allowed for this session")
             return
-        self._pending[request.approval_id] = (request, iso_after(self.clock, 0))
+        approval_id = self._unique_id(request.approval_id)
+        if approval_id != request.approval_id:
+            request = replace(request, approval_id=approval_id)
+        created = iso_after(self.clock, 0)
+        self._pending[approval_id] = (request, created)
+        tell(request.reply_to, ApprovalAsked(request.call_id, approval_id, created, expires=self.mode == "normal"))
         if self.mode == "normal":
             self._timed.add(request.approval_id)
             tell(self.timers, ScheduleTimer(("approval", request.approval_id), request.timeout_s,
                                             self.actor_ref, _Expired(request.approval_id)))
+
+    def _unique_id(self, approval_id: str) -> str:
+        """``approval_id``, or (if a pending request has it) a new 8-character id derived
+        from it: prefixes resolve requests, so two pending ones must never share an id."""
+        while approval_id in self._pending:
+            approval_id = hashlib.blake2s(approval_id.encode(), digest_size=4).hexdigest()
+        return approval_id
 
     def _resolve(self, approval_id: str, behavior: str, text: str,
                  updated: dict[str, Any] | None) -> dict[str, Any] | None:

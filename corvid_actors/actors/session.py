@@ -18,6 +18,7 @@ Timers. Messages out (to the supervisor): :class:`SessionEnded`, :class:`OutageR
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -192,6 +193,26 @@ class ApprovalAnswer:
 
 
 @dataclass(frozen=True)
+class ApprovalAsked:
+    """From the ApprovalBroker: a human is being asked (the session publishes
+    ``approval_request`` now). Not sent for requests answered at once (paused mode, a
+    session-wide grant). ``approval_id`` is the id the broker keeps the request under."""
+
+    call_id: str
+    approval_id: str
+    created_at: str = ""
+    #: False when the request waits for a human however long it takes (queued mode): its
+    #: ``approval_request`` then carries ``timeout_s = 0`` (no countdown)
+    expires: bool = True
+
+
+def approval_id_for(session_id: str, generation: int, seq: int) -> str:
+    """An 8-character approval id, as the original's (the head of a uuid): hex digits of
+    a hash, so simulations replay the same ids while ids of different sessions differ."""
+    return hashlib.blake2s(f"{session_id}/{generation}/{seq}".encode(), digest_size=4).hexdigest()
+
+
+@dataclass(frozen=True)
 class _LoopTimer:
     generation: int
     token: str
@@ -272,8 +293,14 @@ class SessionActor(TrackedActor):
         self._turn_seq = 0
         self._slot_request = 0
         self._slot_state = "none"  # none | waiting | held
+        #: a queue_status with the waiting text was published for the current request
+        self._slot_queued = False
         self._ended = False
         self._awaiting_approval: set[str] = set()
+        #: call id → (call, description, kind) of requests not yet announced by the broker
+        self._approval_details: dict[str, tuple[Any, str, str]] = {}
+        #: approval ids published as ``approval_request`` (their resolution is published too)
+        self._announced: set[str] = set()
         self._approval_seq = 0
         self._turn_started = self._clock.monotonic()
 
@@ -326,18 +353,36 @@ class SessionActor(TrackedActor):
                         self._give_back_slot()
                     return None
                 self._slot_state = "held" if granted else "none"
-                self.w.lifeline.publish(QueueStatus(status_message=""))
+                if self._slot_queued:
+                    # "no longer waiting" only after a real wait (an immediate grant says nothing)
+                    self._slot_queued = False
+                    self.w.lifeline.publish(QueueStatus(status_message=""))
                 self._perform(self._loop.handle(fx.SlotGranted() if granted else fx.SlotTimedOut()))
             case SlotQueued(request_id, status):
                 if request_id == self._slot_request and self._slot_state == "waiting":
+                    self._slot_queued = True
                     self.w.lifeline.publish(QueueStatus(status_message=status))
+            case ApprovalAsked(call_id, approval_id, created_at, expires):
+                details = self._approval_details.pop(call_id, None)
+                if call_id in self._awaiting_approval and details is not None:
+                    call, description, kind = details
+                    self._announced.add(approval_id)
+                    self.w.lifeline.publish(ApprovalRequestEvent(
+                        id=approval_id, session_id=self.sid, tool_name=call.name, description=description,
+                        created_at=created_at or iso_after(self._clock, 0),
+                        timeout_s=self.w.approval_timeout_s if expires else 0.0, kind=kind,
+                    ))
             case ApprovalAnswer(call_id, allowed, text, updated, scope, approval_id):
                 if call_id not in self._awaiting_approval:
                     return None
                 self._awaiting_approval.discard(call_id)
+                self._approval_details.pop(call_id, None)
                 self._touch()
-                self.w.lifeline.publish(ApprovalResolved(
-                    id=approval_id, behavior="allow" if allowed else "deny", message=text))
+                if approval_id in self._announced:
+                    # a request answered at once was never shown, so its answer is not either
+                    self._announced.discard(approval_id)
+                    self.w.lifeline.publish(ApprovalResolved(
+                        id=approval_id, behavior="allow" if allowed else "deny", message=text))
                 self._perform(self._loop.handle(fx.ApprovalDecided(call_id, allowed, text, updated, scope)))
             case _LoopTimer(gen, token) if gen == self.gen:
                 self._perform(self._loop.handle(fx.TimerFired(token)))
@@ -531,12 +576,9 @@ class SessionActor(TrackedActor):
         from corvid_actors.actors.approvals import RequestApproval
 
         self._approval_seq += 1
-        # Deterministic ids (simulations replay identically): session prefix + generation + counter.
-        approval_id = f"{self.sid.replace('-', '')[:6]}{self.gen:x}{self._approval_seq:03x}"
-        self.w.lifeline.publish(ApprovalRequestEvent(
-            id=approval_id, session_id=self.sid, tool_name=call.name, description=description,
-            created_at=iso_after(self._clock, 0), timeout_s=self.w.approval_timeout_s, kind=kind,
-        ))
+        approval_id = approval_id_for(self.sid, self.gen, self._approval_seq)
+        # approval_request is published when the broker says a human is asked (ApprovalAsked)
+        self._approval_details[call.id] = (call, description, kind)
         tell(self.w.approvals, RequestApproval(
             approval_id=approval_id, session_id=self.sid, call_id=call.id, tool_name=call.name,
             description=description, kind=kind, timeout_s=self.w.approval_timeout_s,
@@ -547,6 +589,7 @@ class SessionActor(TrackedActor):
 
     def _acquire_slot(self, model: str) -> None:
         self._slot_request += 1
+        self._slot_queued = False
         if self.w.slot_pool is None:
             self._slot_state = "held"
             self._perform(self._loop.handle(fx.SlotGranted()))

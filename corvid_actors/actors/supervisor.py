@@ -417,7 +417,8 @@ class SessionSupervisor(TrackedActor):
         tell(self.timers, ScheduleTimer((sid, "stable"), self.sup.stable_period_s, self.actor_ref,
                                         _StableDue(sid, gen)))
         self._publish(sid, SessionStarted(pid=pid, generation=gen))
-        self._publish(sid, SystemEvent(subtype="provider_selected", message=f"Provider: {built.provider_name} ({built.model})"))
+        self._publish(sid, SystemEvent(subtype="provider_selected", message=built.provider_selected
+                                       or f"Provider: {built.provider_name} ({built.model})"))
         for notice in built.notices:
             self._publish(sid, notice)
         tell(ref, Begin(text, blocks))

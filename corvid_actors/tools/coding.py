@@ -75,13 +75,15 @@ class CodingToolSettings:
 
 
 def truncate_middle(text: str, limit: int) -> str:
-    """``text`` cut to about ``limit`` chars by dropping the middle, with a marker."""
+    """``text`` cut to about ``limit`` chars by dropping the middle, with the original's
+    marker (coding-tools.ts ``truncateOutput``): ``⌊limit/2⌋ − 30`` characters from each
+    end around ``"... [N characters truncated] ..."``, N being what was left out."""
     if len(text) <= limit:
         return text
-    omitted = len(text) - limit
-    marker = f"\n\n... [{omitted} chars omitted from the middle] ...\n\n"
-    head = limit // 2
-    return text[:head] + marker + text[len(text) - (limit - head):]
+    half = max(0, limit // 2 - min(30, limit // 4))  # the 30 leaves room for the marker
+    omitted = len(text) - 2 * half
+    marker = f"\n\n... [{omitted} characters truncated] ...\n\n"
+    return text[:half] + marker + text[len(text) - half:]
 
 
 def _result(text: str, settings: CodingToolSettings, is_error: bool = False) -> ToolResult:

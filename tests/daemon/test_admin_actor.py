@@ -14,6 +14,7 @@ from corvid_actors.actors.admin import (
     Ready,
 )
 from corvid_actors.admin_protocol import AdminError
+from corvid_actors.chat.commands import approval_text
 from corvid_actors.config import Config, DaemonConfig
 from corvid_actors.testing import sim_runtime
 
@@ -139,10 +140,13 @@ def test_a_queued_approval_has_no_timeout(sim_clock, scripted, tmp_path):
         command(admin, "mode", mode="queued")
         scripted.tool_call("list_files", {"path": "."})
         scripted.reply("Done.")
-        command(admin, "start", agent="careful", prompt="list files")
+        sid = command(admin, "start", agent="careful", prompt="list files")["session"]
         rt.settle()
         [pending] = command(admin, "approvals")
         assert pending["timeout_s"] is None  # it waits for a human: no countdown to show
+        [asked] = [e for e in command(admin, "session", session=sid)["events"] if e["type"] == "approval_request"]
+        assert asked["timeout_s"] == 0.0  # nor in the event chat bridges and followers see
+        assert "waits for your answer" in approval_text(asked["id"], asked["description"], asked["timeout_s"])
         rt.clock.advance(600)  # far past the normal 55 s / 120 s approval timeouts
         assert command(admin, "approvals") == [pending]  # and it did not expire
     finally:

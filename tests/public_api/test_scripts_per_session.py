@@ -175,7 +175,9 @@ def test_api_errors_of_each_kind_reach_the_session_as_classified(runtime, script
     assert recorder.last("error", fatal.id).message == "invalid x-api-key"
     assert [r.event.code for r in recorder.of(fatal.id, "session_exited")] == [1]
     assert runtime.is_paused(retryable.id)
-    assert "overloaded" in recorder.last("error", retryable.id).message
+    paused = recorder.last("error", retryable.id)
+    assert (paused.error_type, paused.message) == (
+        "api_outage", "Session paused due to API outage — auto-resume in 5min")
 
 
 def test_a_script_survives_a_manual_resume_with_history(runtime, scripted, recorder):
