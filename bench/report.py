@@ -102,6 +102,25 @@ def _persistence(r: dict[str, Any]) -> list[str]:
                      "'database is locked'"], rows)]
 
 
+def _lifecycle(r: dict[str, Any]) -> list[str]:
+    keys = [("startup_s", "start-up s (reset + resume, until idle)"), ("startup_ms_per_session", "start-up ms/session"),
+            ("shutdown_s", "shutdown s"), ("shutdown_ms_per_session", "shutdown ms/session"),
+            ("live", "sessions live after start-up"), ("marked_after_shutdown", "marked for resume after shutdown")]
+    sides = [s for s in ("before", "after") if any(s in lv for lv in r["levels"])]
+    header = [""] + [f"{lv['sessions']:,} {side}" for lv in r["levels"] for side in sides]
+    rows = [[label] + [lv.get(side, {}).get(k, "") for lv in r["levels"] for side in sides] for k, label in keys]
+    rows.append(["one session's timer cleanup µs (3 timers/session pending)"]
+                + [lv.get(side, {}).get("timers_cleanup", {}).get("cleanup_us", "") for lv in r["levels"] for side in sides])
+    rows.append(["error"] + [lv.get(side, {}).get("error", "") for lv in r["levels"] for side in sides])
+    rows.append(["load before → after"] + [f"{lv.get(side, {}).get('load_before', ['?'])[0]} → "
+                                           f"{lv.get(side, {}).get('load_after', ['?'])[0]}"
+                                           for lv in r["levels"] for side in sides])
+    before = (f"before = `{r['before_ref']}` at {str(r['before_commit'])[:10]}, checked out in a temporary directory "
+              "and run with the same bench code; " if r.get("before_commit") else "")
+    return [f"{before}after = {str(r.get('after_commit'))[:10]} (this tree). Each level and side in its own process, "
+            "SQLite WAL file, one after the other.", "", *_table(header, rows)]
+
+
 SECTIONS = {
     "streaming": ("1. Streaming overhead", _streaming),
     "messaging": ("2. Actor messaging", _messaging),
@@ -109,6 +128,7 @@ SECTIONS = {
     "control": ("4. Control latency", _control),
     "simtime": ("5. Simulated time", _simtime),
     "persistence": ("6. Persistence", _persistence),
+    "lifecycle": ("7. Start-up and shutdown", _lifecycle),
 }
 
 
@@ -140,6 +160,12 @@ def _headline(name: str, r: dict[str, Any]) -> str:
         return (f"{s['per_append']['messages_per_s']:,} → {s['group_commit']['messages_per_s']:,} msg/s "
                 f"(turn-sized appends: {s['group_commit_turns']['messages_per_s']:,}); "
                 + ("none lost, no errors" if r["all_durable_no_errors"] else "**LOST OR FAILED WRITES**"))
+    if name == "lifecycle":
+        return "; ".join(
+            f"{lv['sessions']:,}: start-up " + " → ".join(f"{lv[s].get('startup_s', '?')} s" for s in ("before", "after")
+                                                          if s in lv)
+            + ", shutdown " + " → ".join(f"{lv[s].get('shutdown_s', '?')} s" for s in ("before", "after") if s in lv)
+            for lv in r["levels"])
     return ""
 
 
