@@ -13,6 +13,7 @@ and stop at once on ``ctx.cancel``; neither reads a clock.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import glob
@@ -383,8 +384,11 @@ class _Capture:
                 + self._tail.decode("utf-8", "replace"))
 
 
-def _drain(proc: subprocess.Popen[bytes], settings: CodingToolSettings) -> tuple[str, str]:
-    """Read stdout and stderr until both reach EOF (a kill of the group ends them)."""
+def _drain(proc: subprocess.Popen[bytes], settings: CodingToolSettings,
+           wake_fd: int | None = None) -> tuple[str, str]:
+    """Read stdout and stderr until both reach EOF, or until ``wake_fd`` becomes readable
+    (the command was killed: a process that left its group may still hold the pipes, so
+    what is already buffered is read and the rest abandoned)."""
     assert proc.stdout is not None and proc.stderr is not None
     captures = {
         proc.stdout.fileno(): _Capture(settings.command_capture_max_bytes),
@@ -393,8 +397,19 @@ def _drain(proc: subprocess.Popen[bytes], settings: CodingToolSettings) -> tuple
     with selectors.DefaultSelector() as selector:
         for fd in captures:
             selector.register(fd, selectors.EVENT_READ)
-        while selector.get_map():
-            for key, _ in selector.select():
+        if wake_fd is not None:
+            selector.register(wake_fd, selectors.EVENT_READ)
+        woken = False
+        while len(selector.get_map()) > (0 if wake_fd is None or woken else 1):
+            # after a wake: one last look at what is already there, without waiting
+            ready = selector.select(timeout=0 if woken else None)
+            if woken and not ready:
+                break
+            for key, _ in ready:
+                if key.fd == wake_fd:
+                    selector.unregister(wake_fd)
+                    woken = True
+                    continue
                 chunk = os.read(key.fd, settings.command_read_chunk_bytes)
                 if chunk:
                     captures[key.fd].add(chunk)
@@ -402,6 +417,27 @@ def _drain(proc: subprocess.Popen[bytes], settings: CodingToolSettings) -> tuple
                     selector.unregister(key.fd)
     out, err = captures.values()
     return out.text(), err.text()
+
+
+def _confinement(ctx: ToolContext, argv: list[str]) -> tuple[Any, list[str], str | None]:
+    """(launch or None, argv to run, refusal): the sandbox decides how ``argv`` runs."""
+    sandbox = ctx.sandbox
+    if sandbox is None or sandbox.status.mode == "off":
+        return None, argv, None
+    if not sandbox.active:
+        if sandbox.status.refuses_commands:
+            return None, argv, ("Refused: commands must run in the OS sandbox "
+                                "([tools.sandbox] mode = \"required\") and it is unavailable: "
+                                f"{sandbox.status.reason}")
+        return None, argv, None  # auto: warned once per daemon start and per session
+    from corvid_actors.tools.sandbox import SandboxUnavailable
+
+    try:
+        launch = sandbox.wrap(argv, project_dir=str(ctx.project_dir), network=ctx.sandbox_network,
+                              patterns=_patterns(ctx))
+    except SandboxUnavailable as exc:
+        return None, argv, f"Refused: the command cannot be sandboxed: {exc}"
+    return launch, launch.argv, None
 
 
 def _run_command(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -417,27 +453,42 @@ def _run_command(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolCo
                       "(commands may not mention protected paths, even to read them)")
     if ctx.cancel.cancelled:
         return _error("Command cancelled before it started")
-    proc = subprocess.Popen(
-        [settings.command_shell, "-c", command],
-        cwd=os.path.realpath(ctx.project_dir),
-        env=dict(ctx.env),  # exactly the allowlisted environment, never os.environ
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True,  # its own process group, so a kill reaches grandchildren
-    )
+    launch, argv, refusal = _confinement(ctx, [settings.command_shell, "-c", command])
+    if refusal is not None:
+        return _error(refusal)
+    wake_r, wake_w = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=os.path.realpath(ctx.project_dir),
+            env=dict(ctx.env),  # exactly the allowlisted environment, never os.environ
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group, so a kill reaches grandchildren
+        )
+    except BaseException:
+        os.close(wake_r)
+        os.close(wake_w)
+        if launch is not None:
+            launch.finish(ctx.sandbox, _patterns(ctx))
+        raise
     ended_by: list[str] = []
 
     def kill(why: str) -> None:
+        # sandboxed: the group holds the outer bwrap, whose death ends the PID namespace
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             return  # the whole group has already exited: nothing was cut short
         if not ended_by:
             ended_by.append(why)
+        with contextlib.suppress(OSError):
+            os.write(wake_w, b"x")
 
     cancel_timer = ctx.call_later(timeout, lambda: kill("timeout"))
     unregister = ctx.cancel.on_cancel(lambda: kill("cancelled"))
+    removed: list[str] = []
     try:
-        stdout, stderr = _drain(proc, settings)
+        stdout, stderr = _drain(proc, settings, wake_r)
         code = proc.wait()
     finally:
         cancel_timer()
@@ -448,6 +499,13 @@ def _run_command(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolCo
         assert proc.stdout is not None and proc.stderr is not None
         proc.stdout.close()
         proc.stderr.close()
+        os.close(wake_r)
+        os.close(wake_w)
+        if launch is not None:
+            removed = launch.finish(ctx.sandbox, _patterns(ctx))
+    if removed:
+        stderr += ("\n[sandbox] removed protected files the command created: "
+                   + ", ".join(removed))
     output = stdout + (f"\n[stderr]\n{stderr}" if stderr else "")
     if ended_by and ended_by[0] == "timeout":
         return _result(f"Command timed out after {timeout:g} s\n{output}".rstrip(), settings, True)
