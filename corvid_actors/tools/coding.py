@@ -70,6 +70,9 @@ class CodingToolSettings:
     command_capture_max_bytes: int = 8 * 1024 * 1024  # the operator keeps all of a 1 MiB+ output
     command_read_chunk_bytes: int = 65536
     command_shell: str = "/bin/sh"
+    #: after a kill, how long output is still read before pipes held by escaped
+    #: processes are abandoned (unconfined commands only; a sandbox leaves no holder)
+    command_kill_grace_s: float = 1.0
     #: "Run command: <cmd>" approval descriptions are cut here (formatToolDescription)
     description_command_max_chars: int = 400
     guard: GuardSettings = field(default_factory=GuardSettings)
@@ -386,9 +389,10 @@ class _Capture:
 
 def _drain(proc: subprocess.Popen[bytes], settings: CodingToolSettings,
            wake_fd: int | None = None) -> tuple[str, str]:
-    """Read stdout and stderr until both reach EOF, or until ``wake_fd`` becomes readable
-    (the command was killed: a process that left its group may still hold the pipes, so
-    what is already buffered is read and the rest abandoned)."""
+    """Read stdout and stderr until both reach EOF. ``wake_fd`` gets one byte when the
+    command is killed and a second one a grace period later: from then on what is
+    already buffered is read and the rest abandoned (a process that left the group, an
+    unconfined ``setsid``, may hold the pipes open for ever)."""
     assert proc.stdout is not None and proc.stderr is not None
     captures = {
         proc.stdout.fileno(): _Capture(settings.command_capture_max_bytes),
@@ -399,16 +403,16 @@ def _drain(proc: subprocess.Popen[bytes], settings: CodingToolSettings,
             selector.register(fd, selectors.EVENT_READ)
         if wake_fd is not None:
             selector.register(wake_fd, selectors.EVENT_READ)
-        woken = False
-        while len(selector.get_map()) > (0 if wake_fd is None or woken else 1):
-            # after a wake: one last look at what is already there, without waiting
-            ready = selector.select(timeout=0 if woken else None)
-            if woken and not ready:
+        wakes = 0
+        while any(fd in captures for fd in selector.get_map()):
+            ready = selector.select(timeout=0 if wakes >= 2 else None)
+            if wakes >= 2 and not ready:
                 break
             for key, _ in ready:
                 if key.fd == wake_fd:
-                    selector.unregister(wake_fd)
-                    woken = True
+                    wakes += len(os.read(wake_fd, 2))
+                    if wakes >= 2:
+                        selector.unregister(wake_fd)
                     continue
                 chunk = os.read(key.fd, settings.command_read_chunk_bytes)
                 if chunk:
@@ -472,6 +476,11 @@ def _run_command(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolCo
             launch.finish(ctx.sandbox, _patterns(ctx))
         raise
     ended_by: list[str] = []
+    give_up: list[Callable[[], None]] = []
+
+    def wake() -> None:
+        with contextlib.suppress(OSError):
+            os.write(wake_w, b"x")
 
     def kill(why: str) -> None:
         # sandboxed: the group holds the outer bwrap, whose death ends the PID namespace
@@ -481,8 +490,8 @@ def _run_command(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolCo
             return  # the whole group has already exited: nothing was cut short
         if not ended_by:
             ended_by.append(why)
-        with contextlib.suppress(OSError):
-            os.write(wake_w, b"x")
+            wake()
+            give_up.append(ctx.call_later(settings.command_kill_grace_s, wake))
 
     cancel_timer = ctx.call_later(timeout, lambda: kill("timeout"))
     unregister = ctx.cancel.on_cancel(lambda: kill("cancelled"))
@@ -496,6 +505,8 @@ def _run_command(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolCo
         if proc.poll() is None:  # left by an unexpected error: never leak the group
             kill("error")
             proc.wait()
+        for cancel in give_up:
+            cancel()  # before the pipe is closed: its number may be reused at once
         assert proc.stdout is not None and proc.stderr is not None
         proc.stdout.close()
         proc.stderr.close()

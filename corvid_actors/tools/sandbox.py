@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import contextvars
 import os
 import shutil
 import subprocess
@@ -60,6 +61,11 @@ from corvid_actors.tools.paths import (
 )
 
 SANDBOX_MODES = ("auto", "required", "off")
+
+#: the launcher of the runtime building a session, while its ``extra_tools`` hooks run
+#: (the MCP hook starts its servers through it; None outside a build)
+current_sandbox: contextvars.ContextVar[Sandbox | None] = contextvars.ContextVar(
+    "corvid_current_sandbox", default=None)
 
 
 @dataclass(frozen=True)
