@@ -147,7 +147,8 @@ def build_sandbox(config: Config) -> Any:
         hidden_paths=c.hidden_paths, visible_paths=c.visible_paths,
         mask_walk_max_entries=c.mask_walk_max_entries,
     )
-    return Sandbox(settings, hidden_paths=[config.store.data_dir])
+    return Sandbox(settings, hidden_paths=[config.store.data_dir],
+                   patterns=config.tools.protected_patterns)
 
 
 def default_tool_registry() -> ToolRegistry:

@@ -62,6 +62,9 @@ class McpServerSpec:
     env: dict[str, str] = field(default_factory=dict)
     cwd: str = ""
     enabled: bool = True
+    #: start it in the OS sandbox (when ``[mcp] sandbox`` is on), with the network or not
+    sandbox: bool = True
+    network: bool = True
 
 
 @dataclass(frozen=True)
@@ -141,8 +144,12 @@ class McpConnection:
 
     def __init__(self, spec: McpServerSpec, *, env: dict[str, str], cwd: str | None,
                  limits: McpLimits = McpLimits(), on_lost: Callable[[str], None] | None = None,
-                 render: Callable[[Any], ToolResult] | None = None) -> None:
+                 render: Callable[[Any], ToolResult] | None = None,
+                 argv: list[str] | None = None, on_end: Callable[[], None] | None = None) -> None:
         self.spec = spec
+        #: the command line started (the sandbox launcher's, or the spec's own)
+        self.argv = list(argv) if argv else [spec.command, *spec.args]
+        self._on_end = on_end
         self.limits = limits
         self.tools: tuple[McpToolInfo, ...] = ()
         self.error = ""
@@ -231,7 +238,7 @@ class McpConnection:
             from mcp import ClientSession, StdioServerParameters, stdio_client
 
             params = StdioServerParameters(
-                command=self.spec.command, args=list(self.spec.args),
+                command=self.argv[0], args=self.argv[1:],
                 env={**self._env, MARKER_VARIABLE: self._marker}, cwd=self._cwd or None,
             )
             async with stdio_client(params, errlog=self._stderr) as (read, write):
@@ -254,6 +261,9 @@ class McpConnection:
             watcher()
             kill_session_tree(self._leader)
             self._stderr.close()
+            if self._on_end is not None:
+                with contextlib.suppress(Exception):
+                    self._on_end()
             if not self._ready.done():
                 self._ready.set_result(False)
             if self._hub is not None:

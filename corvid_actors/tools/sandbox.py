@@ -315,8 +315,11 @@ class Sandbox:
     """Builds bwrap command lines for one runtime (see the module docstring)."""
 
     def __init__(self, settings: SandboxSettings = SandboxSettings(),  # noqa: B008 - frozen
-                 *, hidden_paths: Iterable[str] = (), status: SandboxStatus | None = None) -> None:
+                 *, hidden_paths: Iterable[str] = (), status: SandboxStatus | None = None,
+                 patterns: Sequence[str] = ()) -> None:
         self.settings = settings
+        #: protected-path patterns masked when a caller gives none (empty: the built-in list)
+        self.patterns = tuple(patterns) or DEFAULT_PROTECTED_PATTERNS
         self.status = status if status is not None else sandbox_status(settings)
         home = os.path.expanduser("~")
         hidden = ["/tmp", "/var/tmp", home, os.environ.get("XDG_RUNTIME_DIR", ""),
@@ -393,8 +396,7 @@ class Sandbox:
                 f"--fsize={s.max_file_bytes}", f"--as={s.max_address_space_bytes}", "--"]
 
     def wrap(self, argv: Sequence[str], *, project_dir: str | None, network: bool,
-             patterns: Sequence[str] = DEFAULT_PROTECTED_PATTERNS,
-             writable_project: bool = True) -> Launch:
+             patterns: Sequence[str] = (), writable_project: bool = True) -> Launch:
         """The bwrap command line running ``argv`` confined (see the module docstring).
 
         ``project_dir`` (real path) is bound read-write (read-only when not
@@ -405,6 +407,7 @@ class Sandbox:
         if not self.status.active:
             raise SandboxUnavailable(f"the OS sandbox is not available: {self.status.reason}")
         root = os.path.realpath(project_dir) if project_dir else None
+        patterns = tuple(patterns) or self.patterns
         scan = scan_project(root, patterns, self.settings) if root else None
         blanks = _Blanks.get()
         args = [self.status.binary, "--unshare-user", "--unshare-pid", "--unshare-ipc",
