@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,9 @@ class LoopSpec:
     #: made by the approval / history policy factories (None: no policy)
     approval_policy: Any = None
     history_policy: Any = None
+    #: whether this incarnation's commands run in the OS sandbox (auto-approval needs it)
+    sandboxed: bool = False
+    project_dir: Path | None = None
 
 
 LoopFactory = Callable[[LoopSpec], Loop]
@@ -299,6 +302,7 @@ class SessionBuilder:
         )
         spec = LoopSpec(model, system_prompt, tools, permission_check, info.context_window,
                         session.council_role, self.config, provider_name)
+        spec = replace(spec, sandboxed=self.sandbox.active, project_dir=project_dir)
         spec = self._with_policies(spec, ctx, mode)
         loop = self.loops[loop_kind](spec)
 
