@@ -68,6 +68,8 @@ _PUNCTUATION = "();<>|&`\n"
 #: a path-like run of characters inside any word: splits ``of=.env``, ``open('.env')``
 _PATH_RUN = re.compile(r"[\w.\-/~+@%*?\[\]{},]+")
 _ANSI_C = re.compile(r"\$'((?:[^'\\]|\\.)*)'")
+#: ``${NAME:-word}``, ``${NAME=word}``, ``${NAME:+word}``… : the word the shell may use
+_PARAMETER_WORD = re.compile(r"\$\{[#!]?[A-Za-z_][A-Za-z0-9_]*(?::?[-=+?])([^{}]*)\}")
 _BRACE = re.compile(r"\{([^{}]*,[^{}]*)\}")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "fish", "su", "runuser"})
@@ -234,6 +236,14 @@ def _candidates(command: str, words: list[str], settings: GuardSettings) -> Iter
     """Every string the command could use as a path: path-like runs of the words and of
     the raw text (which also covers a command shlex cannot split), then whole words."""
     texts = words + [command]
+    # a parameter expansion's default/alternative word is what the shell uses when the
+    # variable is unset (or set): ``rm ${TARGET:-.env}`` removes .env
+    texts += [m.group(1) for m in _PARAMETER_WORD.finditer(command)]
+    if "$" in command:
+        # the whole line as the shell reads it with every variable unset: the words of
+        # expansions in place, plain ``$X`` / ``${X}`` empty (``.e${X:-n}v``, ``.e${U}nv``)
+        unset = _PARAMETER_WORD.sub(lambda m: m.group(1), command)
+        texts.append(re.sub(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", "", unset))
     for match in _ANSI_C.finditer(command):
         try:
             texts.append(codecs.decode(match.group(1), "unicode_escape"))
