@@ -292,7 +292,7 @@ def _describe_entry(entry: os.DirEntry[str]) -> str:
 
 
 def _search_tree(
-    settings: CodingToolSettings, ctx: ToolContext, raw: str, regex: re.Pattern[str],
+    settings: CodingToolSettings, ctx: ToolContext, raw: str, regex: Any,
     file_glob: str | None, should_stop: Callable[[], bool],
 ) -> list[str]:
     """grep -rnI in Python: "path:line:text" for each match, protected files skipped."""
@@ -332,14 +332,33 @@ def _walk_files(start: str, skip_dirs: tuple[str, ...]) -> Iterator[str]:
             yield os.path.join(directory, name)
 
 
+def compile_search_pattern(pattern: str) -> Any:
+    """``pattern`` compiled by RE2 (``google-re2``): matching takes linear time, so no
+    pattern can hold a worker (and the GIL) for minutes as ``(a+)+$`` does in ``re``.
+    RE2 has no backreferences or lookaround; such a pattern is a clear ToolError."""
+    try:
+        import re2  # type: ignore[import-untyped]
+    except ImportError:  # pragma: no cover - google-re2 is a dependency
+        try:
+            return re.compile(pattern)
+        except re.error as exc:
+            raise ToolError(f"Invalid 'pattern': not a valid regular expression ({exc})") from None
+    options = re2.Options()
+    options.log_errors = False
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        detail = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) \
+            else str(exc)
+        raise ToolError(f"Invalid 'pattern': not a valid regular expression ({detail}); search_files "
+                        "uses RE2 syntax (linear time): no backreferences or lookaround") from None
+
+
 def _search_files(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     pattern = _required(args, "pattern")
     raw = _text(args, "path") or "."
     file_glob = _text(args, "glob")
-    try:
-        regex = re.compile(pattern)
-    except re.error as exc:
-        return _error(f"Invalid 'pattern': not a valid regular expression ({exc})")
+    regex = compile_search_pattern(pattern)
     stop = threading.Event()
     cancel_timer = ctx.call_later(settings.search_timeout_s, stop.set)
     try:
