@@ -46,6 +46,7 @@ import contextvars
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import uuid
@@ -326,6 +327,13 @@ class Sandbox:
                   *hidden_paths, *settings.hidden_paths]
         self.hidden = tuple(dict.fromkeys(
             os.path.realpath(os.path.expanduser(p)) for p in hidden if p and p != "/"))
+        # the daemon's own Python stays runnable (a pyenv or venv under $HOME holds no
+        # secret, and Python MCP servers and project scripts need it); only paths inside a
+        # hidden one need a bind of their own
+        shown = [*settings.visible_paths, sys.base_prefix, sys.prefix]
+        self.visible = tuple(dict.fromkeys(
+            real for real in (os.path.realpath(os.path.expanduser(p)) for p in shown if p)
+            if any(is_within(real, h) for h in self.hidden) and os.path.exists(real)))
         self._prlimit = shutil.which("prlimit")
         self._stale_cgroups: list[str] = []
         self._cgroup_lock = threading.Lock()
@@ -422,10 +430,8 @@ class Sandbox:
                    if not any(o != h and is_within(h, o) for o in outside)]
         for path in outside:
             args += ["--tmpfs", path]
-        for path in self.settings.visible_paths:
-            real = os.path.realpath(os.path.expanduser(path))
-            if os.path.exists(real):
-                args += ["--ro-bind", real, real]
+        for real in self.visible:
+            args += ["--ro-bind", real, real]
         args += ["--proc", "/proc", "--dev", "/dev"]
         if root and scan is not None:
             args += ["--bind" if writable_project else "--ro-bind", root, root]

@@ -15,6 +15,9 @@ from corvid_actors.tools.coding import coding_tools
 from corvid_actors.tools.env import safe_env
 from corvid_actors.tools.sandbox import Sandbox, SandboxSettings
 
+# the end-to-end fixtures (a runtime on a simulated clock, the real clients over stubs)
+from tests.e2e.conftest import _scrub_provider_env, make_e2e, project_dir  # noqa: F401
+
 SECRET = "sk-ant-SECRET-do-not-leak"
 #: a computed ".env": the guard cannot see it, only the kernel stops it
 ENV = "$(printf .en)v"

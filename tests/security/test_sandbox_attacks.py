@@ -108,8 +108,8 @@ def test_computed_name_reads_see_an_empty_file(ctx, project):
 
 def test_computed_name_writes_and_deletes_fail(ctx, project):
     for command in (f"echo x > {ENV}", f"echo x >> sub/{ENV}.local", f"rm -f {ENV}",
-                    f"mv {ENV} moved", f"truncate -s0 {ENV}", f"T=.env; rm -f \"$T\"",
-                    f"python3 -c \"import os; os.remove('.e'+'nv')\""):
+                    f"mv {ENV} moved", f"truncate -s0 {ENV}", "T=.env; rm -f \"$T\"",
+                    "python3 -c \"import os; os.remove('.e'+'nv')\""):
         run(ctx, command)
         assert_secrets_intact(project)
     assert not (project / "moved").exists()

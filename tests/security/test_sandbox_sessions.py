@@ -8,7 +8,6 @@ import pytest
 from corvid_actors.config import Config
 from corvid_actors.providers.anthropic import AnthropicProvider
 from corvid_actors.testing.anthropic_stub import AnthropicStubServer
-from tests.e2e.conftest import make_e2e, project_dir  # noqa: F401 - fixtures
 
 MODEL = "claude-sonnet-4-6"
 MISSING = "/nonexistent/corvid/bwrap"
@@ -20,7 +19,7 @@ def stub():
         yield server
 
 
-def session(make_e2e, stub, permission_mode: str, **sandbox):  # noqa: F811
+def session(make_e2e, stub, permission_mode: str, **sandbox):
     provider = AnthropicProvider("test-key", base_url=stub.url)
     config = Config().replace(tools={"sandbox": sandbox}) if sandbox else Config()
     e2e = make_e2e({"anthropic": provider}, config)
@@ -37,7 +36,7 @@ def sandbox_notices(e2e, sid):
     return [e for e in e2e.events(sid, "system") if e.subtype == "sandbox_unavailable"]
 
 
-def test_full_auto_computed_delete_of_env_fails_in_the_sandbox(make_e2e, stub, project_dir):  # noqa: F811
+def test_full_auto_computed_delete_of_env_fails_in_the_sandbox(make_e2e, stub, project_dir):
     stub.add_tool_use([("run_command", {"command": "rm -f $(printf .en)v; cat $(printf .en)v; echo done"})])
     stub.add_reply("ok")
     e2e, s = session(make_e2e, stub, "full-auto")
@@ -50,7 +49,7 @@ def test_full_auto_computed_delete_of_env_fails_in_the_sandbox(make_e2e, stub, p
 
 
 @pytest.mark.parametrize("mode", ["default", "auto-edit", "full-auto"])
-def test_parameter_expansion_delete_is_denied_in_every_mode(make_e2e, stub, project_dir, mode):  # noqa: F811
+def test_parameter_expansion_delete_is_denied_in_every_mode(make_e2e, stub, project_dir, mode):
     stub.add_tool_use([("run_command", {"command": "rm ${TARGET:-.env}"})])
     stub.add_reply("ok")
     e2e, s = session(make_e2e, stub, mode, mode="off")  # the guard alone: no sandbox behind it
@@ -62,7 +61,7 @@ def test_parameter_expansion_delete_is_denied_in_every_mode(make_e2e, stub, proj
     assert (project_dir / ".env").read_text() == "SECRET=do-not-touch\n"
 
 
-def test_auto_without_bwrap_warns_per_session_and_runs_unconfined(make_e2e, stub, project_dir):  # noqa: F811
+def test_auto_without_bwrap_warns_per_session_and_runs_unconfined(make_e2e, stub, project_dir):
     stub.add_tool_use([("run_command", {"command": "echo unconfined"})])
     stub.add_reply("ok")
     e2e, s = session(make_e2e, stub, "full-auto", mode="auto", bwrap_path=MISSING)
@@ -75,7 +74,7 @@ def test_auto_without_bwrap_warns_per_session_and_runs_unconfined(make_e2e, stub
     assert "unconfined" in str(result["content"]) and not result.get("is_error")
 
 
-def test_required_without_bwrap_refuses_commands(make_e2e, stub, project_dir):  # noqa: F811
+def test_required_without_bwrap_refuses_commands(make_e2e, stub, project_dir):
     stub.add_tool_use([("run_command", {"command": "echo should-not-run > ran.txt"})])
     stub.add_reply("ok")
     e2e, s = session(make_e2e, stub, "full-auto", mode="required", bwrap_path=MISSING)
