@@ -234,3 +234,17 @@ def test_network_follows_permission_mode_and_agent():
     allowed = make_sandbox(network_agents=("researcher",))
     assert allowed.network_for("full-auto", "researcher") is True
     assert allowed.network_for("full-auto", "coder") is False
+
+
+def test_cpu_file_size_and_address_space_limits_hold(project, data_dir, timers):
+    sandbox = make_sandbox(data_dir, cpu_seconds=1, max_file_bytes=1024 * 1024,
+                           max_address_space_bytes=512 * 1024 * 1024)
+    ctx = ToolContext(project_dir=project, env=safe_env({}), call_later=timers, sandbox=sandbox)
+    started = time.monotonic()
+    spin = run(ctx, "while :; do :; done", timeout=20)
+    assert spin.is_error and "timed out" not in spin.output  # SIGXCPU, long before the deadline
+    assert time.monotonic() - started < 15
+    run(ctx, "head -c 4000000 /dev/zero > big.bin")
+    assert (project / "big.bin").stat().st_size <= 1024 * 1024
+    hog = run(ctx, "python3 -c \"b = bytearray(2 * 1024**3); print('ALLOCATED')\"")
+    assert "ALLOCATED" not in hog.output and "MemoryError" in hog.output
