@@ -8,7 +8,9 @@ error :class:`ToolResult` the model can act on; handlers never raise for bad inp
 
 Handlers run on a session's worker thread and may block. The two that can run long
 (``run_command``, ``search_files``) schedule their time limit with ``ctx.call_later``
-and stop at once on ``ctx.cancel``; neither reads a clock.
+and stop at once on ``ctx.cancel``; neither reads a clock. ``run_command`` runs its shell
+in the OS sandbox given as ``ctx.sandbox`` (``corvid_actors.tools.sandbox``; its mode
+decides what happens when none can run); ``search_files`` matches with RE2, in linear time.
 """
 
 from __future__ import annotations

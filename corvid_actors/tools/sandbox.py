@@ -62,6 +62,8 @@ from corvid_actors.tools.paths import (
 )
 
 SANDBOX_MODES = ("auto", "required", "off")
+#: pids cgroups made for sandboxes: corvid-sbx-<daemon pid>-<random>
+_CGROUP_PREFIX = "corvid-sbx-"
 
 #: the launcher of the runtime building a session, while its ``extra_tools`` hooks run
 #: (the MCP hook starts its servers through it; None outside a build)
@@ -339,6 +341,9 @@ class Sandbox:
         self._cgroup_lock = threading.Lock()
         self._cgroup_root: str | None = (
             self._find_cgroup_root() if self.status.active and os.geteuid() == 0 else None)
+        if self._cgroup_root is not None:
+            self._sweep_dead_cgroups()
+            atexit.register(self._reap_cgroups)
 
     @property
     def active(self) -> bool:
@@ -365,11 +370,23 @@ class Sandbox:
                 return root
         return None
 
+    def _sweep_dead_cgroups(self) -> None:
+        """Remove the cgroups a dead process left (its pid is in their name)."""
+        assert self._cgroup_root is not None
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self._cgroup_root):
+                parts = name.split("-")
+                if name.startswith(_CGROUP_PREFIX) and len(parts) == 4 and parts[2].isdigit() \
+                        and not os.path.exists(f"/proc/{parts[2]}"):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(os.path.join(self._cgroup_root, name))
+
     def _new_cgroup(self) -> str | None:
         if self._cgroup_root is None:
             return None
         self._reap_cgroups()
-        path = os.path.join(self._cgroup_root, f"corvid-sbx-{uuid.uuid4().hex[:12]}")
+        path = os.path.join(self._cgroup_root,
+                            f"{_CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}")
         try:
             os.mkdir(path)
             with open(os.path.join(path, "pids.max"), "w") as handle:

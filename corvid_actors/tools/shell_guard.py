@@ -17,9 +17,13 @@ Two questions, both answered without running anything:
   ``rm -rf /``, mkfs, dd to a device, shutdown/reboot, killall, ``chmod 777 /``)?
 
 This is a best-effort static guard, not a sandbox: a command can compute a name at run
-time (``$(printf …)``, variables, base64) or read a protected file through a recursive
-read (``grep -r``). Secrets in the daemon's environment are kept out by the environment
-allowlist (``corvid_actors.tools.env``), which does not depend on parsing.
+time (``$(printf …)``, base64) or read a protected file through a recursive read
+(``grep -r``). Parameter expansions are read as the shell would with the variables unset
+(``rm ${TARGET:-.env}`` names ``.env``). The wall is the OS sandbox every command runs in
+(``corvid_actors.tools.sandbox``: protected files masked, the host read-only); this guard
+is the second, advisory layer, and the only one where no sandbox can run. Secrets in the
+daemon's environment are kept out by the environment allowlist
+(``corvid_actors.tools.env``), which does not depend on parsing.
 """
 
 from __future__ import annotations

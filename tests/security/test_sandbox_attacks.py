@@ -248,3 +248,17 @@ def test_cpu_file_size_and_address_space_limits_hold(project, data_dir, timers):
     assert (project / "big.bin").stat().st_size <= 1024 * 1024
     hog = run(ctx, "python3 -c \"b = bytearray(2 * 1024**3); print('ALLOCATED')\"")
     assert "ALLOCATED" not in hog.output and "MemoryError" in hog.output
+
+
+def test_a_session_stop_ends_the_whole_sandbox_at_once(ctx):
+    marker = f"corvid-stopped-{uuid.uuid4().hex}"
+    threading.Timer(0.5, ctx.cancel.cancel).start()  # the session is stopped mid-command
+    started = time.monotonic()
+    result = run(ctx, f"setsid bash -c 'sleep 100; : {marker}' & bash -c 'sleep 100; : {marker}'",
+                 timeout=60)
+    assert result.is_error and result.output.startswith("Command cancelled")
+    assert time.monotonic() - started < 3
+    deadline = time.monotonic() + 1.0
+    while host_processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert host_processes_with(marker) == []
