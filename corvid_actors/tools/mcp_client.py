@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -261,8 +262,8 @@ class McpToolSource:
         for spec in specs:
             try:
                 connections.append(self._connection(spec, session_id, cwd, sandbox))
-            except SandboxUnavailable as exc:
-                message = f"MCP server {spec.name} not started: {exc}; the session continues without its tools"
+            except (SandboxUnavailable, FileNotFoundError) as exc:
+                message = f"MCP server {spec.name!r} could not start: {exc}; the session continues without its tools"
                 logger.bind(session_id=session_id).warning(message)
                 notices.append(SystemEvent(subtype="mcp_server_failed", message=message))
         for connection in connections:
@@ -307,5 +308,10 @@ def sandboxed_argv(sandbox: Any, spec: McpServerSpec,
         if sandbox.status.refuses_commands:
             raise SandboxUnavailable(f"the OS sandbox is required and unavailable ({sandbox.status.reason})")
         return None, None
-    launch = sandbox.wrap([spec.command, *spec.args], project_dir=cwd, network=spec.network)
+    # resolved here, on the server's PATH: inside the sandbox a missing program would only
+    # show as a server that "exited before it answered"
+    program = shutil.which(spec.command, path=safe_env(spec.env).get("PATH"))
+    if program is None:
+        raise FileNotFoundError(f"command not found: {spec.command}")
+    launch = sandbox.wrap([program, *spec.args], project_dir=cwd, network=spec.network)
     return launch.argv, lambda: launch.finish(sandbox, sandbox.patterns)

@@ -41,11 +41,13 @@ from loguru import logger
 from corvid_actors.clock import RealClock
 from corvid_actors.providers.base import CancelToken
 from corvid_actors.tools.base import ToolResult
-from corvid_actors.tools.proc_tree import find_child_with_marker, kill_session_tree
+from corvid_actors.tools.proc_tree import find_child_with_marker, kill_marked, kill_session_tree
 
 #: the variable that marks a server process as ours, so its pid is found
 MARKER_VARIABLE = "CORVID_MCP_SERVER_ID"
 
+#: how long closing a connection waits for its killed processes to be gone
+_KILL_WAIT_S = 5.0
 #: the most bytes one character takes in UTF-8 (to read enough of a stderr tail)
 _MAX_UTF8_BYTES = 4
 #: RealClock reads time.monotonic through a class attribute, which freezegun leaves alone
@@ -260,6 +262,11 @@ class McpConnection:
             self._session = None
             watcher()
             kill_session_tree(self._leader)
+            # what left the session (setsid) or lives in a sandbox's PID namespace still
+            # carries the marker: gone before close() returns
+            with contextlib.suppress(Exception):
+                await asyncio.get_running_loop().run_in_executor(
+                    None, kill_marked, MARKER_VARIABLE, self._marker, _KILL_WAIT_S)
             self._stderr.close()
             if self._on_end is not None:
                 with contextlib.suppress(Exception):
