@@ -440,7 +440,9 @@ class Sandbox:
                 "--ro-bind", "/", "/"]
         if not network:
             args.append("--unshare-net")
-        inside = [h for h in self.hidden if root and is_within(h, root)]
+        # hidden paths below the project are mounted over after it; the project itself,
+        # or one of its ancestors, is hidden first and the project bound back in
+        inside = [h for h in self.hidden if root and is_within(h, root) and h != root]
         outside = [h for h in self.hidden if h not in inside and os.path.isdir(h)]
         # a hidden path inside another hidden path is already gone (its mount point too)
         outside = [h for h in sorted(outside, key=len)

@@ -262,3 +262,14 @@ def test_a_session_stop_ends_the_whole_sandbox_at_once(ctx):
     while host_processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert host_processes_with(marker) == []
+
+
+def test_hidden_paths_around_and_inside_the_project(project, timers):
+    # the data directory inside the project is hidden; a hidden path that is the project
+    # itself (or an ancestor of it, like /tmp) still leaves the project visible
+    (project / "data").mkdir()
+    (project / "data" / "corvid.db").write_text("db")
+    sandbox = make_sandbox(None, hidden_paths=(str(project), str(project / "data")))
+    ctx = ToolContext(project_dir=project, env=safe_env({}), call_later=timers, sandbox=sandbox)
+    result = run(ctx, "cat README.md; ls data | wc -l")
+    assert result.output.split() == ["hello", "0"]
