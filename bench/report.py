@@ -111,7 +111,8 @@ def _sandbox(r: dict[str, Any]) -> list[str]:
         f"run_command through the same handler, {r['rows'][0]['runs']} calls each, alternating, in a project "
         f"of {r['files_in_project']} files; bwrap {r['bwrap']}"
         + ("; as root the process limit is a pids cgroup (joining it is a separate column)" if r["cgroup"] else "")
-        + ".", ""]
+        + ". The kernel's floor at the same load: `/bin/true` p50 "
+        + f"{r['floor']['bare']} ms bare, {r['floor']['bwrap_minimal']} ms under `bwrap --ro-bind / /`.", ""]
 
 
 SECTIONS = {
