@@ -273,3 +273,10 @@ def test_hidden_paths_around_and_inside_the_project(project, timers):
     ctx = ToolContext(project_dir=project, env=safe_env({}), call_later=timers, sandbox=sandbox)
     result = run(ctx, "cat README.md; ls data | wc -l")
     assert result.output.split() == ["hello", "0"]
+
+
+def test_no_controlling_terminal_to_inject_into(ctx):
+    # TIOCSTI needs a controlling terminal: the sandbox runs in a session without one
+    result = run(ctx, "python3 -c \"import os; os.open('/dev/tty', os.O_RDWR); print('HAS-TTY')\"")
+    assert "HAS-TTY" not in result.output
+    assert "No such device or address" in result.output

@@ -202,7 +202,8 @@ class Sandbox:
         ``project_dir`` (real path) is bound read-write (read-only when not
         ``writable_project``) and is the working directory; None: no project, the
         working directory is a private ``/tmp``. Raises :class:`SandboxUnavailable`
-        when the sandbox is not active (the caller decides what ``mode`` allows).
+        when the sandbox is not active (the caller decides what ``mode`` allows). The caller
+        must start the command line in a new session (``start_new_session=True``).
         """
         if not self.status.active:
             raise SandboxUnavailable(f"the OS sandbox is not available: {self.status.reason}")
@@ -210,8 +211,11 @@ class Sandbox:
         patterns = tuple(patterns) or self.patterns
         scan = scan_project(root, patterns, self.settings) if root else None
         blanks = _Blanks.get()
+        # no --new-session: callers start the launcher in a session of its own, without a
+        # controlling terminal (run_command and the mcp client both do), so there is no
+        # terminal to inject input into (TIOCSTI); bwrap's setsid added ~15 ms per command
         args = [self.status.binary, "--unshare-user", "--unshare-pid", "--unshare-ipc",
-                "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session",
+                "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
                 "--ro-bind", "/", "/"]
         if not network:
             args.append("--unshare-net")
