@@ -97,6 +97,8 @@ class Store:
         #: update_session's statement per set of columns: (sql, the fields in parameter order)
         self._update_shapes: dict[Any, tuple[str, tuple[Any, ...]]] = {}
         self._sql_cache: dict[Any, str] = {}  # see _sql
+        #: (model, sql) -> how peewee maps that statement's columns to the model (see _rows)
+        self._row_shapes: dict[Any, tuple[Any, ...]] = {}
         self._message_commits: GroupCommitter[tuple[MessageRow, ...], list[int]] = GroupCommitter(
             self._commit_message_groups, max_batch=max_message_batch)
         self.db = open_database(url, busy_timeout_ms=busy_timeout_ms)
@@ -167,6 +169,30 @@ class Store:
             sql = self._sql_cache[key] = build().sql()[0]
         return sql
 
+    def _rows(self, model: Any, sql: str, *params: Any) -> list[Any]:
+        """``list(model.raw(sql, *params))``, with peewee's column resolution (which field
+        each column is, its converter) done once per statement rather than per call: that
+        resolution was most of a one-row read's cost (80 µs of a get_session, 5 µs the
+        statement). Call with the store lock held."""
+        cursor = self.db.execute_sql(sql, params)
+        shape = self._row_shapes.get((model, sql))
+        if shape is None:
+            wrapper = pw.ModelObjectCursorWrapper(cursor, model, [], model)
+            wrapper.initialize()  # reads cursor.description only
+            shape = self._row_shapes[(model, sql)] = (
+                tuple(wrapper.unique_columns), tuple(wrapper.no_convert), tuple(wrapper.convert),
+                tuple(wrapper.converters))
+        columns, no_convert, convert, converters = shape
+        out = []
+        for row in cursor.fetchall():
+            data = {columns[i]: row[i] for i in no_convert}
+            for i in convert:
+                data[columns[i]] = converters[i](row[i])
+            obj = model(__no_default__=1, **data)
+            obj._dirty.clear()
+            out.append(obj)
+        return out
+
     def close(self) -> None:
         with self._lock:
             if not self.db.is_closed():
@@ -186,7 +212,7 @@ class Store:
         P = self.m.Project
         sql = self._sql("project_by_id", lambda: P.select().where(P.id == ""))
         with self._lock:
-            rows = list(P.raw(sql, project_id))
+            rows = self._rows(P, sql, project_id)
         return rows[0] if rows else None
 
     def create_agent(self, name: str, **fields: Any) -> Any:
@@ -242,7 +268,7 @@ class Store:
         A = self.m.Agent
         sql = self._sql("agent_by_id", lambda: A.select().where(A.id == ""))
         with self._lock:
-            rows = list(A.raw(sql, agent_id))
+            rows = self._rows(A, sql, agent_id)
         return rows[0] if rows else None
 
     def find_agent(self, id_or_name: str) -> Any | None:
@@ -306,7 +332,7 @@ class Store:
         if sql is None:
             sql = self._session_by_id_sql = f'SELECT * FROM "sessions" WHERE "id" = {self.db.param}'
         with self._lock:
-            rows = list(self.m.Session.raw(sql, session_id))
+            rows = self._rows(self.m.Session, sql, session_id)
         return rows[0] if rows else None
 
     def require_session(self, session_id: str) -> Any:
@@ -558,7 +584,7 @@ class Store:
             sql = self._sql("mcp_for_agent", lambda: C.select().where(C.agent.is_null() | (C.agent == "")))
             params = (agent_id,)
         with self._lock:
-            return list(C.raw(sql, *params))
+            return self._rows(C, sql, *params)
 
     # --- session context ------------------------------------------------------------------
 
@@ -581,12 +607,12 @@ class Store:
             persona_prompt = ""
             agent_bundles: list[Any] = []
             if agent is not None:
-                personas = list(m.Persona.raw(personas_sql, agent.id))
+                personas = self._rows(m.Persona, personas_sql, agent.id)
                 persona_prompt = compose_persona_prompt(personas) if personas else ""
-                agent_bundles = list(m.SkillBundle.raw(agent_bundles_sql, agent.id))
+                agent_bundles = self._rows(m.SkillBundle, agent_bundles_sql, agent.id)
             project_bundles: list[Any] = []
             if project is not None:
-                project_bundles = list(m.SkillBundle.raw(project_bundles_sql, project.id))
+                project_bundles = self._rows(m.SkillBundle, project_bundles_sql, project.id)
         skill_prompt = "\n\n".join(
             b.prompt_additions for b in [*agent_bundles, *project_bundles] if b.prompt_additions
         )

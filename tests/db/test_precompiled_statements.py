@@ -79,3 +79,31 @@ def test_session_start_reads_match_the_rows(store: Store, tmp_path) -> None:
     assert store.last_message_role(sid) == "user"
     assert store.last_message_role(sid, roles=("system", "assistant")) == "system"
     assert store.last_message_role("nope") is None
+
+
+def test_rows_read_with_the_cached_column_mapping_equal_peewees_raw_rows(store: Store, tmp_path) -> None:
+    project = store.create_project("p", tmp_path, env_vars={"K": "v"}, description="d")
+    agent = store.create_agent("a", tool_permissions=["read_file"], permission_mode="full-auto")
+    persona = store.create_persona("Ann", traits=["calm"])
+    store.assign_persona(agent.id, persona.id)
+    sids = [store.create_session(agent_id=agent.id, project_id=project.id, name=f"s{i}", participant="alice").id
+            for i in range(3)]
+    store.update_session(sids[0], status="running", pid=800001, restart_pending=True, plan='[{"id": 1}]')
+    m = store.m
+    for model, sql, params in [
+        (m.Session, 'SELECT * FROM "sessions" ORDER BY "id"', ()),
+        (m.Session, store._sql("s", lambda: m.Session.select().where(m.Session.id == "")), (sids[0],)),
+        (m.Agent, 'SELECT * FROM "agents"', ()),
+        (m.Project, 'SELECT * FROM "projects"', ()),
+        (m.Persona, 'SELECT * FROM "personas"', ()),
+    ]:
+        for _ in range(2):  # the second read uses the cached mapping
+            with store.lock:
+                fast = store._rows(model, sql, *params)
+            slow = list(model.raw(sql, *params))
+            assert [f.__data__ for f in fast] == [s.__data__ for s in slow] and fast
+            assert all(not f._dirty for f in fast)
+    row = store.get_session(sids[0])
+    assert (row.status, row.pid, row.restart_pending, row.agent_id, row.agent.name) == (
+        "running", 800001, True, agent.id, "a")
+    assert store.get_session("no-such-session") is None
