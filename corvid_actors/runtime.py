@@ -159,7 +159,7 @@ class Runtime:
             from corvid_actors.actors.credits import CreditBank
 
             self.credits = CreditBank.start(t, store=self.store, config=self.config.credits, bus=self.bus,
-                                            is_owner=is_owner or (lambda participant: False))
+                                            is_owner=is_owner or (lambda participant: False), timers=self.timers)
         self.supervisor = sv.SessionSupervisor.start(
             t, config=self.config, clock=self.clock, store=self.store, builder=self.builder, bus=self.bus,
             timers=self.timers, slot_pool=self.slot_pool, approvals=self.approvals, credits=self.credits,

@@ -116,6 +116,7 @@ class AdminWiring:
 
 class AdminActor(TrackedActor):
     """See the module docstring."""
+    survive_errors = True  # one bad told message never kills it (actors/base.py)
 
     def __init__(self, tracker: ActivityTracker, wiring: AdminWiring) -> None:
         super().__init__(tracker)
