@@ -4,38 +4,58 @@
 ``events`` talk to a running daemon over its socket (:mod:`corvid_actors.admin_client`);
 output is a table (rich when it is installed, aligned text otherwise) or, with
 ``--json``, the daemon's JSON result for scripts.
+
+Text is data: session names, commands, model, tool and agent text are shown exactly as
+stored — rich cells are ``Text`` objects, never markup — and control characters (terminal
+escapes) are shown as ``\\x1b``-style escapes instead of being sent to the terminal.
+``admin send ID -`` reads the message from stdin (UTF-8; anything else is refused).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from corvid_actors.admin_client import AdminClient
+from corvid_actors.errors import CorvidError
 
 COMMON_HELP = "options: --data-dir DIR, --config FILE, --token TOKEN, --json"
 
 # --- rendering -----------------------------------------------------------------------------
 
 
+#: C0 and C1 control characters but tab and newline (a model's "\x1b[2J" must not clear the screen)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe_text(value: Any) -> str:
+    """``value`` as text with control characters made visible (``\\x1b``): what a user,
+    model or tool wrote is shown, never executed by the terminal."""
+    text = "" if value is None else str(value)
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def render_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO, *,
                  use_rich: bool | None = None) -> None:
-    """A table: rich's when it is installed (and ``use_rich`` is not False), else aligned text."""
-    cells = [["" if v is None else str(v) for v in row] for row in rows]
+    """A table: rich's when it is installed (and ``use_rich`` is not False), else aligned text.
+    Cells are data: shown as they are, never parsed as rich markup."""
+    cells = [[safe_text(v) for v in row] for row in rows]
     if use_rich is not False:
         try:
             from rich.console import Console
             from rich.table import Table
+            from rich.text import Text
         except ImportError:
             use_rich = False
         else:
             table = Table(*columns, box=None, header_style="bold", pad_edge=False)
             for row in cells:
-                table.add_row(*row)
+                table.add_row(*(Text(cell) for cell in row))
             width = None if out.isatty() else max(shutil.get_terminal_size((200, 24)).columns, 200)
             Console(file=out, width=width, highlight=False).print(table)
             return
@@ -53,7 +73,7 @@ def _duration(seconds: Any) -> str:
 
 
 def _short(value: Any, width: int = 60) -> str:
-    text = " ".join(str(value or "").split())
+    text = safe_text(" ".join(str(value or "").split()))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -75,7 +95,7 @@ def show_session(s: dict[str, Any], out: TextIO) -> None:
     for key in ("id", "name", "status", "agent", "source", "participant", "pid", "provider", "uptime_s",
                 "timeout_s", "restarts", "paused_until", "restart_pending", "cost_usd", "turns", "created_at"):
         value = _duration(s[key]) if key == "uptime_s" else s.get(key)
-        out.write(f"{key + ':':<17}{'-' if value in (None, '') else value}\n")
+        out.write(f"{key + ':':<17}{'-' if value in (None, '') else safe_text(value)}\n")
     if s["approvals"]:
         out.write("\npending approvals:\n")
         show_approvals(s["approvals"], out)
@@ -99,10 +119,10 @@ def show_mapping(data: Any, out: TextIO, indent: int = 0) -> None:
     """Nested dicts as indented ``key: value`` lines."""
     for key, value in data.items():
         if isinstance(value, dict):
-            out.write(f"{' ' * indent}{key}:\n")
+            out.write(f"{' ' * indent}{safe_text(key)}:\n")
             show_mapping(value, out, indent + 2)
         else:
-            out.write(f"{' ' * indent}{key}: {value}\n")
+            out.write(f"{' ' * indent}{safe_text(key)}: {safe_text(value)}\n")
 
 
 def describe_event(event: dict[str, Any]) -> str:
@@ -110,7 +130,7 @@ def describe_event(event: dict[str, Any]) -> str:
 
     rule = LIFECYCLE_LOG.get(event["type"])
     if rule is not None:
-        return rule[1](event)
+        return safe_text(rule[1](event))
     if event["type"] == "content_block_delta":
         return repr(event.get("text", ""))
     skip = {"type", "at"}
@@ -161,6 +181,8 @@ def _admin(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     call_args = {k: getattr(args, k) for k in args.call_args}
     wait = call_args.pop("wait", False)
+    if args.cmd == "send":
+        call_args["text"] = read_message_text(call_args["text"], sys.stdin)
     with _client(args) as client:
         result = client.call(args.cmd, **call_args)
         if args.cmd == "shutdown" and wait:
@@ -180,7 +202,7 @@ def _admin(args: argparse.Namespace, out: TextIO | None = None) -> int:
                          [[a["name"], a["provider"] or "(routed)", a["model"] or "(default)", a["permission_mode"],
                            a["id"]] for a in result], out)
         case "credits_balance":
-            out.write(f"{result['participant']}: {result['balance']} credits\n")
+            out.write(f"{safe_text(result['participant'])}: {result['balance']} credits\n")
             if result.get("transactions"):
                 render_table(["WHEN", "TYPE", "AMOUNT", "BALANCE", "REFERENCE"],
                              [[str(t.get("created_at", ""))[:19], t.get("type"), t.get("amount"),
@@ -188,8 +210,19 @@ def _admin(args: argparse.Namespace, out: TextIO | None = None) -> int:
         case "health" | "stats":
             show_mapping(result, out)
         case _:
-            out.write(_one_liner(args.cmd, result) + "\n")
+            out.write(safe_text(_one_liner(args.cmd, result)) + "\n")
     return 0
+
+
+def read_message_text(text: str, stdin: TextIO) -> str:
+    """``text``, or with ``-`` the whole of stdin (UTF-8, else a one-line error)."""
+    if text != "-":
+        return text
+    raw = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode("utf-8", "surrogateescape")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorvidError(f"the message on stdin is not valid UTF-8 (byte {exc.start}): nothing was sent") from None
 
 
 def _events(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -273,7 +306,8 @@ def _admin_commands() -> list[tuple[str, str, str, Callable[[argparse.ArgumentPa
 
     def send(p: argparse.ArgumentParser) -> None:
         session(p)
-        p.add_argument("text", help="the message (persisted before the daemon answers)")
+        p.add_argument("text", help="the message (persisted before the daemon answers); - reads it from stdin "
+                                    "(UTF-8, up to daemon.admin_max_send_bytes, 8 MiB by default)")
 
     def extend(p: argparse.ArgumentParser) -> None:
         session(p)

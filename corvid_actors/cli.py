@@ -37,7 +37,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def undecodable_argument(argv: Sequence[str]) -> str | None:
+    """A one-line error for the first argument that is not valid UTF-8, else None.
+
+    Python hands undecodable bytes over as lone surrogates (``surrogateescape``); such
+    text cannot be stored or sent, so it is refused here — before anything is created —
+    rather than stored lossily or failing halfway through a command."""
+    for number, arg in enumerate(argv, start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            shown = arg.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+            return (f"argument {number} ({shown!r}) is not valid UTF-8 text (byte {exc.start}): "
+                    "nothing was done; pass UTF-8 text (check the terminal's locale)")
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    problem = undecodable_argument(argv)
+    if problem is not None:
+        print(f"corvid-actors: {problem}", file=sys.stderr)
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

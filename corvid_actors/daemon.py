@@ -128,7 +128,9 @@ class Daemon:
         self.server = AdminSocketServer(
             self.data_dir / s.socket_name, self._handle, self._follow,
             SocketSettings(token=s.admin_token, max_request_bytes=s.admin_max_request_bytes,
-                           max_connections=s.admin_max_connections, follow_queue_events=s.follow_queue_events),
+                           max_connections=s.admin_max_connections, follow_queue_events=s.follow_queue_events,
+                           max_send_bytes=s.admin_max_send_bytes, auth_timeout_s=s.admin_auth_timeout_s,
+                           idle_timeout_s=s.admin_idle_timeout_s),
         )
         self.server.bind()  # fail fast on a bad path, before anything is started
         try:

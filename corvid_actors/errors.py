@@ -14,6 +14,7 @@ all of them, and nothing else (bugs stay loud). The tree, in one place:
   - :class:`RuntimeStoppedError` — the runtime is shut down (or failed: a core actor died).
   - :class:`SettleTimeout` — ``Runtime.settle(timeout_s=…)`` gave up.
   - :class:`InvalidContentError` (also a ``ValueError``) — bad message content.
+  - :class:`CreditAmountError` (also a ``ValueError``) — a credit amount out of range.
   - ``ProviderError`` (:mod:`corvid_actors.providers.base`) — a classified failure of a
     model provider (outage, rate limit, bad request …); its ``kind`` says which.
   - ``AdminError`` (:mod:`corvid_actors.admin_protocol`) — an admin request refused,
@@ -55,3 +56,8 @@ class SettleTimeout(CorvidError):
 
 class InvalidContentError(CorvidError, ValueError):
     """A message's content is neither a string nor valid content blocks (text, image)."""
+
+
+class CreditAmountError(CorvidError, ValueError):
+    """A credit amount is not a positive whole number within the ledger's bounds, or would
+    push a balance past its cap. A ValueError too, so callers that catch that keep working."""

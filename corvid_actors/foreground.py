@@ -131,7 +131,10 @@ def _ask_approval(runtime: Any, event: Any, err: TextIO, stdin: TextIO) -> None:
                                                    "permission_mode allows this tool")
         err.write(f"\n[denied {event.tool_name}: no terminal to ask]\n")
         return
-    err.write(f"\nAllow {event.description}? [y]es / [n]o / [a]lways in this session: ")
+    from corvid_actors.admin_cli import safe_text
+
+    # the description quotes the model's arguments: escapes must not disguise what is asked
+    err.write(f"\nAllow {safe_text(event.description)}? [y]es / [n]o / [a]lways in this session: ")
     err.flush()
     answer = stdin.readline().strip().lower()
     behavior = {"y": "allow", "yes": "allow", "a": "allow_session", "always": "allow_session"}.get(answer, "deny")

@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.transport == "console":
         transport: Any = ConsoleTransport(participant=args.participant)
     else:
-        transport = WebhookTransport(args.callback_url, host=args.host, port=args.port, secret=args.secret)
+        transport = WebhookTransport.from_config(args.callback_url, config, host=args.host, port=args.port,
+                                                 secret=args.secret)
     bridge = ChatBridge(runtime, transport, agent_id=agent_id, project_id=project_id,
                         is_owner=owners.__contains__, settings=BridgeSettings(name="example"))
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM: shut down like Ctrl-C

@@ -8,6 +8,7 @@ every daemon is killed in teardown whatever happened.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pwd
@@ -278,6 +279,27 @@ def test_cli_lists_stops_and_resumes_a_running_session(shared, capsys):
     assert "count to a hundred" in out and "session_started" in out
 
 
+def test_markup_names_and_a_megabyte_message_from_stdin_through_the_cli(shared, capsys, monkeypatch):
+    # issue 14: a session named "[/bad]" crashed `admin sessions` for good; a 1 MB message
+    # could not be sent at all, and `admin send ID -` sent a literal "-"
+    code, out, _ = shared.cli(capsys, "admin", "start", "--agent", "lister", "--name", "[/bad]", "--json",
+                              "see [bold]this[/bold] and [link]")
+    assert code == 0
+    sid = json.loads(out)["session"]
+    code, out, err = shared.cli(capsys, "admin", "sessions")
+    assert code == 0 and "[/bad]" in out, err
+    code, out, err = shared.cli(capsys, "admin", "session", sid[:8])
+    assert code == 0 and "see [bold]this[/bold] and [link]" in out, err
+
+    big = "line of a long message\n" * 45_000  # ~1 MiB
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(big.encode()), encoding="utf-8"))
+    code, out, err = shared.cli(capsys, "admin", "send", sid[:8], "-")
+    assert code == 0 and out.startswith(f"delivered to {sid[:8]}"), err
+    code, out, _ = shared.cli(capsys, "admin", "session", sid, "--json", "--messages", "50")
+    assert big.strip() in [m["content"].strip() for m in json.loads(out)["messages"] if m["role"] == "user"]
+    shared.call("stop", session=sid)
+
+
 def test_approvals_are_listed_approved_and_denied_through_the_cli(shared, capsys):
     follower = Follower(shared)
     try:
@@ -372,6 +394,14 @@ BAD_LINES = [
     (json.dumps({"cmd": "health"}).encode() + b"\n", "unauthorized"),
     (json.dumps({"cmd": "health", "token": "wrong"}).encode() + b"\n", "unauthorized"),
     (b"x" * 1_000_000 + b"\n", "too_large"),
+    # issue 14: each of these raised outside the validator (no reply, a traceback in the log)
+    (b'{"cmd": "health", "token": "\\ud800"}\n', "unauthorized"),
+    (json.dumps({"cmd": "extend", "args": {"session": "abcd", "minutes": 10**400}, "token": TOKEN}).encode()
+     + b"\n", "bad_request"),
+    (b'{"cmd": "send", "args": {"session": "abcd", "text": "caf\\udce9"}, "token": "' + TOKEN.encode() + b'"}\n',
+     "bad_request"),
+    (b'{"cmd": "extend", "args": {"session": "abcd", "minutes": NaN}, "token": "' + TOKEN.encode() + b'"}\n',
+     "bad_request"),
 ]
 
 
@@ -388,6 +418,7 @@ def test_bad_input_on_the_socket_gets_error_replies_and_the_daemon_keeps_running
         sock.sendall(json.dumps({"id": "last", "cmd": "health", "token": TOKEN}).encode() + b"\n")
         reply = json.loads(replies.readline())
         assert (reply["id"], reply["ok"]) == ("last", True)
+    assert not [line for line in shared.lines if "Traceback" in line]  # bad input is not a daemon failure
 
     # clients that vanish mid-request, and more connections than allowed
     for partial in (b'{"cmd": "hea', b"x" * 100_000):
@@ -399,8 +430,13 @@ def test_bad_input_on_the_socket_gets_error_replies_and_the_daemon_keeps_running
         for _ in range(40):
             extra.append(socket.socket(socket.AF_UNIX))
             extra[-1].connect(str(shared.socket))
+        # idle strangers cannot hold the cap: the oldest ones were evicted to make room
+        extra[0].settimeout(WAIT_S)
+        evicted = json.loads(extra[0].makefile("rb").readline())["error"]
+        assert evicted["code"] == "busy" and "evicted" in evicted["message"]
         extra[-1].settimeout(WAIT_S)
-        assert json.loads(extra[-1].makefile("rb").readline())["error"]["code"] == "busy"
+        extra[-1].sendall(json.dumps({"id": 1, "cmd": "health", "token": TOKEN}).encode() + b"\n")
+        assert json.loads(extra[-1].makefile("rb").readline())["ok"] is True
     finally:
         for sock in extra:
             sock.close()
