@@ -9,7 +9,8 @@
 - :func:`sim_runtime`: a Runtime on a SimClock, in-memory SQLite and a scripted provider.
 - :func:`stub_provider`: the real Ollama / Anthropic provider pointed at a stub server.
 - :func:`refuse_input` (``corvid_actors.testing.faults``): a running session refuses
-  user messages, to test the refused-delivery path.
+  user messages, to test the refused-delivery path; :class:`StoreFault` (same module):
+  a store refuses the Nth write of a chosen kind.
 - Stub servers speaking the real wire protocols: ``corvid_actors.testing.ollama_stub``
   (:class:`OllamaStubServer`) and ``corvid_actors.testing.anthropic_stub``
   (:class:`AnthropicStubServer`).
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from corvid_actors.testing.clock import SimClock
-from corvid_actors.testing.faults import refuse_input
+from corvid_actors.testing.faults import StoreFault, refuse_input
 from corvid_actors.testing.recorder import EventRecorder, Recorded
 from corvid_actors.testing.scripted import (
     ScriptedProvider,
@@ -33,7 +34,7 @@ from corvid_actors.testing.scripted import (
 )
 
 __all__ = ["SimClock", "ScriptedProvider", "ScriptedTurn", "ScriptedStartFailure", "Turn", "EventRecorder",
-           "Recorded", "refuse_input", "sim_runtime", "stub_provider"]
+           "Recorded", "StoreFault", "refuse_input", "sim_runtime", "stub_provider"]
 
 
 def sim_runtime(clock: SimClock | None = None, provider: Any | None = None, *, config: Any = None,
