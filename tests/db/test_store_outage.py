@@ -1,0 +1,232 @@
+"""Issue 16: the store survives its server. A loopback TCP proxy sits between the store
+and the real PostgreSQL; cutting it mid-run makes every operation fail at once with
+"store unavailable" (sends refused, never acknowledged) and health degraded; restoring
+it brings the store back within the backoff — through the StoreWatch probe, no restart.
+Also: a lost connection with the server still up is reconnected and replayed once, and
+a SQLite file deleted or made read-only is caught before a write."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from corvid_actors.config import Config
+from corvid_actors.db.store import Store
+from corvid_actors.errors import StoreUnavailableError
+from corvid_actors.runtime import Runtime
+from corvid_actors.testing import ScriptedProvider
+
+#: every wait is bounded (real seconds)
+WAIT_S = 10.0
+
+
+class TcpProxy:
+    """127.0.0.1:<port> → target. ``cut()`` closes every connection and refuses new ones;
+    ``restore()`` accepts again on the same port."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self._lock = threading.Lock()
+        self._conns: list[socket.socket] = []
+        self._listener: socket.socket | None = None
+        self.port = 0
+        self.restore()
+
+    def restore(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(16)
+        self.port = listener.getsockname()[1]
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=WAIT_S)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def cut(self) -> None:
+        if self._listener is not None:
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)  # wakes accept(); close alone may not
+            except OSError:
+                pass
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self) -> None:
+        self.cut()
+
+
+def _via(url: str, port: int) -> str:
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)
+    host = f"127.0.0.1:{port}"
+    return urlunsplit((parts.scheme, f"{netloc[0]}@{host}" if len(netloc) == 2 else host, parts.path,
+                       parts.query, parts.fragment))
+
+
+@pytest.fixture
+def proxy(pg_url: str) -> Iterator[TcpProxy]:
+    parts = urlsplit(pg_url)
+    p = TcpProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    yield p
+    p.close()
+
+
+def _wait_for(predicate, timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+@pytest.mark.postgres
+def test_postgres_cut_mid_run_refuses_sends_and_recovers_within_the_backoff(pg_url, proxy):
+    cfg = Config().replace(store={"reconnect_backoff_initial_s": 0.1, "reconnect_backoff_max_s": 0.4})
+    provider = ScriptedProvider()
+    cfg = cfg.replace(providers={"default_provider": provider.name})
+    rt = Runtime(cfg, store_url=_via(pg_url, proxy.port), providers={provider.name: provider})
+    try:
+        s = rt.create_session(source="web")
+        rt.start_process(s.id, "hello")
+        rt.settle()
+        assert rt.send_message(s.id, "before") is True
+        rt.settle()
+
+        proxy.cut()
+        with pytest.raises(StoreUnavailableError, match="^store unavailable: "):
+            rt.send_message(s.id, "during the outage")
+        assert rt.store.available is False
+        assert rt.store.probe() is not None  # what health reports: degraded, with the reason
+        with pytest.raises(StoreUnavailableError):  # fast, inside the backoff
+            rt.send_message(s.id, "during the outage, again")
+        assert rt.supervisor.is_alive() and rt.failure is None
+
+        proxy.restore()
+        # nothing uses the store now: the StoreWatch probe (through Timers) brings it back
+        _wait_for(lambda: rt.store.available)
+        assert rt.store.probe() is None
+        assert rt.send_message(s.id, "after") is True
+        rt.settle()
+        users = [m.content for m in rt.store.messages(s.id) if m.role == "user"]
+        assert users == ["hello", "before", "after"]
+        assert rt.failure is None
+    finally:
+        rt.shutdown()
+
+
+@pytest.mark.postgres
+def test_a_dropped_connection_is_reconnected_and_the_operation_replayed_once(pg_url, proxy):
+    store = Store(_via(pg_url, proxy.port))
+    try:
+        s = store.create_session(source="web")
+        proxy.cut()
+        proxy.restore()  # the server is back at once, but the store's connection is dead
+        assert store.append_message(s.id, "user", "replayed") > 0
+        assert store.available
+        assert [m.content for m in store.messages(s.id)] == ["replayed"]
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+def test_reads_and_ledger_writes_fail_clearly_while_postgres_is_down(pg_url, proxy):
+    from corvid_actors.db.ledger import Ledger
+
+    store = Store(_via(pg_url, proxy.port), reconnect_backoff_s=(60.0, 60.0))
+    try:
+        s = store.create_session(source="web", participant="p")
+        proxy.cut()
+        with pytest.raises(StoreUnavailableError):
+            store.get_session(s.id)
+        with pytest.raises(StoreUnavailableError, match="store unavailable"):
+            Ledger(store).credit("p", 5)
+        reason = store.unavailable_reason
+        assert reason and "lost" in reason
+        proxy.restore()
+        assert store.probe() is None  # a probe ignores the backoff
+        assert Ledger(store).credit("p", 5) == 5
+    finally:
+        store.close()
+
+
+def test_sqlite_file_deleted_refuses_writes_and_never_acknowledges(tmp_path):
+    path = tmp_path / "c.db"
+    store = Store(f"sqlite:///{path}")
+    heard: list[str | None] = []
+    store.add_listener(heard.append)
+    try:
+        s = store.create_session(source="web")
+        assert store.append_message(s.id, "user", "kept") > 0
+        os.unlink(path)
+        with pytest.raises(StoreUnavailableError, match="is gone"):
+            store.append_message(s.id, "user", "would be lost")
+        with pytest.raises(StoreUnavailableError):
+            store.append_messages([(s.id, "user", "a"), (s.id, "user", "b")])
+        assert store.probe() is not None and not store.available
+        assert heard[:1] and "is gone" in heard[0]
+    finally:
+        store.close()
+
+
+def test_sqlite_file_read_only_then_writable_again(tmp_path):
+    path = tmp_path / "c.db"
+    store = Store(f"sqlite:///{path}", reconnect_backoff_s=(60.0, 60.0))
+    heard: list[str | None] = []
+    store.add_listener(heard.append)
+    try:
+        s = store.create_session(source="web")
+        path.chmod(0o444)
+        with pytest.raises(StoreUnavailableError, match="read-only"):
+            store.update_session(s.id, name="x")
+        with pytest.raises(StoreUnavailableError):  # inside the backoff: refused at once
+            store.get_session(s.id)
+        path.chmod(0o644)
+        assert store.probe() is None
+        assert heard[-1] is None  # told that it is back
+        store.update_session(s.id, name="y")
+        assert store.get_session(s.id).name == "y"
+    finally:
+        store.close()
