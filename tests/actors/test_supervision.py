@@ -274,3 +274,24 @@ def test_a_dead_actor_ask_names_the_failure_for_pykka_callers(runtime):
     assert done.wait(WAIT_S)
     with pytest.raises(pykka.ActorDeadError):
         runtime.bus.ask(Publish("s", Thinking()))
+
+
+def test_a_store_fault_in_a_told_supervisor_handler_does_not_kill_it(runtime, scripted):
+    from corvid_actors.testing import Turn
+
+    s = runtime.create_session(source="web")
+    other = runtime.create_session(source="web")
+    scripted.for_session(s.id, Turn.clean_exit())
+    with StoreFault(runtime.store, "update_session", nth=2) as fault:  # #1: running; #2: the exit
+        runtime.start_process(s.id, "bye")
+        runtime.settle()
+        assert fault.raised == 1
+    assert runtime.supervisor.is_alive() and runtime.failure is None
+    assert not runtime.is_running(s.id)
+    # the runtime keeps serving, and the stale row is put right
+    runtime.start_process(other.id, "hello")
+    runtime.settle()
+    assert runtime.is_running(other.id)
+    runtime.start_process(s.id, "again")
+    runtime.settle()
+    assert runtime.store.get_session(s.id).status == "running"

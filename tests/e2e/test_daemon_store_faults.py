@@ -63,3 +63,49 @@ def test_sqlite_file_made_read_only_refuses_sends_until_it_is_writable_again(dae
     users = [m["content"] for m in detail["messages"] if m["role"] == "user"]
     assert "refused while read-only" not in users  # nothing acknowledged, nothing stored
     assert users[:1] == ["hello"] and "before" in users and "after" in users
+
+
+# --- the root policy in the daemon: exit non-zero for the process supervisor --------------
+
+_KILL_AN_ACTOR = """
+import sys, threading
+from corvid_actors import daemon as dm
+
+config = dm.load_daemon_config(None, data_dir=sys.argv[1], provider="stub")
+data_dir = dm.data_dir_of(config).resolve()
+dm.prepare_data_dir(data_dir)
+holder = {}
+
+def ready(about):
+    runtime = holder["daemon"].runtime
+    session = runtime.create_session(source="web")
+    runtime.start_process(session.id, "hello")
+    print("SESSION " + session.id, flush=True)
+    threading.Thread(target=runtime.slot_pool.stop).start()  # a core actor dies mid-run
+
+holder["daemon"] = dm.Daemon(config, data_dir, on_ready=ready)
+sys.exit(holder["daemon"].run())
+"""
+
+
+def test_a_core_actor_dying_in_the_daemon_exits_70_with_sessions_marked_for_resume(tmp_path):
+    import subprocess
+    import sys
+
+    from corvid_actors.daemon import EXIT_CORE_FAILURE
+    from corvid_actors.db.store import Store
+    from tests.e2e.test_daemon import READY_S, _env
+
+    data_dir = tmp_path / "data"
+    done = subprocess.run([sys.executable, "-c", _KILL_AN_ACTOR, str(data_dir)], env=_env(),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=READY_S + WAIT_S)
+    assert done.returncode == EXIT_CORE_FAILURE == 70, done.stderr[-3000:]
+    assert "core actor failure: the slot pool actor was stopped" in done.stderr
+    assert "daemon stopped after a failure (exit 70)" in done.stderr
+    sid = done.stdout.split("SESSION ", 1)[1].split()[0]
+    store = Store(f"sqlite:///{data_dir / 'corvid.db'}")
+    try:
+        row = store.get_session(sid)
+    finally:
+        store.close()
+    assert row.status != "running" and row.restart_pending  # the next start resumes it
