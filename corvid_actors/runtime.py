@@ -31,11 +31,12 @@ from loguru import logger
 
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
-from corvid_actors.actors.base import ActivityTracker
+from corvid_actors.actors.base import ActivityTracker, tell
 from corvid_actors.actors.events import (
     BusStats,
     EventBus,
     EventCallback,
+    Publish,
     Subscribe,
     SubscribeAll,
     Unsubscribe,
@@ -48,7 +49,8 @@ from corvid_actors.clock import Clock, RealClock
 from corvid_actors.config import Config, load_config
 from corvid_actors.content import UserContent, content_blocks
 from corvid_actors.db.store import Store
-from corvid_actors.errors import RuntimeStoppedError
+from corvid_actors.errors import RuntimeStoppedError, StoreError
+from corvid_actors.events import ErrorEvent, SessionError
 from corvid_actors.providers.base import Provider
 from corvid_actors.tools.base import PermissionCheck, ToolRegistry
 from corvid_actors.wiring import (
@@ -168,6 +170,7 @@ class Runtime:
         self._core: dict[str, str] = {}
         self._fail_lock = threading.Lock()
         t.on_actor_exit = self._actor_exited
+        t.on_message_error = self._message_failed
         self.timers = Timers.start(t, self.clock)
         self.store_watch = StoreWatch.start(t, store=self.store, timers=self.timers,
                                             backoff_s=(sc.reconnect_backoff_initial_s, sc.reconnect_backoff_max_s))
@@ -460,6 +463,17 @@ class Runtime:
                         self.failure)
         # Not on this thread: shutting down stops (and joins) actors, this one among them.
         threading.Thread(target=self._fail, name="corvid-root-policy", daemon=True).start()
+
+    def _message_failed(self, ref: pykka.ActorRef[Any], message: Any, error: Exception) -> None:
+        # A core actor skipped a told message that raised: the session it names hears why.
+        sid = getattr(message, "session_id", None)
+        if not isinstance(sid, str) or not sid:
+            return
+        kind = "store_unavailable" if isinstance(error, StoreError) else "internal_error"
+        text = f"{ref.actor_class.__name__} could not handle {type(message).__name__}: {error}"
+        tell(self.bus, Publish(sid, ErrorEvent(error_type=kind, message=text)))
+        tell(self.bus, Publish(sid, SessionError(error_type=kind, severity="error", recoverable=True,
+                                                 message=text)))
 
     def _fail(self) -> None:
         failure = self.failure or "a core actor ended"

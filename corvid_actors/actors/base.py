@@ -40,6 +40,9 @@ class ActivityTracker:
         self.on_actor_exit: Callable[[pykka.ActorRef[Any], bool], None] | None = None
         #: set by the runtime's shutdown: actors stopping now is expected, not a fault
         self.stopping = False
+        #: ``on_message_error(ref, message, error)`` after a ``survive_errors`` actor skipped a
+        #: told message that raised (the runtime tells the session concerned)
+        self.on_message_error: Callable[[pykka.ActorRef[Any], Any, Exception], None] | None = None
 
     @property
     def busy(self) -> int:
@@ -154,10 +157,14 @@ class TrackedActor(pykka.ThreadingActor):
             return None
 
     def on_message_error(self, message: Any, error: Exception) -> None:
-        """A told ``message`` raised ``error`` (only for ``survive_errors`` actors): log it.
-        Override to also tell whoever is concerned (an event, a retry through Timers)."""
+        """A told ``message`` raised ``error`` (only for ``survive_errors`` actors): log it
+        and hand it to the tracker's ``on_message_error`` (the runtime publishes an event on
+        the session the message names). Override to do more (a retry through Timers)."""
         logger.opt(exception=error).error("{} could not handle {}: {}; the actor goes on",
                                           type(self).__name__, type(message).__name__, error)
+        hook = self._tracker.on_message_error
+        if hook is not None:
+            hook(self.actor_ref, message, error)
 
     def _handle_failure(self, *exc_info: Any) -> None:
         self._failed = True

@@ -276,9 +276,14 @@ def test_a_dead_actor_ask_names_the_failure_for_pykka_callers(runtime):
         runtime.bus.ask(Publish("s", Thinking()))
 
 
+def recorder_types(runtime, sid):
+    return {f"{r.type}:{r.event.error_type}" for r in runtime.recorder.of(sid) if hasattr(r.event, "error_type")}
+
+
 def test_a_store_fault_in_a_told_supervisor_handler_does_not_kill_it(runtime, scripted):
     from corvid_actors.testing import Turn
 
+    runtime.recorder = EventRecorder.attach(runtime)
     s = runtime.create_session(source="web")
     other = runtime.create_session(source="web")
     scripted.for_session(s.id, Turn.clean_exit())
@@ -288,6 +293,8 @@ def test_a_store_fault_in_a_told_supervisor_handler_does_not_kill_it(runtime, sc
         assert fault.raised == 1
     assert runtime.supervisor.is_alive() and runtime.failure is None
     assert not runtime.is_running(s.id)
+    # the session concerned hears why (error + session_error, store_unavailable)
+    assert recorder_types(runtime, s.id) >= {"error:store_unavailable", "session_error:store_unavailable"}
     # the runtime keeps serving, and the stale row is put right
     runtime.start_process(other.id, "hello")
     runtime.settle()
