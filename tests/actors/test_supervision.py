@@ -302,3 +302,26 @@ def test_a_store_fault_in_a_told_supervisor_handler_does_not_kill_it(runtime, sc
     runtime.start_process(s.id, "again")
     runtime.settle()
     assert runtime.store.get_session(s.id).status == "running"
+
+
+def test_a_refused_assistant_write_ends_the_session_in_a_defined_state_and_loses_nothing(runtime, scripted):
+    recorder = EventRecorder.attach(runtime)
+    s = runtime.create_session(source="web")
+    other = runtime.create_session(source="web")
+    runtime.start_process(s.id, "hello")
+    runtime.start_process(other.id, "hello")
+    runtime.settle()
+    with StoreFault(runtime.store, "append_message", nth=2) as fault:  # #1: the user's, #2: the reply
+        assert runtime.send_message(s.id, "second") is True  # acknowledged: stored
+        runtime.settle()
+        assert fault.raised == 1
+    # the session actor's own policy: a crash, said on the session; the others go on
+    assert ("session_error", "crash") in [(r.type, getattr(r.event, "error_type", None)) for r in recorder.of(s.id)]
+    assert runtime.is_running(other.id) and runtime.failure is None
+    assert [(m.role, m.content) for m in runtime.store.messages(s.id) if m.role == "user"] == [
+        ("user", "hello"), ("user", "second")]
+    # after the fault: a resume answers the acknowledged, unanswered message
+    runtime.resume_process(s.id)
+    runtime.settle()
+    roles = [m.role for m in runtime.store.messages(s.id) if m.role in ("user", "assistant")]
+    assert roles[-2:] == ["user", "assistant"]
