@@ -86,17 +86,29 @@ def _positive(kind: str, required: bool = True, high: int = MAX_COUNT) -> Arg:
 
 
 _SESSION = _text(required=True)
+#: session statuses ``sessions --status`` accepts (the store's, ``db.models.SESSION_STATUSES``)
+SESSION_STATUSES = ("idle", "loading", "running", "paused", "stopped", "error")
+#: what ``start --create`` may set on a new agent
+AGENT_PROVIDERS = ("ollama", "anthropic")
+PERMISSION_MODES = ("default", "plan", "auto-edit", "full-auto")
 
 #: every command the socket accepts, with its arguments
 COMMANDS: Mapping[str, Mapping[str, Arg]] = {
     "health": {},
     "stats": {},
     "agents": {},
-    "sessions": {"status": _text(), "limit": _positive("int", required=False)},
+    "sessions": {"status": Arg("str", False, lambda v: v in SESSION_STATUSES,
+                               f"must be one of {', '.join(SESSION_STATUSES)}"),
+                 "limit": _positive("int", required=False)},
     "session": {"session": _SESSION, "events": _positive("int", required=False),
                 "messages": _positive("int", required=False)},
     "start": {"agent": _text(required=True), "prompt": _text(required=True, max_chars=None), "source": _text(),
-              "name": _note(MAX_NAME_CHARS), "participant": _note(MAX_NAME_CHARS)},
+              "name": _note(MAX_NAME_CHARS), "participant": _note(MAX_NAME_CHARS), "create": Arg("bool"),
+              "provider": Arg("str", False, lambda v: v in AGENT_PROVIDERS,
+                          f"must be one of {', '.join(AGENT_PROVIDERS)}"),
+              "model": _text(),
+              "permission_mode": Arg("str", False, lambda v: v in PERMISSION_MODES,
+                                     f"must be one of {', '.join(PERMISSION_MODES)}")},
     "send": {"session": _SESSION, "text": _text(required=True, max_chars=None)},
     "stop": {"session": _SESSION},
     "resume": {"session": _SESSION},

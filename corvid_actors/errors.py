@@ -50,6 +50,10 @@ class RuntimeStoppedError(CorvidError):
     """The runtime is shut down (or shutting down) and refuses new work."""
 
 
+class ConflictError(CorvidError):
+    """What exists differs from what was asked for, and nothing was changed."""
+
+
 class SettleTimeout(CorvidError):
     """``Runtime.settle(timeout_s=…)`` gave up: some actor or worker is still busy."""
 

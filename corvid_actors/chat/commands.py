@@ -68,9 +68,10 @@ def help_text() -> str:
 
 
 def approval_text(approval_id: str, description: str, timeout_s: float) -> str:
+    # timeout_s 0: a queued request waits for the answer, with no countdown to announce
+    deadline = f"denied automatically after {timeout_s:g} s" if timeout_s > 0 else "it waits for your answer"
     return (f"[APPROVE?:{approval_id}] {description}\n"
-            f"Reply 'yes {approval_id}' to allow or 'no {approval_id}' to deny "
-            f"(denied automatically after {timeout_s:g} s).")
+            f"Reply 'yes {approval_id}' to allow or 'no {approval_id}' to deny ({deadline}).")
 
 
 def transactions_text(rows: list[dict[str, Any]]) -> str:

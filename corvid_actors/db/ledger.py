@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from corvid_actors.clock import iso_utc
 from corvid_actors.db.store import Store, store_op
 from corvid_actors.errors import CreditAmountError
 
@@ -88,7 +89,7 @@ class Ledger:
             rows = list(T.select().where(T.participant == participant).order_by(T.id.desc()).limit(limit))
         return [
             {"id": r.id, "type": r.type, "amount": r.amount, "balance_after": r.balance_after,
-             "reference": r.reference, "session_id": r.session_id, "created_at": r.created_at.isoformat()}
+             "reference": r.reference, "session_id": r.session_id, "created_at": iso_utc(r.created_at)}
             for r in rows
         ]
 

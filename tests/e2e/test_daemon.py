@@ -123,6 +123,8 @@ class Daemon:
         return AdminClient(self.socket, token=self.token, timeout_s=timeout_s).connect()
 
     def call(self, cmd: str, **args: Any) -> Any:
+        if cmd == "start":
+            args.setdefault("create", True)  # these tests name a new agent per scenario
         with self.client() as client:
             return client.call(cmd, **args)
 
@@ -253,7 +255,7 @@ def _health_once_free(daemon: Daemon) -> dict[str, Any]:
 
 
 def test_cli_lists_stops_and_resumes_a_running_session(shared, capsys):
-    code, out, _ = shared.cli(capsys, "admin", "start", "--agent", "lister", "--json", "count to a hundred")
+    code, out, _ = shared.cli(capsys, "admin", "start", "--agent", "lister", "--create", "--json", "count to a hundred")
     assert code == 0
     sid = json.loads(out)["session"]
 
@@ -527,11 +529,11 @@ def test_sigkill_mid_session_loses_no_acknowledged_message_and_the_sessions_resu
         detail = second.call("session", session=sid, messages=50)
         assert [m["content"] for m in detail["messages"] if m["role"] == "user"] == texts
         assert [e["type"] for e in detail["events"]][:1] == ["session_started"]
-    started = [json.loads(line)["record"] for line in second.lines if '"session started' in line]
-    assert {(r["extra"]["session_id"], r["extra"]["agent"]) for r in started} == {(s, "survivor") for s in acknowledged}
+    started = [json.loads(line) for line in second.lines if '"session started' in line]
+    assert {(r["session_id"], r["agent"]) for r in started} == {(s, "survivor") for s in acknowledged}
 
     # `admin shutdown --wait` returns once the daemon has stopped; the sessions stay marked
-    assert second.cli(capsys, "admin", "shutdown", "--wait") == (0, "daemon is shutting down\n", "")
+    assert second.cli(capsys, "admin", "shutdown", "--wait") == (0, "daemon stopped\n", "")
     assert second.wait_exit(WAIT_S) == 0
     second.wait_log("daemon stopped cleanly")
     rows = _stored_sessions(data_dir, list(acknowledged))
@@ -544,7 +546,7 @@ def test_sigterm_with_50_running_sessions_stops_within_the_bound_and_marks_them_
     follower = Follower(daemon)
     with daemon.client() as client:
         for i in range(50):  # pipelined on one connection: answered in order
-            client.send("start", agent="worker", prompt=f"job {i}")
+            client.send("start", agent="worker", prompt=f"job {i}", create=True)
         ids = [client.receive()["result"]["session"] for _ in range(50)]
     follower.wait(lambda: all(follower.events(sid, "content_block_delta") for sid in ids))
     rows = {row["id"]: row for row in daemon.call("sessions", status="running")}
@@ -570,7 +572,7 @@ def test_run_streams_the_reply_to_the_terminal(tmp_path, capsys):
     config = tmp_path / "fast.toml"
     config.write_text('[daemon]\nstub_reply = "Foreground hello from the stub."\nstub_chunks = 4\n'
                       "stub_chunk_delay_s = 0.0\n")
-    code = cli.main(["run", "--agent", "tester", "--provider", "stub", "--data-dir", str(tmp_path / "data"),
+    code = cli.main(["run", "--agent", "tester", "--create", "--provider", "stub", "--data-dir", str(tmp_path / "data"),
                      "--config", str(config), "say hello"])
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -591,7 +593,8 @@ def test_run_names_the_setting_to_fix_when_ollama_is_unreachable(tmp_path, capsy
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     monkeypatch.setenv("OLLAMA_HOST", f"http://127.0.0.1:{port}")
-    code = cli.main(["run", "--agent", "tester", "--data-dir", str(tmp_path / "data"), "hello"])
+    code = cli.main(["run", "--agent", "tester", "--create", "--provider", "ollama", "--data-dir",
+                     str(tmp_path / "data"), "hello"])
     err = capsys.readouterr().err
     assert code == 1
     assert f"cannot reach Ollama at http://127.0.0.1:{port}" in err and "set OLLAMA_HOST" in err
