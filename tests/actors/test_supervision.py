@@ -33,9 +33,16 @@ def credit_runtime(sim_clock, scripted, tmp_path):
 
 
 def _logged(level: str = "WARNING") -> tuple[list[str], int]:
+    """Capture the runtime's log lines (a library logs nothing until its host enables it)."""
     lines: list[str] = []
+    logger.enable("corvid_actors")
     sink = logger.add(lambda m: lines.append(str(m)), level=level, format="{message}")
     return lines, sink
+
+
+def _unlog(sink: int) -> None:
+    logger.remove(sink)
+    logger.disable("corvid_actors")
 
 
 # --- one bad message never kills a core actor ---------------------------------------------
@@ -53,7 +60,7 @@ def test_core_actors_survive_a_told_message_that_raises(runtime):
         runtime.bus.tell(Publish("s", object()))
         runtime.settle()
     finally:
-        logger.remove(sink)
+        _unlog(sink)
     assert runtime.timers.is_alive() and runtime.bus.is_alive()
     assert runtime.timers.ask(TimerStats())["timers"] == 0
     assert runtime.slot_pool.ask(SlotStats())["capacity"] >= 1
@@ -81,7 +88,7 @@ def test_a_tell_to_a_dead_core_actor_is_logged(runtime):
         runtime.slot_pool.stop()
         assert tell(runtime.slot_pool, SlotStats()) is False
     finally:
-        logger.remove(sink)
+        _unlog(sink)
     assert any("SlotStats to the dead SlotPool dropped" in line for line in lines)
 
 

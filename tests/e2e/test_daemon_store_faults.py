@@ -74,6 +74,7 @@ from corvid_actors import daemon as dm
 config = dm.load_daemon_config(None, data_dir=sys.argv[1], provider="stub")
 data_dir = dm.data_dir_of(config).resolve()
 dm.prepare_data_dir(data_dir)
+dm.configure_logging(config)
 holder = {}
 
 def ready(about):
