@@ -415,7 +415,17 @@ class Store:
     def close(self) -> None:
         with self._lock:
             if not self.db.is_closed():
-                self.db.close()
+                try:
+                    self.db.close()
+                except Exception as exc:  # noqa: BLE001 - a lost connection (mid-transaction) still closes
+                    logger.warning("store: closing the connection failed ({}); dropping it", _one_line(exc))
+                    conn = getattr(self.db._state, "conn", None)
+                    try:
+                        if conn is not None:
+                            self.db._close(conn)
+                    except Exception:  # noqa: BLE001 - it is gone either way
+                        pass
+                    self.db._state.reset()
 
     # --- projects, agents, personas, bundles -------------------------------------------
 

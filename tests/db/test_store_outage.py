@@ -230,3 +230,14 @@ def test_sqlite_file_read_only_then_writable_again(tmp_path):
         assert store.get_session(s.id).name == "y"
     finally:
         store.close()
+
+
+@pytest.mark.postgres
+def test_a_store_closes_cleanly_while_its_server_is_away(pg_url, proxy):
+    store = Store(_via(pg_url, proxy.port))
+    store.create_session(source="web")
+    proxy.cut()
+    with pytest.raises(StoreUnavailableError):
+        store.create_session(source="web")
+    store.close()  # no exception: a shutdown during an outage must finish
+    assert store.db.is_closed()
