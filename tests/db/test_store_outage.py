@@ -16,6 +16,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from corvid_actors.actors.admin import AdminActor, AdminCommand, AdminWiring, Ready
+from corvid_actors.actors.watchdog import WatchStats
 from corvid_actors.config import Config
 from corvid_actors.db.store import Store
 from corvid_actors.errors import StoreUnavailableError
@@ -114,6 +116,10 @@ def proxy(pg_url: str) -> Iterator[TcpProxy]:
     p.close()
 
 
+def _health(admin) -> dict:
+    return admin.ask(AdminCommand("health", {})).get(timeout=WAIT_S)
+
+
 def _wait_for(predicate, timeout_s: float = WAIT_S) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -128,18 +134,26 @@ def test_postgres_cut_mid_run_refuses_sends_and_recovers_within_the_backoff(pg_u
     provider = ScriptedProvider()
     cfg = cfg.replace(providers={"default_provider": provider.name})
     rt = Runtime(cfg, store_url=_via(pg_url, proxy.port), providers={provider.name: provider})
+    admin = None
     try:
+        admin = AdminActor.start(rt.tracker, AdminWiring(
+            supervisor=rt.supervisor, approvals=rt.approvals, bus=rt.bus, timers=rt.timers, slot_pool=rt.slot_pool,
+            credits=rt.credits, store=rt.store, providers=rt.providers, clock=rt.clock))
+        assert admin.ask(Ready()) is True
         s = rt.create_session(source="web")
         rt.start_process(s.id, "hello")
         rt.settle()
         assert rt.send_message(s.id, "before") is True
         rt.settle()
+        assert _health(admin)["status"] == "ok"
 
         proxy.cut()
         with pytest.raises(StoreUnavailableError, match="^store unavailable: "):
             rt.send_message(s.id, "during the outage")
         assert rt.store.available is False
-        assert rt.store.probe() is not None  # what health reports: degraded, with the reason
+        health = _health(admin)
+        assert health["status"] == "degraded" and health["store"]["ok"] is False
+        assert health["reasons"][0].startswith("store unavailable: ")
         with pytest.raises(StoreUnavailableError):  # fast, inside the backoff
             rt.send_message(s.id, "during the outage, again")
         assert rt.supervisor.is_alive() and rt.failure is None
@@ -147,13 +161,16 @@ def test_postgres_cut_mid_run_refuses_sends_and_recovers_within_the_backoff(pg_u
         proxy.restore()
         # nothing uses the store now: the StoreWatch probe (through Timers) brings it back
         _wait_for(lambda: rt.store.available)
-        assert rt.store.probe() is None
+        assert rt.store_watch.ask(WatchStats())["probes"] >= 1  # it was the probe, not a use
+        assert _health(admin)["status"] == "ok"
         assert rt.send_message(s.id, "after") is True
         rt.settle()
         users = [m.content for m in rt.store.messages(s.id) if m.role == "user"]
         assert users == ["hello", "before", "after"]
         assert rt.failure is None
     finally:
+        if admin is not None:
+            admin.stop()
         rt.shutdown()
 
 
