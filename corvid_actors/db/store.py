@@ -352,8 +352,10 @@ class Store:
             if self._monotonic() < self._retry_at:
                 raise StoreUnavailableError(f"store unavailable: {reason}")
             try:
-                if self._file is not None:
-                    fault = self._file_fault()
+                if self.is_sqlite:
+                    # No server to reconnect to (and reconnecting would drop a :memory:
+                    # database): the file must be back, then the connection must answer.
+                    fault = self._file_fault() if self._file is not None else None
                     if fault is not None:
                         raise StoreUnavailableError(f"store unavailable: {fault}")
                     self.db.execute_sql("SELECT 1").fetchone()

@@ -258,3 +258,16 @@ def test_a_store_closes_cleanly_while_its_server_is_away(pg_url, proxy):
         store.create_session(source="web")
     store.close()  # no exception: a shutdown during an outage must finish
     assert store.db.is_closed()
+
+
+def test_an_in_memory_store_recovers_without_reconnecting_and_keeps_its_rows():
+    store = Store("sqlite:///:memory:")
+    try:
+        s = store.create_session(source="web")
+        # what a SQLite fault ("database or disk is full") records; nothing to reconnect to
+        store._mark_unavailable("the database file cannot be written (test)")
+        assert not store.available
+        assert store.probe() is None and store.available
+        assert store.get_session(s.id) is not None  # a reconnect would have dropped the database
+    finally:
+        store.close()
