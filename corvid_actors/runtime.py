@@ -403,9 +403,10 @@ class Runtime:
 
     def shutdown(self, reason: str = "server_shutdown", *, settle_timeout_s: float = 10.0) -> None:
         """Stop every session (marked for resume), deny pending approvals, stop all actors."""
-        if self._stopped:
-            return
-        self._stopped = True
+        with self._fail_lock:  # the root policy may shut down from its own thread meanwhile
+            if self._stopped:
+                return
+            self._stopped = True
         self.tracker.stopping = True
         for what, step in (("stopping the sessions", lambda: self.supervisor.ask(sv.Shutdown(reason))),
                            ("denying pending approvals",

@@ -197,7 +197,6 @@ def tell(ref: pykka.ActorRef[Any] | None, message: Any) -> bool:
     except pykka.ActorDeadError:
         tracker = getattr(getattr(ref, "_actor", None), "_tracker", None)
         core = bool(getattr(ref.actor_class, "survive_errors", False)) and not getattr(tracker, "stopping", False)
-
         logger.log("WARNING" if core else "DEBUG", "{} to the dead {} dropped",
                    type(message).__name__, ref.actor_class.__name__)
         return False
