@@ -73,6 +73,7 @@ class StoreFault:
         self._names = _KIND_ALIASES.get(kind, frozenset({kind}))
         self._lock = threading.Lock()
         self._inner = store.run
+        self._previous = store.__dict__.get("run")  # another fault's wrapper, or None
         self._active = True
         store.run = self._run
 
@@ -97,8 +98,11 @@ class StoreFault:
     def clear(self) -> None:
         """Stop refusing: later operations run normally."""
         self._active = False
-        if self.store.__dict__.get("run") == self._run:
-            del self.store.run
+        if self.store.__dict__.get("run") == self._run:  # on top: unwrap (a fault below stays)
+            if self._previous is None:
+                del self.store.run
+            else:
+                self.store.run = self._previous
 
     def __enter__(self) -> StoreFault:
         return self

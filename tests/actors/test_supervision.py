@@ -193,6 +193,20 @@ def test_store_fault_counts_only_its_kind_and_the_nth(runtime):
         StoreFault(store, "update_session", nth=0)
 
 
+def test_store_faults_stack_and_clear_in_any_order(runtime):
+    store = runtime.store
+    s = store.create_session(source="web")
+    below = StoreFault(store, "update_session", times=None)
+    above = StoreFault(store, "get_session", times=None)
+    above.clear()  # the fault below stays in force
+    with pytest.raises(StoreUnavailableError):
+        store.update_session(s.id, name="x")
+    assert store.get_session(s.id) is not None
+    below.clear()
+    store.update_session(s.id, name="y")
+    assert store.get_session(s.id).name == "y" and "run" not in store.__dict__
+
+
 # --- the root policy ------------------------------------------------------------------------
 
 
