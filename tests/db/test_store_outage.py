@@ -38,6 +38,8 @@ class TcpProxy:
         self._conns: list[socket.socket] = []
         self._listener: socket.socket | None = None
         self.port = 0
+        #: client bytes that make the proxy cut everything before passing them on
+        self.cut_on: bytes | None = None
         self.restore()
 
     def restore(self) -> None:
@@ -62,13 +64,16 @@ class TcpProxy:
                 continue
             with self._lock:
                 self._conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            for a, b, watch in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(target=self._pipe, args=(a, b, watch), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, watch: bool) -> None:
         try:
             while data := src.recv(65536):
+                if watch and self.cut_on is not None and self.cut_on in data:
+                    self.cut_on = None
+                    self.cut()  # the server never sees these bytes
+                    return
                 dst.sendall(data)
         except OSError:
             pass
@@ -269,5 +274,22 @@ def test_an_in_memory_store_recovers_without_reconnecting_and_keeps_its_rows():
         assert not store.available
         assert store.probe() is None and store.available
         assert store.get_session(s.id) is not None  # a reconnect would have dropped the database
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+def test_a_connection_cut_during_commit_is_reported_and_never_replayed(pg_url, proxy):
+    store = Store(_via(pg_url, proxy.port))
+    try:
+        before = len(store.list_sessions())
+        proxy.cut_on = b"COMMIT"
+        with pytest.raises(StoreUnavailableError, match="while committing.*may not have been saved"):
+            store.create_session(source="web", name="cut in commit")
+        proxy.restore()
+        assert store.probe() is None
+        # the server never saw the COMMIT, and the store did not replay the write: no row
+        assert len(store.list_sessions()) == before
+        assert store.create_session(source="web", name="after").name == "after"
     finally:
         store.close()
