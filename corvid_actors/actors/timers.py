@@ -54,6 +54,8 @@ class _Due:
 
 
 class Timers(TrackedActor):
+    survive_errors = True  # one bad told message never kills it (actors/base.py)
+
     def __init__(self, tracker: ActivityTracker, clock: Clock) -> None:
         super().__init__(tracker)
         self._clock = clock
