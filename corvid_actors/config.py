@@ -276,6 +276,13 @@ class DaemonConfig:
         metadata=_check(lambda v: v.upper() in ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR"),
                         "must be a loguru level (DEBUG, INFO, WARNING, ...)"),
     )
+    #: a `send` request line may be this long (its message rides in it); other requests
+    #: stay under admin_max_request_bytes
+    admin_max_send_bytes: int = field(default=8 * 1024 * 1024, metadata=AT_LEAST_ONE)
+    #: a new admin connection must send a valid request (token included) within this
+    admin_auth_timeout_s: float = field(default=10.0, metadata=POSITIVE)
+    #: an admin connection silent this long after a reply is closed
+    admin_idle_timeout_s: float = field(default=300.0, metadata=POSITIVE)
 
 
 #: the keys of one ``[mcp.servers.NAME]`` table and the type each must have
@@ -330,6 +337,26 @@ class CorvidToolsConfig:
 
 
 @dataclass(frozen=True)
+class WebhookConfig:
+    """The chat webhook transport (``corvid_actors.chat.webhook``): signatures, limits."""
+
+    #: a signed request's timestamp may differ from now by at most this (replays are
+    #: refused for as long: the replay store keeps each signature for the window)
+    signature_tolerance_s: float = field(default=300.0, metadata=POSITIVE)
+    #: accept the old body-only ``sha256=<hex>`` signature too (no timestamp: only the
+    #: replay store's window protects it); off unless a platform cannot be upgraded
+    allow_legacy_signatures: bool = False
+    max_body_bytes: int = field(default=65536, metadata=AT_LEAST_ONE)
+    #: the whole request (line, headers, body) must arrive within this; also the idle
+    #: limit of a kept-alive connection
+    read_timeout_s: float = field(default=10.0, metadata=POSITIVE)
+    #: connections served at once; more are answered 429
+    max_connections: int = field(default=64, metadata=AT_LEAST_ONE)
+    #: seconds a callback POST may take before it counts as failed
+    send_timeout_s: float = field(default=10.0, metadata=POSITIVE)
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration, one frozen dataclass per section."""
 
@@ -351,6 +378,7 @@ class Config:
     observation: ObservationConfig = field(default_factory=ObservationConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     command_policy: CommandPolicyConfig = field(default_factory=CommandPolicyConfig)
+    webhook: WebhookConfig = field(default_factory=WebhookConfig)
 
     def replace(self, **sections: Mapping[str, Any]) -> Config:
         """A copy with some keys changed: ``cfg.replace(supervisor={"max_restarts": 5})``."""

@@ -263,9 +263,11 @@ class SessionBuilder:
         return (lambda: False) if provider is None else provider.health
 
     _store_context: Callable[[str], SessionContext]
+    _store: Any = None
 
     def bind_store(self, store: Any) -> None:
         self._store_context = store.session_context
+        self._store = store
 
     # --- building ----------------------------------------------------------------------------
 
@@ -314,6 +316,10 @@ class SessionBuilder:
 
         info = provider.model_info(model)
         mode = agent.permission_mode if agent is not None else "default"
+        if session.source == "agent":  # delegated: never more than the sender (corvid_tools)
+            from corvid_actors.tools.corvid_tools import effective_agent_mode
+
+            mode = effective_agent_mode(self._store, session, mode)
         protected = self.config.tools.protected_patterns
         permission_check = self._permission_check(mode, tools, project_dir, protected)
         system_prompt = compose_system_prompt(

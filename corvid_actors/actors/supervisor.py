@@ -454,7 +454,7 @@ class SessionSupervisor(TrackedActor):
         meta.source = session.source
         meta.turns_since_reset = 0
         meta.restart_pending = False
-        meta.started_at_iso = self.clock.now().isoformat()
+        meta.started_at_iso = iso_after(self.clock, 0)
         meta.turns = turns if turns is not None else max(meta.turns, session.total_turns or 0, 1)
         # open_turns: the first turn is in flight (begin) or there is none (ready)
         self.store.update_session(sid, pid=pid, status="running", restart_pending=False,

@@ -541,4 +541,8 @@ def describe_tool_call(
         return f"Fetch URL: {arg('url')}"
     if name in ("WebSearch", "web_search", "corvid_web_search"):
         return f"Web search: {arg('query')}"
+    if name == "corvid_send_message":
+        from corvid_actors.tools.corvid_tools import describe_send_message
+
+        return describe_send_message(args)
     return f"Use tool: {name}"

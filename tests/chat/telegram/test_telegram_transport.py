@@ -14,7 +14,7 @@ import pytest
 
 from corvid_actors.chat.aio_bridge import AsyncChatBridge
 from corvid_actors.chat.telegram import SECRET_HEADER, TelegramTransport
-from tests.chat.conftest import eventually
+from tests.chat.telegram.conftest import eventually
 
 pytestmark = [
     pytest.mark.anyio,
