@@ -100,6 +100,12 @@ class AsyncRuntime:
         runtime = await loop.run_in_executor(None, functools.partial(Runtime, *args, **kwargs))
         return cls(runtime, max_workers=max_workers)
 
+    async def run_blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on this runtime's threads: for blocking work without an
+        awaitable here (a store read such as ``runtime.store.ensure_agent``, your own I/O).
+        Cancelling the caller stops the waiting only, as for every method."""
+        return await self._call(fn, *args, **kwargs)
+
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         if self._closed:
             raise RuntimeStoppedError("the async runtime is closed")

@@ -116,7 +116,7 @@ class AsyncChatBridge:
             loop = asyncio.get_running_loop()
             bridge = ChatBridge(self.aruntime.runtime, _LoopTransport(self.transport, loop),  # type: ignore[arg-type]
                                 **self._bridge_args)
-            await self.aruntime._call(bridge.start)
+            await self.aruntime.run_blocking(bridge.start)
             self.bridge = self._last_bridge = bridge
             await self.transport.start(self.handle)
         return self
@@ -128,7 +128,7 @@ class AsyncChatBridge:
             from corvid_actors.errors import RuntimeStoppedError
 
             raise RuntimeStoppedError("the chat bridge is stopped")
-        return str(await self.aruntime._call(bridge.handle, message))
+        return str(await self.aruntime.run_blocking(bridge.handle, message))
 
     async def stop(self) -> None:
         """Stop the transport, unsubscribe, deliver what is queued (through the loop)."""
@@ -138,11 +138,11 @@ class AsyncChatBridge:
         stop_receiving = getattr(self.transport, "stop_receiving", None)
         if stop_receiving is not None:
             await stop_receiving()
-            await self.aruntime._call(bridge.stop)  # queued replies still go out
+            await self.aruntime.run_blocking(bridge.stop)  # queued replies still go out
             await self.transport.stop()
         else:
             await self.transport.stop()
-            await self.aruntime._call(bridge.stop)
+            await self.aruntime.run_blocking(bridge.stop)
 
     async def __aenter__(self) -> AsyncChatBridge:
         return await self.start()
