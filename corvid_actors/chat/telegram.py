@@ -16,6 +16,10 @@ the order of handling, which the bridge's guarantees depend on.
 - Long polling: ``getUpdates`` with the offset of the next unhandled update; each update
   is handled (persisted by the bridge) *before* the offset moves past it, and ``stop()``
   confirms the last handled one, so a restarted bot neither repeats nor misses an update.
+  With ``offset_path``, the offset is also written to a file after every update, so even a
+  bot that was killed between handling an update and confirming it skips it on restart
+  (polling and webhook alike; Telegram restarts its ids at random after a week without
+  updates, so an offset file older than that is ignored).
 - Webhook: a small asyncio HTTP server (``listen``) that checks Telegram's secret header
   and answers 200 only after the update is handled (Telegram redelivers otherwise); or
   call :meth:`TelegramTransport.handle_webhook` from your own web framework.
@@ -35,9 +39,11 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from loguru import logger
@@ -49,6 +55,7 @@ from corvid_actors.chat.telegram_format import (
     split_message,
 )
 from corvid_actors.chat.transport import IncomingMessage, OutgoingMessage, TransportError
+from corvid_actors.clock import Clock, RealClock
 from corvid_actors.errors import RuntimeStoppedError
 
 try:
@@ -71,6 +78,8 @@ _BUTTON_ANSWERS = {"approved": "Approved", "denied": "Denied", "rejected": "Only
 #: approval messages remembered, to edit them when resolved
 _APPROVALS_REMEMBERED = 1000
 _MAX_REQUEST_BYTES = 1 << 20
+#: Telegram picks update ids at random again after a week without updates
+_OFFSET_FILE_MAX_AGE = dt.timedelta(days=6)
 
 
 class TelegramTransport:
@@ -91,6 +100,8 @@ class TelegramTransport:
         parse_mode: ``MarkdownV2`` (text escaped) or None (plain text).
         sleep: the coroutine that waits out retry delays (tests record them).
         bot: a ready ``telegram.Bot`` instead of one built from ``token``/``base_url``.
+        offset_path: a file keeping the next update's id across crashes (see above).
+        clock: dates the offset file (default: the real clock).
     """
 
     name = "telegram"
@@ -101,7 +112,8 @@ class TelegramTransport:
                  max_attempts: int = 5, network_retry_s: Sequence[float] = (0.5, 1.0, 2.0, 4.0),
                  typing_refresh_s: float = 4.0, parse_mode: str | None = "MarkdownV2",
                  max_message_chars: int = TELEGRAM_MAX_MESSAGE_CHARS,
-                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep, bot: Any = None) -> None:
+                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep, bot: Any = None,
+                 offset_path: str | Path | None = None, clock: Clock | None = None) -> None:
         if mode not in ("polling", "webhook"):
             raise ValueError("mode must be 'polling' or 'webhook'")
         self.mode = mode
@@ -125,12 +137,17 @@ class TelegramTransport:
         #: the offset of the next update to handle, and the one Telegram last confirmed
         self.offset = 0
         self._confirmed = 0
+        self.offset_path = Path(offset_path) if offset_path else None
+        self._clock = clock or RealClock()
         self.handled_updates = 0
 
     # --- lifecycle ----------------------------------------------------------------------------
 
     async def start(self, handler: AsyncMessageHandler) -> None:
         self._handler = handler
+        if self.offset_path is not None:
+            self.offset = max(self.offset, await asyncio.get_running_loop().run_in_executor(
+                None, _read_offset, self.offset_path, self._clock.now()))
         await self._api(self.bot.initialize)
         if self.mode == "polling":
             await self._api(self.bot.delete_webhook)  # getUpdates answers 409 while a webhook is set
@@ -189,11 +206,8 @@ class TelegramTransport:
                 forever=True)
             self._confirmed = self.offset
             for update in updates:
-                if update.update_id < self.offset:
-                    continue  # already handled (a stale answer)
                 if not await self.handle_update(update):
                     return  # the bot is stopping: leave the update for the next start
-                self.offset = update.update_id + 1
 
     async def handle_webhook(self, data: dict[str, Any] | bytes, secret_token: str | None = None) -> bool:
         """Handle one webhook POST body from your own web server; True when handled (answer
@@ -210,6 +224,8 @@ class TelegramTransport:
         handler = self._handler
         if handler is None:
             return False
+        if update.update_id < self.offset:
+            return True  # handled before (a redelivery after a crash or a lost confirmation)
         try:
             if update.callback_query is not None:
                 await self._button(update.callback_query, handler)
@@ -223,6 +239,10 @@ class TelegramTransport:
             logger.opt(exception=True).error("telegram: update {} could not be handled; skipped",
                                              update.update_id)
         self.handled_updates += 1
+        self.offset = update.update_id + 1
+        if self.offset_path is not None:
+            await asyncio.get_running_loop().run_in_executor(
+                None, _write_offset, self.offset_path, self.offset, self._clock.now())
         return True
 
     async def _button(self, query: Any, handler: AsyncMessageHandler) -> None:
@@ -343,6 +363,27 @@ class TelegramTransport:
                 raise TransportError(f"telegram: gave up after {attempt} attempts: {what}")
             logger.warning("telegram: {}; retrying in {} s", what, delay)
             await self._sleep(delay)
+
+
+def _read_offset(path: Path, now: dt.datetime) -> int:
+    try:
+        saved = json.loads(path.read_text())
+        saved_at = dt.datetime.fromisoformat(saved["saved_at"])
+        offset = int(saved["offset"])
+    except FileNotFoundError:
+        return 0
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        logger.warning("telegram: ignoring unreadable offset file {}: {}", path, exc)
+        return 0
+    if now - saved_at > _OFFSET_FILE_MAX_AGE:
+        return 0  # Telegram may have restarted its update ids at random since
+    return offset
+
+
+def _write_offset(path: Path, offset: int, now: dt.datetime) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps({"offset": offset, "saved_at": now.isoformat()}))
+    os.replace(temporary, path)  # atomic: a crash leaves the old offset or the new one
 
 
 def _chat_id(channel: str) -> int | str:

@@ -138,6 +138,11 @@ class TelegramStubServer:
         with self._cond:
             self._faults.setdefault(method, []).extend([(status, retry_after)] * count)
 
+    def clear_faults(self) -> None:
+        """Forget the faults :meth:`fail_next` queued and no call consumed yet."""
+        with self._cond:
+            self._faults.clear()
+
     # --- what the bot did -----------------------------------------------------------------------
 
     def sent(self, chat_id: int | None = None) -> list[dict[str, Any]]:

@@ -161,6 +161,46 @@ async def test_a_restart_loses_nothing_and_repeats_nothing(runtime, scripted, tg
     assert tg.pending_updates == []
 
 
+async def test_a_crash_before_confirming_repeats_nothing_with_an_offset_file(runtime, scripted, tg, sleeps,
+                                                                             tmp_path):
+    offset_file = tmp_path / "telegram.offset"
+    async with bridge_for(runtime, transport_for(tg, sleeps, offset_path=offset_file)) as bridge:
+        await eventually(lambda: tg.calls_of("getUpdates"))  # a long poll is waiting
+        for i in range(2):
+            tg.push_message(ALICE, f"before {i}")
+        # the waiting poll returns both; then the network is gone until the bot is down, so the
+        # handled updates are never confirmed (as if the bot were killed before its next poll)
+        tg.fail_next("getUpdates", status=502, count=1_000_000)
+        await eventually(lambda: len(tg.texts(ALICE)) == 2)
+    tg.clear_faults()
+    assert len(tg.pending_updates) == 2  # Telegram will offer both again
+    assert json.loads(offset_file.read_text())["offset"] == max(tg.pending_updates) + 1
+    tg.push_message(ALICE, "after")
+    second = transport_for(tg, sleeps, offset_path=offset_file)
+    async with bridge_for(runtime, second) as bridge:
+        await eventually(lambda: len(tg.texts(ALICE)) == 3)
+        await runtime_settled(bridge)
+        stored = user_messages(runtime, bridge, ALICE)
+    assert stored == ["before 0", "before 1", "after"]  # nothing handled twice
+    assert second.handled_updates == 1
+    assert tg.pending_updates == []
+
+
+def test_an_offset_file_older_than_a_week_is_ignored(tmp_path):
+    import datetime as dt
+
+    from corvid_actors.chat.telegram import _read_offset, _write_offset
+
+    path = tmp_path / "offset"
+    saved = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    _write_offset(path, 1234, saved)
+    assert _read_offset(path, saved + dt.timedelta(days=1)) == 1234
+    assert _read_offset(path, saved + dt.timedelta(days=8)) == 0  # Telegram's ids may have restarted
+    assert _read_offset(tmp_path / "missing", saved) == 0
+    path.write_text("garbage")
+    assert _read_offset(path, saved) == 0
+
+
 async def runtime_settled(bridge):
     await bridge.aruntime.settle(5)
 
