@@ -78,6 +78,7 @@ _BUTTON_ANSWERS = {"approved": "Approved", "denied": "Denied", "rejected": "Only
 #: approval messages remembered, to edit them when resolved
 _APPROVALS_REMEMBERED = 1000
 _MAX_REQUEST_BYTES = 1 << 20
+_MAX_HEADERS = 100
 #: Telegram picks update ids at random again after a week without updates
 _OFFSET_FILE_MAX_AGE = dt.timedelta(days=6)
 
@@ -93,10 +94,12 @@ class TelegramTransport:
             ``listen`` address and ``webhook_path``, for tests).
         listen: ``(host, port)`` of the webhook server; port 0 picks one (``webhook_port``).
         secret_token: checked on every webhook request.
+        webhook_read_timeout_s: a webhook request must arrive within this (else 408).
         poll_timeout_s: the long-poll ``timeout`` of ``getUpdates``.
         max_attempts: tries per API call through 429s and network errors.
         network_retry_s: delays after a network error or 502 (the last repeats).
         typing_refresh_s: how often ``typing`` is re-sent while a session thinks.
+        typing_max_s: the longest ``typing`` is shown without a new sign of thinking.
         parse_mode: ``MarkdownV2`` (text escaped) or None (plain text).
         sleep: the coroutine that waits out retry delays (tests record them).
         bot: a ready ``telegram.Bot`` instead of one built from ``token``/``base_url``.
@@ -110,10 +113,11 @@ class TelegramTransport:
                  webhook_url: str = "", listen: tuple[str, int] = ("127.0.0.1", 8443),
                  webhook_path: str = "/telegram", secret_token: str = "", poll_timeout_s: int = 30,
                  max_attempts: int = 5, network_retry_s: Sequence[float] = (0.5, 1.0, 2.0, 4.0),
-                 typing_refresh_s: float = 4.0, parse_mode: str | None = "MarkdownV2",
+                 typing_refresh_s: float = 4.0, typing_max_s: float = 120.0, parse_mode: str | None = "MarkdownV2",
                  max_message_chars: int = TELEGRAM_MAX_MESSAGE_CHARS,
                  sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep, bot: Any = None,
-                 offset_path: str | Path | None = None, clock: Clock | None = None) -> None:
+                 offset_path: str | Path | None = None, clock: Clock | None = None,
+                 webhook_read_timeout_s: float = 10.0) -> None:
         if mode not in ("polling", "webhook"):
             raise ValueError("mode must be 'polling' or 'webhook'")
         self.mode = mode
@@ -126,6 +130,8 @@ class TelegramTransport:
         self.max_attempts = max_attempts
         self.network_retry_s = tuple(network_retry_s) or (1.0,)
         self.typing_refresh_s = typing_refresh_s
+        self.typing_max_s = typing_max_s
+        self.webhook_read_timeout_s = webhook_read_timeout_s
         self.parse_mode = parse_mode
         self.max_message_chars = max_message_chars
         self._sleep = sleep
@@ -259,27 +265,34 @@ class TelegramTransport:
     async def _serve_webhook(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         status = 400
         try:
-            request_line = (await reader.readline()).decode("latin-1").split()
-            headers: dict[str, str] = {}
-            while (line := (await reader.readline()).decode("latin-1").strip()):
-                key, _, value = line.partition(":")
-                headers[key.strip().lower()] = value.strip()
-            length = int(headers.get("content-length", "0"))
-            if len(request_line) < 2 or request_line[0] != "POST" or request_line[1] != self.webhook_path:
-                status = 404
-            elif not 0 < length <= _MAX_REQUEST_BYTES:
-                status = 413 if length else 400
-            else:
-                body = await reader.readexactly(length)
-                secret = headers.get(SECRET_HEADER.lower())
-                if self.secret_token and secret != self.secret_token:
-                    status = 403
+            async with asyncio.timeout(self.webhook_read_timeout_s):  # a client that stalls is cut off
+                request_line = (await reader.readline()).decode("latin-1").split()
+                headers: dict[str, str] = {}
+                while (line := (await reader.readline()).decode("latin-1").strip()):
+                    key, _, value = line.partition(":")
+                    headers[key.strip().lower()] = value.strip()
+                    if len(headers) > _MAX_HEADERS:
+                        raise ValueError("too many headers")
+                length = int(headers.get("content-length", "0"))
+                body = b""
+                if len(request_line) < 2 or request_line[0] != "POST" or request_line[1] != self.webhook_path:
+                    status = 404
+                elif not 0 < length <= _MAX_REQUEST_BYTES:
+                    status = 413 if length else 400
                 else:
-                    status = 200 if await self.handle_webhook(body, secret) else 503
+                    body = await reader.readexactly(length)
+            secret = headers.get(SECRET_HEADER.lower())
+            if body and self.secret_token and secret != self.secret_token:
+                status = 403
+            elif body:
+                # not under the read timeout: handling waits for the bridge, not for the client
+                status = 200 if await self.handle_webhook(body, secret) else 503
+        except TimeoutError:
+            status = 408
         except (ValueError, asyncio.IncompleteReadError, ConnectionError):
             status = 400
-        reason = {200: "OK", 403: "Forbidden", 404: "Not Found", 413: "Payload Too Large",
-                  503: "Service Unavailable"}.get(status, "Bad Request")
+        reason = {200: "OK", 403: "Forbidden", 404: "Not Found", 408: "Request Timeout",
+                  413: "Payload Too Large", 503: "Service Unavailable"}.get(status, "Bad Request")
         try:
             writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode())
             await writer.drain()
@@ -295,6 +308,8 @@ class TelegramTransport:
         if message.kind == "notice" and message.approval_id in self._approvals:
             if await self._mark_resolved(message):
                 return
+        if message.kind == "approval":
+            await self.typing(message.channel, message.participant, False)  # now it waits for a person
         chunks = split_message(message.text, self.max_message_chars)
         for i, chunk in enumerate(chunks):
             markup = None
@@ -331,7 +346,9 @@ class TelegramTransport:
             self._typing[channel] = asyncio.ensure_future(self._keep_typing(_chat_id(channel)))
 
     async def _keep_typing(self, chat_id: int | str) -> None:
-        while True:
+        # Bounded: a session that ends without saying it stopped thinking (a crash) must not
+        # leave "typing…" up for ever.
+        for _ in range(max(1, int(self.typing_max_s / self.typing_refresh_s))):
             try:
                 await self.bot.send_chat_action(chat_id, "typing")
             except TelegramError as exc:  # best effort: a missed indicator is harmless

@@ -234,3 +234,30 @@ async def bridge_status(request) -> int:
             return exc.code
 
     return await asyncio.get_running_loop().run_in_executor(None, post)
+
+
+async def raw_status(port: int, data: bytes) -> int:
+    """Send ``data`` raw to the webhook server; the HTTP status it answers (bounded wait)."""
+    import asyncio
+
+    async with asyncio.timeout(5):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(data)
+        await writer.drain()
+        status_line = await reader.readline()
+        writer.close()
+    return int(status_line.split()[1])
+
+
+async def test_the_webhook_server_refuses_bad_requests(runtime, tg, sleeps):
+    transport = transport_for(tg, sleeps, mode="webhook", listen=("127.0.0.1", 0), secret_token="s3cret",
+                              webhook_read_timeout_s=0.05)
+    async with bridge_for(runtime, transport):
+        port = transport.webhook_port
+        assert await raw_status(port, b"POST /elsewhere HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}") == 404
+        assert await raw_status(port, b"POST /telegram HTTP/1.1\r\n\r\n") == 400  # no body
+        assert await raw_status(port, b"POST /telegram HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n") == 413
+        assert await raw_status(port, b"POST /telegram HTTP/1.1\r\nContent-Len") == 408  # stalls
+        assert await raw_status(port, b"POST /telegram HTTP/1.1\r\nContent-Length: 2\r\n"
+                                      b"X-Telegram-Bot-Api-Secret-Token: s3cret\r\n\r\n{]") == 400
+    assert tg.texts() == []
