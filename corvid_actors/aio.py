@@ -90,6 +90,11 @@ class AsyncRuntime:
         self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="corvid-aio")
         self._closed = False
 
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`aclose`."""
+        return self._closed
+
     @classmethod
     async def create(cls, *args: Any, max_workers: int = DEFAULT_WORKERS, **kwargs: Any) -> AsyncRuntime:
         """Build ``Runtime(*args, **kwargs)`` off the event loop (it opens the store and

@@ -101,10 +101,9 @@ class AsyncChatBridge:
     def __init__(self, runtime: Any, transport: AsyncChatTransport, *, agent_id: str | None = None,
                  project_id: str | None = None, is_owner: Callable[[str], bool] | None = None,
                  settings: BridgeSettings | None = None) -> None:
-        if isinstance(runtime, AsyncRuntime):
-            self.aruntime = runtime
-        else:
-            self.aruntime = AsyncRuntime(runtime, owns_runtime=False)
+        #: a Runtime given: the bridge has threads of its own for it, released by ``stop()``
+        self._own_threads = not isinstance(runtime, AsyncRuntime)
+        self.aruntime = AsyncRuntime(runtime, owns_runtime=False) if self._own_threads else runtime
         self.transport = transport
         self._bridge_args = {"agent_id": agent_id, "project_id": project_id, "is_owner": is_owner,
                              "settings": settings}
@@ -113,6 +112,8 @@ class AsyncChatBridge:
 
     async def start(self) -> AsyncChatBridge:
         if self.bridge is None:
+            if self._own_threads and self.aruntime.closed:  # started again after a stop
+                self.aruntime = AsyncRuntime(self.aruntime.runtime, owns_runtime=False)
             loop = asyncio.get_running_loop()
             bridge = ChatBridge(self.aruntime.runtime, _LoopTransport(self.transport, loop),  # type: ignore[arg-type]
                                 **self._bridge_args)
@@ -143,6 +144,8 @@ class AsyncChatBridge:
         else:
             await self.transport.stop()
             await self.aruntime.run_blocking(bridge.stop)
+        if self._own_threads:
+            await self.aruntime.aclose()  # the threads only: the runtime is the caller's
 
     async def __aenter__(self) -> AsyncChatBridge:
         return await self.start()

