@@ -17,26 +17,43 @@ def escape_markdown_v2(text: str) -> str:
     return "".join("\\" + ch if ch in _RESERVED else ch for ch in text)
 
 
+def telegram_length(text: str) -> int:
+    """Length as Telegram counts it: UTF-16 code units (an emoji outside the BMP is 2)."""
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+def _fitting(text: str, limit: int) -> int:
+    """How many characters of ``text`` fit in ``limit`` UTF-16 code units."""
+    units = 0
+    for i, ch in enumerate(text):
+        units += 2 if ord(ch) > 0xFFFF else 1
+        if units > limit:
+            return i
+    return len(text)
+
+
 def split_message(text: str, limit: int = TELEGRAM_MAX_MESSAGE_CHARS) -> list[str]:
-    """``text`` in chunks of at most ``limit`` characters, cut at a paragraph break, else a
-    line break, else a space, else hard (a 5,000-character word is cut). Chunks keep their
-    order; whitespace at a cut is dropped; an empty text gives no chunk."""
-    if limit < 1:
-        raise ValueError("limit must be positive")
+    """``text`` in chunks of at most ``limit`` (UTF-16 units, as Telegram counts), cut at a
+    paragraph break, else a line break, else a space, else hard (a 5,000-character word is
+    cut). Chunks keep their order; whitespace at a cut is dropped; an empty text gives no
+    chunk."""
+    if limit < 2:
+        raise ValueError("limit must be at least 2 (one character outside the BMP)")
     chunks: list[str] = []
     rest = text.strip()
     while rest:
-        if len(rest) <= limit:
+        fits = _fitting(rest, limit)
+        if fits == len(rest):
             chunks.append(rest)
             break
-        window = rest[:limit + 1]  # a separator just past the limit still allows a full chunk
+        window = rest[:fits + 1]  # a separator just past the limit still allows a full chunk
         cut = -1
         for separator in ("\n\n", "\n", " "):
             cut = window.rfind(separator)
             if cut > 0:
                 break
         if cut <= 0:
-            cut = limit
+            cut = fits
         chunk = rest[:cut].rstrip()
         if chunk:
             chunks.append(chunk)

@@ -272,7 +272,7 @@ class TelegramStubServer:
                                         "and must be escaped with the preceding '\\'")
         if not plain.strip():
             return 400, _error(400, "Bad Request: message text is empty")
-        if len(plain) > MAX_MESSAGE_CHARS:
+        if len(plain.encode("utf-16-le")) // 2 > MAX_MESSAGE_CHARS:  # Telegram counts UTF-16 units
             return 400, _error(400, "Bad Request: message is too long")
         return None
 
