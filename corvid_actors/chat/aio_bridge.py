@@ -105,8 +105,8 @@ class AsyncChatBridge:
         self._own_threads = not isinstance(runtime, AsyncRuntime)
         self.aruntime = AsyncRuntime(runtime, owns_runtime=False) if self._own_threads else runtime
         self.transport = transport
-        self._bridge_args = {"agent_id": agent_id, "project_id": project_id, "is_owner": is_owner,
-                             "settings": settings}
+        self._bridge_args: dict[str, Any] = {"agent_id": agent_id, "project_id": project_id,
+                                             "is_owner": is_owner, "settings": settings}
         self.bridge: ChatBridge | None = None
         self._last_bridge: ChatBridge | None = None
 
@@ -115,8 +115,7 @@ class AsyncChatBridge:
             if self._own_threads and self.aruntime.closed:  # started again after a stop
                 self.aruntime = AsyncRuntime(self.aruntime.runtime, owns_runtime=False)
             loop = asyncio.get_running_loop()
-            bridge = ChatBridge(self.aruntime.runtime, _LoopTransport(self.transport, loop),  # type: ignore[arg-type]
-                                **self._bridge_args)
+            bridge = ChatBridge(self.aruntime.runtime, _LoopTransport(self.transport, loop), **self._bridge_args)
             await self.aruntime.run_blocking(bridge.start)
             self.bridge = self._last_bridge = bridge
             await self.transport.start(self.handle)

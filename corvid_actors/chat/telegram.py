@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import json
 import os
 import warnings
@@ -121,7 +122,7 @@ class TelegramTransport:
         if mode not in ("polling", "webhook"):
             raise ValueError("mode must be 'polling' or 'webhook'")
         self.mode = mode
-        self.bot = bot or telegram.Bot(token, **({"base_url": base_url} if base_url else {}))
+        self.bot = bot or (telegram.Bot(token, base_url=base_url) if base_url else telegram.Bot(token))
         self.webhook_url = webhook_url
         self.listen = listen
         self.webhook_path = webhook_path
@@ -318,8 +319,8 @@ class TelegramTransport:
                     telegram.InlineKeyboardButton("Allow", callback_data=f"yes {message.approval_id}"),
                     telegram.InlineKeyboardButton("Deny", callback_data=f"no {message.approval_id}"),
                 ]])
-            sent = await self._api(lambda c=chunk, m=markup: self.bot.send_message(
-                chat_id, self._format(c), parse_mode=self.parse_mode, reply_markup=m))
+            sent = await self._api(functools.partial(
+                self.bot.send_message, chat_id, self._format(chunk), parse_mode=self.parse_mode, reply_markup=markup))
             if markup is not None:
                 self._approvals[message.approval_id] = (chat_id, sent.message_id, chunk)
                 while len(self._approvals) > _APPROVALS_REMEMBERED:
