@@ -138,6 +138,7 @@ class TelegramTransport:
         self._sleep = sleep
         self._handler: AsyncMessageHandler | None = None
         self._poller: asyncio.Task[None] | None = None
+        self._waiting_for_updates = False
         self._server: asyncio.Server | None = None
         self._typing: dict[str, asyncio.Task[None]] = {}
         self._approvals: OrderedDict[str, tuple[int | str, int, str]] = OrderedDict()
@@ -178,7 +179,10 @@ class TelegramTransport:
         self._handler = None
         poller, self._poller = self._poller, None
         if poller is not None:
-            poller.cancel()
+            # Cancel a poll that waits for updates; an update being handled is finished first
+            # (its offset must move past it, or the next start would handle it again).
+            if self._waiting_for_updates:
+                poller.cancel()
             await asyncio.gather(poller, return_exceptions=True)
             if self.offset > self._confirmed:
                 try:  # what PTB's Application does too: one short call with the next offset
@@ -207,10 +211,21 @@ class TelegramTransport:
     # --- incoming -------------------------------------------------------------------------------
 
     async def _poll(self) -> None:
-        while True:
-            updates = await self._api(lambda: self.bot.get_updates(
-                offset=self.offset or None, timeout=self.poll_timeout_s, allowed_updates=list(_ALLOWED_UPDATES)),
-                forever=True)
+        while self._handler is not None:
+            self._waiting_for_updates = True
+            try:
+                updates = await self._api(lambda: self.bot.get_updates(
+                    offset=self.offset or None, timeout=self.poll_timeout_s,
+                    allowed_updates=list(_ALLOWED_UPDATES)), forever=True)
+            except TransportError as exc:
+                # 409 Conflict (another instance still polling, a webhook set behind our back),
+                # 401/403: keep trying, loudly, rather than stop receiving without a word
+                delay = self.network_retry_s[-1]
+                logger.error("telegram: polling refused: {}; retrying in {} s", exc, delay)
+                await self._sleep(delay)
+                continue
+            finally:
+                self._waiting_for_updates = False
             self._confirmed = self.offset
             for update in updates:
                 if not await self.handle_update(update):

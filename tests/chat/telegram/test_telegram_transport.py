@@ -127,6 +127,16 @@ async def test_a_flaky_network_502_on_polling_is_retried(runtime, scripted, tg, 
     assert sleeps.delays[:2] == [0.5, 1.0]
 
 
+async def test_polling_survives_a_conflict(runtime, scripted, tg, sleeps):
+    scripted.reply("still here")
+    tg.fail_next("getUpdates", status=409, count=2)  # e.g. the old instance is still polling
+    async with bridge_for(runtime, transport_for(tg, sleeps)):
+        tg.push_message(ALICE, "hi")
+        await eventually(lambda: tg.texts(ALICE))
+    assert tg.texts(ALICE) == ["still here"]
+    assert sleeps.delays[:2] == [4.0, 4.0]
+
+
 async def test_a_send_that_keeps_failing_is_counted_not_fatal(runtime, scripted, tg, sleeps):
     scripted.reply("lost")
     scripted.reply("second")
@@ -261,3 +271,32 @@ async def test_the_webhook_server_refuses_bad_requests(runtime, tg, sleeps):
         assert await raw_status(port, b"POST /telegram HTTP/1.1\r\nContent-Length: 2\r\n"
                                       b"X-Telegram-Bot-Api-Secret-Token: s3cret\r\n\r\n{]") == 400
     assert tg.texts() == []
+
+
+async def test_stopping_while_an_update_is_handled_finishes_and_confirms_it(tg, sleeps):
+    import asyncio
+
+    transport = transport_for(tg, sleeps)
+    entered, release, handled = asyncio.Event(), asyncio.Event(), []
+
+    async def slow_handler(message):
+        entered.set()
+        await release.wait()
+        handled.append(message.text)
+        return "delivered"
+
+    await transport.start(slow_handler)
+    try:
+        tg.push_message(ALICE, "in flight")
+        async with asyncio.timeout(5):
+            await entered.wait()
+        stopping = asyncio.ensure_future(transport.stop_receiving())
+        await asyncio.sleep(0.02)
+        assert not stopping.done()  # waits for the update in hand
+        release.set()
+        async with asyncio.timeout(5):
+            await stopping
+    finally:
+        await transport.stop()
+    assert handled == ["in flight"]
+    assert tg.pending_updates == []  # confirmed: a restart will not handle it again
