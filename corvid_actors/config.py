@@ -212,12 +212,31 @@ class CommandPolicyConfig:
 
 
 @dataclass(frozen=True)
+class SandboxConfig:
+    """``[tools.sandbox]``: the OS sandbox of tool commands (``corvid_actors.tools.sandbox``)."""
+
+    mode: str = field(default="auto", metadata=_check(lambda v: v in ("auto", "required", "off"),
+                                                      "must be auto, required or off"))
+    bwrap_path: str = ""
+    network_modes: tuple[str, ...] = ("default",)
+    network_agents: tuple[str, ...] = ()
+    max_processes: int = field(default=256, metadata=AT_LEAST_ONE)
+    cpu_seconds: int = field(default=600, metadata=AT_LEAST_ONE)
+    max_file_bytes: int = field(default=2 * 1024**3, metadata=AT_LEAST_ONE)
+    max_address_space_bytes: int = field(default=16 * 1024**3, metadata=AT_LEAST_ONE)
+    hidden_paths: tuple[str, ...] = ()
+    visible_paths: tuple[str, ...] = ()
+    mask_walk_max_entries: int = field(default=200_000, metadata=AT_LEAST_ONE)
+
+
+@dataclass(frozen=True)
 class ToolsConfig:
     output_truncate_chars: int = field(default=8000, metadata=AT_LEAST_ONE)
     command_timeout_default_s: float = field(default=30.0, metadata=POSITIVE)
     command_timeout_max_s: float = field(default=120.0, metadata=POSITIVE)
     #: empty means the built-in list (tools.paths.DEFAULT_PROTECTED_PATTERNS); never "none"
     protected_patterns: tuple[str, ...] = ()
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
 
 
 @dataclass(frozen=True)
@@ -288,7 +307,7 @@ class DaemonConfig:
 #: the keys of one ``[mcp.servers.NAME]`` table and the type each must have
 MCP_SERVER_KEYS: dict[str, tuple[type, ...]] = {
     "command": (str,), "args": (list, tuple), "env": (Mapping,), "cwd": (str,), "enabled": (bool,),
-    "agents": (list, tuple),
+    "agents": (list, tuple), "sandbox": (bool,), "network": (bool,),
 }
 
 
@@ -305,6 +324,9 @@ class McpConfig:
     call_timeout_s: float = field(default=120.0, metadata=POSITIVE)
     stderr_tail_chars: int = field(default=2000, metadata=AT_LEAST_ONE)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: start every server in the OS sandbox of [tools.sandbox] (a server's own
+    #: ``sandbox = false`` opts it out; its ``network`` key, default true, gives it the network)
+    sandbox: bool = True
 
     def __post_init__(self) -> None:
         for name, row in self.servers.items():
@@ -536,6 +558,11 @@ def _coerce(key: str, hint: Any, raw: Any) -> Any:
                     raise ConfigError(f"config key {key}.{name} must be a list of numbers, got {row!r}")
                 out[str(name)] = tuple(float(x) for x in row)
             return out
+        raise ConfigError(f"config key {key} must be a table, got {raw!r}")
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        # a table inside a section ([tools.sandbox]): checked key by key like a section
+        if isinstance(raw, Mapping):
+            return _build_section(key, hint, raw)
         raise ConfigError(f"config key {key} must be a table, got {raw!r}")
     if isinstance(hint, types.UnionType):  # pragma: no cover - no such fields yet
         return raw

@@ -159,10 +159,17 @@ class Daemon:
         if runtime.stale_session_ids:
             logger.warning("{} session(s) were left running by a previous daemon: reset and marked for resume",
                            len(runtime.stale_session_ids))
+        sandbox = runtime.builder.sandbox.status
+        if sandbox.warning:
+            logger.warning(sandbox.warning)  # once per daemon start; each session publishes it too
+        elif sandbox.refuses_commands:
+            logger.error("The OS sandbox is unavailable ({}): tool commands will be refused "
+                         "([tools.sandbox] mode = \"required\")", sandbox.reason)
         self.about = about = {
             "pid": os.getpid(), "data_dir": str(self.data_dir), "database": redacted(runtime.store.url),
             "socket": str(self.server.path), "model_server": self.models.description,
             "stub": self.models.stub_url is not None, "credits": credits, "version": _version(),
+            "sandbox": sandbox.as_dict(), "dumpable": _dumpable(),
         }
         self.admin = AdminActor.start(runtime.tracker, AdminWiring(
             supervisor=runtime.supervisor, approvals=runtime.approvals, bus=runtime.bus, timers=runtime.timers,
@@ -270,6 +277,34 @@ def _credits_available() -> bool:
     return importlib.util.find_spec("corvid_actors.actors.credits") is not None
 
 
+_PR_SET_DUMPABLE, _PR_GET_DUMPABLE = 4, 3
+
+
+def forbid_memory_access() -> bool:
+    """``prctl(PR_SET_DUMPABLE, 0)``: no process of the same uid may read this one's
+    memory or ``/proc/<pid>/environ`` (where the API keys read at start-up stay visible
+    even after they leave ``os.environ``), nor ptrace it. Linux only; False elsewhere."""
+    libc = _libc()
+    return libc is not None and libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+
+
+def _dumpable() -> bool | None:
+    libc = _libc()
+    return None if libc is None else bool(libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0))
+
+
+def _libc() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import ctypes.util
+
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -292,6 +327,7 @@ def serve(options: ServeOptions, out: TextIO | None = None) -> int:
     if options.detach:
         return _detach(config, data_dir, options, out or sys.stdout)
     configure_logging(config)
+    forbid_memory_access()
     prepare_data_dir(data_dir)
     with PidLock(data_dir / config.daemon.pid_file_name):
         return Daemon(config, data_dir, options.stub_script).run()
@@ -309,6 +345,7 @@ def _detach(config: Config, data_dir: Path, options: ServeOptions, out: TextIO) 
                           "(choose a writable data directory with --data-dir / CORVID_DATA_DIR)") from None
 
     def run(ready: Callable[[dict[str, Any]], None]) -> int:
+        forbid_memory_access()
         with PidLock(data_dir / config.daemon.pid_file_name):
             return Daemon(config, data_dir, options.stub_script, on_ready=ready).run()
 

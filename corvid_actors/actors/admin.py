@@ -375,6 +375,7 @@ class AdminActor(TrackedActor):
             stats["slots"] = self._ask(self.w.slot_pool, SlotStats(), "slot pool")
         stats["admin"] = {"followers": len(self._followers), "sessions_with_recent_events": len(self._recent)}
         stats["process"] = process_stats()
+        stats["sandbox"] = self.w.about.get("sandbox", {})
         return stats
 
     def _cmd_health(self, args: Mapping[str, Any]) -> pykka.Future[dict[str, Any]]:

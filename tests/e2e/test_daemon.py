@@ -362,6 +362,10 @@ def test_extend_mode_credits_and_stats_over_the_socket(shared):
     health = shared.call("health")
     assert health["status"] == "ok" and health["daemon"]["stub"] is True
     assert health["providers"]["ollama"]["healthy"] is True
+    # which confinement is in force, in both (the CI machine has a working bwrap)
+    assert health["daemon"]["sandbox"]["mode"] == "auto" and health["daemon"]["sandbox"]["active"] is True
+    assert stats["sandbox"] == health["daemon"]["sandbox"]
+    assert health["daemon"]["dumpable"] is False  # prctl(PR_SET_DUMPABLE, 0) at start-up
 
 
 def test_a_second_daemon_on_the_same_data_directory_is_refused(shared):
