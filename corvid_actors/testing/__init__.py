@@ -13,9 +13,10 @@
   a store refuses the Nth write of a chosen kind.
 - Stub servers speaking the real wire protocols: ``corvid_actors.testing.ollama_stub``
   (:class:`OllamaStubServer`) and ``corvid_actors.testing.anthropic_stub``
-  (:class:`AnthropicStubServer`).
+  (:class:`AnthropicStubServer`); the Telegram Bot API: ``corvid_actors.testing.telegram_stub``
+  (:class:`TelegramStubServer`, stdlib only).
 - A pytest plugin (installed automatically) with fixtures ``sim_clock``, ``scripted``,
-  ``runtime``, ``recorder``, ``ollama_stub`` and ``anthropic_stub``.
+  ``runtime``, ``recorder``, ``ollama_stub``, ``anthropic_stub`` and ``telegram_stub``.
 """
 
 from __future__ import annotations
