@@ -126,6 +126,7 @@ class TimerHeap:
         """Remove the next live handle (``peek()`` first) and return it with its callback."""
         handle = heapq.heappop(self._heap)
         handle._heap = None
+        self._maybe_compact()  # firing live timers raises the cancelled share too
         return handle, handle.fn
 
     def clear(self) -> None:
@@ -143,9 +144,12 @@ class TimerHeap:
             if handle._heap is not self:  # popped to fire meanwhile: nothing held
                 return
             self._cancelled += 1
-            size = len(self._heap)
-            if size > MIN_COMPACT_SIZE and self._cancelled > size * COMPACT_CANCELLED_FRACTION:
-                self._compact()
+            self._maybe_compact()
+
+    def _maybe_compact(self) -> None:
+        size = len(self._heap)
+        if size > MIN_COMPACT_SIZE and self._cancelled > size * COMPACT_CANCELLED_FRACTION:
+            self._compact()
 
     def _compact(self) -> None:
         kept = []

@@ -110,6 +110,23 @@ def test_cancel_after_firing_does_not_disturb_the_count():
         clock.close()
 
 
+def test_firing_live_timers_does_not_leave_the_cancelled_ones_behind():
+    clock = SimClock()
+    try:
+        fired = []
+        for _ in range(500):
+            clock.call_later(1.0, lambda: fired.append(1))
+        clock.call_later(HOUR_S, lambda: None)  # live, and due before the cancelled ones
+        for handle in [clock.call_later(2 * HOUR_S, lambda: None) for _ in range(499)]:
+            handle.cancel()  # just under half of the heap: no compaction yet
+        assert clock.held() == 1_000
+        clock.advance(2.0)  # the early ones fire: now nearly all that is held is cancelled
+        assert len(fired) == 500 and clock.pending() == 1
+        assert clock.held() <= max(2 * clock.pending(), MIN_COMPACT_SIZE + 1)
+    finally:
+        clock.close()
+
+
 def test_the_real_clock_still_fires_live_timers_after_compaction():
     clock = RealClock()
     done = threading.Event()
