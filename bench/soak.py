@@ -38,13 +38,15 @@ from typing import Any
 
 from bench._common import RESULT_MARKER, loadavg, machine
 from bench._stub_proc import BENCH_MODEL, StubProcess
-from corvid_actors.admin_client import AdminClient
+from corvid_actors.admin_client import AdminClient, AdminRequestFailed
 
 GOAL_MIB_PER_1000 = 0.2
 DEFAULT_SESSIONS = 20_000
 DEFAULT_LIVE = 50
 DEFAULT_WARM_UP = 2_000
 DEFAULT_SAMPLE_EVERY = 500
+#: the agent of every churned session
+AGENT = "soak"
 #: messages per session: the start prompt and two more (each waits for its reply)
 MESSAGES_PER_SESSION = 3
 #: bounded waits (a loaded 2-core machine; a reply normally takes milliseconds)
@@ -201,7 +203,7 @@ class Churn:
                 self.late_replies += 1
 
     def _one(self, client: AdminClient) -> None:
-        sid = client.call("start", agent="soak", prompt="hello")["session"]
+        sid = client.call("start", agent=AGENT, prompt="hello")["session"]
         for n, text in enumerate(("second message", "third message"), start=1):
             self._wait(sid, n)
             client.call("send", session=sid, text=text)
@@ -220,6 +222,16 @@ def _connect(path: Path, timeout_s: float) -> AdminClient:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+
+
+def _create_agent(path: Path) -> None:
+    """The agent every session runs, created with a first session (stopped at once)."""
+    with _connect(path, REPLY_S) as client:
+        try:
+            sid = client.call("start", agent=AGENT, prompt="hello", create=True)["session"]
+        except AdminRequestFailed:  # a daemon whose start creates agents unasked (no "create")
+            sid = client.call("start", agent=AGENT, prompt="hello")["session"]
+        client.call("stop", session=sid)
 
 
 def _slope(points: list[tuple[float, float]]) -> float:
@@ -268,6 +280,7 @@ def soak(provider: str, sessions: int, live: int, warm_up: int, sample_every: in
                     with sample_lock:
                         sample(done)
 
+            _create_agent(sock)
             replies = Replies(sock)
             sample(0)
             churn = Churn(sock, replies, sessions, live, on_done)

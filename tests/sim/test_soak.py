@@ -61,6 +61,7 @@ class Churn:
             slot_pool=rt.slot_pool, credits=rt.credits, store=rt.store, providers=rt.providers,
             clock=rt.clock, settings=config.daemon, about={"pid": 0}))
         assert self.admin.ask(Ready()) is True
+        rt.store.create_agent("soak")
         self.live: list[str] = []
         self.churned = 0
 
