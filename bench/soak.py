@@ -1,4 +1,4 @@
-"""Benchmark 7 — soak: does a long-running daemon stay flat under endless session churn?
+"""Benchmark 8 — soak: does a long-running daemon stay flat under endless session churn?
 
 A real ``corvid-actors serve`` subprocess, driven only through its admin socket: ``--live``
 lanes each start a session (``admin start``), wait for its reply, send two more messages

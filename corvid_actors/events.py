@@ -80,6 +80,29 @@ class ErrorEvent(Event):
 
 
 @dataclass(frozen=True)
+class SessionError(Event):
+    """A session-level problem for people, with how bad it is (the original's shape).
+
+    ``error_type``: spawn_error, crash, credits_exhausted, context_exhausted,
+    context_compacted, timeout. ``severity``: info | warning | error | fatal.
+    ``recoverable``: whether sending a message (or waiting) brings the session back.
+    Published beside the ``error``/``system`` event that carries the details.
+    """
+
+    type: ClassVar[str] = "session_error"
+    error_type: str = "unknown"
+    message: str = ""
+    severity: str = "error"
+    recoverable: bool = True
+
+
+def context_compacted() -> SessionError:
+    """The ``session_error`` a loop publishes after it compacted the conversation."""
+    return SessionError(error_type="context_compacted", severity="info", recoverable=True,
+                        message="Context compacted — continuing with condensed context.")
+
+
+@dataclass(frozen=True)
 class Thinking(Event):
     type: ClassVar[str] = "thinking"
     thinking: bool = True

@@ -34,6 +34,7 @@ from corvid_actors.actors.slots import SlotPool, SlotStats
 from corvid_actors.actors.timers import Timers, TimerStats
 from corvid_actors.clock import Clock, RealClock
 from corvid_actors.config import Config, load_config
+from corvid_actors.content import UserContent, content_blocks
 from corvid_actors.db.store import Store
 from corvid_actors.errors import RuntimeStoppedError
 from corvid_actors.providers.base import Provider
@@ -170,21 +171,33 @@ class Runtime:
 
     # --- the seed's ProcessManager API ------------------------------------------------------
 
-    def start_process(self, session_id: str, prompt: str | None = None) -> int | None:
+    def start_process(self, session_id: str, prompt: UserContent | None = None) -> int | None:
         """Start ``session_id`` (stopping a running incarnation first). Returns its pid, or
-        None when it could not start (an ``error`` event says why)."""
-        return self._ask(sv.StartProcess(session_id, prompt))
+        None when it could not start (an ``error`` event says why). ``prompt`` is a string
+        or multimodal content blocks (see :mod:`corvid_actors.content`); invalid blocks
+        raise InvalidContentError before anything happens."""
+        return self._ask(sv.StartProcess(session_id, _checked(prompt)))
 
-    def resume_process(self, session_id: str, prompt: str | None = None) -> int | None:
-        """Resume with conversation history (or send ``prompt`` to a running session)."""
-        return self._ask(sv.ResumeProcess(session_id, prompt))
+    def resume_process(self, session_id: str, prompt: UserContent | None = None) -> int | None:
+        """Resume with conversation history (or send ``prompt`` to a running session).
+
+        Without ``prompt`` the model is called only if the session was mid-turn (a turn in
+        flight when it ended, or an unanswered user message); otherwise the session comes
+        back ready and its next message reaches the model with the history."""
+        return self._ask(sv.ResumeProcess(session_id, _checked(prompt)))
 
     def stop_process(self, session_id: str, reason: str = "user_stop") -> None:
         self._ask(sv.StopProcess(session_id, reason))
 
-    def send_message(self, session_id: str, content: str) -> bool:
-        """Persist ``content`` and deliver it; False if the session is not running."""
-        return bool(self._ask(sv.SendMessage(session_id, content)))
+    def send_message(self, session_id: str, content: UserContent) -> bool:
+        """Persist ``content`` and deliver it; False (nothing persisted) if the session is not
+        running or its incarnation refuses input because it is ending.
+        ``content`` is a string or multimodal content blocks (text and image blocks as the
+        Anthropic Messages API takes them, see :mod:`corvid_actors.content`); they are
+        stored as given and sent to providers that take images, the text parts to the
+        others. Invalid blocks raise InvalidContentError."""
+        checked = content if isinstance(content, str) else content_blocks(content)
+        return bool(self._ask(sv.SendMessage(session_id, checked)))
 
     def is_running(self, session_id: str) -> bool:
         return bool(self._ask(sv.IsRunning(session_id)))
@@ -279,6 +292,10 @@ class Runtime:
     def set_approval_mode(self, mode: str) -> str:
         return str(self._ask(ap.SetMode(mode), self.approvals))
 
+    def approval_mode(self) -> str:
+        """The approval broker's mode: ``normal``, ``queued`` or ``paused``."""
+        return str(self._ask(ap.GetMode(), self.approvals))
+
     def slot_stats(self) -> dict[str, Any]:
         return dict(self._ask(SlotStats(), self.slot_pool))
 
@@ -308,6 +325,21 @@ class Runtime:
         from corvid_actors.actors.credits import OpenAccount
 
         return self._ask(OpenAccount(participant), self._credit_bank())
+
+    def charge_turn(self, session_id: str) -> Any:
+        """Charge one model turn of ``session_id`` now, exactly as the end of a turn does
+        (``credits.credits_per_turn`` from the session's participant when its source is
+        charged and the participant is no owner; ``credits_low`` / ``credits_exhausted``
+        events, and an exhausted running session is stopped).
+
+        Returns the ``Deduction(success, remaining, is_low, is_exhausted)``, or None when
+        the turn is not charged (source not charged, an owner, no participant). Raises
+        NotFoundError for an unknown session.
+        """
+        from corvid_actors.actors.credits import ChargeTurn
+
+        session = self.store.require_session(session_id)
+        return self._ask(ChargeTurn(session_id, session.source, self.supervisor), self._credit_bank())
 
     def _credit_bank(self) -> pykka.ActorRef[Any]:
         if self.credits is None:
@@ -374,3 +406,10 @@ class Runtime:
         except pykka.ActorDeadError:
             raise RuntimeStoppedError("the runtime is shut down") from None
 
+
+def _checked(content: UserContent | None) -> UserContent | None:
+    """Content blocks checked (InvalidContentError) and copied on the caller's thread, so
+    a bad message fails before anything is stored and a caller's later edits change nothing."""
+    if content is None or isinstance(content, str):
+        return content
+    return content_blocks(content)

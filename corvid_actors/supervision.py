@@ -6,6 +6,8 @@ numbers are checked by table tests (tests/actors/test_supervision_policy.py).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from corvid_actors.config import SupervisorConfig
@@ -37,29 +39,59 @@ def restart_count_after_uptime(cfg: SupervisorConfig, restarts_so_far: int, upti
     return 0 if uptime_s >= cfg.stable_period_s else restarts_so_far
 
 
-@dataclass(frozen=True)
-class ResumeDecision:
-    """Probe again after ``delay_s`` (attempt number ``attempt``), or give up (exhausted)."""
-
-    exhausted: bool
-    delay_s: float = 0.0
-    attempt: int = 0
-
-
-def auto_resume_delay(cfg: SupervisorConfig, attempts_so_far: int) -> ResumeDecision:
-    """Outage auto-resume (seed invariant 9): 5 min × 3^n capped at 60 min, at most 10."""
-    if attempts_so_far >= cfg.auto_resume_max_attempts:
-        return ResumeDecision(exhausted=True, attempt=attempts_so_far)
-    delay = min(cfg.auto_resume_base_s * cfg.auto_resume_multiplier**attempts_so_far, cfg.auto_resume_cap_s)
-    return ResumeDecision(exhausted=False, delay_s=delay, attempt=attempts_so_far + 1)
+def auto_resume_delay(cfg: SupervisorConfig, resumes_so_far: int) -> float:
+    """Outage auto-resume (seed invariant 9): the wait from a pause to its due check,
+    5 min × 3^n capped at 60 min, where n counts the resumes already made (probes that
+    failed do not count: a failed probe is retried ``auto_resume_check_interval_s`` later)."""
+    return float(min(cfg.auto_resume_base_s * cfg.auto_resume_multiplier**max(resumes_so_far, 0),
+                     cfg.auto_resume_cap_s))
 
 
-def extended_timeout(cfg: SupervisorConfig, current_s: float, additional_s: float) -> float:
-    """``extend_timeout``: add ``additional_s``, capped at ``timeout_extension_cap_factor`` × default."""
+def auto_resume_exhausted(cfg: SupervisorConfig, resumes_so_far: int) -> bool:
+    """At a due check: True when ``auto_resume_max_attempts`` resumes were made already
+    (the session is given up instead of probed)."""
+    return resumes_so_far >= cfg.auto_resume_max_attempts
+
+
+def extended_timeout(cfg: SupervisorConfig, requested_s: float) -> float:
+    """``extend_timeout``: the new inactivity deadline is ``now + this``; it *replaces* the
+    pending one (not added to it) and is capped at ``timeout_extension_cap_factor`` × default."""
     cap = cfg.session_timeout_s * cfg.timeout_extension_cap_factor
-    return min(max(current_s, 0.0) + max(additional_s, 0.0), cap)
+    return min(max(requested_s, 0.0), cap)
 
 
 def needs_context_reset(turns: int, max_turns: int) -> bool:
     """Seed invariant 6: after ``max_turns`` user turns, restart through the resume path."""
     return turns >= max_turns
+
+
+#: the exit notes the supervisor writes (``handle_exit``); the zero-turn breaker reads them
+_EXIT_NOTE = re.compile(r"^Session (completed|exited)")
+_ZERO_TURNS = re.compile(r"Turns: 0\.")
+
+
+def completed_note(duration_s: float, turns: int) -> str:
+    """The system message of a clean exit (the original's wording)."""
+    return f"Session completed after {duration_s:.0f}s. Turns: {turns}."
+
+
+def crashed_note(code: int, error: str, duration_s: float, turns: int) -> str:
+    """The system message of a non-zero exit, keeping the crash's own message."""
+    detail = f": {error}" if error else ""
+    return (f"Session exited unexpectedly (code {code}){detail} after {duration_s:.0f}s. "
+            f"Turns: {turns}. Send a message to resume.")
+
+
+def zero_turn_breaker_trips(system_notes: Sequence[str], threshold: int) -> bool:
+    """The zero-turn circuit breaker: the last ``threshold`` exit notes (among the session's
+    system messages, oldest first) all say ``Turns: 0`` — resuming keeps dying before a
+    single turn, so the context is to be replaced by a summary."""
+    exits = [note for note in system_notes if _EXIT_NOTE.match(note)]
+    last = exits[-threshold:]
+    return len(last) >= threshold and all(_ZERO_TURNS.search(note) for note in last)
+
+
+def active_turns(history: Sequence[tuple[str, str]], new_prompt: bool) -> int:
+    """The turn count of a cold-resumed incarnation, as the original counts it: the user
+    messages in the resume history, plus one for a new prompt."""
+    return sum(1 for role, _ in history if role == "user") + (1 if new_prompt else 0)

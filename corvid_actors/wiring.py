@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from corvid_actors.errors import ConfigError
 from corvid_actors.loop.conversation import ConversationLoop
 from corvid_actors.loop.effects import Loop
 from corvid_actors.loop.prompts import compose_system_prompt
-from corvid_actors.providers.base import Provider
+from corvid_actors.providers.base import BEFORE_START_HOOK, Provider
 from corvid_actors.tools.base import PermissionCheck, ToolContext, ToolRegistry
 
 #: roles that deliberate and get no tools (direct-process seed invariant 10)
@@ -52,6 +52,9 @@ class LoopSpec:
     #: made by the approval / history policy factories (None: no policy)
     approval_policy: Any = None
     history_policy: Any = None
+    #: whether this incarnation's commands run in the OS sandbox (auto-approval needs it)
+    sandboxed: bool = False
+    project_dir: Path | None = None
 
 
 LoopFactory = Callable[[LoopSpec], Loop]
@@ -78,6 +81,43 @@ class BuiltSession:
     resources: tuple[Callable[[], None], ...] = ()
     #: events published right after ``session_started`` (e.g. an MCP server that failed)
     notices: tuple[Any, ...] = ()
+    #: the loop's name in the builder's loop table ("direct", "sdk", "conversation", …);
+    #: the idle exit applies to the loops named in ``supervisor.idle_exit_loops``
+    loop_kind: str = ""
+    #: the ``provider_selected`` note: "Provider: ollama (fallback: no_claude_access)" when
+    #: routing fell back (the original's wording); empty lets the supervisor say its own
+    provider_selected: str = ""
+
+
+@dataclass(frozen=True)
+class RoutingDecision:
+    """Which provider a session uses and why (the original's ``resolveProviderRouting``)."""
+
+    provider: str
+    #: agent_config | default | no_claude_access
+    reason: str
+    #: True when the session was routed away from what it would otherwise get (the
+    #: Anthropic default), i.e. to Ollama for want of Anthropic access
+    fallback: bool = False
+
+
+#: the reason named in ``provider_selected`` when a session falls back to Ollama
+FALLBACK_NO_CLAUDE_ACCESS = "no_claude_access"
+
+
+def looks_like_ollama_model(model: str) -> bool:
+    """Whether a model name can be sent to Ollama as is (the original's test: empty, a
+    ``name:tag``, or a qwen/llama family name); a cloud name such as ``claude-sonnet-4-6``
+    cannot."""
+    return not model or ":" in model or model.startswith(("qwen", "llama"))
+
+
+def provider_selected_message(decision: RoutingDecision, model: str) -> str:
+    """The ``provider_selected`` text: the original's "Provider: X (fallback: reason)" on a
+    fallback; otherwise ours, which also names the model."""
+    if decision.fallback:
+        return f"Provider: {decision.provider} (fallback: {decision.reason})"
+    return f"Provider: {decision.provider} ({model})"
 
 
 def conversation_loop(spec: LoopSpec) -> Loop:
@@ -93,6 +133,7 @@ def direct_loop(spec: LoopSpec) -> Loop:
         max_repeats=d.max_repeats, max_same_tool=d.max_same_tool, max_nudges=d.max_nudges,
         max_mid_chain_nudges=d.max_mid_chain_nudges, trim_usage_threshold=d.trim_usage_threshold,
         tool_result_share=d.tool_result_share, tool_result_min_chars=d.tool_result_min_chars,
+        use_tier_caps=d.use_tier_caps,
     )
     from corvid_actors.loop.rules import rules_for
 
@@ -134,6 +175,23 @@ DEFAULT_LOOPS: dict[str, LoopFactory] = {
 DEFAULT_LOOP_FOR_PROVIDER: dict[str, str] = {"ollama": "direct", "anthropic": "sdk"}
 
 
+def build_sandbox(config: Config) -> Any:
+    """The OS sandbox launcher of a runtime (``[tools.sandbox]``; probes bwrap once per
+    process): the data directory (database, admin socket) is hidden from commands."""
+    from corvid_actors.tools.sandbox import Sandbox, SandboxSettings
+
+    c = config.tools.sandbox
+    settings = SandboxSettings(
+        mode=c.mode, bwrap_path=c.bwrap_path, network_modes=c.network_modes,
+        network_agents=c.network_agents, max_processes=c.max_processes, cpu_seconds=c.cpu_seconds,
+        max_file_bytes=c.max_file_bytes, max_address_space_bytes=c.max_address_space_bytes,
+        hidden_paths=c.hidden_paths, visible_paths=c.visible_paths,
+        mask_walk_max_entries=c.mask_walk_max_entries,
+    )
+    return Sandbox(settings, hidden_paths=[config.store.data_dir],
+                   patterns=config.tools.protected_patterns)
+
+
 def default_tool_registry() -> ToolRegistry:
     from corvid_actors.tools.coding import coding_tools
 
@@ -171,17 +229,22 @@ class SessionBuilder:
         self.permission_check_factory = permission_check_factory
         self.workspace_dir = workspace_dir or Path(config.store.data_dir).expanduser() / "workspace"
         self.extra_tools = extra_tools
+        self.sandbox = build_sandbox(config)
 
     # --- routing ------------------------------------------------------------------------
 
     def route(self, agent: Any | None) -> str:
         """Seed invariant 5: explicit provider wins; with none and no Anthropic credentials, Ollama."""
+        return self.routing(agent).provider
+
+    def routing(self, agent: Any | None) -> RoutingDecision:
+        """The routing decision with its reason (see :func:`provider_selected_message`)."""
         explicit = (agent.provider if agent is not None else "") or self.config.providers.default_provider
         if explicit:
-            return explicit
+            return RoutingDecision(explicit, "agent_config")
         if self.config.providers.anthropic_api_key and "anthropic" in self.providers:
-            return "anthropic"
-        return "ollama"
+            return RoutingDecision("anthropic", "default")
+        return RoutingDecision("ollama", FALLBACK_NO_CLAUDE_ACCESS, fallback=True)
 
     def provider(self, name: str) -> Provider:
         try:
@@ -193,10 +256,13 @@ class SessionBuilder:
                 "set the agent's provider or providers.default_provider"
             ) from None
 
-    def model_for(self, provider_name: str, agent: Any | None, council_role: str | None) -> str:
+    def model_for(self, provider_name: str, agent: Any | None, council_role: str | None,
+                  *, fallback: bool = False) -> str:
+        """The model of an incarnation. On a ``fallback`` to Ollama an agent model that is
+        not an Ollama name (a Claude model) gives way to the Ollama default."""
         if council_role == "chairman" and self.config.supervisor.council_model:
             return self.config.supervisor.council_model
-        if agent is not None and agent.model:
+        if agent is not None and agent.model and not (fallback and not looks_like_ollama_model(str(agent.model))):
             return str(agent.model)
         defaults = {
             "ollama": self.config.providers.ollama_default_model,
@@ -218,9 +284,11 @@ class SessionBuilder:
         return (lambda: False) if provider is None else provider.health
 
     _store_context: Callable[[str], SessionContext]
+    _store: Any = None
 
     def bind_store(self, store: Any) -> None:
         self._store_context = store.session_context
+        self._store = store
 
     # --- building ----------------------------------------------------------------------------
 
@@ -238,9 +306,13 @@ class SessionBuilder:
     def _build(self, ctx: SessionContext, resources: list[Callable[[], None]]) -> BuiltSession:
         session, agent = ctx.session, ctx.agent
         notices: list[Any] = []
-        provider_name = self.route(agent)
+        decision = self.routing(agent)
+        provider_name = decision.provider
         provider = self.provider(provider_name)
-        model = self.model_for(provider_name, agent, session.council_role)
+        before_start = getattr(provider, BEFORE_START_HOOK, None)
+        if before_start is not None:
+            before_start(session.id)  # raising fails the start (spawn_error)
+        model = self.model_for(provider_name, agent, session.council_role, fallback=decision.fallback)
         loop_kind = self.loop_for_provider.get(provider_name, "conversation")
         if loop_kind not in self.loops:
             raise ConfigError(f"unknown loop {loop_kind!r} for provider {provider_name!r}")
@@ -251,7 +323,13 @@ class SessionBuilder:
         if loop_kind != "conversation" and session.council_role not in COUNCIL_DELIBERATION_ROLES:
             registry = self.tool_registry_factory()
             if self.extra_tools is not None:
-                extra = self.extra_tools(ctx)
+                from corvid_actors.tools.sandbox import current_sandbox
+
+                token = current_sandbox.set(self.sandbox)  # MCP servers start through it
+                try:
+                    extra = self.extra_tools(ctx)
+                finally:
+                    current_sandbox.reset(token)
                 # A hook may return a registry that also carries closers and notices
                 # (corvid_actors.tools.mcp_client.SessionTools).
                 resources.extend(getattr(extra, "closers", ()))
@@ -265,6 +343,10 @@ class SessionBuilder:
 
         info = provider.model_info(model)
         mode = agent.permission_mode if agent is not None else "default"
+        if session.source == "agent":  # delegated: never more than the sender (corvid_tools)
+            from corvid_actors.tools.corvid_tools import effective_agent_mode
+
+            mode = effective_agent_mode(self._store, session, mode)
         protected = self.config.tools.protected_patterns
         permission_check = self._permission_check(mode, tools, project_dir, protected)
         system_prompt = compose_system_prompt(
@@ -275,11 +357,13 @@ class SessionBuilder:
         )
         spec = LoopSpec(model, system_prompt, tools, permission_check, info.context_window,
                         session.council_role, self.config, provider_name)
+        spec = replace(spec, sandboxed=self.sandbox.active, project_dir=project_dir)
         spec = self._with_policies(spec, ctx, mode)
         loop = self.loops[loop_kind](spec)
 
         from corvid_actors.tools.env import safe_env
 
+        agent_name = ctx.agent.name if ctx.agent is not None else ""
         tool_context = ToolContext(
             project_dir=project_dir,
             env=safe_env(ctx.project_env),
@@ -287,7 +371,10 @@ class SessionBuilder:
             protected_patterns=protected,
             session_id=session.id,
             extra={"depth": session.depth, "source": session.source},
+            sandbox=self.sandbox,
+            sandbox_network=self.sandbox.network_for(mode or "default", agent_name),
         )
+        notices.extend(self._sandbox_notices(session.id, tools))
         weight = self._slot_weight(info.parameter_size_b)
         approval_timeout = (
             self.config.approvals.chat_timeout_s if session.source == "chat" else self.config.approvals.timeout_s
@@ -296,8 +383,27 @@ class SessionBuilder:
             provider_name=provider_name, provider=provider, model=model, loop=loop, tools=tools,
             tool_context=tool_context, pid_kind="sdk" if provider_name == "anthropic" else "direct",
             uses_slots=provider_name == "ollama", slot_weight=weight, approval_timeout_s=approval_timeout,
-            resources=tuple(resources), notices=tuple(notices),
+            resources=tuple(resources), notices=tuple(notices), loop_kind=loop_kind,
+            provider_selected=provider_selected_message(decision, model),
         )
+
+    def _sandbox_notices(self, session_id: str, tools: ToolRegistry) -> list[Any]:
+        """The per-session warning when commands will not run in the OS sandbox."""
+        from corvid_actors.events import SystemEvent
+        from corvid_actors.tools.base import ToolKind
+
+        status = self.sandbox.status
+        if status.active or status.mode == "off" or not any(t.kind is ToolKind.COMMAND for t in tools):
+            return []
+        if status.refuses_commands:
+            message = (f"The OS sandbox is unavailable ({status.reason}) and [tools.sandbox] mode is "
+                       "\"required\": this session's commands will be refused.")
+        else:
+            message = status.warning
+        from loguru import logger
+
+        logger.bind(session_id=session_id).warning(message)
+        return [SystemEvent(subtype="sandbox_unavailable", message=message)]
 
     def _with_policies(self, spec: LoopSpec, ctx: SessionContext, mode: str) -> LoopSpec:
         """The spec with the OpenAgent rules' inputs: agent, mode, command tools, stored

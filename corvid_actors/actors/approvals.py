@@ -1,11 +1,14 @@
 """The ApprovalBroker actor: pending tool-use approvals, timeouts, session grants, modes.
 
-A session actor announces a request (it publishes the ``approval_request`` event itself,
-through its lifeline, so nothing of a stopped session is published late) and tells the
-broker :class:`RequestApproval`. The broker answers the session with an
-``ApprovalAnswer`` when a human resolves it (:class:`Resolve`), when it times out (deny),
-or at once in ``paused`` mode (deny) or for a tool granted for the whole session.
-``queued`` mode keeps requests without a timeout until someone resolves them.
+A session actor tells the broker :class:`RequestApproval`. A request that needs a human
+is kept pending and the broker tells the session ``ApprovalAsked`` (with the request's
+8-character id, unique among the pending ones); only then does the session publish
+``approval_request`` (itself, through its lifeline, so nothing of a stopped session is
+published late). The broker answers the session with an ``ApprovalAnswer`` when a human
+resolves it (:class:`Resolve`), when it times out (deny), or at once — without asking
+anyone, so without ``ApprovalAsked`` — in ``paused`` mode (deny) or for a tool granted
+for the whole session. ``queued`` mode keeps requests without a timeout until someone
+resolves them.
 
 Requests never leave the broker with their raw input: :class:`ListPending` shows the
 description only.
@@ -13,15 +16,16 @@ description only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pykka
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
-from corvid_actors.actors.session import ApprovalAnswer
+from corvid_actors.actors.session import ApprovalAnswer, ApprovalAsked
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
-from corvid_actors.clock import Clock
+from corvid_actors.clock import Clock, iso_after
 
 MODES = ("normal", "queued", "paused")
 
@@ -92,6 +96,7 @@ class ApprovalBroker(TrackedActor):
         self.mode = mode
         self._pending: dict[str, tuple[RequestApproval, str]] = {}  # id -> (request, created_at)
         self._session_grants: dict[str, set[str]] = {}
+        self._timed: set[str] = set()  # pending ids with an expiry timer
 
     def on_receive(self, message: Any) -> Any:
         match message:
@@ -100,26 +105,28 @@ class ApprovalBroker(TrackedActor):
             case Resolve(approval_id, behavior, text, updated):
                 return self._resolve(approval_id, behavior, text, updated)
             case _Expired(approval_id):
-                entry = self._pending.pop(approval_id, None)
+                entry = self._take(approval_id)
                 if entry is not None:
                     self._answer(entry[0], False, "Approval timed out")
             case ListPending(session_id):
+                # timeout_s is None for a request that waits for a human (queued mode):
+                # it has no countdown.
                 return [
                     {"id": r.approval_id, "session_id": r.session_id, "tool_name": r.tool_name,
                      "description": r.description, "kind": r.kind, "created_at": created,
-                     "timeout_s": r.timeout_s}
+                     "timeout_s": r.timeout_s if r.approval_id in self._timed else None}
                     for r, created in self._pending.values()
                     if session_id is None or r.session_id == session_id
                 ]
             case CancelSession(session_id, reason):
                 self._session_grants.pop(session_id, None)
                 for approval_id in [a for a, (r, _) in self._pending.items() if r.session_id == session_id]:
-                    request, _ = self._pending.pop(approval_id)
+                    request, _ = self._take(approval_id)
                     tell(self.timers, CancelTimer(("approval", approval_id)))
                     self._answer(request, False, reason)
             case DenyAll(reason):
                 for approval_id in list(self._pending):
-                    request, _ = self._pending.pop(approval_id)
+                    request, _ = self._take(approval_id)
                     tell(self.timers, CancelTimer(("approval", approval_id)))
                     self._answer(request, False, reason)
             case SetMode(mode):
@@ -131,6 +138,10 @@ class ApprovalBroker(TrackedActor):
                 return self.mode
         return None
 
+    def _take(self, approval_id: str) -> Any:
+        self._timed.discard(approval_id)
+        return self._pending.pop(approval_id, None)
+
     def _request(self, request: RequestApproval) -> None:
         if self.mode == "paused":
             self._answer(request, False, "System is in paused mode — all tool requests denied")
@@ -138,10 +149,23 @@ class ApprovalBroker(TrackedActor):
         if request.kind == "tool" and request.tool_name in self._session_grants.get(request.session_id, ()):
             self._answer(request, True, "Allowed for this session")
             return
-        self._pending[request.approval_id] = (request, self.clock.now().isoformat())
+        approval_id = self._unique_id(request.approval_id)
+        if approval_id != request.approval_id:
+            request = replace(request, approval_id=approval_id)
+        created = iso_after(self.clock, 0)
+        self._pending[approval_id] = (request, created)
+        tell(request.reply_to, ApprovalAsked(request.call_id, approval_id, created, expires=self.mode == "normal"))
         if self.mode == "normal":
+            self._timed.add(request.approval_id)
             tell(self.timers, ScheduleTimer(("approval", request.approval_id), request.timeout_s,
                                             self.actor_ref, _Expired(request.approval_id)))
+
+    def _unique_id(self, approval_id: str) -> str:
+        """``approval_id``, or (if a pending request has it) a new 8-character id derived
+        from it: prefixes resolve requests, so two pending ones must never share an id."""
+        while approval_id in self._pending:
+            approval_id = hashlib.blake2s(approval_id.encode(), digest_size=4).hexdigest()
+        return approval_id
 
     def _resolve(self, approval_id: str, behavior: str, text: str,
                  updated: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -152,7 +176,7 @@ class ApprovalBroker(TrackedActor):
             matches = [a for a in self._pending if a.startswith(approval_id)]
         if len(matches) != 1:
             return None
-        request, created = self._pending.pop(matches[0])
+        request, created = self._take(matches[0])
         tell(self.timers, CancelTimer(("approval", request.approval_id)))
         allowed = behavior != "deny"
         scope = "session" if behavior == "allow_session" else "once"

@@ -40,7 +40,7 @@ from corvid_actors.actors.events import Publish
 from corvid_actors.actors.supervisor import StopProcess
 from corvid_actors.config import CreditsConfig
 from corvid_actors.db.ledger import Account, Deduction, Ledger
-from corvid_actors.events import CreditsLow, ErrorEvent
+from corvid_actors.events import CreditsLow, ErrorEvent, SessionError
 
 __all__ = [
     "CHARGED_SOURCES", "BindSupervisor", "ChargeTurn", "CreditBank", "GetBalance", "GetTransactions",
@@ -178,11 +178,16 @@ class CreditBank(TrackedActor):
             return None
         self.ledger.open_account(payer, self.cfg.free_credits_on_first_message)
         cost = self.cfg.credits_per_turn
+        if cost <= 0:
+            return None  # free turns (credits_per_turn = 0): the ledger takes positive amounts only
         result = self.ledger.deduct(payer, cost, low_threshold=self.cfg.low_credit_threshold,
                                     session_id=session_id)
         if not result.success:
             self._publish(session_id, ErrorEvent(error_type="credits_exhausted",
                                                  message=exhausted_message(result.remaining, cost)))
+            self._publish(session_id, SessionError(error_type="credits_exhausted", severity="warning",
+                                                   recoverable=True,
+                                                   message="Session paused: credits exhausted. Add credits to resume."))
             tell(reply_to or self.supervisor, StopProcess(session_id, "credits_exhausted"))
         elif result.is_low:
             self._publish(session_id, CreditsLow(remaining=result.remaining, message=low_message(result.remaining)))

@@ -10,7 +10,7 @@ supervisor closes the lifeline *before* it publishes the final event of a stop, 
 event of this incarnation — not even a streamed delta already in flight on the worker —
 can come after the end.
 
-Messages in: :class:`Begin`, :class:`UserInput`, :class:`ExtendTimeout`,
+Messages in: :class:`Begin`, :class:`Ready`, :class:`UserInput`, :class:`ExtendTimeout`,
 :class:`CheckTimeout`, :class:`Abort`, and the answers of SlotPool, ApprovalBroker and
 Timers. Messages out (to the supervisor): :class:`SessionEnded`, :class:`OutageReported`,
 :class:`TurnCompleted`, :class:`TimedOut`, :class:`SessionCrashed`.
@@ -18,6 +18,7 @@ Timers. Messages out (to the supervisor): :class:`SessionEnded`, :class:`OutageR
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -36,12 +37,14 @@ from corvid_actors.events import (
     ApprovalResolved,
     Assistant,
     ContentBlockDelta,
+    ErrorEvent,
     Event,
     PlanEvent,
     QueueStatus,
     Result,
     RetryScheduled,
     SystemEvent,
+    Thinking,
 )
 from corvid_actors.loop import effects as fx
 from corvid_actors.loop.payload_guard import SNAPSHOT_ROLE, request_size
@@ -52,6 +55,7 @@ from corvid_actors.providers.base import (
     ModelRequest,
     Provider,
     ProviderError,
+    SessionExit,
     StreamCancelled,
     StreamEvent,
     TextDelta,
@@ -71,11 +75,22 @@ class Lifeline:
         self._bus = bus
         self._lock = threading.Lock()
         self._closed = False
+        self._accepting_input = True
         self.cancel = CancelToken()
 
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def accepting_input(self) -> bool:
+        """False once the incarnation has ended (or been closed): a user message sent now
+        would never be answered, so the supervisor refuses it instead of persisting it."""
+        return self._accepting_input and not self._closed
+
+    def refuse_input(self) -> None:
+        """The incarnation takes no more user messages (it is ending)."""
+        self._accepting_input = False
 
     def publish(self, event: Event) -> bool:
         with self._lock:
@@ -87,6 +102,7 @@ class Lifeline:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            self._accepting_input = False
         self.cancel.cancel()
 
 
@@ -95,16 +111,31 @@ class Lifeline:
 
 @dataclass(frozen=True)
 class Begin:
+    """The first message; ``blocks`` when it is multimodal (``prompt`` is its text)."""
+
     prompt: str
+    blocks: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Start without a turn: the incarnation waits for its first message (a resumed
+    session that was not mid-turn calls no model until someone speaks)."""
 
 
 @dataclass(frozen=True)
 class UserInput:
+    """A user message; ``blocks`` when it is multimodal (``text`` is its text parts)."""
+
     text: str
+    blocks: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
 class ExtendTimeout:
+    """Replace the pending inactivity deadline with now + ``timeout_s`` (already capped by
+    the supervisor); the session's next event re-arms the default timeout."""
+
     timeout_s: float
 
 
@@ -123,6 +154,8 @@ class SessionEnded:
     session_id: str
     generation: int
     code: int
+    #: the last error the incarnation published (for the exit note), "" for a clean end
+    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -182,6 +215,26 @@ class ApprovalAnswer:
 
 
 @dataclass(frozen=True)
+class ApprovalAsked:
+    """From the ApprovalBroker: a human is being asked (the session publishes
+    ``approval_request`` now). Not sent for requests answered at once (paused mode, a
+    session-wide grant). ``approval_id`` is the id the broker keeps the request under."""
+
+    call_id: str
+    approval_id: str
+    created_at: str = ""
+    #: False when the request waits for a human however long it takes (queued mode): its
+    #: ``approval_request`` then carries ``timeout_s = 0`` (no countdown)
+    expires: bool = True
+
+
+def approval_id_for(session_id: str, generation: int, seq: int) -> str:
+    """An 8-character approval id, as the original's (the head of a uuid): hex digits of
+    a hash, so simulations replay the same ids while ids of different sessions differ."""
+    return hashlib.blake2s(f"{session_id}/{generation}/{seq}".encode(), digest_size=4).hexdigest()
+
+
+@dataclass(frozen=True)
 class _LoopTimer:
     generation: int
     token: str
@@ -201,7 +254,14 @@ class _TimeoutDue:
 @dataclass(frozen=True)
 class _WorkerDone:
     seq: int
-    result: fx.LoopInput
+    result: fx.LoopInput | _ExitRequested
+
+
+@dataclass(frozen=True)
+class _ExitRequested:
+    """A worker's outcome that bypasses the loop: the provider asked to end (SessionExit)."""
+
+    code: int
 
 
 # --- collaborators -----------------------------------------------------------------------
@@ -223,7 +283,9 @@ class SessionWiring:
     tools: ToolRegistry
     tool_context: ToolContext
     timeout_s: float
-    idle_timeout_s: float
+    #: waiting this long for a user message ends the session cleanly (exit 0); None: no
+    #: idle exit, the session waits until the inactivity timeout stops it
+    idle_timeout_s: float | None
     slot_pool: pykka.ActorRef[Any] | None = None
     approvals: pykka.ActorRef[Any] | None = None
     approval_timeout_s: float = 55.0
@@ -241,18 +303,30 @@ class SessionActor(TrackedActor):
         self._loop = wiring.loop
         self._clock = wiring.clock
         self._last_activity = self._clock.monotonic()
+        #: counts activity (events): an extension holds only while no event came after it
+        self._activity_seq = 0
         self._timeout_s = wiring.timeout_s
+        #: (activity_seq when granted, monotonic deadline) of the last extend_timeout
+        self._extension: tuple[int, float] | None = None
         self._worker_seq = 0
         self._worker_cancel: CancelToken | None = None
         self._in_turn = False
-        self._pending_input: deque[str] = deque()
+        self._pending_input: deque[fx.UserMessage] = deque()
         self._turn_seq = 0
         self._slot_request = 0
         self._slot_state = "none"  # none | waiting | held
+        #: a queue_status with the waiting text was published for the current request
+        self._slot_queued = False
         self._ended = False
         self._awaiting_approval: set[str] = set()
+        #: call id → (call, description, kind) of requests not yet announced by the broker
+        self._approval_details: dict[str, tuple[Any, str, str]] = {}
+        #: approval ids published as ``approval_request`` (their resolution is published too)
+        self._announced: set[str] = set()
         self._approval_seq = 0
         self._turn_started = self._clock.monotonic()
+        self._begun = False
+        self._last_error = ""
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -263,6 +337,7 @@ class SessionActor(TrackedActor):
         logger.bind(session_id=self.sid).opt(exception=(exception_type, exception_value, traceback)).error(
             "session actor crashed"
         )
+        self.w.lifeline.refuse_input()
         self._release_everything()
         tell(self.w.supervisor, SessionCrashed(self.sid, self.gen, f"{exception_type.__name__}: {exception_value}"))
 
@@ -274,43 +349,69 @@ class SessionActor(TrackedActor):
                 self._abort()
             return None
         match message:
-            case Begin(prompt):
+            case Begin(prompt, blocks):
+                self._begin(prompt, blocks)
+            case Ready():
+                # no turn: wait for the first message as after a finished turn (a late
+                # subscriber hears "not thinking", as between turns)
                 self._touch()
-                self._turn_started = self._clock.monotonic()
-                self._in_turn = True
-                self._perform(self._loop.start(prompt))
-            case UserInput(text):
+                self.w.lifeline.publish(Thinking(thinking=False))
+                self._turn_finished()
+            case UserInput(text, blocks) if not self._begun:
+                self._begin(text, blocks)  # the supervisor sends Begin first; never lose a message
+            case UserInput(text, blocks):
                 self._touch()
                 if self._in_turn:
-                    self._pending_input.append(text)
+                    self._pending_input.append(fx.UserMessage(text, blocks))
                 else:
                     self._turn_started = self._clock.monotonic()
                     tell(self.w.timers, CancelTimer((self.sid, "idle", self.gen)))
                     self._in_turn = True
-                    self._perform(self._loop.handle(fx.UserMessage(text)))
+                    self._perform(self._loop.handle(fx.UserMessage(text, blocks)))
             case _WorkerDone(seq, result):
                 if seq == self._worker_seq:
                     self._worker_cancel = None
                     self._touch()
-                    self._perform(self._loop.handle(result))
+                    if isinstance(result, _ExitRequested):
+                        self._end(result.code)
+                    else:
+                        self._perform(self._loop.handle(result))
             case SlotAnswer(request_id, granted):
                 if request_id != self._slot_request or self._slot_state != "waiting":
                     if granted:
                         self._give_back_slot()
                     return None
                 self._slot_state = "held" if granted else "none"
-                self.w.lifeline.publish(QueueStatus(status_message=""))
+                if self._slot_queued:
+                    # "no longer waiting" only after a real wait (an immediate grant says nothing)
+                    self._slot_queued = False
+                    self.w.lifeline.publish(QueueStatus(status_message=""))
                 self._perform(self._loop.handle(fx.SlotGranted() if granted else fx.SlotTimedOut()))
             case SlotQueued(request_id, status):
                 if request_id == self._slot_request and self._slot_state == "waiting":
+                    self._slot_queued = True
                     self.w.lifeline.publish(QueueStatus(status_message=status))
+            case ApprovalAsked(call_id, approval_id, created_at, expires):
+                details = self._approval_details.pop(call_id, None)
+                if call_id in self._awaiting_approval and details is not None:
+                    call, description, kind = details
+                    self._announced.add(approval_id)
+                    self.w.lifeline.publish(ApprovalRequestEvent(
+                        id=approval_id, session_id=self.sid, tool_name=call.name, description=description,
+                        created_at=created_at or iso_after(self._clock, 0),
+                        timeout_s=self.w.approval_timeout_s if expires else 0.0, kind=kind,
+                    ))
             case ApprovalAnswer(call_id, allowed, text, updated, scope, approval_id):
                 if call_id not in self._awaiting_approval:
                     return None
                 self._awaiting_approval.discard(call_id)
+                self._approval_details.pop(call_id, None)
                 self._touch()
-                self.w.lifeline.publish(ApprovalResolved(
-                    id=approval_id, behavior="allow" if allowed else "deny", message=text))
+                if approval_id in self._announced:
+                    # a request answered at once was never shown, so its answer is not either
+                    self._announced.discard(approval_id)
+                    self.w.lifeline.publish(ApprovalResolved(
+                        id=approval_id, behavior="allow" if allowed else "deny", message=text))
                 self._perform(self._loop.handle(fx.ApprovalDecided(call_id, allowed, text, updated, scope)))
             case _LoopTimer(gen, token) if gen == self.gen:
                 self._perform(self._loop.handle(fx.TimerFired(token)))
@@ -322,12 +423,20 @@ class SessionActor(TrackedActor):
             case CheckTimeout():
                 self._check_timeout()
             case ExtendTimeout(timeout_s):
-                self._timeout_s = timeout_s
-                self._touch()
-                self._schedule_timeout(timeout_s)
+                self._extension = (self._activity_seq, self._clock.monotonic() + max(timeout_s, 0.0))
+                self._schedule_timeout(min(timeout_s, self._timeout_s))
             case Abort():
                 self._abort()
         return None
+
+    def _begin(self, prompt: str, blocks: tuple[dict[str, Any], ...] = ()) -> None:
+        self._begun = True
+        self._touch()
+        tell(self.w.timers, CancelTimer((self.sid, "idle", self.gen)))
+        self._turn_started = self._clock.monotonic()
+        self._in_turn = True
+        # a plain string unless multimodal: loops written for strings keep working
+        self._perform(self._loop.start(fx.UserMessage(prompt, blocks) if blocks else prompt))
 
     # --- effects --------------------------------------------------------------------------
 
@@ -352,6 +461,7 @@ class SessionActor(TrackedActor):
                     tell(self.w.timers, ScheduleTimer((self.sid, f"loop:{token}", self.gen), delay_s,
                                                       self.actor_ref, _LoopTimer(self.gen, token)))
                 case fx.ReportOutage(text):
+                    self.w.lifeline.refuse_input()
                     self._release_everything()
                     self._ended = True
                     tell(self.w.supervisor, OutageReported(self.sid, self.gen, text))
@@ -391,6 +501,10 @@ class SessionActor(TrackedActor):
             event = replace(event, due_at=iso_after(self._clock, event.delay_s))
         if isinstance(event, Assistant) and event.content:
             self.w.store.append_message(self.sid, "assistant", event.content)
+        if isinstance(event, ErrorEvent) and event.message:
+            self._last_error = event.message
+        elif isinstance(event, Result) and event.subtype == "success":
+            self._last_error = ""  # a turn that went well: earlier errors explain no later exit
         if isinstance(event, Result) and not event.duration_ms:
             event = replace(event, duration_ms=int((self._clock.monotonic() - self._turn_started) * 1000))
         self.w.lifeline.publish(event)
@@ -404,17 +518,21 @@ class SessionActor(TrackedActor):
         if self._pending_input:
             self._turn_started = self._clock.monotonic()
             self._in_turn = True
-            self._perform(self._loop.handle(fx.UserMessage(self._pending_input.popleft())))
+            self._perform(self._loop.handle(self._pending_input.popleft()))
+            return
+        if self.w.idle_timeout_s is None:
             return
         tell(self.w.timers, ScheduleTimer((self.sid, "idle", self.gen), self.w.idle_timeout_s,
                                           self.actor_ref, _IdleDue(self.gen, self._turn_seq)))
 
     def _end(self, code: int) -> None:
+        self.w.lifeline.refuse_input()
         self._release_everything()
         self._ended = True
-        tell(self.w.supervisor, SessionEnded(self.sid, self.gen, code))
+        tell(self.w.supervisor, SessionEnded(self.sid, self.gen, code, self._last_error if code else ""))
 
     def _abort(self) -> None:
+        self.w.lifeline.refuse_input()
         if not self._ended:
             self._loop.abort()
         self._release_everything()
@@ -438,19 +556,22 @@ class SessionActor(TrackedActor):
 
     def _start_model_call(self, request: ModelRequest, purpose: str) -> None:
         provider, lifeline, stream_text = self.w.provider, self.w.lifeline, purpose == "turn"
+        request = replace(request, session_id=self.sid, generation=self.gen)
         actor = self
 
         def on_event(event: StreamEvent) -> None:
-            actor._last_activity = actor._clock.monotonic()
+            actor._touch()
             if stream_text and isinstance(event, TextDelta) and event.text:
                 lifeline.publish(ContentBlockDelta(text=event.text))
 
-        def call(cancel: CancelToken) -> fx.LoopInput:
+        def call(cancel: CancelToken) -> fx.LoopInput | _ExitRequested:
             try:
                 response = provider.stream(request, on_event, cancel)
                 return fx.ModelSucceeded(response, request_bytes=_request_size(request))
             except ProviderError as exc:
                 return fx.ModelFailed(exc)
+            except SessionExit as exc:
+                return _ExitRequested(exc.code)
             except StreamCancelled:
                 raise
             except Exception as exc:  # noqa: BLE001 - an unclassified provider bug is fatal, not a hang
@@ -500,12 +621,9 @@ class SessionActor(TrackedActor):
         from corvid_actors.actors.approvals import RequestApproval
 
         self._approval_seq += 1
-        # Deterministic ids (simulations replay identically): session prefix + generation + counter.
-        approval_id = f"{self.sid.replace('-', '')[:6]}{self.gen:x}{self._approval_seq:03x}"
-        self.w.lifeline.publish(ApprovalRequestEvent(
-            id=approval_id, session_id=self.sid, tool_name=call.name, description=description,
-            created_at=self._clock.now().isoformat(), timeout_s=self.w.approval_timeout_s, kind=kind,
-        ))
+        approval_id = approval_id_for(self.sid, self.gen, self._approval_seq)
+        # approval_request is published when the broker says a human is asked (ApprovalAsked)
+        self._approval_details[call.id] = (call, description, kind)
         tell(self.w.approvals, RequestApproval(
             approval_id=approval_id, session_id=self.sid, call_id=call.id, tool_name=call.name,
             description=description, kind=kind, timeout_s=self.w.approval_timeout_s,
@@ -516,6 +634,7 @@ class SessionActor(TrackedActor):
 
     def _acquire_slot(self, model: str) -> None:
         self._slot_request += 1
+        self._slot_queued = False
         if self.w.slot_pool is None:
             self._slot_state = "held"
             self._perform(self._loop.handle(fx.SlotGranted()))
@@ -541,18 +660,29 @@ class SessionActor(TrackedActor):
     # --- timeout ------------------------------------------------------------------------
 
     def _touch(self) -> None:
+        """An event: re-arms the default inactivity timeout (ends any extension)."""
         self._last_activity = self._clock.monotonic()
+        self._activity_seq += 1
+
+    def _deadline(self) -> float:
+        extension = self._extension
+        if extension is not None and extension[0] == self._activity_seq:
+            return extension[1]
+        return self._last_activity + self._timeout_s
 
     def _schedule_timeout(self, delay_s: float) -> None:
         tell(self.w.timers, ScheduleTimer((self.sid, "timeout", self.gen), max(delay_s, 0.0),
                                           self.actor_ref, _TimeoutDue(self.gen)))
 
     def _check_timeout(self) -> None:
-        idle_for = self._clock.monotonic() - self._last_activity
-        if idle_for >= self._timeout_s:
+        now = self._clock.monotonic()
+        deadline = self._deadline()
+        if now >= deadline:
             tell(self.w.supervisor, TimedOut(self.sid, self.gen))
         else:
-            self._schedule_timeout(self._timeout_s - idle_for)
+            # An event may re-arm the default before an extension's deadline: check again
+            # no later than one default timeout from now (activity only pushes it later).
+            self._schedule_timeout(min(deadline, now + self._timeout_s) - now)
 
 
 def _request_size(request: ModelRequest) -> int:

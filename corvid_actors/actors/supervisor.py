@@ -32,6 +32,7 @@ from corvid_actors.actors.session import (
     ExtendTimeout,
     Lifeline,
     OutageReported,
+    Ready,
     SessionActor,
     SessionCrashed,
     SessionEnded,
@@ -43,10 +44,12 @@ from corvid_actors.actors.session import (
 from corvid_actors.actors.timers import CancelTimer, CancelTimers, ScheduleTimer
 from corvid_actors.clock import Clock, iso_after
 from corvid_actors.config import Config
+from corvid_actors.content import UserContent, content_blocks, image_blocks, text_parts
 from corvid_actors.errors import NotFoundError, RuntimeStoppedError
 from corvid_actors.events import (
     ErrorEvent,
     Event,
+    SessionError,
     SessionExited,
     SessionPaused,
     SessionRestarting,
@@ -56,14 +59,22 @@ from corvid_actors.events import (
     SystemEvent,
 )
 from corvid_actors.loop.payload_guard import snapshot_dir
-from corvid_actors.loop.prompts import build_resume_prompt
+from corvid_actors.loop.prompts import build_resume_prompt, with_context_summary
 from corvid_actors.supervision import (
+    active_turns,
     auto_resume_delay,
+    auto_resume_exhausted,
+    completed_note,
+    crashed_note,
     extended_timeout,
     needs_context_reset,
     restart_after_crash,
     restart_count_after_uptime,
+    zero_turn_breaker_trips,
 )
+
+#: how many of a session's latest system messages the zero-turn breaker reads
+_BREAKER_NOTES_WINDOW = 50
 
 # --- requests ---------------------------------------------------------------------------
 
@@ -71,10 +82,11 @@ from corvid_actors.supervision import (
 @dataclass(frozen=True)
 class StartProcess:
     """Start (or restart) a session. Replies with its pseudo-PID, or None when it could
-    not start (an ``error`` event says why). Raises NotFoundError for an unknown session."""
+    not start (an ``error`` event says why). Raises NotFoundError for an unknown session.
+    ``prompt`` may be multimodal content blocks (``corvid_actors.content``)."""
 
     session_id: str
-    prompt: str | None = None
+    prompt: UserContent | None = None
 
 
 @dataclass(frozen=True)
@@ -82,21 +94,29 @@ class ResumeProcess:
     """Resume with history (warm: just send ``prompt``). Replies with the pid or None."""
 
     session_id: str
-    prompt: str | None = None
+    prompt: UserContent | None = None
 
 
 @dataclass(frozen=True)
 class StopProcess:
+    """Replies True if it stopped something; False (nothing published) when the session
+    is stopped already — no incarnation, not paused, no restart pending, row ``stopped``."""
+
     session_id: str
     reason: str = "user_stop"
 
 
 @dataclass(frozen=True)
 class SendMessage:
-    """Replies True if a running session accepted the message (persisted first)."""
+    """Replies True if a running session accepted the message (persisted first).
+    ``text`` may be multimodal content blocks (``corvid_actors.content``).
+
+    False when no incarnation runs, or when the incarnation refuses input (it is ending):
+    then nothing is persisted and the incarnation is evicted, so the next resume
+    cold-starts."""
 
     session_id: str
-    text: str
+    text: UserContent
 
 
 @dataclass(frozen=True)
@@ -121,14 +141,17 @@ class PausedSessionIds:
 
 @dataclass(frozen=True)
 class ResumeSession:
-    """Manual resume of a paused session; replies False if it is not paused."""
+    """Manual resume of a paused session; replies False if it is not paused, or if its row
+    was deleted while it was paused (the paused record is dropped then)."""
 
     session_id: str
 
 
 @dataclass(frozen=True)
 class ExtendSessionTimeout:
-    """Replies False if the session is not running."""
+    """Replace the running session's pending inactivity deadline with now +
+    min(``additional_s``, 4 × default); its next event re-arms the default timeout.
+    Replies False if the session is not running."""
 
     session_id: str
     additional_s: float
@@ -154,6 +177,15 @@ class SessionInfo:
 @dataclass(frozen=True)
 class Shutdown:
     reason: str = "server_shutdown"
+
+
+@dataclass(frozen=True)
+class RefuseInput:
+    """Fault hook (``corvid_actors.testing.refuse_input``): the running incarnation refuses
+    user input from now on, as one does between its end and the supervisor hearing of it.
+    Replies False when the session is not running."""
+
+    session_id: str
 
 
 # --- internal -----------------------------------------------------------------------------
@@ -202,9 +234,14 @@ class _Incarnation:
     pid: int
     started_at: float
     provider_name: str
+    #: the inactivity timeout last set: the default, or what extend_timeout granted (it
+    #: holds until the session's next event, which re-arms the default)
     timeout_s: float
     #: blocking closers of what the incarnation owns (BuiltSession.resources)
     resources: tuple[Any, ...] = ()
+    #: False while a resumed incarnation waits for its first message (no turn yet): that
+    #: message goes to it with the conversation history (see ``_send``)
+    begun: bool = True
 
 
 @dataclass
@@ -282,7 +319,7 @@ class SessionSupervisor(TrackedActor):
             case SendMessage(sid, text):
                 return self._send(sid, text)
             case StopProcess(sid, reason):
-                self._stop_session(sid, reason)
+                return self._stop_request(sid, reason)
             case IsRunning(sid):
                 return sid in self._running
             case IsPaused(sid):
@@ -297,7 +334,7 @@ class SessionSupervisor(TrackedActor):
                 inc = self._running.get(sid)
                 if inc is None:
                     return False
-                inc.timeout_s = extended_timeout(self.sup, inc.timeout_s, additional_s)
+                inc.timeout_s = extended_timeout(self.sup, additional_s)
                 tell(inc.ref, ExtendTimeout(inc.timeout_s))
                 return True
             case CleanupSessionState(sid):
@@ -312,17 +349,26 @@ class SessionSupervisor(TrackedActor):
                 return self._info(sid)
             case Shutdown(reason):
                 self._shutdown(reason)
+            case RefuseInput(sid):
+                inc = self._running.get(sid)
+                if inc is not None:
+                    inc.lifeline.refuse_input()
+                return inc is not None
             # --- from session actors
-            case SessionEnded(sid, gen, code) if self._current(sid, gen):
-                self._handle_exit(sid, code)
+            case SessionEnded(sid, gen, code, error) if self._current(sid, gen):
+                self._handle_exit(sid, code, error)
             case SessionCrashed(sid, gen, error) if self._current(sid, gen):
                 self._publish(sid, ErrorEvent(error_type="crash", message=error))
-                self._handle_exit(sid, 1)
+                self._handle_exit(sid, 1, error)
             case OutageReported(sid, gen, text) if self._current(sid, gen):
                 self._pause_for_outage(sid, text)
             case TurnCompleted(sid, gen, subtype, cost, usage) if self._current(sid, gen):
                 self._turn_completed(sid, subtype, cost, usage)
             case TimedOut(sid, gen) if self._current(sid, gen):
+                timeout_s = self._running[sid].timeout_s
+                self._publish(sid, SessionError(
+                    error_type="timeout", severity="warning", recoverable=True,
+                    message=f"Session stopped after {timeout_s:g}s without activity. Send a message to resume."))
                 self._stop_session(sid, "timeout")
             # --- timers
             case _RestartDue(sid, attempt):
@@ -341,7 +387,7 @@ class SessionSupervisor(TrackedActor):
                 now = self.clock.monotonic()
                 for inc in self._running.values():
                     # an incarnation younger than its timeout cannot be overdue: leave it be
-                    if now - inc.started_at >= inc.timeout_s:
+                    if now - inc.started_at >= self._due_after(inc):
                         tell(inc.ref, CheckTimeout())
                 self._ensure_housekeeping()
             case _Prune():
@@ -358,7 +404,11 @@ class SessionSupervisor(TrackedActor):
 
     # --- start / resume / send ------------------------------------------------------------------
 
-    def _start(self, sid: str, prompt: str | None) -> int | None:
+    def _start(self, sid: str, prompt: UserContent | None, *, begin: bool = True,
+               turns: int | None = None) -> int | None:
+        """Start an incarnation. ``begin``: its first turn is ``prompt`` (or the initial
+        prompt); otherwise it comes up ready and waits for a message. ``turns``: the turn
+        count it starts with (default, as the original's start: at least 1, the prompt)."""
         if sid in self._running:
             self._stop_session(sid, "replaced")
         try:
@@ -369,13 +419,16 @@ class SessionSupervisor(TrackedActor):
         if session.project_id and ctx.project is None:
             self._publish(sid, ErrorEvent(error_type="not_found", message=f"Project {session.project_id} not found"))
             return None
-        text = prompt if prompt is not None else (session.initial_prompt or "")
+        blocks = content_blocks(prompt) if prompt is not None else ()
+        text = text_parts(blocks) if blocks else (prompt if isinstance(prompt, str) else session.initial_prompt or "")
         try:
             built = self.builder.build(ctx)
         except Exception as exc:  # noqa: BLE001 - any build failure is a spawn error, reported
             logger.bind(session_id=sid).opt(exception=True).warning("session failed to start")
             self.store.update_session(sid, status="error", pid=None)
             self._publish(sid, ErrorEvent(error_type="spawn_error", message=str(exc)))
+            self._publish(sid, SessionError(error_type="spawn_error", message=str(exc), severity="fatal",
+                                            recoverable=False))
             return None
         self._generation += 1
         gen = self._generation
@@ -388,32 +441,37 @@ class SessionSupervisor(TrackedActor):
             session_id=sid, generation=gen, lifeline=lifeline, supervisor=self.actor_ref,
             timers=self.timers, clock=self.clock, store=self.store, provider=built.provider,
             loop=built.loop, tools=built.tools, tool_context=built.tool_context, timeout_s=timeout_s,
-            idle_timeout_s=self.sup.session_idle_timeout_s,
+            idle_timeout_s=(self.sup.session_idle_timeout_s if built.loop_kind in self.sup.idle_exit_loops
+                            else None),
             slot_pool=self.slot_pool if built.uses_slots else None, approvals=self.approvals,
             approval_timeout_s=built.approval_timeout_s, slot_weight=built.slot_weight,
             snapshot_dir=snapshot_dir(self.cfg.store.data_dir, self.cfg.payload_guard.snapshot_dir),
         )
         ref = SessionActor.start(self._tracker, wiring)
         self._running[sid] = _Incarnation(gen, ref, lifeline, pid, self.clock.monotonic(), built.provider_name,
-                                          timeout_s, resources=built.resources)
+                                          timeout_s, resources=built.resources, begun=begin)
         meta = self._meta.setdefault(sid, _Meta(source=session.source))
         meta.source = session.source
         meta.turns_since_reset = 0
         meta.restart_pending = False
-        meta.started_at_iso = self.clock.now().isoformat()
-        self.store.update_session(sid, pid=pid, status="running", restart_pending=False)
+        meta.started_at_iso = iso_after(self.clock, 0)
+        meta.turns = turns if turns is not None else max(meta.turns, session.total_turns or 0, 1)
+        # open_turns: the first turn is in flight (begin) or there is none (ready)
+        self.store.update_session(sid, pid=pid, status="running", restart_pending=False,
+                                  total_turns=meta.turns, open_turns=1 if begin else 0)
         tell(self.timers, CancelTimer((sid, "restart")))
         tell(self.timers, ScheduleTimer((sid, "stable"), self.sup.stable_period_s, self.actor_ref,
                                         _StableDue(sid, gen)))
         self._publish(sid, SessionStarted(pid=pid, generation=gen))
-        self._publish(sid, SystemEvent(subtype="provider_selected", message=f"Provider: {built.provider_name} ({built.model})"))
+        self._publish(sid, SystemEvent(subtype="provider_selected", message=built.provider_selected
+                                       or f"Provider: {built.provider_name} ({built.model})"))
         for notice in built.notices:
             self._publish(sid, notice)
-        tell(ref, Begin(text))
+        tell(ref, Begin(text, blocks) if begin else Ready())
         self._ensure_housekeeping()
         return pid
 
-    def _resume(self, sid: str, prompt: str | None) -> int | None:
+    def _resume(self, sid: str, prompt: UserContent | None) -> int | None:
         inc = self._running.get(sid)
         meta = self._meta.get(sid)
         if inc is not None:
@@ -424,37 +482,116 @@ class SessionSupervisor(TrackedActor):
                 self._publish(sid, SystemEvent(subtype="context_reset",
                                                message="Context reset: restarting with recent history"))
                 self._kill(sid)
-            else:
-                self._send(sid, prompt)
+            elif self._send(sid, prompt):
                 return inc.pid
+            else:
+                # the incarnation refused the message (it is ending): _send evicted it
+                self._publish(sid, SystemEvent(subtype="warm_path_failed",
+                                               message="Warm path failed, falling back to cold start"))
+        session = self.store.require_session(sid)
+        # Decided before the breaker may delete the history: a turn in flight at the end of
+        # the last incarnation, or a user message nobody answered. Only then does a resume
+        # without a new message call the model (a restart spends no turn on a session that
+        # was waiting for its user).
+        unanswered = self._unanswered_request(sid, session) if not prompt else None
+        self._zero_turn_breaker(sid, session)
         session = self.store.require_session(sid)
         history = self.store.recent_messages(sid, self.cfg.session.resume_history_messages)
         if prompt:
             self.store.append_message(sid, "user", prompt)
+        turns = active_turns(history, new_prompt=bool(prompt))
+        if not prompt and (unanswered is None or not (history or unanswered)):
+            return self._start(sid, None, begin=False, turns=turns)
+        blocks = content_blocks(prompt) if prompt else ()
+        new_text = text_parts(blocks) if blocks else str(prompt or "")
         if history:
             text = build_resume_prompt(
-                history, prompt or "", max_messages=self.cfg.session.resume_history_messages,
+                history, new_text, max_messages=self.cfg.session.resume_history_messages,
                 max_chars=self.cfg.session.resume_history_message_chars, interrupted=not prompt,
             )
         else:
-            text = prompt or session.initial_prompt or ""
-        return self._start(sid, text)
+            text = new_text or unanswered or ""
+        text = with_context_summary(session.conversation_summary or "", text)
+        if blocks:
+            # the history prompt as the text, the new message's images after it
+            return self._start(sid, ({"type": "text", "text": text}, *image_blocks(blocks)), turns=turns)
+        return self._start(sid, text, turns=turns)
 
-    def _send(self, sid: str, text: str) -> bool:
+    def _unanswered_request(self, sid: str, session: Any) -> str | None:
+        """The request a resume without a new message must answer, or None when the session
+        was not mid-turn: a turn was open when its last incarnation ended, or its newest
+        user/assistant message is the user's, or it never had one and has an initial prompt."""
+        last = self.store.last_message_role(sid)
+        if (session.open_turns or 0) > 0 or last == "user":
+            users = self.store.recent_messages(sid, 1, roles=("user",))
+            return users[0][1] if users else (session.initial_prompt or "")
+        if last is None and session.initial_prompt:
+            return str(session.initial_prompt)
+        return None
+
+    def _zero_turn_breaker(self, sid: str, session: Any) -> None:
+        """Reference §Resume 3: the last N exit notes all say ``Turns: 0`` — every resume dies
+        before a turn. Summarise the history, store the summary, delete the messages,
+        say so (``context_exhausted``) and let the resume start fresh."""
+        notes = [c for _, c in self.store.recent_messages(sid, _BREAKER_NOTES_WINDOW, roles=("system",))]
+        if not zero_turn_breaker_trips(notes, self.cfg.session.zero_turn_breaker_threshold):
+            return
+        from corvid_actors.loop.trimming import summarize_conversation
+        from corvid_actors.providers.base import ChatMessage
+
+        messages = [ChatMessage(role=m.role, content=m.content)
+                    for m in self.store.messages(sid) if m.role in ("user", "assistant")]
+        project = self.store.get_project(session.project_id) if session.project_id else None
+        summary = summarize_conversation(messages, project.name if project is not None else None)
+        self.store.update_session(sid, conversation_summary=summary, status="idle", pid=None, total_turns=0,
+                                  open_turns=0)
+        deleted = self.store.delete_messages(sid)
+        meta = self._meta.get(sid)
+        if meta is not None:
+            meta.turns = 0
+        logger.bind(session_id=sid).warning("zero-turn death loop: {} messages replaced by a summary", deleted)
+        self._publish(sid, SessionError(error_type="context_exhausted", severity="info", recoverable=True,
+                                        message="Session context was bloated — restarting with fresh context."))
+
+    def _send(self, sid: str, text: UserContent) -> bool:
         inc = self._running.get(sid)
         if inc is None:
+            return False
+        if not inc.lifeline.accepting_input or not inc.ref.is_alive():
+            self._evict(sid)
             return False
         meta = self._meta[sid]
         if needs_context_reset(meta.turns_since_reset, self.cfg.session.max_turns_before_context_reset):
             return self._resume(sid, text) is not None
-        self.store.append_message(sid, "user", text)
+        blocks = content_blocks(text)
+        plain = text_parts(blocks) if blocks else str(text)
+        message: Begin | UserInput = UserInput(plain, blocks)
+        if not inc.begun:
+            # a resumed incarnation's first turn: the message with the stored history (as
+            # the text; a multimodal message's images after it)
+            history = self.store.recent_messages(sid, self.cfg.session.resume_history_messages)
+            first = build_resume_prompt(history, plain, max_messages=self.cfg.session.resume_history_messages,
+                                        max_chars=self.cfg.session.resume_history_message_chars)
+            row = self.store.get_session(sid)
+            first = with_context_summary(getattr(row, "conversation_summary", "") or "", first)
+            message = Begin(first, ({"type": "text", "text": first}, *image_blocks(blocks)) if blocks else ())
+        message_id = self.store.append_message(sid, "user", text)
+        if not tell(inc.ref, message):
+            self.store.delete_message(message_id)  # refused: nothing of it stays
+            self._evict(sid)
+            return False
+        inc.begun = True
         meta.turns_since_reset += 1
         meta.turns += 1
-        session = self.store.get_session(sid)
-        if session is not None:
-            self.store.update_session(sid, total_turns=session.total_turns + 1)
-        tell(inc.ref, UserInput(text))
+        self.store.open_turn(sid, total_turns=meta.turns)
         return True
+
+    def _evict(self, sid: str) -> None:
+        """Drop an incarnation that refuses input, silently (as the original's map delete):
+        the session keeps its meta, its row goes idle, and the next resume cold-starts."""
+        self._kill(sid)
+        if self.store.get_session(sid) is not None:
+            self.store.update_session(sid, pid=None, status="idle")
 
     # --- stop / exit ---------------------------------------------------------------------------
 
@@ -479,6 +616,15 @@ class SessionSupervisor(TrackedActor):
                 self._tracker.run_tracked(lambda: close_resources(resources, sid), f"close-{sid[:8]}")
         return inc
 
+    def _stop_request(self, sid: str, reason: str) -> bool:
+        meta = self._meta.get(sid)
+        if sid not in self._running and sid not in self._paused and not (meta and meta.restart_pending):
+            row = self.store.get_session(sid)
+            if row is not None and row.status == "stopped":
+                return False  # stopped already: no second session_stopped
+        self._stop_session(sid, reason)
+        return True
+
     def _stop_session(self, sid: str, reason: str) -> None:
         self._kill(sid)
         if self.store.get_session(sid) is not None:
@@ -486,21 +632,23 @@ class SessionSupervisor(TrackedActor):
         self._publish(sid, SessionStopped(reason=reason))
         self._cleanup(sid)
 
-    def _handle_exit(self, sid: str, code: int) -> None:
+    def _handle_exit(self, sid: str, code: int, error: str = "") -> None:
         inc = self._kill(sid)
         assert inc is not None
         meta = self._meta.setdefault(sid, _Meta())
         duration_s = self.clock.monotonic() - inc.started_at
         self.store.update_session(sid, pid=None, status="idle" if code == 0 else "error")
         if code == 0:
-            note = f"Session completed after {duration_s:.0f}s. Turns: {meta.turns}."
+            note = completed_note(duration_s, meta.turns)
         else:
-            note = (f"Session exited unexpectedly (code {code}) after {duration_s:.0f}s. "
-                    f"Turns: {meta.turns}. Send a message to resume.")
+            note = crashed_note(code, error, duration_s, meta.turns)
         self.store.append_message(sid, "system", note)
-        self._publish(sid, SessionExited(code=code, num_turns=meta.turns, duration_ms=int(duration_s * 1000)))
         decision = restart_after_crash(self.sup, source=meta.source, exit_code=code,
                                        restarts_so_far=meta.restart_count)
+        if code != 0:
+            self._publish(sid, SessionError(error_type="crash", message=error or f"Session crashed with exit code {code}",
+                                            severity="warning" if decision.restart else "error", recoverable=True))
+        self._publish(sid, SessionExited(code=code, num_turns=meta.turns, duration_ms=int(duration_s * 1000)))
         if decision.restart:
             meta.restart_count = decision.attempt
             meta.restart_pending = True
@@ -530,26 +678,32 @@ class SessionSupervisor(TrackedActor):
     # --- outage ----------------------------------------------------------------------------------
 
     def _pause_for_outage(self, sid: str, reason: str) -> None:
+        """Pause (not a restart): due for a resume after 5 min × 3^resumes (capped). The
+        give-up after ``auto_resume_max_attempts`` resumes happens at the due check."""
         self._kill(sid)
         meta = self._meta.setdefault(sid, _Meta())
-        decision = auto_resume_delay(self.sup, meta.outage_attempts)
-        if decision.exhausted:
-            self._exhausted(sid, meta.outage_attempts)
-            return
+        delay_s = auto_resume_delay(self.sup, meta.outage_attempts)
         self.store.update_session(sid, pid=None, status="paused")
         self._seq += 1
-        resume_iso = iso_after(self.clock, decision.delay_s)
-        self._paused[sid] = _Paused(self._seq, resume_iso, decision.attempt, reason)
+        resume_iso = iso_after(self.clock, delay_s)
+        self._paused[sid] = _Paused(self._seq, resume_iso, meta.outage_attempts + 1, reason)
+        logger.bind(session_id=sid, event="api_outage").warning("session paused by an API outage: {}", reason)
         self._publish(sid, ErrorEvent(error_type="api_outage",
-                                      message=f"API outage: {reason}. Auto-resume in {decision.delay_s / 60:g} min"))
-        self._publish(sid, SessionPaused(resume_at=resume_iso, attempt=decision.attempt))
-        tell(self.timers, ScheduleTimer((sid, "resume"), decision.delay_s, self.actor_ref,
-                                        _ResumeDue(sid, self._seq)))
+                                      message=f"Session paused due to API outage — auto-resume in {delay_s / 60:g}min"))
+        self._publish(sid, SessionPaused(resume_at=resume_iso, attempt=meta.outage_attempts + 1))
+        tell(self.timers, ScheduleTimer((sid, "resume"), delay_s, self.actor_ref, _ResumeDue(sid, self._seq)))
         self._ensure_housekeeping()
 
     def _resume_due(self, sid: str, seq: int) -> None:
         paused = self._paused.get(sid)
         if paused is None or paused.seq != seq or self._shutting_down:
+            return
+        if self.store.get_session(sid) is None:
+            self._cleanup(sid)  # deleted while paused: nothing left to resume
+            return
+        meta = self._meta.setdefault(sid, _Meta())
+        if auto_resume_exhausted(self.sup, meta.outage_attempts):
+            self._exhausted(sid, meta.outage_attempts)
             return
         probe = self.builder.health_probe(sid)
         ref = self.actor_ref
@@ -567,33 +721,32 @@ class SessionSupervisor(TrackedActor):
         paused = self._paused.get(sid)
         if paused is None or paused.seq != seq:
             return
-        meta = self._meta.setdefault(sid, _Meta())
-        meta.outage_attempts += 1
         if healthy:
+            meta = self._meta.setdefault(sid, _Meta())
+            meta.outage_attempts += 1  # attempts count resumes, not probes
             del self._paused[sid]
             self._publish(sid, SessionResumed(automatic=True))
             self._resume(sid, None)
             return
-        decision = auto_resume_delay(self.sup, meta.outage_attempts)
-        if decision.exhausted:
-            self._exhausted(sid, meta.outage_attempts)
-            return
+        # Still down: the session stays due and is probed again one check interval later.
+        delay_s = self.sup.auto_resume_check_interval_s
         self._seq += 1
         paused.seq = self._seq
-        paused.attempt = decision.attempt
-        paused.resume_at_iso = iso_after(self.clock, decision.delay_s)
-        tell(self.timers, ScheduleTimer((sid, "resume"), decision.delay_s, self.actor_ref,
-                                        _ResumeDue(sid, self._seq)))
+        paused.resume_at_iso = iso_after(self.clock, delay_s)
+        tell(self.timers, ScheduleTimer((sid, "resume"), delay_s, self.actor_ref, _ResumeDue(sid, self._seq)))
 
     def _exhausted(self, sid: str, attempts: int) -> None:
         self._paused.pop(sid, None)
         self.store.update_session(sid, pid=None, status="error")
         self._publish(sid, ErrorEvent(error_type="auto_resume_exhausted",
-                                      message=f"Auto-resume gave up after {attempts} attempts"))
+                                      message=f"Auto-resume abandoned after {attempts} attempts"))
         self._cleanup(sid)
 
     def _manual_resume(self, sid: str) -> bool:
         if sid not in self._paused:
+            return False
+        if self.store.get_session(sid) is None:
+            self._cleanup(sid)  # the row was deleted while paused: drop the paused record
             return False
         del self._paused[sid]
         tell(self.timers, CancelTimer((sid, "resume")))
@@ -612,7 +765,7 @@ class SessionSupervisor(TrackedActor):
             meta.cost_usd += cost
             if subtype == "success":
                 meta.outage_attempts = 0
-        self.store.add_session_usage(sid, cost_usd=cost, turns=1)
+        self.store.add_session_usage(sid, cost_usd=cost, turns=1, answered=subtype == "success")
         if self.credits is not None:
             from corvid_actors.actors.credits import ChargeTurn
 
@@ -623,10 +776,10 @@ class SessionSupervisor(TrackedActor):
     def _ensure_housekeeping(self) -> None:
         if self._running and not self._fallback_scheduled:
             self._fallback_scheduled = True
-            # The safety net has nothing to do before the first incarnation could be overdue
-            # (timeouts only grow): schedule it for then, and every 60 s from then on.
+            # The safety net has nothing to do before the first incarnation could be overdue:
+            # schedule it for then, and every 60 s from then on.
             now = self.clock.monotonic()
-            earliest_due = min(inc.started_at + inc.timeout_s for inc in self._running.values())
+            earliest_due = min(inc.started_at + self._due_after(inc) for inc in self._running.values())
             delay = max(self.sup.timeout_fallback_check_s, earliest_due - now)
             tell(self.timers, ScheduleTimer(("supervisor", "fallback"), delay, self.actor_ref, _FallbackCheck()))
         if (self._running or self._meta or self._paused) and not self._prune_scheduled:
@@ -634,8 +787,21 @@ class SessionSupervisor(TrackedActor):
             tell(self.timers, ScheduleTimer(("supervisor", "prune"), self.sup.orphan_prune_interval_s,
                                             self.actor_ref, _Prune()))
 
+    def _due_after(self, inc: _Incarnation) -> float:
+        """The least uptime after which ``inc`` may be overdue: an extension may be shorter
+        than the default, and the default is back after the session's next event."""
+        return min(inc.timeout_s, self.sup.session_timeout_s)
+
     def _prune(self) -> None:
         self._prune_scheduled = False
+        try:
+            ghosts = self.store.reset_ghost_sessions(list(self._running))
+        except Exception:  # noqa: BLE001 - a told handler must not die of a store error; next sweep retries
+            logger.opt(exception=True).warning("orphan pruner could not repair ghost session rows")
+            ghosts = []
+        for sid in ghosts:
+            # "running" with no live incarnation: reset as at start-up (idle, marked for resume)
+            logger.bind(session_id=sid).warning("ghost session row (running, no incarnation) reset to idle")
         keep = set(self._running) | set(self._paused)
         keep |= {sid for sid, meta in self._meta.items() if meta.restart_pending}
         for sid in [s for s in self._meta if s not in keep]:
@@ -674,6 +840,8 @@ class SessionSupervisor(TrackedActor):
             if self._meta[sid].restart_pending:
                 self.store.update_session(sid, restart_pending=True)
             self._cleanup(sid)
+        # every session's subscribers, also of sessions never started here (globals stay)
+        tell(self.bus, PruneSessions(frozenset()))
         tell(self.timers, CancelTimer(("supervisor", "fallback")))
         tell(self.timers, CancelTimer(("supervisor", "prune")))
 

@@ -30,7 +30,27 @@ def _session_message_order_index(models: SimpleNamespace, db: pw.Database) -> No
     )
 
 
-MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index]
+def _session_message_content_blocks(models: SimpleNamespace, db: pw.Database) -> None:
+    # Multimodal user messages keep their blocks (issue 12). A database created by the
+    # baseline of this version has the column already.
+    if "content_blocks" not in {c.name for c in db.get_columns("session_messages")}:
+        db.execute_sql('ALTER TABLE "session_messages" ADD COLUMN "content_blocks" TEXT')
+
+
+def _session_open_turns(models: SimpleNamespace, db: pw.Database) -> None:
+    # sessions.open_turns: a restart resumes with a model call only a session mid-turn.
+    # A database made by this version's baseline has the column already.
+    if "open_turns" not in {c.name for c in db.get_columns("sessions")}:
+        db.execute_sql("ALTER TABLE sessions ADD COLUMN open_turns INTEGER NOT NULL DEFAULT 0")
+
+
+def _webhook_replays(models: SimpleNamespace, db: pw.Database) -> None:
+    # The webhook's replay store: accepted signatures until their timestamps expire.
+    db.create_tables([models.WebhookReplay], safe=True)
+
+
+MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
+                               _session_open_turns, _webhook_replays]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

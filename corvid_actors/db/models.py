@@ -145,6 +145,9 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         last_context_tokens = pw.IntegerField(null=True)
         conversation_summary = pw.TextField(default="")
         plan = pw.TextField(default="")  # JSON of the current plan (OpenAgent seed)
+        #: user turns delivered and not yet answered by a result: > 0 means a restart finds
+        #: the session mid-turn (only such a session calls the model on resume)
+        open_turns = pw.IntegerField(default=0)
         created_at = pw.DateTimeField(default=_now)
         updated_at = pw.DateTimeField(default=_now)
 
@@ -158,6 +161,9 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         content = pw.TextField()
         cost_usd = pw.FloatField(default=0.0)
         timestamp = pw.DateTimeField(default=_now)
+        #: multimodal content as given (JSON list of text/image blocks); ``content`` then
+        #: holds its text (images as placeholders). NULL for plain-text messages.
+        content_blocks = pw.TextField(null=True)
 
         class Meta:
             table_name = "session_messages"
@@ -200,6 +206,16 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         class Meta:
             table_name = "mcp_server_configs"
 
+    class WebhookReplay(Base):
+        """A signed webhook request already accepted, kept until its signature's timestamp
+        falls out of the tolerance window (so a replay is refused across restarts)."""
+
+        key = pw.CharField(primary_key=True, max_length=100)
+        expires_at = pw.DateTimeField(index=True)
+
+        class Meta:
+            table_name = "webhook_replays"
+
     models = [
         SchemaVersion,
         Project,
@@ -214,5 +230,6 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         CreditLedger,
         CreditTransaction,
         McpServerConfig,
+        WebhookReplay,
     ]
     return SimpleNamespace(**{m.__name__: m for m in models}, all=models)

@@ -21,18 +21,20 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import peewee as pw
 
+from corvid_actors.content import UserContent, content_blocks, stored_text
 from corvid_actors.db.connect import enable_wal, open_database
 from corvid_actors.db.group_commit import GroupCommitter
 from corvid_actors.db.message_batches import MessageRow, insert_messages
 from corvid_actors.db.migrations import migrate
 from corvid_actors.db.models import build_models, new_id
-from corvid_actors.errors import NotFoundError, StoreError
+from corvid_actors.errors import ConflictError, NotFoundError, StoreError
 from corvid_actors.loop.prompts import compose_persona_prompt, strip_conversation_history
 
 _HISTORY_TAG = re.compile(r"</?conversation_history>", re.IGNORECASE)
@@ -61,6 +63,24 @@ class SessionContext:
         )
 
 
+@dataclass(frozen=True)
+class StoredMessage:
+    """One row of a session's messages (:meth:`Store.messages`); ``timestamp`` is aware UTC."""
+
+    id: int
+    role: str
+    content: str
+    timestamp: datetime
+    cost_usd: float = 0.0
+
+
+def _aware(value: Any) -> datetime:
+    # SQLite hands back naive datetimes (or text); the store writes UTC
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
 class Store:
     """Typed access to the database. Thread-safe; every method is one transaction."""
 
@@ -85,6 +105,11 @@ class Store:
         except pw.OperationalError as exc:
             self.db.close()
             raise StoreError(f"cannot open database {self._safe_url()}: {exc}") from exc
+        except pw.DatabaseError as exc:  # "file is not a database": corrupt, truncated or not ours
+            self.db.close()
+            raise StoreError(f"cannot open database {self._safe_url()}: {exc}; it is damaged or not a "
+                             "corvid-actors database: restore it from a backup or move it away (a new one is "
+                             "created), or point CORVID_DB_URL / --data-dir elsewhere") from exc
         except BaseException:
             self.db.close()  # a failed open must not leak its connection
             raise
@@ -151,6 +176,49 @@ class Store:
             fields["tool_permissions"] = json.dumps(list(fields["tool_permissions"]))
         with self.transaction():
             return self.m.Agent.create(name=name, **fields)
+
+    def ensure_agent(self, name: str, **fields: Any) -> Any:
+        """The agent called ``name`` (case-insensitive), created with ``fields`` when there is
+        none: get-or-create, so a program can run this at every start.
+
+        An existing agent is never changed: when one of the given ``fields`` differs from
+        what is stored, this raises :class:`~corvid_actors.errors.ConflictError` naming each
+        difference (change the agent with :meth:`update_agent`, or use another name)."""
+        with self._lock:
+            agent = self.m.Agent.get_or_none(pw.fn.LOWER(self.m.Agent.name) == name.lower())
+            if agent is None:
+                try:
+                    return self.create_agent(name, **fields)
+                except StoreError:  # another process may have created it just now
+                    agent = self.m.Agent.get_or_none(pw.fn.LOWER(self.m.Agent.name) == name.lower())
+                    if agent is None:
+                        raise
+        differences = []
+        for key, wanted in fields.items():
+            stored = getattr(agent, key)
+            if key == "tool_permissions":
+                stored = None if stored is None else json.loads(stored)
+                wanted = None if wanted is None else list(wanted)
+            elif key == "default_project":
+                stored = agent.default_project_id
+                wanted = getattr(wanted, "id", wanted)
+            if stored != wanted:
+                differences.append(f"{key} is {stored!r}, not {wanted!r}")
+        if differences:
+            raise ConflictError(f"agent {agent.name!r} already exists with other settings ({'; '.join(differences)}); "
+                                "nothing was changed: update it with store.update_agent(agent_id, ...) "
+                                "or use another name")
+        return agent
+
+    def update_agent(self, agent_id: str, **fields: Any) -> Any:
+        """Change an agent's settings; returns the updated row."""
+        if "tool_permissions" in fields and fields["tool_permissions"] is not None:
+            fields["tool_permissions"] = json.dumps(list(fields["tool_permissions"]))
+        with self.transaction():
+            if self.m.Agent.update(**fields, updated_at=self.m.Agent.updated_at.default()).where(
+                    self.m.Agent.id == agent_id).execute() == 0:
+                raise NotFoundError(f"no agent {agent_id!r}")
+            return self.m.Agent.get_by_id(agent_id)
 
     def get_agent(self, agent_id: str) -> Any | None:
         with self._lock:
@@ -231,12 +299,18 @@ class Store:
         with self.transaction():
             return self.m.Session.update(**fields).where(self.m.Session.id == session_id).execute()
 
-    def add_session_usage(self, session_id: str, *, cost_usd: float = 0.0, turns: int = 0) -> None:
+    def add_session_usage(self, session_id: str, *, cost_usd: float = 0.0, turns: int = 0,
+                          answered: bool = False) -> None:
+        """Add a turn's cost and count; ``answered``: the turn succeeded, so one open turn
+        (see :meth:`open_turn`) is closed."""
         S = self.m.Session
         with self.transaction():
-            S.update(total_cost_usd=S.total_cost_usd + cost_usd,
-                     cumulative_turns=S.cumulative_turns + turns,
-                     updated_at=S.updated_at.default()).where(S.id == session_id).execute()
+            fields: dict[Any, Any] = {S.total_cost_usd: S.total_cost_usd + cost_usd,
+                                      S.cumulative_turns: S.cumulative_turns + turns,
+                                      S.updated_at: S.updated_at.default()}
+            if answered:
+                fields[S.open_turns] = pw.Case(None, [(S.open_turns > 1, S.open_turns - 1)], 0)
+            S.update(fields).where(S.id == session_id).execute()
 
     def list_sessions(self, *, statuses: Sequence[str] | None = None, limit: int = 500) -> list[Any]:
         S = self.m.Session
@@ -245,6 +319,17 @@ class Store:
             if statuses:
                 query = query.where(S.status.in_(list(statuses)))
             return list(query)
+
+    def delete_session(self, session_id: str) -> bool:
+        """Delete the session row and its messages (one transaction); False if there was none.
+
+        The store does not know what is running: stop the session first
+        (``Runtime.stop_process``), or its next write fails.
+        """
+        S, M = self.m.Session, self.m.SessionMessage
+        with self.transaction():
+            M.delete().where(M.session == session_id).execute()
+            return bool(S.delete().where(S.id == session_id).execute())
 
     def reset_stale_sessions(self) -> list[str]:
         """Sessions left running/loading by a dead runtime → idle, pid NULL, marked for resume."""
@@ -265,10 +350,39 @@ class Store:
                 S.update(restart_pending=False).where(S.id.in_(ids)).execute()
             return ids
 
+    def reset_ghost_sessions(self, live: Sequence[str]) -> list[str]:
+        """Rows left running/loading with no live incarnation (ids not in ``live``) → reset
+        as at start-up: idle, pid NULL, marked for resume. Returns their ids."""
+        S = self.m.Session
+        keep = set(live)
+        with self.transaction():
+            ids = [row.id for row in S.select(S.id).where(S.status.in_(["running", "loading"]))
+                   if row.id not in keep]
+            if ids:
+                S.update(status="idle", pid=None, restart_pending=True,
+                         updated_at=S.updated_at.default()).where(S.id.in_(ids)).execute()
+            return ids
+
+    def open_turn(self, session_id: str, *, total_turns: int) -> None:
+        """A user turn was delivered: count it open (until its result) and record the
+        session's turn count."""
+        S = self.m.Session
+        with self.transaction():
+            S.update(open_turns=S.open_turns + 1, total_turns=total_turns,
+                     updated_at=S.updated_at.default()).where(S.id == session_id).execute()
+
     # --- messages -------------------------------------------------------------------------
 
-    def append_message(self, session_id: str, role: str, content: str, *, cost_usd: float = 0.0) -> int:
-        """Persist one message (nested ``<conversation_history>`` blocks stripped); returns its id."""
+    def append_message(self, session_id: str, role: str, content: UserContent, *, cost_usd: float = 0.0) -> int:
+        """Persist one message (nested ``<conversation_history>`` blocks stripped); returns its id.
+
+        ``content`` may be multimodal content blocks (:mod:`corvid_actors.content`): they
+        are kept as given in ``content_blocks`` (read back with :meth:`message_contents`)
+        and ``content`` holds their text, images as placeholders. Raises
+        InvalidContentError for blocks that are not valid.
+        """
+        if not isinstance(content, str):
+            return self._append_blocks(session_id, role, content_blocks(content), cost_usd)
         if _HISTORY_TAG.search(content):
             # The resume prompt's own history block must not be stored, or the next
             # resume nests it (seed). Nested and unclosed blocks go whole.
@@ -277,6 +391,32 @@ class Store:
         if self.group_commit and not self.in_transaction():
             return self._message_commits.submit((row,))[0]
         return insert_messages(self, [row])[0]
+
+    def _append_blocks(self, session_id: str, role: str, blocks: tuple[dict[str, Any], ...],
+                       cost_usd: float) -> int:
+        # Rare (a user's picture), so a plain insert rather than the group commit; the
+        # caller waits for it as it waits for a group commit, so its order holds.
+        for block in blocks:
+            if block.get("type") == "text" and _HISTORY_TAG.search(block["text"]):
+                block["text"] = strip_conversation_history(block["text"])
+        M = self.m.SessionMessage
+        with self.transaction():
+            return int(M.insert(session=session_id, role=role, content=stored_text(blocks), cost_usd=cost_usd,
+                                content_blocks=json.dumps(list(blocks), ensure_ascii=False)).execute())
+
+    def message_contents(self, session_id: str, limit: int, roles: Sequence[str] = ("user", "assistant")
+                         ) -> list[tuple[str, UserContent]]:
+        """Like :meth:`recent_messages`, with multimodal messages as their content blocks
+        (a list of dicts, as given) and the others as strings."""
+        M = self.m.SessionMessage
+        with self._lock:
+            rows = list(
+                M.select(M.role, M.content, M.content_blocks)
+                .where((M.session == session_id) & (M.role.in_(list(roles))))
+                .order_by(M.id.desc())
+                .limit(limit)
+            )
+        return [(r.role, json.loads(r.content_blocks) if r.content_blocks else r.content) for r in reversed(rows)]
 
     def append_messages(self, messages: Sequence[tuple[str, str, str]]) -> list[int]:
         """Persist ``(session_id, role, content)`` messages atomically (all or none, e.g. a
@@ -310,6 +450,35 @@ class Store:
                 .limit(limit)
             )
         return [(r.role, r.content) for r in reversed(rows)]
+
+    def last_message_role(self, session_id: str, roles: Sequence[str] = ("user", "assistant")) -> str | None:
+        """The role of the session's newest message among ``roles`` (None: there is none)."""
+        M = self.m.SessionMessage
+        with self._lock:
+            row = (M.select(M.role).where((M.session == session_id) & (M.role.in_(list(roles))))
+                   .order_by(M.id.desc()).first())
+        return row.role if row is not None else None
+
+    def delete_messages(self, session_id: str) -> int:
+        """Delete every message of the session; returns how many."""
+        M = self.m.SessionMessage
+        with self.transaction():
+            return M.delete().where(M.session == session_id).execute()
+
+    def delete_message(self, message_id: int) -> int:
+        """Delete one message by id (an append whose delivery was refused)."""
+        M = self.m.SessionMessage
+        with self.transaction():
+            return M.delete().where(M.id == message_id).execute()
+
+    def messages(self, session_id: str) -> list[StoredMessage]:
+        """Every stored message of the session — all roles (user, assistant, system and the
+        runtime's own), in the order they were written — with id, timestamp and cost."""
+        M = self.m.SessionMessage
+        with self._lock:
+            rows = list(M.select(M.id, M.role, M.content, M.cost_usd, M.timestamp)
+                        .where(M.session == session_id).order_by(M.id))
+        return [StoredMessage(r.id, r.role, r.content, _aware(r.timestamp), r.cost_usd) for r in rows]
 
     def count_messages(self, session_id: str) -> int:
         M = self.m.SessionMessage

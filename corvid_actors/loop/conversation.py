@@ -39,13 +39,13 @@ class ConversationLoop:
     def history(self) -> list[ChatMessage]:
         return list(self._messages)
 
-    def start(self, prompt: str) -> list[Effect]:
-        return self._user_turn(prompt)
+    def start(self, prompt: str | UserMessage) -> list[Effect]:
+        return self._user_turn(UserMessage.of(prompt))
 
     def handle(self, event: LoopInput) -> list[Effect]:
         match event:
-            case UserMessage(text):
-                return self._user_turn(text)
+            case UserMessage():
+                return self._user_turn(event)
             case ModelSucceeded(response):
                 self._messages.append(ChatMessage("assistant", response.text))
                 self._turns += 1
@@ -76,7 +76,7 @@ class ConversationLoop:
     def abort(self) -> list[Effect]:
         return []
 
-    def _user_turn(self, text: str) -> list[Effect]:
-        self._messages.append(ChatMessage("user", text))
+    def _user_turn(self, message: UserMessage) -> list[Effect]:
+        self._messages.append(ChatMessage("user", message.text, blocks=message.blocks))
         request = ModelRequest(model=self._model, system=self._system, messages=tuple(self._messages))
         return [Emit(Thinking(thinking=True)), CallModel(request)]

@@ -12,8 +12,12 @@ is :mod:`corvid_actors.loop.effects`; the rules live in pure modules beside this
 - tool calls run one at a time: unknown tool, bad arguments and denials become text
   results and the loop goes on; results are capped (:mod:`.tool_results`).
 - a stall (same call 3×, same tool 5×, A-B-A-B ping-pong, :mod:`.repeats`) or the
-  iteration cap ends the turn with a summary epilogue: one more call, tools disabled.
-- text-only replies may be nudged (:mod:`.nudges`); made-up tool output is never kept.
+  iteration cap ends the turn with a summary epilogue: one more call, tools disabled,
+  its reply emitted as ``assistant``. A summary call that fails (after the usual retries)
+  ends the turn normally with what was already produced, as the original does.
+- text-only replies may be nudged (:mod:`.nudges`); made-up tool output is not kept
+  while mid-chain nudges are left; once they are spent the reply ends the turn as a
+  normal ``assistant`` text, as in the original.
 - council roles (member, discusser, reviewer) get no tools and a reasoning-only prompt.
 - provider errors: context overflow → summary + last 4 messages, retried once; tools
   unsupported → tools off for the session, retried; retryable → backoff through
@@ -46,6 +50,7 @@ from corvid_actors.events import (
     SystemEvent,
     Thinking,
     ToolStatus,
+    context_compacted,
 )
 from corvid_actors.loop.effects import (
     AcquireSlot,
@@ -92,9 +97,9 @@ from corvid_actors.loop.tokens import TokenSettings, estimate_messages_tokens
 from corvid_actors.loop.tool_results import TruncationShape, cap_tool_result, max_tool_result_chars
 from corvid_actors.loop.trimming import (
     TrimTiers,
-    compress_tool_results,
     overflow_recovery,
     trim_messages,
+    truncate_old_tool_results,
 )
 from corvid_actors.providers.base import (
     ChatMessage,
@@ -117,9 +122,9 @@ COUNCIL_REASONING_PROMPT = (
     "to have read files, run commands or looked anything up."
 )
 
+#: the original's wording of the summary epilogue's request (direct-process.ts)
 SUMMARY_REQUEST = (
-    "Stop here and do not call any more tools. Write a concise summary for the user: what "
-    "you did, what each step found or changed, and what (if anything) remains to be done."
+    "Summarize what you accomplished. Be concise — state the key actions taken and their results."
 )
 
 _WARNING_TEXT = {
@@ -260,7 +265,7 @@ class DirectLoop:
         self._retry_token = ""
         self._phase = _Phase.IDLE
         self._slot_held = False
-        self._queue: deque[str] = deque()
+        self._queue: deque[UserMessage] = deque()
         self._turn = self._new_turn()
 
     # --- the Loop protocol ------------------------------------------------------------
@@ -275,9 +280,9 @@ class DirectLoop:
         """True once the model said it does not support tools (for the rest of the session)."""
         return self._tools_disabled
 
-    def start(self, prompt: str) -> list[Effect]:
+    def start(self, prompt: str | UserMessage) -> list[Effect]:
         """Begin the first turn with ``prompt``."""
-        return self.handle(UserMessage(prompt))
+        return self.handle(UserMessage.of(prompt))
 
     def abort(self) -> list[Effect]:
         """Stop: nothing more is emitted; the actor releases any slot it holds."""
@@ -290,7 +295,7 @@ class DirectLoop:
         if phase is _Phase.DONE:
             return []
         if isinstance(event, UserMessage):
-            self._queue.append(event.text)
+            self._queue.append(event)
             if phase is _Phase.IDLE:
                 # first come, first served: older queued messages go before this one
                 return self._begin_turn(self._queue.popleft())
@@ -322,9 +327,9 @@ class DirectLoop:
         extra: dict[str, Any] = {"model": self._model, "tier": self.tier.value}
         return _Turn(metrics=TurnMetrics(extra=extra))
 
-    def _begin_turn(self, text: str) -> list[Effect]:
+    def _begin_turn(self, message: UserMessage) -> list[Effect]:
         self._turn = self._new_turn()
-        self._history.append(ChatMessage(role="user", content=text))
+        self._history.append(ChatMessage(role="user", content=message.text, blocks=message.blocks))
         self._rules.begin_turn()
         self._phase = _Phase.WAIT_SLOT
         return [Emit(Thinking(thinking=True)), AcquireSlot(self._model)]
@@ -363,7 +368,8 @@ class DirectLoop:
         self._history = compact_for_growth(self._history)
         self._rules.compacted()
         note = f"Conversation compacted: {before} messages replaced by a summary (payload growth)."
-        return effects + [Emit(SystemEvent(subtype="compaction", message=note))] + self._call_model(purpose)
+        return effects + [Emit(SystemEvent(subtype="compaction", message=note)),
+                          Emit(context_compacted())] + self._call_model(purpose)
 
     def _summary_epilogue(self) -> list[Effect]:
         self._turn.metrics.needs_summary = True
@@ -418,7 +424,7 @@ class DirectLoop:
             (i for i, m in enumerate(history) if m.role == "assistant"), default=len(history)
         )
         keep = max(settings.stale_tool_result_keep_last, len(history) - last_assistant)
-        history = compress_tool_results(history, keep, settings.stale_tool_result_chars)
+        history = truncate_old_tool_results(history, keep, settings.stale_tool_result_chars)
         trim = trim_messages(history, self._system, self._context_window, settings)
         self._history = list(trim.messages)
         usage = trim.estimated_tokens / self._context_window if self._context_window else 0.0
@@ -502,7 +508,9 @@ class DirectLoop:
             turn.metrics.mid_chain_nudges += 1
             self._history.append(ChatMessage(role="user", content=HALLUCINATION_NUDGE))
             return [Emit(MessageStop())] + self._next_iteration()
-        clean = strip_hallucination(text) if hallucinated else text
+        # Before any tool ran, made-up output is cut off; once the mid-chain nudges are
+        # spent the reply ends the turn as it is (the original keeps and emits it whole).
+        clean = strip_hallucination(text) if hallucinated and not turn.tools_used else text
         effects = self._keep_text(clean)
         nudgeable = (
             bool(self._tools)
@@ -524,6 +532,8 @@ class DirectLoop:
 
     def _on_failure(self, error: ProviderError) -> list[Effect]:
         turn, settings = self._turn, self._settings
+        if turn.purpose == "summary" and not self._retry_summary(error):
+            return self._summary_failed(error)
         if error.kind is ErrorKind.CONTEXT_OVERFLOW and not turn.overflow_retried:
             turn.overflow_retried = True
             keep = settings.trim_tiers.emergency_keep_last
@@ -555,6 +565,22 @@ class DirectLoop:
             )
             return [Emit(scheduled), Schedule(delay_s=delay, token=self._retry_token)]
         return self._fatal(error.message)
+
+    def _retry_summary(self, error: ProviderError) -> bool:
+        """Whether a failed summary call is tried again: once after a context overflow,
+        and while a retryable error stays under the outage threshold."""
+        if error.kind is ErrorKind.CONTEXT_OVERFLOW:
+            return not self._turn.overflow_retried
+        return error.kind is ErrorKind.RETRYABLE and self._api_failures + 1 < self._settings.api_failure_threshold
+
+    def _summary_failed(self, error: ProviderError) -> list[Effect]:
+        """The original's ``Final summary call failed``: the turn still ends normally."""
+        if error.kind is ErrorKind.RETRYABLE:
+            self._api_failures += 1  # still counts towards an outage on the next turn
+        if self._history and self._history[-1].role == "user" and self._history[-1].content == SUMMARY_REQUEST:
+            self._history.pop()  # an unanswered request would only confuse the next turn
+        note = SystemEvent(subtype="summary_failed", message=f"Final summary call failed: {error.message}")
+        return [Emit(note)] + self._finish_turn()
 
     # --- tool calls -------------------------------------------------------------------
 

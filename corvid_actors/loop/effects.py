@@ -139,7 +139,16 @@ Effect = (
 
 @dataclass(frozen=True)
 class UserMessage:
+    """A user message: its text, and for multimodal content its blocks as given (text
+    and image, see ``corvid_actors.content``; ``text`` is then their text parts)."""
+
     text: str
+    blocks: tuple[dict[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, prompt: str | UserMessage) -> UserMessage:
+        """``prompt`` as a UserMessage (what ``Loop.start`` receives may be either)."""
+        return prompt if isinstance(prompt, UserMessage) else cls(prompt)
 
 
 @dataclass(frozen=True)
@@ -201,8 +210,10 @@ LoopInput = (
 class Loop(Protocol):
     """What the session actor needs from a loop."""
 
-    def start(self, prompt: str) -> list[Effect]:
-        """Begin the first turn with ``prompt``."""
+    def start(self, prompt: str | UserMessage) -> list[Effect]:
+        """Begin the first turn with ``prompt``: a string, or a :class:`UserMessage` when
+        the first message is multimodal (a loop that takes only strings may treat that
+        as ``prompt.text``)."""
         ...
 
     def handle(self, event: LoopInput) -> list[Effect]:
@@ -222,6 +233,12 @@ class Loop(Protocol):
         ...
 
 
+#: termination reasons of the stall detectors start with this
+STALL_PREFIX = "stall_"
+#: stall reasons that end the turn but do not count as a stall (``stall_detected`` false)
+NOT_COUNTED_AS_STALL = frozenset({"stall_exploration"})
+
+
 @dataclass
 class TurnMetrics:
     """Counters a loop reports in its ``result`` event."""
@@ -234,6 +251,19 @@ class TurnMetrics:
     needs_summary: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def stall_type(self) -> str | None:
+        """The stall detector that ended the turn (a ``stall_*`` termination reason), or None."""
+        reason = self.termination_reason
+        return reason if reason.startswith(STALL_PREFIX) else None
+
+    @property
+    def stall_detected(self) -> bool:
+        """True when a stall ended the turn — every ``stall_*`` reason but exploration drift,
+        which is a focus problem rather than a stuck model (as the original's metrics)."""
+        stall = self.stall_type
+        return stall is not None and stall not in NOT_COUNTED_AS_STALL
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "iterations": self.iterations,
@@ -242,5 +272,7 @@ class TurnMetrics:
             "mid_chain_nudges": self.mid_chain_nudges,
             "termination_reason": self.termination_reason,
             "needs_summary": self.needs_summary,
+            "stall_detected": self.stall_detected,
+            "stall_type": self.stall_type,
             **self.extra,
         }

@@ -6,8 +6,10 @@ conversation:
 - an output over ``hard_limit_bytes`` (50 KiB) is not shown at all: the model gets a
   notice with its size and how to ask for less;
 - otherwise at most ``max_lines`` (200) lines — the *last* lines for commands (where
-  errors and summaries are), the first lines for other tools — and at most
-  ``max_bytes`` (16 KiB), notice included. A command call may ask for another number
+  errors and summaries are), the first lines for other tools, and for JSON output (it
+  opens with a whole JSON object or array) its head and its tail in the original's 70:20 shape, since
+  neither end alone says what the structure is — and at most ``max_bytes`` (16 KiB),
+  notice included. A command call may ask for another number
   of trailing lines with its ``tail_lines`` argument; the byte cap still holds.
 
 Whenever something was cut, the notice says what (lines and bytes shown of the total)
@@ -97,6 +99,8 @@ def build_observation(output: str, settings: ObservationSettings, *, command: bo
         notice = _omitted_notice(total_bytes, total_lines, settings, command)
         return Observation(notice, True, True, total_bytes, total_lines, 0, 0)
     limit = tail_lines if tail_lines is not None else settings.max_lines
+    if tail_lines is None and (total_lines > limit or total_bytes > settings.max_bytes) and _is_json(text):
+        return _json_observation(lines, limit, total_bytes, settings)
     kept = lines[-limit:] if command else lines[:limit]
     shown = "".join(kept)
     if total_lines <= limit and total_bytes <= settings.max_bytes:
@@ -107,6 +111,46 @@ def build_observation(output: str, settings: ObservationSettings, *, command: bo
     notice = _cut_notice(shown_lines, total_lines, shown_bytes, total_bytes, settings, command)
     body = f"{notice}\n{shown}" if command else f"{shown.rstrip(chr(10))}\n{notice}"
     return Observation(body, True, False, total_bytes, total_lines, shown_lines, shown_bytes)
+
+
+#: how a cut JSON output is shared between its head and its tail (the original's 70:20)
+JSON_HEAD_SHARE, JSON_TAIL_SHARE = 7, 2
+
+
+def _is_json(text: str) -> bool:
+    """Whether ``text`` opens with a whole JSON object or array (a log line such as
+    ``[INFO] …`` or ``[2026-01-01 …]`` does not)."""
+    stripped = text.lstrip()
+    if stripped[:1] not in ("{", "["):
+        return False
+    try:
+        json.JSONDecoder().raw_decode(stripped)
+    except json.JSONDecodeError:
+        return False
+    return True
+
+
+def _json_observation(lines: list[str], limit: int, total_bytes: int,
+                      settings: ObservationSettings) -> Observation:
+    """Head and tail of a JSON output with the notice between them."""
+    total_lines = len(lines)
+    shares = JSON_HEAD_SHARE + JSON_TAIL_SHARE
+    head_lines = max(1, limit * JSON_HEAD_SHARE // shares)
+    tail_lines = max(1, limit - head_lines)
+    if head_lines + tail_lines >= total_lines:  # only the byte cap bites
+        head_lines, tail_lines = total_lines - total_lines // 2, total_lines // 2
+    budget = settings.max_bytes - settings.notice_reserve_bytes
+    head = _cut_bytes("".join(lines[:head_lines]), budget * JSON_HEAD_SHARE // shares, from_end=False)
+    tail = _cut_bytes("".join(lines[total_lines - tail_lines:]) if tail_lines else "",
+                      budget * JSON_TAIL_SHARE // shares, from_end=True)
+    shown_head, shown_tail = len(head.splitlines()), len(tail.splitlines())
+    shown_bytes = _utf8_len(head) + _utf8_len(tail)
+    notice = (f"[Output truncated: showing the first {shown_head} and the last {shown_tail} of "
+              f"{total_lines} lines ({shown_bytes} of {total_bytes} bytes) of this JSON. The full "
+              "output is kept for the operator, not shown to you. To read more, narrow it (jq, "
+              "grep) or ask for less at a time.]")
+    body = f"{head.rstrip(chr(10))}\n{notice}\n{tail}"
+    return Observation(body, True, False, total_bytes, total_lines, shown_head + shown_tail, shown_bytes)
 
 
 def _cut_notice(shown_lines: int, total_lines: int, shown_bytes: int, total_bytes: int,

@@ -221,6 +221,18 @@ def build_resume_prompt(
     return "\n".join(lines)
 
 
+SUMMARY_OPEN = "<previous_context_summary>"
+SUMMARY_CLOSE = "</previous_context_summary>"
+
+
+def with_context_summary(summary: str, prompt: str) -> str:
+    """``prompt`` after a ``<previous_context_summary>`` block of ``summary`` (the stored
+    summary of messages the zero-turn breaker deleted); just ``prompt`` without one."""
+    if not summary.strip():
+        return prompt
+    return "\n".join([SUMMARY_OPEN, summary.strip(), SUMMARY_CLOSE, "", prompt])
+
+
 # --- compaction ---------------------------------------------------------------------
 
 

@@ -42,6 +42,7 @@ from corvid_actors.events import (
     SystemEvent,
     Thinking,
     ToolStatus,
+    context_compacted,
 )
 from corvid_actors.loop.doom import is_doom_loop
 from corvid_actors.loop.effects import (
@@ -225,7 +226,7 @@ class SdkLoop:
         self._messages: list[ChatMessage] = list(history)
         self._phase = _Phase.IDLE
         self._turn = _Turn()
-        self._queued: deque[str] = deque()
+        self._queued: deque[UserMessage] = deque()
         # the outstanding (or to-be-retried) model call and its failed attempts
         self._pending: CallModel | None = None
         self._attempt = 0
@@ -255,9 +256,9 @@ class SdkLoop:
         """Retryable API errors since the last success (for diagnostics)."""
         return self._api_errors
 
-    def start(self, prompt: str) -> list[Effect]:
+    def start(self, prompt: str | UserMessage) -> list[Effect]:
         """Begin the first turn with ``prompt``."""
-        return self.handle(UserMessage(prompt))
+        return self.handle(UserMessage.of(prompt))
 
     def abort(self) -> list[Effect]:
         """The session is being stopped: no clean-up effects, and silence from now on."""
@@ -272,10 +273,10 @@ class SdkLoop:
         if self._phase in (_Phase.ABORTED, _Phase.EXITED):
             return []
         match event:
-            case UserMessage(text=text):
+            case UserMessage():
                 if self._phase is _Phase.IDLE:
-                    return self._begin_turn(text)
-                self._queued.append(text)
+                    return self._begin_turn(event)
+                self._queued.append(event)
                 return []
             case ModelSucceeded(response=response) if self._phase is _Phase.MODEL:
                 return self._on_model_success(response, event)
@@ -298,12 +299,13 @@ class SdkLoop:
 
     # --- turns ---------------------------------------------------------------------
 
-    def _begin_turn(self, text: str) -> list[Effect]:
+    def _begin_turn(self, message: UserMessage) -> list[Effect]:
+        text = message.text
         self._turn = _Turn(prompt=text)
         self._rules.begin_turn()
         # the doom-loop guard is about the model repeating itself without human input
         self._recent.clear()
-        self._messages.append(ChatMessage(role="user", content=text))
+        self._messages.append(ChatMessage(role="user", content=text, blocks=message.blocks))
         # a compaction left due by the previous turn runs before this turn's first call
         first = self._start_compaction() if self._compact_due else self._call_model()
         return [Emit(Thinking(thinking=True)), *first]
@@ -557,6 +559,7 @@ class SdkLoop:
         note = f"Conversation compacted: {before} messages replaced by a summary."
         return [
             Emit(SystemEvent(subtype="compaction", message=note)),
+            Emit(context_compacted()),
             PersistMessage(role="system", content=summary),
             *self._call_model(),
         ]

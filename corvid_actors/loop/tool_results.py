@@ -4,10 +4,17 @@ Seed invariant: a single tool result gets at most 30 % of the context window, le
 when the window is already filling up, and never less than 1,000 characters (a
 floor, so the model always sees enough to act on). Sizes are in characters, converted
 from tokens at a fixed chars-per-token ratio — the cap is a guard, not an accountant.
+
+The arithmetic and the cut are the original's (``calculateMaxToolResultChars`` and the
+direct process): ``⌊0.3 × window⌋ × 4`` and ``⌊0.6 × remaining⌋ × 4`` characters; text
+keeps its head, then ``"\n\n[... truncated, N chars omitted]"`` with N = length − cap;
+JSON keeps ⌊70 %⌋ head and ⌊20 %⌋ tail of the cap around
+``"\n\n[... M chars omitted ...]\n\n"``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -48,12 +55,13 @@ def max_tool_result_chars(
 ) -> int:
     """The largest tool result (in characters) the context can take right now.
 
-    ``min(share × window, pressure_share × (window − used))`` tokens, in characters,
-    floored at ``tool_result_min_chars``.
+    ``min(⌊share × window⌋, ⌊pressure_share × (window − used)⌋)`` tokens, in characters,
+    floored at ``tool_result_min_chars`` (tokens are floored before the conversion, as
+    the original does).
     """
-    absolute = context_window * settings.tool_result_share * settings.cap_chars_per_token
+    absolute = math.floor(context_window * settings.tool_result_share) * settings.cap_chars_per_token
     remaining = max(0, context_window - used_tokens)
-    available = remaining * settings.tool_result_pressure_share * settings.cap_chars_per_token
+    available = math.floor(remaining * settings.tool_result_pressure_share) * settings.cap_chars_per_token
     return max(settings.tool_result_min_chars, int(min(absolute, available)))
 
 
@@ -67,16 +75,17 @@ def cap_tool_result(
 ) -> str:
     """``text`` unchanged when it fits ``max_chars``; otherwise cut with a marker.
 
-    JSON-looking text keeps 70 % head and 20 % tail around an omission marker; other
-    text keeps its head followed by ``[... truncated, N chars omitted]``.
+    JSON-looking text keeps 70 % head and 20 % tail around ``[... M chars omitted ...]``;
+    other text keeps its head followed by ``[... truncated, N chars omitted]`` (the
+    original's markers, joined by blank lines).
     """
     if len(text) <= max_chars:
         return text
     if looks_like_json(text):
-        head = int(max_chars * shape.json_head_share)
-        tail = int(max_chars * shape.json_tail_share)
+        head = math.floor(max_chars * shape.json_head_share)
+        tail = math.floor(max_chars * shape.json_tail_share)
         omitted = len(text) - head - tail
         tail_text = text[len(text) - tail :] if tail else ""
-        return f"{text[:head]}\n[... {omitted} chars omitted ...]\n{tail_text}"
+        return f"{text[:head]}\n\n[... {omitted} chars omitted ...]\n\n{tail_text}"
     omitted = len(text) - max_chars
-    return f"{text[:max_chars]}\n[... truncated, {omitted} chars omitted]"
+    return f"{text[:max_chars]}\n\n[... truncated, {omitted} chars omitted]"

@@ -18,6 +18,13 @@ The tiers (usage = estimated system + messages tokens / budget), cheapest first:
 ≥ 93 %     emergency: a plain-text conversation summary + the last 4
 =========  ==================================================================
 
+The texts that stand in for cut or dropped tool results are the original's: a window
+trim lists each dropped result as ``[Previous tool result: <200 chars>... (N lines)]``
+(``[Tool: <80 chars>...]`` in the aggressive tier); compression leaves
+``<head>... [compressed, was N chars]``; the loop's stale-result pass leaves
+``<head>... [truncated, was N chars]``; the proactive digest starts ``[Summarized tool
+result, was N chars, L lines]``.
+
 A window or aggressive trim that leaves usage at or above ``trim_usage_threshold``
 escalates to the next tier, so a trim always aims at the same headroom. No trim
 ever separates an assistant message with tool calls from the tool messages answering
@@ -61,6 +68,8 @@ class TrimTiers:
     emergency_threshold: float = 0.93
     emergency_keep_last: int = 4
     summary_line_chars: int = 80
+    #: preview of a dropped tool result in a window trim's "[Previous tool result: …]" line
+    previous_result_chars: int = 200
     #: a chain of trims keeps at most this many summary lines (the newest)
     summary_max_lines: int = 40
 
@@ -156,23 +165,46 @@ def _unique(items: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(item for item in items if item))
 
 
+_ERROR_WORD = re.compile(r"error|fail", re.IGNORECASE)
+
+
+def _flat_head(content: str, chars: int) -> str:
+    """The original's preview: the first ``chars`` characters, newlines as spaces, trimmed."""
+    return content[:chars].replace("\n", " ").strip()
+
+
 def tool_result_digest(message: ChatMessage, preview_chars: int) -> str:
-    """A short stand-in for a tool result: size, line count, paths, error flag, preview."""
+    """A short stand-in for a tool result, in the original's shape: size and line count,
+    the paths it names, whether it contained errors, and a preview."""
     content = message.content
-    parts = [f"{len(content)} chars", f"{content.count(chr(10)) + 1} lines"]
-    if message.is_error:
-        parts.append("error")
+    parts = [f"[Summarized tool result, was {len(content)} chars, {content.count(chr(10)) + 1} lines]"]
     paths = _unique(_PATH.findall(content))[: DEFAULT_SUMMARY_LIMITS.digest_paths]
     if paths:
-        parts.append("paths: " + ", ".join(paths))
-    return f"[Tool result summarized: {'; '.join(parts)}] {_one_line(content, preview_chars)}"
+        parts.append("Files: " + ", ".join(paths))
+    if message.is_error or _ERROR_WORD.search(content):
+        parts.append("(contained errors)")
+    parts.append(_flat_head(content, preview_chars))
+    return "\n".join(parts)
 
 
-def message_line(message: ChatMessage, chars: int) -> str:
-    """One line standing for a discarded message."""
+def previous_result_line(content: str, chars: int) -> str:
+    """The original's line for a tool result a window trim dropped."""
+    more = "..." if len(content) > chars else ""
+    return f"[Previous tool result: {_flat_head(content, chars)}{more} ({content.count(chr(10)) + 1} lines)]"
+
+
+def short_result_line(content: str, chars: int) -> str:
+    """The original's line for a tool result the aggressive tier dropped."""
+    return f"[Tool: {_flat_head(content, chars)}{'...' if len(content) > chars else ''}]"
+
+
+def message_line(message: ChatMessage, chars: int, result_chars: int | None = None) -> str:
+    """One line standing for a discarded message (a tool result: ``[Previous tool
+    result: …]`` with ``result_chars`` of preview, or ``[Tool: …]`` without)."""
     if message.role == "tool":
-        flag = " (error)" if message.is_error else ""
-        return f"- {message.tool_name or 'tool'} result{flag}: {_one_line(message.content, chars)}"
+        if result_chars is None:
+            return short_result_line(message.content, chars)
+        return previous_result_line(message.content, result_chars)
     if message.tool_calls:
         calls = ", ".join(call.name for call in message.tool_calls)
         text = _one_line(message.content, chars)
@@ -279,13 +311,38 @@ def _tail_start(messages: Sequence[ChatMessage], keep: int) -> int:
 def compress_tool_results(
     messages: Sequence[ChatMessage], keep_last: int, max_chars: int
 ) -> list[ChatMessage]:
-    """Tool results older than the last ``keep_last`` messages cut to ``max_chars``."""
+    """Tool results older than the last ``keep_last`` messages cut to ``max_chars``
+    (the original's ``compressToolResults``: ``<head on one line>... [compressed, was N chars]``)."""
+    return _cut_old_results(messages, keep_last, max_chars, "compressed")
+
+
+_CUT_MARKER = re.compile(r"\.\.\. \[(?:truncated|compressed), was \d+ chars\]\Z")
+
+
+def truncate_old_tool_results(
+    messages: Sequence[ChatMessage], keep_last: int, max_chars: int
+) -> list[ChatMessage]:
+    """The direct loop's stale-result pass (the original's ``truncateOldToolResults``):
+    ``<head>... [truncated, was N chars]``."""
+    return _cut_old_results(messages, keep_last, max_chars, "truncated")
+
+
+def _cut_old_results(
+    messages: Sequence[ChatMessage], keep_last: int, max_chars: int, how: str
+) -> list[ChatMessage]:
     cutoff = len(messages) - keep_last
     out: list[ChatMessage] = []
     for index, message in enumerate(messages):
         if index < cutoff and message.role == "tool" and len(message.content) > max_chars:
-            omitted = len(message.content) - max_chars
-            content = f"{message.content[:max_chars]} [... {omitted} chars compressed]"
+            done = _CUT_MARKER.search(message.content)
+            if done is not None and done.start() <= max_chars:
+                # cut by an earlier pass: cutting again would only lose the original size
+                out.append(message)
+                continue
+            head = message.content[:max_chars]
+            if how == "compressed":
+                head = _flat_head(message.content, max_chars)
+            content = f"{head}... [{how}, was {len(message.content)} chars]"
             message = dataclasses.replace(message, content=content)
         out.append(message)
     return out
@@ -312,26 +369,30 @@ def _proactive(messages: Sequence[ChatMessage], tiers: TrimTiers) -> list[ChatMe
     return out
 
 
-def _summary_lines(dropped: Sequence[ChatMessage], tiers: TrimTiers) -> list[str]:
+def _summary_lines(dropped: Sequence[ChatMessage], tiers: TrimTiers, result_chars: int | None) -> list[str]:
     lines: list[str] = []
     for message in dropped:
         if message.role == "user" and message.content.startswith(TRIM_SUMMARY_HEADER):
             # an earlier trim's summary: carry its lines instead of summarising a summary
             lines.extend(message.content.splitlines()[1:])
         else:
-            lines.append(message_line(message, tiers.summary_line_chars))
+            lines.append(message_line(message, tiers.summary_line_chars, result_chars))
     return lines[-tiers.summary_max_lines :]
 
 
-def _window(messages: Sequence[ChatMessage], keep: int, tiers: TrimTiers) -> list[ChatMessage]:
-    """First message (with its tool results) + summary lines of the middle + the last ``keep``."""
+def _window(messages: Sequence[ChatMessage], keep: int, tiers: TrimTiers,
+            result_chars: int | None = None) -> list[ChatMessage]:
+    """First message (with its tool results) + summary lines of the middle + the last ``keep``.
+
+    Dropped tool results become ``[Previous tool result: …]`` lines with ``result_chars``
+    of preview (``[Tool: …]`` lines when None, as the aggressive tier writes them)."""
     if not messages:
         return []
     head_end = _group_end(messages, 0)
     start = _tail_start(messages, keep)
     if start <= head_end:
         return list(messages)
-    lines = _summary_lines(messages[head_end:start], tiers)
+    lines = _summary_lines(messages[head_end:start], tiers, result_chars)
     summary = ChatMessage(role="user", content="\n".join([TRIM_SUMMARY_HEADER, *lines]))
     return [*messages[:head_end], summary, *messages[start:]]
 
@@ -407,7 +468,7 @@ def trim_messages(
         by_budget = now >= settings.trim_usage_threshold
         if by_count or by_budget:
             keep = _window_keep(len(current), by_count, by_budget, settings)
-            current, level = _window(current, keep, tiers), TrimLevel.WINDOW
+            current, level = _window(current, keep, tiers, tiers.previous_result_chars), TrimLevel.WINDOW
     # escalation: a window or aggressive trim that left no headroom goes one tier further
     _, now = usage(current)
     if level is TrimLevel.WINDOW and now >= settings.trim_usage_threshold:

@@ -1,11 +1,23 @@
 """The tolerant parser of text-format tool calls (pure functions).
 
-Accepts a JSON array or object of ``{"name", "arguments"}`` (bare, in a code fence, or
-embedded in prose; also ``parameters``/``args``/``input`` and OpenAI's ``{"function":
-{...}}``), ``<tool_call>…</tool_call>`` tags (closed or not), and ``name({json})``
-(optionally after ``<|python_tag|>``). ``name({json})`` and name-only objects count only
-for offered tools, so code in prose (``json.dumps({...})``) is never a call. Malformed
-arguments keep the call with ``arguments_error`` set. Public entry point:
+Accepts every form the original's parser (``extractToolCallsFromContent``) accepts, and
+ranks them in its precedence:
+
+1. ``<|python_tag|>name(key="value")`` (or ``name({json})``) — Llama 3.1;
+2. ``name({json})`` anywhere in the reply;
+3. ``<tool_call>…</tool_call>`` tags (closed or not) — Hermes/Qwen;
+4. ReAct ``Action: name`` / ``Action Input: {json}`` (plain input → ``{"input": …}``);
+5. a JSON array or object of ``{"name", "arguments"}`` (bare, in a code fence, or embedded
+   in prose; also ``parameters``/``args``/``input`` and OpenAI's ``{"function": {...}}``);
+6. a tool name on one line and its JSON arguments on the next;
+7. ``name(key="value", …)`` — Python keyword arguments without the tag.
+
+A model often writes one call in several of these forms at once; like the original, only
+the calls of the highest-ranked form that holds a well-formed call are run, so such a
+call runs once. The text of every form is stripped from the reply. Call forms
+(``name(...)``, a name line) and name-only objects count only for offered tools, so code
+in prose (``json.dumps({...})``) is never a call. Malformed arguments keep the call with
+``arguments_error`` set. Public entry point:
 :func:`corvid_actors.providers.text_tools.parse_tool_calls`.
 """
 
@@ -16,6 +28,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from corvid_actors.providers._text_tool_kwargs import closing_paren, parse_kwargs
 from corvid_actors.providers._text_tool_repair import (
     is_offered,
     repair_arguments,
@@ -34,13 +47,34 @@ _JSON_START = re.compile(r"\[\s*\{|\{\s*\"")
 _NAME_FIELD = re.compile(r'"(?:name|tool|function)"\s*:\s*"([^"]+)"')
 _OPENING = re.compile(r"[\[\s{]*")
 _PYTHON_TAG = "<|python_tag|>"
+_ANY_CALL = re.compile(r"(?<![\w.])([A-Za-z_][\w.-]*)\s*\(")
+_REACT = re.compile(
+    r"Action\s*:\s*(\S+)[ \t]*\n\s*Action\s*Input\s*:[ \t]*(.*?)"
+    r"(?=\n\s*(?:Action\s*:|Thought\s*:|Observation\s*:)|\Z)",
+    re.DOTALL,
+)
+_FENCE_MARK = re.compile(r"^```[A-Za-z0-9_-]*[ \t]*\n?|\n?```\s*$")
+
+# The original's precedence of call forms (lower runs first; see the module docstring).
+RANK_PYTHON_TAG = 1
+RANK_CALL_JSON = 2
+RANK_TAG = 3
+RANK_REACT = 4
+RANK_JSON = 5
+RANK_NAME_LINE = 6
+RANK_KWARGS = 7
 
 
 class _Found:
-    """A call found in the text: where it was and what it said (before repair)."""
+    """A call found in the text: where it was, what it said (before repair), its form."""
 
-    def __init__(self, start: int, end: int, calls: list[tuple[str, Any, str | None]]) -> None:
-        self.start, self.end, self.calls = start, end, calls
+    def __init__(self, start: int, end: int, calls: list[tuple[str, Any, str | None]],
+                 rank: int = RANK_JSON) -> None:
+        self.start, self.end, self.calls, self.rank = start, end, calls, rank
+
+    @property
+    def well_formed(self) -> bool:
+        return any(error is None for _, _, error in self.calls)
 
 
 def _call_from_object(obj: Any, tool_names: Sequence[str]) -> tuple[str, Any, str | None] | None:
@@ -89,23 +123,30 @@ def _broken_call(segment: str) -> list[tuple[str, Any, str | None]] | None:
 
 
 def _parse_segment(
-    segment: str, tool_names: Sequence[str], *, explicit: bool
-) -> list[tuple[str, Any, str | None]] | None:
-    """Calls in a fenced block or tag body: JSON, ``name({json})``, or a broken attempt.
+    segment: str, tool_names: Sequence[str], *, explicit: bool, json_rank: int = RANK_JSON
+) -> tuple[list[tuple[str, Any, str | None]], int] | None:
+    """Calls in a fenced block or tag body and their form's rank: JSON (``json_rank``),
+    ``name({json})``, ``name(key=value)``, or a broken attempt.
 
-    ``explicit`` (a ``<tool_call>`` tag) accepts ``name({json})`` for any name; in a
-    code fence it must name an offered tool, or ordinary code would become a call.
+    ``explicit`` (a ``<tool_call>`` tag) accepts a call form for any name; in a code
+    fence it must name an offered tool, or ordinary code would become a call.
     """
     stripped = segment.strip()
     if stripped.startswith(("{", "[")):
         decoded = _decode_at(stripped, 0)
         if decoded is not None and not stripped[decoded[1] :].strip():
-            return _calls_from_json(decoded[0], tool_names)
-        return _broken_call(stripped)
+            calls = _calls_from_json(decoded[0], tool_names)
+            return (calls, json_rank) if calls else None
+        broken = _broken_call(stripped)
+        return (broken, json_rank) if broken else None
     match = _CALL_SYNTAX.match(stripped)
     if match is not None and (explicit or is_offered(match.group(1), tool_names)):
         found = _call_syntax_at(stripped, match)
-        return found.calls if found is not None else None
+        return (found.calls, found.rank) if found is not None else None
+    match = _ANY_CALL.match(stripped)
+    if match is not None and (explicit or is_offered(match.group(1), tool_names)):
+        found = _kwargs_call_at(stripped, match)
+        return (found.calls, found.rank) if found is not None else None
     return None
 
 
@@ -125,13 +166,15 @@ def _broken_bare_call(text: str, start: int, tool_names: Sequence[str]) -> _Foun
 
 
 def _call_syntax_at(text: str, match: re.Match[str]) -> _Found | None:
+    """``name({json})`` at ``match``."""
     brace = match.end()
     decoded = _decode_at(text, brace)
     if decoded is not None:
         rest = re.match(r"\s*\)", text[decoded[1] :])
         if rest is not None:
             return _Found(
-                match.start(), decoded[1] + rest.end(), [(match.group(1), decoded[0], None)]
+                match.start(), decoded[1] + rest.end(), [(match.group(1), decoded[0], None)],
+                RANK_CALL_JSON,
             )
     close = re.compile(r"\}\s*\)").search(text, brace)
     if close is None:
@@ -141,10 +184,64 @@ def _call_syntax_at(text: str, match: re.Match[str]) -> _Found | None:
         match.start(),
         close.end(),
         [(match.group(1), None, "arguments are not valid JSON: " + raw[:200])],
+        RANK_CALL_JSON,
     )
 
 
-def _find_calls(text: str, tool_names: Sequence[str]) -> list[_Found]:
+def _kwargs_call_at(text: str, match: re.Match[str], *, allow_empty: bool = False) -> _Found | None:
+    """``name(key="value", …)`` at ``match`` (an ``_ANY_CALL`` match); ``name()`` only
+    when ``allow_empty`` (after ``<|python_tag|>``, as the original)."""
+    close = closing_paren(text, match.end() - 1)
+    if close is None:
+        return None
+    inner = text[match.end() : close]
+    if inner.lstrip().startswith("{"):
+        return None  # name({json}) is the other form
+    arguments = parse_kwargs(inner)
+    if arguments is None or (not arguments and not allow_empty):
+        return None
+    return _Found(match.start(), close + 1, [(match.group(1), arguments, None)], RANK_KWARGS)
+
+
+def _react_calls(text: str, tool_names: Sequence[str]) -> list[_Found]:
+    """ReAct ``Action: name`` + ``Action Input: …`` blocks naming an offered tool."""
+    found: list[_Found] = []
+    for match in _REACT.finditer(text):
+        name, raw = match.group(1).strip(), match.group(2)
+        stripped = _FENCE_MARK.sub("", raw.strip()).strip()
+        end = match.end()
+        decoded = _decode_at(stripped, 0) if stripped.startswith("{") else None
+        if decoded is not None and isinstance(decoded[0], dict):
+            arguments: Any = decoded[0]
+            tail = stripped[decoded[1] :].strip()
+            if tail and not tail.startswith("```"):
+                # prose after the JSON is the model talking, not part of the input
+                end = match.start(2) + raw.find(tail) if raw.find(tail) >= 0 else end
+        else:
+            arguments = {"input": stripped} if stripped else {}
+        repaired = repair_tool_name(name, tool_names, arguments if isinstance(arguments, dict) else None)
+        if repaired in tool_names:
+            found.append(_Found(match.start(), end, [(name, arguments, None)], RANK_REACT))
+    return found
+
+
+def _name_line_calls(text: str, tool_names: Sequence[str]) -> list[_Found]:
+    """An offered tool's name alone on a line with its JSON arguments on the next."""
+    if not tool_names:
+        return []
+    names = "|".join(re.escape(n) for n in sorted(tool_names, key=len, reverse=True))
+    found: list[_Found] = []
+    for match in re.finditer(rf"(?<![\w.])({names})[ \t]*\n\s*(?=\{{)", text):
+        decoded = _decode_at(text, match.end())
+        if decoded is not None and isinstance(decoded[0], dict) and not _call_from_object(decoded[0], tool_names):
+            found.append(_Found(match.start(), decoded[1], [(match.group(1), decoded[0], None)],
+                                RANK_NAME_LINE))
+    return found
+
+
+def _find_calls(text: str, tool_names: Sequence[str], python_tag_at: int = -1) -> list[_Found]:
+    """Every call in ``text``, in every form, without overlaps; ``python_tag_at`` is where
+    a ``<|python_tag|>`` stood (the call forms after it rank first)."""
     found: list[_Found] = []
     taken: list[tuple[int, int]] = []
 
@@ -156,14 +253,20 @@ def _find_calls(text: str, tool_names: Sequence[str]) -> list[_Found]:
         taken.append((item.start, item.end))
 
     for match in _TAG.finditer(text):
-        calls = _parse_segment(match.group(1), tool_names, explicit=True)
-        if calls:
-            add(_Found(match.start(), match.end(), calls))
+        parsed = _parse_segment(match.group(1), tool_names, explicit=True, json_rank=RANK_TAG)
+        if parsed:
+            add(_Found(match.start(), match.end(), *parsed))
     for match in _FENCE.finditer(text):
         if free(match.start(), match.end()):
-            calls = _parse_segment(match.group(2), tool_names, explicit=False)
-            if calls:
-                add(_Found(match.start(), match.end(), calls))
+            parsed = _parse_segment(match.group(2), tool_names, explicit=False)
+            if parsed:
+                add(_Found(match.start(), match.end(), *parsed))
+    for item in _react_calls(text, tool_names):
+        if free(item.start, item.end):
+            add(item)
+    for item in _name_line_calls(text, tool_names):
+        if free(item.start, item.end):
+            add(item)
     for match in _JSON_START.finditer(text):
         if not free(match.start(), match.start() + 1):
             continue
@@ -186,7 +289,26 @@ def _find_calls(text: str, tool_names: Sequence[str]) -> list[_Found]:
         item = _call_syntax_at(text, match)
         if item is not None and free(item.start, item.end):
             add(item)
+    for match in _ANY_CALL.finditer(text):
+        if not free(match.start(), match.end()) or not is_offered(match.group(1), tool_names):
+            continue
+        after_tag = 0 <= python_tag_at <= match.start()
+        item = _kwargs_call_at(text, match, allow_empty=after_tag)
+        if item is not None and free(item.start, item.end):
+            add(item)
+    if python_tag_at >= 0:
+        for item in found:
+            if item.start >= python_tag_at and item.rank in (RANK_CALL_JSON, RANK_KWARGS):
+                item.rank = RANK_PYTHON_TAG
     return sorted(found, key=lambda f: f.start)
+
+
+def _winning_form(found: Sequence[_Found]) -> int | None:
+    """The rank whose calls run: the best-ranked form holding a well-formed call (the
+    original tries its patterns in order and stops at the first that yields calls);
+    when every call is malformed, the best-ranked one, so the model hears what was wrong."""
+    ranks = [f.rank for f in found if f.well_formed] or [f.rank for f in found]
+    return min(ranks, default=None)
 
 
 def _build_call(
@@ -211,8 +333,22 @@ def _build_call(
     repaired = repair_tool_name(name, names, args)
     spec = specs.get(repaired)
     if spec is not None:
+        args = _plain_input(args, spec.parameters)
         args = repair_arguments(args, spec.parameters)
     return ToolCall(id=f"call_{index}", name=repaired, arguments=args, arguments_error=error)
+
+
+def _plain_input(arguments: dict[str, Any], schema: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A ReAct plain-text ``Action Input`` (``{"input": text}``) given to the tool's one
+    parameter (its only required one, or its only one) when the tool has no ``input``."""
+    if set(arguments) != {"input"} or not isinstance(arguments["input"], str):
+        return arguments
+    properties = (schema or {}).get("properties") or {}
+    if not isinstance(properties, Mapping) or "input" in properties:
+        return arguments
+    required = [r for r in (schema or {}).get("required") or () if r in properties]
+    candidates = required if len(required) == 1 else list(properties)
+    return {candidates[0]: arguments["input"]} if len(candidates) == 1 else arguments
 
 
 def parse_tool_calls(
@@ -221,15 +357,20 @@ def parse_tool_calls(
     """Find tool calls in a model reply; returns ``(calls, text without the calls)``.
 
     ``tools`` are the offered tools (specs enable argument-alias repair; bare names only
-    name repair). Calls get ids ``call_0``, ``call_1``, … in order of appearance. A call
+    name repair). Only the calls of the best-ranked form run (see the module docstring);
+    they get ids ``call_0``, ``call_1``, … in order of appearance. A call
     whose arguments are not a JSON object is kept with ``arguments={}`` and
     ``arguments_error`` set, so the loop can tell the model what was wrong.
     """
     specs, names = specs_by_name(tools)
+    tag_at = text.find(_PYTHON_TAG)
     cleaned = text.replace(_PYTHON_TAG, "")
-    found = _find_calls(cleaned, names)
+    found = _find_calls(cleaned, names, tag_at)
+    winner = _winning_form(found)
     calls: list[ToolCall] = []
     for item in found:
+        if item.rank != winner:
+            continue
         for name, raw, error in item.calls:
             calls.append(_build_call(len(calls), name, raw, error, specs, names))
     remaining, cursor = [], 0

@@ -17,6 +17,7 @@ the client go away; the call then raises :class:`StreamCancelled`.
 
 from __future__ import annotations
 
+import copy
 import json
 import socket
 import threading
@@ -114,14 +115,17 @@ def to_anthropic_messages(messages: tuple[ChatMessage, ...]) -> tuple[list[dict[
                 out.append({"role": "assistant", "content": blocks})
             continue
         if message.role == "tool":
-            block = {"type": "tool_result", "tool_use_id": message.tool_call_id or "",
-                     "content": message.content, "is_error": message.is_error}
+            blocks = [{"type": "tool_result", "tool_use_id": message.tool_call_id or "",
+                       "content": message.content, "is_error": message.is_error}]
+        elif message.blocks:
+            # multimodal user content goes as given: text and image blocks, in order
+            blocks = [copy.deepcopy(b) for b in message.blocks]
         else:
-            block = {"type": "text", "text": message.content}
+            blocks = [{"type": "text", "text": message.content}]
         if out and out[-1]["role"] == "user":
-            out[-1]["content"].append(block)
+            out[-1]["content"].extend(blocks)
         else:
-            out.append({"role": "user", "content": [block]})
+            out.append({"role": "user", "content": blocks})
     return out, "\n\n".join(extra_system)
 
 

@@ -41,6 +41,10 @@ class ChatMessage:
 
     ``role == "tool"`` carries a tool result: ``tool_call_id`` and ``tool_name`` say
     which call it answers and ``is_error`` whether the tool failed.
+
+    A multimodal user message keeps its content blocks (text and image, the Messages
+    API's shape; see :mod:`corvid_actors.content`) in ``blocks``, and their text parts in
+    ``content``: providers that take images send the blocks, the others the text.
     """
 
     role: Role
@@ -49,6 +53,7 @@ class ChatMessage:
     tool_call_id: str | None = None
     tool_name: str | None = None
     is_error: bool = False
+    blocks: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,13 +69,22 @@ class ToolSpec:
 
 @dataclass(frozen=True)
 class ModelRequest:
-    """One model call: the system prompt, the conversation so far and the tools offered."""
+    """One model call: the system prompt, the conversation so far and the tools offered.
+
+    ``session_id`` and ``generation`` say which session incarnation makes the call (the
+    session actor fills them in; a loop used on its own leaves them empty). Generations
+    count up within one Runtime (the ``generation`` of ``session_started``). Providers may
+    use them for routing or logging; the scripted provider keys its per-session scripts
+    on them.
+    """
 
     model: str
     system: str
     messages: tuple[ChatMessage, ...]
     tools: tuple[ToolSpec, ...] = ()
     max_tokens: int | None = None
+    session_id: str = ""
+    generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -102,6 +116,8 @@ class ModelInfo:
     name: str
     context_window: int
     parameter_size_b: float | None = None
+    #: the model takes images (Ollama: the ``vision`` capability); None when unknown
+    supports_images: bool | None = None
 
 
 # --- streaming -----------------------------------------------------------------------
@@ -172,6 +188,20 @@ class ProviderError(Exception):
 
     def __repr__(self) -> str:
         return f"ProviderError({self.kind.value}, {self.message!r}, status={self.status})"
+
+
+class SessionExit(Exception):
+    """Raised by a provider's ``stream`` to end the calling incarnation as if its process
+    had exited with ``code`` (0: a clean exit, the session goes idle; otherwise the
+    supervisor treats it as a crash). Nothing more of the turn is published.
+
+    Real providers have no use for it; the scripted provider raises it for a scripted
+    clean exit (``corvid_actors.testing.Turn.clean_exit``).
+    """
+
+    def __init__(self, code: int = 0) -> None:
+        super().__init__(f"session exit requested (code {code})")
+        self.code = code
 
 
 class StreamCancelled(Exception):
@@ -251,3 +281,10 @@ class Provider(Protocol):
     def model_info(self, model: str) -> ModelInfo:
         """Context window and size of ``model`` (falls back to configured defaults)."""
         ...
+
+
+#: An optional provider method, not part of the protocol: ``before_start(session_id)`` is
+#: called while an incarnation of a session routed to the provider is being built; if it
+#: raises, the start fails (an ``error`` event of type ``spawn_error``). The scripted
+#: provider uses it for scripted start failures.
+BEFORE_START_HOOK = "before_start"

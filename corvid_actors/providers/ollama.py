@@ -12,6 +12,8 @@ Errors are classified once, in :func:`classify_ollama_error` (module
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 import threading
 from collections.abc import Mapping
@@ -72,8 +74,12 @@ def _ollama_tool(spec: ToolSpec) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def build_messages(request: ModelRequest, *, text_tools: bool) -> list[dict[str, Any]]:
+def build_messages(request: ModelRequest, *, text_tools: bool, images: bool = False) -> list[dict[str, Any]]:
     """Our conversation as Ollama chat messages.
+
+    Multimodal user messages send their text parts; with ``images`` (the model has the
+    ``vision`` capability) their base64 images go in the message's ``images`` field too
+    (Ollama cannot fetch ``url`` images: those are left out).
 
     Native mode: assistant ``tool_calls`` and ``tool`` messages with ``tool_name`` (the
     client drops ids, so results pair with calls by order and name). Text-tools mode:
@@ -105,7 +111,26 @@ def build_messages(request: ModelRequest, *, text_tools: bool) -> list[dict[str,
         elif message.role == "assistant" and message.tool_calls:
             out.append(_assistant_with_calls(message, text_tools=text_tools))
         else:
-            out.append({"role": message.role, "content": message.content})
+            entry: dict[str, Any] = {"role": message.role, "content": message.content}
+            attached = _base64_images(message) if images else []
+            if attached:
+                entry["images"] = attached
+            out.append(entry)
+    return out
+
+
+def _base64_images(message: ChatMessage) -> list[ollama.Image]:
+    out = []
+    for block in message.blocks:
+        source = block.get("source") or {}
+        if block.get("type") != "image" or source.get("type") != "base64":
+            continue
+        try:
+            raw = base64.b64decode(source.get("data", ""), validate=True)
+        except (binascii.Error, ValueError):
+            logger.warning("an image block with invalid base64 data was left out of the Ollama request")
+            continue
+        out.append(ollama.Image(value=raw))
     return out
 
 
@@ -288,7 +313,7 @@ class OllamaProvider:
         reply = _ReplyCollector(request, on_event, text_mode=text_mode)
         for part in client.chat(
             model=request.model,
-            messages=build_messages(request, text_tools=text_mode),
+            messages=build_messages(request, text_tools=text_mode, images=self._takes_images(request)),
             tools=[_ollama_tool(t) for t in request.tools] if native_tools else None,
             stream=True,
             options={
@@ -300,6 +325,13 @@ class OllamaProvider:
             reply.add(part)
         return reply.finish()
 
+    def _takes_images(self, request: ModelRequest) -> bool:
+        """Send images only to a model whose ``/api/show`` lists ``vision`` (others get
+        the text parts; a text model given images fails the whole call)."""
+        if not any(m.blocks for m in request.messages):
+            return False
+        return self.model_info(request.model).supports_images is True
+
     # -- probes ----------------------------------------------------------------------
 
     def _probe_client(self) -> ollama.Client:
@@ -308,11 +340,15 @@ class OllamaProvider:
         )
 
     def health(self) -> bool:
-        """True iff the server answers ``/api/tags`` within ``probe_timeout_s``."""
+        """True iff the server answers ``/api/tags`` within ``probe_timeout_s`` with a status
+        below 500 (the original's probe rule: a 4xx means the server is up)."""
         try:
             with self._probe_client() as client:
                 client.list()
-        except Exception as exc:  # noqa: BLE001 - any failure means "not healthy"
+        except ollama.ResponseError as exc:
+            logger.debug("ollama health probe answered {}: {}", exc.status_code, exc)
+            return 0 < exc.status_code < 500
+        except Exception as exc:  # noqa: BLE001 - any other failure means "not healthy"
             logger.debug("ollama health probe failed: {}", exc)
             return False
         return True
@@ -369,7 +405,9 @@ def _info_from_show(model: str, shown: ollama.ShowResponse, num_ctx: int) -> Mod
     count = details.get("general.parameter_count")
     if size is None and isinstance(count, int | float) and count > 0:
         size = count / _PARAMETERS_PER_BILLION
-    return ModelInfo(name=model, context_window=window, parameter_size_b=size)
+    capabilities = getattr(shown, "capabilities", None)
+    vision = None if capabilities is None else "vision" in capabilities
+    return ModelInfo(name=model, context_window=window, parameter_size_b=size, supports_images=vision)
 
 
 __all__ = [

@@ -131,7 +131,8 @@ class CallTextGate:
     """Streams reply text but holds back anything that may be a text-format tool call.
 
     Feed chunks with :meth:`feed`; once the text shows a call opener (a fence, a tag,
-    ``[{``, ``{"`` or ``tool_name(``) nothing more is streamed. :meth:`finish` then emits
+    ``[{``, ``{"``, ``tool_name(``, a tool name ending its line, or a ReAct ``Action:``
+    line) nothing more is streamed. :meth:`finish` then emits
     whatever of the final, call-free text was not shown yet. Runs on the stream thread.
     """
 
@@ -140,9 +141,9 @@ class CallTextGate:
     ) -> None:
         self._emit = emit
         names = "|".join(re.escape(n) for n in tool_names if n)
-        opener = r"```|<tool_call|<\|python_tag\|>|\[\s*\{|\{\s*\""
+        opener = r"```|<tool_call|<\|python_tag\|>|\[\s*\{|\{\s*\"|(?m:^[ \t]*Action[ \t]*:)"
         self._opener = re.compile(
-            opener + (rf"|(?<![\w.])(?:{names})\s*\(" if names else ""), re.IGNORECASE
+            opener + (rf"|(?<![\w.])(?:{names})(?:\s*\(|[ \t]*\n)" if names else ""), re.IGNORECASE
         )
         self._buffer = ""
         self._sent = 0

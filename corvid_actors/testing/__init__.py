@@ -1,27 +1,57 @@
 """corvid_actors.testing — public tools for simulation and end-to-end tests.
 
 - :class:`SimClock`: simulated time over freezegun; ``advance()`` fires timers in order.
-- :class:`ScriptedProvider`: scripted replies, deltas, crashes, outages, health results,
-  latency in simulated time.
-- :class:`EventRecorder`: keeps every event with its simulated time.
+- :class:`ScriptedProvider`: scripts per session (``for_session(sid, *turns)``) or shared;
+  :class:`Turn` makes the turns — replies (text, deltas, tool calls, usage, latency in
+  simulated time), crashes, outages, API errors of a kind, clean exits, start failures —
+  and health-probe results.
+- :class:`EventRecorder`: keeps every event with its simulated time; asserts timing.
 - :func:`sim_runtime`: a Runtime on a SimClock, in-memory SQLite and a scripted provider.
+- :func:`stub_provider`: the real Ollama / Anthropic provider pointed at a stub server.
+- :func:`refuse_input` (``corvid_actors.testing.faults``): a running session refuses
+  user messages, to test the refused-delivery path.
 - Stub servers speaking the real wire protocols: ``corvid_actors.testing.ollama_stub``
   (:class:`OllamaStubServer`) and ``corvid_actors.testing.anthropic_stub``
   (:class:`AnthropicStubServer`).
 - A pytest plugin (installed automatically) with fixtures ``sim_clock``, ``scripted``,
-  ``runtime`` and ``recorder``.
+  ``runtime``, ``recorder``, ``ollama_stub`` and ``anthropic_stub``.
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from corvid_actors.testing.clock import SimClock
-from corvid_actors.testing.recorder import EventRecorder, Recorded
-from corvid_actors.testing.scripted import ScriptedProvider, ScriptedTurn
+if TYPE_CHECKING:
+    from corvid_actors.testing.clock import SimClock
+    from corvid_actors.testing.faults import refuse_input
+    from corvid_actors.testing.recorder import EventRecorder, Recorded
+    from corvid_actors.testing.scripted import (
+        ScriptedProvider,
+        ScriptedStartFailure,
+        ScriptedTurn,
+        Turn,
+    )
 
-__all__ = ["SimClock", "ScriptedProvider", "ScriptedTurn", "EventRecorder", "Recorded", "sim_runtime"]
+__all__ = ["SimClock", "ScriptedProvider", "ScriptedTurn", "ScriptedStartFailure", "Turn", "EventRecorder",
+           "Recorded", "refuse_input", "sim_runtime", "stub_provider"]
+
+#: public name -> the submodule defining it. Imported on first use, so that the stub
+#: servers (``corvid_actors.testing.ollama_stub``, used by the daemon of a plain install)
+#: import nothing of the test extras: only :class:`SimClock` needs freezegun.
+_LAZY = {"SimClock": "clock", "ScriptedProvider": "scripted", "ScriptedTurn": "scripted",
+         "ScriptedStartFailure": "scripted", "Turn": "scripted", "EventRecorder": "recorder", "Recorded": "recorder",
+         "refuse_input": "faults"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
 
 
 def sim_runtime(clock: SimClock | None = None, provider: Any | None = None, *, config: Any = None,
@@ -30,14 +60,41 @@ def sim_runtime(clock: SimClock | None = None, provider: Any | None = None, *, c
     """A Runtime for simulations: simulated clock, in-memory SQLite, scripted provider.
 
     The scripted provider is the default provider (``providers.default_provider``).
+    ``config`` is a ``Config``, or overrides by section for the default one:
+    ``sim_runtime(config={"direct_loop": {"use_tier_caps": False}})``.
     """
+    from collections.abc import Mapping
+
     from corvid_actors.config import Config
     from corvid_actors.runtime import Runtime
+    from corvid_actors.testing.clock import SimClock
+    from corvid_actors.testing.scripted import ScriptedProvider
 
     clock = clock or SimClock()
     provider = provider or ScriptedProvider(clock)
-    cfg = config or Config()
+    cfg = Config().replace(**config) if isinstance(config, Mapping) else (config or Config())
     cfg = cfg.replace(providers={"default_provider": provider.name})
     providers = runtime_kwargs.pop("providers", None) or {provider.name: provider}
     return Runtime(cfg, clock=clock, store_url=store_url, providers=providers,
                    workspace_dir=workspace_dir, **runtime_kwargs)
+
+
+def stub_provider(stub: Any, **options: Any) -> Any:
+    """The real provider for a stub server: ``OllamaProvider(stub.url)`` for an
+    :class:`~corvid_actors.testing.ollama_stub.OllamaStubServer`, ``AnthropicProvider`` (key
+    ``"test-key"``, ``base_url=stub.url``) for an
+    :class:`~corvid_actors.testing.anthropic_stub.AnthropicStubServer`. ``options`` go to
+    the provider's constructor."""
+    from corvid_actors.testing.anthropic_stub import AnthropicStubServer
+    from corvid_actors.testing.ollama_stub import OllamaStubServer
+
+    if isinstance(stub, OllamaStubServer):
+        from corvid_actors.providers.ollama import OllamaProvider
+
+        return OllamaProvider(stub.url, **options)
+    if isinstance(stub, AnthropicStubServer):
+        from corvid_actors.providers.anthropic import AnthropicProvider
+
+        options.setdefault("base_url", stub.url)
+        return AnthropicProvider(options.pop("api_key", "test-key"), **options)
+    raise TypeError(f"not a stub server: {type(stub).__name__}")

@@ -52,6 +52,8 @@ class StubModel:
     family: str = "llama"
     supports_tools: bool = True
     size_vram: int = 0
+    #: ``/api/show`` lists the ``vision`` capability (the model takes images)
+    supports_vision: bool = False
 
 
 DEFAULT_MODELS: Mapping[str, StubModel] = {
@@ -60,6 +62,7 @@ DEFAULT_MODELS: Mapping[str, StubModel] = {
     "qwen2.5-coder:14b": StubModel("14.8B", 32768, "qwen2"),
     "gemma2:2b": StubModel("2.6B", 8192, "gemma2", supports_tools=False),
     "qwen2.5:0.5b": StubModel("494.03M", 32768, "qwen2"),
+    "llava:7b": StubModel("7B", 4096, "llama", supports_tools=False, supports_vision=True),
 }
 
 
@@ -207,7 +210,8 @@ def show_body(name: str, spec: StubModel) -> dict[str, Any]:
             f"{spec.family}.context_length": spec.context_length,
             "general.parameter_count": 1,
         },
-        "capabilities": ["completion"] + (["tools"] if spec.supports_tools else []),
+        "capabilities": ["completion"] + (["tools"] if spec.supports_tools else [])
+        + (["vision"] if spec.supports_vision else []),
         "modified_at": CREATED_AT,
     }
 

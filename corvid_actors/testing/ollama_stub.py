@@ -15,6 +15,8 @@ faults; and records every request (or, with ``keep_requests``, the most recent o
         assert stub.wait_for(lambda: stub.disconnects == 1, timeout_s=1.0)
 
 Text-format tool calls and fake ``«tool_output»`` markers are simply reply texts.
+``llava:7b`` has the ``vision`` capability (a message's ``images`` are recorded with the
+request); ``tags_status`` makes ``/api/tags`` (the health probe) answer another status.
 Waits keep real time even while freezegun has frozen it (see ``_ollama_http``).
 Handler threads call into the stub; all its state sits behind one condition variable.
 """
@@ -92,6 +94,9 @@ class OllamaStubServer:
         self.default_reply = default_reply
         self.responder = responder
         self.strict_models = strict_models
+        #: HTTP status ``GET /api/tags`` answers with (anything but 200 sends an error body):
+        #: health probes against a server that is up but refuses, or one that fails
+        self.tags_status = 200
         self._cond = threading.Condition()
         self._turns: list[Turn] = []
         self._requests: deque[RecordedRequest] = deque(maxlen=keep_requests)
@@ -292,7 +297,10 @@ class OllamaStubServer:
         elif (method, path) == ("GET", "/api/version"):
             handler.send_json(200, {"version": SERVER_VERSION})
         elif (method, path) == ("GET", "/api/tags"):
-            handler.send_json(200, tags_body(self.models))
+            if self.tags_status != 200:
+                handler.send_json(self.tags_status, {"error": f"status {self.tags_status}"})
+            else:
+                handler.send_json(200, tags_body(self.models))
         elif (method, path) == ("GET", "/api/ps"):
             with self._cond:
                 loaded = list(self._loaded)

@@ -5,6 +5,11 @@
 - ``runtime``: a Runtime on the clock, in-memory SQLite and the scripted provider, shut
   down after the test.
 - ``recorder``: an :class:`EventRecorder` attached to ``runtime``.
+- ``ollama_stub`` / ``anthropic_stub``: a started loopback server speaking the real Ollama /
+  Anthropic wire protocol (script it with ``add_reply``, ``add_tool_calls`` /
+  ``add_tool_use``, ``add_fault``, …), stopped after the test; the provider environment
+  variables (``ANTHROPIC_*``, ``OLLAMA_HOST``) are removed for the test. Point a runtime at
+  one with ``sim_runtime(sim_clock, stub_provider(stub))``.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from typing import Any
 import pytest
 
 from corvid_actors.testing import EventRecorder, ScriptedProvider, SimClock, sim_runtime
+
+#: environment variables the real clients read behind a test's back
+PROVIDER_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "OLLAMA_HOST")
 
 
 @pytest.fixture
@@ -39,3 +47,23 @@ def runtime(sim_clock: SimClock, scripted: ScriptedProvider, tmp_path: Any) -> I
 @pytest.fixture
 def recorder(runtime: Any) -> EventRecorder:
     return EventRecorder.attach(runtime)
+
+
+@pytest.fixture
+def ollama_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    from corvid_actors.testing.ollama_stub import OllamaStubServer
+
+    for name in PROVIDER_ENV:
+        monkeypatch.delenv(name, raising=False)
+    with OllamaStubServer() as stub:
+        yield stub
+
+
+@pytest.fixture
+def anthropic_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    from corvid_actors.testing.anthropic_stub import AnthropicStubServer
+
+    for name in PROVIDER_ENV:
+        monkeypatch.delenv(name, raising=False)
+    with AnthropicStubServer() as stub:
+        yield stub

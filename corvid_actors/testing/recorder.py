@@ -24,8 +24,10 @@ class Recorded:
 class EventRecorder:
     """Records ``(clock.monotonic(), session_id, event)`` for every event of a runtime.
 
-    Attach with ``EventRecorder.attach(runtime)``; read with :meth:`of`, :meth:`types`,
-    :meth:`times` and :meth:`log` (a list of plain dicts, for comparing two runs).
+    Attach with ``EventRecorder.attach(runtime)``; read with :meth:`of`, :meth:`first`,
+    :meth:`types`, :meth:`times` and :meth:`log` (a list of plain dicts, for comparing two
+    runs); assert timing with :meth:`assert_first_at` ("nothing at t − ε, this at t") and
+    :meth:`assert_none_between`.
     """
 
     def __init__(self, clock: Clock) -> None:
@@ -43,10 +45,42 @@ class EventRecorder:
         with self._lock:
             self.events.append(Recorded(self.clock.monotonic(), session_id, event))
 
-    def of(self, session_id: str | None = None, type: str | None = None) -> list[Recorded]:
+    def of(self, session_id: str | None = None, type: str | None = None, *,
+           since: float | None = None, until: float | None = None) -> list[Recorded]:
+        """Recorded events, oldest first, of one session and/or type, optionally only those
+        at ``since`` ≤ time ≤ ``until``."""
         with self._lock:
             return [r for r in self.events
-                    if (session_id is None or r.session_id == session_id) and (type is None or r.type == type)]
+                    if (session_id is None or r.session_id == session_id) and (type is None or r.type == type)
+                    and (since is None or r.at >= since) and (until is None or r.at <= until)]
+
+    def first(self, type: str, session_id: str | None = None, *, after: float | None = None) -> Recorded | None:
+        """The first ``type`` event (strictly after time ``after``, when given), or None."""
+        for r in self.of(session_id, type):
+            if after is None or r.at > after:
+                return r
+        return None
+
+    def assert_first_at(self, type: str, t: float, session_id: str | None = None, *,
+                        after: float | None = None, tolerance: float = 1e-6) -> Recorded:
+        """Assert that the first ``type`` event (after ``after``) happened at time ``t`` —
+        nothing of that type at ``t − ε`` for any ε > ``tolerance``, and one at ``t``.
+        Returns it; the AssertionError lists what was recorded instead."""
+        found = self.first(type, session_id, after=after)
+        if found is None or abs(found.at - t) > tolerance:
+            seen = [round(r.at, 6) for r in self.of(session_id, type)]
+            when = "never" if found is None else f"first at {found.at:g}"
+            raise AssertionError(f"expected the first {type!r}{_whose(session_id)}"
+                                 f"{'' if after is None else f' after {after:g}'} at {t:g}, "
+                                 f"but it came {when} (all at: {seen})")
+        return found
+
+    def assert_none_between(self, type: str, start: float, end: float, session_id: str | None = None) -> None:
+        """Assert that no ``type`` event happened at ``start`` ≤ time < ``end``."""
+        hits = [r.at for r in self.of(session_id, type, since=start) if r.at < end]
+        if hits:
+            raise AssertionError(f"expected no {type!r}{_whose(session_id)} in [{start:g}, {end:g}), "
+                                 f"got them at {hits}")
 
     def types(self, session_id: str | None = None, *, skip: tuple[str, ...] = ()) -> list[str]:
         return [r.type for r in self.of(session_id) if r.type not in skip]
@@ -65,3 +99,7 @@ class EventRecorder:
     def clear(self) -> None:
         with self._lock:
             self.events.clear()
+
+
+def _whose(session_id: str | None) -> str:
+    return "" if session_id is None else f" of session {session_id}"

@@ -1,23 +1,40 @@
-"""A scripted model provider for simulations: replies, streamed deltas, errors, outages,
-health-probe results and latency in simulated time.
+"""A scripted model provider for simulations: replies, streamed deltas, tool calls, errors,
+outages, clean exits, start failures, health-probe results and latency in simulated time.
 
-Turns are queued and consumed in order by model calls. A turn may be tied to a
-conversation with ``match``: it is used only by a call whose last user message
-contains that text, which lets concurrent sessions be scripted independently. With no
-scripted turn left, the provider answers ``default_reply``.
+Scripts are per session or shared:
+
+- ``provider.for_session(session_id, *turns)`` queues turns for one session. Its model
+  calls take them in order, whichever incarnation makes the call: a script survives
+  restarts and resumes, as the session's own conversation would. A
+  :meth:`Turn.start_failure` in the script fails the session's next *start* instead
+  (``spawn_error``); model calls never consume one.
+- The shared queue (``provider.reply(...)``, ``provider.crash(...)``, …, or ``add``) serves
+  calls of any session with no scripted turn left; a shared turn may be tied to a
+  conversation with ``match`` (used only by a call whose last user message contains it).
+
+With nothing scripted, ``responder(request)`` answers (if set and it returns a turn), else
+``default_reply``.
 
     provider = ScriptedProvider(clock)
-    provider.reply("Hello!", deltas=3, latency_s=2.0)
-    provider.crash("model server fell over")       # exit 1: chat sessions restart
-    provider.outage("connection refused")          # the session pauses
-    provider.health_results = [False, True]        # first probe fails, then healthy
+    provider.for_session(session.id,
+        Turn.reply("Hello!", deltas=3, latency_s=2.0),   # 3 deltas after 2 simulated seconds
+        Turn.crash("model server fell over"),            # exit 1: chat sessions restart
+        Turn.start_failure("model not loaded"),          # the restart fails: spawn_error
+    )
+    provider.outage("connection refused")              # shared: any session pauses
+    provider.health_results = [False, True]            # first probe fails, then healthy
+
+Every model call is kept in ``requests`` (each :class:`ModelRequest` carries the
+``session_id`` and incarnation ``generation`` that made it); :meth:`requests_for` and
+:meth:`starts_of` read them per session.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from corvid_actors.clock import Clock
@@ -28,6 +45,7 @@ from corvid_actors.providers.base import (
     ModelRequest,
     ModelResponse,
     ProviderError,
+    SessionExit,
     StreamCallback,
     StreamCancelled,
     TextDelta,
@@ -35,10 +53,19 @@ from corvid_actors.providers.base import (
     Usage,
 )
 
+__all__ = ["ScriptedProvider", "ScriptedTurn", "ScriptedStartFailure", "Turn"]
+
+
+class ScriptedStartFailure(RuntimeError):
+    """Raised while a session is being built, for a scripted :meth:`Turn.start_failure`."""
+
 
 @dataclass
 class ScriptedTurn:
-    """One scripted model call: a reply, or an error to raise."""
+    """One scripted step: a reply, an error to raise, an exit, or a start failure.
+
+    Build them with :class:`Turn`. ``usage`` left at zero is estimated from the text.
+    """
 
     text: str = ""
     deltas: int = 1
@@ -49,6 +76,75 @@ class ScriptedTurn:
     error: BaseException | None = None
     match: str | None = None
     stop_reason: str = "end_turn"
+    #: end the incarnation with this exit code instead of answering (SessionExit)
+    exit_code: int | None = None
+    #: fail the session's next start with this message (consumed by a start, not a call)
+    start_failure: str | None = None
+
+
+ToolCallLike = ToolCall | tuple[str, Mapping[str, Any]]
+
+
+class Turn:
+    """Constructors of :class:`ScriptedTurn` values, for ``for_session`` and ``add``."""
+
+    @staticmethod
+    def reply(text: str = "", *, deltas: int = 1, latency_s: float = 0.0,
+              tool_calls: Iterable[ToolCallLike] = (), usage: Usage | Mapping[str, int] | None = None,
+              cost_usd: float = 0.0, stop_reason: str | None = None) -> ScriptedTurn:
+        """A model reply: ``text`` streamed in ``deltas`` chunks after ``latency_s`` simulated
+        seconds, with ``tool_calls`` (``ToolCall`` or ``(name, arguments)``; ids are given
+        when the turn is served if left empty) and ``usage`` (a ``Usage`` or a dict such as
+        ``{"input_tokens": 120, "output_tokens": 40}``; estimated from the text if left out)."""
+        calls = tuple(c if isinstance(c, ToolCall) else ToolCall("", c[0], dict(c[1])) for c in tool_calls)
+        if isinstance(usage, Mapping):
+            usage = Usage(**usage)
+        return ScriptedTurn(text=text, deltas=deltas, latency_s=latency_s, tool_calls=calls,
+                            usage=usage or Usage(), cost_usd=cost_usd,
+                            stop_reason=stop_reason or ("tool_use" if calls else "end_turn"))
+
+    @staticmethod
+    def tool_call(name: str, arguments: Mapping[str, Any] | None = None, *, text: str = "",
+                  latency_s: float = 0.0) -> ScriptedTurn:
+        """A reply that calls one tool."""
+        return Turn.reply(text, latency_s=latency_s, tool_calls=[(name, dict(arguments or {}))])
+
+    @staticmethod
+    def api_error(kind: ErrorKind | str, message: str = "scripted API error", *, status: int | None = None,
+                  retry_after_s: float | None = None, error_type: str | None = None,
+                  latency_s: float = 0.0) -> ScriptedTurn:
+        """A classified provider error of ``kind`` (``retryable``, ``context_overflow``,
+        ``tools_unsupported``, ``fatal``), as a real provider raises it."""
+        kind = kind if isinstance(kind, ErrorKind) else ErrorKind(kind)
+        return ScriptedTurn(error=ProviderError(kind, message, status=status, retry_after_s=retry_after_s,
+                                                error_type=error_type), latency_s=latency_s)
+
+    @staticmethod
+    def crash(message: str = "scripted provider failure", *, latency_s: float = 0.0) -> ScriptedTurn:
+        """A fatal provider error: the turn fails and the session exits with code 1."""
+        return Turn.api_error(ErrorKind.FATAL, message, latency_s=latency_s)
+
+    @staticmethod
+    def outage(message: str = "connection refused", *, latency_s: float = 0.0) -> ScriptedTurn:
+        """A retryable upstream error (connection refused): counts toward an outage pause."""
+        return Turn.api_error(ErrorKind.RETRYABLE, message, latency_s=latency_s)
+
+    @staticmethod
+    def exit(code: int = 0, *, latency_s: float = 0.0) -> ScriptedTurn:
+        """The incarnation ends with exit ``code`` instead of answering (nothing more of the
+        turn is published; ``session_exited`` follows)."""
+        return ScriptedTurn(exit_code=code, latency_s=latency_s)
+
+    @staticmethod
+    def clean_exit(*, latency_s: float = 0.0) -> ScriptedTurn:
+        """The incarnation ends with code 0 (the session goes idle; nothing restarts it)."""
+        return Turn.exit(0, latency_s=latency_s)
+
+    @staticmethod
+    def start_failure(message: str = "scripted start failure") -> ScriptedTurn:
+        """The session's next start fails while it is built: an ``error`` event of type
+        ``spawn_error`` carrying ``message``; no incarnation runs."""
+        return ScriptedTurn(start_failure=message)
 
 
 class ScriptedProvider:
@@ -67,23 +163,55 @@ class ScriptedProvider:
         #: (its last value repeats)
         self.health_results: bool | list[bool] = True
         self.requests: list[ModelRequest] = []
+        #: session ids, one per start (build) of an incarnation, in order
+        self.starts: list[str] = []
         self.health_probes = 0
         self._turns: list[ScriptedTurn] = []
+        self._scripts: dict[str, deque[ScriptedTurn]] = {}
         self._lock = threading.Lock()
 
     # --- scripting ----------------------------------------------------------------------
 
+    def for_session(self, session_id: str, *turns: ScriptedTurn | str) -> ScriptedProvider:
+        """Queue ``turns`` for ``session_id`` (after any already queued for it). A plain
+        string is ``Turn.reply(text)``."""
+        made = [Turn.reply(t) if isinstance(t, str) else t for t in turns]
+        for turn in made:
+            if turn.match is not None:
+                raise ValueError("a per-session turn needs no match=; it is for that session only")
+        with self._lock:
+            self._scripts.setdefault(session_id, deque()).extend(made)
+        return self
+
+    def remaining(self, session_id: str) -> int:
+        """Turns still scripted for ``session_id``."""
+        with self._lock:
+            return len(self._scripts.get(session_id, ()))
+
+    def requests_for(self, session_id: str) -> list[ModelRequest]:
+        """The model calls ``session_id`` made, in order (each with its ``generation``)."""
+        with self._lock:
+            return [r for r in self.requests if r.session_id == session_id]
+
+    def starts_of(self, session_id: str) -> int:
+        """How many times an incarnation of ``session_id`` was built (started or failed to)."""
+        with self._lock:
+            return self.starts.count(session_id)
+
     def add(self, turn: ScriptedTurn) -> ScriptedProvider:
+        """Queue ``turn`` on the shared queue."""
+        if turn.start_failure is not None:
+            raise ValueError("a start failure is per session: use for_session(session_id, Turn.start_failure())")
         with self._lock:
             self._turns.append(turn)
         return self
 
     def reply(self, text: str, *, deltas: int = 1, latency_s: float = 0.0, match: str | None = None,
-              usage: Usage | None = None, cost_usd: float = 0.0,
-              tool_calls: Iterable[ToolCall] = ()) -> ScriptedProvider:
-        return self.add(ScriptedTurn(text=text, deltas=deltas, latency_s=latency_s, match=match,
-                                     usage=usage or Usage(), cost_usd=cost_usd, tool_calls=tuple(tool_calls),
-                                     stop_reason="tool_use" if tool_calls else "end_turn"))
+              usage: Usage | Mapping[str, int] | None = None, cost_usd: float = 0.0,
+              tool_calls: Iterable[ToolCallLike] = ()) -> ScriptedProvider:
+        turn = Turn.reply(text, deltas=deltas, latency_s=latency_s, usage=usage, cost_usd=cost_usd,
+                          tool_calls=tool_calls)
+        return self.add(replace(turn, match=match))
 
     def tool_call(self, name: str, arguments: dict[str, Any], *, text: str = "", call_id: str | None = None,
                   match: str | None = None) -> ScriptedProvider:
@@ -94,24 +222,43 @@ class ScriptedProvider:
     def crash(self, message: str = "scripted provider failure", *, match: str | None = None,
               latency_s: float = 0.0) -> ScriptedProvider:
         """A fatal provider error: the session exits with code 1."""
-        return self.add(ScriptedTurn(error=ProviderError(ErrorKind.FATAL, message), match=match,
-                                     latency_s=latency_s))
+        return self.add(replace(Turn.crash(message, latency_s=latency_s), match=match))
 
     def outage(self, message: str = "connection refused", *, match: str | None = None,
                latency_s: float = 0.0) -> ScriptedProvider:
         """A retryable upstream error: the session reports an outage and pauses."""
-        return self.add(ScriptedTurn(error=ProviderError(ErrorKind.RETRYABLE, message), match=match,
-                                     latency_s=latency_s))
+        return self.add(replace(Turn.outage(message, latency_s=latency_s), match=match))
+
+    def api_error(self, kind: ErrorKind | str, message: str = "scripted API error", *,
+                  match: str | None = None, **details: Any) -> ScriptedProvider:
+        """A classified provider error of ``kind`` (see :meth:`Turn.api_error`)."""
+        return self.add(replace(Turn.api_error(kind, message, **details), match=match))
+
+    def clean_exit(self, *, match: str | None = None, latency_s: float = 0.0) -> ScriptedProvider:
+        """The calling incarnation ends with code 0."""
+        return self.add(replace(Turn.clean_exit(latency_s=latency_s), match=match))
 
     def fail_with(self, error: BaseException, *, match: str | None = None) -> ScriptedProvider:
         return self.add(ScriptedTurn(error=error, match=match))
 
     @property
     def pending_turns(self) -> int:
+        """Turns left on the shared queue and in every session's script."""
         with self._lock:
-            return len(self._turns)
+            return len(self._turns) + sum(len(q) for q in self._scripts.values())
 
     # --- the Provider protocol ------------------------------------------------------------
+
+    def before_start(self, session_id: str) -> None:
+        """Called while an incarnation of ``session_id`` is built (see
+        ``providers.base.BEFORE_START_HOOK``): raises for a scripted start failure."""
+        with self._lock:
+            self.starts.append(session_id)
+            script = self._scripts.get(session_id)
+            if not script or script[0].start_failure is None:
+                return
+            message = script.popleft().start_failure
+        raise ScriptedStartFailure(message)
 
     def stream(self, request: ModelRequest, on_event: StreamCallback, cancel: CancelToken) -> ModelResponse:
         turn = self._next_turn(request)
@@ -123,6 +270,8 @@ class ScriptedProvider:
         cancel.raise_if_cancelled()
         if turn.error is not None:
             raise turn.error
+        if turn.exit_code is not None:
+            raise SessionExit(turn.exit_code)
         for chunk in _chunks(turn.text, turn.deltas):
             cancel.raise_if_cancelled()
             on_event(TextDelta(chunk))
@@ -151,17 +300,28 @@ class ScriptedProvider:
         return ModelInfo(name=model, context_window=self.context_window)
 
     def _next_turn(self, request: ModelRequest) -> ScriptedTurn:
+        turn = self._scripted_turn(request)
+        if turn is None and self.responder is not None:
+            turn = self.responder(request)
+        turn = turn or ScriptedTurn(text=self.default_reply)
+        if any(not call.id for call in turn.tool_calls):
+            n = len(self.requests)
+            turn = replace(turn, tool_calls=tuple(
+                call if call.id else replace(call, id=f"call_{n}_{i}") for i, call in enumerate(turn.tool_calls)))
+        return turn
+
+    def _scripted_turn(self, request: ModelRequest) -> ScriptedTurn | None:
         last_user = next((m.content for m in reversed(request.messages) if m.role == "user"), "")
         with self._lock:
             self.requests.append(request)
+            script = self._scripts.get(request.session_id) if request.session_id else None
+            # a start failure at the head waits for the next start: calls do not consume it
+            if script and script[0].start_failure is None:
+                return script.popleft()
             for i, turn in enumerate(self._turns):
                 if turn.match is None or turn.match in last_user:
                     return self._turns.pop(i)
-        if self.responder is not None:
-            turn = self.responder(request)
-            if turn is not None:
-                return turn
-        return ScriptedTurn(text=self.default_reply)
+        return None
 
 
 def _chunks(text: str, n: int) -> list[str]:

@@ -15,7 +15,7 @@ from corvid_actors.actors.approvals import (
     SetMode,
 )
 from corvid_actors.actors.base import ActivityTracker, TrackedActor
-from corvid_actors.actors.session import ApprovalAnswer
+from corvid_actors.actors.session import ApprovalAnswer, ApprovalAsked, approval_id_for
 from corvid_actors.actors.timers import Timers
 from corvid_actors.testing import SimClock
 
@@ -53,6 +53,7 @@ def env():
 
     e.request = request
     e.answers = lambda: [m for m in inbox.ask("dump") if isinstance(m, ApprovalAnswer)]
+    e.asked = lambda: [m for m in inbox.ask("dump") if isinstance(m, ApprovalAsked)]
     yield e
     pykka.ActorRegistry.stop_all()
     clock.close()
@@ -126,3 +127,42 @@ def test_cancel_session_and_deny_all(env):
     assert env.answers()[-1].message == "Server shutting down"
     env.clock.advance(100)
     assert len(env.answers()) == 2  # cancelled timers do not fire a second answer
+
+
+def test_only_requests_that_ask_a_human_are_announced(env):
+    env.request("dddd0001", tool="run_command")
+    [asked] = env.asked()
+    assert (asked.call_id, asked.approval_id) == ("call-dddd0001", "dddd0001")
+    assert asked.created_at == "2026-01-01T00:00:00.000Z"  # ISO 8601 UTC with Z, as every time shown
+    assert asked.expires is True  # normal mode: the request times out
+    env.broker.ask(Resolve("dddd0001", "allow_session"))
+    env.request("dddd0002", tool="run_command")  # granted for the session: nobody is asked
+    env.broker.ask(SetMode("paused"))
+    env.request("dddd0003", tool="write_file")  # denied at once: nobody is asked
+    env.broker.ask(SetMode("queued"))
+    env.request("dddd0004", tool="write_file")  # kept for a human
+    env.tracker.wait_idle(5)
+    assert [a.approval_id for a in env.asked()] == ["dddd0001", "dddd0004"]
+    assert [(a.call_id, a.allowed) for a in env.answers()] == [
+        ("call-dddd0001", True), ("call-dddd0002", True), ("call-dddd0003", False)]
+
+
+def test_an_id_already_pending_is_replaced_by_another_8_character_id(env):
+    env.request("eeee0001", session="s1")
+    env.request("eeee0001", session="s2")
+    first, second = env.asked()
+    assert first.approval_id == "eeee0001"
+    assert len(second.approval_id) == 8 and second.approval_id != "eeee0001"
+    assert sorted(p["id"] for p in env.broker.ask(ListPending())) == sorted([first.approval_id,
+                                                                            second.approval_id])
+    env.broker.ask(Resolve(second.approval_id, "deny"))
+    env.tracker.wait_idle(5)
+    [answer] = env.answers()
+    assert (answer.call_id, answer.approval_id, answer.allowed) == ("call-eeee0001", second.approval_id, False)
+
+
+def test_approval_ids_are_8_hex_characters_and_differ_by_session_and_request():
+    ids = {approval_id_for(f"session-{s}", g, n) for s in range(20) for g in (1, 2) for n in range(1, 20)}
+    assert len(ids) == 20 * 2 * 19
+    assert all(len(i) == 8 and int(i, 16) >= 0 for i in ids)
+    assert approval_id_for("a", 1, 1) == approval_id_for("a", 1, 1)  # replayable in simulations

@@ -298,6 +298,10 @@ def test_exhaustion_mid_session_stops_it_with_credits_exhausted(credit_runtime):
     assert stopped.reason == "credits_exhausted"
     types = rt.recorder.types(s.id)
     assert types.index("error") < types.index("session_stopped")  # the error comes first
+    session_error = rt.recorder.last("session_error", s.id)
+    assert (session_error.error_type, session_error.severity, session_error.recoverable) == (
+        "credits_exhausted", "warning", True)
+    assert types.index("error") < types.index("session_error") < types.index("session_stopped")
     assert not rt.is_running(s.id)
     assert rt.store.get_session(s.id).status == "stopped"
     assert rt.credit_balance("alice") == 0
@@ -338,15 +342,17 @@ def test_a_failing_owner_check_is_not_an_exemption_and_the_bank_survives(store):
         bank.stop()
 
 
-def test_the_runtime_binds_its_supervisor_to_the_bank(credit_runtime):
+def test_the_runtime_binds_its_supervisor_to_the_bank(credit_runtime, scripted):
     rt = credit_runtime
     s = rt.create_session(source="chat", participant="broke")
     rt.start_process(s.id, "hi")  # no credits: this turn is refused and the session stopped
     rt.settle()
     assert rt.recorder.last("session_stopped", s.id).reason == "credits_exhausted"
-    rt.start_process(s.id, "again")
+    scripted.reply("still thinking", latency_s=60)
+    rt.start_process(s.id, "again")  # running, its turn not charged yet
     rt.settle()
     # a charge that names no supervisor goes to the one the runtime bound at start-up
     assert rt.credits.ask(ChargeTurn(s.id, "chat")).success is False
     rt.settle()
-    assert [e.event.reason for e in rt.recorder.of(s.id, "session_stopped")] == ["credits_exhausted"] * 3
+    assert [e.event.reason for e in rt.recorder.of(s.id, "session_stopped")] == ["credits_exhausted"] * 2
+    assert not rt.is_running(s.id)

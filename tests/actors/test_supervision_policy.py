@@ -4,11 +4,16 @@ import pytest
 
 from corvid_actors.config import SupervisorConfig
 from corvid_actors.supervision import (
+    active_turns,
     auto_resume_delay,
+    auto_resume_exhausted,
+    completed_note,
+    crashed_note,
     extended_timeout,
     needs_context_reset,
     restart_after_crash,
     restart_count_after_uptime,
+    zero_turn_breaker_trips,
 )
 
 CFG = SupervisorConfig()
@@ -40,24 +45,22 @@ def test_stability_reset(restarts, uptime, expected):
 
 
 @pytest.mark.parametrize(
-    ("attempts", "exhausted", "delay_min"),
+    ("resumes", "exhausted", "delay_min"),
     [(0, False, 5), (1, False, 15), (2, False, 45), (3, False, 60), (4, False, 60), (9, False, 60),
-     (10, True, 0)],
+     (10, True, 60), (11, True, 60)],
 )
-def test_auto_resume_delay(attempts, exhausted, delay_min):
-    decision = auto_resume_delay(CFG, attempts)
-    assert decision.exhausted is exhausted
-    assert decision.delay_s == delay_min * 60
-    if not exhausted:
-        assert decision.attempt == attempts + 1
+def test_auto_resume_delay_counts_resumes_and_gives_up_at_the_due_check(resumes, exhausted, delay_min):
+    # the pause after the 10th resume still waits (60 min) before its due check gives up
+    assert auto_resume_delay(CFG, resumes) == delay_min * 60
+    assert auto_resume_exhausted(CFG, resumes) is exhausted
 
 
 @pytest.mark.parametrize(
-    ("current", "extra", "expected"),
-    [(1800, 600, 2400), (1800, 10_000, 7200), (7200, 60, 7200), (1800, -50, 1800), (0, 60, 60)],
+    ("requested", "expected"),
+    [(600, 600), (10_000, 7200), (7200, 7200), (60, 60), (-50, 0)],
 )
-def test_extended_timeout_is_capped_at_four_times_the_default(current, extra, expected):
-    assert extended_timeout(CFG, current, extra) == expected
+def test_extended_timeout_replaces_the_deadline_capped_at_four_times_the_default(requested, expected):
+    assert extended_timeout(CFG, requested) == expected
 
 
 @pytest.mark.parametrize(("turns", "reset"), [(0, False), (7, False), (8, True), (9, True)])
@@ -70,4 +73,38 @@ def test_policies_follow_config():
                            auto_resume_base_s=10.0, auto_resume_multiplier=2.0, auto_resume_cap_s=30.0)
     delays = [restart_after_crash(cfg, source="chat", exit_code=1, restarts_so_far=n).delay_s for n in range(5)]
     assert delays == [1, 2, 4, 8, 16]
-    assert [auto_resume_delay(cfg, n).delay_s for n in range(4)] == [10, 20, 30, 30]
+    assert [auto_resume_delay(cfg, n) for n in range(4)] == [10, 20, 30, 30]
+
+
+# --- exit notes, turn counts and the zero-turn breaker (reference §3) ----------------------------
+
+Z = "Session exited unexpectedly (code 1): boom after 1s. Turns: 0. Send a message to resume."
+
+
+@pytest.mark.parametrize("notes, trips", [
+    ([Z, Z, Z], True),
+    ([Z, "Session completed after 4s. Turns: 0.", Z], True),
+    ([Z, Z], False),  # fewer than three exits
+    ([Z, Z, "Session completed after 9s. Turns: 2.", Z, Z], False),  # a turn in between
+    ([Z, Z, "Session completed after 9s. Turns: 10.", Z], False),  # "10" is not zero
+    (["Session completed after 9s. Turns: 2.", Z, Z, Z], True),  # only the last three count
+    ([Z, "Context compacted: a summary", Z, "payload note", Z], True),  # other system notes are ignored
+])
+def test_zero_turn_breaker_reads_the_last_three_exit_notes(notes, trips):
+    assert zero_turn_breaker_trips(notes, 3) is trips
+
+
+def test_exit_notes_use_the_original_wording():
+    assert completed_note(12.4, 2) == "Session completed after 12s. Turns: 2."
+    assert crashed_note(1, "boom", 3.0, 1) == (
+        "Session exited unexpectedly (code 1): boom after 3s. Turns: 1. Send a message to resume.")
+    assert crashed_note(2, "", 0.0, 0) == (
+        "Session exited unexpectedly (code 2) after 0s. Turns: 0. Send a message to resume.")
+    assert zero_turn_breaker_trips([crashed_note(1, "x", 1, 0)] * 3, 3)
+
+
+def test_a_resumed_incarnation_counts_the_user_messages_of_its_history():
+    history = [("user", "a"), ("assistant", "b"), ("user", "c"), ("assistant", "d")]
+    assert active_turns(history, new_prompt=False) == 2
+    assert active_turns(history, new_prompt=True) == 3
+    assert active_turns([], new_prompt=False) == 0

@@ -130,3 +130,29 @@ def test_concurrent_openers_of_a_fresh_file_migrate_once(tmp_path) -> None:
             assert check.db.execute_sql("PRAGMA journal_mode").fetchone()[0] == "wal"
         finally:
             check.close()
+
+
+def test_a_version_3_database_gets_the_open_turns_column(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'corvid.db'}"
+    old = Store(url)
+    session = old.create_session(name="from before")
+    old.db.execute_sql("ALTER TABLE sessions DROP COLUMN open_turns")  # as version 3 made it
+    old.m.SchemaVersion.delete().where(old.m.SchemaVersion.version >= 4).execute()
+    old.close()
+
+    store = Store(url)
+    try:
+        assert recorded_versions(store)[:4] == [1, 2, 3, 4]
+        assert "open_turns" in {c.name for c in store.db.get_columns("sessions")}
+        assert store.get_session(session.id).open_turns == 0
+        store.open_turn(session.id, total_turns=1)
+        store.open_turn(session.id, total_turns=2)
+        store.add_session_usage(session.id, turns=1, answered=True)
+        assert store.get_session(session.id).open_turns == 1
+        store.add_session_usage(session.id, turns=1, answered=False)  # a failed turn stays open
+        assert store.get_session(session.id).open_turns == 1
+        for _ in range(2):  # never below zero
+            store.add_session_usage(session.id, turns=1, answered=True)
+        assert (store.get_session(session.id).open_turns, store.get_session(session.id).total_turns) == (0, 2)
+    finally:
+        store.close()

@@ -441,3 +441,22 @@ def test_unreachable_postgres_raises_store_error_without_password() -> None:
     text = str(info.value)
     assert text.startswith("cannot open database postgresql://corvid:***@127.0.0.1:1/corvid")
     assert "s3cret-pw" not in text
+
+
+def test_ghost_rows_are_reset_and_single_messages_deleted(store) -> None:
+    live = store.create_session(name="live")
+    ghost = store.create_session(name="ghost")
+    idle = store.create_session(name="idle")
+    store.update_session(live.id, status="running", pid=800001)
+    store.update_session(ghost.id, status="running", pid=800002)
+    assert store.reset_ghost_sessions([live.id]) == [ghost.id]
+    rows = {s.id: (s.status, s.pid, s.restart_pending) for s in (store.get_session(x.id) for x in (live, ghost, idle))}
+    assert rows == {live.id: ("running", 800001, False), ghost.id: ("idle", None, True),
+                    idle.id: ("idle", None, False)}
+    keep = store.append_message(live.id, "user", "kept")
+    gone = store.append_message(live.id, "user", "refused")
+    assert store.delete_message(gone) == 1
+    assert store.recent_messages(live.id, 5) == [("user", "kept")] and keep != gone
+    assert store.last_message_role(live.id) == "user"
+    assert store.delete_messages(live.id) == 1 and store.messages(live.id) == []
+    assert store.last_message_role(live.id) is None

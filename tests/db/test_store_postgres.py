@@ -131,3 +131,17 @@ def test_concurrent_writers_from_two_stores(pg_url: str, open_store) -> None:
     assert daemon.get_session(sids[0]).cumulative_turns == 1 + cli_rounds
     assert [c for _, c in daemon.recent_messages(sids[-1], 100)] == [
         f"{sids[-1]}:{k}" for k in range(per_session)]
+
+
+def test_content_blocks_migration_on_an_older_database(pg_url: str, open_store) -> None:
+    from tests.db.test_multimodal_messages import BLOCKS, downgrade_to_before_content_blocks
+
+    old = open_store(pg_url)
+    session = old.create_session(name="from before")
+    old.append_message(session.id, "user", "an old message")
+    downgrade_to_before_content_blocks(old)
+    old.close()
+    upgraded = open_store(pg_url)
+    assert upgraded.schema_version == len(migrations.MIGRATIONS)
+    upgraded.append_message(session.id, "user", BLOCKS)
+    assert upgraded.message_contents(session.id, 5) == [("user", "an old message"), ("user", BLOCKS)]

@@ -173,7 +173,8 @@ def test_extend_timeout_is_capped_like_the_supervisor_caps_it(make_rt, scripted)
     rt.settle()
     too_small, extended = tool_results(scripted, "more time")
     assert "`minutes` must be a number from 1 to 120" in too_small
-    assert extended == "Timeout extended: this session now stops after 120 minutes without activity (the maximum)."
+    assert extended == ("Timeout extended: this session now stops in 120 minutes (the maximum) unless it is "
+                        "active again; its next activity restores the default of 30 minutes.")
     assert rt.session_info(a.id)[a.id]["timeout_s"] == 1800 * 4
 
 

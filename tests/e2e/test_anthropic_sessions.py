@@ -118,7 +118,7 @@ def test_retries_at_plus_2_and_plus_4_seconds_in_simulated_time(e2e, stub):
     e2e.runtime.settle()
     retries = e2e.events(s.id, "retry")
     assert [(r.attempt, r.delay_s) for r in retries] == [(1, 2.0)]
-    assert retries[0].due_at.endswith("00:00:02+00:00")
+    assert retries[0].due_at.endswith("00:00:02.000Z")
     e2e.clock.advance(2)
     assert [(r.attempt, r.delay_s) for r in e2e.events(s.id, "retry")] == [(1, 2.0), (2, 4.0)]
     e2e.clock.advance(3.9)
@@ -151,6 +151,30 @@ def test_third_consecutive_failure_pauses_and_auto_resume_follows(e2e, stub):
     e2e.clock.advance(5 * 60)  # the health probe (a real HTTP call to the stub) passes
     assert e2e.runtime.is_running(s.id)
     assert e2e.events(s.id, "assistant")[-1].content == "back online"
+
+
+def test_failed_probe_is_no_attempt_and_is_repeated_a_minute_later_until_a_4xx_answer(e2e, stub):
+    for _ in range(3):
+        stub.add_fault("http_529")
+    stub.add_reply("back online")
+    s = e2e.session(provider="anthropic", model=MODEL, source="chat")
+    e2e.runtime.start_process(s.id, "hi")
+    e2e.clock.advance(2 + 4)
+    assert [e.message for e in e2e.events(s.id, "error")] == [
+        "Session paused due to API outage — auto-resume in 5min"]
+    stub.set_outage(529)  # the probe's real HTTP call gets a 529: not healthy
+    e2e.clock.advance(5 * 60)
+    e2e.clock.advance(60)
+    probes = [r for r in stub.message_requests if r.json == {}]
+    assert len(probes) == 2 and e2e.runtime.is_paused(s.id)
+    stub.set_outage(None)  # the stub answers the probe's empty body with 400: healthy
+    e2e.clock.advance(59)
+    assert e2e.runtime.is_paused(s.id)
+    e2e.clock.advance(1)
+    assert len([r for r in stub.message_requests if r.json == {}]) == 3
+    assert e2e.runtime.is_running(s.id)
+    assert e2e.events(s.id, "assistant")[-1].content == "back online"
+    assert [e.automatic for e in e2e.events(s.id, "session_resumed")] == [True]
 
 
 def test_auth_error_is_fatal_and_never_retried(e2e, stub):
@@ -210,5 +234,34 @@ def test_compaction_when_input_tokens_pass_90_percent(e2e, stub):
     e2e.runtime.send_message(s.id, "second")
     e2e.runtime.settle()
     assert any(e.subtype == "compaction" for e in e2e.events(s.id, "system"))
+    assert [(e.error_type, e.severity) for e in e2e.events(s.id, "session_error")] == [("context_compacted", "info")]
     last = stub.message_requests[-1].json
     assert "Summary: we talked." in str(last["messages"][0]["content"])
+
+
+# --- multimodal user content (issue 12, item 4) ---------------------------------------------
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8/5+hHgAHggJ/PchI7wAAAABJRU5ErkJggg=="
+PICTURE = [
+    {"type": "text", "text": "What is in this picture?"},
+    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+    {"type": "text", "text": "Answer in one line."},
+]
+
+
+def test_image_blocks_reach_the_api_through_the_real_anthropic_client(e2e, stub):
+    stub.add_reply("A single red pixel.")
+    stub.add_reply("Also red.")
+    s = e2e.session(provider="anthropic", model=MODEL)
+    e2e.runtime.start_process(s.id, PICTURE)
+    e2e.runtime.settle()
+    first = stub.message_requests[-1].json["messages"]
+    assert first == [{"role": "user", "content": PICTURE}]  # as given, in order
+    assert e2e.events(s.id, "assistant")[-1].content == "A single red pixel."
+    # a follow-up picture through send_message joins the conversation the same way
+    assert e2e.runtime.send_message(s.id, PICTURE[:2]) is True
+    e2e.runtime.settle()
+    again = stub.message_requests[-1].json["messages"]
+    assert [m["role"] for m in again] == ["user", "assistant", "user"]
+    assert again[0]["content"] == PICTURE and again[2]["content"] == PICTURE[:2]
+    assert e2e.runtime.store.message_contents(s.id, 5, roles=("user",)) == [("user", PICTURE), ("user", PICTURE[:2])]

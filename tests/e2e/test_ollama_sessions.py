@@ -269,3 +269,34 @@ def test_text_based_tool_calling_for_qwen3(e2e, stub):
     wrapped = second["messages"][-1]["content"]
     assert "«tool_output»" in wrapped and "hello from the project" in wrapped
     assert e2e.events(s.id, "assistant")[-1].content == "It says hello."
+
+
+# --- multimodal user content (issue 12, item 4) ---------------------------------------------
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8/5+hHgAHggJ/PchI7wAAAABJRU5ErkJggg=="
+PICTURE = [
+    {"type": "text", "text": "What is in this picture?"},
+    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+    {"type": "image", "source": {"type": "url", "url": "https://example.org/cat.jpg"}},
+]
+
+
+def test_a_vision_model_gets_the_base64_images_in_the_ollama_images_field(e2e, stub):
+    stub.add_reply("A single red pixel.")
+    s = e2e.session(provider="ollama", model="llava:7b")  # /api/show lists "vision"
+    e2e.runtime.start_process(s.id, PICTURE)
+    e2e.runtime.settle()
+    [user] = [m for m in stub.chat_requests[-1].json["messages"] if m["role"] == "user"]
+    # the real client sent the image bytes base64-encoded; Ollama cannot fetch the url image
+    assert user == {"role": "user", "content": "What is in this picture?", "images": [PNG]}
+    assert e2e.events(s.id, "assistant")[-1].content == "A single red pixel."
+
+
+def test_a_text_model_gets_the_text_parts_only(e2e, stub):
+    stub.add_reply("I cannot see images.")
+    s = e2e.session(provider="ollama", model=MODEL)  # no "vision" capability
+    e2e.runtime.start_process(s.id, PICTURE)
+    e2e.runtime.settle()
+    [user] = [m for m in stub.chat_requests[-1].json["messages"] if m["role"] == "user"]
+    assert user["content"] == "What is in this picture?" and "images" not in user
+    assert e2e.runtime.store.message_contents(s.id, 1, roles=("user",)) == [("user", PICTURE)]

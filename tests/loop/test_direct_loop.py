@@ -321,6 +321,60 @@ def test_same_call_three_times_breaks_with_a_summary_without_tools() -> None:
     assert d.tail(2) == [ReleaseSlot(), TurnFinished()]
 
 
+def test_summary_request_uses_the_original_wording() -> None:
+    assert SUMMARY_REQUEST == (
+        "Summarize what you accomplished. Be concise — state the key actions taken and their results."
+    )
+
+
+STALL = [tools(call("read_file", f"r{i}", path="index.ts")) for i in range(3)]
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        ProviderError(ErrorKind.FATAL, "model crashed"),
+        ProviderError(ErrorKind.TOOLS_UNSUPPORTED, "does not support tools"),
+    ],
+)
+def test_a_failed_summary_call_ends_the_turn_normally(failure: ProviderError) -> None:
+    # issue 12 item 14: the original logs "Final summary call failed" and ends the turn
+    d = make()
+    d.start("Look at index.ts", *STALL, failure)
+    assert not any(isinstance(e, Exit) for e in d.log)
+    assert d.events(ErrorEvent) == []
+    [note] = [e for e in d.events(SystemEvent) if e.subtype == "summary_failed"]
+    assert note.message == f"Final summary call failed: {failure.message}"
+    result = d.result()
+    assert result.subtype == "success" and result.metrics["termination_reason"] == "stall_repeat"
+    assert d.tail(4) == [Emit(result), Emit(Thinking(thinking=False)), ReleaseSlot(), TurnFinished()]
+    assert d.loop.history[-1].role == "tool"  # the unanswered request is not kept
+    d.user("and now?", text(FINAL))  # the session goes on
+    assert d.result().result == FINAL
+
+
+def test_a_summary_call_retries_a_retryable_error_then_ends_normally_below_the_outage() -> None:
+    d = make()
+    down = ProviderError(ErrorKind.RETRYABLE, "connection refused")
+    d.start("Look at index.ts", *STALL, down, down, down)
+    # retried while under the outage threshold (3): the third failure gives up on the summary
+    assert [c.purpose for c in d.calls()][-4:] == ["turn", "summary", "summary", "summary"]
+    assert not any(isinstance(e, (Exit, ReportOutage)) for e in d.log)
+    assert d.result().subtype == "success"
+    assert [e.subtype for e in d.events(SystemEvent)] == ["summary_failed"]
+    # the failures still count: the next turn's first failure is an outage
+    d.user("again", down)
+    assert isinstance(d.log[-1], ReportOutage)
+
+
+def test_a_summary_call_that_overflows_is_retried_once_then_ends_normally() -> None:
+    d = make()
+    overflow = ProviderError(ErrorKind.CONTEXT_OVERFLOW, "prompt is too long")
+    d.start("Look at index.ts", *STALL, overflow, overflow)
+    assert [c.purpose for c in d.calls()][-2:] == ["summary", "summary"]
+    assert d.result().subtype == "success" and not any(isinstance(e, Exit) for e in d.log)
+
+
 def test_same_tool_five_times_breaks() -> None:
     d = make()
     script = [tools(call("read_file", path=f"f{i}.py")) for i in range(5)]
@@ -398,13 +452,19 @@ def test_hallucinated_tool_output_is_dropped_and_nudged(marker: str) -> None:
     assert d.result().result == FINAL
 
 
-def test_mid_chain_nudges_are_limited_then_the_text_is_kept_stripped() -> None:
+def test_third_hallucinated_reply_ends_the_turn_as_a_normal_assistant_text() -> None:
+    # issue 12 item 15: once the mid-chain nudges are spent the reply is kept and
+    # emitted whole, as the original does (it is the model's answer; hiding it would
+    # end the turn in silence)
     d = make()
-    fake = "Done. «tool_output»made up«/tool_output»"
+    fake = "«tool_output»made up«/tool_output» Done."
     d.start("fix", tools(call("read_file", path="a")), text(fake), text(fake), text(fake))
     assert d.result().metrics["mid_chain_nudges"] == 2
-    assert d.loop.history[-1] == ChatMessage(role="assistant", content="Done.")
-    assert d.events(Assistant)[-1] == Assistant(content="Done.")
+    assert len(d.calls()) == 4
+    assert d.loop.history[-1] == ChatMessage(role="assistant", content=fake)
+    assert d.events(Assistant) == [Assistant(content=fake)]  # the two nudged replies never were
+    assert d.result().subtype == "success" and d.result().result == fake
+    assert d.tail(2) == [ReleaseSlot(), TurnFinished()]
 
 
 def test_hallucination_before_any_tool_use_is_stripped_not_nudged() -> None:

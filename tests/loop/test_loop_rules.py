@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from corvid_actors.events import ErrorEvent, Event, PlanEvent, SystemEvent, ToolStatus
+from corvid_actors.events import ErrorEvent, Event, PlanEvent, SessionError, SystemEvent, ToolStatus
 from corvid_actors.loop.direct import DirectLoop
 from corvid_actors.loop.effects import (
     ApprovalDecided,
@@ -192,6 +192,8 @@ def test_direct_compacts_to_a_plain_summary_and_goes_on():
     assert sent.purpose == "turn" and len(sent.request.messages) == 1
     assert sent.request.messages[0].content.startswith(CONTEXT_SUMMARY_HEADER)
     assert events(effects, SystemEvent)[0].subtype == "compaction"
+    assert [(e.error_type, e.severity, e.recoverable) for e in events(effects, SessionError)] == [
+        ("context_compacted", "info", True)]
     after = loop.handle(said("Summary noted; done."))
     assert events(after, ErrorEvent) == [] and not [e for e in after if isinstance(e, Exit)]
 
@@ -264,7 +266,7 @@ def test_tail_lines_of_the_call_choose_how_much_of_the_end_is_shown(kind):
 
 @LOOPS
 def test_a_session_approval_is_remembered_by_command_signature(kind):
-    rules = LoopRules(approval_policy=CommandApprovalPolicy(mode="auto-edit"))
+    rules = LoopRules(approval_policy=CommandApprovalPolicy(mode="auto-edit", sandboxed=True))
     loop = make(kind, rules, check=ask_commands)
     begin(loop)
     # allowlisted: runs without asking

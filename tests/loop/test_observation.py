@@ -71,6 +71,32 @@ def test_just_under_the_hard_limit_is_capped_not_omitted():
     assert not obs.omitted and obs.truncated and obs.text.endswith("x")
 
 
+@pytest.mark.parametrize("command", [True, False])
+def test_json_output_keeps_its_head_and_its_tail(command):
+    # issue 12 item 16: JSON is cut as head plus tail (70:20), not as its last lines
+    import json
+
+    output = json.dumps({"items": [{"id": i} for i in range(1000)], "total": 1000}, indent=1)
+    lines = output.splitlines(keepends=True)
+    obs = build_observation(output, S, command=command)
+    assert obs.truncated and len(obs.text.encode()) <= 16 * KIB
+    head, notice, tail = obs.text.partition("\n[Output truncated: showing the first ")
+    assert head == "".join(lines[:155]).rstrip("\n")  # ⌊200 × 7/9⌋ lines
+    assert tail.split("\n", 1)[1] == "".join(lines[-45:]) and tail.endswith('"total": 1000\n}')
+    assert tail.startswith(f"155 and the last 45 of {len(lines)} lines") and "JSON" in tail
+    assert obs.shown_lines == 200
+
+
+@pytest.mark.parametrize("output", [
+    "".join(f"[INFO] step {i}\n" for i in range(300)),
+    "".join(f"[2026-11-23 18:00:{i % 60:02d}] step {i}\n" for i in range(300)),
+])
+def test_logs_in_brackets_are_not_json_and_keep_their_last_lines(output):
+    obs = build_observation(output, S)
+    assert obs.text.splitlines()[0].startswith("[Output truncated: showing the last 200 of 300 lines")
+    assert obs.text.endswith("step 299\n")
+
+
 def test_head_mode_notice_tells_how_to_read_more():
     obs = build_observation(numbered(400), S, command=False)
     assert obs.text.splitlines()[-1].startswith("[Output truncated: showing the first 200 of 400 lines")

@@ -15,8 +15,9 @@ SETTINGS = DirectLoopSettings()
 @pytest.mark.parametrize(
     ("window", "used", "expected"),
     [
-        (8192, 0, int(8192 * 0.30 * 4)),  # 30 % of the window is the absolute cap
-        (8192, 7000, int((8192 - 7000) * 0.60 * 4)),  # pressure: 60 % of what is left
+        (8192, 0, 2457 * 4),  # ⌊0.3 × 8192⌋ × 4 = 9828 (the original floors tokens first)
+        (8191, 0, 2457 * 4),  # ⌊2457.3⌋ × 4 = 9828, not ⌊9829.2⌋
+        (8192, 7000, 715 * 4),  # pressure: ⌊0.6 × (8192 − 7000)⌋ × 4
         (8192, 8000, 1000),  # floor
         (8192, 9000, 1000),  # over budget: still the floor
         (1000, 0, 1200),  # 30 % × 1000 × 4
@@ -38,21 +39,17 @@ def test_result_that_fits_is_unchanged() -> None:
     assert cap_tool_result("x" * 1000, 1000) == "x" * 1000
 
 
-def test_plain_text_is_cut_with_count_of_omitted_chars() -> None:
-    capped = cap_tool_result("a" * 600 + "b" * 900, 1000)
-    assert capped.startswith("a" * 600 + "b" * 400)
-    assert capped.endswith("[... truncated, 500 chars omitted]")
-    assert "b" * 401 not in capped
+def test_plain_text_is_cut_in_the_original_format() -> None:
+    text = "a" * 600 + "b" * 900
+    assert cap_tool_result(text, 1000) == "a" * 600 + "b" * 400 + "\n\n[... truncated, 500 chars omitted]"
 
 
-def test_json_keeps_head_and_tail_around_a_marker() -> None:
+def test_json_keeps_head_and_tail_around_the_original_marker() -> None:
     text = json.dumps({"items": list(range(2000)), "end": "TAIL"})
-    capped = cap_tool_result(text, 1000)
-    head, _, rest = capped.partition("\n[... ")
-    marker, _, tail = rest.partition("\n")
-    assert head == text[:700]
-    assert tail == text[-200:] and tail.endswith('"TAIL"}')
-    assert marker == f"{len(text) - 900} chars omitted ...]"
+    capped = cap_tool_result(text, 1001)  # ⌊700.7⌋ head, ⌊200.2⌋ tail
+    omitted = len(text) - 700 - 200
+    assert capped == text[:700] + f"\n\n[... {omitted} chars omitted ...]\n\n" + text[-200:]
+    assert capped.endswith('"TAIL"}')
 
 
 def test_leading_whitespace_before_bracket_still_counts_as_json() -> None:

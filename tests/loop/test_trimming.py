@@ -14,6 +14,7 @@ from corvid_actors.loop.trimming import (
     overflow_recovery,
     summarize_conversation,
     trim_messages,
+    truncate_old_tool_results,
 )
 from corvid_actors.providers.base import ChatMessage, ToolCall
 
@@ -46,6 +47,14 @@ def conversation(rounds: int, output: str = "") -> list[ChatMessage]:
     messages = [user("Please refactor the parser in src/parser.py")]
     for n in range(rounds):
         messages += tool_round(n, output)
+    return messages
+
+
+def chat(rounds: int) -> list[ChatMessage]:
+    """A talk without tools: long assistant answers and short user follow-ups."""
+    messages = [user("Please refactor the parser in src/parser.py")]
+    for n in range(rounds):
+        messages += [assistant(f"{n}: " + "lorem ipsum dolor " * 25), user(f"and then {n}?")]
     return messages
 
 
@@ -92,7 +101,7 @@ def test_count_trim_keeps_first_message_summary_and_most_recent() -> None:
     assert list(kept[2:]) == messages[-30:]  # keep_recent
     # discarded tool results become one-line summaries
     lines = kept[1].content.splitlines()[1:]
-    assert "- read_file result: contents of src/mod0.py" in lines
+    assert "[Previous tool result: contents of src/mod0.py (1 lines)]" in lines
     assert "- assistant called read_file" in lines
     assert len(lines) == len(messages) - 1 - 30
     assert_no_orphans(kept)
@@ -117,7 +126,8 @@ def test_trim_never_splits_a_call_from_its_results() -> None:
 
 
 def test_budget_trim_over_seventy_percent_keeps_first_and_recent() -> None:
-    messages = conversation(12, output="lorem ipsum dolor " * 10)  # 25 messages
+    # 25 messages of talk: compressing tool results cannot help, a window can
+    messages = chat(12)
     tokens = estimate_messages_tokens(messages)
     budget = int(tokens / 0.75)  # 75 %: compress alone cannot help
     result = trim_messages(messages, "", budget, SETTINGS)
@@ -138,8 +148,8 @@ def test_compress_tier_cuts_old_tool_results_when_that_is_enough() -> None:
     tool_results = [m for m in result.messages if m.role == "tool"]
     assert all(len(m.content) < 300 for m in tool_results)
     # the oldest was already digested by the proactive tier (≥ 60 %), the others cut
-    assert tool_results[0].content.startswith("[Tool result summarized: 4000 chars")
-    assert all(m.content.endswith("[... 3800 chars compressed]") for m in tool_results[1:])
+    assert tool_results[0].content.startswith("[Summarized tool result, was 4000 chars, 1 lines]")
+    assert all(m.content == "y" * 200 + "... [compressed, was 4000 chars]" for m in tool_results[1:])
 
 
 def test_proactive_tier_summarises_big_answered_tool_results() -> None:
@@ -149,8 +159,11 @@ def test_proactive_tier_summarises_big_answered_tool_results() -> None:
     result = trim_messages(messages, "", int(tokens / 0.62), SETTINGS)
     assert result.level is TrimLevel.PROACTIVE
     digest = result.messages[2].content
-    assert digest.startswith("[Tool result summarized:")
-    assert "301 lines" in digest and "src/app/main.py" in digest
+    assert digest.splitlines()[:2] == [
+        f"[Summarized tool result, was {len(old[1].content)} chars, 301 lines]",
+        "Files: src/app/main.py",
+    ]
+    assert digest.splitlines()[2] == ("line " * 30).strip()  # the 150-char preview, one line
     assert result.messages[2].tool_call_id == "c0"
 
 
@@ -189,7 +202,7 @@ def test_a_window_that_leaves_no_headroom_escalates() -> None:
 
 
 def test_a_window_with_headroom_does_not_escalate() -> None:
-    messages = conversation(12, output="lorem ipsum dolor " * 10)
+    messages = chat(12)
     tokens = estimate_messages_tokens(messages)
     result = trim_messages(messages, "", int(tokens / 0.85), SETTINGS)
     assert result.level is TrimLevel.WINDOW
@@ -204,7 +217,7 @@ def test_repeated_trims_carry_earlier_summary_lines() -> None:
     second = trim_messages(grown, "", BIG_BUDGET, SETTINGS).messages
     lines = second[1].content.splitlines()
     assert lines[0] == TRIM_SUMMARY_HEADER
-    assert "- read_file result: contents of src/mod0.py" in lines  # from the first trim
+    assert "[Previous tool result: contents of src/mod0.py (1 lines)]" in lines  # from the first trim
     assert not any(TRIM_SUMMARY_HEADER in line for line in lines[1:])
 
 
@@ -212,8 +225,25 @@ def test_compress_tool_results_leaves_recent_ones() -> None:
     messages = conversation(3, output="q" * 900)
     out = compress_tool_results(messages, keep_last=2, max_chars=100)
     assert out[-1] == messages[-1]
-    assert out[2].content == "q" * 100 + " [... 800 chars compressed]"
+    assert out[2].content == "q" * 100 + "... [compressed, was 900 chars]"
     assert out[0] == messages[0]
+    assert compress_tool_results(out, keep_last=2, max_chars=100) == out  # a second pass keeps the size
+
+
+def test_truncate_old_tool_results_uses_the_original_marker_and_keeps_lines() -> None:
+    messages = conversation(3, output="line\n" * 200)
+    out = truncate_old_tool_results(messages, keep_last=3, max_chars=500)
+    assert out[2].content == ("line\n" * 100) + "... [truncated, was 1000 chars]"
+    assert truncate_old_tool_results(out, keep_last=3, max_chars=500) == out
+
+
+def test_window_trim_lists_dropped_tool_results_as_previous_tool_result_lines() -> None:
+    messages = conversation(25, output="first line\n" + "x" * 300)
+    result = trim_messages(messages, "", BIG_BUDGET, SETTINGS)
+    lines = result.messages[1].content.splitlines()
+    expected = "[Previous tool result: first line " + "x" * 189 + "... (2 lines)]"
+    assert expected in lines
+    assert not any(line.startswith("- ") and " result" in line for line in lines)
 
 
 def test_overflow_recovery_is_summary_plus_last_four() -> None:

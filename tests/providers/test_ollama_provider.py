@@ -461,6 +461,14 @@ def test_health_follows_the_server(stub: OllamaStubServer, provider: OllamaProvi
     assert provider.health() is False
 
 
+@pytest.mark.parametrize(("status", "healthy"), [(401, True), (404, True), (429, True), (500, False), (503, False)])
+def test_health_probe_answering_4xx_is_healthy_and_5xx_is_not(stub: OllamaStubServer, provider: OllamaProvider,
+                                                              status: int, healthy: bool) -> None:
+    stub.tags_status = status
+    assert provider.health() is healthy
+    assert [r.path for r in stub.requests][-1] == "/api/tags"
+
+
 def test_model_info_from_show_is_capped_by_num_ctx_and_cached(stub: OllamaStubServer) -> None:
     provider = OllamaProvider(stub.url, num_ctx=8192)
     info = provider.model_info("qwen2.5-coder:14b")

@@ -168,6 +168,104 @@ def test_parser_accepts_every_call_format(
     assert rest == expected_rest
 
 
+# issue 12 item 18: every form the original's parser accepts
+@pytest.mark.parametrize(
+    ("text", "expected_calls", "expected_rest"),
+    [
+        ('read_file(path="a.py")', [READ_A], ""),
+        ("read_file(path='a.py')", [READ_A], ""),
+        ('I will call read_file(path="a.py") now.', [READ_A], "I will call  now."),
+        (
+            'run_command(command="echo \\"hi\\", there", timeout=20)',
+            [("run_command", {"command": 'echo "hi", there', "timeout": 20})],
+            "",
+        ),
+        (
+            'write_file(path="a.py", content="line1\nline2 (x)")',  # a raw newline: Python cannot parse it
+            [("write_file", {"path": "a.py", "content": "line1\nline2 (x)"})],
+            "",
+        ),
+        (
+            "search_files(pattern='TODO', path=None, recursive=true, depth=2.5, globs=[\"*.py\"])",
+            [("search_files", {"pattern": "TODO", "path": None, "recursive": True, "depth": 2.5,
+                               "globs": ["*.py"]})],
+            "",
+        ),
+        ('<|python_tag|>read_file(path="a.py")', [READ_A], ""),
+        ("<|python_tag|>corvid_send_message()", [("corvid_send_message", {})], ""),
+        (
+            'Thought: I need the file.\nAction: read_file\nAction Input: {"path": "a.py"}',
+            [READ_A],
+            "Thought: I need the file.",
+        ),
+        (
+            'Action: read_file\nAction Input: ```json\n{"file_path": "a.py"}\n```',
+            [READ_A],
+            "",
+        ),
+        ("Action: run_command\nAction Input: ls -la", [("run_command", {"command": "ls -la"})], ""),
+        (
+            'Action: bash\nAction Input: {"command": "make test"}\nObservation: pending',
+            [("run_command", {"command": "make test"})],
+            "Observation: pending",
+        ),
+        ('read_file\n{"path": "a.py"}', [READ_A], ""),
+        ('Reading it.\nread_file\n{\n  "path": "a.py"\n}\nThen done.', [READ_A], "Reading it.\n\nThen done."),
+        ('```python\nread_file(path="a.py")\n```', [READ_A], ""),
+    ],
+)
+def test_parser_accepts_the_originals_other_call_forms(
+    text: str, expected_calls: list[tuple[str, dict]], expected_rest: str
+) -> None:
+    calls, rest = parse_tool_calls(text, TOOLS)
+    assert [(c.name, c.arguments) for c in calls] == expected_calls
+    assert all(c.arguments_error is None for c in calls)
+    assert rest == expected_rest
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # one call written in several forms runs once
+        '<tool_call>{"name": "read_file", "arguments": {"path": "a.py"}}</tool_call>\n'
+        '```json\n[{"name": "read_file", "arguments": {"path": "a.py"}}]\n```',
+        'read_file({"path": "a.py"})\nor, as JSON: [{"name": "read_file", "arguments": {"path": "a.py"}}]',
+        '[{"name": "read_file", "arguments": {"path": "a.py"}}]\nread_file(path="a.py")',
+        'Action: read_file\nAction Input: {"path": "a.py"}\n\n{"name": "read_file", "arguments": {"path": "a.py"}}',
+        '<|python_tag|>read_file(path="a.py")\n<tool_call>{"name": "read_file", "arguments": {"path": "a.py"}}'
+        "</tool_call>",
+        'read_file\n{"path": "a.py"}\nread_file(path="a.py")',
+    ],
+)
+def test_one_call_in_several_forms_runs_once(text: str) -> None:
+    calls, rest = parse_tool_calls(text, TOOLS)
+    assert [(c.name, c.arguments) for c in calls] == [READ_A]
+    assert "read_file" not in rest and "a.py" not in rest  # every form's text is stripped
+
+
+@pytest.mark.parametrize(
+    ("text", "winner"),
+    [
+        # the original's order: python tag > name({json}) > <tool_call> > ReAct > JSON > name line > kwargs
+        ('read_file({"path": "a.py"})\n<|python_tag|>run_command(command="ls")', "run_command"),
+        ('read_file({"path": "a.py"})\n<tool_call>{"name": "run_command", "arguments": {"command": "ls"}}'
+         "</tool_call>", "read_file"),
+        ('<tool_call>{"name": "run_command", "arguments": {"command": "ls"}}</tool_call>\n'
+         'Action: read_file\nAction Input: {"path": "a.py"}', "run_command"),
+        ('Action: run_command\nAction Input: {"command": "ls"}\n\n'
+         '[{"name": "read_file", "arguments": {"path": "a.py"}}]', "run_command"),
+        ('[{"name": "run_command", "arguments": {"command": "ls"}}]\nread_file\n{"path": "a.py"}', "run_command"),
+        ('run_command\n{"command": "ls"}\nread_file(path="a.py")', "run_command"),
+        # a malformed call of a better form does not hide a well-formed one
+        ('read_file({path: a.py})\n[{"name": "run_command", "arguments": {"command": "ls"}}]', "run_command"),
+    ],
+)
+def test_only_the_best_ranked_form_runs(text: str, winner: str) -> None:
+    calls, _ = parse_tool_calls(text, TOOLS)
+    assert [c.name for c in calls] == [winner]
+    assert calls[0].arguments_error is None
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -177,6 +275,11 @@ def test_parser_accepts_every_call_format(
         '```python\nprint({"name": "x"})\nresult = json.dumps({"a": 1})\n```',
         'Use json.dumps({"a": 1}) to serialise.',
         "A list [1, 2, 3] and a link [docs](http://x).",
+        'Call print(path="a.py") or open(file="x") in Python.',  # not offered tools
+        "read_file() needs a path.",  # no arguments outside the python tag: prose
+        'read_file("a.py") takes the path first.',  # positional: nothing says which parameter
+        "Action: think harder\nAction Input: nothing",  # not an offered tool
+        "The read_file\ntool reads files.",
     ],
 )
 def test_parser_leaves_ordinary_text_alone(text: str) -> None:
@@ -338,6 +441,20 @@ def test_gate_streams_plain_text_and_completes_it_at_the_end() -> None:
 def test_gate_releases_a_false_alarm_at_the_end() -> None:
     shown, rest = _gate_run(["The result was ", '{"ok": true}', " and that is fine."])
     assert shown == rest == 'The result was {"ok": true} and that is fine.'
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        ["Reading ", 'read_file(path=', '"a.py")'],
+        ["Thought: go\n", "Action: read_file\n", 'Action Input: {"path": "a.py"}'],
+        ["Reading.\n", "read_file\n", '{"path": "a.py"}'],
+    ],
+)
+def test_gate_holds_back_the_originals_other_forms(chunks: list[str]) -> None:
+    shown, rest = _gate_run(chunks)
+    assert "a.py" not in shown and "Action Input" not in shown
+    assert shown.strip() == rest
 
 
 def test_gate_holds_back_name_call_syntax() -> None:

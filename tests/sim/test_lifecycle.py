@@ -50,7 +50,7 @@ def test_send_message_persists_first_and_returns_false_when_not_running(runtime,
     runtime.settle()
     assert [m for m in runtime.store.recent_messages(web_session.id, 10) if m[0] == "user"] == [
         ("user", "hi"), ("user", "second")]
-    assert runtime.store.get_session(web_session.id).total_turns == 1
+    assert runtime.store.get_session(web_session.id).total_turns == 2  # the opening prompt is turn 1
 
 
 def test_stop_emits_stopped_before_subscribers_are_removed(runtime, scripted, web_session):
@@ -134,24 +134,12 @@ def test_spawn_failure_sets_error_status_and_emits_spawn_error(runtime, recorder
     assert runtime.start_process(session.id, "hi") is None
     runtime.settle()
     events = recorder.of(session.id)
-    assert [(r.type, r.event.error_type) for r in events] == [("error", "spawn_error")]
+    assert [(r.type, r.event.error_type) for r in events] == [("error", "spawn_error"),
+                                                              ("session_error", "spawn_error")]
     assert "no-such-provider" in events[0].event.message
+    assert (events[1].event.severity, events[1].event.recoverable) == ("fatal", False)
+    assert events[1].event.message == events[0].event.message
     assert runtime.store.get_session(session.id).status == "error"
-
-
-def test_clean_idle_exit_after_the_idle_timeout(runtime, recorder, web_session):
-    runtime.start_process(web_session.id, "hi")
-    runtime.settle()
-    runtime.clock.advance(299)
-    assert runtime.is_running(web_session.id)
-    runtime.clock.advance(1)
-    assert not runtime.is_running(web_session.id)
-    exited = recorder.last("session_exited", web_session.id)
-    assert exited.code == 0
-    row = runtime.store.get_session(web_session.id)
-    assert (row.status, row.pid) == ("idle", None)
-    assert runtime.store.recent_messages(web_session.id, 1, roles=("system",))[0][1].startswith(
-        "Session completed after 300s")
 
 
 def test_cleanup_is_idempotent_and_memory_stats_return_to_zero(runtime, scripted, web_session):
@@ -230,6 +218,7 @@ def test_events_of_one_incarnation_form_a_well_formed_log(runtime, scripted, rec
     log = lifecycle(recorder, chat_session.id)
     assert log == [
         (0.0, "session_started"), (0.0, "assistant"), (0.0, "result"),
-        (0.0, "result"), (0.0, "error"), (0.0, "session_exited"), (0.0, "session_restarting"),
+        (0.0, "result"), (0.0, "error"), (0.0, "session_error"), (0.0, "session_exited"),
+        (0.0, "session_restarting"),
         (5.0, "session_started"), (5.0, "assistant"), (5.0, "result"),
     ]

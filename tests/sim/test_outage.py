@@ -5,6 +5,14 @@ from __future__ import annotations
 MIN = 60.0
 
 
+def _delete_row(runtime, session_id):
+    """Delete a session's row and messages as an operator's SQL (or a retention job) would."""
+    m = runtime.store.m
+    with runtime.store.transaction():
+        m.SessionMessage.delete().where(m.SessionMessage.session == session_id).execute()
+        m.Session.delete().where(m.Session.id == session_id).execute()
+
+
 def test_outage_pauses_without_counting_as_restart_and_resumes_after_5_min(runtime, scripted, recorder,
                                                                           chat_session):
     scripted.outage("connection refused")
@@ -30,38 +38,108 @@ def test_outage_pauses_without_counting_as_restart_and_resumes_after_5_min(runti
     assert runtime.session_info(chat_session.id)[chat_session.id]["restarts"] == 0
 
 
-def test_auto_resume_attempts_back_off_5_15_45_60_60_and_give_up_after_10(runtime, scripted, recorder,
-                                                                           chat_session):
-    scripted.health_results = [False]  # the API never comes back
-    scripted.outage("503 service unavailable")
+def test_pause_error_says_session_paused_and_names_the_real_next_delay(runtime, scripted, recorder,
+                                                                        chat_session):
+    scripted.outage("connection refused")
+    scripted.outage("connection refused")  # the resumed session hits it again
     runtime.start_process(chat_session.id, "hi")
     runtime.settle()
-    probe_times = []
-    last = scripted.health_probes
-    for _ in range(600):  # 5+15+45+7×60 = 485 min of probing
-        runtime.clock.advance(60)
-        if scripted.health_probes != last:
-            last = scripted.health_probes
-            probe_times.append(runtime.clock.elapsed / MIN)
-    gaps = [b - a for a, b in zip([0.0, *probe_times], probe_times, strict=False)]
-    assert gaps == [5, 15, 45, 60, 60, 60, 60, 60, 60, 60]
+    runtime.clock.advance(5 * MIN)  # resume 1 → outage again: the next wait is 15 min
+    assert [(r.at, r.event.message) for r in recorder.of(chat_session.id, "error")] == [
+        (0.0, "Session paused due to API outage — auto-resume in 5min"),
+        (5 * MIN, "Session paused due to API outage — auto-resume in 15min"),
+    ]
+    assert [r.event.attempt for r in recorder.of(chat_session.id, "session_paused")] == [1, 2]
+
+
+def test_ten_resumes_back_off_5_15_45_60_then_given_up_at_the_next_due_check(runtime, scripted, recorder,
+                                                                            chat_session):
+    for _ in range(11):
+        scripted.outage("503 service unavailable")  # every incarnation hits the outage
+    runtime.start_process(chat_session.id, "hi")
+    runtime.settle()
+    runtime.clock.advance(10 * 3600)
+    resumed = recorder.times("session_resumed", chat_session.id)
+    gaps = [b - a for a, b in zip([0.0, *resumed], resumed, strict=False)]
+    assert gaps == [5 * MIN, 15 * MIN, 45 * MIN] + [60 * MIN] * 7  # 10 resumes, 10 probes
     assert scripted.health_probes == 10
-    assert recorder.last("error", chat_session.id).error_type == "auto_resume_exhausted"
+    # the 10th resume hits the outage at once: paused again, not given up yet …
+    paused_after_tenth = recorder.of(chat_session.id, "error")[-2]
+    assert (paused_after_tenth.at, paused_after_tenth.event.error_type) == (resumed[-1], "api_outage")
+    assert paused_after_tenth.event.message == "Session paused due to API outage — auto-resume in 60min"
+    # … given up at that pause's due check, 60 min later, without another probe
+    given_up = recorder.of(chat_session.id, "error")[-1]
+    assert (given_up.at, given_up.event.error_type, given_up.event.message) == (
+        resumed[-1] + 60 * MIN, "auto_resume_exhausted", "Auto-resume abandoned after 10 attempts")
     assert runtime.store.get_session(chat_session.id).status == "error"
     assert not runtime.is_paused(chat_session.id)
     assert runtime.get_memory_stats()["timers"] <= 2  # only the housekeeping ones, if any
 
 
-def test_failed_probe_then_healthy_probe_resumes_on_the_second_attempt(runtime, scripted, recorder,
-                                                                       chat_session):
+def test_failed_probes_do_not_consume_attempts_and_are_retried_every_60_s(runtime, scripted, recorder,
+                                                                          chat_session):
+    scripted.health_results = [False] * 30 + [True]  # down for 30 more probes
+    scripted.outage()
+    scripted.outage()  # the resumed session hits the outage once more
+    runtime.start_process(chat_session.id, "hi")
+    runtime.settle()
+    probes = []
+    for _ in range(40):
+        before = scripted.health_probes
+        runtime.clock.advance(MIN if probes else 5 * MIN)
+        if scripted.health_probes != before:
+            probes.append(runtime.clock.elapsed)
+        if recorder.of(chat_session.id, "session_resumed"):
+            break
+    # first probe when due (5 min), then one a minute while the API stays down
+    assert probes == [(5 + n) * MIN for n in range(31)]
+    assert recorder.times("session_resumed", chat_session.id) == [35 * MIN]  # at the 31st probe
+    # 30 failed probes were no attempts: the second pause waits 15 min (one resume made)
+    assert runtime.is_paused(chat_session.id)
+    assert [r.event.message for r in recorder.of(chat_session.id, "error")] == [
+        "Session paused due to API outage — auto-resume in 5min",
+        "Session paused due to API outage — auto-resume in 15min",
+    ]
+
+
+def test_failed_probe_then_healthy_probe_resumes_one_check_interval_later(runtime, scripted, recorder,
+                                                                          chat_session):
     scripted.health_results = [False, True]
     scripted.outage()
     runtime.start_process(chat_session.id, "hi")
     runtime.clock.advance(5 * MIN)
+    assert runtime.is_paused(chat_session.id) and scripted.health_probes == 1
+    runtime.clock.advance(MIN - 1)
     assert runtime.is_paused(chat_session.id)
-    runtime.clock.advance(15 * MIN)
+    runtime.clock.advance(1)
     assert runtime.is_running(chat_session.id)
-    assert recorder.times("session_resumed", chat_session.id) == [20 * MIN]
+    assert recorder.times("session_resumed", chat_session.id) == [6 * MIN]
+
+
+def test_resume_session_of_a_paused_session_whose_row_was_deleted_returns_false(runtime, scripted,
+                                                                                 chat_session):
+    scripted.outage()
+    runtime.start_process(chat_session.id, "hi")
+    runtime.settle()
+    assert runtime.is_paused(chat_session.id)
+    _delete_row(runtime, chat_session.id)
+    assert runtime.resume_session(chat_session.id) is False
+    assert not runtime.is_paused(chat_session.id)
+    assert runtime.get_paused_session_ids() == []
+    runtime.clock.advance(10 * MIN)
+    assert scripted.health_probes == 0  # the auto-resume went with the paused record
+    assert runtime.get_memory_stats()["paused_sessions"] == 0
+
+
+def test_auto_resume_of_a_paused_session_whose_row_was_deleted_drops_it(runtime, scripted, chat_session):
+    scripted.outage()
+    runtime.start_process(chat_session.id, "hi")
+    runtime.settle()
+    _delete_row(runtime, chat_session.id)
+    runtime.clock.advance(5 * MIN)
+    assert not runtime.is_paused(chat_session.id) and not runtime.is_running(chat_session.id)
+    assert scripted.health_probes == 0
+    assert runtime.get_memory_stats()["paused_sessions"] == 0
 
 
 def test_backoff_continues_across_repeated_outages_until_a_successful_turn(runtime, scripted, recorder,

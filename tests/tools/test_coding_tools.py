@@ -186,8 +186,8 @@ def test_read_file_binary_and_empty(ctx, project):
 def test_read_file_output_is_middle_truncated(ctx, project):
     (project / "big.txt").write_text("".join(f"line {i}\n" for i in range(5000)))
     result = call("read_file", ctx, path="big.txt")
-    assert len(result.output) < 8200
-    assert "chars omitted" in result.output
+    assert len(result.output) < 8000
+    assert "characters truncated] ..." in result.output
     assert result.output.startswith("1\tline 0")
     assert result.output.endswith("5000\tline 4999")
     assert result.full_output is not None and "2500\tline 2499" in result.full_output
@@ -403,7 +403,8 @@ def test_run_command_runs_in_the_project_with_exactly_the_given_env(project, tim
 
 def test_run_command_output_is_middle_truncated(ctx):
     result = call("run_command", ctx, command="head -c 20000 /dev/zero | tr '\\0' a")
-    assert len(result.output) < 8200 and "chars omitted" in result.output
+    # the original's marker and arithmetic: ⌊8000/2⌋ − 30 characters from each end
+    assert result.output == "a" * 3970 + "\n\n... [12060 characters truncated] ...\n\n" + "a" * 3970
     assert result.full_output == "a" * 20000
 
 
@@ -481,8 +482,9 @@ def test_run_command_missing_command(ctx):
 
 def test_truncate_middle():
     assert truncate_middle("short", 10) == "short"
-    cut = truncate_middle("a" * 50 + "b" * 50, 20)
-    assert cut.startswith("a" * 10) and cut.endswith("b" * 10) and "[80 chars omitted" in cut
+    cut = truncate_middle("a" * 50 + "b" * 50, 20)  # small limits keep a quarter for the marker
+    assert cut == "a" * 5 + "\n\n... [90 characters truncated] ...\n\n" + "b" * 5
+    assert truncate_middle("a" * 9000, 8000) == "a" * 3970 + "\n\n... [1060 characters truncated] ...\n\n" + "a" * 3970
 
 
 @pytest.mark.parametrize(
@@ -498,7 +500,10 @@ def test_truncate_middle():
         ("Write", {"file_path": "b.py"}, "Write file: b.py"),
         ("WebFetch", {"url": "https://x"}, "Fetch URL: https://x"),
         ("WebSearch", {"query": "q"}, "Web search: q"),
-        ("corvid_send_message", {"to_agent": "a"}, "Use tool: corvid_send_message"),
+        # issue 14: a delegation's approval names the recipient and shows the message
+        ("corvid_send_message", {"to_agent": "a"}, "Message agent a: (no message)"),
+        ("corvid_send_message", {"to_agent": "Bob", "message": "x" * 1001},
+         "Message agent Bob: " + "x" * 1000 + "… (1001 characters)"),
     ],
 )
 def test_describe_tool_call(name, args, expected):

@@ -215,7 +215,7 @@ def test_results_render_every_content_kind_and_are_cut_in_the_middle():
     structured = mcp_types.CallToolResult(content=[], structured_content={"n": 1})
     assert render_result(structured, 1000).output == '{"n": 1}'
     big = render_result(mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text="x" * 500)]), 100)
-    assert len(big.output) < 200 and "omitted" in big.output and big.full_output == "x" * 500
+    assert len(big.output) < 200 and "characters truncated" in big.output and big.full_output == "x" * 500
 
 
 @pytest.mark.parametrize(("row", "why"), [

@@ -1,0 +1,107 @@
+"""Multimodal user content: a message given as content blocks instead of a string.
+
+A user message (``send_message``, ``start_process``, ``resume_process``) is either a
+string or a sequence of content blocks in the Anthropic Messages API's shape, the shape
+the original's sessions accept::
+
+    [{"type": "text", "text": "What is in this picture?"},
+     {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBOR…"}}]
+
+Image sources are ``base64`` (``media_type`` one of :data:`IMAGE_MEDIA_TYPES`) or ``url``.
+Blocks are checked once, where they enter the runtime (:func:`content_blocks`); the store
+keeps them as given; providers that take images send them (Anthropic: the blocks as they
+are; Ollama: base64 images in the message's ``images`` field when the model has the
+``vision`` capability) and every other provider gets the text parts
+(:func:`text_parts`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+from corvid_actors.errors import InvalidContentError
+
+#: a user message: a string, or content blocks (text and image)
+UserContent = str | Sequence[Mapping[str, Any]]
+
+#: image media types the Messages API accepts for base64 sources
+IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+
+#: what an image becomes in the stored text of a message (history, resume prompts, views)
+IMAGE_PLACEHOLDER = "[image attachment]"
+
+
+def content_blocks(content: UserContent) -> tuple[dict[str, Any], ...]:
+    """The checked, copied blocks of ``content`` (``()`` for a plain string).
+
+    Raises :class:`InvalidContentError` naming the first bad block.
+    """
+    if isinstance(content, str):
+        return ()
+    if isinstance(content, bytes | bytearray) or not isinstance(content, Sequence):
+        raise InvalidContentError(
+            f"message content must be a string or a list of content blocks, not {type(content).__name__}")
+    if not content:
+        raise InvalidContentError("message content is an empty list of blocks: give at least one block")
+    blocks: list[dict[str, Any]] = []
+    for index, block in enumerate(content):
+        _check_block(index, block)
+        blocks.append(copy.deepcopy(dict(cast(Mapping[str, Any], block))))
+    return tuple(blocks)
+
+
+def _check_block(index: int, block: Any) -> None:
+    where = f"content block {index}"
+    if not isinstance(block, Mapping):
+        raise InvalidContentError(f"{where} must be an object with a 'type', not {type(block).__name__}")
+    kind = block.get("type")
+    if kind == "text":
+        if not isinstance(block.get("text"), str):
+            raise InvalidContentError(f"{where} (text) needs a string 'text'")
+        return
+    if kind != "image":
+        raise InvalidContentError(f"{where} has type {kind!r}: only 'text' and 'image' blocks are accepted")
+    source = block.get("source")
+    if not isinstance(source, Mapping):
+        raise InvalidContentError(f"{where} (image) needs a 'source' object")
+    if source.get("type") == "base64":
+        if source.get("media_type") not in IMAGE_MEDIA_TYPES:
+            allowed = ", ".join(sorted(IMAGE_MEDIA_TYPES))
+            raise InvalidContentError(f"{where} (image) has media_type {source.get('media_type')!r}; use one of "
+                                      f"{allowed}")
+        data = source.get("data")
+        if not isinstance(data, str) or not data:
+            raise InvalidContentError(f"{where} (image) needs base64 'data'")
+        try:
+            base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidContentError(f"{where} (image) has 'data' that is not valid base64") from None
+    elif source.get("type") == "url":
+        if not isinstance(source.get("url"), str) or not source.get("url"):
+            raise InvalidContentError(f"{where} (image) needs a 'url'")
+    else:
+        raise InvalidContentError(f"{where} (image) has source type {source.get('type')!r}: use 'base64' or 'url'")
+
+
+def text_parts(blocks: Sequence[Mapping[str, Any]]) -> str:
+    """The text blocks joined by newlines: what a text-only provider is given."""
+    return "\n".join(str(b["text"]) for b in blocks if b.get("type") == "text")
+
+
+def stored_text(blocks: Sequence[Mapping[str, Any]]) -> str:
+    """The text kept in ``session_messages.content`` for blocks: their text, each image
+    as :data:`IMAGE_PLACEHOLDER` in its place (history and views say an image was sent)."""
+    return "\n".join(str(b["text"]) if b.get("type") == "text" else IMAGE_PLACEHOLDER for b in blocks)
+
+
+def image_blocks(blocks: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The image blocks, in order."""
+    return [b for b in blocks if b.get("type") == "image"]
+
+
+__all__ = ["IMAGE_MEDIA_TYPES", "IMAGE_PLACEHOLDER", "UserContent", "content_blocks", "image_blocks",
+           "stored_text", "text_parts"]

@@ -1,0 +1,85 @@
+"""The README's "Testing your agents" examples, verbatim: CI runs exactly what the README shows.
+
+``test_the_readme_shows_these_examples`` fails when the README and this file drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from corvid_actors.testing import EventRecorder, Turn, sim_runtime, stub_provider
+
+
+def test_a_chat_session_restarts_after_5_then_15_seconds(runtime, scripted, recorder):
+    session = runtime.create_session(source="chat", participant="alice")
+    scripted.for_session(session.id,
+                         Turn.crash("model server fell over"),      # exit 1 at t=0
+                         Turn.crash("still down", latency_s=2),     # exit 1 at t=5+2
+                         Turn.reply("I'm back.", deltas=3))         # answers at t=7+15
+    runtime.start_process(session.id, "hello")
+    runtime.clock.advance(60)                  # fires due timers in order, settling after each
+    recorder.assert_first_at("session_started", 5.0, session.id, after=0.0)
+    recorder.assert_first_at("session_started", 22.0, session.id, after=5.0)
+    assert [r.event.delay_s for r in recorder.of(session.id, "session_restarting")] == [5.0, 15.0]
+    assert recorder.last("assistant", session.id).content == "I'm back."
+    assert [m.role for m in runtime.store.messages(session.id)] == [
+        "user", "system", "system", "assistant"]  # the prompt, two exit notes, the answer
+
+
+def test_the_user_allows_a_read_and_denies_a_write(sim_clock, ollama_stub, tmp_path):
+    (tmp_path / "notes.txt").write_text("the secret word is corvid\n")
+    ollama_stub.add_tool_calls([("read_file", {"path": "notes.txt"})])
+    ollama_stub.add_tool_calls([("write_file", {"path": "notes.txt", "content": "gone"})])
+    ollama_stub.add_reply("The word is corvid.")
+    with sim_runtime(sim_clock, stub_provider(ollama_stub), workspace_dir=tmp_path) as runtime:
+        recorder = EventRecorder.attach(runtime)
+        agent = runtime.store.create_agent("reader", provider="ollama", model="llama3.1:8b",
+                                           permission_mode="default")  # every tool asks
+        session = runtime.create_session(agent_id=agent.id, source="web")
+        runtime.start_process(session.id, "what is the secret word?")
+        runtime.settle()
+        [read] = runtime.list_approvals(session.id)
+        runtime.resolve_approval(read["id"], "allow")
+        runtime.settle()
+        [write] = runtime.list_approvals(session.id)
+        runtime.resolve_approval(write["id"], "deny")
+        runtime.settle()
+        assert (read["tool_name"], write["tool_name"]) == ("read_file", "write_file")
+        assert recorder.last("assistant", session.id).content == "The word is corvid."
+        assert (tmp_path / "notes.txt").read_text() == "the secret word is corvid\n"
+        assert runtime.approval_mode() == "normal"
+
+
+def test_each_session_follows_its_own_script(runtime, scripted, recorder):
+    alice, bob = (runtime.create_session(source="chat", participant=p) for p in ("alice", "bob"))
+    scripted.for_session(alice.id, Turn.reply("slow hello", latency_s=30), Turn.clean_exit())
+    scripted.for_session(bob.id, Turn.start_failure("model not loaded"), "hi bob")
+    runtime.start_process(alice.id, "hello")
+    assert runtime.start_process(bob.id, "hello") is None     # spawn_error
+    assert runtime.start_process(bob.id, "hello again") is not None
+    runtime.clock.advance(30)
+    runtime.send_message(alice.id, "bye")                      # the clean exit: code 0
+    runtime.settle()
+    assert recorder.last("error", bob.id).error_type == "spawn_error"
+    assert recorder.last("assistant", bob.id).content == "hi bob"
+    assert recorder.last("session_exited", alice.id).code == 0
+    assert [r.session_id for r in scripted.requests_for(alice.id)] == [alice.id, alice.id]
+    assert scripted.remaining(alice.id) == scripted.remaining(bob.id) == 0
+
+
+def test_the_readme_shows_these_examples():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Testing your agents"):]
+    section = section[:section.index("\n## ", 1)]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    # the tests; the example outside pytest runs as a script in tests/e2e/test_readme_snippets.py
+    blocks = [block for block in blocks if "def test_" in block]
+    assert len(blocks) == 3
+    source = Path(__file__).read_text(encoding="utf-8")
+    for block in blocks:
+        # the imports are merged at the top of this file; the rest is copied verbatim
+        body = [line for line in block.splitlines() if not line.startswith(("from ", "import "))]
+        for line in body:
+            assert line in source.splitlines() or not line.strip(), f"README line not in this file: {line!r}"
+        assert "\n".join(body).strip() in source, "a README example differs from its copy here"
