@@ -86,7 +86,10 @@ class Timers(TrackedActor):
                 for key in self._timers:
                     kind = str(key[1]) if isinstance(key, tuple) and len(key) > 1 else "other"
                     kinds[kind] = kinds.get(kind, 0) + 1
-                return {"timers": len(self._timers), "by_kind": kinds}
+                # the clock's heap, cancelled handles not yet released included (issue 21)
+                held = getattr(self._clock, "held", None)
+                return {"timers": len(self._timers), "by_kind": kinds,
+                        "clock_handles": held() if callable(held) else None}
         return None
 
     def _cancel(self, key: Hashable) -> None:
