@@ -54,7 +54,7 @@ def _serve() -> None:
         return None
 
     models = {BENCH_MODEL: StubModel("1.0B", 32768, "llama")}
-    stub = OllamaStubServer(models, responder=responder).start()
+    stub = OllamaStubServer(models, responder=responder, keep_requests=0).start()  # records nothing: it serves for hours
     server = stub._server  # the stub has no handler hook: swap the class, widen the backlog
     assert server is not None
     server.RequestHandlerClass = StampingHandler

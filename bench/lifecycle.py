@@ -1,4 +1,4 @@
-"""Benchmark 8 — lifecycle: a daemon's start-up and shutdown with N sessions, before/after.
+"""Benchmark 9 — lifecycle: a daemon's start-up and shutdown with N sessions, before/after.
 
 Start-up is what a daemon restart does: N sessions left ``running`` by a dead process
 (each with a short conversation) are reset and marked at ``Runtime(...)``, then

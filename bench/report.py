@@ -115,6 +115,34 @@ def _sandbox(r: dict[str, Any]) -> list[str]:
         + f"{r['floor']['bare']} ms bare, {r['floor']['bwrap_minimal']} ms under `bwrap --ro-bind / /`.", ""]
 
 
+#: model servers of the soak benchmark, as the table names them
+_SOAK_SERVERS = {"ollama": "stub Ollama in another process", "stub": "daemon's built-in stub (`--provider stub`)"}
+
+
+def _soak(r: dict[str, Any]) -> list[str]:
+    rows = [[_SOAK_SERVERS.get(x["provider"], x["provider"]), f"{x['sessions']:,}", x["live"], f"{x['warm_up']:,}",
+             f"{x['elapsed_s']:,} s ({x['sessions_per_s']}/s)", f"{x['rss_mib_start']} → {x['rss_mib_end']}",
+             f"**{x['rss_mib_per_1000']}**", f"{x['threads_min_max']} ({x['threads_per_1000']:+})",
+             f"{x['fds_min_max']} ({x['fds_per_1000']:+})", x["db_mib_per_1000"],
+             f"{x['late_replies']} / {x['error_count']}"] for x in r["runs"]]
+    out = ["A `corvid-actors serve` subprocess churned through its admin socket: each lane starts a session, "
+           "waits for the reply, sends two more messages (waiting for each reply) and stops it. Slopes are "
+           "least-squares fits over the samples after the warm-up.", "",
+           *_table(["model server", "sessions", "live", "warm-up", "time", "RSS MiB after warm-up → end",
+                    "RSS MiB / 1,000 sessions", "threads min–max (/1,000)", "fds min–max (/1,000)",
+                    "database MiB / 1,000", "late replies / errors"], rows)]
+    for x in r["runs"]:
+        step = max(1, len(x["samples"]) // 10)
+        picked = x["samples"][::step] + ([x["samples"][-1]] if (len(x["samples"]) - 1) % step else [])
+        out += [f"Samples, {_SOAK_SERVERS.get(x['provider'], x['provider'])}:", "",
+                *_table(["sessions", "s", "RSS MiB", "threads", "fds", "database MiB", "timers / clock handles",
+                         "bus sessions", "admin recent"],
+                        [[f"{s['sessions']:,}", s["t_s"], s["rss_mib"], s["threads"], s["fds"], s["db_mib"],
+                          f"{s['timers']} / {s['clock_handles']}", s["bus_sessions"], s["admin_recent"]]
+                         for s in picked])]
+    return out
+
+
 def _lifecycle(r: dict[str, Any]) -> list[str]:
     keys = [("startup_s", "start-up s (reset + resume, until idle)"), ("startup_ms_per_session", "start-up ms/session"),
             ("shutdown_s", "shutdown s"), ("shutdown_ms_per_session", "shutdown ms/session"),
@@ -142,7 +170,8 @@ SECTIONS = {
     "simtime": ("5. Simulated time", _simtime),
     "persistence": ("6. Persistence", _persistence),
     "sandbox": ("7. Sandbox cost", _sandbox),
-    "lifecycle": ("8. Start-up and shutdown", _lifecycle),
+    "soak": ("8. Soak", _soak),
+    "lifecycle": ("9. Start-up and shutdown", _lifecycle),
 }
 
 
@@ -177,6 +206,10 @@ def _headline(name: str, r: dict[str, Any]) -> str:
         return (f"{s['per_append']['messages_per_s']:,} → {s['group_commit']['messages_per_s']:,} msg/s "
                 f"(turn-sized appends: {s['group_commit_turns']['messages_per_s']:,}); "
                 + ("none lost, no errors" if r["all_durable_no_errors"] else "**LOST OR FAILED WRITES**"))
+    if name == "soak":
+        return "; ".join(f"{x['provider']}: RSS {x['rss_mib_per_1000']} MiB per 1,000 sessions over "
+                         f"{x['sessions']:,} (after {x['warm_up']:,}), threads {x['threads_min_max']}, "
+                         f"fds {x['fds_min_max']}" for x in r["runs"])
     if name == "lifecycle":
         return "; ".join(
             f"{lv['sessions']:,}: start-up " + " → ".join(f"{lv[s].get('startup_s', '?')} s" for s in ("before", "after")

@@ -14,8 +14,9 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loguru import logger
 
@@ -47,22 +48,128 @@ def iso_after(clock: Clock, delay_s: float) -> str:
     return iso_utc(clock.now() + timedelta(seconds=delay_s))
 
 
-class TimerHandle:
-    """A scheduled callback. ``cancel()`` is idempotent and thread-safe."""
+def _cancelled_callback() -> None:
+    """What a cancelled handle holds instead of its callback (the closure is released)."""
 
-    __slots__ = ("due", "fn", "cancelled", "seq")
+
+class TimerHandle:
+    """A scheduled callback. ``cancel()`` is idempotent and thread-safe.
+
+    Cancelling drops the callback at once (and with it whatever the closure holds) and
+    tells the :class:`TimerHeap` holding the handle, which frees its slot soon (see there).
+    """
+
+    __slots__ = ("due", "fn", "cancelled", "seq", "_heap")
 
     def __init__(self, due: float, seq: int, fn: Callable[[], None]) -> None:
         self.due = due
         self.seq = seq
         self.fn = fn
         self.cancelled = False
+        self._heap: TimerHeap | None = None
 
     def cancel(self) -> None:
-        self.cancelled = True
+        heap = self._heap
+        if heap is not None:
+            heap._cancel(self)  # under the heap's lock, so its count stays exact
+        else:  # fired already, or never scheduled
+            self.cancelled = True
+            self.fn = _cancelled_callback
 
     def __lt__(self, other: TimerHandle) -> bool:
         return (self.due, self.seq) < (other.due, other.seq)
+
+
+#: below this many scheduled handles a heap is never compacted (asyncio's
+#: ``_MIN_SCHEDULED_TIMER_HANDLES``): rebuilding a small heap buys nothing
+MIN_COMPACT_SIZE = 100
+#: compact when more than this fraction of the scheduled handles are cancelled (asyncio: ½)
+COMPACT_CANCELLED_FRACTION = 0.5
+
+
+class TimerHeap:
+    """The timers of one clock in due order, releasing cancelled ones promptly.
+
+    A plain heap with lazy cancellation would hold every cancelled handle until its due
+    time — with 30-minute session timeouts under churn that looks like a leak
+    (FIELD-NOTES). As asyncio does, the heap counts its cancelled handles and rebuilds
+    itself without them when they are more than half of it (and it holds more than
+    :data:`MIN_COMPACT_SIZE`): amortised O(1) per cancel, and at most about twice the
+    live timers (or the minimum) are ever held. Cancelled handles that reach the top
+    are dropped as they surface.
+
+    Not locked itself: every method runs under the owning clock's ``lock`` (a re-entrant
+    lock), which a cancel from another thread takes.
+    """
+
+    def __init__(self, lock: AbstractContextManager[Any]) -> None:
+        self._lock = lock
+        self._heap: list[TimerHandle] = []
+        self._cancelled = 0
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        """Handles held, cancelled ones not yet released included."""
+        return len(self._heap)
+
+    @property
+    def live(self) -> int:
+        """Handles scheduled and not cancelled."""
+        return len(self._heap) - self._cancelled
+
+    def push(self, due: float, fn: Callable[[], None]) -> TimerHandle:
+        handle = TimerHandle(due, next(self._seq), fn)
+        handle._heap = self
+        heapq.heappush(self._heap, handle)
+        return handle
+
+    def peek(self) -> TimerHandle | None:
+        """The next live handle (cancelled ones on top are dropped), or None."""
+        heap = self._heap
+        while heap and heap[0].cancelled:
+            heapq.heappop(heap)._heap = None
+            self._cancelled -= 1
+        return heap[0] if heap else None
+
+    def pop(self) -> tuple[TimerHandle, Callable[[], None]]:
+        """Remove the next live handle (``peek()`` first) and return it with its callback."""
+        handle = heapq.heappop(self._heap)
+        handle._heap = None
+        self._maybe_compact()  # firing live timers raises the cancelled share too
+        return handle, handle.fn
+
+    def clear(self) -> None:
+        for handle in self._heap:
+            handle._heap = None
+        self._heap.clear()
+        self._cancelled = 0
+
+    def _cancel(self, handle: TimerHandle) -> None:
+        with self._lock:
+            if handle.cancelled:
+                return
+            handle.cancelled = True
+            handle.fn = _cancelled_callback
+            if handle._heap is not self:  # popped to fire meanwhile: nothing held
+                return
+            self._cancelled += 1
+            self._maybe_compact()
+
+    def _maybe_compact(self) -> None:
+        size = len(self._heap)
+        if size > MIN_COMPACT_SIZE and self._cancelled > size * COMPACT_CANCELLED_FRACTION:
+            self._compact()
+
+    def _compact(self) -> None:
+        kept = []
+        for handle in self._heap:
+            if handle.cancelled:
+                handle._heap = None
+            else:
+                kept.append(handle)
+        heapq.heapify(kept)
+        self._heap = kept
+        self._cancelled = 0
 
 
 class Clock(Protocol):
@@ -97,7 +204,7 @@ class Clock(Protocol):
 
 
 class RealClock:
-    """Wall-clock time with one timer thread over a heap of :class:`TimerHandle`."""
+    """Wall-clock time with one timer thread over a :class:`TimerHeap`."""
 
     # Kept as a class attribute: freezegun rewrites module-level references to time
     # functions but not class attributes, so the real clock stays real even while a
@@ -105,9 +212,8 @@ class RealClock:
     _mono = staticmethod(time.monotonic)
 
     def __init__(self) -> None:
-        self._heap: list[TimerHandle] = []
         self._cond = threading.Condition()
-        self._seq = itertools.count()
+        self._heap = TimerHeap(self._cond)
         self._thread: threading.Thread | None = None
         self._stopping = False
 
@@ -138,10 +244,10 @@ class RealClock:
             thread.join()
 
     def call_later(self, delay_s: float, fn: Callable[[], None]) -> TimerHandle:
-        handle = TimerHandle(self._mono() + max(0.0, delay_s), next(self._seq), fn)
+        due = self._mono() + max(0.0, delay_s)
         with self._cond:
-            heapq.heappush(self._heap, handle)
-            if self._heap[0] is handle:
+            handle = self._heap.push(due, fn)
+            if self._heap.peek() is handle:
                 self._cond.notify()
         if self._thread is None:
             self.start()
@@ -157,27 +263,32 @@ class RealClock:
         return not (cancel is not None and cancel.cancelled)
 
     def pending(self) -> int:
+        """Timers scheduled and not cancelled."""
         with self._cond:
-            return sum(1 for h in self._heap if not h.cancelled)
+            return self._heap.live
+
+    def held(self) -> int:
+        """Timer handles in memory, cancelled ones not yet released included."""
+        with self._cond:
+            return len(self._heap)
 
     def _run(self) -> None:
         while True:
             with self._cond:
                 while not self._stopping:
-                    while self._heap and self._heap[0].cancelled:
-                        heapq.heappop(self._heap)
-                    if not self._heap:
+                    head = self._heap.peek()
+                    if head is None:
                         self._cond.wait()
                         continue
-                    delay = self._heap[0].due - self._mono()
+                    delay = head.due - self._mono()
                     if delay <= 0:
                         break
                     self._cond.wait(delay)
                 if self._stopping:
                     return
-                handle = heapq.heappop(self._heap)
+                _handle, fn = self._heap.pop()
             try:
-                handle.fn()
+                fn()
             except Exception:  # noqa: BLE001 - a failing callback must not kill the clock
                 logger.exception("timer callback failed")
 

@@ -251,6 +251,9 @@ class StoreConfig:
     url: str = ""
     data_dir: str = "~/.local/share/corvid-actors"
     sqlite_busy_timeout_ms: int = field(default=30000, metadata=NON_NEGATIVE)
+    #: while the database is unreachable: first and longest wait between reconnect attempts
+    reconnect_backoff_initial_s: float = field(default=0.5, metadata=POSITIVE)
+    reconnect_backoff_max_s: float = field(default=5.0, metadata=POSITIVE)
 
     def resolved_url(self) -> str:
         if self.url:

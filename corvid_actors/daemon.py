@@ -13,6 +13,11 @@ stopped with reason ``server_shutdown`` and marked for resume, pending approvals
 denied, the store is flushed and closed; exit 0 within ``daemon.shutdown_timeout_s`` or
 exit 1 when that bound passes. A second SIGINT exits at once (130).
 
+A core actor that dies (the runtime's root policy, :mod:`corvid_actors.runtime`) shuts the
+runtime down the same way (sessions marked for resume) and the daemon exits
+:data:`EXIT_CORE_FAILURE` (70), so a process supervisor (systemd ``Restart=on-failure``)
+starts it again and the sessions resume: never a daemon that is up but dead inside.
+
 Signals reach the main thread through a self-pipe: handlers only write a byte, and the
 main thread blocks reading it — no polling, no sleeping.
 """
@@ -103,6 +108,11 @@ def socket_path_of(config: Config) -> Path:
 
 # --- the daemon ----------------------------------------------------------------------------
 
+#: exit code after a core actor died and the runtime shut itself down (EX_SOFTWARE)
+EXIT_CORE_FAILURE = 70
+#: Wakeup byte: the runtime failed (posted by its fatal listener)
+_FATAL = b"f"
+
 
 class Daemon:
     """One run of ``serve``; :meth:`run` returns the exit code."""
@@ -120,6 +130,7 @@ class Daemon:
         self.server: Any = None
         self.models: Any = None
         self._shutdown_reason = "signal"
+        self._exit_code = 0
         self.about: dict[str, Any] = {}
 
     def run(self) -> int:
@@ -180,6 +191,8 @@ class Daemon:
             request_shutdown=self._request_shutdown,
         ))
         self.admin.ask(Ready())  # subscribed to the bus before any session is resumed
+        runtime.watch(self.admin, "admin")
+        runtime.add_fatal_listener(lambda failure: self.wake.post(_FATAL))
         self._resume_marked()
 
     def _resume_marked(self) -> None:
@@ -229,6 +242,12 @@ class Daemon:
         stopping = False
         while True:
             code = self.wake.read()
+            if code == _FATAL:
+                logger.critical("the runtime failed ({}): exiting {} for the process supervisor to restart us",
+                                self.runtime.failure, EXIT_CORE_FAILURE)
+                self._exit_code = EXIT_CORE_FAILURE
+                self._shutdown_reason = "core_actor_failed"
+                code = Wakeup.ADMIN
             if code in (Wakeup.SIGINT, Wakeup.SIGTERM, Wakeup.ADMIN):
                 if stopping:
                     if code == Wakeup.SIGINT:
@@ -242,8 +261,11 @@ class Daemon:
                 io_clock().call_later(self.settings.shutdown_timeout_s, lambda: self.wake.post(Wakeup.OVERDUE))
                 threading.Thread(target=self._graceful, name="daemon-shutdown", daemon=True).start()
             elif code == Wakeup.DONE:
-                logger.info("daemon stopped cleanly")
-                return 0
+                if self._exit_code:
+                    logger.error("daemon stopped after a failure (exit {})", self._exit_code)
+                else:
+                    logger.info("daemon stopped cleanly")
+                return self._exit_code
             elif code == Wakeup.OVERDUE:
                 logger.error("shutdown took longer than daemon.shutdown_timeout_s = {} s: exiting anyway",
                              self.settings.shutdown_timeout_s)
@@ -263,6 +285,8 @@ class Daemon:
             self.wake.post(Wakeup.DONE)
 
     def _close_quietly(self) -> None:
+        if self.runtime is not None:
+            self.runtime.tracker.stopping = True  # actors stopped from here on are no failure
         for step in (lambda: self.server.close("daemon stopped"),
                      lambda: self.admin is not None and self.admin.stop(),
                      lambda: self.runtime is not None and self.runtime.shutdown("server_shutdown"),

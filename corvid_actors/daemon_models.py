@@ -35,6 +35,10 @@ STUB_BANNER = """\
   or set ANTHROPIC_API_KEY; then start again.
 ==============================================================================""".rstrip()
 
+#: requests the daemon's built-in stub keeps for inspection: a bounded ring, because a
+#: daemon serves requests for months (tests build their own stub, which keeps every one)
+STUB_KEPT_REQUESTS = 100
+
 
 @dataclass
 class ModelServer:
@@ -45,6 +49,8 @@ class ModelServer:
     description: str
     stub_url: str | None = None
     _close: Callable[[], None] = field(default=lambda: None, repr=False)
+    #: the built-in stub server object when the stub serves (for inspection), else None
+    stub: Any = field(default=None, repr=False)
 
     def close(self) -> None:
         self._close()
@@ -102,12 +108,13 @@ def start_stub(config: Config, stub_script: str | None = None) -> ModelServer:
     def answer(body: dict[str, Any]) -> Any:
         return Turn(text=d.stub_reply, chunks=d.stub_chunks, delay_s=d.stub_chunk_delay_s)
 
-    stub = OllamaStubServer(responder=answer).start()
+    stub = OllamaStubServer(responder=answer, keep_requests=STUB_KEPT_REQUESTS).start()
     for turn in turns:
         stub.add_turn(turn)
     stub_config = config.replace(providers={"ollama_host": stub.url, "anthropic_api_key": "",
                                             "default_provider": ""})
-    return ModelServer(stub_config, _real_providers(stub_config), f"STUB Ollama at {stub.url}", stub.url, stub.stop)
+    return ModelServer(stub_config, _real_providers(stub_config), f"STUB Ollama at {stub.url}", stub.url, stub.stop,
+                       stub)
 
 
 def _real_providers(config: Config) -> dict[str, Any]:

@@ -1,4 +1,25 @@
-"""The runtime's error types. Messages say what was wrong and what to do about it."""
+"""The runtime's error types. Messages say what was wrong and what to do about it.
+
+Every error corvid-actors raises on purpose is a :class:`CorvidError`; catching it catches
+all of them, and nothing else (bugs stay loud). The tree, in one place:
+
+- :class:`CorvidError`
+  - :class:`ConfigError` — a configuration value is missing or invalid.
+  - :class:`StoreError` — the database could not be opened, migrated, read or written.
+    - :class:`StoreUnavailableError` — the database cannot be reached at all (PostgreSQL
+      down or restarting, the SQLite file deleted or made read-only). Nothing was
+      written; sends raise it and are not acknowledged. ``admin health`` says
+      ``degraded`` with the same reason until the store is back.
+  - :class:`NotFoundError` — a session, agent or project does not exist.
+  - :class:`RuntimeStoppedError` — the runtime is shut down (or failed: a core actor died).
+  - :class:`SettleTimeout` — ``Runtime.settle(timeout_s=…)`` gave up.
+  - :class:`InvalidContentError` (also a ``ValueError``) — bad message content.
+  - :class:`CreditAmountError` (also a ``ValueError``) — a credit amount out of range.
+  - ``ProviderError`` (:mod:`corvid_actors.providers.base`) — a classified failure of a
+    model provider (outage, rate limit, bad request …); its ``kind`` says which.
+  - ``AdminError`` (:mod:`corvid_actors.admin_protocol`) — an admin request refused,
+    with its error code.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +34,12 @@ class ConfigError(CorvidError):
 
 class StoreError(CorvidError):
     """The database could not be opened, migrated or written."""
+
+
+class StoreUnavailableError(StoreError):
+    """The database cannot be reached (connection lost, server down, SQLite file gone or
+    read-only). The message starts with ``store unavailable:`` and says why; the operation
+    was not performed (or, for a commit cut off midway, may not have been: the message says so)."""
 
 
 class NotFoundError(CorvidError):

@@ -8,23 +8,35 @@ EventBus thread — hand work to another thread or use ``tell``-style methods th
     session = runtime.create_session(agent_id=agent.id, source="chat")
     runtime.start_process(session.id, "hello")
     runtime.settle()
+
+Root policy (issue 16): the core actors (supervisor, slot pool, approval broker, credit
+bank, event bus, timers, store watch — and whatever a host adds with :meth:`Runtime.watch`,
+e.g. the daemon's admin actor) survive a bad message each (``actors/base.py``). If one
+dies anyway — a bug, or someone stopped its ref — the runtime does not go on half alive:
+it logs the failure, shuts down cleanly (sessions stopped and marked for resume, the same
+rows the next start-up resumes: the state is rebuilt from the store by a restart), and
+tells its ``on_fatal`` listeners, so the daemon exits non-zero for its process supervisor
+to restart it. Every later call raises ``RuntimeStoppedError`` naming the failure.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pykka
+from loguru import logger
 
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
-from corvid_actors.actors.base import ActivityTracker
+from corvid_actors.actors.base import ActivityTracker, tell
 from corvid_actors.actors.events import (
     BusStats,
     EventBus,
     EventCallback,
+    Publish,
     Subscribe,
     SubscribeAll,
     Unsubscribe,
@@ -32,11 +44,13 @@ from corvid_actors.actors.events import (
 )
 from corvid_actors.actors.slots import SlotPool, SlotStats
 from corvid_actors.actors.timers import Timers, TimerStats
+from corvid_actors.actors.watchdog import StoreWatch
 from corvid_actors.clock import Clock, RealClock
 from corvid_actors.config import Config, load_config
 from corvid_actors.content import UserContent, content_blocks
 from corvid_actors.db.store import Store
-from corvid_actors.errors import RuntimeStoppedError
+from corvid_actors.errors import RuntimeStoppedError, StoreError
+from corvid_actors.events import ErrorEvent, SessionError
 from corvid_actors.providers.base import Provider
 from corvid_actors.tools.base import PermissionCheck, ToolRegistry
 from corvid_actors.wiring import (
@@ -124,8 +138,10 @@ class Runtime:
         self.clock: Clock = clock or RealClock()
         self.tracker = ActivityTracker()
         self._owns_store = store is None
-        self.store = store or Store(store_url or self.config.store.resolved_url(),
-                                    busy_timeout_ms=self.config.store.sqlite_busy_timeout_ms)
+        sc = self.config.store
+        self.store = store or Store(store_url or sc.resolved_url(), busy_timeout_ms=sc.sqlite_busy_timeout_ms,
+                                    reconnect_backoff_s=(sc.reconnect_backoff_initial_s, sc.reconnect_backoff_max_s),
+                                    monotonic=self.clock.monotonic)
         if callable(providers) and not isinstance(providers, Mapping):
             providers = providers(self.config)
         self.providers = dict(providers) if providers is not None else default_providers(self.config)
@@ -148,7 +164,16 @@ class Runtime:
         self.clock.attach(self.tracker, self.settle)
         self.clock.start()
         t = self.tracker
+        #: why the runtime failed (a core actor died), or None; see the module docstring
+        self.failure: str | None = None
+        self._fatal_listeners: list[Callable[[str], None]] = []
+        self._core: dict[str, str] = {}
+        self._fail_lock = threading.Lock()
+        t.on_actor_exit = self._actor_exited
+        t.on_message_error = self._message_failed
         self.timers = Timers.start(t, self.clock)
+        self.store_watch = StoreWatch.start(t, store=self.store, timers=self.timers,
+                                            backoff_s=(sc.reconnect_backoff_initial_s, sc.reconnect_backoff_max_s))
         self.bus = EventBus.start(t)
         self.slot_pool = SlotPool.start(t, capacity=self.config.slots.max_parallel,
                                         wait_timeout_s=self.config.slots.wait_timeout_s, timers=self.timers)
@@ -159,7 +184,7 @@ class Runtime:
             from corvid_actors.actors.credits import CreditBank
 
             self.credits = CreditBank.start(t, store=self.store, config=self.config.credits, bus=self.bus,
-                                            is_owner=is_owner or (lambda participant: False))
+                                            is_owner=is_owner or (lambda participant: False), timers=self.timers)
         self.supervisor = sv.SessionSupervisor.start(
             t, config=self.config, clock=self.clock, store=self.store, builder=self.builder, bus=self.bus,
             timers=self.timers, slot_pool=self.slot_pool, approvals=self.approvals, credits=self.credits,
@@ -168,6 +193,11 @@ class Runtime:
             from corvid_actors.actors.credits import BindSupervisor
 
             self.credits.tell(BindSupervisor(self.supervisor))
+        for name, ref in (("timers", self.timers), ("store watch", self.store_watch), ("event bus", self.bus),
+                          ("slot pool", self.slot_pool), ("approval broker", self.approvals),
+                          ("credit bank", self.credits), ("supervisor", self.supervisor)):
+            if ref is not None:
+                self.watch(ref, name)
 
     # --- the seed's ProcessManager API ------------------------------------------------------
 
@@ -373,24 +403,90 @@ class Runtime:
 
     def shutdown(self, reason: str = "server_shutdown", *, settle_timeout_s: float = 10.0) -> None:
         """Stop every session (marked for resume), deny pending approvals, stop all actors."""
-        if self._stopped:
-            return
-        self._stopped = True
-        try:
-            self.supervisor.ask(sv.Shutdown(reason))
-            self.approvals.ask(ap.DenyAll("Server shutting down"))
-            self.tracker.wait_idle(settle_timeout_s)
-        except (pykka.ActorDeadError, Exception):  # noqa: BLE001 - shutdown goes on regardless
-            pass
-        for ref in (self.supervisor, self.credits, self.slot_pool, self.approvals, self.bus, self.timers):
+        with self._fail_lock:  # the root policy may shut down from its own thread meanwhile
+            if self._stopped:
+                return
+            self._stopped = True
+        self.tracker.stopping = True
+        for what, step in (("stopping the sessions", lambda: self.supervisor.ask(sv.Shutdown(reason))),
+                           ("denying pending approvals",
+                            lambda: self.approvals.ask(ap.DenyAll("Server shutting down"))),
+                           ("settling", lambda: self.tracker.wait_idle(settle_timeout_s))):
+            try:
+                step()
+            except Exception as exc:  # noqa: BLE001 - shutdown goes on regardless, but says so
+                logger.opt(exception=not isinstance(exc, pykka.ActorDeadError)).warning(
+                    "shutdown: {} failed ({}: {}); going on", what, type(exc).__name__, exc)
+        for ref in (self.supervisor, self.credits, self.slot_pool, self.approvals, self.bus,
+                    self.store_watch, self.timers):
             if ref is not None:
                 try:
                     ref.stop(block=True)
                 except pykka.ActorDeadError:
-                    pass
+                    logger.debug("shutdown: {} was already stopped", ref.actor_class.__name__)
+        if self.failure is not None:
+            # The supervisor may be the one that died: sessions it could not stop are marked
+            # for resume here, exactly as the next start-up would.
+            try:
+                marked = self.store.reset_stale_sessions()
+                if marked:
+                    logger.warning("shutdown after a failure: {} session(s) marked for resume", len(marked))
+            except Exception as exc:  # noqa: BLE001 - the next start-up resets them anyway
+                logger.warning("shutdown: could not mark sessions for resume ({}); the next start-up will", exc)
         self.clock.stop()
         if self._owns_store:
             self.store.close()
+
+    # --- root policy --------------------------------------------------------------------------
+
+    def watch(self, ref: pykka.ActorRef[Any], name: str) -> None:
+        """Put ``ref`` (an actor started on this runtime's tracker) under the root policy:
+        if it ends while the runtime runs, the runtime fails (see the module docstring)."""
+        self._core[ref.actor_urn] = name
+        if not ref.is_alive():
+            self._actor_exited(ref, True)
+
+    def add_fatal_listener(self, listener: Callable[[str], None]) -> None:
+        """``listener(failure)`` once, on a runtime thread, after a failure shut the runtime
+        down (the daemon exits non-zero there)."""
+        self._fatal_listeners.append(listener)
+
+    def _actor_exited(self, ref: pykka.ActorRef[Any], failed: bool) -> None:
+        # On the ending actor's own thread; most calls are session incarnations: cheap exit.
+        name = self._core.get(ref.actor_urn)
+        if name is None or self._stopped or self.tracker.stopping:
+            return
+        with self._fail_lock:
+            if self.failure is not None:
+                return
+            self.failure = f"the {name} actor {'failed' if failed else 'was stopped'}"
+        logger.critical("core actor failure: {}; shutting the runtime down (sessions marked for resume)",
+                        self.failure)
+        # Not on this thread: shutting down stops (and joins) actors, this one among them.
+        threading.Thread(target=self._fail, name="corvid-root-policy", daemon=True).start()
+
+    def _message_failed(self, ref: pykka.ActorRef[Any], message: Any, error: Exception) -> None:
+        # A core actor skipped a told message that raised: the session it names hears why.
+        sid = getattr(message, "session_id", None)
+        if not isinstance(sid, str) or not sid:
+            return
+        kind = "store_unavailable" if isinstance(error, StoreError) else "internal_error"
+        text = f"{ref.actor_class.__name__} could not handle {type(message).__name__}: {error}"
+        tell(self.bus, Publish(sid, ErrorEvent(error_type=kind, message=text)))
+        tell(self.bus, Publish(sid, SessionError(error_type=kind, severity="error", recoverable=True,
+                                                 message=text)))
+
+    def _fail(self) -> None:
+        failure = self.failure or "a core actor ended"
+        try:
+            self.shutdown("core_actor_failed")
+        except Exception:  # noqa: BLE001 - the listeners must hear of the failure whatever happened
+            logger.exception("shutdown after a core actor failure failed")
+        for listener in list(self._fatal_listeners):
+            try:
+                listener(failure)
+            except Exception:  # noqa: BLE001 - one listener must not keep the others from hearing
+                logger.opt(exception=True).error("fatal listener {} raised", listener)
 
     def __enter__(self) -> Runtime:
         return self
@@ -400,11 +496,16 @@ class Runtime:
 
     def _ask(self, message: Any, ref: pykka.ActorRef[Any] | None = None) -> Any:
         if self._stopped:
-            raise RuntimeStoppedError("the runtime is shut down")
+            raise RuntimeStoppedError(self._stopped_message())
         try:
             return (ref or self.supervisor).ask(message)
         except pykka.ActorDeadError:
-            raise RuntimeStoppedError("the runtime is shut down") from None
+            raise RuntimeStoppedError(self._stopped_message()) from None
+
+    def _stopped_message(self) -> str:
+        if self.failure is not None:
+            return f"the runtime is shut down: {self.failure} (see the log; restart to resume)"
+        return "the runtime is shut down"
 
 
 def _checked(content: UserContent | None) -> UserContent | None:

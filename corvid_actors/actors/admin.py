@@ -116,6 +116,7 @@ class AdminWiring:
 
 class AdminActor(TrackedActor):
     """See the module docstring."""
+    survive_errors = True  # one bad told message never kills it (actors/base.py)
 
     def __init__(self, tracker: ActivityTracker, wiring: AdminWiring) -> None:
         super().__init__(tracker)
@@ -391,8 +392,13 @@ class AdminActor(TrackedActor):
                 "actors": alive, "sessions": {"running": running, "paused": paused}}
         future: pykka.Future[dict[str, Any]] = pykka.ThreadingFuture()
         providers = dict(self.w.providers)
+        store = self.w.store
 
         def probe() -> None:
+            # The store first: a lost connection or a SQLite file gone / read-only makes the
+            # daemon refuse sends, so health must say so (and why) until it is back.
+            reason = store.probe() if hasattr(store, "probe") else None
+            base["store"] = {"ok": reason is None, **({"reason": reason} if reason else {})}
             results: dict[str, Any] = {}
             for name, provider in providers.items():
                 try:
@@ -400,8 +406,12 @@ class AdminActor(TrackedActor):
                 except Exception as exc:  # noqa: BLE001 - a probe that raises means "not healthy"
                     healthy, results[name] = False, {"error": str(exc)}
                 results.setdefault(name, {})["healthy"] = healthy
-            ok = all(alive.values()) and all(r["healthy"] for r in results.values())
-            future.set({"status": "ok" if ok else "degraded", **base, "providers": results})
+            ok = reason is None and all(alive.values()) and all(r["healthy"] for r in results.values())
+            reasons = ([f"store unavailable: {reason}"] if reason else []) + [
+                f"the {name} actor is dead" for name, up in alive.items() if not up] + [
+                f"model provider {name} is not healthy" for name, r in results.items() if not r["healthy"]]
+            future.set({"status": "ok" if ok else "degraded", **({"reasons": reasons} if reasons else {}),
+                        **base, "providers": results})
 
         self._tracker.run_tracked(probe, "admin-health")
         return future

@@ -88,6 +88,8 @@ class _Expired:
 
 
 class ApprovalBroker(TrackedActor):
+    survive_errors = True  # one bad told message never kills it (actors/base.py)
+
     def __init__(self, tracker: ActivityTracker, *, clock: Clock, timers: pykka.ActorRef[Any],
                  mode: str = "normal") -> None:
         super().__init__(tracker)

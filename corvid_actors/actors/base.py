@@ -7,6 +7,14 @@ message, or when it tears down); every worker thread counts while it runs and st
 counting while it is parked on the simulated clock. ``settle()`` waits for zero.
 
 The inbox hook is Pykka's ``_create_actor_inbox`` (internal: pykka is pinned to 4.5.x).
+
+Supervision (issue 16): Pykka stops an actor whose *told* message raised. A core actor
+(``survive_errors = True``: slot pool, approval broker, credit bank, event bus, timers,
+admin) instead logs the error and goes on with its next message — one bad message never
+kills it (:meth:`TrackedActor.on_message_error` is its hook). An *asked* message that
+raises still hands the exception to the asker, as in Pykka. Whatever ends an actor's
+thread (a stop, a failure), the tracker's ``on_actor_exit`` hears of it: the Runtime's
+root policy (:mod:`corvid_actors.runtime`).
 """
 
 from __future__ import annotations
@@ -28,6 +36,13 @@ class ActivityTracker:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._busy = 0
+        #: ``on_actor_exit(ref, failed)`` when a tracked actor's thread ends (the root policy)
+        self.on_actor_exit: Callable[[pykka.ActorRef[Any], bool], None] | None = None
+        #: set by the runtime's shutdown: actors stopping now is expected, not a fault
+        self.stopping = False
+        #: ``on_message_error(ref, message, error)`` after a ``survive_errors`` actor skipped a
+        #: told message that raised (the runtime tells the session concerned)
+        self.on_message_error: Callable[[pykka.ActorRef[Any], Any, Exception], None] | None = None
 
     @property
     def busy(self) -> int:
@@ -78,6 +93,8 @@ class _TrackingInbox(queue.Queue):  # type: ignore[type-arg]
         self._guard = threading.Lock()
         self._in_progress = False
         self._closed = False
+        #: the message being handled was asked (its exception goes to the asker)
+        self.current_is_ask = False
 
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
         with self._guard:
@@ -89,6 +106,7 @@ class _TrackingInbox(queue.Queue):  # type: ignore[type-arg]
         self._finish_current()
         item = super().get(block, timeout)
         self._in_progress = True
+        self.current_is_ask = getattr(item, "reply_to", None) is not None
         return item
 
     def empty(self) -> bool:
@@ -115,21 +133,70 @@ class TrackedActor(pykka.ThreadingActor):
     """
 
     use_daemon_thread = True
+    #: a told message that raises is logged and skipped instead of stopping the actor
+    survive_errors = False
 
     def __init__(self, tracker: ActivityTracker) -> None:
         self._tracker = tracker
+        self._failed = False
         super().__init__()
 
     def _create_actor_inbox(self) -> Any:  # type: ignore[override]
         return _TrackingInbox(self._tracker)
 
+    def _handle_receive(self, message: Any) -> Any:
+        if not self.survive_errors or self.actor_inbox.current_is_ask:
+            return super()._handle_receive(message)
+        try:
+            return super()._handle_receive(message)
+        except Exception as exc:  # noqa: BLE001 - per-message supervision: see the module docstring
+            try:
+                self.on_message_error(message, exc)
+            except Exception:  # noqa: BLE001 - the hook itself must not kill the actor either
+                logger.opt(exception=True).error("{}: on_message_error raised", type(self).__name__)
+            return None
+
+    def on_message_error(self, message: Any, error: Exception) -> None:
+        """A told ``message`` raised ``error`` (only for ``survive_errors`` actors): log it
+        and hand it to the tracker's ``on_message_error`` (the runtime publishes an event on
+        the session the message names). Override to do more (a retry through Timers)."""
+        logger.opt(exception=error).error("{} could not handle {}: {}; the actor goes on",
+                                          type(self).__name__, type(message).__name__, error)
+        hook = self._tracker.on_message_error
+        if hook is not None:
+            hook(self.actor_ref, message, error)
+
+    def _handle_failure(self, *exc_info: Any) -> None:
+        self._failed = True
+        super()._handle_failure(*exc_info)
+
+    def _actor_loop(self) -> None:
+        try:
+            super()._actor_loop()
+        finally:
+            listener = self._tracker.on_actor_exit
+            if listener is not None:
+                try:
+                    listener(self.actor_ref, self._failed)
+                except Exception:  # noqa: BLE001 - the actor is gone either way
+                    logger.opt(exception=True).error("on_actor_exit for {} raised", type(self).__name__)
+
 
 def tell(ref: pykka.ActorRef[Any] | None, message: Any) -> bool:
-    """Send ``message`` if ``ref`` is alive; False (not an error) when it is gone."""
+    """Send ``message`` if ``ref`` is alive; False (not an error) when it is gone.
+
+    A message dropped because its target is dead is logged: a warning when the target is
+    a core actor (``survive_errors``: it should never be dead while the runtime runs), at
+    debug level for a session incarnation (late messages to one that ended are normal).
+    """
     if ref is None:
         return False
     try:
         ref.tell(message)
         return True
     except pykka.ActorDeadError:
+        tracker = getattr(getattr(ref, "_actor", None), "_tracker", None)
+        core = bool(getattr(ref.actor_class, "survive_errors", False)) and not getattr(tracker, "stopping", False)
+        logger.log("WARNING" if core else "DEBUG", "{} to the dead {} dropped",
+                   type(message).__name__, ref.actor_class.__name__)
         return False

@@ -12,6 +12,12 @@ when the session's source is charged (``chat``) and the participant is not an ow
   ``credits_exhausted``, then ``StopProcess(session_id, "credits_exhausted")`` to the
   supervisor, so the session ends with ``session_stopped``.
 
+A charge that cannot be written (the store is unavailable) is not dropped: the bank
+publishes a ``session_error`` (``store_unavailable``, a warning) on the session and tries
+again through the Timers actor with backoff (1 s, doubling, at most 30 s between tries,
+:data:`CHARGE_RETRY_ATTEMPTS` tries); only then it gives up with an ``error`` event. An
+*asked* charge (``Runtime.charge_turn``) raises the StoreError to the asker instead.
+
 The bank serialises its own requests (one mailbox); the ledger's guarded transaction
 (:mod:`corvid_actors.db.ledger`) keeps balances right across processes as well, so the
 balance never goes negative and no deduction is lost or doubled.
@@ -38,8 +44,10 @@ from loguru import logger
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.events import Publish
 from corvid_actors.actors.supervisor import StopProcess
+from corvid_actors.actors.timers import ScheduleTimer
 from corvid_actors.config import CreditsConfig
 from corvid_actors.db.ledger import Account, Deduction, Ledger
+from corvid_actors.errors import StoreError
 from corvid_actors.events import CreditsLow, ErrorEvent, SessionError
 
 __all__ = [
@@ -49,6 +57,10 @@ __all__ = [
 
 #: session sources whose turns cost credits (the seed's "algochat" sessions)
 CHARGED_SOURCES = frozenset({"chat"})
+#: tries of a charge the store refused (the first included) before it is given up
+CHARGE_RETRY_ATTEMPTS = 10
+#: (first, longest) wait in seconds between those tries
+CHARGE_RETRY_BACKOFF_S = (1.0, 30.0)
 
 
 # --- messages -----------------------------------------------------------------------------
@@ -59,11 +71,13 @@ class ChargeTurn:
     """One model turn of ``session_id`` finished; charge it if its source is charged.
 
     ``reply_to`` is the supervisor, told ``StopProcess`` when the credits are exhausted.
+    ``attempt`` counts the bank's own retries of a charge the store refused.
     """
 
     session_id: str
     source: str
     reply_to: pykka.ActorRef[Any] | None = None
+    attempt: int = 0
 
 
 @dataclass(frozen=True)
@@ -125,11 +139,15 @@ def exhausted_message(remaining: int, per_turn: int) -> str:
 
 class CreditBank(TrackedActor):
     """See the module docstring. ``store`` is the runtime's :class:`~corvid_actors.db.store.Store`."""
+    survive_errors = True  # one bad told message never kills it (actors/base.py)
 
     def __init__(self, tracker: ActivityTracker, *, store: Any, config: CreditsConfig,
                  bus: pykka.ActorRef[Any] | None = None,
-                 is_owner: Callable[[str], bool] | None = None) -> None:
+                 is_owner: Callable[[str], bool] | None = None,
+                 timers: pykka.ActorRef[Any] | None = None) -> None:
         super().__init__(tracker)
+        self.timers = timers
+        self._retries = 0
         self.store = store
         self.ledger = Ledger(store)
         self.cfg = config
@@ -139,8 +157,8 @@ class CreditBank(TrackedActor):
 
     def on_receive(self, message: Any) -> Any:
         match message:
-            case ChargeTurn(session_id, source, reply_to):
-                return self._charge_safely(session_id, source, reply_to)
+            case ChargeTurn(session_id, source, reply_to, attempt):
+                return self._charge_safely(session_id, source, reply_to, attempt)
             case OpenAccount(participant):
                 return self.ledger.open_account(participant, self.cfg.free_credits_on_first_message)
             case GrantCredits(participant, amount, type_, reference):
@@ -154,15 +172,42 @@ class CreditBank(TrackedActor):
                 self.supervisor = ref
         return None
 
-    def _charge_safely(self, session_id: str, source: str,
-                       reply_to: pykka.ActorRef[Any] | None) -> Deduction | None:
+    def _charge_safely(self, session_id: str, source: str, reply_to: pykka.ActorRef[Any] | None,
+                       attempt: int = 0) -> Deduction | None:
         # A charge arrives as a tell: an exception here would kill the bank (Pykka stops an
         # actor whose tell raises), and with it every later charge. Log and go on.
         try:
             return self._charge(session_id, source, reply_to)
-        except Exception:  # noqa: BLE001 - StoreError mostly; anything else must not kill the bank either
+        except StoreError as exc:
+            if self.actor_inbox.current_is_ask:
+                raise  # the asker (Runtime.charge_turn) hears of it
+            self._charge_refused(session_id, source, reply_to, attempt, exc)
+            return None
+        except Exception:  # noqa: BLE001 - anything else must not kill the bank either
             logger.bind(session_id=session_id).opt(exception=True).error("credit charge failed; turn not charged")
             return None
+
+    def _charge_refused(self, session_id: str, source: str, reply_to: pykka.ActorRef[Any] | None,
+                        attempt: int, exc: StoreError) -> None:
+        """The store refused a charge: try again later through the Timers, or give up."""
+        log = logger.bind(session_id=session_id)
+        if attempt + 1 >= CHARGE_RETRY_ATTEMPTS or self.timers is None:
+            log.error("credit charge failed {} time(s), giving up; turn not charged: {}", attempt + 1, exc)
+            self._publish(session_id, ErrorEvent(
+                error_type="store_unavailable",
+                message=f"A turn's credit charge could not be written and was given up: {exc}"))
+            return
+        first, longest = CHARGE_RETRY_BACKOFF_S
+        delay = min(first * 2 ** attempt, longest)
+        log.warning("credit charge refused by the store ({}); retrying in {} s", exc, delay)
+        if attempt == 0:
+            self._publish(session_id, SessionError(
+                error_type="store_unavailable", severity="warning", recoverable=True,
+                message=f"The turn's credit charge could not be written ({exc}); it is retried."))
+        self._retries += 1
+        # Not keyed by the session: cleaning up a stopped session's timers must not drop it.
+        tell(self.timers, ScheduleTimer(("credit_charge_retry", self._retries), delay, self.actor_ref,
+                                        ChargeTurn(session_id, source, reply_to, attempt + 1)))
 
     def _charge(self, session_id: str, source: str, reply_to: pykka.ActorRef[Any] | None) -> Deduction | None:
         if source not in CHARGED_SOURCES:

@@ -69,6 +69,8 @@ class BusStats:
 
 
 class EventBus(TrackedActor):
+    survive_errors = True  # one bad told message never kills it (actors/base.py)
+
     def __init__(self, tracker: ActivityTracker) -> None:
         super().__init__(tracker)
         self._session_subs: dict[str, list[EventCallback]] = {}

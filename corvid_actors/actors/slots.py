@@ -74,6 +74,8 @@ def admit(capacity: int, in_use: int, queue_weights: Iterable[int]) -> int:
 
 
 class SlotPool(TrackedActor):
+    survive_errors = True  # one bad told message never kills it (actors/base.py)
+
     def __init__(self, tracker: ActivityTracker, *, capacity: int, wait_timeout_s: float,
                  timers: pykka.ActorRef[Any]) -> None:
         super().__init__(tracker)

@@ -268,6 +268,8 @@ class _Paused:
 
 
 class SessionSupervisor(TrackedActor):
+    survive_errors = True  # issue 16 (i16b hook): a told message that raises is logged, not fatal
+
     def __init__(
         self,
         tracker: ActivityTracker,

@@ -66,6 +66,8 @@ class _Due:
 
 
 class Timers(TrackedActor):
+    survive_errors = True  # one bad told message never kills it (actors/base.py)
+
     def __init__(self, tracker: ActivityTracker, clock: Clock) -> None:
         super().__init__(tracker)
         self._clock = clock
@@ -103,7 +105,10 @@ class Timers(TrackedActor):
                 for key in self._timers:
                     kind = str(key[1]) if isinstance(key, tuple) and len(key) > 1 else "other"
                     kinds[kind] = kinds.get(kind, 0) + 1
-                return {"timers": len(self._timers), "by_kind": kinds}
+                # the clock's heap, cancelled handles not yet released included (issue 21)
+                held = getattr(self._clock, "held", None)
+                return {"timers": len(self._timers), "by_kind": kinds,
+                        "clock_handles": held() if callable(held) else None}
             case TimerIndexCheck():
                 return {"exact": self._check_index(), "keys": set(self._timers),
                         "by_owner": {owner: set(keys) for owner, keys in self._by_owner.items()}}

@@ -8,10 +8,14 @@
   for how to write one for another platform).
 - Transports: :class:`MemoryTransport` (tests, simulations), :class:`ConsoleTransport`
   (try a bot in a terminal), :class:`WebhookTransport` (HTTP in, HTTP callback out).
+- For asyncio bots: :class:`AsyncChatBridge` with an :class:`AsyncChatTransport`
+  (:mod:`corvid_actors.chat.aio_bridge`), e.g. ``corvid_actors.chat.telegram.TelegramTransport``
+  (``pip install 'corvid-actors[telegram]'``; imported from its module, not from here).
 """
 
 from __future__ import annotations
 
+from corvid_actors.chat.aio_bridge import AsyncChatBridge, AsyncChatTransport
 from corvid_actors.chat.bridge import BridgeSettings, ChatBridge
 from corvid_actors.chat.console import ConsoleTransport
 from corvid_actors.chat.conversations import Conversation
@@ -25,6 +29,6 @@ from corvid_actors.chat.transport import (
 from corvid_actors.chat.webhook import WebhookTransport
 
 __all__ = [
-    "BridgeSettings", "ChatBridge", "ChatTransport", "ConsoleTransport", "Conversation", "IncomingMessage",
+    "AsyncChatBridge", "AsyncChatTransport", "BridgeSettings", "ChatBridge", "ChatTransport", "ConsoleTransport", "Conversation", "IncomingMessage",
     "MemoryTransport", "OutgoingMessage", "TransportError", "WebhookTransport",
 ]

@@ -126,6 +126,8 @@ class ChatBridge:
                               tracker=runtime.tracker if self.settings.track_delivery else None,
                               name=f"chat-outbox-{self.settings.name}")
         self._started = False
+        #: a transport with ``typing(channel, participant, active)`` hears when a session thinks
+        self._relays_typing = callable(getattr(transport, "typing", None))
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -386,7 +388,7 @@ class ChatBridge:
 
     def _on_event(self, session_id: str, event: Event) -> None:
         # On the EventBus thread: filter, queue, return. No store reads, no runtime calls.
-        if event.type not in RELAYED_EVENT_TYPES:
+        if event.type not in RELAYED_EVENT_TYPES and not (event.type == "thinking" and self._relays_typing):
             return
         if self.conversations.known_foreign(session_id):
             return
@@ -404,12 +406,17 @@ class ChatBridge:
         conv = self.conversations.of_session(session_id)
         if conv is None:
             return
+        if event.type == "thinking":
+            self.transport.typing(conv.channel, conv.participant, bool(event.thinking))  # type: ignore[attr-defined]
+            return
         if event.type == "credits_low" and not self._should_warn_low(conv, event.remaining):
             return
         rendered = render_event(event)
         if rendered is not None:
             kind, text = rendered
-            self.transport.send(OutgoingMessage(conv.channel, conv.participant, text, kind, session_id))
+            approval_id = event.id if event.type in ("approval_request", "approval_resolved") else ""
+            self.transport.send(OutgoingMessage(conv.channel, conv.participant, text, kind, session_id,
+                                                approval_id=approval_id))
 
     def _should_warn_low(self, conv: Conversation, remaining: int) -> bool:
         # Once per low-balance episode: again only after the balance went up (a top-up).

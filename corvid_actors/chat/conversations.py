@@ -4,14 +4,20 @@ A bridge's sessions are the rows with ``source = 'chat'``, ``name = 'chat:<bridg
 and the conversation's ``channel`` and ``participant``, so a restarted bot finds its
 conversations again. The directory caches both directions in memory, and remembers
 sessions that are *not* the bridge's, so the EventBus thread can drop their events
-without a database read.
+without a database read. What it remembers per session is bounded (the most recently seen
+:data:`REMEMBERED_SESSIONS`): a daemon churns through sessions for months, and a forgotten
+one costs a single store read when it is next seen.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+
+#: sessions the directory remembers by id (its own and others'), least recently seen dropped
+REMEMBERED_SESSIONS = 4096
 
 
 @dataclass(frozen=True)
@@ -26,7 +32,8 @@ class Conversation:
 class ConversationDirectory:
     """Thread-safe; the store reads happen on the calling thread (never the EventBus's)."""
 
-    def __init__(self, runtime: Any, tag: str, *, agent_id: str | None, project_id: str | None) -> None:
+    def __init__(self, runtime: Any, tag: str, *, agent_id: str | None, project_id: str | None,
+                 remembered_sessions: int = REMEMBERED_SESSIONS) -> None:
         self.runtime = runtime
         self.tag = tag
         self.agent_id = agent_id
@@ -34,7 +41,9 @@ class ConversationDirectory:
         self._lock = threading.Lock()
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._by_key: dict[tuple[str, str], Conversation] = {}
-        self._by_session: dict[str, Conversation | None] = {}  # None: not one of ours
+        # None: not one of ours. Bounded, least recently seen first (see the module docstring).
+        self._by_session: OrderedDict[str, Conversation | None] = OrderedDict()
+        self._remembered_sessions = max(1, remembered_sessions)
 
     def find(self, channel: str, participant: str) -> Conversation | None:
         """The conversation's session, if it has one (cache, then the store)."""
@@ -63,11 +72,12 @@ class ConversationDirectory:
         """The conversation ``session_id`` hosts, or None when it is not this bridge's."""
         with self._lock:
             if session_id in self._by_session:
+                self._by_session.move_to_end(session_id)
                 return self._by_session[session_id]
         row = self.runtime.store.get_session(session_id)
         if row is None or row.source != "chat" or row.name != self.tag:
             with self._lock:
-                self._by_session[session_id] = None
+                self._remember_session(session_id, None)
             return None
         return self._remember(Conversation(row.channel, row.participant, row.id))
 
@@ -81,8 +91,21 @@ class ConversationDirectory:
         with self._lock:
             return self._locks.setdefault((channel, participant), threading.Lock())
 
+    @property
+    def remembered_sessions(self) -> int:
+        """How many sessions the directory remembers by id right now."""
+        with self._lock:
+            return len(self._by_session)
+
     def _remember(self, conv: Conversation) -> Conversation:
         with self._lock:
             self._by_key[(conv.channel, conv.participant)] = conv
-            self._by_session[conv.session_id] = conv
+            self._remember_session(conv.session_id, conv)
         return conv
+
+    def _remember_session(self, session_id: str, conv: Conversation | None) -> None:
+        """Under ``_lock``."""
+        self._by_session[session_id] = conv
+        self._by_session.move_to_end(session_id)
+        while len(self._by_session) > self._remembered_sessions:
+            self._by_session.popitem(last=False)

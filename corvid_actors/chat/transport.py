@@ -62,6 +62,9 @@ class OutgoingMessage:
     text: str
     kind: str = "reply"
     session_id: str = ""
+    #: the approval an ``approval`` request (or the ``notice`` of its resolution) is about,
+    #: for platforms that show buttons and update them when it is answered
+    approval_id: str = ""
 
 
 MessageHandler = Callable[[IncomingMessage], str]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corvid_actors.clock import iso_utc
-from corvid_actors.db.store import Store
+from corvid_actors.db.store import Store, store_op
 from corvid_actors.errors import CreditAmountError
 
 #: transaction types that add credits
@@ -73,6 +73,7 @@ class Ledger:
 
     # --- reads -----------------------------------------------------------------------------
 
+    @store_op
     def balance(self, participant: str) -> int | None:
         """The balance, or None when the participant has no account yet."""
         L = self.m.CreditLedger
@@ -80,6 +81,7 @@ class Ledger:
             row = L.get_or_none(L.participant == participant)
         return None if row is None else int(row.credits)
 
+    @store_op
     def transactions(self, participant: str, limit: int) -> list[dict[str, Any]]:
         """The latest ``limit`` transactions of ``participant``, newest first."""
         T = self.m.CreditTransaction
@@ -91,6 +93,7 @@ class Ledger:
             for r in rows
         ]
 
+    @store_op
     def count_transactions(self, participant: str, type: str | None = None) -> int:
         T = self.m.CreditTransaction
         with self.store.transaction():
@@ -101,6 +104,7 @@ class Ledger:
 
     # --- writes -----------------------------------------------------------------------------
 
+    @store_op
     def open_account(self, participant: str, free_credits: int) -> Account:
         """Open ``participant``'s account if it has none, with ``free_credits`` granted
         (one ``grant`` row, reference ``first_message``). Idempotent: an existing account
@@ -121,6 +125,7 @@ class Ledger:
             balance = int(L.get(L.participant == participant).credits)
         return Account(participant, balance, created)
 
+    @store_op
     def credit(self, participant: str, amount: int, *, type: str = "grant", reference: str = "",
                session_id: str | None = None) -> int:
         """Add ``amount`` (> 0) credits; opens the account if needed. Returns the new balance."""
@@ -144,6 +149,7 @@ class Ledger:
             self._append(participant, type, amount, balance, reference, session_id)
         return balance
 
+    @store_op
     def deduct(self, participant: str, amount: int, *, low_threshold: int, session_id: str | None = None,
                reference: str = "turn") -> Deduction:
         """Take ``amount`` credits if the balance covers it, else refuse (nothing written).

@@ -39,6 +39,7 @@ def insert_messages(store: Store, rows: Sequence[MessageRow]) -> list[int]:
     chunks = [rows[i:i + MAX_ROWS_PER_STATEMENT] for i in range(0, len(rows), MAX_ROWS_PER_STATEMENT)]
     if store.is_sqlite and len(chunks) == 1 and not store.in_transaction():
         with store.lock:
+            store.check_writable()  # a file deleted or read-only must refuse, not swallow, the rows
             try:
                 return _insert_chunk(store, chunks[0])
             except pw.DatabaseError as exc:

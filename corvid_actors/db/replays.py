@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime
 
-from corvid_actors.db.store import Store
+from corvid_actors.db.store import Store, store_op
 
 
 def _naive_utc(moment: datetime) -> datetime:
@@ -29,6 +29,7 @@ class ReplayStore:
         self.store = store
         self.m = store.m
 
+    @store_op
     def first_use(self, key: str, *, now: datetime, expires_at: datetime) -> bool:
         """Record ``key`` until ``expires_at``; False when it is already recorded (a replay).
         Expired keys are dropped first, in the same transaction."""
@@ -39,6 +40,7 @@ class ReplayStore:
                 R.insert(key=key, expires_at=_naive_utc(expires_at)).on_conflict_ignore())
             return bool(cursor.rowcount == 1)
 
+    @store_op
     def forget(self, key: str) -> None:
         """Drop ``key`` (its request was not handled: a retry may use it again)."""
         R = self.m.WebhookReplay

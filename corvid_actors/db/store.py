@@ -11,14 +11,26 @@ A write returns only after its transaction committed: ``append_message`` returni
 the acknowledgement that the message is durable. Concurrent ``append_message`` calls share
 commits (group commit, ``corvid_actors.db.group_commit``): each still returns only after
 the transaction holding its row committed.
+
+The store survives its server (see :meth:`Store.run`): an operation that finds the
+connection lost reconnects and replays once (nothing was committed, so a replay writes
+nothing twice); while the server stays down, operations fail at once with
+:class:`~corvid_actors.errors.StoreUnavailableError` ("store unavailable: …") and a
+reconnect is tried at most once per backoff step (``store.reconnect_backoff_*``). A SQLite
+file deleted, replaced or made read-only under the running store is detected before each
+write (the open file's device/inode against the path's, and its write bits) and reported
+the same way, so a write is refused rather than acknowledged into a file that is gone.
+:attr:`Store.unavailable_reason` says why while it lasts; :meth:`Store.probe` checks now.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,14 +39,16 @@ from typing import Any
 from urllib.parse import urlparse
 
 import peewee as pw
+from loguru import logger
 
+from corvid_actors.clock import RealClock
 from corvid_actors.content import UserContent, content_blocks, stored_text
 from corvid_actors.db.connect import enable_wal, open_database
 from corvid_actors.db.group_commit import GroupCommitter
 from corvid_actors.db.message_batches import MessageRow, insert_messages
 from corvid_actors.db.migrations import migrate
 from corvid_actors.db.models import build_models, new_id
-from corvid_actors.errors import ConflictError, NotFoundError, StoreError
+from corvid_actors.errors import ConflictError, NotFoundError, StoreError, StoreUnavailableError
 from corvid_actors.loop.prompts import compose_persona_prompt, strip_conversation_history
 
 _HISTORY_TAG = re.compile(r"</?conversation_history>", re.IGNORECASE)
@@ -42,6 +56,30 @@ _HISTORY_TAG = re.compile(r"</?conversation_history>", re.IGNORECASE)
 DEFAULT_MAX_MESSAGE_BATCH = 500
 #: most ids one ``… WHERE id IN (…)`` statement carries (SQLite before 3.32 takes 999 parameters)
 DEFAULT_ID_CHUNK = 500
+#: (first, longest) wait in seconds between reconnect attempts while the server is down
+DEFAULT_RECONNECT_BACKOFF_S = (0.5, 5.0)
+#: what psycopg2 / psycopg say when the connection is gone (lower case)
+_LOST_CONNECTION = (
+    "server closed the connection", "connection already closed", "terminating connection",
+    "could not connect", "connection refused", "no connection to the server", "connection timed out",
+    "could not receive data", "could not send data", "the connection is closed", "connection reset",
+    "ssl connection has been closed", "connection not open", "server conn crashed", "eof detected",
+)
+#: what SQLite says when its file cannot be written any more (lower case)
+_SQLITE_FILE_FAULT = ("readonly database", "disk i/o error", "unable to open database file",
+                      "database disk image is malformed", "database or disk is full")
+
+
+def store_op(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a method of the store (or of an object with a ``store``) through :meth:`Store.run`:
+    refused at once while the store is down, replayed once on a lost connection."""
+
+    @functools.wraps(fn)
+    def op(self: Any, *args: Any, **kwargs: Any) -> Any:
+        store = self if isinstance(self, Store) else self.store
+        return store.run(fn, self, *args, **kwargs)
+
+    return op
 
 
 @dataclass(frozen=True)
@@ -87,9 +125,20 @@ class Store:
     """Typed access to the database. Thread-safe; every method is one transaction."""
 
     def __init__(self, url: str = "sqlite:///:memory:", *, busy_timeout_ms: int = 30000,
-                 group_commit: bool = True, max_message_batch: int = DEFAULT_MAX_MESSAGE_BATCH) -> None:
+                 group_commit: bool = True, max_message_batch: int = DEFAULT_MAX_MESSAGE_BATCH,
+                 reconnect_backoff_s: tuple[float, float] = DEFAULT_RECONNECT_BACKOFF_S,
+                 monotonic: Callable[[], float] | None = None) -> None:
         self.url = url
         self._lock = threading.RLock()
+        # Availability (see the module docstring): why the store is down, or None.
+        self._down: str | None = None
+        self._backoff_first, self._backoff_max = reconnect_backoff_s
+        self._backoff = self._backoff_first
+        self._retry_at = 0.0
+        self._monotonic = monotonic or RealClock().monotonic
+        self._listeners: list[Callable[[str | None], None]] = []
+        self._file: str | None = None
+        self._file_id: tuple[int, int] | None = None
         # Which threads are inside transaction(): their appends must join that transaction,
         # not wait for a group commit that needs the lock they hold.
         self._local = threading.local()
@@ -106,6 +155,9 @@ class Store:
             self.db.connect(reuse_if_open=True)
             if self.is_sqlite and self.db.database != ":memory:":
                 enable_wal(self.db)
+                self._file = str(self.db.database)
+                st = os.stat(self._file)
+                self._file_id = (st.st_dev, st.st_ino)
             self.m = build_models(self.db)
             with self._lock:
                 self.schema_version = migrate(self.m, self.db)
@@ -133,15 +185,225 @@ class Store:
     def transaction(self) -> Iterator[None]:
         """One atomic unit under the store lock (for callers composing several writes)."""
         with self._lock:
+            outer = not getattr(self._local, "depth", 0)
+            if outer:
+                self.check_writable()
             self._local.depth = getattr(self._local, "depth", 0) + 1
+            committing = False
             try:
                 with self._atomic():
                     yield
-            except pw.DatabaseError as exc:
+                    committing = outer
+            except (pw.DatabaseError, pw.InterfaceError) as exc:
+                if committing and self._is_lost(exc):
+                    # Cut off in COMMIT: the server may have committed or not. Never replay.
+                    raise self._mark_unavailable(
+                        f"the connection was lost while committing ({_one_line(exc)}); "
+                        "that write may not have been saved") from exc
+                if self.is_sqlite and self._is_file_fault(exc):
+                    raise self._mark_unavailable(f"the database file cannot be written ({_one_line(exc)})") from exc
                 # Locked, constraint violated, connection lost: one error type for callers.
                 raise StoreError(f"database error: {exc}") from exc
             finally:
                 self._local.depth -= 1
+
+    # --- availability: the store survives its server ----------------------------------------
+
+    @property
+    def available(self) -> bool:
+        """False while the store is known to be unreachable (see :attr:`unavailable_reason`)."""
+        return self._down is None
+
+    @property
+    def unavailable_reason(self) -> str | None:
+        """Why the store is unavailable ("the connection to the server was lost: …"), or None."""
+        return self._down
+
+    def add_listener(self, listener: Callable[[str | None], None]) -> None:
+        """``listener(reason)`` when the store becomes unavailable, ``listener(None)`` when it
+        is back. Called on the thread that noticed, possibly under the store lock: keep it
+        cheap (tell an actor)."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[str | None], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` (one store operation) surviving a lost connection.
+
+        While the store is down it raises :class:`StoreUnavailableError` at once, except
+        once per backoff step, when it tries to reconnect first. A connection found lost
+        during ``fn`` is reopened and ``fn`` replayed once — safe, since ``fn``'s
+        transaction did not commit (a commit cut off midway is never replayed: it raises).
+        Nested calls (an operation inside another, or inside :meth:`transaction`) run
+        plainly: the outermost one retries.
+        """
+        local = self._local
+        if getattr(local, "op", False) or getattr(local, "depth", 0):
+            return fn(*args, **kwargs)
+        local.op = True
+        try:
+            if self._down is not None:
+                self._recover_if_due()
+            try:
+                return fn(*args, **kwargs)
+            except (pw.DatabaseError, pw.InterfaceError, StoreError) as exc:
+                if not self._is_lost(exc):
+                    raise
+                first = exc
+            logger.warning("store: the connection was lost ({}); reconnecting and retrying once", _one_line(first))
+            with self._lock:
+                try:
+                    self._reconnect()
+                except Exception as exc:  # noqa: BLE001 - any failure to reconnect means "down"
+                    raise self._mark_unavailable(f"the connection to the database was lost ({_one_line(exc)})") from first
+            try:
+                return fn(*args, **kwargs)
+            except (pw.DatabaseError, pw.InterfaceError, StoreError) as exc:
+                if self._is_lost(exc):
+                    raise self._mark_unavailable(f"the connection to the database was lost ({_one_line(exc)})") from exc
+                raise
+        finally:
+            local.op = False
+
+    def probe(self) -> str | None:
+        """Check the store now; returns why it is unavailable, or None when it works.
+
+        While down it tries to recover at once (whatever the backoff); while up it runs a
+        trivial query (and, for a SQLite file, the file check), so an outage no write has
+        met yet is found too. Cheap: meant for health checks and the runtime's probe timer.
+        """
+        try:
+            if self._down is not None:
+                with self._lock:
+                    self._retry_at = 0.0
+                    self._recover_if_due()
+            else:
+                self.run(self._select_one)
+        except StoreError as exc:
+            return self._down or str(exc)
+        except Exception as exc:  # noqa: BLE001 - a probe reports, it does not raise
+            return f"store probe failed: {_one_line(exc)}"
+        return self._down
+
+    def _select_one(self) -> None:
+        with self._lock:
+            self.check_writable()
+            self.db.execute_sql("SELECT 1").fetchone()
+
+    def check_writable(self) -> None:
+        """Raise :class:`StoreUnavailableError` if the SQLite file is gone, replaced or
+        read-only (checked before every write: a write into an unlinked file would be
+        acknowledged and lost). Free for ``:memory:`` and PostgreSQL."""
+        if self._file is None:
+            return
+        fault = self._file_fault()
+        if fault is not None:
+            raise self._mark_unavailable(fault)
+
+    def _file_fault(self) -> str | None:
+        assert self._file is not None
+        try:
+            st = os.stat(self._file)
+        except FileNotFoundError:
+            return f"the database file {self._file} is gone (deleted or moved under the running store)"
+        except OSError as exc:
+            return f"the database file {self._file} cannot be checked ({exc})"
+        if (st.st_dev, st.st_ino) != self._file_id:
+            return f"the database file {self._file} was replaced under the running store"
+        # The write bits, not os.access: root may write anything, yet a file made
+        # read-only says the operator wants no writes (or the disk is being remounted).
+        if not st.st_mode & 0o222 or not os.access(self._file, os.W_OK):
+            return f"the database file {self._file} is read-only"
+        return None
+
+    def _is_lost(self, exc: BaseException) -> bool:
+        """Is ``exc`` a lost connection (to reconnect and replay), not an error of the query?"""
+        if isinstance(exc, StoreUnavailableError) or self.is_sqlite:
+            return False
+        cause = exc.__cause__ if isinstance(exc, StoreError) else exc
+        if not isinstance(cause, (pw.DatabaseError, pw.InterfaceError)):
+            return False
+        if isinstance(cause, pw.InterfaceError):
+            return True
+        text = str(cause).lower()
+        if any(fragment in text for fragment in _LOST_CONNECTION):
+            return True
+        conn = getattr(self.db._state, "conn", None)
+        return conn is not None and bool(getattr(conn, "closed", 0))
+
+    @staticmethod
+    def _is_file_fault(exc: BaseException) -> bool:
+        text = str(exc).lower()
+        return any(fragment in text for fragment in _SQLITE_FILE_FAULT)
+
+    def _reconnect(self) -> None:
+        """Drop the connection (whatever state it is in) and open a fresh one. Under the lock."""
+        conn = getattr(self.db._state, "conn", None)
+        if conn is not None:
+            try:
+                self.db._close(conn)
+            except Exception:  # noqa: BLE001 - a dead connection may refuse to close
+                logger.opt(exception=True).debug("store: closing the lost connection failed")
+        self.db._state.reset()
+        self.db.connect()
+        self.db.execute_sql("SELECT 1").fetchone()
+
+    def _recover_if_due(self) -> None:
+        """While down: raise at once until the backoff passed, then try to recover."""
+        with self._lock:
+            reason = self._down
+            if reason is None:
+                return
+            if self._monotonic() < self._retry_at:
+                raise StoreUnavailableError(f"store unavailable: {reason}")
+            try:
+                if self.is_sqlite:
+                    # No server to reconnect to (and reconnecting would drop a :memory:
+                    # database): the file must be back, then the connection must answer.
+                    fault = self._file_fault() if self._file is not None else None
+                    if fault is not None:
+                        raise StoreUnavailableError(f"store unavailable: {fault}")
+                    self.db.execute_sql("SELECT 1").fetchone()
+                else:
+                    self._reconnect()
+            except Exception as exc:
+                self._backoff = min(self._backoff * 2, self._backoff_max)
+                self._retry_at = self._monotonic() + self._backoff
+                if isinstance(exc, StoreUnavailableError):
+                    raise
+                raise StoreUnavailableError(f"store unavailable: {reason}") from exc
+        self._mark_available()
+
+    def _mark_unavailable(self, reason: str) -> StoreUnavailableError:
+        """Record the outage (the first reason wins until it is over); the error to raise."""
+        with self._lock:
+            first = self._down is None
+            if first:
+                self._down = reason
+                self._backoff = self._backoff_first
+                self._retry_at = self._monotonic() + self._backoff
+            current = self._down
+        if first:
+            logger.error("store unavailable: {} (writes are refused until it is back)", reason)
+            self._notify(reason)
+        return StoreUnavailableError(f"store unavailable: {current}")
+
+    def _mark_available(self) -> None:
+        with self._lock:
+            was, self._down = self._down, None
+            self._backoff = self._backoff_first
+        if was is not None:
+            logger.info("store available again (it was down: {})", was)
+            self._notify(None)
+
+    def _notify(self, reason: str | None) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(reason)
+            except Exception:  # noqa: BLE001 - a listener must not break the store
+                logger.opt(exception=True).error("store availability listener {} raised", listener)
 
     @property
     def lock(self) -> threading.RLock:
@@ -196,10 +458,21 @@ class Store:
     def close(self) -> None:
         with self._lock:
             if not self.db.is_closed():
-                self.db.close()
+                try:
+                    self.db.close()
+                except Exception as exc:  # noqa: BLE001 - a lost connection (mid-transaction) still closes
+                    logger.warning("store: closing the connection failed ({}); dropping it", _one_line(exc))
+                    conn = getattr(self.db._state, "conn", None)
+                    try:
+                        if conn is not None:
+                            self.db._close(conn)
+                    except Exception:  # noqa: BLE001 - it is gone either way
+                        pass
+                    self.db._state.reset()
 
     # --- projects, agents, personas, bundles -------------------------------------------
 
+    @store_op
     def create_project(self, name: str, working_dir: str | Path, *, env_vars: dict[str, str] | None = None,
                        description: str = "") -> Any:
         with self.transaction():
@@ -208,6 +481,7 @@ class Store:
                 description=description,
             )
 
+    @store_op
     def get_project(self, project_id: str) -> Any | None:
         P = self.m.Project
         sql = self._sql("project_by_id", lambda: P.select().where(P.id == ""))
@@ -215,12 +489,14 @@ class Store:
             rows = self._rows(P, sql, project_id)
         return rows[0] if rows else None
 
+    @store_op
     def create_agent(self, name: str, **fields: Any) -> Any:
         if "tool_permissions" in fields and fields["tool_permissions"] is not None:
             fields["tool_permissions"] = json.dumps(list(fields["tool_permissions"]))
         with self.transaction():
             return self.m.Agent.create(name=name, **fields)
 
+    @store_op
     def ensure_agent(self, name: str, **fields: Any) -> Any:
         """The agent called ``name`` (case-insensitive), created with ``fields`` when there is
         none: get-or-create, so a program can run this at every start.
@@ -254,6 +530,7 @@ class Store:
                                 "or use another name")
         return agent
 
+    @store_op
     def update_agent(self, agent_id: str, **fields: Any) -> Any:
         """Change an agent's settings; returns the updated row."""
         if "tool_permissions" in fields and fields["tool_permissions"] is not None:
@@ -264,6 +541,7 @@ class Store:
                 raise NotFoundError(f"no agent {agent_id!r}")
             return self.m.Agent.get_by_id(agent_id)
 
+    @store_op
     def get_agent(self, agent_id: str) -> Any | None:
         A = self.m.Agent
         sql = self._sql("agent_by_id", lambda: A.select().where(A.id == ""))
@@ -271,6 +549,7 @@ class Store:
             rows = self._rows(A, sql, agent_id)
         return rows[0] if rows else None
 
+    @store_op
     def find_agent(self, id_or_name: str) -> Any | None:
         """By id, else by case-insensitive name."""
         with self._lock:
@@ -279,10 +558,12 @@ class Store:
                 agent = self.m.Agent.get_or_none(pw.fn.LOWER(self.m.Agent.name) == id_or_name.lower())
             return agent
 
+    @store_op
     def list_agents(self) -> list[Any]:
         with self._lock:
             return list(self.m.Agent.select().order_by(self.m.Agent.name))
 
+    @store_op
     def create_persona(self, name: str, *, archetype: str = "custom", traits: Sequence[str] = (),
                        background: str = "", voice_guidelines: str = "",
                        example_messages: Sequence[str] = ()) -> Any:
@@ -292,10 +573,12 @@ class Store:
                 voice_guidelines=voice_guidelines, example_messages=json.dumps(list(example_messages)),
             )
 
+    @store_op
     def assign_persona(self, agent_id: str, persona_id: str, sort_order: int = 0) -> None:
         with self.transaction():
             self.m.AgentPersona.create(agent=agent_id, persona=persona_id, sort_order=sort_order)
 
+    @store_op
     def create_skill_bundle(self, name: str, *, tools: Sequence[str] = (), prompt_additions: str = "",
                             description: str = "") -> Any:
         with self.transaction():
@@ -304,16 +587,19 @@ class Store:
                 description=description,
             )
 
+    @store_op
     def assign_agent_skill(self, agent_id: str, bundle_id: str, sort_order: int = 0) -> None:
         with self.transaction():
             self.m.AgentSkill.create(agent=agent_id, bundle=bundle_id, sort_order=sort_order)
 
+    @store_op
     def assign_project_skill(self, project_id: str, bundle_id: str, sort_order: int = 0) -> None:
         with self.transaction():
             self.m.ProjectSkill.create(project=project_id, bundle=bundle_id, sort_order=sort_order)
 
     # --- sessions -----------------------------------------------------------------------
 
+    @store_op
     def create_session(self, *, agent_id: str | None = None, project_id: str | None = None,
                        source: str = "web", name: str = "", initial_prompt: str = "",
                        participant: str = "", channel: str = "", council_role: str | None = None,
@@ -325,6 +611,7 @@ class Store:
                 council_role=council_role, depth=depth,
             )
 
+    @store_op
     def get_session(self, session_id: str) -> Any | None:
         # The hottest read of the runtime: a precompiled statement skips peewee's
         # per-call SQL generation (most of its cost; see bench/simtime).
@@ -341,6 +628,7 @@ class Store:
             raise NotFoundError(f"no session with id {session_id!r}")
         return row
 
+    @store_op
     def update_session(self, session_id: str, **fields: Any) -> int:
         S = self.m.Session
         fields.setdefault("updated_at", S.updated_at.default())
@@ -366,6 +654,7 @@ class Store:
         with self.transaction():
             return self.db.execute_sql(sql, (*args, session_id)).rowcount
 
+    @store_op
     def add_session_usage(self, session_id: str, *, cost_usd: float = 0.0, turns: int = 0,
                           answered: bool = False) -> None:
         """Add a turn's cost and count; ``answered``: the turn succeeded, so one open turn
@@ -379,6 +668,7 @@ class Store:
                 fields[S.open_turns] = pw.Case(None, [(S.open_turns > 1, S.open_turns - 1)], 0)
             S.update(fields).where(S.id == session_id).execute()
 
+    @store_op
     def list_sessions(self, *, statuses: Sequence[str] | None = None, limit: int = 500) -> list[Any]:
         S = self.m.Session
         with self._lock:
@@ -387,6 +677,7 @@ class Store:
                 query = query.where(S.status.in_(list(statuses)))
             return list(query)
 
+    @store_op
     def delete_session(self, session_id: str) -> bool:
         """Delete the session row and its messages (one transaction); False if there was none.
 
@@ -398,6 +689,7 @@ class Store:
             M.delete().where(M.session == session_id).execute()
             return bool(S.delete().where(S.id == session_id).execute())
 
+    @store_op
     def reset_stale_sessions(self) -> list[str]:
         """Sessions left running/loading by a dead runtime → idle, pid NULL, marked for resume."""
         S = self.m.Session
@@ -408,6 +700,7 @@ class Store:
                          updated_at=S.updated_at.default()).where(S.id.in_(ids)).execute()
             return ids
 
+    @store_op
     def take_restart_pending(self) -> list[str]:
         """Ids of sessions marked for resume; the marks are cleared."""
         S = self.m.Session
@@ -417,6 +710,7 @@ class Store:
                 S.update(restart_pending=False).where(S.id.in_(ids)).execute()
             return ids
 
+    @store_op
     def reset_ghost_sessions(self, live: Sequence[str]) -> list[str]:
         """Rows left running/loading with no live incarnation (ids not in ``live``) → reset
         as at start-up: idle, pid NULL, marked for resume. Returns their ids."""
@@ -430,6 +724,7 @@ class Store:
                          updated_at=S.updated_at.default()).where(S.id.in_(ids)).execute()
             return ids
 
+    @store_op
     def mark_for_resume(self, session_ids: Sequence[str], *, stopped: bool = False,
                         chunk: int = DEFAULT_ID_CHUNK) -> int:
         """Mark sessions for resume (``restart_pending``) as a shutdown does; ``stopped``:
@@ -450,6 +745,7 @@ class Store:
                     S.id.in_(ids[start:start + chunk])).execute()
         return changed
 
+    @store_op
     def open_turn(self, session_id: str, *, total_turns: int) -> None:
         """A user turn was delivered: count it open (until its result) and record the
         session's turn count."""
@@ -477,8 +773,9 @@ class Store:
         row: MessageRow = (session_id, role, content, cost_usd)
         if self.group_commit and not self.in_transaction():
             return self._message_commits.submit((row,))[0]
-        return insert_messages(self, [row])[0]
+        return self.run(insert_messages, self, [row])[0]
 
+    @store_op
     def _append_blocks(self, session_id: str, role: str, blocks: tuple[dict[str, Any], ...],
                        cost_usd: float) -> int:
         # Rare (a user's picture), so a plain insert rather than the group commit; the
@@ -491,6 +788,7 @@ class Store:
             return int(M.insert(session=session_id, role=role, content=stored_text(blocks), cost_usd=cost_usd,
                                 content_blocks=json.dumps(list(blocks), ensure_ascii=False)).execute())
 
+    @store_op
     def message_contents(self, session_id: str, limit: int, roles: Sequence[str] = ("user", "assistant")
                          ) -> list[tuple[str, UserContent]]:
         """Like :meth:`recent_messages`, with multimodal messages as their content blocks
@@ -515,8 +813,9 @@ class Store:
             return []
         if self.group_commit and not self.in_transaction():
             return self._message_commits.submit(rows)
-        return insert_messages(self, rows)
+        return self.run(insert_messages, self, rows)
 
+    @store_op
     def _commit_message_groups(self, groups: Sequence[tuple[MessageRow, ...]]) -> list[list[int]]:
         ids = insert_messages(self, [row for group in groups for row in group])
         out, start = [], 0
@@ -525,6 +824,7 @@ class Store:
             start += len(group)
         return out
 
+    @store_op
     def recent_messages(self, session_id: str, limit: int, roles: Sequence[str] = ("user", "assistant")
                         ) -> list[tuple[str, str]]:
         """The last ``limit`` messages with these roles, oldest first, as (role, content)."""
@@ -537,6 +837,7 @@ class Store:
             rows = self.db.execute_sql(sql, (session_id, *roles, limit)).fetchall()
         return [(role, content) for role, content in reversed(rows)]
 
+    @store_op
     def last_message_role(self, session_id: str, roles: Sequence[str] = ("user", "assistant")) -> str | None:
         """The role of the session's newest message among ``roles`` (None: there is none)."""
         M = self.m.SessionMessage
@@ -547,18 +848,21 @@ class Store:
             row = self.db.execute_sql(sql, (session_id, *roles, 1)).fetchone()
         return row[0] if row is not None else None
 
+    @store_op
     def delete_messages(self, session_id: str) -> int:
         """Delete every message of the session; returns how many."""
         M = self.m.SessionMessage
         with self.transaction():
             return M.delete().where(M.session == session_id).execute()
 
+    @store_op
     def delete_message(self, message_id: int) -> int:
         """Delete one message by id (an append whose delivery was refused)."""
         M = self.m.SessionMessage
         with self.transaction():
             return M.delete().where(M.id == message_id).execute()
 
+    @store_op
     def messages(self, session_id: str) -> list[StoredMessage]:
         """Every stored message of the session — all roles (user, assistant, system and the
         runtime's own), in the order they were written — with id, timestamp and cost."""
@@ -568,11 +872,13 @@ class Store:
                         .where(M.session == session_id).order_by(M.id))
         return [StoredMessage(r.id, r.role, r.content, _aware(r.timestamp), r.cost_usd) for r in rows]
 
+    @store_op
     def count_messages(self, session_id: str) -> int:
         M = self.m.SessionMessage
         with self._lock:
             return M.select().where(M.session == session_id).count()
 
+    @store_op
     def mcp_server_configs(self, agent_id: str | None) -> list[Any]:
         """The stored MCP server configs a session of ``agent_id`` sees: the global ones
         (no agent) and the agent's own. Read at every session start (precompiled)."""
@@ -588,6 +894,7 @@ class Store:
 
     # --- session context ------------------------------------------------------------------
 
+    @store_op
     def session_context(self, session_id: str) -> SessionContext:
         """Session, agent, project, persona/skill prompts and resolved tool permissions."""
         m = self.m
@@ -627,6 +934,12 @@ class Store:
             tuple(tuple(json.loads(b.tools)) for b in project_bundles),
             env,
         )
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception as one short line for logs and health (drivers add newlines and hints)."""
+    text = " ".join(str(exc).split())
+    return text[:300] if text else type(exc).__name__
 
 
 def resolve_tool_permissions(

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from corvid_actors.errors import CorvidError
+
 Role = Literal["user", "assistant", "tool", "system"]
 
 
@@ -159,8 +161,8 @@ class ErrorKind(enum.Enum):
     FATAL = "fatal"
 
 
-class ProviderError(Exception):
-    """A classified provider failure.
+class ProviderError(CorvidError):
+    """A classified provider failure (a :class:`~corvid_actors.errors.CorvidError`).
 
     ``retry_after_s`` carries the server's ``retry-after`` hint when it sent one;
     ``error_type`` the provider's own error type (e.g. ``overloaded_error``).

@@ -6,8 +6,8 @@ runs end to end without a network: ``POST /v1/messages`` streamed (the full SSE 
 ``GET /v1/models/{id}``. Tests script what each ``/v1/messages`` request gets, in order:
 text replies, tool calls (arguments split across ``input_json_delta`` events), malformed
 tool arguments, HTTP errors with ``retry-after``, in-stream ``error`` events, dropped
-connections and slow streams. Every request is recorded, and so is every client that
-went away mid-stream (``disconnects``), which is how a test proves a stop closed the
+connections and slow streams. Every request is recorded (or, with ``keep_requests``, the
+most recent ones), and so is every client that went away mid-stream (``disconnects``), which is how a test proves a stop closed the
 stream.
 
 It is stdlib only, binds 127.0.0.1 on a free port and serves from its own threads::
@@ -27,6 +27,7 @@ import json
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,8 +77,8 @@ HANDLER_JOIN_TIMEOUT_S = 2.0
 @dataclass
 class _State:
     turns: list[Turn] = field(default_factory=list)
-    requests: list[RecordedRequest] = field(default_factory=list)
-    disconnects: list[Disconnect] = field(default_factory=list)
+    requests: deque[RecordedRequest] = field(default_factory=deque)
+    disconnects: deque[Disconnect] = field(default_factory=deque)
     outage_status: int | None = None
     request_ids: int = 0
     tool_ids: int = 0
@@ -89,7 +90,9 @@ class AnthropicStubServer:
     ``api_key``: when given, only that key is accepted; otherwise any non-empty
     ``x-api-key`` or ``Authorization: Bearer`` is. ``default_reply`` answers a request
     no scripted turn matches. ``models`` maps model ids to ``max_input_tokens``.
-    All methods are thread-safe.
+    ``keep_requests``: how many of the most recent requests (and disconnects) are kept —
+    ``None`` (the default, for tests) keeps every one; a long-running host passes a
+    bound, or its memory grows with every request served. All methods are thread-safe.
     """
 
     # Kept as class attributes so freezegun's module rewrite does not reach them.
@@ -101,12 +104,15 @@ class AnthropicStubServer:
         api_key: str | None = None,
         default_reply: str = "OK",
         models: Mapping[str, int] | None = None,
+        keep_requests: int | None = None,
     ) -> None:
+        if keep_requests is not None and keep_requests < 0:
+            raise ValueError(f"keep_requests must be None or >= 0, not {keep_requests}")
         self.api_key = api_key
         self.default_reply = default_reply
         self.models = dict(DEFAULT_STUB_MODELS if models is None else models)
         self._cond = threading.Condition()
-        self._state = _State()
+        self._state = _State(requests=deque(maxlen=keep_requests), disconnects=deque(maxlen=keep_requests))
         self._sockets: set[socket.socket] = set()
         self._threads: list[threading.Thread] = []
         self._httpd: StubHTTPServer | None = None
@@ -258,7 +264,7 @@ class AnthropicStubServer:
 
     @property
     def requests(self) -> list[RecordedRequest]:
-        """Every request received so far, oldest first."""
+        """Every request received so far (the last ``keep_requests`` if bounded), oldest first."""
         with self._cond:
             return list(self._state.requests)
 
@@ -305,7 +311,8 @@ class AnthropicStubServer:
             self._state.requests.append(request)
             self._state.request_ids += 1
             self._cond.notify_all()
-            return len(self._state.requests) - 1, f"req_stub_{self._state.request_ids:06d}"
+            # the index counts every request served, recorded or not (Disconnect.request_index)
+            return self._state.request_ids - 1, f"req_stub_{self._state.request_ids:06d}"
 
     def _record_disconnect(self, disconnect: Disconnect) -> None:
         with self._cond:

@@ -12,8 +12,6 @@ they do not count as work in flight, so ``settle()`` returns and the test can ad
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -22,7 +20,7 @@ import freezegun
 import freezegun.api
 
 from corvid_actors.actors.base import ActivityTracker
-from corvid_actors.clock import TimerHandle
+from corvid_actors.clock import TimerHandle, TimerHeap
 from corvid_actors.providers.base import CancelToken
 
 DEFAULT_START = datetime(2026, 1, 1, 0, 0, 0, tzinfo=UTC)
@@ -70,9 +68,8 @@ class SimClock:
             start = start.replace(tzinfo=UTC)
         self._start = start
         self._t = 0.0
-        self._heap: list[TimerHandle] = []
-        self._seq = itertools.count()
         self._lock = threading.RLock()
+        self._heap = TimerHeap(self._lock)  # cancelled timers are released (see TimerHeap)
         self._tracker: ActivityTracker | None = None
         self._settle: Callable[[], None] = lambda: None
         _begin_freeze()
@@ -104,9 +101,7 @@ class SimClock:
 
     def call_later(self, delay_s: float, fn: Callable[[], None]) -> TimerHandle:
         with self._lock:
-            handle = TimerHandle(self._t + max(0.0, delay_s), next(self._seq), fn)
-            heapq.heappush(self._heap, handle)
-            return handle
+            return self._heap.push(self._t + max(0.0, delay_s), fn)
 
     def wait(self, delay_s: float, cancel: CancelToken | None = None) -> bool:
         """Park the calling worker until simulated time reaches now + ``delay_s``."""
@@ -142,13 +137,18 @@ class SimClock:
     def pending(self) -> int:
         """Timers scheduled and not cancelled."""
         with self._lock:
-            return sum(1 for h in self._heap if not h.cancelled)
+            return self._heap.live
+
+    def held(self) -> int:
+        """Timer handles in memory, cancelled ones not yet released included."""
+        with self._lock:
+            return len(self._heap)
 
     def next_due(self) -> float | None:
         """Simulated seconds until the next live timer, or None."""
         with self._lock:
-            self._drop_cancelled()
-            return None if not self._heap else self._heap[0].due - self._t
+            head = self._heap.peek()
+            return None if head is None else head.due - self._t
 
     def advance(self, seconds: float) -> int:
         """Move time forward by ``seconds``, firing due timers in order; returns how many fired."""
@@ -162,12 +162,12 @@ class SimClock:
         self._settle()
         while True:
             with self._lock:
-                self._drop_cancelled()
-                if not self._heap or self._heap[0].due > t:
+                head = self._heap.peek()
+                if head is None or head.due > t:
                     break
-                handle = heapq.heappop(self._heap)
+                handle, fn = self._heap.pop()
                 self._set_time(max(self._t, handle.due))
-            handle.fn()
+            fn()
             fired += 1
             self._settle()
         with self._lock:
@@ -195,7 +195,3 @@ class SimClock:
     def _set_time(self, t: float) -> None:
         self._t = t
         self._frozen.move_to(self.now().replace(tzinfo=None))
-
-    def _drop_cancelled(self) -> None:
-        while self._heap and self._heap[0].cancelled:
-            heapq.heappop(self._heap)

@@ -5,13 +5,17 @@
   ``send_message`` then returns False, persists nothing and evicts the incarnation;
   ``resume_process(session_id, prompt)`` publishes ``system`` ``warm_path_failed`` and
   cold-starts.
+- :class:`StoreFault`: a store refuses the Nth operation of a chosen kind (a write such
+  as ``append_message``, ``update_session`` or the ledger's ``deduct``), as it does when
+  its server is down — for fault-injection tests and hooks.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
-__all__ = ["refuse_input"]
+__all__ = ["StoreFault", "refuse_input"]
 
 
 def refuse_input(runtime: Any, session_id: str) -> bool:
@@ -23,3 +27,85 @@ def refuse_input(runtime: Any, session_id: str) -> bool:
     from corvid_actors.actors.supervisor import RefuseInput
 
     return bool(runtime._ask(RefuseInput(session_id)))
+
+
+# --- store faults -------------------------------------------------------------------------
+
+#: kinds that name a family of store operations rather than one method
+_KIND_ALIASES = {
+    # an append goes through the group commit, a plain insert, or (content blocks) its own
+    "append_message": frozenset({"append_message", "_commit_message_groups", "insert_messages", "_append_blocks"}),
+}
+
+
+class StoreFault:
+    """Make a :class:`~corvid_actors.db.store.Store` refuse operations of one kind on purpose.
+
+    ``kind`` is the name of a store operation — a :class:`Store` method (``update_session``,
+    ``add_session_usage``, ``open_turn``, ``create_session`` …), a ledger one (``deduct``,
+    ``credit``, ``open_account``) or ``append_message`` (every way a message is appended).
+    The ``nth`` operation of that kind from now on raises ``error`` (default: a
+    ``StoreUnavailableError``, "store unavailable: injected fault …"), and so do the
+    ``times - 1`` after it (``times=None``: every one until :meth:`clear`). The operation
+    is refused *before* it runs: nothing of it is written, as when the server is down.
+
+        fault = StoreFault(runtime.store, "deduct", nth=1)
+        ...
+        assert fault.raised == 1
+        fault.clear()
+
+    Also a context manager (cleared on exit). It wraps the store's ``run`` (the seam every
+    store operation passes through), so it works under a running runtime, from any thread.
+    """
+
+    def __init__(self, store: Any, kind: str, *, nth: int = 1, times: int | None = 1,
+                 error: BaseException | None = None) -> None:
+        if nth < 1 or (times is not None and times < 1):
+            raise ValueError("nth and times must be at least 1")
+        self.store = store
+        self.kind = kind
+        self.nth = nth
+        self.times = times
+        self.error = error
+        #: operations of the kind seen, and how many of them were refused
+        self.seen = 0
+        self.raised = 0
+        self._names = _KIND_ALIASES.get(kind, frozenset({kind}))
+        self._lock = threading.Lock()
+        self._inner = store.run
+        self._previous = store.__dict__.get("run")  # another fault's wrapper, or None
+        self._active = True
+        store.run = self._run
+
+    def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._active and getattr(fn, "__name__", "") in self._names and not self.store.in_transaction():
+            with self._lock:
+                self.seen += 1
+                due = self.seen >= self.nth and (self.times is None or self.seen < self.nth + self.times)
+                if due:
+                    self.raised += 1
+            if due:
+                raise self._error()
+        return self._inner(fn, *args, **kwargs)
+
+    def _error(self) -> BaseException:
+        if self.error is not None:
+            return self.error
+        from corvid_actors.errors import StoreUnavailableError
+
+        return StoreUnavailableError(f"store unavailable: injected fault ({self.kind} #{self.seen})")
+
+    def clear(self) -> None:
+        """Stop refusing: later operations run normally."""
+        self._active = False
+        if self.store.__dict__.get("run") == self._run:  # on top: unwrap (a fault below stays)
+            if self._previous is None:
+                del self.store.run
+            else:
+                self.store.run = self._previous
+
+    def __enter__(self) -> StoreFault:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.clear()

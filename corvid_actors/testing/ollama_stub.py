@@ -4,7 +4,7 @@ Stdlib only. It speaks ``/api/chat`` (NDJSON streaming, or one JSON object with
 ``"stream": false``; ``stream`` absent means streaming), ``/api/tags``, ``/api/show``,
 ``/api/ps`` and ``/api/version``; serves scripted :class:`Turn` values in FIFO order
 (optionally only to requests whose last user message contains ``match``); injects
-faults; and records every request.
+faults; and records every request (or, with ``keep_requests``, the most recent ones).
 
     with OllamaStubServer() as stub:
         stub.add_reply("Hello there", chunks=3)
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +73,10 @@ class OllamaStubServer:
     with ``supports_tools=False`` gets the real 400 "does not support tools".
     Unscripted chats are answered by ``responder`` (if it returns a Turn) or with
     ``default_reply``.
+
+    ``keep_requests``: how many of the most recent requests :attr:`requests` keeps —
+    ``None`` (the default, for tests) keeps every one; a long-running host (the daemon's
+    built-in stub) passes a bound, or its memory grows with every request served.
     """
 
     def __init__(
@@ -81,7 +86,10 @@ class OllamaStubServer:
         default_reply: str = "ok",
         responder: Callable[[dict[str, Any]], Turn | None] | None = None,
         strict_models: bool = False,
+        keep_requests: int | None = None,
     ) -> None:
+        if keep_requests is not None and keep_requests < 0:
+            raise ValueError(f"keep_requests must be None or >= 0, not {keep_requests}")
         self.models: dict[str, StubModel] = dict(DEFAULT_MODELS if models is None else models)
         self.default_reply = default_reply
         self.responder = responder
@@ -91,7 +99,7 @@ class OllamaStubServer:
         self.tags_status = 200
         self._cond = threading.Condition()
         self._turns: list[Turn] = []
-        self._requests: list[RecordedRequest] = []
+        self._requests: deque[RecordedRequest] = deque(maxlen=keep_requests)
         self._connections: set[socket.socket] = set()
         self._loaded: list[str] = []
         self._counts = {"disconnects": 0, "active": 0, "completed": 0}
@@ -220,7 +228,7 @@ class OllamaStubServer:
 
     @property
     def requests(self) -> list[RecordedRequest]:
-        """Every request received so far, oldest first (a copy)."""
+        """Every request received so far (the last ``keep_requests`` if bounded), oldest first (a copy)."""
         with self._cond:
             return list(self._requests)
 

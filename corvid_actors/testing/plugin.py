@@ -5,6 +5,8 @@
 - ``runtime``: a Runtime on the clock, in-memory SQLite and the scripted provider, shut
   down after the test.
 - ``recorder``: an :class:`EventRecorder` attached to ``runtime``.
+- ``telegram_stub``: a started loopback Telegram Bot API server (push participants'
+  messages and button presses, read what the bot sent; see ``testing.telegram_stub``).
 - ``ollama_stub`` / ``anthropic_stub``: a started loopback server speaking the real Ollama /
   Anthropic wire protocol (script it with ``add_reply``, ``add_tool_calls`` /
   ``add_tool_use``, ``add_fault``, …), stopped after the test; the provider environment
@@ -66,4 +68,13 @@ def anthropic_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     for name in PROVIDER_ENV:
         monkeypatch.delenv(name, raising=False)
     with AnthropicStubServer() as stub:
+        yield stub
+
+
+@pytest.fixture
+def telegram_stub() -> Iterator[Any]:
+    """A started loopback Telegram Bot API server (``TelegramStubServer``), stopped after the test."""
+    from corvid_actors.testing.telegram_stub import TelegramStubServer
+
+    with TelegramStubServer() as stub:
         yield stub

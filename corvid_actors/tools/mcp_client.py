@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -310,5 +311,9 @@ def sandboxed_argv(sandbox: Any, spec: McpServerSpec,
     program = shutil.which(spec.command, path=safe_env(spec.env).get("PATH"))
     if program is None:
         raise FileNotFoundError(f"command not found: {spec.command}")
-    launch = sandbox.wrap([program, *spec.args], project_dir=cwd, network=spec.network)
+    # the operator's own program and script files stay readable where the sandbox hides
+    # their directory (a server kept under /tmp or $HOME): named files only, never the folder
+    named = [program, *(a for a in spec.args if os.path.isabs(a) and os.path.isfile(a))]
+    launch = sandbox.wrap([program, *spec.args], project_dir=cwd, network=spec.network,
+                          readable_files=named)
     return launch.argv, lambda: launch.finish(sandbox, sandbox.patterns)

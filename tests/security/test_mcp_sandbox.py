@@ -52,3 +52,35 @@ def test_launch_choice_per_mode(tmp_path):
     required_missing = Sandbox(SandboxSettings(mode="required", bwrap_path="/nonexistent/bwrap"))
     with pytest.raises(SandboxUnavailable):
         sandboxed_argv(required_missing, spec, str(tmp_path))
+
+
+def test_a_server_script_under_a_hidden_path_stays_readable_but_not_its_folder(tmp_path, project, data_dir):
+    """An operator's server kept under /tmp (hidden in the sandbox: a CI checkout, a scratch
+    dir) still starts; only the named script is shown, not the folder it lies in."""
+    import shutil as _shutil
+
+    from tests.fixtures.mcp_servers import ECHO_SERVER
+
+    hidden_dir = tmp_path / "servers"
+    hidden_dir.mkdir()
+    script = hidden_dir / "echo_server.py"
+    _shutil.copy(ECHO_SERVER, script)
+    (hidden_dir / "neighbour.txt").write_text("not for the server")
+    sandbox = make_sandbox(data_dir)
+    assert any(str(script).startswith(h) for h in sandbox.hidden)  # the premise: /tmp is hidden
+    tag = new_tag()
+    command, args = server_command("echo", tag)
+    args = [str(script) if a == str(ECHO_SERVER) else a for a in args]
+    spec = McpServerSpec("echo", command, tuple(args), network=False)
+    argv, on_end = sandboxed_argv(sandbox, spec, str(project))
+    conn = McpConnection(spec, env=safe_env({}), cwd=str(project), limits=McpLimits(connect_timeout_s=20),
+                         argv=argv, on_end=on_end)
+    conn.start()
+    try:
+        assert conn.wait_ready(), conn.error
+        from corvid_actors.providers.base import CancelToken
+
+        assert "not for the server" not in conn.call(
+            "read", {"path": str(hidden_dir / "neighbour.txt")}, CancelToken()).output
+    finally:
+        conn.close()

@@ -196,7 +196,8 @@ class Sandbox:
                 f"--fsize={s.max_file_bytes}", f"--as={s.max_address_space_bytes}", "--"]
 
     def wrap(self, argv: Sequence[str], *, project_dir: str | None, network: bool,
-             patterns: Sequence[str] = (), writable_project: bool = True) -> Launch:
+             patterns: Sequence[str] = (), writable_project: bool = True,
+             readable_files: Sequence[str] = ()) -> Launch:
         """The bwrap command line running ``argv`` confined (see the module docstring).
 
         ``project_dir`` (real path) is bound read-write (read-only when not
@@ -204,6 +205,8 @@ class Sandbox:
         working directory is a private ``/tmp``. Raises :class:`SandboxUnavailable`
         when the sandbox is not active (the caller decides what ``mode`` allows). The caller
         must start the command line in a new session (``start_new_session=True``).
+        ``readable_files``: files an operator named (an MCP server's program and script) that
+        stay readable, one by one, when they lie under a hidden path such as ``/tmp``.
         """
         if not self.status.active:
             raise SandboxUnavailable(f"the OS sandbox is not available: {self.status.reason}")
@@ -230,6 +233,10 @@ class Sandbox:
             args += ["--tmpfs", path]
         for real in self.visible:
             args += ["--ro-bind", real, real]
+        for real in dict.fromkeys(os.path.realpath(f) for f in readable_files):
+            if os.path.isfile(real) and any(is_within(real, h) for h in self.hidden) \
+                    and not any(is_within(real, v) for v in self.visible):
+                args += ["--ro-bind", real, real]
         args += ["--proc", "/proc", "--dev", "/dev"]
         if root and scan is not None:
             args += ["--bind" if writable_project else "--ro-bind", root, root]

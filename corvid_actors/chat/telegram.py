@@ -1,0 +1,430 @@
+"""A Telegram transport for :class:`~corvid_actors.chat.aio_bridge.AsyncChatBridge`.
+
+    transport = TelegramTransport(token)                        # long polling
+    transport = TelegramTransport(token, mode="webhook", webhook_url="https://bot.example/tg",
+                                  listen=("0.0.0.0", 8443), secret_token=secret)
+    async with AsyncChatBridge(runtime, transport, agent_id=agent.id):
+        ...
+
+Built on python-telegram-bot's :class:`telegram.Bot` (``pip install corvid-actors[telegram]``):
+a maintained, fully typed asyncio client on httpx (already one of our dependencies), with
+a ``base_url`` to point it at :class:`~corvid_actors.testing.telegram_stub.TelegramStubServer`.
+Only the ``Bot`` is used, not its ``Application``: this transport owns the update offset and
+the order of handling, which the bridge's guarantees depend on.
+
+- channel = the chat id, participant = the sender's user id (both as strings).
+- Long polling: ``getUpdates`` with the offset of the next unhandled update; each update
+  is handled (persisted by the bridge) *before* the offset moves past it, and ``stop()``
+  confirms the last handled one, so a restarted bot neither repeats nor misses an update.
+  With ``offset_path``, the offset is also written to a file after every update, so even a
+  bot that was killed between handling an update and confirming it skips it on restart
+  (polling and webhook alike; Telegram restarts its ids at random after a week without
+  updates, so an offset file older than that is ignored).
+- Webhook: a small asyncio HTTP server (``listen``) that checks Telegram's secret header
+  and answers 200 only after the update is handled (Telegram redelivers otherwise); or
+  call :meth:`TelegramTransport.handle_webhook` from your own web framework.
+- Replies are split at 4,096 characters and sent as escaped MarkdownV2
+  (:mod:`corvid_actors.chat.telegram_format`).
+- Approval requests carry inline buttons (Allow / Deny → ``yes <id>`` / ``no <id>``);
+  typing ``yes <id>`` still works. When the approval is resolved, the request message is
+  edited: the verdict is appended and the buttons removed.
+- While a conversation's session thinks, ``typing`` is shown (refreshed every few seconds,
+  as Telegram shows it for 5 s).
+- Flood control: a 429 is retried after its ``retry_after``; a network error or 502 after
+  a growing delay; both a bounded number of times, then :class:`TransportError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import functools
+import json
+import os
+import warnings
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from loguru import logger
+
+from corvid_actors.chat.aio_bridge import AsyncMessageHandler
+from corvid_actors.chat.telegram_format import (
+    TELEGRAM_MAX_MESSAGE_CHARS,
+    escape_markdown_v2,
+    split_message,
+)
+from corvid_actors.chat.transport import IncomingMessage, OutgoingMessage, TransportError
+from corvid_actors.clock import Clock, RealClock
+from corvid_actors.errors import RuntimeStoppedError
+
+try:
+    import telegram
+    from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
+except ImportError as exc:  # pragma: no cover - the optional extra
+    raise ImportError("the Telegram transport needs python-telegram-bot: "
+                      "pip install 'corvid-actors[telegram]'") from exc
+
+__all__ = ["TelegramTransport", "SECRET_HEADER"]
+
+T = TypeVar("T")
+
+#: the header Telegram sends a webhook's ``secret_token`` in
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+_ALLOWED_UPDATES = ("message", "callback_query")
+#: what a pressed button's answer says, by the bridge's outcome
+_BUTTON_ANSWERS = {"approved": "Approved", "denied": "Denied", "rejected": "Only the participant who asked "
+                   "(or an owner) can answer this", "expired": "This approval is no longer pending"}
+#: approval messages remembered, to edit them when resolved
+_APPROVALS_REMEMBERED = 1000
+_MAX_REQUEST_BYTES = 1 << 20
+_MAX_HEADERS = 100
+#: Telegram picks update ids at random again after a week without updates
+_OFFSET_FILE_MAX_AGE = dt.timedelta(days=6)
+
+
+class TelegramTransport:
+    """See the module docstring.
+
+    Args:
+        token: the bot's token from @BotFather.
+        base_url: the Bot API base URL without the token (a stub server's ``base_url``).
+        mode: ``polling`` or ``webhook``.
+        webhook_url: the public URL Telegram posts to (webhook mode; default: the local
+            ``listen`` address and ``webhook_path``, for tests).
+        listen: ``(host, port)`` of the webhook server; port 0 picks one (``webhook_port``).
+        secret_token: checked on every webhook request.
+        webhook_read_timeout_s: a webhook request must arrive within this (else 408).
+        poll_timeout_s: the long-poll ``timeout`` of ``getUpdates``.
+        max_attempts: tries per API call through 429s and network errors.
+        network_retry_s: delays after a network error or 502 (the last repeats).
+        typing_refresh_s: how often ``typing`` is re-sent while a session thinks.
+        typing_max_s: the longest ``typing`` is shown without a new sign of thinking.
+        parse_mode: ``MarkdownV2`` (text escaped) or None (plain text).
+        sleep: the coroutine that waits out retry delays (tests record them).
+        bot: a ready ``telegram.Bot`` instead of one built from ``token``/``base_url``.
+        offset_path: a file keeping the next update's id across crashes (see above).
+        clock: dates the offset file (default: the real clock).
+    """
+
+    name = "telegram"
+
+    def __init__(self, token: str, *, base_url: str | None = None, mode: str = "polling",
+                 webhook_url: str = "", listen: tuple[str, int] = ("127.0.0.1", 8443),
+                 webhook_path: str = "/telegram", secret_token: str = "", poll_timeout_s: int = 30,
+                 max_attempts: int = 5, network_retry_s: Sequence[float] = (0.5, 1.0, 2.0, 4.0),
+                 typing_refresh_s: float = 4.0, typing_max_s: float = 120.0, parse_mode: str | None = "MarkdownV2",
+                 max_message_chars: int = TELEGRAM_MAX_MESSAGE_CHARS,
+                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep, bot: Any = None,
+                 offset_path: str | Path | None = None, clock: Clock | None = None,
+                 webhook_read_timeout_s: float = 10.0) -> None:
+        if mode not in ("polling", "webhook"):
+            raise ValueError("mode must be 'polling' or 'webhook'")
+        self.mode = mode
+        self.bot = bot or (telegram.Bot(token, base_url=base_url) if base_url else telegram.Bot(token))
+        self.webhook_url = webhook_url
+        self.listen = listen
+        self.webhook_path = webhook_path
+        self.secret_token = secret_token
+        self.poll_timeout_s = poll_timeout_s
+        self.max_attempts = max_attempts
+        self.network_retry_s = tuple(network_retry_s) or (1.0,)
+        self.typing_refresh_s = typing_refresh_s
+        self.typing_max_s = typing_max_s
+        self.webhook_read_timeout_s = webhook_read_timeout_s
+        self.parse_mode = parse_mode
+        self.max_message_chars = max_message_chars
+        self._sleep = sleep
+        self._handler: AsyncMessageHandler | None = None
+        self._poller: asyncio.Task[None] | None = None
+        self._waiting_for_updates = False
+        self._server: asyncio.Server | None = None
+        self._typing: dict[str, asyncio.Task[None]] = {}
+        self._approvals: OrderedDict[str, tuple[int | str, int, str]] = OrderedDict()
+        #: the offset of the next update to handle, and the one Telegram last confirmed
+        self.offset = 0
+        self._confirmed = 0
+        self.offset_path = Path(offset_path) if offset_path else None
+        self._clock = clock or RealClock()
+        self.handled_updates = 0
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self, handler: AsyncMessageHandler) -> None:
+        self._handler = handler
+        if self.offset_path is not None:
+            self.offset = max(self.offset, await asyncio.get_running_loop().run_in_executor(
+                None, _read_offset, self.offset_path, self._clock.now()))
+        await self._api(self.bot.initialize)
+        if self.mode == "polling":
+            await self._api(self.bot.delete_webhook)  # getUpdates answers 409 while a webhook is set
+            self._poller = asyncio.ensure_future(self._poll())
+        else:
+            host, port = self.listen
+            self._server = await asyncio.start_server(self._serve_webhook, host, port)
+            url = self.webhook_url or f"http://{host}:{self.webhook_port}{self.webhook_path}"
+            await self._api(lambda: self.bot.set_webhook(url, secret_token=self.secret_token or None,
+                                                         allowed_updates=list(_ALLOWED_UPDATES)))
+
+    @property
+    def webhook_port(self) -> int:
+        """The port the webhook server listens on (after ``start``)."""
+        assert self._server is not None, "the webhook server is not started"
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def stop_receiving(self) -> None:
+        """Stop polling (confirming the handled updates to Telegram) or serving the webhook;
+        sending still works, so the bridge can deliver its queued replies. Idempotent."""
+        self._handler = None
+        poller, self._poller = self._poller, None
+        if poller is not None:
+            # Cancel a poll that waits for updates; an update being handled is finished first
+            # (its offset must move past it, or the next start would handle it again).
+            if self._waiting_for_updates:
+                poller.cancel()
+            await asyncio.gather(poller, return_exceptions=True)
+            if self.offset > self._confirmed:
+                try:  # what PTB's Application does too: one short call with the next offset
+                    await self._api(lambda: self.bot.get_updates(offset=self.offset, limit=1, timeout=0))
+                    self._confirmed = self.offset
+                except TransportError as exc:
+                    logger.warning("telegram: could not confirm handled updates ({}); "
+                                   "the next start may see them again", exc)
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+            await server.wait_closed()
+
+    async def stop(self) -> None:
+        """Stop receiving, stop the typing indicators, close the client. Idempotent."""
+        await self.stop_receiving()
+        for task in self._typing.values():
+            task.cancel()
+        await asyncio.gather(*self._typing.values(), return_exceptions=True)
+        self._typing.clear()
+        try:
+            await self.bot.shutdown()
+        except TelegramError:
+            pass
+
+    # --- incoming -------------------------------------------------------------------------------
+
+    async def _poll(self) -> None:
+        while self._handler is not None:
+            self._waiting_for_updates = True
+            try:
+                updates = await self._api(lambda: self.bot.get_updates(
+                    offset=self.offset or None, timeout=self.poll_timeout_s,
+                    allowed_updates=list(_ALLOWED_UPDATES)), forever=True)
+            except TransportError as exc:
+                # 409 Conflict (another instance still polling, a webhook set behind our back),
+                # 401/403: keep trying, loudly, rather than stop receiving without a word
+                delay = self.network_retry_s[-1]
+                logger.error("telegram: polling refused: {}; retrying in {} s", exc, delay)
+                await self._sleep(delay)
+                continue
+            finally:
+                self._waiting_for_updates = False
+            self._confirmed = self.offset
+            for update in updates:
+                if not await self.handle_update(update):
+                    return  # the bot is stopping: leave the update for the next start
+
+    async def handle_webhook(self, data: dict[str, Any] | bytes, secret_token: str | None = None) -> bool:
+        """Handle one webhook POST body from your own web server; True when handled (answer
+        200), False when the secret is wrong or the bot is stopping (answer 403 / 503)."""
+        if self.secret_token and secret_token != self.secret_token:
+            return False
+        payload = json.loads(data) if isinstance(data, bytes | bytearray) else data
+        update = telegram.Update.de_json(payload, self.bot)
+        return update is not None and await self.handle_update(update)
+
+    async def handle_update(self, update: Any) -> bool:
+        """Hand one ``telegram.Update`` to the bridge; False when the bot is stopping (the
+        update was not handled and must be offered again)."""
+        handler = self._handler
+        if handler is None:
+            return False
+        if update.update_id < self.offset:
+            return True  # handled before (a redelivery after a crash or a lost confirmation)
+        try:
+            if update.callback_query is not None:
+                await self._button(update.callback_query, handler)
+            elif update.message is not None and update.message.text and update.message.from_user is not None:
+                message = update.message
+                await handler(IncomingMessage(str(message.chat.id), str(message.from_user.id), message.text,
+                                              message_id=str(message.message_id)))
+        except RuntimeStoppedError:
+            return False
+        except Exception:  # noqa: BLE001 - one bad update must not stop the bot (nor be retried forever)
+            logger.opt(exception=True).error("telegram: update {} could not be handled; skipped",
+                                             update.update_id)
+        self.handled_updates += 1
+        self.offset = update.update_id + 1
+        if self.offset_path is not None:
+            await asyncio.get_running_loop().run_in_executor(
+                None, _write_offset, self.offset_path, self.offset, self._clock.now())
+        return True
+
+    async def _button(self, query: Any, handler: AsyncMessageHandler) -> None:
+        data = (query.data or "").strip()
+        chat = query.message.chat.id if query.message is not None else query.from_user.id
+        if data.split(" ")[0] not in ("yes", "no"):
+            await self._api(lambda: self.bot.answer_callback_query(query.id))
+            return
+        outcome = await handler(IncomingMessage(str(chat), str(query.from_user.id), data,
+                                                message_id=f"callback:{query.id}"))
+        text = _BUTTON_ANSWERS.get(outcome, "")
+        await self._api(lambda: self.bot.answer_callback_query(query.id, text=text or None))
+
+    async def _serve_webhook(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        status = 400
+        try:
+            async with asyncio.timeout(self.webhook_read_timeout_s):  # a client that stalls is cut off
+                request_line = (await reader.readline()).decode("latin-1").split()
+                headers: dict[str, str] = {}
+                while (line := (await reader.readline()).decode("latin-1").strip()):
+                    key, _, value = line.partition(":")
+                    headers[key.strip().lower()] = value.strip()
+                    if len(headers) > _MAX_HEADERS:
+                        raise ValueError("too many headers")
+                length = int(headers.get("content-length", "0"))
+                body = b""
+                if len(request_line) < 2 or request_line[0] != "POST" or request_line[1] != self.webhook_path:
+                    status = 404
+                elif not 0 < length <= _MAX_REQUEST_BYTES:
+                    status = 413 if length else 400
+                else:
+                    body = await reader.readexactly(length)
+            secret = headers.get(SECRET_HEADER.lower())
+            if body and self.secret_token and secret != self.secret_token:
+                status = 403
+            elif body:
+                # not under the read timeout: handling waits for the bridge, not for the client
+                status = 200 if await self.handle_webhook(body, secret) else 503
+        except TimeoutError:
+            status = 408
+        except (ValueError, asyncio.IncompleteReadError, ConnectionError):
+            status = 400
+        reason = {200: "OK", 403: "Forbidden", 404: "Not Found", 408: "Request Timeout",
+                  413: "Payload Too Large", 503: "Service Unavailable"}.get(status, "Bad Request")
+        try:
+            writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode())
+            await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    # --- outgoing -------------------------------------------------------------------------------
+
+    async def send(self, message: OutgoingMessage) -> None:
+        chat_id = _chat_id(message.channel)
+        if message.kind == "notice" and message.approval_id in self._approvals:
+            if await self._mark_resolved(message):
+                return
+        if message.kind == "approval":
+            await self.typing(message.channel, message.participant, False)  # now it waits for a person
+        chunks = split_message(message.text, self.max_message_chars)
+        for i, chunk in enumerate(chunks):
+            markup = None
+            if message.kind == "approval" and message.approval_id and i == len(chunks) - 1:
+                markup = telegram.InlineKeyboardMarkup([[
+                    telegram.InlineKeyboardButton("Allow", callback_data=f"yes {message.approval_id}"),
+                    telegram.InlineKeyboardButton("Deny", callback_data=f"no {message.approval_id}"),
+                ]])
+            sent = await self._api(functools.partial(
+                self.bot.send_message, chat_id, self._format(chunk), parse_mode=self.parse_mode, reply_markup=markup))
+            if markup is not None:
+                self._approvals[message.approval_id] = (chat_id, sent.message_id, chunk)
+                while len(self._approvals) > _APPROVALS_REMEMBERED:
+                    self._approvals.popitem(last=False)
+
+    async def _mark_resolved(self, message: OutgoingMessage) -> bool:
+        chat_id, message_id, text = self._approvals.pop(message.approval_id)
+        updated = f"{text}\n\n{message.text}"
+        if len(updated) > self.max_message_chars:
+            return False
+        try:
+            await self._api(lambda: self.bot.edit_message_text(
+                self._format(updated), chat_id=chat_id, message_id=message_id, parse_mode=self.parse_mode))
+            return True
+        except TransportError:
+            return False  # deleted or too old to edit: say it as a new message
+
+    async def typing(self, channel: str, participant: str, active: bool) -> None:
+        """Show (or stop showing) ``typing`` in ``channel`` while its session thinks."""
+        task = self._typing.pop(channel, None)
+        if task is not None:
+            task.cancel()
+        if active:
+            self._typing[channel] = asyncio.ensure_future(self._keep_typing(_chat_id(channel)))
+
+    async def _keep_typing(self, chat_id: int | str) -> None:
+        # Bounded: a session that ends without saying it stopped thinking (a crash) must not
+        # leave "typing…" up for ever.
+        for _ in range(max(1, int(self.typing_max_s / self.typing_refresh_s))):
+            try:
+                await self.bot.send_chat_action(chat_id, "typing")
+            except TelegramError as exc:  # best effort: a missed indicator is harmless
+                logger.debug("telegram: sendChatAction failed: {}", exc)
+            await asyncio.sleep(self.typing_refresh_s)
+
+    def _format(self, text: str) -> str:
+        return escape_markdown_v2(text) if self.parse_mode == "MarkdownV2" else text
+
+    async def _api(self, call: Callable[[], Awaitable[T]], *, forever: bool = False) -> T:
+        """``call()`` through flood control (429 ``retry_after``) and network errors (502,
+        resets, timeouts): retried ``max_attempts`` times (``forever`` for the poll loop)."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await call()
+            except RetryAfter as exc:
+                delay = _retry_after_s(exc)
+                what = f"flood control (429, retry after {delay:g} s)"
+            except BadRequest as exc:  # our request is wrong: retrying cannot help
+                raise TransportError(f"telegram refused the request: {exc.message}") from exc
+            except NetworkError as exc:
+                delay = self.network_retry_s[min(attempt, len(self.network_retry_s)) - 1]
+                what = f"network error ({exc.message})"
+            except TelegramError as exc:  # Forbidden (blocked by the user), Conflict, …
+                raise TransportError(f"telegram: {exc.message}") from exc
+            if not forever and attempt >= self.max_attempts:
+                raise TransportError(f"telegram: gave up after {attempt} attempts: {what}")
+            logger.warning("telegram: {}; retrying in {} s", what, delay)
+            await self._sleep(delay)
+
+
+def _read_offset(path: Path, now: dt.datetime) -> int:
+    try:
+        saved = json.loads(path.read_text())
+        saved_at = dt.datetime.fromisoformat(saved["saved_at"])
+        offset = int(saved["offset"])
+    except FileNotFoundError:
+        return 0
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        logger.warning("telegram: ignoring unreadable offset file {}: {}", path, exc)
+        return 0
+    if now - saved_at > _OFFSET_FILE_MAX_AGE:
+        return 0  # Telegram may have restarted its update ids at random since
+    return offset
+
+
+def _write_offset(path: Path, offset: int, now: dt.datetime) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps({"offset": offset, "saved_at": now.isoformat()}))
+    os.replace(temporary, path)  # atomic: a crash leaves the old offset or the new one
+
+
+def _chat_id(channel: str) -> int | str:
+    return int(channel) if channel.lstrip("-").isdigit() else channel
+
+
+def _retry_after_s(exc: RetryAfter) -> float:
+    with warnings.catch_warnings():  # PTB 22 warns that the attribute becomes a timedelta; both are handled
+        warnings.simplefilter("ignore")
+        retry_after = exc.retry_after
+    return retry_after.total_seconds() if isinstance(retry_after, dt.timedelta) else float(retry_after)

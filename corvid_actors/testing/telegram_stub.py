@@ -1,0 +1,427 @@
+"""A loopback Telegram Bot API server (stdlib only), for testing bots without Telegram.
+
+    with TelegramStubServer() as tg:
+        bot = telegram.Bot(tg.token, base_url=tg.base_url)      # any client with a base URL
+        tg.push_message(chat_id=42, text="hello")                # a participant writes
+        tg.wait_for(lambda: tg.texts(42), timeout_s=5)           # bounded wait for the reply
+
+It speaks the real JSON shapes (``{"ok": true, "result": …}`` / ``{"ok": false,
+"error_code": …, "description": …, "parameters": {"retry_after": n}}``) for the methods a
+chat bot uses: ``getMe``, ``getUpdates`` (long polling with ``offset``: updates below the
+offset are confirmed and forgotten, as Telegram does), ``sendMessage``, ``editMessageText``,
+``answerCallbackQuery``, ``sendChatAction``, ``setWebhook`` / ``deleteWebhook`` /
+``getWebhookInfo`` (with a webhook set, updates are POSTed to it with the secret header and
+``getUpdates`` answers 409, as Telegram does). Bodies may be JSON or form-encoded (the
+python-telegram-bot client sends JSON-encoded values in form fields).
+
+It checks what Telegram checks and a bot gets wrong: a message over 4,096 characters and,
+with ``parse_mode=MarkdownV2``, a reserved character that is not escaped, both answered
+with Telegram's 400. :meth:`fail_next` makes the next calls of a method answer 429 with
+``retry_after`` (flood control) or 502 (a flaky network).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["TelegramStubServer", "MAX_MESSAGE_CHARS", "MARKDOWN_V2_RESERVED"]
+
+#: Telegram's limit on a message's text (after entity parsing)
+MAX_MESSAGE_CHARS = 4096
+#: characters MarkdownV2 reserves; outside entities they must be escaped with a backslash
+MARKDOWN_V2_RESERVED = frozenset("_*[]()~`>#+-=|{}.!")
+#: longest a getUpdates long poll is held, whatever timeout the client asks for (tests stay short)
+MAX_POLL_S = 1.0
+#: fields whose form-encoded value is a plain string (all others are JSON-encoded)
+_STRING_FIELDS = frozenset({"text", "parse_mode", "callback_query_id", "action", "url", "secret_token",
+                            "inline_message_id"})
+
+
+class TelegramStubServer:
+    """See the module docstring. Thread-safe; every wait is bounded."""
+
+    def __init__(self, token: str = "123456:TEST-TOKEN", *, bot_username: str = "corvid_test_bot") -> None:
+        self.token = token
+        self.bot_username = bot_username
+        self._cond = threading.Condition()
+        self._updates: list[dict[str, Any]] = []
+        self._next_update_id = 1000
+        self._next_message_id = 1
+        self._next_callback_id = 1
+        #: every message the bot sent, by id (``text`` is the latest after edits)
+        self.messages: dict[int, dict[str, Any]] = {}
+        self.chat_actions: list[tuple[int, str]] = []
+        self.answered_callbacks: list[dict[str, Any]] = []
+        #: every API call as (method, params), in order
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.webhook_url = ""
+        self.webhook_secret = ""
+        self._faults: dict[str, list[tuple[int, int | None]]] = {}
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        """The Bot API base URL *without* the token (python-telegram-bot's ``base_url``)."""
+        return f"http://127.0.0.1:{self._server.server_address[1]}/bot"
+
+    @property
+    def api_url(self) -> str:
+        """``base_url`` with the token: ``<api_url>/<method>`` is a method's URL."""
+        return self.base_url + self.token
+
+    def start(self) -> TelegramStubServer:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
+                                            name="telegram-stub", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(5)
+            self._thread = None
+        self._server.server_close()
+
+    def __enter__(self) -> TelegramStubServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- playing the participants --------------------------------------------------------------
+
+    def push_message(self, chat_id: int, text: str, *, user_id: int | None = None,
+                     first_name: str = "Tester") -> int:
+        """A participant (``user_id``, default the chat's id: a private chat) writes ``text``;
+        returns the update id."""
+        user = {"id": user_id if user_id is not None else chat_id, "is_bot": False, "first_name": first_name}
+        with self._cond:
+            message_id = self._take_message_id()
+        return self._push({"message": {"message_id": message_id, "date": _now(), "text": text, "from": user,
+                                       "chat": {"id": chat_id, "type": "private" if user["id"] == chat_id
+                                                else "group"}}})
+
+    def press_button(self, message_id: int, data: str, *, user_id: int | None = None) -> int:
+        """A participant presses an inline button with ``callback_data`` ``data`` under the
+        bot's message ``message_id``; returns the update id."""
+        with self._cond:
+            message = dict(self.messages[message_id])
+            callback_id = str(self._next_callback_id)
+            self._next_callback_id += 1
+        chat_id = message["chat"]["id"]
+        user = {"id": user_id if user_id is not None else chat_id, "is_bot": False, "first_name": "Tester"}
+        return self._push({"callback_query": {"id": callback_id, "from": user, "message": message,
+                                              "chat_instance": str(chat_id), "data": data}})
+
+    def fail_next(self, method: str, *, status: int = 429, retry_after: int | None = None,
+                  count: int = 1) -> None:
+        """The next ``count`` calls of ``method`` answer ``status`` (429 carries
+        ``retry_after`` seconds, default 1; 502 is a bad gateway)."""
+        if status == 429 and retry_after is None:
+            retry_after = 1
+        with self._cond:
+            self._faults.setdefault(method, []).extend([(status, retry_after)] * count)
+
+    def clear_faults(self) -> None:
+        """Forget the faults :meth:`fail_next` queued and no call consumed yet."""
+        with self._cond:
+            self._faults.clear()
+
+    # --- what the bot did -----------------------------------------------------------------------
+
+    def sent(self, chat_id: int | None = None) -> list[dict[str, Any]]:
+        """The bot's messages (to ``chat_id``), oldest first, as they are now (after edits)."""
+        with self._cond:
+            return [dict(m) for _, m in sorted(self.messages.items())
+                    if chat_id is None or m["chat"]["id"] == chat_id]
+
+    def texts(self, chat_id: int | None = None) -> list[str]:
+        return [m["text"] for m in self.sent(chat_id)]
+
+    def calls_of(self, method: str) -> list[dict[str, Any]]:
+        with self._cond:
+            return [params for name, params in self.calls if name == method]
+
+    @property
+    def pending_updates(self) -> list[int]:
+        """Ids of the updates not yet confirmed by a ``getUpdates`` offset (or a webhook 2xx)."""
+        with self._cond:
+            return [u["update_id"] for u in self._updates]
+
+    def wait_for(self, predicate: Callable[[], Any], timeout_s: float) -> Any:
+        """Wait (at most ``timeout_s`` real seconds) until ``predicate()`` is truthy; returns it."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                value = predicate()
+                remaining = deadline - time.monotonic()
+                if value or remaining <= 0:
+                    return value
+                self._cond.wait(min(remaining, 0.05))
+
+    # --- internals --------------------------------------------------------------------------------
+
+    def _take_message_id(self) -> int:
+        message_id = self._next_message_id
+        self._next_message_id += 1
+        return message_id
+
+    def _push(self, body: dict[str, Any]) -> int:
+        with self._cond:
+            update = {"update_id": self._next_update_id, **body}
+            self._next_update_id += 1
+            self._updates.append(update)
+            self._cond.notify_all()
+            webhook = self.webhook_url
+        if webhook:
+            threading.Thread(target=self._post_to_webhook, name="telegram-stub-webhook", daemon=True).start()
+        return update["update_id"]
+
+    def _post_to_webhook(self) -> None:
+        """Deliver pending updates in order to the webhook (one at a time, as Telegram does)."""
+        with self._cond:
+            if getattr(self, "_posting", False):
+                return
+            self._posting = True
+        try:
+            while True:
+                with self._cond:
+                    if not self._updates or not self.webhook_url or self._stopped:
+                        return
+                    update, url, secret = self._updates[0], self.webhook_url, self.webhook_secret
+                request = urllib.request.Request(url, data=json.dumps(update).encode(), method="POST", headers={
+                    "Content-Type": "application/json", "X-Telegram-Bot-Api-Secret-Token": secret})
+                try:
+                    with urllib.request.urlopen(request, timeout=5) as response:
+                        ok = 200 <= response.status < 300
+                except OSError:
+                    ok = False
+                with self._cond:
+                    if not ok:
+                        return  # kept; delivered again with the next update
+                    if self._updates and self._updates[0]["update_id"] == update["update_id"]:
+                        self._updates.pop(0)
+                    self._cond.notify_all()
+        finally:
+            with self._cond:
+                self._posting = False
+
+    def _call(self, method: str, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        with self._cond:
+            self.calls.append((method, params))
+            faults = self._faults.get(method)
+            if faults:
+                status, retry_after = faults.pop(0)
+                self._cond.notify_all()
+                if status == 429:
+                    return 429, _error(429, f"Too Many Requests: retry after {retry_after}",
+                                       {"retry_after": retry_after})
+                return status, _error(status, "Bad Gateway" if status == 502 else f"Error {status}")
+        handler = getattr(self, f"_api_{method}", None)
+        if handler is None:
+            return 404, _error(404, "Not Found: method not found")
+        result = handler(params)
+        if isinstance(result, tuple):
+            return result
+        with self._cond:
+            self._cond.notify_all()
+        return 200, {"ok": True, "result": result}
+
+    def _api_getMe(self, params: dict[str, Any]) -> Any:  # noqa: N802 - the Bot API's names
+        return {"id": int(self.token.split(":")[0]), "is_bot": True, "first_name": "Corvid",
+                "username": self.bot_username, "can_join_groups": True, "can_read_all_group_messages": False,
+                "supports_inline_queries": False}
+
+    def _api_getUpdates(self, params: dict[str, Any]) -> Any:  # noqa: N802
+        offset = int(params.get("offset") or 0)
+        limit = int(params.get("limit") or 100)
+        deadline = time.monotonic() + min(float(params.get("timeout") or 0), MAX_POLL_S)
+        with self._cond:
+            if self.webhook_url:
+                return 409, _error(409, "Conflict: can't use getUpdates method while webhook is active; "
+                                        "use deleteWebhook to delete the webhook first")
+            if offset:
+                self._updates = [u for u in self._updates if u["update_id"] >= offset]
+            while not self._updates and not self._stopped and time.monotonic() < deadline:
+                self._cond.wait(min(deadline - time.monotonic(), 0.05))
+            return [dict(u) for u in self._updates[:limit]]
+
+    def _check_text(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+        text = str(params.get("text", ""))
+        plain = text
+        if params.get("parse_mode") == "MarkdownV2":
+            plain, bad = _parse_markdown_v2(text)
+            if bad is not None:
+                return 400, _error(400, f"Bad Request: can't parse entities: Character '{bad}' is reserved "
+                                        "and must be escaped with the preceding '\\'")
+        if not plain.strip():
+            return 400, _error(400, "Bad Request: message text is empty")
+        if len(plain.encode("utf-16-le")) // 2 > MAX_MESSAGE_CHARS:  # Telegram counts UTF-16 units
+            return 400, _error(400, "Bad Request: message is too long")
+        return None
+
+    def _api_sendMessage(self, params: dict[str, Any]) -> Any:  # noqa: N802
+        if (problem := self._check_text(params)) is not None:
+            return problem
+        chat_id = int(params["chat_id"])
+        with self._cond:
+            message = {"message_id": self._take_message_id(), "date": _now(),
+                       "chat": {"id": chat_id, "type": "private"},
+                       "from": self._api_getMe({}), "text": _plain(params)}
+            if params.get("reply_markup"):
+                message["reply_markup"] = params["reply_markup"]
+            self.messages[message["message_id"]] = message
+            return dict(message)
+
+    def _api_editMessageText(self, params: dict[str, Any]) -> Any:  # noqa: N802
+        if (problem := self._check_text(params)) is not None:
+            return problem
+        with self._cond:
+            message = self.messages.get(int(params.get("message_id", 0)))
+            if message is None or message["chat"]["id"] != int(params.get("chat_id", 0)):
+                return 400, _error(400, "Bad Request: message to edit not found")
+            message["text"] = _plain(params)
+            message["edit_date"] = _now()
+            if params.get("reply_markup"):
+                message["reply_markup"] = params["reply_markup"]
+            else:
+                message.pop("reply_markup", None)
+            return dict(message)
+
+    def _api_answerCallbackQuery(self, params: dict[str, Any]) -> Any:  # noqa: N802
+        with self._cond:
+            self.answered_callbacks.append(dict(params))
+        return True
+
+    def _api_sendChatAction(self, params: dict[str, Any]) -> Any:  # noqa: N802
+        with self._cond:
+            self.chat_actions.append((int(params["chat_id"]), str(params.get("action", ""))))
+        return True
+
+    def _api_setWebhook(self, params: dict[str, Any]) -> Any:  # noqa: N802
+        with self._cond:
+            self.webhook_url = str(params.get("url", ""))
+            self.webhook_secret = str(params.get("secret_token", ""))
+            if params.get("drop_pending_updates"):
+                self._updates.clear()
+            pending = bool(self._updates)
+        if pending and self.webhook_url:
+            threading.Thread(target=self._post_to_webhook, daemon=True).start()
+        return True
+
+    def _api_deleteWebhook(self, params: dict[str, Any]) -> Any:  # noqa: N802
+        with self._cond:
+            self.webhook_url = self.webhook_secret = ""
+            if params.get("drop_pending_updates"):
+                self._updates.clear()
+        return True
+
+    def _api_getWebhookInfo(self, params: dict[str, Any]) -> Any:  # noqa: N802
+        with self._cond:
+            return {"url": self.webhook_url, "has_custom_certificate": False,
+                    "pending_update_count": len(self._updates)}
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                self._serve()
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._serve()
+
+            def _serve(self) -> None:
+                path = urllib.parse.urlsplit(self.path)
+                prefix = f"/bot{stub.token}/"
+                if not path.path.startswith(prefix):
+                    self._reply(401, _error(401, "Unauthorized"))
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                params = _params(body, self.headers.get("Content-Type", ""), path.query)
+                status, payload = stub._call(path.path[len(prefix):], params)
+                self._reply(status, payload)
+
+            def _reply(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a cancelled long poll): nothing to tell it
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        return Handler
+
+
+def _params(body: bytes, content_type: str, query: str) -> dict[str, Any]:
+    if "json" in content_type and body:
+        return dict(json.loads(body))
+    fields = urllib.parse.parse_qs(body.decode() if body else query, keep_blank_values=True)
+    params: dict[str, Any] = {}
+    for key, values in fields.items():
+        value = values[-1]
+        if key in _STRING_FIELDS:
+            params[key] = value
+            continue
+        try:
+            params[key] = json.loads(value)
+        except ValueError:
+            params[key] = value
+    return params
+
+
+def _parse_markdown_v2(text: str) -> tuple[str, str | None]:
+    """The plain text of escaped MarkdownV2 (entities are not interpreted: every reserved
+    character must come escaped), and the first unescaped reserved character, if any."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            out.append(text[i + 1])
+            i += 2
+            continue
+        if ch in MARKDOWN_V2_RESERVED or ch == "\\":
+            return "".join(out), ch
+        out.append(ch)
+        i += 1
+    return "".join(out), None
+
+
+def _plain(params: dict[str, Any]) -> str:
+    text = str(params.get("text", ""))
+    return _parse_markdown_v2(text)[0] if params.get("parse_mode") == "MarkdownV2" else text
+
+
+def _error(code: int, description: str, parameters: dict[str, Any] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"ok": False, "error_code": code, "description": description}
+    if parameters:
+        body["parameters"] = parameters
+    return body
+
+
+def _now() -> int:
+    return int(time.time())
