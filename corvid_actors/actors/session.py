@@ -10,10 +10,22 @@ supervisor closes the lifeline *before* it publishes the final event of a stop, 
 event of this incarnation — not even a streamed delta already in flight on the worker —
 can come after the end.
 
-Messages in: :class:`Begin`, :class:`Ready`, :class:`UserInput`, :class:`ExtendTimeout`,
-:class:`CheckTimeout`, :class:`Abort`, and the answers of SlotPool, ApprovalBroker and
-Timers. Messages out (to the supervisor): :class:`SessionEnded`, :class:`OutageReported`,
-:class:`TurnCompleted`, :class:`TimedOut`, :class:`SessionCrashed`.
+Messages in: :class:`Begin`, :class:`Ready`, :class:`UserInput` (from the supervisor,
+or straight from ``Runtime.send_message`` through the live registry,
+``corvid_actors.actors.live``), :class:`ExtendTimeout`, :class:`CheckTimeout`,
+:class:`Abort`, and the answers of SlotPool, ApprovalBroker, CreditBank and Timers.
+Messages out (to the supervisor, lifecycle only): :class:`SessionEnded`,
+:class:`OutageReported`, :class:`TimedOut`, :class:`SessionCrashed`,
+:class:`StopRequested`.
+
+Turn accounting is this actor's: it counts turns (``sessions.open_turns`` /
+``total_turns`` when a user message arrives), adds each turn's cost and count
+(``add_session_usage``) and asks the CreditBank to charge it; the supervisor reads the
+:class:`TurnTally` when the incarnation ends. Conversation writes have one owner each:
+user messages — whoever accepts them (``Runtime.send_message`` on the caller's thread,
+the supervisor for start/resume prompts); assistant text and the loop's notes
+(``PersistMessage``) — this actor; exit notes — the supervisor. A write that fails is
+retried with backoff (``corvid_actors.actors.retry``), never fatal to the actor.
 """
 
 from __future__ import annotations
@@ -29,7 +41,9 @@ import pykka
 from loguru import logger
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
+from corvid_actors.actors.credits import ChargeTurn, CreditsExhausted
 from corvid_actors.actors.events import Publish
+from corvid_actors.actors.retry import PendingWrites, RetryWrites
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
 from corvid_actors.clock import Clock, iso_after
 from corvid_actors.events import (
@@ -106,15 +120,30 @@ class Lifeline:
         self.cancel.cancel()
 
 
+@dataclass
+class TurnTally:
+    """An incarnation's turn accounting, written by its actor only; the supervisor reads it
+    when the incarnation ends (exit notes, ``session_info``). Starts with the counts the
+    session had (a new incarnation goes on counting)."""
+
+    turns: int = 0
+    cost_usd: float = 0.0
+    #: a turn of this incarnation succeeded (the supervisor resets the outage backoff)
+    answered: bool = False
+
+
 # --- messages ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Begin:
-    """The first message; ``blocks`` when it is multimodal (``prompt`` is its text)."""
+    """The first message; ``blocks`` when it is multimodal (``prompt`` is its text).
+    ``counts_turn``: a user message that opens a new turn (a resumed incarnation's first
+    message); the start's own prompt was counted by the supervisor's start write."""
 
     prompt: str
     blocks: tuple[dict[str, Any], ...] = ()
+    counts_turn: bool = False
 
 
 @dataclass(frozen=True)
@@ -166,12 +195,13 @@ class OutageReported:
 
 
 @dataclass(frozen=True)
-class TurnCompleted:
+class StopRequested:
+    """The incarnation asks to be stopped (``session_stopped`` with ``reason``), e.g. when
+    the CreditBank says its participant's credits are exhausted."""
+
     session_id: str
     generation: int
-    subtype: str
-    cost_usd: float
-    usage: dict[str, int] = field(default_factory=dict)
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -289,6 +319,11 @@ class SessionWiring:
     slot_weight: int = 1
     #: where payload-growth snapshots are written (None: not written, only logged)
     snapshot_dir: Path | None = None
+    #: turn accounting (shared with the supervisor, who reads it at the end)
+    tally: TurnTally = field(default_factory=TurnTally)
+    #: the session's source (the CreditBank charges ``chat`` turns) and the bank, if any
+    source: str = ""
+    credits: pykka.ActorRef[Any] | None = None
 
 
 class SessionActor(TrackedActor):
@@ -324,10 +359,14 @@ class SessionActor(TrackedActor):
         self._turn_started = self._clock.monotonic()
         self._begun = False
         self._last_error = ""
+        self._tally = wiring.tally
+        self._writes = PendingWrites(timers=wiring.timers, owner=None, key=(self.sid, "write-retry", self.gen),
+                                     publish=lambda _sid, event: self.w.lifeline.publish(event))
 
     # --- lifecycle ------------------------------------------------------------------------
 
     def on_start(self) -> None:
+        self._writes.bind(self.actor_ref)
         self._schedule_timeout(self._timeout_s)
 
     def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
@@ -346,7 +385,9 @@ class SessionActor(TrackedActor):
                 self._abort()
             return None
         match message:
-            case Begin(prompt, blocks):
+            case Begin(prompt, blocks, counts_turn):
+                if counts_turn:
+                    self._count_turn()
                 self._begin(prompt, blocks)
             case Ready():
                 # no turn: wait for the first message as after a finished turn (a late
@@ -355,8 +396,10 @@ class SessionActor(TrackedActor):
                 self.w.lifeline.publish(Thinking(thinking=False))
                 self._turn_finished()
             case UserInput(text, blocks) if not self._begun:
+                self._count_turn()
                 self._begin(text, blocks)  # the supervisor sends Begin first; never lose a message
             case UserInput(text, blocks):
+                self._count_turn()
                 self._touch()
                 if self._in_turn:
                     self._pending_input.append(fx.UserMessage(text, blocks))
@@ -424,7 +467,20 @@ class SessionActor(TrackedActor):
                 self._schedule_timeout(min(timeout_s, self._timeout_s))
             case Abort():
                 self._abort()
+            case CreditsExhausted(sid) if sid == self.sid:
+                tell(self.w.supervisor, StopRequested(self.sid, self.gen, "credits_exhausted"))
+            case RetryWrites():
+                self._writes.flush()
         return None
+
+    def _count_turn(self) -> None:
+        """A user message opens a turn: counted here, stored open until its result."""
+        self._tally.turns += 1
+        turns = self._tally.turns
+        self._write("the turn count", lambda: self.w.store.open_turn(self.sid, total_turns=turns))
+
+    def _write(self, what: str, write: Any) -> None:
+        self._writes.run(self.sid, what, write)
 
     def _begin(self, prompt: str, blocks: tuple[dict[str, Any], ...] = ()) -> None:
         self._begun = True
@@ -471,7 +527,9 @@ class SessionActor(TrackedActor):
                 case fx.PersistMessage(role, content):
                     # Assistant replies are persisted from their Assistant events already.
                     if role != "assistant":
-                        self.w.store.append_message(self.sid, role, content)
+                        self._write(f"a {role} message",
+                                    lambda role=role, content=content: self.w.store.append_message(
+                                        self.sid, role, content))
 
     def _write_snapshot(self, content: str) -> None:
         """The payload-growth failsafe's diagnostic snapshot → a file in the data directory."""
@@ -493,11 +551,13 @@ class SessionActor(TrackedActor):
     def _emit(self, event: Event) -> None:
         if isinstance(event, PlanEvent):
             # stored before it is published: a reader told of the change finds it in the store
-            self.w.store.update_session(self.sid, plan=plan_to_json(event.steps))
+            plan = plan_to_json(event.steps)
+            self._write("the plan", lambda: self.w.store.update_session(self.sid, plan=plan))
         if isinstance(event, RetryScheduled) and not event.due_at:
             event = replace(event, due_at=iso_after(self._clock, event.delay_s))
         if isinstance(event, Assistant) and event.content:
-            self.w.store.append_message(self.sid, "assistant", event.content)
+            text = event.content
+            self._write("the assistant's reply", lambda: self.w.store.append_message(self.sid, "assistant", text))
         if isinstance(event, ErrorEvent) and event.message:
             self._last_error = event.message
         elif isinstance(event, Result) and event.subtype == "success":
@@ -506,8 +566,19 @@ class SessionActor(TrackedActor):
             event = replace(event, duration_ms=int((self._clock.monotonic() - self._turn_started) * 1000))
         self.w.lifeline.publish(event)
         if isinstance(event, Result):
-            tell(self.w.supervisor, TurnCompleted(self.sid, self.gen, event.subtype, event.total_cost_usd,
-                                                 dict(event.usage)))
+            self._turn_completed(event.subtype, event.total_cost_usd)
+
+    def _turn_completed(self, subtype: str, cost: float) -> None:
+        """A turn's result: its cost and count, stored; a success closes an open turn and
+        resets the supervisor's outage backoff; the CreditBank charges it."""
+        answered = subtype == "success"
+        self._tally.cost_usd += cost
+        if answered:
+            self._tally.answered = True
+        self._write("the turn's usage", lambda: self.w.store.add_session_usage(
+            self.sid, cost_usd=cost, turns=1, answered=answered))
+        if self.w.credits is not None:
+            tell(self.w.credits, ChargeTurn(self.sid, self.w.source, self.actor_ref))
 
     def _turn_finished(self) -> None:
         self._in_turn = False
