@@ -181,7 +181,7 @@ class Runtime:
         None when it could not start (an ``error`` event says why). ``prompt`` is a string
         or multimodal content blocks (see :mod:`corvid_actors.content`); invalid blocks
         raise InvalidContentError before anything happens."""
-        return self._ask(sv.StartProcess(session_id, _checked(prompt)))
+        return sv.started_pid(self._ask(sv.StartProcess(session_id, _checked(prompt))))
 
     def resume_process(self, session_id: str, prompt: UserContent | None = None) -> int | None:
         """Resume with conversation history (or send ``prompt`` to a running session).
@@ -189,7 +189,7 @@ class Runtime:
         Without ``prompt`` the model is called only if the session was mid-turn (a turn in
         flight when it ended, or an unanswered user message); otherwise the session comes
         back ready and its next message reaches the model with the history."""
-        return self._ask(sv.ResumeProcess(session_id, _checked(prompt)))
+        return sv.started_pid(self._ask(sv.ResumeProcess(session_id, _checked(prompt))))
 
     def stop_process(self, session_id: str, reason: str = "user_stop") -> None:
         self._ask(sv.StopProcess(session_id, reason))

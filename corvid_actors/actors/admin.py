@@ -182,7 +182,8 @@ class AdminActor(TrackedActor):
         if ref is None:
             raise AdminError(UNAVAILABLE, f"the {what} is not running in this daemon")
         try:
-            return ref.ask(message)
+            # a start/resume replies with a ticket: wait for the new incarnation's pid
+            return sv.started_pid(ref.ask(message))
         except pykka.ActorDeadError:
             raise AdminError(UNAVAILABLE, f"the {what} is shut down") from None
         except RuntimeStoppedError as exc:

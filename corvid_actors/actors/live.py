@@ -60,6 +60,11 @@ class LiveSession:
             return (self._begun and self.lifeline.accepting_input
                     and not needs_context_reset(self._delivered, reset_after))
 
+    def record_delivery(self) -> None:
+        """Count a message the supervisor holds for this incarnation (told once built)."""
+        with self._lock:
+            self._delivered += 1
+
     def deliver(self, message: Any) -> bool:
         """Tell ``message`` (a user message) and count it; False when the incarnation no
         longer takes input or its actor is gone (nothing was delivered)."""

@@ -14,9 +14,16 @@ Messages in: :class:`Begin`, :class:`Ready`, :class:`UserInput` (from the superv
 or straight from ``Runtime.send_message`` through the live registry,
 ``corvid_actors.actors.live``), :class:`ExtendTimeout`, :class:`CheckTimeout`,
 :class:`Abort`, and the answers of SlotPool, ApprovalBroker, CreditBank and Timers.
-Messages out (to the supervisor, lifecycle only): :class:`SessionEnded`,
-:class:`OutageReported`, :class:`TimedOut`, :class:`SessionCrashed`,
-:class:`StopRequested`.
+Messages out (to the supervisor, lifecycle only): :class:`Built` / :class:`BuildFailed`,
+:class:`SessionEnded`, :class:`OutageReported`, :class:`TimedOut`,
+:class:`SessionCrashed`, :class:`StopRequested`.
+
+Building (provider, tools, MCP servers, prompts) happens on this incarnation's own
+worker thread, not on the supervisor's: the actor starts with a ``build`` callable, runs
+it on a worker and reports :class:`Built` (or :class:`BuildFailed`) before its first
+turn; the supervisor sends ``Begin``/``Ready`` only then. A hanging MCP server delays
+only its own session; a stop during the build closes the lifeline at once, and what the
+build made is closed when it finishes.
 
 Turn accounting is this actor's: it counts turns (``sessions.open_turns`` /
 ``total_turns`` when a user message arrives), adds each turn's cost and count
@@ -33,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -75,6 +83,7 @@ from corvid_actors.providers.base import (
     TextDelta,
 )
 from corvid_actors.tools.base import ToolContext, ToolRegistry, ToolResult
+from corvid_actors.wiring import close_resources
 
 # --- the lifeline ------------------------------------------------------------------------
 
@@ -195,6 +204,25 @@ class OutageReported:
 
 
 @dataclass(frozen=True)
+class Built:
+    """The incarnation is built (``built``: the ``wiring.BuiltSession``) and waits for
+    ``Begin``/``Ready``. Its ``built.resources`` are the supervisor's to close from now on."""
+
+    session_id: str
+    generation: int
+    built: Any
+
+
+@dataclass(frozen=True)
+class BuildFailed:
+    """Building the incarnation raised (a spawn error); the actor has stopped."""
+
+    session_id: str
+    generation: int
+    error: str
+
+
+@dataclass(frozen=True)
 class StopRequested:
     """The incarnation asks to be stopped (``session_stopped`` with ``reason``), e.g. when
     the CreditBank says its participant's credits are exhausted."""
@@ -285,6 +313,13 @@ class _WorkerDone:
 
 
 @dataclass(frozen=True)
+class _BuildDone:
+    wiring: Any = None
+    built: Any = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class _ExitRequested:
     """A worker's outcome that bypasses the loop: the provider asked to end (SessionExit)."""
 
@@ -327,9 +362,14 @@ class SessionWiring:
 
 
 class SessionActor(TrackedActor):
-    def __init__(self, tracker: ActivityTracker, wiring: SessionWiring) -> None:
+    """``wiring`` complete, or — with ``build`` — a partial one (no provider, loop, tools
+    yet) that ``build()`` (run on a worker) returns complete, with the ``BuiltSession``."""
+
+    def __init__(self, tracker: ActivityTracker, wiring: SessionWiring,
+                 build: Callable[[], tuple[SessionWiring, Any]] | None = None) -> None:
         super().__init__(tracker)
         self.w = wiring
+        self._build = build
         self.sid = wiring.session_id
         self.gen = wiring.generation
         self._loop = wiring.loop
@@ -368,6 +408,36 @@ class SessionActor(TrackedActor):
     def on_start(self) -> None:
         self._writes.bind(self.actor_ref)
         self._schedule_timeout(self._timeout_s)
+        if self._build is not None:
+            self._start_build(self._build)
+
+    def _start_build(self, build: Callable[[], tuple[SessionWiring, Any]]) -> None:
+        ref, lifeline, sid = self.actor_ref, self.w.lifeline, self.sid
+
+        def body() -> None:
+            try:
+                wiring, built = build()
+            except Exception as exc:  # noqa: BLE001 - any build failure is a spawn error, reported
+                logger.bind(session_id=sid).opt(exception=True).warning("session failed to start")
+                tell(ref, _BuildDone(error=str(exc)))
+                return
+            if lifeline.closed or not tell(ref, _BuildDone(wiring, built)):
+                close_resources(built.resources, sid)  # stopped during the build
+
+        self._tracker.run_tracked(body, f"build-{sid[:8]}")
+
+    def _built(self, done: _BuildDone) -> None:
+        self._build = None
+        if done.wiring is None:
+            self._ended = True
+            tell(self.w.supervisor, BuildFailed(self.sid, self.gen, done.error))
+            self._release_everything()
+            self.actor_ref.stop(block=False)
+            return
+        self.w = done.wiring
+        self._loop = done.wiring.loop
+        self._tally = done.wiring.tally
+        tell(self.w.supervisor, Built(self.sid, self.gen, done.built))
 
     def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
         logger.bind(session_id=self.sid).opt(exception=(exception_type, exception_value, traceback)).error(
@@ -379,12 +449,18 @@ class SessionActor(TrackedActor):
 
     def on_receive(self, message: Any) -> Any:
         if self._ended or self.w.lifeline.closed:
+            if isinstance(message, _BuildDone) and message.built is not None:
+                # stopped during the build: what it made is closed (blocking: on a worker)
+                resources, sid = message.built.resources, self.sid
+                self._tracker.run_tracked(lambda: close_resources(resources, sid), f"close-{sid[:8]}")
             if isinstance(message, SlotAnswer) and message.granted:
                 self._give_back_slot()  # granted during the abort: release it (race-safe)
             if isinstance(message, Abort):
                 self._abort()
             return None
         match message:
+            case _BuildDone():
+                self._built(message)
             case Begin(prompt, blocks, counts_turn):
                 if counts_turn:
                     self._count_turn()
@@ -601,7 +677,7 @@ class SessionActor(TrackedActor):
 
     def _abort(self) -> None:
         self.w.lifeline.refuse_input()
-        if not self._ended:
+        if not self._ended and self._loop is not None:  # no loop yet while it builds
             self._loop.abort()
         self._release_everything()
         self._ended = True

@@ -33,7 +33,8 @@ Requests (ask): see the message classes below; each replies as its docstring say
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import threading
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pykka
@@ -48,6 +49,8 @@ from corvid_actors.actors.retry import PendingWrites, RetryWrites
 from corvid_actors.actors.session import (
     Abort,
     Begin,
+    BuildFailed,
+    Built,
     CheckTimeout,
     ExtendTimeout,
     Lifeline,
@@ -67,7 +70,7 @@ from corvid_actors.actors.timers import CancelTimer, CancelTimers, ScheduleTimer
 from corvid_actors.clock import Clock, iso_after
 from corvid_actors.config import Config
 from corvid_actors.content import UserContent, content_blocks, image_blocks, text_parts
-from corvid_actors.errors import NotFoundError, RuntimeStoppedError, StoreError
+from corvid_actors.errors import RuntimeStoppedError, StoreError
 from corvid_actors.events import (
     ErrorEvent,
     Event,
@@ -217,6 +220,36 @@ class RefuseInput:
     session_id: str
 
 
+class StartTicket:
+    """The reply to :class:`StartProcess` / :class:`ResumeProcess` while the new
+    incarnation builds itself (off the supervisor's thread): :meth:`wait` blocks the asker
+    — never the supervisor — until it is built (its pid) or will not run (None: the build
+    failed, with a ``spawn_error`` event, or it was stopped first)."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._pid: int | None = None
+
+    def resolve(self, pid: int | None) -> None:
+        if not self._done.is_set():
+            self._pid = pid
+            self._done.set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout_s: float | None = None) -> int | None:
+        """The pid, or None; ``timeout_s`` (real seconds) passed: None."""
+        self._done.wait(timeout_s)
+        return self._pid
+
+
+def started_pid(reply: Any, timeout_s: float | None = None) -> int | None:
+    """What StartProcess / ResumeProcess replied, as a pid or None (waits for a ticket)."""
+    return reply.wait(timeout_s) if isinstance(reply, StartTicket) else reply
+
+
 # --- internal -----------------------------------------------------------------------------
 
 
@@ -273,6 +306,13 @@ class _Incarnation:
     tally: TurnTally
     #: blocking closers of what the incarnation owns (BuiltSession.resources)
     resources: tuple[Any, ...] = ()
+    #: True until it reports Built: its first message and what was sent meanwhile wait
+    building: bool = True
+    #: resolved with the pid when built, None when it never runs (the asker waits on it)
+    ticket: StartTicket | None = None
+    #: Begin or Ready, told when it is built; then the held messages, in their order
+    first: Any = None
+    held: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -419,6 +459,15 @@ class SessionSupervisor(TrackedActor):
                 self._handle_exit(sid, 1, error)
             case OutageReported(sid, gen, text) if self._current(sid, gen):
                 self._pause_for_outage(sid, text)
+            case Built(sid, gen, built) if self._current(sid, gen) and self._running[sid].building:
+                self._on_built(sid, built)
+            case Built(sid, gen, built):
+                # stopped (or replaced) while it was building: what it made is closed here
+                resources = tuple(built.resources)
+                if resources:
+                    self._tracker.run_tracked(lambda: close_resources(resources, sid), f"close-{sid[:8]}")
+            case BuildFailed(sid, gen, error) if self._current(sid, gen):
+                self._build_failed(sid, error)
             case StopRequested(sid, gen, reason) if self._current(sid, gen):
                 self._stop_session(sid, reason)
             case CreditsExhausted(sid):
@@ -467,59 +516,76 @@ class SessionSupervisor(TrackedActor):
     # --- start / resume / send ------------------------------------------------------------------
 
     def _start(self, sid: str, prompt: UserContent | None, *, begin: bool = True,
-               turns: int | None = None) -> int | None:
+               turns: int | None = None) -> StartTicket | None:
         """Start an incarnation. ``begin``: its first turn is ``prompt`` (or the initial
         prompt); otherwise it comes up ready and waits for a message. ``turns``: the turn
-        count it starts with (default, as the original's start: at least 1, the prompt)."""
+        count it starts with (default, as the original's start: at least 1, the prompt).
+
+        The incarnation builds itself on its own worker (off this thread): the reply is a
+        :class:`StartTicket` that gets the pid when it reports ``Built`` (see
+        ``_on_built``), or None when the build fails or it is stopped first."""
         if sid in self._running:
             self._stop_session(sid, "replaced")
-        try:
-            ctx = self.store.session_context(sid)
-        except NotFoundError:
-            raise
+        ctx = self.store.session_context(sid)  # NotFoundError goes to the asker
         session = ctx.session
         if session.project_id and ctx.project is None:
             self._publish(sid, ErrorEvent(error_type="not_found", message=f"Project {session.project_id} not found"))
             return None
         blocks = content_blocks(prompt) if prompt is not None else ()
         text = text_parts(blocks) if blocks else (prompt if isinstance(prompt, str) else session.initial_prompt or "")
-        try:
-            built = self.builder.build(ctx)
-        except Exception as exc:  # noqa: BLE001 - any build failure is a spawn error, reported
-            logger.bind(session_id=sid).opt(exception=True).warning("session failed to start")
-            self._write(sid, "the session status", lambda: self.store.update_session(sid, status="error", pid=None))
-            self._publish(sid, ErrorEvent(error_type="spawn_error", message=str(exc)))
-            self._publish(sid, SessionError(error_type="spawn_error", message=str(exc), severity="fatal",
-                                            recoverable=False))
-            return None
         self._generation += 1
         gen = self._generation
-        kind = built.pid_kind
-        pid = self._next_pid[kind]
-        self._next_pid[kind] += 1
         lifeline = Lifeline(sid, self.bus)
         timeout_s = self.sup.session_timeout_s
         meta = self._meta.setdefault(sid, _Meta(source=session.source))
         meta.source = session.source
-        meta.restart_pending = False
-        meta.started_at_iso = self.clock.now().isoformat()
-        meta.turns = turns if turns is not None else max(meta.turns, session.total_turns or 0, 1)
-        tally = TurnTally(turns=meta.turns, cost_usd=meta.cost_usd)
-        wiring = SessionWiring(
+        tally = TurnTally(turns=turns if turns is not None else max(meta.turns, session.total_turns or 0, 1),
+                          cost_usd=meta.cost_usd)
+        partial = SessionWiring(
             session_id=sid, generation=gen, lifeline=lifeline, supervisor=self.actor_ref,
-            timers=self.timers, clock=self.clock, store=self.store, provider=built.provider,
-            loop=built.loop, tools=built.tools, tool_context=built.tool_context, timeout_s=timeout_s,
-            idle_timeout_s=(self.sup.session_idle_timeout_s if built.loop_kind in self.sup.idle_exit_loops
-                            else None),
-            slot_pool=self.slot_pool if built.uses_slots else None, approvals=self.approvals,
-            approval_timeout_s=built.approval_timeout_s, slot_weight=built.slot_weight,
+            timers=self.timers, clock=self.clock, store=self.store, provider=None,  # type: ignore[arg-type]
+            loop=None, tools=None, tool_context=None,  # type: ignore[arg-type]
+            timeout_s=timeout_s, idle_timeout_s=None, approvals=self.approvals,
             snapshot_dir=snapshot_dir(self.cfg.store.data_dir, self.cfg.payload_guard.snapshot_dir),
             tally=tally, source=session.source, credits=self.credits,
         )
-        ref = SessionActor.start(self._tracker, wiring)
+        builder, sup, slot_pool = self.builder, self.sup, self.slot_pool
+
+        def build() -> tuple[SessionWiring, Any]:
+            # on the incarnation's worker: provider routing, tools, MCP servers, prompts
+            built = builder.build(ctx)
+            return replace(
+                partial, provider=built.provider, loop=built.loop, tools=built.tools,
+                tool_context=built.tool_context,
+                idle_timeout_s=sup.session_idle_timeout_s if built.loop_kind in sup.idle_exit_loops else None,
+                slot_pool=slot_pool if built.uses_slots else None, approval_timeout_s=built.approval_timeout_s,
+                slot_weight=built.slot_weight,
+            ), built
+
+        ref = SessionActor.start(self._tracker, partial, build)
         entry = LiveSession(sid, gen, ref, lifeline, tally, begun=begin)
-        self._running[sid] = _Incarnation(gen, ref, lifeline, pid, self.clock.monotonic(), built.provider_name,
-                                          timeout_s, entry, tally, resources=built.resources)
+        ticket = StartTicket()
+        self._running[sid] = _Incarnation(gen, ref, lifeline, 0, self.clock.monotonic(), "", timeout_s, entry,
+                                          tally, ticket=ticket,
+                                          first=Begin(text, blocks) if begin else Ready())
+        self._ensure_housekeeping()
+        return ticket
+
+    def _on_built(self, sid: str, built: Any) -> None:
+        """The incarnation is built: it runs from now on (row, events, its first message)."""
+        inc = self._running[sid]
+        meta = self._meta.setdefault(sid, _Meta())
+        kind = built.pid_kind
+        pid = self._next_pid[kind]
+        self._next_pid[kind] += 1
+        inc.pid, inc.provider_name, inc.resources = pid, built.provider_name, tuple(built.resources)
+        inc.started_at = self.clock.monotonic()
+        inc.building = False
+        meta.restart_pending = False
+        meta.started_at_iso = self.clock.now().isoformat()
+        meta.turns = inc.tally.turns
+        begin = isinstance(inc.first, Begin)
+        tally, gen = inc.tally, inc.generation
         # open_turns: the first turn is in flight (begin) or there is none (ready)
         self._write(sid, "the session status", lambda: self.store.update_session(
             sid, pid=pid, status="running", restart_pending=False, total_turns=tally.turns,
@@ -532,23 +598,35 @@ class SessionSupervisor(TrackedActor):
                                        or f"Provider: {built.provider_name} ({built.model})"))
         for notice in built.notices:
             self._publish(sid, notice)
-        tell(ref, Begin(text, blocks) if begin else Ready())
-        # only now may the send path tell it directly (after its first message)
-        self.live.put(entry)
+        tell(inc.ref, inc.first)
+        # messages sent while it was building, in their order
+        held, inc.held, inc.first = inc.held, [], None
+        for message in held:
+            tell(inc.ref, message)
+        # only now may the send path tell it directly
+        self.live.put(inc.entry)
+        if inc.ticket is not None:
+            inc.ticket.resolve(pid)
         self._ensure_housekeeping()
-        return pid
+
+    def _build_failed(self, sid: str, error: str) -> None:
+        self._kill(sid)
+        self._write(sid, "the session status", lambda: self.store.update_session(sid, status="error", pid=None))
+        self._publish(sid, ErrorEvent(error_type="spawn_error", message=error))
+        self._publish(sid, SessionError(error_type="spawn_error", message=error, severity="fatal",
+                                        recoverable=False))
 
     def _resume(self, sid: str, prompt: UserContent | None) -> int | None:
         inc = self._running.get(sid)
         if inc is not None:
             if not prompt:
-                return inc.pid
+                return inc.ticket if inc.building else inc.pid
             if needs_context_reset(inc.entry.delivered, self.cfg.session.max_turns_before_context_reset):
                 self._publish(sid, SystemEvent(subtype="context_reset",
                                                message="Context reset: restarting with recent history"))
                 self._kill(sid)
             elif self._send(sid, prompt):
-                return inc.pid
+                return inc.ticket if inc.building else inc.pid
             else:
                 # the incarnation refused the message (it is ending): _send evicted it
                 self._publish(sid, SystemEvent(subtype="warm_path_failed",
@@ -638,6 +716,12 @@ class SessionSupervisor(TrackedActor):
             message = Begin(first, ({"type": "text", "text": first}, *image_blocks(blocks)) if blocks else (),
                             counts_turn=True)
         message_id = self.store.append_message(sid, "user", text)
+        if inc.building:
+            # told after its first message when it is built (the order is kept)
+            inc.held.append(message)
+            inc.entry.record_delivery()
+            inc.entry.mark_begun()
+            return True
         # the session actor counts the turn (and stores it open) when the message arrives
         if not inc.entry.deliver(message):
             self.store.delete_message(message_id)  # refused: nothing of it stays
@@ -667,6 +751,8 @@ class SessionSupervisor(TrackedActor):
         if inc is not None:
             inc.lifeline.close()
             self.live.remove(sid, inc.generation)
+            if inc.ticket is not None:
+                inc.ticket.resolve(None)  # it never ran (a built one's ticket is resolved already)
             tell(inc.ref, Abort())
             # the incarnation's turn accounting, kept for the next one and the exit note
             meta = self._meta.setdefault(sid, _Meta())
@@ -918,7 +1004,7 @@ class SessionSupervisor(TrackedActor):
             inc, meta, paused = self._running.get(s), self._meta.get(s), self._paused.get(s)
             out[s] = {
                 "running": inc is not None,
-                "pid": inc.pid if inc else None,
+                "pid": (inc.pid or None) if inc else None,  # none yet while it builds
                 "generation": inc.generation if inc else None,
                 "provider": inc.provider_name if inc else None,
                 "uptime_s": round(now - inc.started_at, 3) if inc else 0.0,

@@ -137,3 +137,40 @@ def test_context_reset_still_happens_on_the_direct_path(sim_clock, scripted, tmp
         assert [r.event.generation for r in recorder.of(sid, "session_started")] == [1, 2]
     finally:
         runtime.shutdown()
+
+
+def test_messages_sent_while_a_session_builds_wait_for_it_in_order(runtime, scripted, recorder):
+    sid = runtime.create_session(source="web").id
+    gate = _Gate(runtime.builder, sid)
+    starter, started = _in_thread(runtime.start_process, sid, "first")
+    try:
+        assert gate.entered.wait(JOIN_S)
+        assert runtime.is_running(sid)  # it is there, building
+        for text in ("second", "third"):
+            sender, sent = _in_thread(runtime.send_message, sid, text)
+            sender.join(JOIN_S)
+            assert sent == {"value": True}  # accepted (stored) while it builds
+        assert recorder.of(sid, "session_started") == []
+    finally:
+        gate.open.set()
+        starter.join(JOIN_S)
+    assert started["value"] == 800000
+    runtime.settle()
+    asked = [r.messages[-1].content for r in scripted.requests if r.session_id == sid]
+    assert asked[0] == "first" and [a for a in asked if a in ("second", "third")] == ["second", "third"]
+    assert runtime.store.get_session(sid).total_turns == 3
+
+
+def test_a_build_failure_is_a_spawn_error_and_start_replies_none(runtime, scripted, recorder):
+    sid = runtime.create_session(source="web").id
+
+    def broken(ctx):
+        raise RuntimeError("no provider for you")
+
+    runtime.builder.build = broken
+    assert runtime.start_process(sid, "hi") is None
+    runtime.settle()
+    assert [e.event.message for e in recorder.of(sid, "error")] == ["no provider for you"]
+    assert recorder.last("session_error", sid).error_type == "spawn_error"
+    assert not runtime.is_running(sid) and runtime.live.get(sid) is None
+    assert runtime.store.get_session(sid).status == "error"
