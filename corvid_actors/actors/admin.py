@@ -26,6 +26,7 @@ from typing import Any
 import pykka
 
 from corvid_actors.actors import approvals as ap
+from corvid_actors.actors import credits
 from corvid_actors.actors import supervisor as sv
 from corvid_actors.actors._admin_views import (
     UNRECORDED_EVENTS,
@@ -322,8 +323,6 @@ class AdminActor(TrackedActor):
         if self.w.credits is None:
             raise AdminError(UNAVAILABLE, "credits are not enabled in this daemon "
                                           "(set daemon.with_credits = true in the config and restart)")
-        from corvid_actors.actors import credits
-
         return credits
 
     def _cmd_credits_balance(self, args: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,9 @@ can come after the end.
 Messages in: :class:`Begin`, :class:`Ready`, :class:`UserInput` (from the supervisor,
 or straight from ``Runtime.send_message`` through the live registry,
 ``corvid_actors.actors.live``), :class:`ExtendTimeout`, :class:`CheckTimeout`,
-:class:`Abort`, and the answers of SlotPool, ApprovalBroker, CreditBank and Timers.
+:class:`Abort`, and the answers of SlotPool, ApprovalBroker, CreditBank and Timers
+(each defined by the module of the actor that sends it: ``slots``, ``approvals``,
+``credits``).
 Messages out (to the supervisor, lifecycle only): :class:`Built` / :class:`BuildFailed`,
 :class:`SessionEnded`, :class:`OutageReported`, :class:`TimedOut`,
 :class:`SessionCrashed`, :class:`StopRequested`.
@@ -48,10 +50,17 @@ from typing import Any
 import pykka
 from loguru import logger
 
+from corvid_actors.actors.approvals import (
+    ApprovalAnswer,
+    ApprovalAsked,
+    CancelSession,
+    RequestApproval,
+)
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.credits import ChargeTurn, CreditsExhausted
 from corvid_actors.actors.events import Publish
 from corvid_actors.actors.retry import PendingWrites, RetryWrites
+from corvid_actors.actors.slots import AcquireSlot, ReleaseSlot, SlotAnswer, SlotQueued
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
 from corvid_actors.clock import Clock, iso_after
 from corvid_actors.events import (
@@ -243,44 +252,6 @@ class SessionCrashed:
     session_id: str
     generation: int
     error: str
-
-
-# slot pool / approval broker / timer answers ---------------------------------------------
-
-
-@dataclass(frozen=True)
-class SlotAnswer:
-    """From the SlotPool: granted, or the wait timed out."""
-
-    request_id: int
-    granted: bool
-
-
-@dataclass(frozen=True)
-class SlotQueued:
-    request_id: int
-    status_message: str
-
-
-@dataclass(frozen=True)
-class ApprovalAnswer:
-    call_id: str
-    allowed: bool
-    message: str = ""
-    updated_input: dict[str, Any] | None = None
-    scope: str = "once"
-    approval_id: str = ""
-
-
-@dataclass(frozen=True)
-class ApprovalAsked:
-    """From the ApprovalBroker: a human is being asked (the session publishes
-    ``approval_request`` now). Not sent for requests answered at once (paused mode, a
-    session-wide grant). ``approval_id`` is the id the broker keeps the request under."""
-
-    call_id: str
-    approval_id: str
-    created_at: str = ""
 
 
 def approval_id_for(session_id: str, generation: int, seq: int) -> str:
@@ -692,8 +663,6 @@ class SessionActor(TrackedActor):
         for kind in ("idle", "timeout"):
             tell(self.w.timers, CancelTimer((self.sid, kind, self.gen)))
         if self.w.approvals is not None:
-            from corvid_actors.actors.approvals import CancelSession
-
             tell(self.w.approvals, CancelSession(self.sid, "Session stopped"))
 
     # --- model calls and tools ------------------------------------------------------------
@@ -762,8 +731,6 @@ class SessionActor(TrackedActor):
         if self.w.approvals is None:
             self.actor_ref.tell(ApprovalAnswer(call.id, False, "No approval broker is configured"))
             return
-        from corvid_actors.actors.approvals import RequestApproval
-
         self._approval_seq += 1
         approval_id = approval_id_for(self.sid, self.gen, self._approval_seq)
         # approval_request is published when the broker says a human is asked (ApprovalAsked)
@@ -783,8 +750,6 @@ class SessionActor(TrackedActor):
             self._slot_state = "held"
             self._perform(self._loop.handle(fx.SlotGranted()))
             return
-        from corvid_actors.actors.slots import AcquireSlot
-
         self._slot_state = "waiting"
         tell(self.w.slot_pool, AcquireSlot(self.sid, self._slot_request, model, self.w.slot_weight,
                                            self.actor_ref))
@@ -797,8 +762,6 @@ class SessionActor(TrackedActor):
         # ended, when a grant may be racing the abort (ReleaseSlot is idempotent).
         if state == "none" and not self._ended:
             return
-        from corvid_actors.actors.slots import ReleaseSlot
-
         tell(self.w.slot_pool, ReleaseSlot(self.sid))
 
     # --- timeout ------------------------------------------------------------------------
