@@ -102,6 +102,19 @@ def _persistence(r: dict[str, Any]) -> list[str]:
                      "'database is locked'"], rows)]
 
 
+def _sandbox(r: dict[str, Any]) -> list[str]:
+    kinds = [k for k in ("plain", "sandbox", "sandbox_no_cgroup") if k in r["rows"][0]]
+    rows = [[x["command"], *[f"{x[k]['p50']} / {x[k]['p99']}" for k in kinds], x["added_p50_ms"]]
+            for x in r["rows"]]
+    return _table(["command", *[f"{k.replace('_', ' ')} p50 / p99 ms" for k in kinds], "added at p50 ms"],
+                  rows) + [
+        f"run_command through the same handler, {r['rows'][0]['runs']} calls each, alternating, in a project "
+        f"of {r['files_in_project']} files; bwrap {r['bwrap']}"
+        + ("; as root the process limit is a pids cgroup (joining it is a separate column)" if r["cgroup"] else "")
+        + ". The kernel's floor at the same load: `/bin/true` p50 "
+        + f"{r['floor']['bare']} ms bare, {r['floor']['bwrap_minimal']} ms under `bwrap --ro-bind / /`.", ""]
+
+
 SECTIONS = {
     "streaming": ("1. Streaming overhead", _streaming),
     "messaging": ("2. Actor messaging", _messaging),
@@ -109,6 +122,7 @@ SECTIONS = {
     "control": ("4. Control latency", _control),
     "simtime": ("5. Simulated time", _simtime),
     "persistence": ("6. Persistence", _persistence),
+    "sandbox": ("7. Sandbox cost", _sandbox),
 }
 
 
@@ -135,6 +149,9 @@ def _headline(name: str, r: dict[str, Any]) -> str:
                 f"(at {1 / b['delay_s']:g} chunk/s: p99 {b['delivered_ms']['p99']} ms)")
     if name == "simtime":
         return f"{r['runs'][0]['simulated_hours_per_s']} simulated h / wall s"
+    if name == "sandbox":
+        return "; ".join(f"{x['command']}: +{x['added_p50_ms']} ms at p50 (p99 {x['sandbox']['p99']} ms)"
+                         for x in r["rows"])
     if name == "persistence":
         s = r["stats"]
         return (f"{s['per_append']['messages_per_s']:,} → {s['group_commit']['messages_per_s']:,} msg/s "

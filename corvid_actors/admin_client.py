@@ -36,10 +36,13 @@ class AdminRequestFailed(CorvidError):
 class AdminClient:
     """One connection to the admin socket; requests are answered in order."""
 
-    def __init__(self, path: str | Path, *, token: str = "", timeout_s: float | None = 30.0) -> None:
+    def __init__(self, path: str | Path, *, token: str = "", timeout_s: float | None = 30.0,
+                 max_send_bytes: int | None = None) -> None:
         self.path = Path(path)
         self.token = token
         self.timeout_s = timeout_s
+        #: refuse (locally) a request line longer than this; None: let the daemon judge
+        self.max_send_bytes = max_send_bytes
         self._sock: socket.socket | None = None
         self._reader: Any = None
         self._next_id = 0
@@ -49,7 +52,8 @@ class AdminClient:
         """A client for the daemon of ``config`` (data directory, socket name, token)."""
         d = config.daemon
         path = Path(config.store.data_dir).expanduser() / d.socket_name
-        return cls(path, token=d.admin_token, timeout_s=d.admin_client_timeout_s)
+        return cls(path, token=d.admin_token, timeout_s=d.admin_client_timeout_s,
+                   max_send_bytes=max(d.admin_max_send_bytes, d.admin_max_request_bytes))
 
     def connect(self) -> AdminClient:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -104,7 +108,16 @@ class AdminClient:
         if self.token:
             request["token"] = self.token
         try:
-            self._sock.sendall(json.dumps(request).encode() + b"\n")
+            # UTF-8 as is (not \\u escapes): a message's size on the wire stays its size
+            line = json.dumps(request, ensure_ascii=False).encode("utf-8") + b"\n"
+        except UnicodeEncodeError:
+            raise AdminRequestFailed("bad_request", "the request holds text that is not valid Unicode "
+                                                    "(lone surrogates): nothing was sent") from None
+        if self.max_send_bytes is not None and len(line) > self.max_send_bytes:
+            raise AdminRequestFailed("too_large", f"the request is {len(line)} bytes; the daemon takes at most "
+                                                  f"{self.max_send_bytes} (daemon.admin_max_send_bytes)")
+        try:
+            self._sock.sendall(line)
         except OSError as exc:
             raise AdminUnavailable(f"the daemon closed the connection: {exc}") from None
         return self._next_id

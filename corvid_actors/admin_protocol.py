@@ -6,8 +6,10 @@
 
 ``args``, ``id`` and ``token`` are optional (``token`` is required when the daemon has
 one). :func:`parse_request` checks a line against :data:`COMMANDS` — garbage, unknown
-commands, unknown or missing arguments and wrong types are all rejected with a reason —
-before anything reaches the AdminActor. ``follow`` replies once and then streams
+commands, unknown or missing arguments, wrong types and out-of-range values are all
+rejected with a reason — before anything reaches the AdminActor. Every string must be
+valid Unicode without NUL (a lone surrogate such as ``"\ud800"`` is refused), every
+number finite and inside its range; ``NaN``/``Infinity`` are not JSON. ``follow`` replies once and then streams
 ``{"session_id": ..., "at": ..., "event": {...}}`` lines (and ``{"dropped": n}`` when a
 slow reader lost events) until a last ``{"end": reason}`` line. Pure functions, no I/O.
 """
@@ -33,6 +35,7 @@ CONFLICT = "conflict"
 UNAVAILABLE = "unavailable"
 SHUTTING_DOWN = "shutting_down"
 BUSY = "busy"
+TIMEOUT = "timeout"
 INTERNAL = "internal"
 
 
@@ -55,37 +58,69 @@ class Arg:
     must: str = ""
 
 
-def _text(required: bool = False) -> Arg:
-    return Arg("str", required, lambda v: bool(v.strip()), "must not be empty")
+#: longest name / id argument (session, agent, participant, approval …): the columns' size
+MAX_NAME_CHARS = 200
+#: largest count argument (limit, events, messages, transactions)
+MAX_COUNT = 1_000_000
+#: largest ``extend`` in minutes (the AdminActor caps the timeout further)
+MAX_EXTEND_MINUTES = 100_000
+#: largest credit amount (the ledger's MAX_CREDIT_AMOUNT; the daemon's max_credit_grant is lower)
+MAX_CREDITS = 1_000_000_000
+#: the request ``id`` is an integer of at most this magnitude (exact in JSON everywhere)
+MAX_REQUEST_ID = 2**53
 
 
-def _positive(kind: str, required: bool = True) -> Arg:
-    return Arg(kind, required, lambda v: v > 0, "must be > 0")
+def _text(required: bool = False, max_chars: int | None = MAX_NAME_CHARS) -> Arg:
+    if max_chars is None:
+        return Arg("str", required, lambda v: bool(v.strip()), "must not be empty")
+    return Arg("str", required, lambda v: bool(v.strip()) and len(v) <= max_chars,
+               f"must not be empty and at most {max_chars} characters")
+
+
+def _note(max_chars: int = 4000) -> Arg:
+    return Arg("str", False, lambda v: len(v) <= max_chars, f"must be at most {max_chars} characters")
+
+
+def _positive(kind: str, required: bool = True, high: int = MAX_COUNT) -> Arg:
+    return Arg(kind, required, lambda v: 0 < v <= high, f"must be > 0 and at most {high}")
 
 
 _SESSION = _text(required=True)
+#: session statuses ``sessions --status`` accepts (the store's, ``db.models.SESSION_STATUSES``)
+SESSION_STATUSES = ("idle", "loading", "running", "paused", "stopped", "error")
+#: what ``start --create`` may set on a new agent
+AGENT_PROVIDERS = ("ollama", "anthropic")
+PERMISSION_MODES = ("default", "plan", "auto-edit", "full-auto")
 
 #: every command the socket accepts, with its arguments
 COMMANDS: Mapping[str, Mapping[str, Arg]] = {
     "health": {},
     "stats": {},
     "agents": {},
-    "sessions": {"status": _text(), "limit": _positive("int", required=False)},
+    "sessions": {"status": Arg("str", False, lambda v: v in SESSION_STATUSES,
+                               f"must be one of {', '.join(SESSION_STATUSES)}"),
+                 "limit": _positive("int", required=False)},
     "session": {"session": _SESSION, "events": _positive("int", required=False),
                 "messages": _positive("int", required=False)},
-    "start": {"agent": _text(required=True), "prompt": _text(required=True), "source": _text(),
-              "name": Arg("str"), "participant": Arg("str")},
-    "send": {"session": _SESSION, "text": _text(required=True)},
+    "start": {"agent": _text(required=True), "prompt": _text(required=True, max_chars=None), "source": _text(),
+              "name": _note(MAX_NAME_CHARS), "participant": _note(MAX_NAME_CHARS), "create": Arg("bool"),
+              "provider": Arg("str", False, lambda v: v in AGENT_PROVIDERS,
+                          f"must be one of {', '.join(AGENT_PROVIDERS)}"),
+              "model": _text(),
+              "permission_mode": Arg("str", False, lambda v: v in PERMISSION_MODES,
+                                     f"must be one of {', '.join(PERMISSION_MODES)}")},
+    "send": {"session": _SESSION, "text": _text(required=True, max_chars=None)},
     "stop": {"session": _SESSION},
     "resume": {"session": _SESSION},
-    "extend": {"session": _SESSION, "minutes": _positive("number")},
+    "extend": {"session": _SESSION, "minutes": _positive("number", high=MAX_EXTEND_MINUTES)},
     "approvals": {"session": _text()},
-    "approve": {"approval": _text(required=True), "session_wide": Arg("bool"), "message": Arg("str")},
-    "deny": {"approval": _text(required=True), "message": Arg("str")},
+    "approve": {"approval": _text(required=True), "session_wide": Arg("bool"), "message": _note()},
+    "deny": {"approval": _text(required=True), "message": _note()},
     "mode": {"mode": _text()},
     "credits_balance": {"participant": _text(required=True), "transactions": _positive("int", required=False)},
-    "credits_grant": {"participant": _text(required=True), "amount": _positive("int"), "reason": Arg("str")},
-    "shutdown": {"reason": _text()},
+    "credits_grant": {"participant": _text(required=True), "amount": _positive("int", high=MAX_CREDITS),
+                      "reason": _note(MAX_NAME_CHARS)},
+    "shutdown": {"reason": _text(max_chars=4000)},
     "follow": {"session": _text()},
 }
 
@@ -115,11 +150,41 @@ def _type_ok(kind: str, value: Any) -> bool:
     if kind == "int":
         return isinstance(value, int) and not isinstance(value, bool)
     if kind == "number":
-        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        # an int is finite (math.isfinite(10**400) would raise OverflowError); the range
+        # check bounds its size
+        return not isinstance(value, bool) and (
+            isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)))
     raise ValueError(f"unknown argument kind {kind!r}")  # pragma: no cover - a table typo
 
 
+def is_text(value: str) -> bool:
+    """Valid Unicode without NUL: encodable as UTF-8 (no lone surrogates, which JSON's
+    ``\\udXXX`` escapes can carry) and storable in every database's text columns."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in value
+
+
+_NOT_TEXT = "must be valid Unicode text without NUL characters (lone surrogates are not text)"
 _KIND_NAMES = {"str": "a string", "bool": "true or false", "int": "an integer", "number": "a number"}
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _request_id(data: dict[str, Any]) -> str | int | None:
+    value = data.get("id")
+    if value is None:
+        return None
+    if isinstance(value, str) and len(value) <= MAX_NAME_CHARS and is_text(value):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_REQUEST_ID:
+        return value
+    raise RequestRejected(BAD_REQUEST, f'"id" must be a string of at most {MAX_NAME_CHARS} characters '
+                                       f"or an integer of at most 2**53")
 
 
 def parse_request(line: bytes, *, token: str = "") -> Request:
@@ -128,7 +193,7 @@ def parse_request(line: bytes, *, token: str = "") -> Request:
     A pure function: the same line always gives the same answer.
     """
     try:
-        data = json.loads(line.decode("utf-8"))
+        data = json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
     except UnicodeDecodeError:
         raise RequestRejected(BAD_REQUEST, "request is not UTF-8 text") from None
     except (ValueError, RecursionError):
@@ -136,15 +201,16 @@ def parse_request(line: bytes, *, token: str = "") -> Request:
                                            'e.g. {"cmd": "health"}') from None
     if not isinstance(data, dict):
         raise RequestRejected(BAD_REQUEST, 'request must be a JSON object, e.g. {"cmd": "health"}')
-    request_id = data.get("id")
-    if request_id is not None and not (isinstance(request_id, str | int) and not isinstance(request_id, bool)):
-        raise RequestRejected(BAD_REQUEST, '"id" must be a string or an integer')
+    request_id = _request_id(data)
     unknown = set(data) - {"cmd", "args", "id", "token"}
     if unknown:
         raise RequestRejected(BAD_REQUEST, f"unknown request field(s): {', '.join(sorted(unknown))}", request_id)
     if token:
         given = data.get("token")
-        if not isinstance(given, str) or not hmac.compare_digest(given.encode(), token.encode()):
+        # compare bytes: compare_digest refuses non-ASCII str, and a lone surrogate cannot
+        # even be encoded — both are simply a wrong token
+        if not isinstance(given, str) or not is_text(given) or not hmac.compare_digest(
+                given.encode(), token.encode()):
             raise RequestRejected(UNAUTHORIZED, "a valid admin token is required (CORVID_ADMIN_TOKEN)",
                                   request_id)
     cmd = data.get("cmd")
@@ -153,7 +219,8 @@ def parse_request(line: bytes, *, token: str = "") -> Request:
     spec = COMMANDS.get(cmd)
     if spec is None:
         known = ", ".join(sorted(COMMANDS))
-        raise RequestRejected(UNKNOWN_COMMAND, f"unknown command {cmd[:64]!r}; known: {known}", request_id)
+        # ascii(): the reply must be valid UTF-8 even for a cmd that is not text
+        raise RequestRejected(UNKNOWN_COMMAND, f"unknown command {ascii(cmd[:64])}; known: {known}", request_id)
     args = data.get("args", {})
     if args is None:
         args = {}
@@ -177,11 +244,19 @@ def _check_args(cmd: str, spec: Mapping[str, Arg], args: dict[str, Any], request
         value = args[name]
         if not _type_ok(arg.kind, value):
             raise RequestRejected(BAD_REQUEST, f"{cmd}: argument {name!r} must be {_KIND_NAMES[arg.kind]}, "
-                                               f"got {type(value).__name__}", request_id)
+                                               f"got {_json_type(value)}", request_id)
+        if arg.kind == "str" and not is_text(value):
+            raise RequestRejected(BAD_REQUEST, f"{cmd}: argument {name!r} {_NOT_TEXT}", request_id)
         if arg.check is not None and not arg.check(value):
             raise RequestRejected(BAD_REQUEST, f"{cmd}: argument {name!r} {arg.must}", request_id)
         checked[name] = value
     return checked
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "a number out of range"
+    return type(value).__name__
 
 
 def ok_reply(request_id: Any, result: Any) -> dict[str, Any]:

@@ -3,7 +3,18 @@ protocol (:mod:`corvid_actors.admin_protocol`) with one thread per connection.
 
 Every line is checked before it reaches the AdminActor: garbage, over-long lines,
 unknown commands and wrong types get an error reply and the connection stays usable;
-no client can take the daemon down. The server owns no runtime state: it calls
+no client can take the daemon down. Connections are bounded in time and number:
+
+- a connection must send a valid first request (token included, when one is set) within
+  ``auth_timeout_s`` of connecting — a total deadline, so a slow drip does not extend it;
+- afterwards each request must arrive within ``idle_timeout_s`` of the previous reply;
+- either timeout is answered ``{"ok": false, "error": {"code": "timeout", …}}`` and the
+  connection closed;
+- at the connection cap, a new connection evicts the oldest *idle* connection that never
+  sent a valid request (then the oldest idle one); only when every connection is busy
+  (mid-request or following) is the newcomer refused ``busy``;
+- a request line is at most ``max_request_bytes``, except ``send``, whose line may be up
+  to ``max_send_bytes`` (large messages). The server owns no runtime state: it calls
 ``handle(request)`` (the daemon forwards it to the AdminActor) and
 ``follow(session_id, sink)`` on its connection threads.
 """
@@ -11,6 +22,7 @@ no client can take the daemon down. The server owns no runtime state: it calls
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import socket
 import struct
@@ -28,6 +40,7 @@ from corvid_actors.admin_protocol import (
     BUSY,
     INTERNAL,
     SHUTTING_DOWN,
+    TIMEOUT,
     TOO_LARGE,
     UNAUTHORIZED,
     UNAVAILABLE,
@@ -39,6 +52,8 @@ from corvid_actors.admin_protocol import (
     ok_reply,
     parse_request,
 )
+from corvid_actors.clock import Clock, RealClock
+from corvid_actors.deadline_io import DeadlineSocketIO
 from corvid_actors.errors import CorvidError
 
 #: Unix socket paths longer than this do not fit ``sockaddr_un.sun_path`` on Linux
@@ -93,6 +108,51 @@ class SocketSettings:
     max_request_bytes: int = 65536
     max_connections: int = 32
     follow_queue_events: int = 10000
+    #: a ``send`` request line may be this long (the message rides in it)
+    max_send_bytes: int = 8 * 1024 * 1024
+    #: a new connection must send a valid request within this many seconds
+    auth_timeout_s: float = 10.0
+    #: a connection that sends nothing for this long after a reply is closed
+    idle_timeout_s: float = 300.0
+
+
+class _LineReader:
+    """``\\n``-terminated lines from a socket against a total deadline (a slow drip does
+    not extend it): :class:`~corvid_actors.deadline_io.DeadlineSocketIO`, buffered."""
+
+    def __init__(self, sock: socket.socket, clock: Clock) -> None:
+        self._raw = DeadlineSocketIO(sock, clock)
+        self._buffered = io.BufferedReader(self._raw, _DISCARD_CHUNK)
+
+    def readline(self, limit: int, deadline: float | None) -> bytes:
+        """The next line (with its ``\\n``); ``limit + 1`` bytes without one when it is
+        longer; what is left at EOF (``b""`` when nothing). Raises TimeoutError."""
+        self._raw.deadline = deadline
+        return self._buffered.readline(limit + 1)
+
+    def discard_line(self, deadline: float | None) -> bool:
+        """Skip to the end of the current line; False when the peer hung up first."""
+        self._raw.deadline = deadline
+        while True:
+            chunk = self._buffered.readline(_DISCARD_CHUNK)
+            if not chunk:
+                return False
+            if chunk.endswith(b"\n"):
+                return True
+
+
+@dataclass(eq=False)
+class _Connection:
+    """What the accept loop knows of one connection (guarded by the server's lock)."""
+
+    sock: socket.socket
+    accepted_at: float
+    #: it has sent a valid request (with the right token)
+    authenticated: bool = False
+    #: waiting for the client's next line (not mid-request, not following)
+    idle: bool = True
+    idle_since: float = 0.0
+    evicted: bool = False
 
 
 class AdminSocketServer:
@@ -104,14 +164,16 @@ class AdminSocketServer:
     (``SO_PEERCRED``), on top of the file mode.
     """
 
-    def __init__(self, path: Path, handle: Handle, follow: FollowFn, settings: SocketSettings) -> None:
+    def __init__(self, path: Path, handle: Handle, follow: FollowFn, settings: SocketSettings,
+                 clock: Clock | None = None) -> None:
         self.path = Path(path)
         self.handle = handle
         self.follow = follow
         self.settings = settings
+        self.clock = clock or RealClock()  # monotonic() only: its timer thread never starts
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
-        self._connections: set[socket.socket] = set()
+        self._connections: dict[socket.socket, _Connection] = {}
         self._followers: set[FollowQueue] = set()
         self._closed = False
         self._accept_thread: threading.Thread | None = None
@@ -176,15 +238,40 @@ class AdminSocketServer:
                 if self._closed:
                     return
                 continue
+            now = self.clock.monotonic()
             with self._lock:
-                refused = self._closed or len(self._connections) >= self.settings.max_connections
+                refused = self._closed or (len(self._connections) >= self.settings.max_connections
+                                           and not self._evict_one_locked())
                 if not refused:
-                    self._connections.add(conn)
+                    self._connections[conn] = _Connection(conn, now, idle_since=now)
             if refused:
                 self._refuse(conn, BUSY if not self._closed else SHUTTING_DOWN,
-                             "too many admin connections" if not self._closed else "the daemon is stopping")
+                             "too many admin connections, all busy" if not self._closed
+                             else "the daemon is stopping")
                 continue
             threading.Thread(target=self._serve, args=(conn,), name="admin-conn", daemon=True).start()
+
+    def _evict_one_locked(self) -> bool:
+        """Make room at the cap: close the oldest idle connection that never sent a valid
+        request, else the one idle longest. False when every connection is busy."""
+        idle = [c for c in self._connections.values() if c.idle and not c.evicted]
+        strangers = [c for c in idle if not c.authenticated]
+        victim = (min(strangers, key=lambda c: c.accepted_at) if strangers
+                  else min(idle, key=lambda c: c.idle_since) if idle else None)
+        if victim is None:
+            return False
+        victim.evicted = True
+        del self._connections[victim.sock]
+        with contextlib.suppress(OSError):
+            # MSG_DONTWAIT: a peer that never reads must not block the accept loop
+            victim.sock.send(encode(error_reply(None, BUSY, "evicted: the admin connection cap was reached "
+                                                            "and this connection was idle")),
+                             socket.MSG_DONTWAIT)
+        with contextlib.suppress(OSError):
+            victim.sock.shutdown(socket.SHUT_RDWR)  # its thread wakes up and closes it
+        logger.info("admin socket: evicted an idle {} connection to make room",
+                    "authenticated" if victim.authenticated else "unauthenticated")
+        return True
 
     @staticmethod
     def _refuse(conn: socket.socket, code: str, message: str) -> None:
@@ -200,56 +287,89 @@ class AdminSocketServer:
         return uid in (os.getuid(), 0)
 
     def _serve(self, conn: socket.socket) -> None:
-        reader = None
+        with self._lock:
+            state = self._connections.get(conn)
+        if state is None:  # pragma: no cover - evicted before its thread ran
+            conn.close()
+            return
         try:
             if not self._peer_allowed(conn):
-                conn.sendall(encode(error_reply(None, UNAUTHORIZED, "this daemon belongs to another user")))
+                self._send(conn, encode(error_reply(None, UNAUTHORIZED, "this daemon belongs to another user")))
                 return
-            reader = conn.makefile("rb")
-            limit = self.settings.max_request_bytes
-            while True:
-                line = reader.readline(limit + 1)
-                if not line:
-                    return
-                if len(line) > limit and not line.endswith(b"\n"):
-                    conn.sendall(encode(error_reply(None, TOO_LARGE, f"request longer than {limit} bytes")))
-                    if not self._discard_line(reader):
-                        return
-                    continue
-                if not line.strip():
-                    continue
-                if self._answer(conn, reader, line):
-                    return
+            self._serve_lines(conn, state, _LineReader(conn, self.clock))
+        except TimeoutError:
+            authed = state.authenticated
+            with contextlib.suppress(OSError):
+                # best effort, never waiting: the timeout may have been a write to a peer
+                # that stopped reading
+                conn.send(encode(error_reply(None, TIMEOUT, (
+                    f"idle for {self.settings.idle_timeout_s:g} s: connection closed" if authed else
+                    f"no valid first request within {self.settings.auth_timeout_s:g} s of connecting: "
+                    "connection closed"))), socket.MSG_DONTWAIT)
         except OSError:
             pass  # the client went away mid-reply: nothing to tell anyone
         except Exception:  # noqa: BLE001 - one bad connection must never take the daemon down
             logger.exception("admin connection failed")
         finally:
             with self._lock:
-                self._connections.discard(conn)
+                if self._connections.get(conn) is state:
+                    del self._connections[conn]
             with contextlib.suppress(OSError):
-                if reader is not None:
-                    reader.close()  # the file holds the descriptor open too
                 conn.close()
 
-    @staticmethod
-    def _discard_line(reader: Any) -> bool:
-        """Skip the rest of an over-long line; False when the client hung up first."""
+    def _serve_lines(self, conn: socket.socket, state: _Connection, reader: _LineReader) -> None:
+        limit = max(self.settings.max_request_bytes, self.settings.max_send_bytes)
         while True:
-            chunk = reader.readline(_DISCARD_CHUNK)
-            if not chunk:
-                return False
-            if chunk.endswith(b"\n"):
-                return True
+            deadline = (state.accepted_at + self.settings.auth_timeout_s if not state.authenticated
+                        else self.clock.monotonic() + self.settings.idle_timeout_s)
+            line = reader.readline(limit, deadline)
+            with self._lock:
+                if state.evicted or not line:
+                    return
+                state.idle = False
+            if len(line) > limit and not line.endswith(b"\n"):
+                self._send(conn, encode(error_reply(None, TOO_LARGE, f"request longer than {limit} bytes")))
+                if not reader.discard_line(deadline):
+                    return
+            elif line.strip() and self._answer(conn, reader, line, state):
+                return
+            with self._lock:
+                if state.evicted:
+                    return
+                state.idle = True
+                state.idle_since = self.clock.monotonic()
 
-    def _answer(self, conn: socket.socket, reader: Any, line: bytes) -> bool:
-        """Answer one line; True when the connection is done (a follow ended)."""
+    def _send(self, conn: socket.socket, data: bytes) -> None:
+        # a bounded write: a client that stops reading cannot hold this thread for ever
+        conn.settimeout(self.settings.idle_timeout_s)
+        conn.sendall(data)
+
+    def _parse(self, line: bytes) -> Request:
         try:
-            request = parse_request(line, token=self.settings.token)
+            return parse_request(line, token=self.settings.token)
+        except RequestRejected:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the validator should catch all; never a traceback for input
+            logger.warning("admin socket: a request the validator did not expect was rejected ({}: {})",
+                           type(exc).__name__, exc)
+            raise RequestRejected(BAD_REQUEST, f"request could not be read ({type(exc).__name__})") from None
+
+    def _answer(self, conn: socket.socket, reader: _LineReader, line: bytes, state: _Connection) -> bool:
+        """Answer one line; True when the connection is done (a follow ended)."""
+        small = self.settings.max_request_bytes
+        try:
+            request = self._parse(line)
+            if len(line) > small and request.cmd != "send":
+                raise RequestRejected(TOO_LARGE, f"request longer than {small} bytes (only send takes up to "
+                                                 f"{self.settings.max_send_bytes})", request.id)
         except RequestRejected as exc:
-            conn.sendall(encode(error_reply(exc.request_id, exc.code, exc.message)))
+            code = TOO_LARGE if len(line) > small and exc.code == BAD_REQUEST else exc.code
+            message = f"request longer than {small} bytes" if code != exc.code else exc.message
+            self._send(conn, encode(error_reply(exc.request_id, code, message)))
             return False
+        state.authenticated = True
         if request.cmd == "follow":
+            conn.settimeout(None)  # a follower waits as long as it likes
             self._follow(conn, reader, request)
             return True
         try:
@@ -263,12 +383,12 @@ class AdminSocketServer:
             reply = error_reply(request.id, INTERNAL, f"{type(exc).__name__}: {exc}")
         else:
             reply = ok_reply(request.id, result)
-        conn.sendall(encode(reply))
+        self._send(conn, encode(reply))
         return False
 
     # --- follow -------------------------------------------------------------------------------
 
-    def _follow(self, conn: socket.socket, reader: Any, request: Request) -> None:
+    def _follow(self, conn: socket.socket, reader: _LineReader, request: Request) -> None:
         queue = FollowQueue(self.settings.follow_queue_events)
 
         def sink(session_id: str, at: str, event: dict[str, Any]) -> None:
@@ -295,9 +415,9 @@ class AdminSocketServer:
                 self._followers.discard(queue)
 
     @staticmethod
-    def _watch_hangup(reader: Any, queue: FollowQueue) -> None:
+    def _watch_hangup(reader: _LineReader, queue: FollowQueue) -> None:
         with contextlib.suppress(OSError, ValueError):
-            while reader.readline(_DISCARD_CHUNK):
+            while reader.readline(_DISCARD_CHUNK, None):
                 pass  # a follower has nothing more to say; anything it sends is ignored
         queue.hang_up()
 

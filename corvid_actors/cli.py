@@ -1,55 +1,160 @@
-"""The ``corvid-actors`` command line."""
+"""The ``corvid-actors`` command line.
+
+Every failure is one line naming the problem and what to do, with a non-zero exit code
+(under ``--json``: ``{"ok": false, "error": ...}`` on stdout); a traceback is a bug.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
-from corvid_actors.admin_cli import add_operator_commands
+from corvid_actors.admin_cli import add_json_flag, add_operator_commands
 from corvid_actors.errors import CorvidError
+
+
+class UsageError(CorvidError):
+    """The command line itself is wrong (argparse's complaint); exit code 2."""
+
+    def __init__(self, message: str, usage: str = "") -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is raised (so ``main`` can print it as JSON under ``--json``)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)", self.format_usage())
 
 
 def _demo(args: argparse.Namespace) -> int:
     from corvid_actors.demo import run_demo
 
-    run_demo(sys.stdout, db_path=Path(args.db) if args.db else None, minutes=args.minutes)
+    run_demo(sys.stdout, db_path=Path(args.db) if args.db else None, minutes=args.minutes, keep=args.keep,
+             json_output=getattr(args, "json", False))
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("corvid-actors")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="corvid-actors",
         description="Supervised Pykka actors hosting long-running LLM agent sessions.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"corvid-actors {_version()}")
+    parser.add_argument("--json", action="store_true", default=False,
+                        help="machine-readable JSON output (also accepted after the subcommand)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     demo = sub.add_parser(
         "demo",
         help="run the built-in supervision scenario (scripted model, simulated time) and print its timeline",
         description="Start the runtime on SQLite with a scripted model; run several sessions; crash one "
         "(auto-restart with backoff) and pause one on a simulated outage (auto-resume); print the timeline.",
     )
-    demo.add_argument("--db", help="SQLite file to use (default: a fresh temporary file)")
+    demo.add_argument("--db", help="SQLite file to use (default: a fresh temporary file, removed at exit)")
     demo.add_argument("--minutes", type=float, default=30.0, help="simulated minutes to run (default 30)")
+    demo.add_argument("--keep", action="store_true", help="keep the temporary directory (database, workspace)")
+    add_json_flag(demo)
     demo.set_defaults(func=_demo)
     add_operator_commands(sub)  # serve, admin …, events, run
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+def undecodable_argument(argv: Sequence[str]) -> str | None:
+    """A one-line error for the first argument that is not valid UTF-8, else None.
+
+    Python hands undecodable bytes over as lone surrogates (``surrogateescape``); such
+    text cannot be stored or sent, so it is refused here — before anything is created —
+    rather than stored lossily or failing halfway through a command."""
+    for number, arg in enumerate(argv, start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            shown = arg.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+            return (f"argument {number} ({shown!r}) is not valid UTF-8 text (byte {exc.start}): "
+                    "nothing was done; pass UTF-8 text (check the terminal's locale)")
+    return None
+
+
+def _fail(message: str, code: int, json_output: bool) -> int:
+    if json_output:
+        print(json.dumps({"ok": False, "error": message}))
+    else:
+        print(message if message.startswith("corvid-actors") else f"corvid-actors: {message}", file=sys.stderr)
+    return code
+
+
+def _quiet_stdout() -> None:
+    """After a broken pipe (``… | head``): send what is left to /dev/null, so the
+    interpreter's final flush does not complain either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
     try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file (tests)
+        pass
+    finally:
+        os.close(devnull)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from loguru import logger
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    json_output = "--json" in argv  # until the parser says more: a usage error must honour it too
+    problem = undecodable_argument(argv)
+    if problem is not None:
+        return _fail(problem, 2, json_output)
+    # The package is silent as a library (logger.disable in corvid_actors/__init__); its
+    # own command line shows its warnings on stderr (`serve` configures its own logs).
+    try:
+        logger.remove(0)  # loguru's default DEBUG handler, when it is still there
+    except ValueError:
+        pass
+    from corvid_actors.daemon_process import human_format
+
+    sink = logger.add(sys.stderr, level="WARNING", format=human_format, colorize=None)
+    logger.enable("corvid_actors")
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        json_output = bool(getattr(args, "json", False))
+        if not getattr(args, "func", None):
+            if json_output:
+                return _fail("no command given; see `corvid-actors --help`", 2, True)
+            parser.print_help()
+            return 2
         return int(args.func(args))
+    except UsageError as exc:
+        if not json_output:
+            sys.stderr.write(exc.usage)
+        return _fail(str(exc), 2, json_output)
     except CorvidError as exc:
-        print(f"corvid-actors: {exc}", file=sys.stderr)
-        return 1
+        return _fail(str(exc), 1, json_output)
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 141  # as a program killed by SIGPIPE: the reader stopped reading
     except KeyboardInterrupt:
         return 130
+    finally:
+        logger.disable("corvid_actors")
+        try:
+            logger.remove(sink)
+        except ValueError:  # `serve` replaced every handler with its own
+            pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -33,9 +33,18 @@ def wall_now() -> datetime:
     return datetime.now(UTC)
 
 
+def iso_utc(moment: datetime) -> str:
+    """ISO-8601 UTC text ending in ``Z`` (``2026-01-01T00:00:02.500Z``): the one format of
+    every time corvid-actors shows or sends. A naive datetime is taken as UTC (the store
+    keeps naive UTC)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def iso_after(clock: Clock, delay_s: float) -> str:
     """ISO-8601 UTC text of the time ``delay_s`` after ``clock.now()`` (for due-at fields)."""
-    return (clock.now() + timedelta(seconds=delay_s)).astimezone(UTC).isoformat()
+    return iso_utc(clock.now() + timedelta(seconds=delay_s))
 
 
 class TimerHandle:

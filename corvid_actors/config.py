@@ -212,12 +212,31 @@ class CommandPolicyConfig:
 
 
 @dataclass(frozen=True)
+class SandboxConfig:
+    """``[tools.sandbox]``: the OS sandbox of tool commands (``corvid_actors.tools.sandbox``)."""
+
+    mode: str = field(default="auto", metadata=_check(lambda v: v in ("auto", "required", "off"),
+                                                      "must be auto, required or off"))
+    bwrap_path: str = ""
+    network_modes: tuple[str, ...] = ("default",)
+    network_agents: tuple[str, ...] = ()
+    max_processes: int = field(default=256, metadata=AT_LEAST_ONE)
+    cpu_seconds: int = field(default=600, metadata=AT_LEAST_ONE)
+    max_file_bytes: int = field(default=2 * 1024**3, metadata=AT_LEAST_ONE)
+    max_address_space_bytes: int = field(default=16 * 1024**3, metadata=AT_LEAST_ONE)
+    hidden_paths: tuple[str, ...] = ()
+    visible_paths: tuple[str, ...] = ()
+    mask_walk_max_entries: int = field(default=200_000, metadata=AT_LEAST_ONE)
+
+
+@dataclass(frozen=True)
 class ToolsConfig:
     output_truncate_chars: int = field(default=8000, metadata=AT_LEAST_ONE)
     command_timeout_default_s: float = field(default=30.0, metadata=POSITIVE)
     command_timeout_max_s: float = field(default=120.0, metadata=POSITIVE)
     #: empty means the built-in list (tools.paths.DEFAULT_PROTECTED_PATTERNS); never "none"
     protected_patterns: tuple[str, ...] = ()
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
 
 
 @dataclass(frozen=True)
@@ -276,12 +295,19 @@ class DaemonConfig:
         metadata=_check(lambda v: v.upper() in ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR"),
                         "must be a loguru level (DEBUG, INFO, WARNING, ...)"),
     )
+    #: a `send` request line may be this long (its message rides in it); other requests
+    #: stay under admin_max_request_bytes
+    admin_max_send_bytes: int = field(default=8 * 1024 * 1024, metadata=AT_LEAST_ONE)
+    #: a new admin connection must send a valid request (token included) within this
+    admin_auth_timeout_s: float = field(default=10.0, metadata=POSITIVE)
+    #: an admin connection silent this long after a reply is closed
+    admin_idle_timeout_s: float = field(default=300.0, metadata=POSITIVE)
 
 
 #: the keys of one ``[mcp.servers.NAME]`` table and the type each must have
 MCP_SERVER_KEYS: dict[str, tuple[type, ...]] = {
     "command": (str,), "args": (list, tuple), "env": (Mapping,), "cwd": (str,), "enabled": (bool,),
-    "agents": (list, tuple),
+    "agents": (list, tuple), "sandbox": (bool,), "network": (bool,),
 }
 
 
@@ -298,6 +324,9 @@ class McpConfig:
     call_timeout_s: float = field(default=120.0, metadata=POSITIVE)
     stderr_tail_chars: int = field(default=2000, metadata=AT_LEAST_ONE)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: start every server in the OS sandbox of [tools.sandbox] (a server's own
+    #: ``sandbox = false`` opts it out; its ``network`` key, default true, gives it the network)
+    sandbox: bool = True
 
     def __post_init__(self) -> None:
         for name, row in self.servers.items():
@@ -330,6 +359,26 @@ class CorvidToolsConfig:
 
 
 @dataclass(frozen=True)
+class WebhookConfig:
+    """The chat webhook transport (``corvid_actors.chat.webhook``): signatures, limits."""
+
+    #: a signed request's timestamp may differ from now by at most this (replays are
+    #: refused for as long: the replay store keeps each signature for the window)
+    signature_tolerance_s: float = field(default=300.0, metadata=POSITIVE)
+    #: accept the old body-only ``sha256=<hex>`` signature too (no timestamp: only the
+    #: replay store's window protects it); off unless a platform cannot be upgraded
+    allow_legacy_signatures: bool = False
+    max_body_bytes: int = field(default=65536, metadata=AT_LEAST_ONE)
+    #: the whole request (line, headers, body) must arrive within this; also the idle
+    #: limit of a kept-alive connection
+    read_timeout_s: float = field(default=10.0, metadata=POSITIVE)
+    #: connections served at once; more are answered 429
+    max_connections: int = field(default=64, metadata=AT_LEAST_ONE)
+    #: seconds a callback POST may take before it counts as failed
+    send_timeout_s: float = field(default=10.0, metadata=POSITIVE)
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration, one frozen dataclass per section."""
 
@@ -351,6 +400,7 @@ class Config:
     observation: ObservationConfig = field(default_factory=ObservationConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     command_policy: CommandPolicyConfig = field(default_factory=CommandPolicyConfig)
+    webhook: WebhookConfig = field(default_factory=WebhookConfig)
 
     def replace(self, **sections: Mapping[str, Any]) -> Config:
         """A copy with some keys changed: ``cfg.replace(supervisor={"max_restarts": 5})``."""
@@ -508,6 +558,11 @@ def _coerce(key: str, hint: Any, raw: Any) -> Any:
                     raise ConfigError(f"config key {key}.{name} must be a list of numbers, got {row!r}")
                 out[str(name)] = tuple(float(x) for x in row)
             return out
+        raise ConfigError(f"config key {key} must be a table, got {raw!r}")
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        # a table inside a section ([tools.sandbox]): checked key by key like a section
+        if isinstance(raw, Mapping):
+            return _build_section(key, hint, raw)
         raise ConfigError(f"config key {key} must be a table, got {raw!r}")
     if isinstance(hint, types.UnionType):  # pragma: no cover - no such fields yet
         return raw

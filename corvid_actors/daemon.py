@@ -19,6 +19,7 @@ main thread blocks reading it — no polling, no sleeping.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -33,11 +34,11 @@ from loguru import logger
 from corvid_actors.config import Config, load_config
 from corvid_actors.daemon_process import (
     DAEMON_LOG,
+    DaemonError,
     PidLock,
     Wakeup,
     configure_logging,
     detach,
-    log_tail,
     prepare_data_dir,
     redacted,
 )
@@ -65,6 +66,8 @@ class ServeOptions:
     stub_script: str | None = None
     #: fork, log to ``<data dir>/daemon.log`` and return once the daemon is ready
     detach: bool = False
+    #: ``--json``: the detached daemon's facts as one JSON object; JSON log lines otherwise
+    json: bool = False
 
 
 def load_daemon_config(config_file: str | None = None, *, data_dir: str | None = None,
@@ -128,13 +131,16 @@ class Daemon:
         self.server = AdminSocketServer(
             self.data_dir / s.socket_name, self._handle, self._follow,
             SocketSettings(token=s.admin_token, max_request_bytes=s.admin_max_request_bytes,
-                           max_connections=s.admin_max_connections, follow_queue_events=s.follow_queue_events),
+                           max_connections=s.admin_max_connections, follow_queue_events=s.follow_queue_events,
+                           max_send_bytes=s.admin_max_send_bytes, auth_timeout_s=s.admin_auth_timeout_s,
+                           idle_timeout_s=s.admin_idle_timeout_s),
         )
         self.server.bind()  # fail fast on a bad path, before anything is started
         try:
             self.models = start_model_server(self.config, self.stub_script)
             self._start_runtime()
             self.server.start()
+            self.models.announce()
             logger.info("corvid-actors daemon ready: pid {}, admin socket {}, database {}, model server {}",
                         os.getpid(), self.server.path, self.about["database"], self.models.description)
             if self.on_ready is not None:
@@ -153,10 +159,17 @@ class Daemon:
         if runtime.stale_session_ids:
             logger.warning("{} session(s) were left running by a previous daemon: reset and marked for resume",
                            len(runtime.stale_session_ids))
+        sandbox = runtime.builder.sandbox.status
+        if sandbox.warning:
+            logger.warning(sandbox.warning)  # once per daemon start; each session publishes it too
+        elif sandbox.refuses_commands:
+            logger.error("The OS sandbox is unavailable ({}): tool commands will be refused "
+                         "([tools.sandbox] mode = \"required\")", sandbox.reason)
         self.about = about = {
             "pid": os.getpid(), "data_dir": str(self.data_dir), "database": redacted(runtime.store.url),
             "socket": str(self.server.path), "model_server": self.models.description,
             "stub": self.models.stub_url is not None, "credits": credits, "version": _version(),
+            "sandbox": sandbox.as_dict(), "dumpable": _dumpable(),
         }
         self.admin = AdminActor.start(runtime.tracker, AdminWiring(
             supervisor=runtime.supervisor, approvals=runtime.approvals, bus=runtime.bus, timers=runtime.timers,
@@ -264,6 +277,34 @@ def _credits_available() -> bool:
     return importlib.util.find_spec("corvid_actors.actors.credits") is not None
 
 
+_PR_SET_DUMPABLE, _PR_GET_DUMPABLE = 4, 3
+
+
+def forbid_memory_access() -> bool:
+    """``prctl(PR_SET_DUMPABLE, 0)``: no process of the same uid may read this one's
+    memory or ``/proc/<pid>/environ`` (where the API keys read at start-up stay visible
+    even after they leave ``os.environ``), nor ptrace it. Linux only; False elsewhere."""
+    libc = _libc()
+    return libc is not None and libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+
+
+def _dumpable() -> bool | None:
+    libc = _libc()
+    return None if libc is None else bool(libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0))
+
+
+def _libc() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import ctypes.util
+
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -279,12 +320,14 @@ def serve(options: ServeOptions, out: TextIO | None = None) -> int:
     With ``options.detach`` the daemon runs in a forked child and this returns (0) as soon
     as it is ready, after printing where it runs to ``out``; 1 if it failed to start.
     """
+    log_format = options.log_format or ("json" if options.json else None)
     config = load_daemon_config(options.config_file, data_dir=options.data_dir, provider=options.provider,
-                                log_format=options.log_format, log_level=options.log_level)
+                                log_format=log_format, log_level=options.log_level)
     data_dir = data_dir_of(config).resolve()
     if options.detach:
         return _detach(config, data_dir, options, out or sys.stdout)
     configure_logging(config)
+    forbid_memory_access()
     prepare_data_dir(data_dir)
     with PidLock(data_dir / config.daemon.pid_file_name):
         return Daemon(config, data_dir, options.stub_script).run()
@@ -293,16 +336,26 @@ def serve(options: ServeOptions, out: TextIO | None = None) -> int:
 def _detach(config: Config, data_dir: Path, options: ServeOptions, out: TextIO) -> int:
     """The daemon in the background; prints where it runs once it is ready."""
     prepare_data_dir(data_dir)
+    PidLock(data_dir / config.daemon.pid_file_name).check()  # before the fork: nothing written anywhere
     log_path = data_dir / DAEMON_LOG
+    try:
+        os.close(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    except OSError as exc:
+        raise DaemonError(f"cannot write the daemon log {log_path}: {exc.strerror} "
+                          "(choose a writable data directory with --data-dir / CORVID_DATA_DIR)") from None
 
     def run(ready: Callable[[dict[str, Any]], None]) -> int:
+        forbid_memory_access()
         with PidLock(data_dir / config.daemon.pid_file_name):
             return Daemon(config, data_dir, options.stub_script, on_ready=ready).run()
 
     about = detach(log_path, run, lambda: configure_logging(config))
-    if about is None:
-        out.write(f"corvid-actors: the daemon did not start; the end of {log_path}:\n{log_tail(log_path)}\n")
-        return 1
+    if about is None or "error" in about:
+        why = about["error"] if about else f"it ended during start-up; see {log_path}"
+        raise DaemonError(f"the daemon did not start: {why}")
+    if options.json:
+        out.write(json.dumps({"ok": True, **about, "log": str(log_path)}) + "\n")
+        return 0
     out.write(f"corvid-actors daemon running: pid {about['pid']}, model server {about['model_server']}\n"
               f"  admin socket {about['socket']}, database {about['database']}, log {log_path}\n")
     if about.get("stub"):

@@ -3,7 +3,8 @@
 ``daemon.provider``: ``auto`` uses a real provider when one is configured — an
 ``ANTHROPIC_API_KEY``, or an Ollama answering at ``providers.ollama_host`` — and
 otherwise starts the stub Ollama server of ``corvid_actors.testing.ollama_stub`` in
-process and announces it loudly; ``stub`` always does; ``ollama`` / ``anthropic`` never
+process, which the caller announces loudly (:meth:`ModelServer.announce`, one log
+record, after everything else started); ``stub`` always does; ``ollama`` / ``anthropic`` never
 do (a session whose server is down pauses on the outage and resumes when it is back).
 
 The stub answers every chat with ``daemon.stub_reply`` streamed in ``stub_chunks``
@@ -31,7 +32,7 @@ STUB_BANNER = """\
   NO MODEL PROVIDER IS CONFIGURED: serving sessions with the built-in STUB model
   server at {url} (canned replies, no real model).
   For real answers, start Ollama and set OLLAMA_HOST (providers.ollama_host),
-  or set ANTHROPIC_API_KEY; then restart the daemon.
+  or set ANTHROPIC_API_KEY; then start again.
 ==============================================================================""".rstrip()
 
 
@@ -47,6 +48,17 @@ class ModelServer:
 
     def close(self) -> None:
         self._close()
+
+    @property
+    def banner(self) -> str:
+        """The loud notice that the stub stands in for a real model ("" when it does not)."""
+        return STUB_BANNER.format(url=self.stub_url) if self.stub_url else ""
+
+    def announce(self) -> None:
+        """Log the stub banner as one WARNING record. The daemon calls this once everything
+        else has started, so a fatal configuration error is never printed after it."""
+        if self.stub_url:
+            logger.warning("\n" + self.banner)
 
 
 def ollama_answers(config: Config) -> bool:
@@ -81,10 +93,9 @@ def load_stub_script(path: str | Path) -> list[Any]:
 
 def start_stub(config: Config, stub_script: str | None = None) -> ModelServer:
     """Start the in-process stub Ollama server; the returned config points Ollama at it."""
-    try:
-        from corvid_actors.testing.ollama_stub import OllamaStubServer, Turn
-    except ImportError as exc:  # the stub lives in the test tools (freezegun)
-        raise ConfigError(f"the stub model server needs the test extras: pip install 'corvid-actors[test]' ({exc})") from exc
+    # Part of the product: the stub servers import nothing of the test extras.
+    from corvid_actors.testing.ollama_stub import OllamaStubServer, Turn
+
     d = config.daemon
     turns = load_stub_script(stub_script) if stub_script else []
 
@@ -114,10 +125,7 @@ def start_model_server(config: Config, stub_script: str | None = None) -> ModelS
     if mode == "auto" and not p.anthropic_api_key and not ollama_answers(config):
         mode = "stub"
     if mode == "stub":
-        server = start_stub(config, stub_script)
-        for line in STUB_BANNER.format(url=server.stub_url).splitlines():
-            logger.warning(line)
-        return server
+        return start_stub(config, stub_script)  # the caller announces it (ModelServer.announce)
     providers = _real_providers(config)
     if p.anthropic_api_key:
         description = f"Anthropic ({p.anthropic_base_url or 'api.anthropic.com'}) and Ollama at {p.ollama_host}"

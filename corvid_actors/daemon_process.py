@@ -10,7 +10,9 @@ import fcntl
 import json
 import os
 import sys
+import traceback
 from collections.abc import Callable
+from datetime import UTC
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -40,8 +42,12 @@ class PidLock:
         self.path = path
         self._fd: int | None = None
 
-    def __enter__(self) -> PidLock:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+    def _open_locked(self) -> int:
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise DaemonError(f"cannot open the pid file {self.path}: {exc.strerror} "
+                              "(choose a writable data directory with --data-dir / CORVID_DATA_DIR)") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -51,6 +57,17 @@ class PidLock:
                 f"another corvid-actors daemon (pid {other}) is serving {self.path.parent}; stop it with "
                 "`corvid-actors admin shutdown`, or use another data directory (--data-dir / CORVID_DATA_DIR)"
             ) from None
+        return fd
+
+    def check(self) -> None:
+        """Raise :class:`DaemonError` now when another daemon holds the lock (before a
+        ``serve --detach`` forks: the child's failure would land in that daemon's log)."""
+        fd = self._open_locked()
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+    def __enter__(self) -> PidLock:
+        fd = self._open_locked()
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
@@ -66,14 +83,37 @@ class PidLock:
             self._fd = None
 
 
-def _human_format(record: Any) -> str:
+def human_format(record: Any) -> str:
+    """loguru format of a human log line: UTC time, level, ``[session/agent]``, message."""
     extra = record["extra"]
     tag = ""
     if extra.get("session_id"):
         agent = extra.get("agent")
         tag = f" [{str(extra['session_id'])[:8]}{'/' + str(agent) if agent else ''}]"
         tag = tag.replace("{", "{{").replace("}", "}}").replace("<", r"\<")
-    return "<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> <level>{level: <7}</level>" + tag + " {message}\n{exception}"
+    return "<green>{time:YYYY-MM-DDTHH:mm:ss.SSS!UTC}Z</green> <level>{level: <7}</level>" + tag + " {message}\n{exception}"
+
+
+def json_sink(stream: TextIO) -> Callable[[Any], None]:
+    """A loguru sink writing one compact JSON object per record: ``time`` (ISO 8601 UTC,
+    ``Z``), ``level``, ``message``, ``session_id`` and ``agent`` when bound, every other
+    bound field, and ``exception`` (the traceback text) when there is one — not loguru's
+    whole serialised record."""
+
+    def write(message: Any) -> None:
+        record = message.record
+        line: dict[str, Any] = {
+            "time": record["time"].astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record["level"].name,
+            "message": record["message"],
+        }
+        line.update({k: v for k, v in record["extra"].items() if v not in ("", None)})
+        if record["exception"] is not None:
+            line["exception"] = "".join(traceback.format_exception(*record["exception"])).rstrip()
+        stream.write(json.dumps(line, default=str, ensure_ascii=False) + "\n")
+        stream.flush()
+
+    return write
 
 
 def configure_logging(config: Config, stream: TextIO | None = None) -> None:
@@ -83,11 +123,12 @@ def configure_logging(config: Config, stream: TextIO | None = None) -> None:
     logger.remove()
     logger.configure(extra={"session_id": "", "agent": ""})
     level = settings.log_level.upper()
+    logger.enable("corvid_actors")  # a library is silent (corvid_actors/__init__); the daemon logs
     if settings.log_format == "json":
-        logger.add(stream, level=level, serialize=True, backtrace=False, diagnose=False)
+        logger.add(json_sink(stream), level=level, format="{message}", backtrace=False, diagnose=False)
     else:
         # diagnose=False: tracebacks must not print variable values (API keys, prompts)
-        logger.add(stream, level=level, format=_human_format, colorize=stream.isatty(),
+        logger.add(stream, level=level, format=human_format, colorize=stream.isatty(),
                    backtrace=False, diagnose=False)
 
 
@@ -123,7 +164,13 @@ def prepare_data_dir(path: Path) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
-        raise DaemonError(f"cannot create the data directory {path}: {exc} (set --data-dir or CORVID_DATA_DIR)") from exc
+        raise DaemonError(f"cannot create the data directory {path}: {exc.strerror} "
+                          "(set --data-dir or CORVID_DATA_DIR)") from None
+    if not path.is_dir():
+        raise DaemonError(f"the data directory {path} is not a directory (set --data-dir or CORVID_DATA_DIR)")
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        raise DaemonError(f"the data directory {path} is not writable by this user "
+                          "(fix its permissions, or set --data-dir or CORVID_DATA_DIR)")
     mode = path.stat().st_mode & 0o777
     if mode & 0o077:
         logger.warning("data directory {} has mode {:o}: other users may read the database (chmod 700 it)",
@@ -135,10 +182,11 @@ def detach(log_path: Path, run: Callable[[Callable[[dict[str, Any]], None]], int
            configure: Callable[[], None]) -> dict[str, Any] | None:
     """Run ``run(ready)`` in a forked child of its own session, with stdout and stderr in
     ``log_path``; return in the parent once the child called ``ready(about)`` (its ``about``),
-    or None when it ended first. Call this before any thread exists (fork).
+    ``{"error": text}`` when it failed to start with a :class:`CorvidError`, or None when it
+    ended otherwise. Call this before any thread exists (fork).
 
-    The parent blocks reading a pipe: the child's "ready" line, or end of file when it
-    died — it never polls.
+    The parent blocks reading a pipe: the child's "ready" or "error" line, or end of file
+    when it died — it never polls.
     """
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -165,6 +213,10 @@ def detach(log_path: Path, run: Callable[[Callable[[dict[str, Any]], None]], int
         code = run(ready)
     except CorvidError as exc:
         logger.error("the daemon could not start: {}", exc)
+        try:
+            os.write(write_end, json.dumps({"error": str(exc)}).encode() + b"\n")
+        except OSError:  # already told "ready": the parent is gone
+            pass
     except BaseException:  # noqa: BLE001 - the child must end here, whatever happened
         logger.exception("the daemon failed")
     finally:

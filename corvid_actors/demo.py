@@ -8,13 +8,15 @@ printed. The model is scripted (no network, no GPU): the supervision is real.
 
 from __future__ import annotations
 
+import json
+import shutil
 import tempfile
 from pathlib import Path
 from typing import TextIO
 
 from corvid_actors.config import Config
-from corvid_actors.events import Event
-from corvid_actors.testing import EventRecorder, ScriptedProvider, SimClock, sim_runtime
+from corvid_actors.errors import ConfigError
+from corvid_actors.events import Event, to_dict
 
 QUIET = {"thinking", "content_block_delta", "context_usage", "message_stop"}
 
@@ -22,7 +24,7 @@ QUIET = {"thinking", "content_block_delta", "context_usage", "message_stop"}
 def describe(event: Event) -> str:
     match event.type:
         case "session_started":
-            return f"started (pid {event.pid})"  # type: ignore[attr-defined]
+            return "started"
         case "assistant":
             return f'assistant: "{event.content}"'  # type: ignore[attr-defined]
         case "result":
@@ -36,7 +38,7 @@ def describe(event: Event) -> str:
         case "session_restarting":
             return f"restart #{event.attempt} scheduled in {event.delay_s:g}s"  # type: ignore[attr-defined]
         case "session_paused":
-            return f"paused until {event.resume_at[11:19]} (attempt {event.attempt})"  # type: ignore[attr-defined]
+            return f"paused until {event.resume_at[11:19]}Z (attempt {event.attempt})"  # type: ignore[attr-defined]
         case "session_resumed":
             return "resumed " + ("automatically" if event.automatic else "by hand")  # type: ignore[attr-defined]
         case "session_stopped":
@@ -46,14 +48,41 @@ def describe(event: Event) -> str:
     return event.type
 
 
-def run_demo(out: TextIO, *, db_path: Path | None = None, minutes: float = 30.0) -> int:
-    """Run the scenario and print its timeline to ``out``; returns the number of events."""
+def run_demo(out: TextIO, *, db_path: Path | None = None, minutes: float = 30.0, keep: bool = False,
+             json_output: bool = False) -> int:
+    """Run the scenario and print its timeline to ``out``; returns the number of events.
+
+    Its temporary directory (database unless ``db_path``, workspace) is removed at the end
+    unless ``keep``. Bad arguments raise :class:`ConfigError` before anything is created."""
+    if not minutes > 0 or minutes != minutes or minutes == float("inf"):
+        raise ConfigError(f"--minutes must be a positive number of simulated minutes, not {minutes:g}")
+    if db_path is not None and not db_path.parent.is_dir():
+        raise ConfigError(f"--db {db_path}: the directory {db_path.parent} does not exist (create it first, "
+                          "or leave --db out for a temporary database)")
+    try:
+        import freezegun  # noqa: F401 - the simulated clock is built on it
+    except ImportError as exc:
+        raise ConfigError(f"the demo runs in simulated time, which needs the test extras: "
+                          f"pip install 'corvid-actors[test]' ({exc})") from None
     workdir = Path(tempfile.mkdtemp(prefix="corvid-demo-"))
-    db_path = db_path or workdir / "corvid.db"
+    try:
+        return _run(out, workdir, db_path or workdir / "corvid.db", minutes, json_output, keep)
+    finally:
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run(out: TextIO, workdir: Path, db_path: Path, minutes: float, json_output: bool, keep: bool) -> int:
+    from corvid_actors.testing import EventRecorder, ScriptedProvider, SimClock, sim_runtime
+
     clock = SimClock()
     model = ScriptedProvider(clock, default_reply="Noted.")
-    runtime = sim_runtime(clock, model, config=Config(), store_url=f"sqlite:///{db_path}",
-                          workspace_dir=workdir / "workspace")
+    try:
+        runtime = sim_runtime(clock, model, config=Config(), store_url=f"sqlite:///{db_path}",
+                              workspace_dir=workdir / "workspace")
+    except BaseException:
+        clock.close()
+        raise
     recorder = EventRecorder.attach(runtime)
     names: dict[str, str] = {}
     try:
@@ -79,8 +108,17 @@ def run_demo(out: TextIO, *, db_path: Path | None = None, minutes: float = 30.0)
             runtime.start_process(session.id, prompt)
         model.health_results = [True]
         clock.advance(minutes * 60)
+        if json_output:
+            out.write(json.dumps({
+                "ok": True, "database": str(db_path) if keep or db_path.parent != workdir else None,
+                "events": [{"at_s": r.at, "session": names.get(r.session_id, "?"), **to_dict(r.event)}
+                           for r in recorder.events if r.type not in QUIET],
+                "sessions": {label: {"status": runtime.store.get_session(sid).status,
+                                     "messages": runtime.store.count_messages(sid)} for sid, label in names.items()},
+            }) + "\n")
+            return len(recorder.events)
         out.write("corvid-actors demo — scripted model (no network), real supervision, simulated time\n")
-        out.write(f"database: {db_path}\n\n")
+        out.write(f"database: {db_path}{'' if keep or db_path.parent != workdir else ' (removed at exit; --keep keeps it)'}\n\n")
         out.write(f"{'sim time':>9}  {'session':<13} event\n")
         for record in recorder.events:
             if record.type in QUIET:

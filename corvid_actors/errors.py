@@ -23,9 +23,18 @@ class RuntimeStoppedError(CorvidError):
     """The runtime is shut down (or shutting down) and refuses new work."""
 
 
+class ConflictError(CorvidError):
+    """What exists differs from what was asked for, and nothing was changed."""
+
+
 class SettleTimeout(CorvidError):
     """``Runtime.settle(timeout_s=…)`` gave up: some actor or worker is still busy."""
 
 
 class InvalidContentError(CorvidError, ValueError):
     """A message's content is neither a string nor valid content blocks (text, image)."""
+
+
+class CreditAmountError(CorvidError, ValueError):
+    """A credit amount is not a positive whole number within the ledger's bounds, or would
+    push a balance past its cap. A ValueError too, so callers that catch that keep working."""

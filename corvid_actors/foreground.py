@@ -9,12 +9,13 @@ unreachable one is a one-line message naming the setting to fix, not a traceback
 
 from __future__ import annotations
 
+import json
 import queue
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from corvid_actors.errors import ConfigError, CorvidError
+from corvid_actors.errors import ConfigError, CorvidError, NotFoundError
 
 
 class ProviderUnreachable(CorvidError):
@@ -34,21 +35,27 @@ def unreachable_message(provider_name: str, config: Any) -> str:
 
 
 def _models(config: Any, provider: str) -> Any:
-    from corvid_actors.daemon_models import ModelServer, _real_providers, start_stub
+    """The model server, chosen as ``serve`` chooses it: ``auto`` falls back to the stub
+    when neither ANTHROPIC_API_KEY is set nor Ollama answers."""
+    from corvid_actors.daemon_models import start_model_server
 
-    if provider == "stub":
-        return start_stub(config)
     if provider == "anthropic" and not config.providers.anthropic_api_key:
         raise ConfigError("--provider anthropic needs ANTHROPIC_API_KEY in the environment")
     if provider in ("ollama", "anthropic"):
         config = config.replace(providers={"default_provider": provider})
-    return ModelServer(config, _real_providers(config), provider)
+    return start_model_server(config.replace(daemon={"provider": provider}))
 
 
 def run_foreground(*, agent: str, prompt: str, config_file: str | None = None, data_dir: str | None = None,
                    provider: str = "auto", out: TextIO | None = None, err: TextIO | None = None,
-                   stdin: TextIO | None = None) -> int:
-    """Run the session; returns 0 when the turn succeeded, 1 otherwise."""
+                   stdin: TextIO | None = None, create: bool = False, model: str | None = None,
+                   json_output: bool = False) -> int:
+    """Run the session; returns 0 when the turn succeeded, 1 otherwise.
+
+    An unknown agent is an error listing the agents, unless ``create`` (then it is created,
+    with ``model`` when given, and the user is told). With ``json_output`` nothing is
+    streamed: one JSON object (``ok``, ``session``, ``agent``, ``reply``, ``error``) is
+    printed at the end."""
     from corvid_actors.daemon import load_daemon_config
     from corvid_actors.runtime import Runtime
 
@@ -61,9 +68,14 @@ def run_foreground(*, agent: str, prompt: str, config_file: str | None = None, d
         runtime = Runtime(models.config, providers=models.providers, reset_stale=False,
                           workspace_dir=Path(models.config.store.data_dir).expanduser() / "workspace")
         row = runtime.store.find_agent(agent)
-        if row is None:
-            row = runtime.store.create_agent(agent)
-            err.write(f"(created agent {agent!r} with default settings)\n")
+        if row is None and not create:
+            names = ", ".join(a.name for a in runtime.store.list_agents()) or "none yet"
+            raise NotFoundError(f"no agent {agent!r} (agents: {names}); add --create to create it")
+        if row is None or model:  # a model given for an existing agent must match it (ConflictError)
+            created = row is None
+            row = runtime.store.ensure_agent(agent, **({"model": model} if model else {}))
+            if created:
+                err.write(f"(created agent {agent!r} {'with model ' + model if model else 'with default settings'})\n")
         name = runtime.builder.route(row)
         if name == "anthropic" and "anthropic" not in runtime.providers:
             raise ConfigError(f"agent {agent!r} uses Anthropic, but ANTHROPIC_API_KEY is not set")
@@ -73,7 +85,16 @@ def run_foreground(*, agent: str, prompt: str, config_file: str | None = None, d
         session = runtime.create_session(agent_id=row.id, source="cli", name=f"run: {prompt[:40]}",
                                          initial_prompt=prompt)
         sid = session.id
-        return _stream(runtime, sid, prompt, name, models.config, out, err, stdin)
+        if models.stub_url:  # after every check that can fail: an error never follows the banner
+            err.write(models.banner + "\n")
+        code, reply, failure = _stream(runtime, sid, prompt, name, models.config, None if json_output else out,
+                                       err, stdin)
+        if json_output:
+            out.write(json.dumps({"ok": code == 0, "session": sid, "agent": row.name, "reply": reply,
+                                  **({"error": failure} if failure else {})}) + "\n")
+        elif failure:
+            err.write(f"corvid-actors: {failure}\n")
+        return code
     finally:
         if runtime is not None:
             if sid is not None:
@@ -84,17 +105,22 @@ def run_foreground(*, agent: str, prompt: str, config_file: str | None = None, d
         models.close()
 
 
-def _stream(runtime: Any, sid: str, prompt: str, provider_name: str, config: Any, out: TextIO, err: TextIO,
-            stdin: TextIO) -> int:
+def _stream(runtime: Any, sid: str, prompt: str, provider_name: str, config: Any, out: TextIO | None,
+            err: TextIO, stdin: TextIO) -> tuple[int, str, str]:
+    """Run the turn, streaming its text to ``out`` (None: only collect it); returns the exit
+    code, the reply's text and what went wrong ("" when nothing did)."""
     inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
     started_text = [False]
+    text: list[str] = []
 
     def on_event(session_id: str, event: Any) -> None:  # on the EventBus thread: print or hand over
         match event.type:
             case "content_block_delta":
                 started_text[0] = True
-                out.write(event.text)
-                out.flush()
+                text.append(event.text)
+                if out is not None:
+                    out.write(event.text)
+                    out.flush()
             case "tool_status" if event.status_message:
                 err.write(f"\n[{event.status_message}]\n")
             case "approval_request":
@@ -115,14 +141,13 @@ def _stream(runtime: Any, sid: str, prompt: str, provider_name: str, config: Any
             failure = (unreachable_message(provider_name, config) if event.error_type == "api_outage"
                        else f"{event.error_type}: {event.message}")
         elif kind == "result":
-            if started_text[0]:
+            if started_text[0] and out is not None:
                 out.write("\n")
             if event.subtype != "success":
-                err.write(f"corvid-actors: the turn ended with {event.subtype}\n")
-            return 0 if event.subtype == "success" else 1
+                return 1, "".join(text), f"the turn ended with {event.subtype}"
+            return 0, "".join(text), ""
         else:  # the session ended without a result
-            err.write(f"corvid-actors: {failure or 'the session ended (' + kind + ')'}\n")
-            return 1
+            return 1, "".join(text), failure or f"the session ended ({kind})"
 
 
 def _ask_approval(runtime: Any, event: Any, err: TextIO, stdin: TextIO) -> None:
@@ -131,7 +156,10 @@ def _ask_approval(runtime: Any, event: Any, err: TextIO, stdin: TextIO) -> None:
                                                    "permission_mode allows this tool")
         err.write(f"\n[denied {event.tool_name}: no terminal to ask]\n")
         return
-    err.write(f"\nAllow {event.description}? [y]es / [n]o / [a]lways in this session: ")
+    from corvid_actors.admin_cli import safe_text
+
+    # the description quotes the model's arguments: escapes must not disguise what is asked
+    err.write(f"\nAllow {safe_text(event.description)}? [y]es / [n]o / [a]lways in this session: ")
     err.flush()
     answer = stdin.readline().strip().lower()
     behavior = {"y": "allow", "yes": "allow", "a": "allow_session", "always": "allow_session"}.get(answer, "deny")

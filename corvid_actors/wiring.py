@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,9 @@ class LoopSpec:
     #: made by the approval / history policy factories (None: no policy)
     approval_policy: Any = None
     history_policy: Any = None
+    #: whether this incarnation's commands run in the OS sandbox (auto-approval needs it)
+    sandboxed: bool = False
+    project_dir: Path | None = None
 
 
 LoopFactory = Callable[[LoopSpec], Loop]
@@ -172,6 +175,23 @@ DEFAULT_LOOPS: dict[str, LoopFactory] = {
 DEFAULT_LOOP_FOR_PROVIDER: dict[str, str] = {"ollama": "direct", "anthropic": "sdk"}
 
 
+def build_sandbox(config: Config) -> Any:
+    """The OS sandbox launcher of a runtime (``[tools.sandbox]``; probes bwrap once per
+    process): the data directory (database, admin socket) is hidden from commands."""
+    from corvid_actors.tools.sandbox import Sandbox, SandboxSettings
+
+    c = config.tools.sandbox
+    settings = SandboxSettings(
+        mode=c.mode, bwrap_path=c.bwrap_path, network_modes=c.network_modes,
+        network_agents=c.network_agents, max_processes=c.max_processes, cpu_seconds=c.cpu_seconds,
+        max_file_bytes=c.max_file_bytes, max_address_space_bytes=c.max_address_space_bytes,
+        hidden_paths=c.hidden_paths, visible_paths=c.visible_paths,
+        mask_walk_max_entries=c.mask_walk_max_entries,
+    )
+    return Sandbox(settings, hidden_paths=[config.store.data_dir],
+                   patterns=config.tools.protected_patterns)
+
+
 def default_tool_registry() -> ToolRegistry:
     from corvid_actors.tools.coding import coding_tools
 
@@ -209,6 +229,7 @@ class SessionBuilder:
         self.permission_check_factory = permission_check_factory
         self.workspace_dir = workspace_dir or Path(config.store.data_dir).expanduser() / "workspace"
         self.extra_tools = extra_tools
+        self.sandbox = build_sandbox(config)
 
     # --- routing ------------------------------------------------------------------------
 
@@ -263,9 +284,11 @@ class SessionBuilder:
         return (lambda: False) if provider is None else provider.health
 
     _store_context: Callable[[str], SessionContext]
+    _store: Any = None
 
     def bind_store(self, store: Any) -> None:
         self._store_context = store.session_context
+        self._store = store
 
     # --- building ----------------------------------------------------------------------------
 
@@ -300,7 +323,13 @@ class SessionBuilder:
         if loop_kind != "conversation" and session.council_role not in COUNCIL_DELIBERATION_ROLES:
             registry = self.tool_registry_factory()
             if self.extra_tools is not None:
-                extra = self.extra_tools(ctx)
+                from corvid_actors.tools.sandbox import current_sandbox
+
+                token = current_sandbox.set(self.sandbox)  # MCP servers start through it
+                try:
+                    extra = self.extra_tools(ctx)
+                finally:
+                    current_sandbox.reset(token)
                 # A hook may return a registry that also carries closers and notices
                 # (corvid_actors.tools.mcp_client.SessionTools).
                 resources.extend(getattr(extra, "closers", ()))
@@ -314,6 +343,10 @@ class SessionBuilder:
 
         info = provider.model_info(model)
         mode = agent.permission_mode if agent is not None else "default"
+        if session.source == "agent":  # delegated: never more than the sender (corvid_tools)
+            from corvid_actors.tools.corvid_tools import effective_agent_mode
+
+            mode = effective_agent_mode(self._store, session, mode)
         protected = self.config.tools.protected_patterns
         permission_check = self._permission_check(mode, tools, project_dir, protected)
         system_prompt = compose_system_prompt(
@@ -324,11 +357,13 @@ class SessionBuilder:
         )
         spec = LoopSpec(model, system_prompt, tools, permission_check, info.context_window,
                         session.council_role, self.config, provider_name)
+        spec = replace(spec, sandboxed=self.sandbox.active, project_dir=project_dir)
         spec = self._with_policies(spec, ctx, mode)
         loop = self.loops[loop_kind](spec)
 
         from corvid_actors.tools.env import safe_env
 
+        agent_name = ctx.agent.name if ctx.agent is not None else ""
         tool_context = ToolContext(
             project_dir=project_dir,
             env=safe_env(ctx.project_env),
@@ -336,7 +371,10 @@ class SessionBuilder:
             protected_patterns=protected,
             session_id=session.id,
             extra={"depth": session.depth, "source": session.source},
+            sandbox=self.sandbox,
+            sandbox_network=self.sandbox.network_for(mode or "default", agent_name),
         )
+        notices.extend(self._sandbox_notices(session.id, tools))
         weight = self._slot_weight(info.parameter_size_b)
         approval_timeout = (
             self.config.approvals.chat_timeout_s if session.source == "chat" else self.config.approvals.timeout_s
@@ -348,6 +386,24 @@ class SessionBuilder:
             resources=tuple(resources), notices=tuple(notices), loop_kind=loop_kind,
             provider_selected=provider_selected_message(decision, model),
         )
+
+    def _sandbox_notices(self, session_id: str, tools: ToolRegistry) -> list[Any]:
+        """The per-session warning when commands will not run in the OS sandbox."""
+        from corvid_actors.events import SystemEvent
+        from corvid_actors.tools.base import ToolKind
+
+        status = self.sandbox.status
+        if status.active or status.mode == "off" or not any(t.kind is ToolKind.COMMAND for t in tools):
+            return []
+        if status.refuses_commands:
+            message = (f"The OS sandbox is unavailable ({status.reason}) and [tools.sandbox] mode is "
+                       "\"required\": this session's commands will be refused.")
+        else:
+            message = status.warning
+        from loguru import logger
+
+        logger.bind(session_id=session_id).warning(message)
+        return [SystemEvent(subtype="sandbox_unavailable", message=message)]
 
     def _with_policies(self, spec: LoopSpec, ctx: SessionContext, mode: str) -> LoopSpec:
         """The spec with the OpenAgent rules' inputs: agent, mode, command tools, stored

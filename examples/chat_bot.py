@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -67,7 +68,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="your name on the console (default: $USER)")
     parser.add_argument("--owner", action="append", default=[], help="an owner participant (repeatable)")
     parser.add_argument("--model", default="", help="model name (default: the stub's, or OLLAMA_DEFAULT_MODEL)")
-    parser.add_argument("--data-dir", default="", help="keep the database and project here (default: a temp dir)")
+    parser.add_argument("--data-dir", default="", help="keep the database and project here (default: a temp dir, "
+                                                       "removed at exit)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary data directory at exit")
     parser.add_argument("--host", default="127.0.0.1", help="webhook: address to listen on")
     parser.add_argument("--port", type=int, default=8787, help="webhook: port (0 = any free port)")
     parser.add_argument("--callback-url", default="", help="webhook: where replies are POSTed")
@@ -107,6 +110,16 @@ def main(argv: list[str] | None = None) -> int:
     model = args.model or (STUB_MODEL if stub else config.providers.ollama_default_model)
     data_dir = Path(args.data_dir).expanduser() if args.data_dir else Path(tempfile.mkdtemp(prefix="corvid-chat-"))
     data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return serve(args, config, model, stub, data_dir)
+    finally:
+        if stub is not None:
+            stub.stop()
+        if not args.data_dir and not args.keep:  # our temporary directory: gone with us
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def serve(args: argparse.Namespace, config: Any, model: str, stub: Any, data_dir: Path) -> int:
     owners = set(args.owner)
     runtime = Runtime(config, store_url=f"sqlite:///{data_dir / 'chat.db'}", workspace_dir=data_dir / "workspace",
                       with_credits=True, is_owner=owners.__contains__)
@@ -114,13 +127,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.transport == "console":
         transport: Any = ConsoleTransport(participant=args.participant)
     else:
-        transport = WebhookTransport(args.callback_url, host=args.host, port=args.port, secret=args.secret)
+        transport = WebhookTransport.from_config(args.callback_url, config, host=args.host, port=args.port,
+                                                 secret=args.secret)
     bridge = ChatBridge(runtime, transport, agent_id=agent_id, project_id=project_id,
                         is_owner=owners.__contains__, settings=BridgeSettings(name="example"))
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM: shut down like Ctrl-C
     bridge.start()
     where = f"stub Ollama at {stub.url}" if stub else f"Ollama at {config.providers.ollama_host}"
-    print(f"corvid chat bot: model {model} on {where}; data in {data_dir}", flush=True)
+    kept = "" if args.data_dir or args.keep else " (removed at exit; --keep keeps it)"
+    print(f"corvid chat bot: model {model} on {where}; data in {data_dir}{kept}", flush=True)
     try:
         if isinstance(transport, ConsoleTransport):
             print("Type a message (/help for commands, Ctrl-D to quit).", flush=True)
@@ -134,8 +149,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         runtime.shutdown()  # first, so participants hear the shutdown notice
         bridge.stop()
-        if stub is not None:
-            stub.stop()
     return 0
 
 

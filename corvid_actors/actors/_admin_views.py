@@ -32,7 +32,8 @@ def _text(event: Mapping[str, Any], key: str) -> str:
 
 #: event type -> (log level, message) for the daemon's log
 LIFECYCLE_LOG: Mapping[str, tuple[str, Callable[[Mapping[str, Any]], str]]] = {
-    "session_started": ("INFO", lambda e: f"session started (pid {_text(e, 'pid')}, generation {_text(e, 'generation')})"),
+    # Not the pid or generation: runtime counters, meaningless to an operator.
+    "session_started": ("INFO", lambda e: "session started"),
     "session_exited": ("INFO", lambda e: f"session exited with code {_text(e, 'code')} after {_text(e, 'num_turns')} turns"),
     "session_stopped": ("INFO", lambda e: f"session stopped ({_text(e, 'reason')})"),
     "session_paused": ("WARNING", lambda e: f"session paused until {_text(e, 'resume_at')} (attempt {_text(e, 'attempt')})"),

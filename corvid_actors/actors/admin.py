@@ -47,9 +47,9 @@ from corvid_actors.admin_protocol import (
     UNAVAILABLE,
     AdminError,
 )
-from corvid_actors.clock import Clock
+from corvid_actors.clock import Clock, iso_utc
 from corvid_actors.config import DaemonConfig
-from corvid_actors.errors import CorvidError, NotFoundError, RuntimeStoppedError
+from corvid_actors.errors import ConflictError, CorvidError, NotFoundError, RuntimeStoppedError
 from corvid_actors.events import Event, to_dict
 
 #: commands refused once the daemon is shutting down (they start or change work)
@@ -152,7 +152,7 @@ class AdminActor(TrackedActor):
         # On the EventBus thread: keep it cheap, hand the rest to our own mailbox.
         if event.type in UNRECORDED_EVENTS:
             return
-        tell(self.actor_ref, _Seen(session_id, self.w.clock.now().isoformat(), to_dict(event)))
+        tell(self.actor_ref, _Seen(session_id, iso_utc(self.w.clock.now()), to_dict(event)))
 
     # --- dispatch ---------------------------------------------------------------------------
 
@@ -223,8 +223,8 @@ class AdminActor(TrackedActor):
             "timeout_s": info.get("timeout_s") if info else None,
             "restart_pending": bool(row.restart_pending),
             "initial_prompt": row.initial_prompt,
-            "created_at": str(row.created_at),
-            "updated_at": str(row.updated_at),
+            "created_at": iso_utc(row.created_at),
+            "updated_at": iso_utc(row.updated_at),
             "approvals": approvals,
             "messages": [{"role": role, "content": content} for role, content in messages],
             "events": self._recent.of(sid)[-n_events:],
@@ -234,8 +234,16 @@ class AdminActor(TrackedActor):
         store = self.w.store
         agent = store.find_agent(args["agent"])
         created = agent is None
-        if agent is None:
-            agent = store.create_agent(args["agent"])
+        settings = {k: args[k] for k in ("provider", "model", "permission_mode") if k in args}
+        if agent is None and not args.get("create"):
+            names = ", ".join(a.name for a in store.list_agents()) or "none yet"
+            raise AdminError(NOT_FOUND, f"no agent {args['agent']!r} (agents: {names}); add --create to create it "
+                                        "(with --provider, --model, --permission-mode)")
+        if created or settings:
+            try:
+                agent = store.ensure_agent(args["agent"], **settings)
+            except ConflictError as exc:
+                raise AdminError(CONFLICT, str(exc)) from None
         session = store.create_session(agent_id=agent.id, source=args.get("source", "web"),
                                        name=args.get("name", ""), participant=args.get("participant", ""),
                                        initial_prompt=args["prompt"])
@@ -275,10 +283,14 @@ class AdminActor(TrackedActor):
 
     def _cmd_extend(self, args: Mapping[str, Any]) -> dict[str, Any]:
         sid = self._sid(args)
-        if not self._ask(self.w.supervisor, sv.ExtendSessionTimeout(sid, float(args["minutes"]) * 60)):
+        requested_s = float(args["minutes"]) * 60
+        if not self._ask(self.w.supervisor, sv.ExtendSessionTimeout(sid, requested_s)):
             raise AdminError(CONFLICT, f"session {sid} is not running")
-        info = self._ask(self.w.supervisor, sv.SessionInfo(sid)).get(sid, {})
-        return {"session": sid, "timeout_s": info.get("timeout_s")}
+        after = self._ask(self.w.supervisor, sv.SessionInfo(sid)).get(sid, {}).get("timeout_s")
+        # The new deadline is now + the request, capped at 4x the default timeout
+        # (supervision.extended_timeout): say so when the cap applied.
+        capped = after is not None and after < requested_s - 1e-6
+        return {"session": sid, "timeout_s": after, "requested_s": requested_s, "capped": capped}
 
     # --- approvals ---------------------------------------------------------------------------
 
@@ -291,6 +303,7 @@ class AdminActor(TrackedActor):
     def _cmd_approvals(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
         sid = self._sid(args) if args.get("session") else None
         return list(self._ask(self.w.approvals, ap.ListPending(sid), "approval broker"))
+
 
     def _resolve(self, approval_id: str, behavior: str, message: str) -> dict[str, Any]:
         try:
@@ -362,6 +375,7 @@ class AdminActor(TrackedActor):
             stats["slots"] = self._ask(self.w.slot_pool, SlotStats(), "slot pool")
         stats["admin"] = {"followers": len(self._followers), "sessions_with_recent_events": len(self._recent)}
         stats["process"] = process_stats()
+        stats["sandbox"] = self.w.about.get("sandbox", {})
         return stats
 
     def _cmd_health(self, args: Mapping[str, Any]) -> pykka.Future[dict[str, Any]]:
@@ -397,7 +411,8 @@ class AdminActor(TrackedActor):
             raise AdminError(UNAVAILABLE, "this runtime has no daemon to shut down")
         self._stopping = True
         self.w.request_shutdown(args.get("reason", "admin_shutdown"))
-        return {"shutting_down": True}
+        # The pid lets `admin shutdown --wait` return only once the process has exited.
+        return {"shutting_down": True, "pid": self.w.about.get("pid")}
 
     # --- events -------------------------------------------------------------------------------
 
@@ -409,7 +424,7 @@ class AdminActor(TrackedActor):
             # A global subscription filtered here: a session's own subscriber set is
             # removed when it ends, and a follower should see it come back.
             if wanted is None or sid == wanted:
-                sink(sid, clock.now().isoformat(), to_dict(event))
+                sink(sid, iso_utc(clock.now()), to_dict(event))
 
         self._followers[sink] = callback
         self._ask(self.w.bus, SubscribeAll(callback), "event bus")

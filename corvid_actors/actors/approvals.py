@@ -26,7 +26,7 @@ import pykka
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
-from corvid_actors.clock import Clock
+from corvid_actors.clock import Clock, iso_after
 
 MODES = ("normal", "queued", "paused")
 
@@ -100,6 +100,9 @@ class ApprovalAsked:
     call_id: str
     approval_id: str
     created_at: str = ""
+    #: False when the request waits for a human however long it takes (queued mode): its
+    #: ``approval_request`` then carries ``timeout_s = 0`` (no countdown)
+    expires: bool = True
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,7 @@ class ApprovalBroker(TrackedActor):
         self.mode = mode
         self._pending: dict[str, tuple[RequestApproval, str]] = {}  # id -> (request, created_at)
         self._session_grants: dict[str, set[str]] = {}
+        self._timed: set[str] = set()  # pending ids with an expiry timer
 
     def on_receive(self, message: Any) -> Any:
         match message:
@@ -129,26 +133,28 @@ class ApprovalBroker(TrackedActor):
             case Resolve(approval_id, behavior, text, updated):
                 return self._resolve(approval_id, behavior, text, updated)
             case _Expired(approval_id):
-                entry = self._pending.pop(approval_id, None)
+                entry = self._take(approval_id)
                 if entry is not None:
                     self._answer(entry[0], False, "Approval timed out")
             case ListPending(session_id):
+                # timeout_s is None for a request that waits for a human (queued mode):
+                # it has no countdown.
                 return [
                     {"id": r.approval_id, "session_id": r.session_id, "tool_name": r.tool_name,
                      "description": r.description, "kind": r.kind, "created_at": created,
-                     "timeout_s": r.timeout_s}
+                     "timeout_s": r.timeout_s if r.approval_id in self._timed else None}
                     for r, created in self._pending.values()
                     if session_id is None or r.session_id == session_id
                 ]
             case CancelSession(session_id, reason):
                 self._session_grants.pop(session_id, None)
                 for approval_id in [a for a, (r, _) in self._pending.items() if r.session_id == session_id]:
-                    request, _ = self._pending.pop(approval_id)
+                    request, _ = self._take(approval_id)
                     tell(self.timers, CancelTimer(("approval", approval_id)))
                     self._answer(request, False, reason)
             case DenyAll(reason):
                 for approval_id in list(self._pending):
-                    request, _ = self._pending.pop(approval_id)
+                    request, _ = self._take(approval_id)
                     tell(self.timers, CancelTimer(("approval", approval_id)))
                     self._answer(request, False, reason)
             case SetMode(mode):
@@ -160,6 +166,10 @@ class ApprovalBroker(TrackedActor):
                 return self.mode
         return None
 
+    def _take(self, approval_id: str) -> Any:
+        self._timed.discard(approval_id)
+        return self._pending.pop(approval_id, None)
+
     def _request(self, request: RequestApproval) -> None:
         if self.mode == "paused":
             self._answer(request, False, "System is in paused mode — all tool requests denied")
@@ -170,10 +180,11 @@ class ApprovalBroker(TrackedActor):
         approval_id = self._unique_id(request.approval_id)
         if approval_id != request.approval_id:
             request = replace(request, approval_id=approval_id)
-        created = self.clock.now().isoformat()
+        created = iso_after(self.clock, 0)
         self._pending[approval_id] = (request, created)
-        tell(request.reply_to, ApprovalAsked(request.call_id, approval_id, created))
+        tell(request.reply_to, ApprovalAsked(request.call_id, approval_id, created, expires=self.mode == "normal"))
         if self.mode == "normal":
+            self._timed.add(request.approval_id)
             tell(self.timers, ScheduleTimer(("approval", request.approval_id), request.timeout_s,
                                             self.actor_ref, _Expired(request.approval_id)))
 
@@ -193,7 +204,7 @@ class ApprovalBroker(TrackedActor):
             matches = [a for a in self._pending if a.startswith(approval_id)]
         if len(matches) != 1:
             return None
-        request, created = self._pending.pop(matches[0])
+        request, created = self._take(matches[0])
         tell(self.timers, CancelTimer(("approval", request.approval_id)))
         allowed = behavior != "deny"
         scope = "session" if behavior == "allow_session" else "once"

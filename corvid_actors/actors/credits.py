@@ -189,6 +189,8 @@ class CreditBank(TrackedActor):
             return None
         self.ledger.open_account(payer, self.cfg.free_credits_on_first_message)
         cost = self.cfg.credits_per_turn
+        if cost <= 0:
+            return None  # free turns (credits_per_turn = 0): the ledger takes positive amounts only
         result = self.ledger.deduct(payer, cost, low_threshold=self.cfg.low_credit_threshold,
                                     session_id=session_id)
         if not result.success:

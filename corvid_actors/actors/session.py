@@ -478,15 +478,15 @@ class SessionActor(TrackedActor):
                 if request_id == self._slot_request and self._slot_state == "waiting":
                     self._slot_queued = True
                     self.w.lifeline.publish(QueueStatus(status_message=status))
-            case ApprovalAsked(call_id, approval_id, created_at):
+            case ApprovalAsked(call_id, approval_id, created_at, expires):
                 details = self._approval_details.pop(call_id, None)
                 if call_id in self._awaiting_approval and details is not None:
                     call, description, kind = details
                     self._announced.add(approval_id)
                     self.w.lifeline.publish(ApprovalRequestEvent(
                         id=approval_id, session_id=self.sid, tool_name=call.name, description=description,
-                        created_at=created_at or self._clock.now().isoformat(),
-                        timeout_s=self.w.approval_timeout_s, kind=kind,
+                        created_at=created_at or iso_after(self._clock, 0),
+                        timeout_s=self.w.approval_timeout_s if expires else 0.0, kind=kind,
                     ))
             case ApprovalAnswer(call_id, allowed, text, updated, scope, approval_id):
                 if call_id not in self._awaiting_approval:

@@ -4,7 +4,8 @@ Capacity is a total weight (``slots.max_parallel``); a request weighs 1–3 by m
 Admission is strict FIFO: the head of the queue is admitted as soon as its weight fits,
 and nobody behind it overtakes — so a heavy request cannot be starved by a stream of
 light ones (the original's scan let small requests overtake forever). A request heavier
-than the whole capacity is admitted alone when nothing runs, rather than never.
+than the whole capacity is admitted alone when nothing runs, rather than never, and then
+counts as the whole capacity (a 14 B model on ``max_parallel = 1`` is "1/1 in use").
 
 Waiting requests hear ``SlotQueued`` with a status line, and ``SlotAnswer(granted=False)``
 when ``slots.wait_timeout_s`` passes. ``ReleaseSlot(session_id)`` releases whatever the
@@ -147,7 +148,9 @@ class SlotPool(TrackedActor):
         count = admit(self.capacity, self.in_use, [w.weight for w in self._queue])
         for _ in range(count):
             request = self._queue.popleft()
-            self._held[request.session_id] = request.weight
+            # A request heavier than the whole pool is admitted alone and holds all of it —
+            # not more: in_use (and its peak) never exceeds the capacity.
+            self._held[request.session_id] = min(request.weight, self.capacity)
             self.grants += 1
             tell(self.timers, CancelTimer((request.session_id, "slot_wait")))
             if not tell(request.reply_to, SlotAnswer(request.request_id, True)):

@@ -582,7 +582,7 @@ class SessionSupervisor(TrackedActor):
         inc.started_at = self.clock.monotonic()
         inc.building = False
         meta.restart_pending = False
-        meta.started_at_iso = self.clock.now().isoformat()
+        meta.started_at_iso = iso_after(self.clock, 0)
         meta.turns = inc.tally.turns
         begin = isinstance(inc.first, Begin)
         tally, gen = inc.tally, inc.generation

@@ -34,10 +34,12 @@ and the conversation's ``channel`` and ``participant``; a restarted bot finds th
 
 from __future__ import annotations
 
+import hashlib
+import re
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from loguru import logger
@@ -53,8 +55,27 @@ from corvid_actors.chat.commands import (
 from corvid_actors.chat.conversations import Conversation, ConversationDirectory
 from corvid_actors.chat.outbox import Outbox
 from corvid_actors.chat.transport import ChatTransport, IncomingMessage, OutgoingMessage
+from corvid_actors.db.replays import ReplayStore
 from corvid_actors.errors import RuntimeStoppedError
 from corvid_actors.events import Event
+
+_ASCII_DIGITS = re.compile(r"[0-9]+")
+
+
+def _id_key(seen_key: str) -> str:
+    # channel and id may be 200 characters each: the replay store keeps a digest
+    return "id:" + hashlib.sha256(seen_key.encode("utf-8")).hexdigest()
+
+
+def _is_text(value: str) -> bool:
+    """Storable text: encodable as UTF-8 (no lone surrogates) and without NUL."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in value
+#: shortest id prefix an approval answer may use
+_MIN_APPROVAL_PREFIX = 4
 
 #: event types that may produce a message to the participant (cheap filter on the bus thread)
 RELAYED_EVENT_TYPES = frozenset({
@@ -75,8 +96,9 @@ class BridgeSettings:
     stop_timeout_s: float = 5.0
     #: transactions listed by ``/credits``
     recent_transactions: int = 5
-    #: platform message ids remembered to ignore redeliveries
-    dedupe_window: int = 1000
+    #: how long a platform message id is remembered to ignore redeliveries (in the
+    #: runtime's database: a restarted bot still knows them)
+    dedupe_window_s: float = 86400.0
     #: longest channel / participant id (the ``sessions`` columns hold 200 characters)
     max_id_chars: int = 200
     #: count queued replies as work in flight, so ``Runtime.settle()`` waits for delivery
@@ -99,7 +121,7 @@ class ChatBridge:
                                                    project_id=project_id)
         self._lock = threading.Lock()
         self._low_warned: dict[tuple[str, str], int] = {}
-        self._seen_ids: OrderedDict[str, None] = OrderedDict()
+        self._seen_ids = ReplayStore(runtime.store)
         self._outbox = Outbox(self._deliver, max_pending=self.settings.outbox_max_pending,
                               tracker=runtime.tracker if self.settings.track_delivery else None,
                               name=f"chat-outbox-{self.settings.name}")
@@ -112,6 +134,9 @@ class ChatBridge:
             self._started = True
             self._outbox.start()
             self.runtime.subscribe_all(self._on_event)
+            bind = getattr(self.transport, "bind_runtime", None)
+            if callable(bind):  # e.g. the webhook's replay store lives in the runtime's database
+                bind(self.runtime)
             self.transport.start(self.handle)
         return self
 
@@ -149,12 +174,17 @@ class ChatBridge:
         """Deal with one incoming message (the transport's handler; any non-actor thread).
 
         Returns ``delivered``, ``command``, ``refused`` (no credits), ``approved`` /
-        ``denied`` / ``rejected`` / ``expired`` (approval replies), ``duplicate`` or
-        ``ignored``. Raises ValueError for a message without channel or participant.
+        ``denied`` / ``rejected`` / ``expired`` / ``unclear`` (approval replies),
+        ``duplicate`` or ``ignored``. Raises ValueError for a message without channel or participant,
+        or with text that is not valid Unicode (a transport answers that as a bad request).
         """
         for what, value in (("channel", message.channel), ("participant", message.participant)):
             if not value or len(value) > self.settings.max_id_chars:
                 raise ValueError(f"a chat message needs a {what} id of 1–{self.settings.max_id_chars} characters")
+        for what, value in (("channel", message.channel), ("participant", message.participant),
+                            ("text", message.text), ("id", message.message_id)):
+            if not _is_text(value):
+                raise ValueError(f"the message's {what} is not valid Unicode text (lone surrogates or NUL)")
         # platform message ids are unique per channel at least
         seen_key = f"{message.channel}\0{message.message_id}" if message.message_id else ""
         if seen_key and not self._first_sight(seen_key):
@@ -269,10 +299,19 @@ class ChatBridge:
             return "Credits are not enabled on this bot."
         if not self._owner(message.participant):
             return "Only an owner can grant credits."
-        if len(args) != 2 or not args[1].isdigit() or int(args[1]) <= 0:
-            return "Usage: /grant <participant> <amount> (a positive whole number)."
-        balance = self.runtime.grant_credits(args[0], int(args[1]), reference=f"granted by {message.participant}")
-        return f"Granted {int(args[1])} credits to {args[0]}: balance {balance}."
+        cap = self.runtime.config.daemon.max_credit_grant  # the admin's cap, one setting for both
+        # ASCII digits only: str.isdigit() also accepts "²" and "١", which int() then refuses
+        if len(args) != 2 or not _ASCII_DIGITS.fullmatch(args[1]) or not args[1].strip("0"):
+            return f"Usage: /grant <participant> <amount> (a whole number from 1 to {cap})."
+        # compare lengths first: int() refuses more than 4,300 digits
+        if len(args[1].lstrip("0")) > len(str(cap)) or int(args[1]) > cap:
+            return f"A single grant is at most {cap} credits (daemon.max_credit_grant)."
+        amount = int(args[1])
+        try:
+            balance = self.runtime.grant_credits(args[0], amount, reference=f"granted by {message.participant}")
+        except ValueError as exc:  # the ledger's own checks: participant id, balance cap
+            return f"Cannot grant: {exc}"
+        return f"Granted {amount} credits to {args[0]}: balance {balance}."
 
     # --- approvals ------------------------------------------------------------------------------
 
@@ -281,9 +320,9 @@ class ChatBridge:
         the line is an ordinary chat message)."""
         pending = self.runtime.list_approvals()
         matches = [a for a in pending if a["id"] == reply.ref] or [
-            a for a in pending if a["id"].startswith(reply.ref)]
+            a for a in pending if len(reply.ref) >= _MIN_APPROVAL_PREFIX and a["id"].startswith(reply.ref)]
         if len(matches) != 1:
-            return None
+            return self._unclear_approval(message, reply, pending)
         approval = matches[0]
         conv = self.conversations.of_session(approval["session_id"])
         if conv is None:
@@ -305,24 +344,36 @@ class ChatBridge:
             self._reply(message, f"{verb} {approval['id']}.")
         return "approved" if reply.allow else "denied"
 
+    def _unclear_approval(self, message: IncomingMessage, reply: ApprovalReply,
+                          pending: list[dict[str, Any]]) -> str | None:
+        """An answer word that names no pending approval: with approvals waiting in this
+        conversation it surely meant one of them, so say what is expected (and decide
+        nothing); otherwise it is an ordinary chat line ("yes" to the model's question)."""
+        conv = self.conversations.find(message.channel, message.participant)
+        mine = [a for a in pending if conv is not None and a["session_id"] == conv.session_id]
+        if not mine:
+            return None
+        word = "yes" if reply.allow else "no"
+        listed = "; ".join(f"{a['id']}: {a.get('description') or a.get('tool_name', '')}" for a in mine[:5])
+        what = f"'{reply.ref}' matches none of them" if reply.ref else "it needs the approval's id"
+        first = mine[0]["id"]
+        self._reply(message, f"Waiting for your approval: {listed}\nYour '{word}' was not applied: {what}. "
+                             f"Reply 'yes {first}' to allow or 'no {first}' to deny.")
+        return "unclear"
+
     # --- conversations --------------------------------------------------------------------------
 
     def conversation(self, channel: str, participant: str) -> Conversation | None:
         """The conversation's session, if it has one."""
         return self.conversations.find(channel, participant)
 
-    def _first_sight(self, message_id: str) -> bool:
-        with self._lock:
-            if message_id in self._seen_ids:
-                return False
-            self._seen_ids[message_id] = None
-            while len(self._seen_ids) > self.settings.dedupe_window:
-                self._seen_ids.popitem(last=False)
-            return True
+    def _first_sight(self, seen_key: str) -> bool:
+        now = self.runtime.clock.now()
+        return self._seen_ids.first_use(_id_key(seen_key), now=now,
+                                        expires_at=now + timedelta(seconds=self.settings.dedupe_window_s))
 
-    def _forget(self, message_id: str) -> None:
-        with self._lock:
-            self._seen_ids.pop(message_id, None)
+    def _forget(self, seen_key: str) -> None:
+        self._seen_ids.forget(_id_key(seen_key))
 
     def _owner(self, participant: str) -> bool:
         try:

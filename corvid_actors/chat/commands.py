@@ -22,7 +22,8 @@ COMMANDS: dict[str, str] = {
     "/grant <participant> <amount>": "owners only: give credits to a participant",
 }
 
-_APPROVAL_REPLY = re.compile(r"^\s*(yes|y|approve|allow|no|n|deny)\s+([0-9a-z]{4,32})\s*$", re.IGNORECASE)
+# an answer word, optionally followed by ONE word (the id, or what a careless user typed)
+_APPROVAL_REPLY = re.compile(r"^\s*(yes|y|approve|allow|no|n|deny)(?:\s+(\S+))?\s*$", re.IGNORECASE)
 _ALLOW_WORDS = frozenset({"yes", "y", "approve", "allow"})
 
 
@@ -35,8 +36,9 @@ class Command:
 @dataclass(frozen=True)
 class ApprovalReply:
     """``yes <id>`` / ``no <id>`` (also y/approve/allow, n/deny); ``ref`` is the id or a
-    prefix of it. Only a candidate: the bridge treats it as plain text unless a pending
-    approval matches ``ref``, so "no thanks" stays a chat message."""
+    prefix of it ("" for a bare ``yes``). Only a candidate: the bridge treats it as plain
+    text unless a pending approval matches ``ref`` — so "no thanks" stays a chat message —
+    or, when the conversation has approvals pending, answers what it expects."""
 
     allow: bool
     ref: str
@@ -54,7 +56,7 @@ def parse_input(text: str) -> Command | ApprovalReply | Text:
         return Command(name.lower(), tuple(args))
     match = _APPROVAL_REPLY.match(stripped)
     if match:
-        return ApprovalReply(match.group(1).lower() in _ALLOW_WORDS, match.group(2).lower())
+        return ApprovalReply(match.group(1).lower() in _ALLOW_WORDS, (match.group(2) or "").lower())
     return Text(stripped)
 
 
@@ -66,9 +68,10 @@ def help_text() -> str:
 
 
 def approval_text(approval_id: str, description: str, timeout_s: float) -> str:
+    # timeout_s 0: a queued request waits for the answer, with no countdown to announce
+    deadline = f"denied automatically after {timeout_s:g} s" if timeout_s > 0 else "it waits for your answer"
     return (f"[APPROVE?:{approval_id}] {description}\n"
-            f"Reply 'yes {approval_id}' to allow or 'no {approval_id}' to deny "
-            f"(denied automatically after {timeout_s:g} s).")
+            f"Reply 'yes {approval_id}' to allow or 'no {approval_id}' to deny ({deadline}).")
 
 
 def transactions_text(rows: list[dict[str, Any]]) -> str:

@@ -1,70 +1,130 @@
 """An HTTP webhook transport: the shape most chat platforms use. Stdlib only.
 
 Incoming: the platform POSTs each message to ``http://<host>:<port><path>`` as JSON
-``{"channel": "...", "participant": "...", "text": "...", "id": "optional message id"}``.
-The answer comes after the bridge has dealt with the message (persisted it, or answered
-a command): ``202 {"accepted": true, "outcome": "delivered"}``. Errors: ``400`` (bad
-JSON or fields), ``401`` (bad signature), ``404`` (other path), ``413`` (body too
-large), ``503`` (the bot is shutting down), ``500`` (anything else). ``GET /healthz``
-answers ``200``.
+``{"channel": "...", "participant": "...", "text": "...", "id": "optional message id"}``
+with a ``Content-Length`` (chunked bodies are refused). The answer comes after the
+bridge has dealt with the message (persisted it, or answered a command):
+``202 {"accepted": true, "outcome": "delivered"}``. Errors, each a JSON
+``{"error": "..."}``: ``400`` (bad JSON or fields, missing/negative/non-numeric
+``Content-Length``), ``401`` (missing, malformed, wrong or expired signature), ``404``
+(other path), ``408`` (the request did not arrive within ``read_timeout_s``), ``409``
+(a replay: this signature was already accepted), ``413`` (body too large), ``429`` (too
+many connections at once), ``503`` (the bot is shutting down, or the replay store is
+unreachable), ``500`` (anything else). ``GET /healthz`` answers ``200``.
+
+Signatures (with a ``secret``), in the style of Stripe and Slack::
+
+    X-Corvid-Signature: t=1767225600,v1=5257a869e7ecebeda32affa62cdca3fa51cad7e77a0e56ff536d0ce8e108d8bd
+
+``v1`` is the hex HMAC-SHA256, keyed with the secret, of ``"<t>."`` followed by the raw
+body; ``t`` is the sender's Unix time in seconds. A request is accepted when a ``v1``
+matches (several may be sent, e.g. while rotating secrets), ``t`` is within
+``signature_tolerance_s`` of now, and the signature was not accepted before: accepted
+signatures are kept in the database's replay store until their timestamp leaves the
+window, so a captured request cannot be replayed — not even after a restart. Everything
+that can be checked without the body (the length, the path, the header, the timestamp)
+is checked before the body is read. The old body-only ``sha256=<hex>`` header is
+accepted only with ``allow_legacy_signatures`` (a warning is logged): it has no
+timestamp, so only the replay window protects it.
 
 Outgoing: each reply is POSTed to ``callback_url`` as JSON ``{"channel", "participant",
-"text", "kind", "session_id"}``; a non-2xx answer or a network error raises
-:class:`~corvid_actors.chat.transport.TransportError` (the bridge logs and counts it).
+"text", "kind", "session_id"}``, signed the same way; a non-2xx answer or a network
+error raises :class:`~corvid_actors.chat.transport.TransportError` (the bridge logs and
+counts it).
 
-With a ``secret``, both directions carry ``X-Corvid-Signature: sha256=<hex HMAC-SHA256 of
-the body>``, and incoming requests without a valid one are refused. The server binds
-127.0.0.1 by default: put a TLS-terminating proxy in front of it to expose it.
+Without a secret nothing is signed or checked (a warning is logged): anyone who can reach
+the port can post as any participant. The server binds 127.0.0.1 by default: put a
+TLS-terminating proxy in front of it to expose it.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+import contextlib
+import io
 import json
+import re
+import socket
 import threading
 import urllib.error
 import urllib.request
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
 from loguru import logger
 
+from corvid_actors.chat.signatures import (
+    DEFAULT_TOLERANCE_S,
+    SIGNATURE_HEADER,
+    SignatureError,
+    Verified,
+    check_timestamp,
+    sign,
+    sign_legacy,
+    verify,
+)
 from corvid_actors.chat.transport import (
     IncomingMessage,
     MessageHandler,
     OutgoingMessage,
     TransportError,
 )
-from corvid_actors.errors import RuntimeStoppedError
+from corvid_actors.clock import Clock, RealClock
+from corvid_actors.db.replays import MemoryReplayStore
+from corvid_actors.deadline_io import DeadlineSocketIO
+from corvid_actors.errors import RuntimeStoppedError, StoreError
 
-SIGNATURE_HEADER = "X-Corvid-Signature"
 DEFAULT_PATH = "/messages"
 #: largest accepted request body (a chat message with room to spare)
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
 #: seconds a callback POST may take before it counts as failed
 DEFAULT_SEND_TIMEOUT_S = 10.0
+#: the whole request must arrive within this many seconds
+DEFAULT_READ_TIMEOUT_S = 10.0
+#: connections served at once
+DEFAULT_MAX_CONNECTIONS = 64
 #: how often the server loop checks for stop() (bounds how long stop() takes)
 _SERVE_POLL_S = 0.05
+_DIGITS = re.compile(r"[0-9]{1,15}")
+#: how long an early answer waits for the rest of a body it will not use
+_LINGER_S = 1.0
 
 
-def sign(secret: str, body: bytes) -> str:
-    """The signature header value for ``body``."""
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+class ReplayGuard(Protocol):
+    """:class:`~corvid_actors.db.replays.ReplayStore`'s contract."""
+
+    durable: bool
+
+    def first_use(self, key: str, *, now: datetime, expires_at: datetime) -> bool: ...
+
+    def forget(self, key: str) -> None: ...
 
 
-def verify(secret: str, body: bytes, header: str | None) -> bool:
-    return header is not None and hmac.compare_digest(sign(secret, body), header)
+class _RequestError(Exception):
+    """Answer ``status`` with ``message`` and close the connection."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 class WebhookTransport:
-    """See the module docstring. ``port=0`` picks a free port (read :attr:`url`)."""
+    """See the module docstring. ``port=0`` picks a free port (read :attr:`url`).
+
+    ``replays`` remembers accepted signatures; by default the bridge binds the runtime's
+    store to it (:meth:`bind_runtime`), else it is in memory (not durable, with a warning).
+    ``clock`` tells the time signatures are checked against (the runtime's, once bound).
+    """
 
     name = "webhook"
 
     def __init__(self, callback_url: str, *, host: str = "127.0.0.1", port: int = 0, path: str = DEFAULT_PATH,
                  secret: str = "", send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
-                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, signature_tolerance_s: float = DEFAULT_TOLERANCE_S,
+                 allow_legacy_signatures: bool = False, read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS, replays: ReplayGuard | None = None,
+                 clock: Clock | None = None) -> None:
         self.callback_url = callback_url
         self.host = host
         self.port = port
@@ -72,9 +132,37 @@ class WebhookTransport:
         self.secret = secret
         self.send_timeout_s = send_timeout_s
         self.max_body_bytes = max_body_bytes
+        self.signature_tolerance_s = signature_tolerance_s
+        self.allow_legacy_signatures = allow_legacy_signatures
+        self.read_timeout_s = read_timeout_s
+        self.max_connections = max_connections
+        self.replays = replays
+        self.clock = clock
+        #: deadlines of socket reads: real time even while a simulation freezes the clock
+        self._io_clock = RealClock()
         self._handler: MessageHandler | None = None
-        self._server: ThreadingHTTPServer | None = None
+        self._server: _CappedServer | None = None
         self._thread: threading.Thread | None = None
+
+    @classmethod
+    def from_config(cls, callback_url: str, config: Any, **kwargs: Any) -> WebhookTransport:
+        """A transport with the ``[webhook]`` settings of ``config`` (``kwargs`` win)."""
+        w = config.webhook
+        settings = {"signature_tolerance_s": w.signature_tolerance_s,
+                    "allow_legacy_signatures": w.allow_legacy_signatures, "max_body_bytes": w.max_body_bytes,
+                    "read_timeout_s": w.read_timeout_s, "max_connections": w.max_connections,
+                    "send_timeout_s": w.send_timeout_s}
+        return cls(callback_url, **{**settings, **kwargs})
+
+    def bind_runtime(self, runtime: Any) -> None:
+        """Called by the bridge before :meth:`start`: the runtime's store keeps the replay
+        window (durable) and its clock tells the time, unless given explicitly."""
+        if self.replays is None and getattr(runtime, "store", None) is not None:
+            from corvid_actors.db.replays import ReplayStore
+
+            self.replays = ReplayStore(runtime.store)
+        if self.clock is None:
+            self.clock = getattr(runtime, "clock", None)
 
     @property
     def url(self) -> str:
@@ -84,8 +172,22 @@ class WebhookTransport:
         return f"http://{self.host}:{self._server.server_address[1]}{self.path}"
 
     def start(self, handler: MessageHandler) -> None:
+        if self.clock is None:
+            self.clock = self._io_clock
+        if self.replays is None:
+            self.replays = MemoryReplayStore()
+        if not self.secret:
+            logger.warning("webhook: no secret configured: requests are not authenticated, anyone who can reach "
+                           "{}:{} can post as any participant", self.host, self.port)
+        else:
+            if not self.replays.durable:
+                logger.warning("webhook: the replay store is in memory: a restart forgets accepted signatures "
+                               "(bind a runtime's store for a durable one)")
+            if self.allow_legacy_signatures:
+                logger.warning("webhook: legacy body-only signatures (sha256=) are accepted: they carry no "
+                               "timestamp; upgrade the platform to t=…,v1=… and turn allow_legacy_signatures off")
         self._handler = handler
-        server = ThreadingHTTPServer((self.host, self.port), _make_handler(self))
+        server = _CappedServer((self.host, self.port), _make_handler(self), self.max_connections)
         server.daemon_threads = True
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, args=(_SERVE_POLL_S,),
@@ -104,7 +206,7 @@ class WebhookTransport:
                            "kind": message.kind, "session_id": message.session_id}).encode()
         headers = {"Content-Type": "application/json"}
         if self.secret:
-            headers[SIGNATURE_HEADER] = sign(self.secret, body)
+            headers[SIGNATURE_HEADER] = sign(self.secret, body, int(self._now()))
         request = urllib.request.Request(self.callback_url, data=body, headers=headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=self.send_timeout_s) as response:
@@ -116,34 +218,149 @@ class WebhookTransport:
 
     # --- one request (on a server thread) ---------------------------------------------------
 
+    def _now(self) -> float:
+        return (self.clock or self._io_clock).now().timestamp()
+
+    def _precheck(self, signature: str | None) -> None:
+        """Before the body is read: refuse what the header alone condemns."""
+        if not self.secret:
+            return
+        try:
+            check_timestamp(signature, now=self._now(), tolerance_s=self.signature_tolerance_s,
+                            allow_legacy=self.allow_legacy_signatures)
+        except SignatureError as exc:
+            raise _RequestError(401, str(exc)) from None
+
     def _incoming(self, body: bytes, signature: str | None) -> tuple[int, dict[str, Any]]:
-        if self.secret and not verify(self.secret, body, signature):
-            return 401, {"error": f"missing or wrong {SIGNATURE_HEADER}"}
+        verified: Verified | None = None
+        if self.secret:
+            try:
+                verified = verify(self.secret, body, signature, now=self._now(),
+                                  tolerance_s=self.signature_tolerance_s, allow_legacy=self.allow_legacy_signatures)
+            except SignatureError as exc:
+                return 401, {"error": str(exc)}
         try:
             data = json.loads(body or b"null")
-        except ValueError:
+        except (ValueError, RecursionError):
             return 400, {"error": "the body is not JSON"}
         if not isinstance(data, dict):
             return 400, {"error": "the body must be a JSON object"}
         fields = {k: data.get(k) for k in ("channel", "participant", "text")}
-        bad = [k for k, v in fields.items() if not isinstance(v, str) or (k != "text" and not v)]
+        bad = [k for k, v in fields.items() if not isinstance(v, str) or (k != "text" and not v)
+               or not _is_text(v)]
         message_id = data.get("id", "")
-        if bad or not isinstance(message_id, str | int):
-            return 400, {"error": f"need string fields channel, participant, text (bad: {', '.join(bad) or 'id'})"}
+        if bad or not _valid_id(message_id):
+            return 400, {"error": f"need string fields channel, participant, text of valid Unicode and an "
+                                  f"optional string or integer id (bad: {', '.join(bad) or 'id'})"}
         handler = self._handler
         if handler is None:
             return 503, {"error": "the bot is stopping"}
+        if verified is not None:
+            status = self._first_use(verified)
+            if status is not None:
+                return status
         try:
             outcome = handler(IncomingMessage(fields["channel"], fields["participant"], fields["text"],
                                               str(message_id)))
         except ValueError as exc:
             return 400, {"error": str(exc)}
         except RuntimeStoppedError:
+            self._forget(verified)  # not handled: the platform's retry may use the signature again
             return 503, {"error": "the bot is shutting down; retry later"}
+        except StoreError as exc:
+            self._forget(verified)
+            logger.warning("webhook: the database is unavailable ({}); the platform should retry", exc)
+            return 503, {"error": "the bot's database is unavailable; retry later"}
         except Exception as exc:  # noqa: BLE001 - report, keep serving
+            self._forget(verified)
             logger.opt(exception=True).error("webhook: handling a message failed")
             return 500, {"error": f"{type(exc).__name__}: {exc}"}
         return 202, {"accepted": True, "outcome": outcome}
+
+    def _first_use(self, verified: Verified) -> tuple[int, dict[str, Any]] | None:
+        assert self.replays is not None
+        now = (self.clock or self._io_clock).now()
+        expires = now + timedelta(seconds=max(0.0, verified.expires - now.timestamp()) + 1)
+        try:
+            first = self.replays.first_use(verified.key, now=now, expires_at=expires)
+        except (StoreError, OSError) as exc:
+            logger.warning("webhook: the replay store is unavailable ({}); refusing the request", exc)
+            return 503, {"error": "the replay store is unavailable; retry later"}
+        if not first:
+            logger.warning("webhook: a replayed signature was refused")
+            return 409, {"error": "replayed request: this signature was already accepted"}
+        return None
+
+    def _forget(self, verified: Verified | None) -> None:
+        if verified is None or self.replays is None:
+            return
+        try:
+            self.replays.forget(verified.key)
+        except (StoreError, OSError):
+            logger.warning("webhook: could not release a signature in the replay store")
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in value
+
+
+def _valid_id(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return abs(value) < 2**63
+    return isinstance(value, str) and len(value) <= 200 and _is_text(value)
+
+
+class _CappedServer(ThreadingHTTPServer):
+    """At most ``max_connections`` served at once; more are answered 429 at once."""
+
+    # a burst of connections must reach accept() to be answered (429 or served), not wait
+    # in SYN retries behind socketserver's default backlog of 5
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
+                 max_connections: int) -> None:
+        super().__init__(address, handler)
+        self.max_connections = max_connections
+        self._active = 0
+        self._count_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._count_lock:
+            full = self._active >= self.max_connections
+            if not full:
+                self._active += 1
+        if full:
+            body = json.dumps({"error": f"too many connections (at most {self.max_connections}); "
+                                        "retry shortly"}).encode()
+            head = (f"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n").encode()
+            try:
+                request.send(head + body, socket.MSG_DONTWAIT)  # never wait on the accept thread
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        with self._count_lock:
+            self._active -= 1
 
 
 def _make_handler(transport: WebhookTransport) -> type[BaseHTTPRequestHandler]:
@@ -153,17 +370,68 @@ def _make_handler(transport: WebhookTransport) -> type[BaseHTTPRequestHandler]:
         disable_nagle_algorithm = True
         protocol_version = "HTTP/1.1"
 
+        def setup(self) -> None:
+            super().setup()
+            self.rfile.close()  # the plain file: replaced by one reading against a deadline
+            self._raw = DeadlineSocketIO(self.connection, transport._io_clock)
+            self.rfile = io.BufferedReader(self._raw)
+
+        def handle_one_request(self) -> None:
+            # line, headers and body of one request must all arrive within read_timeout_s
+            # (an idle kept-alive connection closes after it too)
+            self._raw.deadline = transport._io_clock.monotonic() + transport.read_timeout_s
+            super().handle_one_request()
+
         def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > transport.max_body_bytes:
-                self._answer(413, {"error": f"body over {transport.max_body_bytes} bytes"}, close=True)
-                return
-            body = self.rfile.read(length)  # read it all before answering (else the client sees a reset)
-            if self.path.split("?", 1)[0] != transport.path:
-                self._answer(404, {"error": f"POST messages to {transport.path}"})
+            length = 0
+            try:
+                length = self._content_length()
+                if self.path.split("?", 1)[0] != transport.path:
+                    raise _RequestError(404, f"POST messages to {transport.path}")
+                transport._precheck(self.headers.get(SIGNATURE_HEADER))
+                body = self._read_body(length)
+            except _RequestError as exc:
+                self._answer(exc.status, {"error": exc.message}, close=True)
+                if exc.status in (401, 404):
+                    self._linger(length)
                 return
             status, payload = transport._incoming(body, self.headers.get(SIGNATURE_HEADER))
             self._answer(status, payload)
+
+        def _content_length(self) -> int:
+            if self.headers.get("Transfer-Encoding"):
+                raise _RequestError(400, "chunked bodies are not accepted: send a Content-Length")
+            values = self.headers.get_all("Content-Length") or []
+            if not values:
+                raise _RequestError(400, "a Content-Length header is required")
+            if len(set(values)) != 1 or not _DIGITS.fullmatch(values[0].strip()):
+                raise _RequestError(400, "Content-Length must be one non-negative whole number")
+            length = int(values[0])
+            if length > transport.max_body_bytes:
+                raise _RequestError(413, f"body over {transport.max_body_bytes} bytes")
+            return length
+
+        def _read_body(self, length: int) -> bytes:
+            try:
+                body = self.rfile.read(length)
+            except TimeoutError:
+                raise _RequestError(408, f"the request did not arrive within {transport.read_timeout_s:g} s") \
+                    from None
+            if len(body) != length:
+                raise _RequestError(400, "the body ended before Content-Length bytes")
+            return body
+
+        def _linger(self, length: int) -> None:
+            """After answering early, swallow the (size-checked) body the client is still
+            sending, briefly: closing with unread data makes the kernel send a reset, and the
+            client could lose the answer. Never more than the checked length or _LINGER_S."""
+            self._raw.deadline = min(self._raw.deadline or 0.0, transport._io_clock.monotonic() + _LINGER_S)
+            with contextlib.suppress(OSError, ValueError):
+                while length > 0:
+                    chunk = self.rfile.read1(min(length, 65536))
+                    if not chunk:
+                        return
+                    length -= len(chunk)
 
         def do_GET(self) -> None:  # noqa: N802
             if self.path == "/healthz":
@@ -173,6 +441,7 @@ def _make_handler(transport: WebhookTransport) -> type[BaseHTTPRequestHandler]:
 
         def _answer(self, status: int, payload: dict[str, Any], *, close: bool = False) -> None:
             data = json.dumps(payload).encode()
+            self.connection.settimeout(transport.read_timeout_s)  # a bounded write
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -186,3 +455,7 @@ def _make_handler(transport: WebhookTransport) -> type[BaseHTTPRequestHandler]:
             logger.debug("webhook: {}", format % args)
 
     return Handler
+
+
+__all__ = ["DEFAULT_TOLERANCE_S", "SIGNATURE_HEADER", "ReplayGuard", "SignatureError", "Verified", "WebhookTransport",
+           "check_timestamp", "sign", "sign_legacy", "verify"]

@@ -12,6 +12,12 @@ threads *and* processes, not only behind the CreditBank actor:
 
 Transaction types: ``grant``, ``purchase``, ``refund`` (credits in) and ``deduction``
 (credits out).
+
+Amounts are checked here, not only by callers: every amount is a positive ``int`` (not a
+bool, float or string) of at most :data:`MAX_CREDIT_AMOUNT`, and no balance grows past
+:data:`MAX_BALANCE` — so a negative "deduction" cannot add credits and no sum can overflow
+a column (PostgreSQL's ``INTEGER`` is 32-bit). A bad amount raises
+:class:`~corvid_actors.errors.CreditAmountError` and writes nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from corvid_actors.clock import iso_utc
 from corvid_actors.db.store import Store
+from corvid_actors.errors import CreditAmountError
 
 #: transaction types that add credits
 CREDIT_TYPES = ("grant", "purchase", "refund")
@@ -27,6 +35,10 @@ CREDIT_TYPES = ("grant", "purchase", "refund")
 DEDUCTION = "deduction"
 #: ``reference`` of the first-time grant (so it can be told apart from other grants)
 FIRST_TIME_REFERENCE = "first_message"
+#: the largest amount of one grant, purchase, refund or deduction
+MAX_CREDIT_AMOUNT = 1_000_000_000
+#: the largest balance an account may hold (fits a signed 32-bit column with room to spare)
+MAX_BALANCE = 2_000_000_000
 
 
 @dataclass(frozen=True)
@@ -75,7 +87,7 @@ class Ledger:
             rows = list(T.select().where(T.participant == participant).order_by(T.id.desc()).limit(limit))
         return [
             {"id": r.id, "type": r.type, "amount": r.amount, "balance_after": r.balance_after,
-             "reference": r.reference, "session_id": r.session_id, "created_at": r.created_at.isoformat()}
+             "reference": r.reference, "session_id": r.session_id, "created_at": iso_utc(r.created_at)}
             for r in rows
         ]
 
@@ -94,6 +106,8 @@ class Ledger:
         (one ``grant`` row, reference ``first_message``). Idempotent: an existing account
         is returned unchanged."""
         _require_participant(participant)
+        if free_credits != 0:
+            _require_amount(free_credits, "first-time grant")
         L = self.m.CreditLedger
         with self.store.transaction():
             # INSERT OR IGNORE / ON CONFLICT DO NOTHING: two processes opening the same
@@ -113,11 +127,15 @@ class Ledger:
         _require_participant(participant)
         if type not in CREDIT_TYPES:
             raise ValueError(f"unknown credit type {type!r}; use one of {', '.join(CREDIT_TYPES)}")
-        if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
-            raise ValueError(f"a {type} must be a positive whole number of credits, got {amount!r}")
+        _require_amount(amount, type)
         L = self.m.CreditLedger
         with self.store.transaction():
             self.store.db.execute(L.insert(participant=participant, credits=0).on_conflict_ignore())
+            before = int(L.get(L.participant == participant).credits)
+            if before + amount > MAX_BALANCE:
+                raise CreditAmountError(
+                    f"a balance is at most {MAX_BALANCE} credits: {participant!r} has {before}, "
+                    f"so a {type} of {amount} does not fit")
             fields: dict[Any, Any] = {L.credits: L.credits + amount, L.updated_at: L.updated_at.default()}
             if type == "purchase":
                 fields[L.total_purchased] = L.total_purchased + amount
@@ -134,6 +152,7 @@ class Ledger:
         grows, all in the one transaction.
         """
         _require_participant(participant)
+        _require_amount(amount, "deduction")
         L, S = self.m.CreditLedger, self.m.Session
         with self.store.transaction():
             changed = (
@@ -160,9 +179,24 @@ class Ledger:
         ).execute()
 
 
+def _require_amount(amount: object, what: str) -> None:
+    if isinstance(amount, bool) or not isinstance(amount, int) or not 0 < amount <= MAX_CREDIT_AMOUNT:
+        shown = repr(amount) if not isinstance(amount, int) or abs(amount) < 10**30 else "a huge number"
+        raise CreditAmountError(
+            f"a {what} must be a positive whole number of credits, at most {MAX_CREDIT_AMOUNT}; got {shown}")
+
+
+#: the ``participant`` columns hold this many characters
+MAX_PARTICIPANT_CHARS = 200
+
+
 def _require_participant(participant: str) -> None:
     if not participant:
         raise ValueError("a credit account needs a participant id (wallet / account id)")
+    if len(participant) > MAX_PARTICIPANT_CHARS:
+        raise ValueError(f"a participant id is at most {MAX_PARTICIPANT_CHARS} characters, "
+                         f"got {len(participant)}")
 
 
-__all__ = ["Account", "Deduction", "Ledger", "CREDIT_TYPES", "DEDUCTION", "FIRST_TIME_REFERENCE"]
+__all__ = ["Account", "Deduction", "Ledger", "CREDIT_TYPES", "DEDUCTION", "FIRST_TIME_REFERENCE",
+           "MAX_BALANCE", "MAX_CREDIT_AMOUNT"]

@@ -44,8 +44,13 @@ def _session_open_turns(models: SimpleNamespace, db: pw.Database) -> None:
         db.execute_sql("ALTER TABLE sessions ADD COLUMN open_turns INTEGER NOT NULL DEFAULT 0")
 
 
+def _webhook_replays(models: SimpleNamespace, db: pw.Database) -> None:
+    # The webhook's replay store: accepted signatures until their timestamps expire.
+    db.create_tables([models.WebhookReplay], safe=True)
+
+
 MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
-                               _session_open_turns]
+                               _session_open_turns, _webhook_replays]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

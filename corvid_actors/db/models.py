@@ -206,6 +206,16 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         class Meta:
             table_name = "mcp_server_configs"
 
+    class WebhookReplay(Base):
+        """A signed webhook request already accepted, kept until its signature's timestamp
+        falls out of the tolerance window (so a replay is refused across restarts)."""
+
+        key = pw.CharField(primary_key=True, max_length=100)
+        expires_at = pw.DateTimeField(index=True)
+
+        class Meta:
+            table_name = "webhook_replays"
+
     models = [
         SchemaVersion,
         Project,
@@ -220,5 +230,6 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         CreditLedger,
         CreditTransaction,
         McpServerConfig,
+        WebhookReplay,
     ]
     return SimpleNamespace(**{m.__name__: m for m in models}, all=models)

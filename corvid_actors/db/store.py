@@ -34,7 +34,7 @@ from corvid_actors.db.group_commit import GroupCommitter
 from corvid_actors.db.message_batches import MessageRow, insert_messages
 from corvid_actors.db.migrations import migrate
 from corvid_actors.db.models import build_models, new_id
-from corvid_actors.errors import NotFoundError, StoreError
+from corvid_actors.errors import ConflictError, NotFoundError, StoreError
 from corvid_actors.loop.prompts import compose_persona_prompt, strip_conversation_history
 
 _HISTORY_TAG = re.compile(r"</?conversation_history>", re.IGNORECASE)
@@ -105,6 +105,11 @@ class Store:
         except pw.OperationalError as exc:
             self.db.close()
             raise StoreError(f"cannot open database {self._safe_url()}: {exc}") from exc
+        except pw.DatabaseError as exc:  # "file is not a database": corrupt, truncated or not ours
+            self.db.close()
+            raise StoreError(f"cannot open database {self._safe_url()}: {exc}; it is damaged or not a "
+                             "corvid-actors database: restore it from a backup or move it away (a new one is "
+                             "created), or point CORVID_DB_URL / --data-dir elsewhere") from exc
         except BaseException:
             self.db.close()  # a failed open must not leak its connection
             raise
@@ -171,6 +176,49 @@ class Store:
             fields["tool_permissions"] = json.dumps(list(fields["tool_permissions"]))
         with self.transaction():
             return self.m.Agent.create(name=name, **fields)
+
+    def ensure_agent(self, name: str, **fields: Any) -> Any:
+        """The agent called ``name`` (case-insensitive), created with ``fields`` when there is
+        none: get-or-create, so a program can run this at every start.
+
+        An existing agent is never changed: when one of the given ``fields`` differs from
+        what is stored, this raises :class:`~corvid_actors.errors.ConflictError` naming each
+        difference (change the agent with :meth:`update_agent`, or use another name)."""
+        with self._lock:
+            agent = self.m.Agent.get_or_none(pw.fn.LOWER(self.m.Agent.name) == name.lower())
+            if agent is None:
+                try:
+                    return self.create_agent(name, **fields)
+                except StoreError:  # another process may have created it just now
+                    agent = self.m.Agent.get_or_none(pw.fn.LOWER(self.m.Agent.name) == name.lower())
+                    if agent is None:
+                        raise
+        differences = []
+        for key, wanted in fields.items():
+            stored = getattr(agent, key)
+            if key == "tool_permissions":
+                stored = None if stored is None else json.loads(stored)
+                wanted = None if wanted is None else list(wanted)
+            elif key == "default_project":
+                stored = agent.default_project_id
+                wanted = getattr(wanted, "id", wanted)
+            if stored != wanted:
+                differences.append(f"{key} is {stored!r}, not {wanted!r}")
+        if differences:
+            raise ConflictError(f"agent {agent.name!r} already exists with other settings ({'; '.join(differences)}); "
+                                "nothing was changed: update it with store.update_agent(agent_id, ...) "
+                                "or use another name")
+        return agent
+
+    def update_agent(self, agent_id: str, **fields: Any) -> Any:
+        """Change an agent's settings; returns the updated row."""
+        if "tool_permissions" in fields and fields["tool_permissions"] is not None:
+            fields["tool_permissions"] = json.dumps(list(fields["tool_permissions"]))
+        with self.transaction():
+            if self.m.Agent.update(**fields, updated_at=self.m.Agent.updated_at.default()).where(
+                    self.m.Agent.id == agent_id).execute() == 0:
+                raise NotFoundError(f"no agent {agent_id!r}")
+            return self.m.Agent.get_by_id(agent_id)
 
     def get_agent(self, agent_id: str) -> Any | None:
         with self._lock:

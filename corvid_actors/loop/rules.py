@@ -259,7 +259,9 @@ def default_approval_policy(spec: Any) -> ApprovalPolicy:
     c = spec.config.command_policy
     settings = CommandPolicySettings(enabled=c.enabled, allowlist=c.allowlist,
                                      auto_approve_modes=c.auto_approve_modes)
-    return CommandApprovalPolicy(settings, command_tools=spec.command_tools, mode=spec.permission_mode)
+    return CommandApprovalPolicy(settings, command_tools=spec.command_tools, mode=spec.permission_mode,
+                                 sandboxed=getattr(spec, "sandboxed", False),
+                                 project_dir=getattr(spec, "project_dir", None))
 
 
 def rules_for(spec: Any) -> LoopRules:

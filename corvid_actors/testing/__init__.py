@@ -19,21 +19,39 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from corvid_actors.testing.clock import SimClock
-from corvid_actors.testing.faults import refuse_input
-from corvid_actors.testing.recorder import EventRecorder, Recorded
-from corvid_actors.testing.scripted import (
-    ScriptedProvider,
-    ScriptedStartFailure,
-    ScriptedTurn,
-    Turn,
-)
+if TYPE_CHECKING:
+    from corvid_actors.testing.clock import SimClock
+    from corvid_actors.testing.faults import refuse_input
+    from corvid_actors.testing.recorder import EventRecorder, Recorded
+    from corvid_actors.testing.scripted import (
+        ScriptedProvider,
+        ScriptedStartFailure,
+        ScriptedTurn,
+        Turn,
+    )
 
 __all__ = ["SimClock", "ScriptedProvider", "ScriptedTurn", "ScriptedStartFailure", "Turn", "EventRecorder",
            "Recorded", "refuse_input", "sim_runtime", "stub_provider"]
+
+#: public name -> the submodule defining it. Imported on first use, so that the stub
+#: servers (``corvid_actors.testing.ollama_stub``, used by the daemon of a plain install)
+#: import nothing of the test extras: only :class:`SimClock` needs freezegun.
+_LAZY = {"SimClock": "clock", "ScriptedProvider": "scripted", "ScriptedTurn": "scripted",
+         "ScriptedStartFailure": "scripted", "Turn": "scripted", "EventRecorder": "recorder", "Recorded": "recorder",
+         "refuse_input": "faults"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
 
 
 def sim_runtime(clock: SimClock | None = None, provider: Any | None = None, *, config: Any = None,
@@ -49,6 +67,8 @@ def sim_runtime(clock: SimClock | None = None, provider: Any | None = None, *, c
 
     from corvid_actors.config import Config
     from corvid_actors.runtime import Runtime
+    from corvid_actors.testing.clock import SimClock
+    from corvid_actors.testing.scripted import ScriptedProvider
 
     clock = clock or SimClock()
     provider = provider or ScriptedProvider(clock)

@@ -27,13 +27,42 @@ from corvid_actors.providers.base import CancelToken
 
 DEFAULT_START = datetime(2026, 1, 1, 0, 0, 0, tzinfo=UTC)
 
+#: modules that keep real time while a SimClock is open: the test runner (``pytest
+#: --durations`` reports real durations) and the logger (log lines carry real times)
+REAL_TIME_MODULES = ("_pytest", "pluggy", "loguru")
+
+_freeze_lock = threading.Lock()
+_open_clocks = 0
+_saved_inspection_limit: int | None = None
+
+
+def _begin_freeze() -> None:
+    """While any SimClock is open, freezegun inspects no call stack, so shallow and deep
+    callers agree on the time (FIELD-NOTES: freezegun). The first clock saves the
+    process-wide option, the last one closed puts it back."""
+    global _open_clocks, _saved_inspection_limit
+    with _freeze_lock:
+        if _open_clocks == 0:
+            _saved_inspection_limit = freezegun.api.call_stack_inspection_limit
+            freezegun.api.call_stack_inspection_limit = 0
+        _open_clocks += 1
+
+
+def _end_freeze() -> None:
+    global _open_clocks
+    with _freeze_lock:
+        _open_clocks -= 1
+        if _open_clocks == 0 and _saved_inspection_limit is not None:
+            freezegun.api.call_stack_inspection_limit = _saved_inspection_limit
+
 
 class SimClock:
     """A deterministic clock for simulations (see the module docstring).
 
     Use as ``clock = SimClock()`` and pass it to ``Runtime(clock=clock)``; then
     ``clock.advance(seconds)`` or ``clock.advance_to(...)``. ``clock.close()`` (or the
-    runtime's shutdown) unfreezes time.
+    runtime's shutdown) unfreezes time and leaves no freezegun option changed. The test
+    runner and the logger keep real time throughout (:data:`REAL_TIME_MODULES`).
     """
 
     def __init__(self, start: datetime = DEFAULT_START) -> None:
@@ -46,10 +75,13 @@ class SimClock:
         self._lock = threading.RLock()
         self._tracker: ActivityTracker | None = None
         self._settle: Callable[[], None] = lambda: None
-        # Consistent frozen time for shallow and deep callers (FIELD-NOTES: freezegun).
-        freezegun.api.call_stack_inspection_limit = 0
-        self._freezer = freezegun.freeze_time(start.replace(tzinfo=None))
-        self._frozen = self._freezer.start()
+        _begin_freeze()
+        try:
+            self._freezer = freezegun.freeze_time(start.replace(tzinfo=None), ignore=list(REAL_TIME_MODULES))
+            self._frozen = self._freezer.start()
+        except BaseException:
+            _end_freeze()
+            raise
         self._closed = False
 
     # --- the Clock protocol ---------------------------------------------------------
@@ -155,7 +187,10 @@ class SimClock:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._freezer.stop()
+            try:
+                self._freezer.stop()
+            finally:
+                _end_freeze()
 
     def _set_time(self, t: float) -> None:
         self._t = t

@@ -60,7 +60,10 @@ class ToolContext:
 
     ``env`` is the complete subprocess environment (already allowlisted plus the
     project's own variables). ``protected_patterns`` are the protected-path patterns
-    (see ``corvid_actors.tools.paths``).
+    (see ``corvid_actors.tools.paths``). ``sandbox`` is the OS sandbox launcher
+    (``corvid_actors.tools.sandbox.Sandbox``; None: commands run unconfined, as in unit
+    tests of the tools themselves) and ``sandbox_network`` whether its commands get the
+    host network (decided per permission mode and agent when the session is built).
     """
 
     project_dir: Path
@@ -70,6 +73,8 @@ class ToolContext:
     protected_patterns: tuple[str, ...] = ()
     session_id: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    sandbox: Any = None
+    sandbox_network: bool = False
 
 
 Handler = Callable[[dict[str, Any], ToolContext], ToolResult]

@@ -8,11 +8,14 @@ error :class:`ToolResult` the model can act on; handlers never raise for bad inp
 
 Handlers run on a session's worker thread and may block. The two that can run long
 (``run_command``, ``search_files``) schedule their time limit with ``ctx.call_later``
-and stop at once on ``ctx.cancel``; neither reads a clock.
+and stop at once on ``ctx.cancel``; neither reads a clock. ``run_command`` runs its shell
+in the OS sandbox given as ``ctx.sandbox`` (``corvid_actors.tools.sandbox``; its mode
+decides what happens when none can run); ``search_files`` matches with RE2, in linear time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import glob
@@ -69,6 +72,9 @@ class CodingToolSettings:
     command_capture_max_bytes: int = 8 * 1024 * 1024  # the operator keeps all of a 1 MiB+ output
     command_read_chunk_bytes: int = 65536
     command_shell: str = "/bin/sh"
+    #: after a kill, how long output is still read before pipes held by escaped
+    #: processes are abandoned (unconfined commands only; a sandbox leaves no holder)
+    command_kill_grace_s: float = 1.0
     #: "Run command: <cmd>" approval descriptions are cut here (formatToolDescription)
     description_command_max_chars: int = 400
     guard: GuardSettings = field(default_factory=GuardSettings)
@@ -290,7 +296,7 @@ def _describe_entry(entry: os.DirEntry[str]) -> str:
 
 
 def _search_tree(
-    settings: CodingToolSettings, ctx: ToolContext, raw: str, regex: re.Pattern[str],
+    settings: CodingToolSettings, ctx: ToolContext, raw: str, regex: Any,
     file_glob: str | None, should_stop: Callable[[], bool],
 ) -> list[str]:
     """grep -rnI in Python: "path:line:text" for each match, protected files skipped."""
@@ -330,14 +336,33 @@ def _walk_files(start: str, skip_dirs: tuple[str, ...]) -> Iterator[str]:
             yield os.path.join(directory, name)
 
 
+def compile_search_pattern(pattern: str) -> Any:
+    """``pattern`` compiled by RE2 (``google-re2``): matching takes linear time, so no
+    pattern can hold a worker (and the GIL) for minutes as ``(a+)+$`` does in ``re``.
+    RE2 has no backreferences or lookaround; such a pattern is a clear ToolError."""
+    try:
+        import re2  # type: ignore[import-untyped]
+    except ImportError:  # pragma: no cover - google-re2 is a dependency
+        try:
+            return re.compile(pattern)
+        except re.error as exc:
+            raise ToolError(f"Invalid 'pattern': not a valid regular expression ({exc})") from None
+    options = re2.Options()
+    options.log_errors = False
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        detail = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) \
+            else str(exc)
+        raise ToolError(f"Invalid 'pattern': not a valid regular expression ({detail}); search_files "
+                        "uses RE2 syntax (linear time): no backreferences or lookaround") from None
+
+
 def _search_files(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     pattern = _required(args, "pattern")
     raw = _text(args, "path") or "."
     file_glob = _text(args, "glob")
-    try:
-        regex = re.compile(pattern)
-    except re.error as exc:
-        return _error(f"Invalid 'pattern': not a valid regular expression ({exc})")
+    regex = compile_search_pattern(pattern)
     stop = threading.Event()
     cancel_timer = ctx.call_later(settings.search_timeout_s, stop.set)
     try:
@@ -385,8 +410,12 @@ class _Capture:
                 + self._tail.decode("utf-8", "replace"))
 
 
-def _drain(proc: subprocess.Popen[bytes], settings: CodingToolSettings) -> tuple[str, str]:
-    """Read stdout and stderr until both reach EOF (a kill of the group ends them)."""
+def _drain(proc: subprocess.Popen[bytes], settings: CodingToolSettings,
+           wake_fd: int | None = None) -> tuple[str, str]:
+    """Read stdout and stderr until both reach EOF. ``wake_fd`` gets one byte when the
+    command is killed and a second one a grace period later: from then on what is
+    already buffered is read and the rest abandoned (a process that left the group, an
+    unconfined ``setsid``, may hold the pipes open for ever)."""
     assert proc.stdout is not None and proc.stderr is not None
     captures = {
         proc.stdout.fileno(): _Capture(settings.command_capture_max_bytes),
@@ -395,8 +424,19 @@ def _drain(proc: subprocess.Popen[bytes], settings: CodingToolSettings) -> tuple
     with selectors.DefaultSelector() as selector:
         for fd in captures:
             selector.register(fd, selectors.EVENT_READ)
-        while selector.get_map():
-            for key, _ in selector.select():
+        if wake_fd is not None:
+            selector.register(wake_fd, selectors.EVENT_READ)
+        wakes = 0
+        while any(fd in captures for fd in selector.get_map()):
+            ready = selector.select(timeout=0 if wakes >= 2 else None)
+            if wakes >= 2 and not ready:
+                break
+            for key, _ in ready:
+                if key.fd == wake_fd:
+                    wakes += len(os.read(wake_fd, 2))
+                    if wakes >= 2:
+                        selector.unregister(wake_fd)
+                    continue
                 chunk = os.read(key.fd, settings.command_read_chunk_bytes)
                 if chunk:
                     captures[key.fd].add(chunk)
@@ -404,6 +444,27 @@ def _drain(proc: subprocess.Popen[bytes], settings: CodingToolSettings) -> tuple
                     selector.unregister(key.fd)
     out, err = captures.values()
     return out.text(), err.text()
+
+
+def _confinement(ctx: ToolContext, argv: list[str]) -> tuple[Any, list[str], str | None]:
+    """(launch or None, argv to run, refusal): the sandbox decides how ``argv`` runs."""
+    sandbox = ctx.sandbox
+    if sandbox is None or sandbox.status.mode == "off":
+        return None, argv, None
+    if not sandbox.active:
+        if sandbox.status.refuses_commands:
+            return None, argv, ("Refused: commands must run in the OS sandbox "
+                                "([tools.sandbox] mode = \"required\") and it is unavailable: "
+                                f"{sandbox.status.reason}")
+        return None, argv, None  # auto: warned once per daemon start and per session
+    from corvid_actors.tools.sandbox import SandboxUnavailable
+
+    try:
+        launch = sandbox.wrap(argv, project_dir=str(ctx.project_dir), network=ctx.sandbox_network,
+                              patterns=_patterns(ctx))
+    except SandboxUnavailable as exc:
+        return None, argv, f"Refused: the command cannot be sandboxed: {exc}"
+    return launch, launch.argv, None
 
 
 def _run_command(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -419,27 +480,47 @@ def _run_command(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolCo
                       "(commands may not mention protected paths, even to read them)")
     if ctx.cancel.cancelled:
         return _error("Command cancelled before it started")
-    proc = subprocess.Popen(
-        [settings.command_shell, "-c", command],
-        cwd=os.path.realpath(ctx.project_dir),
-        env=dict(ctx.env),  # exactly the allowlisted environment, never os.environ
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True,  # its own process group, so a kill reaches grandchildren
-    )
+    launch, argv, refusal = _confinement(ctx, [settings.command_shell, "-c", command])
+    if refusal is not None:
+        return _error(refusal)
+    wake_r, wake_w = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=os.path.realpath(ctx.project_dir),
+            env=dict(ctx.env),  # exactly the allowlisted environment, never os.environ
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group, so a kill reaches grandchildren
+        )
+    except BaseException:
+        os.close(wake_r)
+        os.close(wake_w)
+        if launch is not None:
+            launch.finish(ctx.sandbox, _patterns(ctx))
+        raise
     ended_by: list[str] = []
+    give_up: list[Callable[[], None]] = []
+
+    def wake() -> None:
+        with contextlib.suppress(OSError):
+            os.write(wake_w, b"x")
 
     def kill(why: str) -> None:
+        # sandboxed: the group holds the outer bwrap, whose death ends the PID namespace
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             return  # the whole group has already exited: nothing was cut short
         if not ended_by:
             ended_by.append(why)
+            wake()
+            give_up.append(ctx.call_later(settings.command_kill_grace_s, wake))
 
     cancel_timer = ctx.call_later(timeout, lambda: kill("timeout"))
     unregister = ctx.cancel.on_cancel(lambda: kill("cancelled"))
+    removed: list[str] = []
     try:
-        stdout, stderr = _drain(proc, settings)
+        stdout, stderr = _drain(proc, settings, wake_r)
         code = proc.wait()
     finally:
         cancel_timer()
@@ -447,9 +528,18 @@ def _run_command(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolCo
         if proc.poll() is None:  # left by an unexpected error: never leak the group
             kill("error")
             proc.wait()
+        for cancel in give_up:
+            cancel()  # before the pipe is closed: its number may be reused at once
         assert proc.stdout is not None and proc.stderr is not None
         proc.stdout.close()
         proc.stderr.close()
+        os.close(wake_r)
+        os.close(wake_w)
+        if launch is not None:
+            removed = launch.finish(ctx.sandbox, _patterns(ctx))
+    if removed:
+        stderr += ("\n[sandbox] removed protected files the command created: "
+                   + ", ".join(removed))
     output = stdout + (f"\n[stderr]\n{stderr}" if stderr else "")
     if ended_by and ended_by[0] == "timeout":
         return _result(f"Command timed out after {timeout:g} s\n{output}".rstrip(), settings, True)
@@ -541,4 +631,8 @@ def describe_tool_call(
         return f"Fetch URL: {arg('url')}"
     if name in ("WebSearch", "web_search", "corvid_web_search"):
         return f"Web search: {arg('query')}"
+    if name == "corvid_send_message":
+        from corvid_actors.tools.corvid_tools import describe_send_message
+
+        return describe_send_message(args)
     return f"Use tool: {name}"

@@ -5,12 +5,15 @@ For a command tool (``run_command``) whose permission check says ASK, in this or
 1. a command approved "for this session" before — same *signature*, i.e. the same
    words once the shell's quoting and spacing are normalised — runs;
 2. in the modes listed in ``auto_approve_modes`` (default ``auto-edit``, where
-   read-only tools already run), a *simple* allowlisted command runs: its leading words
+   read-only tools already run) and only while commands run in the OS sandbox
+   (``tools.sandbox``), a *simple* allowlisted command runs: its leading words
    match an allowlist pattern (``ls``, ``git status``, …), it has no shell
    metacharacters (no pipes, redirections, substitutions, globs, ``~``, separators), no
-   argument leaves the project (absolute paths, ``..``), and none of the program's
-   dangerous flags is present (``find -exec``/``-delete``, ``tail -f``, ``tree -o``,
-   ``git diff --output``, …);
+   argument leaves the project (absolute paths, ``..``, option values such as
+   ``-f/etc/x`` or ``--file=/etc/x``, symlinks in the project whose target is outside),
+   and none of the program's dangerous flags is present as GNU parsers read them
+   (``find -exec``/``-delete``, ``tail -f``, ``grep -r`` also as ``-rA1`` or
+   ``--recurs``, ``git diff --output``, …); a command that does not parse asks;
 3. anything else goes to the ApprovalBroker as an approval of kind ``command``.
 
 A DENY from the permission check (protected paths, plan mode, dangerous commands) is
@@ -26,6 +29,7 @@ protocol, which a host may replace (``Runtime(approval_policy_factory=…)``).
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from collections.abc import Iterable, Mapping
@@ -33,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from corvid_actors.tools.base import Permission, PermissionDecision
+from corvid_actors.tools.paths import is_within
 
 #: AskApproval kinds: an ordinary tool approval, a shell command approval
 TOOL_APPROVAL = "tool"
@@ -95,25 +100,53 @@ def command_signature(command: str) -> str:
 
 
 def _flag_hit(word: str, flags: Iterable[str]) -> str | None:
+    """The dangerous flag ``word`` spells, as a GNU parser would read it.
+
+    ``--opt`` and ``--opt=value`` match their flag and every abbreviation of it (GNU
+    getopt accepts any unambiguous prefix: ``--recurs``, ``--direc=recurse``); a short
+    bundle matches when the flag's letter appears anywhere in it (``-rA1``, ``-Nr``):
+    which letters take a value differs per program, so any letter counts.
+    """
+    if word.startswith("--"):
+        name = word.split("=", 1)[0]
+        for flag in flags:
+            if flag.startswith("--") and len(name) > 2 and flag.startswith(name):
+                return flag
+        return None
     for flag in flags:
-        if word == flag or (flag.startswith("--") and word.startswith(flag + "=")):
+        if word == flag or (flag.startswith("-") and len(flag) > 2 and word.startswith(flag + "=")):
             return flag
         short = len(flag) == 2 and flag.startswith("-") and flag[1] != "-"
-        # bundled short options (-ao out): only for one-letter flags and letter bundles
-        if short and word.startswith("-") and not word.startswith("--") and word[1:].isalpha() \
-                and flag[1] in word[1:] and len(word) > 2:
+        if short and word.startswith("-") and len(word) > 2 and flag[1] in word[1:]:
             return flag
     return None
 
 
-def _leaves_project(word: str) -> bool:
-    value = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word
+def _option_values(word: str) -> list[str]:
+    """What an option word may carry as a value: after ``=`` for a long option; for a
+    short bundle every suffix (``-f/etc/shadow`` is ``-f`` with ``/etc/shadow``)."""
+    if word.startswith("--"):
+        return [word.split("=", 1)[1]] if "=" in word else []
+    return [word[i:] for i in range(2, len(word))] + (
+        [word.split("=", 1)[1]] if "=" in word else [])
+
+
+def _leaves_project(value: str, project_dir: str | None) -> bool:
+    """Whether a path-like ``value`` names something outside the project: absolute,
+    ``..``, or — symlinks resolved — a path inside whose target lies outside."""
     parts = value.replace("\\", "/").split("/")
-    return value.startswith("/") or ".." in parts
+    if value.startswith("/") or ".." in parts:
+        return True
+    if project_dir is None or not value:
+        return False
+    root = os.path.realpath(project_dir)
+    return not is_within(os.path.realpath(os.path.join(root, value)), root)
 
 
-def auto_approval_refusal(command: str, settings: CommandPolicySettings) -> str | None:
-    """Why ``command`` is not auto-approvable (None: it is). Pure; for tests and logs."""
+def auto_approval_refusal(command: str, settings: CommandPolicySettings,
+                          project_dir: str | os.PathLike[str] | None = None) -> str | None:
+    """Why ``command`` is not auto-approvable (None: it is). Pure apart from resolving
+    symlinks under ``project_dir``; for tests and logs. Anything it cannot read is refused."""
     if not command.strip():
         return "empty command"
     bad = sorted(set(command) & SHELL_METACHARACTERS) + (["~"] if _TILDE.search(command) else [])
@@ -125,18 +158,27 @@ def auto_approval_refusal(command: str, settings: CommandPolicySettings) -> str 
     pattern = next((p for p in settings.allowlist if words[: len(p.split())] == p.split()), None)
     if pattern is None:
         return f"{words[0]!r} is not on the allowlist"
+    root = os.fspath(project_dir) if project_dir is not None else None
     flags = settings.dangerous_flags.get(words[0], ())
     for word in words[1:]:
         hit = _flag_hit(word, flags)
         if hit is not None:
             return f"dangerous flag {hit} for {words[0]}"
-        if _leaves_project(word):
+        values = _option_values(word) if word.startswith("-") else [word]
+        if word.startswith("-") and any(v.startswith("/") or ".." in v.split("/") for v in values):
+            return f"argument {word!r} reaches outside the project"
+        # option values are judged as written (any suffix may be one); a plain word is
+        # also resolved, so a symlink in the project cannot lead out unseen
+        if not word.startswith("-") and _leaves_project(word, root):
+            return f"argument {word!r} reaches outside the project"
+        if word.startswith("--") and "=" in word and _leaves_project(values[0], root):
             return f"argument {word!r} reaches outside the project"
     return None
 
 
-def is_auto_approvable(command: str, settings: CommandPolicySettings) -> bool:
-    return auto_approval_refusal(command, settings) is None
+def is_auto_approvable(command: str, settings: CommandPolicySettings,
+                       project_dir: str | os.PathLike[str] | None = None) -> bool:
+    return auto_approval_refusal(command, settings, project_dir) is None
 
 
 # --- the collaborator --------------------------------------------------------------------
@@ -182,8 +224,13 @@ class CommandApprovalPolicy:
 
     def __init__(self, settings: CommandPolicySettings = CommandPolicySettings(),  # noqa: B008 - frozen
                  *, command_tools: Iterable[str] = ("run_command",), mode: str = "default",
-                 command_argument: str = "command") -> None:
+                 command_argument: str = "command", sandboxed: bool = False,
+                 project_dir: str | os.PathLike[str] | None = None) -> None:
         self.settings = settings
+        #: auto-approval happens only when commands run in the OS sandbox: the policy
+        #: reads words, the sandbox holds whatever they compute at run time
+        self.sandboxed = sandboxed
+        self.project_dir = project_dir
         self.command_tools = frozenset(command_tools)
         self.mode = mode
         self.command_argument = command_argument
@@ -209,7 +256,8 @@ class CommandApprovalPolicy:
             return Review(decision, COMMAND_APPROVAL)
         if command_signature(command) in self._approved:
             return Review(PermissionDecision(Permission.ALLOW))
-        if self.mode in self.settings.auto_approve_modes and is_auto_approvable(command, self.settings):
+        if (self.sandboxed and self.mode in self.settings.auto_approve_modes
+                and is_auto_approvable(command, self.settings, self.project_dir)):
             return Review(PermissionDecision(Permission.ALLOW))
         return Review(decision, COMMAND_APPROVAL)
 

@@ -1,11 +1,20 @@
 """The runtime's own tools, served to sessions through the same tool layer as any tool.
 
 - ``corvid_list_agents()``: the agents a session may message.
-- ``corvid_send_message(to_agent, message, thread?)``: to another agent by id or
-  case-insensitive name; starts or resumes the recipient's session (source ``agent``,
-  depth + 1, the restricted tool policy of ``wiring.AGENT_RESTRICTED_TOOLS``) and returns
-  its reply. No self-send; a session deeper than ``corvid_tools.max_agent_depth``
-  (MAX_INVOKE_DEPTH = 3) may not send, so a chain A→B→C→D→E stops at D.
+- ``corvid_send_message(to_agent, message, thread?, share_project?)``: to another agent
+  by id or case-insensitive name; starts or resumes the recipient's session (source
+  ``agent``, depth + 1, the restricted tool policy of ``wiring.AGENT_RESTRICTED_TOOLS``)
+  and returns its reply. No self-send; a session deeper than
+  ``corvid_tools.max_agent_depth`` (MAX_INVOKE_DEPTH = 3) may not send, so a chain
+  A→B→C→D→E stops at D.
+
+The delegation rule: a recipient never has more permission than its sender. Its session
+runs in the *stricter* of its own agent's mode and its sender session's effective mode
+(strictness: ``plan`` < ``default`` < ``auto-edit`` < ``full-auto``), down the whole chain
+(:func:`effective_agent_mode`). It works in its own agent's default project (no project:
+the runtime's workspace), never in the sender's — unless the call passes
+``share_project: true``, which the approval shows. The approval of a send names the
+recipient and shows the message (:func:`describe_send_message`).
 - ``corvid_extend_timeout(minutes)``: 1–120 minutes, capped as the supervisor caps it.
 - ``corvid_check_credits(wallet_address?)``: the CreditBank's balance, when there is one.
 
@@ -49,6 +58,8 @@ _SPECS: dict[str, tuple[str, dict[str, Any]]] = {
             "to_agent": {"type": "string", "description": "The recipient agent's name or id"},
             "message": {"type": "string", "description": "What to tell or ask the agent"},
             "thread": {"type": "string", "description": "Optional conversation key"},
+            "share_project": {"type": "boolean", "description": "Let the agent work in your project "
+                              "(default: it works in its own)"},
         }, "required": ["to_agent", "message"]},
     ),
     "corvid_extend_timeout": (
@@ -65,6 +76,65 @@ _SPECS: dict[str, tuple[str, dict[str, Any]]] = {
         }},
     ),
 }
+
+
+#: permission modes from the most restrictive to the most permissive: each allows, per
+#: tool kind, at least what the one before it allows (tools.permissions.MODE_TABLE)
+MODES_BY_STRICTNESS = ("plan", "default", "auto-edit", "full-auto")
+#: the mode of a delegated session whose sender cannot be found
+_UNKNOWN_SENDER_MODE = "plan"
+#: how many characters of the message an approval shows
+DESCRIPTION_MESSAGE_CHARS = 1000
+
+
+def stricter_mode(a: str, b: str) -> str:
+    """The more restrictive of two permission modes (names parsed as PermissionMode does)."""
+    from corvid_actors.tools.permissions import PermissionMode
+
+    first, second = PermissionMode.parse(a).value, PermissionMode.parse(b).value
+    return first if MODES_BY_STRICTNESS.index(first) <= MODES_BY_STRICTNESS.index(second) else second
+
+
+def sender_session_id(session: Any) -> str | None:
+    """The sender's session id of a delegated session (``channel = agent:<sid>[#thread][+shared]``)."""
+    channel = str(getattr(session, "channel", "") or "")
+    if getattr(session, "source", None) != AGENT_SOURCE or not channel.startswith("agent:"):
+        return None
+    return channel[len("agent:"):].split("#", 1)[0].split("+", 1)[0] or None
+
+
+def effective_agent_mode(store: Any, session: Any, own_mode: str | None = None) -> str:
+    """The permission mode ``session`` runs in: its agent's, bounded by its sender's
+    effective mode when it was started by another agent (recursively, up the chain)."""
+    if own_mode is None:
+        agent = store.get_agent(session.agent_id) if getattr(session, "agent_id", None) else None
+        own_mode = agent.permission_mode if agent is not None else "default"
+    mode = stricter_mode(own_mode or "default", MODES_BY_STRICTNESS[-1])  # its own, normalised
+    seen = {session.id}
+    current = session
+    while (sender_id := sender_session_id(current)) is not None:
+        sender = store.get_session(sender_id) if sender_id not in seen else None
+        if sender is None:  # gone, or a loop: assume the least
+            return stricter_mode(mode, _UNKNOWN_SENDER_MODE)
+        seen.add(sender_id)
+        agent = store.get_agent(sender.agent_id) if sender.agent_id else None
+        mode = stricter_mode(mode, agent.permission_mode if agent is not None else "default")
+        current = sender
+    return mode
+
+
+def describe_send_message(args: Any) -> str:
+    """The approval line of a ``corvid_send_message`` call: who gets what."""
+    to = _text_arg(args, "to_agent") or "(no recipient)"
+    message = _text_arg(args, "message") or "(no message)"
+    if len(message) > DESCRIPTION_MESSAGE_CHARS:
+        message = message[:DESCRIPTION_MESSAGE_CHARS] + f"… ({len(message)} characters)"
+    shared = " (sharing this session's project)" if _shares_project(args) else ""
+    return f"Message agent {to}{shared}: {message}"
+
+
+def _shares_project(args: Any) -> bool:
+    return isinstance(args, dict) and args.get("share_project") is True
 
 
 def _error(message: str) -> ToolResult:
@@ -154,7 +224,7 @@ class CorvidTools:
         if sender is not None and recipient.id == sender.id:
             return _error("You cannot send a message to yourself.")
         sender_name = sender.name if sender is not None else "a session"
-        sid = self._recipient_session(ctx, recipient, depth, thread)
+        sid = self._recipient_session(ctx, recipient, depth, thread, share=_shares_project(args))
         prompt = (f"[Message from agent {sender_name}. Reply with plain text: your reply is returned to "
                   f"{sender_name} automatically.]\n\n{message}")
         return self._deliver(sid, recipient.name, prompt, cancel)
@@ -188,10 +258,12 @@ class CorvidTools:
 
     # --- sending ----------------------------------------------------------------------------
 
-    def _recipient_session(self, ctx: Any, recipient: Any, depth: int, thread: str) -> str:
-        """The recipient's session for this sender session (and thread): reused, or created."""
+    def _recipient_session(self, ctx: Any, recipient: Any, depth: int, thread: str, *, share: bool) -> str:
+        """The recipient's session for this sender session (and thread, and sharing): reused,
+        or created in the recipient's own project (the sender's only when shared)."""
         store = self.runtime.store
-        channel = f"agent:{ctx.session.id}" + (f"#{thread}" if thread else "")
+        channel = (f"agent:{ctx.session.id}" + (f"#{thread}" if thread else "")
+                   + ("+shared" if share and ctx.session.project_id else ""))
         model = store.m.Session
         with store.transaction():
             found = model.get_or_none((model.agent == recipient.id) & (model.source == AGENT_SOURCE)
@@ -199,7 +271,7 @@ class CorvidTools:
         if found is not None:
             return str(found.id)
         sender = ctx.agent
-        project_id = recipient.default_project_id or ctx.session.project_id
+        project_id = ctx.session.project_id if share and ctx.session.project_id else recipient.default_project_id
         created = store.create_session(
             agent_id=recipient.id, project_id=project_id, source=AGENT_SOURCE,
             name=f"Message from {sender.name if sender is not None else 'a session'}",

@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from corvid_actors.tools.base import Tool, ToolContext, ToolKind, ToolRegistry, 
 from corvid_actors.tools.coding import truncate_middle
 from corvid_actors.tools.env import safe_env
 from corvid_actors.tools.mcp_connection import McpConnection, McpLimits, McpServerSpec, McpToolInfo
+from corvid_actors.tools.sandbox import SandboxUnavailable, current_sandbox
 
 __all__ = [
     "MCP_TOOL_PREFIX", "McpServerSpec", "McpToolSource", "SessionTools", "add_mcp_server",
@@ -91,6 +93,7 @@ def _spec(name: str, row: Mapping[str, Any]) -> McpServerSpec:
         name=name, command=str(row.get("command", "")), args=tuple(str(a) for a in row.get("args", ())),
         env={str(k): str(v) for k, v in dict(row.get("env") or {}).items()},
         cwd=str(row.get("cwd", "") or ""), enabled=bool(row.get("enabled", True)),
+        sandbox=bool(row.get("sandbox", True)), network=bool(row.get("network", True)),
     )
 
 
@@ -253,11 +256,19 @@ class McpToolSource:
         if not specs:
             return SessionTools()
         cwd = str(Path(ctx.project.working_dir)) if ctx.project is not None else None
-        connections = [self._connection(spec, session_id, cwd) for spec in specs]
+        sandbox = current_sandbox.get() if self.config.sandbox else None
+        notices: list[Event] = []
+        connections = []
+        for spec in specs:
+            try:
+                connections.append(self._connection(spec, session_id, cwd, sandbox))
+            except (SandboxUnavailable, FileNotFoundError) as exc:
+                message = f"MCP server {spec.name!r} could not start: {exc}; the session continues without its tools"
+                logger.bind(session_id=session_id).warning(message)
+                notices.append(SystemEvent(subtype="mcp_server_failed", message=message))
         for connection in connections:
             connection.start()
         tools: list[Tool] = []
-        notices: list[Event] = []
         taken: set[str] = set()
         for connection in connections:
             if connection.wait_ready():
@@ -270,7 +281,8 @@ class McpToolSource:
                 notices.append(SystemEvent(subtype="mcp_server_failed", message=message))
         return SessionTools(tools, closers=[c.close for c in connections], notices=notices)
 
-    def _connection(self, spec: McpServerSpec, session_id: str, project_dir: str | None) -> McpConnection:
+    def _connection(self, spec: McpServerSpec, session_id: str, project_dir: str | None,
+                    sandbox: Any = None) -> McpConnection:
         publish = self.publish
 
         def on_lost(message: str) -> None:
@@ -278,5 +290,28 @@ class McpToolSource:
                 publish(session_id, SystemEvent(subtype="mcp_server_lost", message=message))
 
         cwd = str(Path(spec.cwd).expanduser()) if spec.cwd else project_dir
+        argv, on_end = sandboxed_argv(sandbox if spec.sandbox else None, spec, cwd)
         return McpConnection(spec, env=safe_env(spec.env), cwd=cwd, limits=self.limits, on_lost=on_lost,
-                             render=lambda result: render_result(result, self.output_limit))
+                             render=lambda result: render_result(result, self.output_limit),
+                             argv=argv, on_end=on_end)
+
+
+def sandboxed_argv(sandbox: Any, spec: McpServerSpec,
+                   cwd: str | None) -> tuple[list[str] | None, Callable[[], None] | None]:
+    """The command line starting ``spec`` through the OS sandbox launcher, and what to do
+    when the server has ended; (None, None) to start it as configured (no launcher, mode
+    ``off``, or ``auto`` without a sandbox). Raises SandboxUnavailable in ``required`` mode
+    without a sandbox. The server's working directory is its project, read-write."""
+    if sandbox is None or sandbox.status.mode == "off":
+        return None, None
+    if not sandbox.active:
+        if sandbox.status.refuses_commands:
+            raise SandboxUnavailable(f"the OS sandbox is required and unavailable ({sandbox.status.reason})")
+        return None, None
+    # resolved here, on the server's PATH: inside the sandbox a missing program would only
+    # show as a server that "exited before it answered"
+    program = shutil.which(spec.command, path=safe_env(spec.env).get("PATH"))
+    if program is None:
+        raise FileNotFoundError(f"command not found: {spec.command}")
+    launch = sandbox.wrap([program, *spec.args], project_dir=cwd, network=spec.network)
+    return launch.argv, lambda: launch.finish(sandbox, sandbox.patterns)

@@ -41,11 +41,13 @@ from loguru import logger
 from corvid_actors.clock import RealClock
 from corvid_actors.providers.base import CancelToken
 from corvid_actors.tools.base import ToolResult
-from corvid_actors.tools.proc_tree import find_child_with_marker, kill_session_tree
+from corvid_actors.tools.proc_tree import find_child_with_marker, kill_marked, kill_session_tree
 
 #: the variable that marks a server process as ours, so its pid is found
 MARKER_VARIABLE = "CORVID_MCP_SERVER_ID"
 
+#: how long closing a connection waits for its killed processes to be gone
+_KILL_WAIT_S = 5.0
 #: the most bytes one character takes in UTF-8 (to read enough of a stderr tail)
 _MAX_UTF8_BYTES = 4
 #: RealClock reads time.monotonic through a class attribute, which freezegun leaves alone
@@ -62,6 +64,9 @@ class McpServerSpec:
     env: dict[str, str] = field(default_factory=dict)
     cwd: str = ""
     enabled: bool = True
+    #: start it in the OS sandbox (when ``[mcp] sandbox`` is on), with the network or not
+    sandbox: bool = True
+    network: bool = True
 
 
 @dataclass(frozen=True)
@@ -141,8 +146,12 @@ class McpConnection:
 
     def __init__(self, spec: McpServerSpec, *, env: dict[str, str], cwd: str | None,
                  limits: McpLimits = McpLimits(), on_lost: Callable[[str], None] | None = None,
-                 render: Callable[[Any], ToolResult] | None = None) -> None:
+                 render: Callable[[Any], ToolResult] | None = None,
+                 argv: list[str] | None = None, on_end: Callable[[], None] | None = None) -> None:
         self.spec = spec
+        #: the command line started (the sandbox launcher's, or the spec's own)
+        self.argv = list(argv) if argv else [spec.command, *spec.args]
+        self._on_end = on_end
         self.limits = limits
         self.tools: tuple[McpToolInfo, ...] = ()
         self.error = ""
@@ -231,7 +240,7 @@ class McpConnection:
             from mcp import ClientSession, StdioServerParameters, stdio_client
 
             params = StdioServerParameters(
-                command=self.spec.command, args=list(self.spec.args),
+                command=self.argv[0], args=self.argv[1:],
                 env={**self._env, MARKER_VARIABLE: self._marker}, cwd=self._cwd or None,
             )
             async with stdio_client(params, errlog=self._stderr) as (read, write):
@@ -253,7 +262,15 @@ class McpConnection:
             self._session = None
             watcher()
             kill_session_tree(self._leader)
+            # what left the session (setsid) or lives in a sandbox's PID namespace still
+            # carries the marker: gone before close() returns
+            with contextlib.suppress(Exception):
+                await asyncio.get_running_loop().run_in_executor(
+                    None, kill_marked, MARKER_VARIABLE, self._marker, _KILL_WAIT_S)
             self._stderr.close()
+            if self._on_end is not None:
+                with contextlib.suppress(Exception):
+                    self._on_end()
             if not self._ready.done():
                 self._ready.set_result(False)
             if self._hub is not None:

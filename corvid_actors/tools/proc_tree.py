@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 from pathlib import Path
 
@@ -65,3 +66,38 @@ def kill_session_tree(leader: int | None) -> None:
     for pid in session_members(leader):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
+
+
+def kill_marked(variable: str, marker: str, wait_s: float) -> list[int]:
+    """SIGKILL every process started with ``variable=marker`` in its environment — wherever
+    it went (``setsid``, a sandbox's PID namespace: the host still sees it) — and wait, at
+    most ``wait_s`` and without polling (pidfds), until they are gone. Returns the pids
+    that were killed. An OS sandbox's init dies this way, and its whole namespace with it.
+    """
+    needle = f"{variable}={marker}".encode()
+    me = os.getpid()
+    fds: list[int] = []
+    killed: list[int] = []
+    for pid in _pids():
+        if int(pid) == me:
+            continue
+        with contextlib.suppress(OSError):
+            if needle not in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                continue
+            fd = os.pidfd_open(int(pid)) if hasattr(os, "pidfd_open") else None
+            os.kill(int(pid), signal.SIGKILL)
+            killed.append(int(pid))
+            if fd is not None:
+                fds.append(fd)
+    try:
+        pending = list(fds)
+        while pending:
+            # a pidfd is readable once its process has exited (no clock read, no sleep)
+            ready, _, _ = select.select(pending, [], [], wait_s)
+            if not ready:
+                break
+            pending = [fd for fd in pending if fd not in ready]
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return killed

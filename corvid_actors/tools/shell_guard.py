@@ -17,9 +17,13 @@ Two questions, both answered without running anything:
   ``rm -rf /``, mkfs, dd to a device, shutdown/reboot, killall, ``chmod 777 /``)?
 
 This is a best-effort static guard, not a sandbox: a command can compute a name at run
-time (``$(printf …)``, variables, base64) or read a protected file through a recursive
-read (``grep -r``). Secrets in the daemon's environment are kept out by the environment
-allowlist (``corvid_actors.tools.env``), which does not depend on parsing.
+time (``$(printf …)``, base64) or read a protected file through a recursive read
+(``grep -r``). Parameter expansions are read as the shell would with the variables unset
+(``rm ${TARGET:-.env}`` names ``.env``). The wall is the OS sandbox every command runs in
+(``corvid_actors.tools.sandbox``: protected files masked, the host read-only); this guard
+is the second, advisory layer, and the only one where no sandbox can run. Secrets in the
+daemon's environment are kept out by the environment allowlist
+(``corvid_actors.tools.env``), which does not depend on parsing.
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ _PUNCTUATION = "();<>|&`\n"
 #: a path-like run of characters inside any word: splits ``of=.env``, ``open('.env')``
 _PATH_RUN = re.compile(r"[\w.\-/~+@%*?\[\]{},]+")
 _ANSI_C = re.compile(r"\$'((?:[^'\\]|\\.)*)'")
+#: ``${NAME:-word}``, ``${NAME=word}``, ``${NAME:+word}``… : the word the shell may use
+_PARAMETER_WORD = re.compile(r"\$\{[#!]?[A-Za-z_][A-Za-z0-9_]*(?::?[-=+?])([^{}]*)\}")
 _BRACE = re.compile(r"\{([^{}]*,[^{}]*)\}")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "fish", "su", "runuser"})
@@ -234,6 +240,14 @@ def _candidates(command: str, words: list[str], settings: GuardSettings) -> Iter
     """Every string the command could use as a path: path-like runs of the words and of
     the raw text (which also covers a command shlex cannot split), then whole words."""
     texts = words + [command]
+    # a parameter expansion's default/alternative word is what the shell uses when the
+    # variable is unset (or set): ``rm ${TARGET:-.env}`` removes .env
+    texts += [m.group(1) for m in _PARAMETER_WORD.finditer(command)]
+    if "$" in command:
+        # the whole line as the shell reads it with every variable unset: the words of
+        # expansions in place, plain ``$X`` / ``${X}`` empty (``.e${X:-n}v``, ``.e${U}nv``)
+        unset = _PARAMETER_WORD.sub(lambda m: m.group(1), command)
+        texts.append(re.sub(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", "", unset))
     for match in _ANSI_C.finditer(command):
         try:
             texts.append(codecs.decode(match.group(1), "unicode_escape"))

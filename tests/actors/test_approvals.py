@@ -133,7 +133,8 @@ def test_only_requests_that_ask_a_human_are_announced(env):
     env.request("dddd0001", tool="run_command")
     [asked] = env.asked()
     assert (asked.call_id, asked.approval_id) == ("call-dddd0001", "dddd0001")
-    assert asked.created_at == env.clock.now().isoformat()
+    assert asked.created_at == "2026-01-01T00:00:00.000Z"  # ISO 8601 UTC with Z, as every time shown
+    assert asked.expires is True  # normal mode: the request times out
     env.broker.ask(Resolve("dddd0001", "allow_session"))
     env.request("dddd0002", tool="run_command")  # granted for the session: nobody is asked
     env.broker.ask(SetMode("paused"))

@@ -247,6 +247,10 @@ INVALID_FILES = [
     ("[providers.anthropic_prices]\n\"m\" = [\"cheap\"]\n", "providers.anthropic_prices.m",
      "must be a list of numbers"),
     ("[providers]\nanthropic_prices = 3\n", "providers.anthropic_prices", "must be a table"),
+    ("[tools.sandbox]\nmode = \"maybe\"\n", "tools.sandbox.mode", "must be auto, required or off"),
+    ("[tools.sandbox]\nmax_processes = 0\n", "tools.sandbox.max_processes", "must be >= 1"),
+    ("[tools.sandbox]\nnetwork = true\n", "tools.sandbox.network", "unknown config key"),
+    ("[tools]\nsandbox = \"auto\"\n", "tools.sandbox", "must be a table"),
 ]
 
 

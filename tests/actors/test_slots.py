@@ -143,3 +143,27 @@ def test_grant_to_a_dead_actor_is_given_back(pool):
     pool.pool.tell(ReleaseSlot("a"))
     pool.settle()
     assert pool.stats()["in_use"] == 0
+
+
+def test_a_request_heavier_than_the_pool_runs_alone_and_counts_as_the_whole_pool():
+    # `admin stats` once showed peak_in_use 2 of capacity 1: an 8 B model (weight 2) on
+    # max_parallel = 1 was admitted alone, as designed, but counted at its full weight.
+    clock = SimClock()
+    tracker = ActivityTracker()
+    timers = Timers.start(tracker, clock)
+    p = Pool(clock, tracker, SlotPool.start(tracker, capacity=1, wait_timeout_s=300, timers=timers), timers)
+    clock.attach(tracker, p.settle)
+    try:
+        p.acquire("big", 2)
+        p.acquire("small", 1)
+        assert p.answers("big") == [SlotAnswer(1, True)] and p.answers("small") == []  # never two at once
+        assert "1/1 in use" in p.queued("small")[0].status_message
+        stats = p.stats()
+        assert (stats["in_use"], stats["peak_in_use"], stats["capacity"]) == (1, 1, 1)
+        p.pool.tell(ReleaseSlot("big"))
+        p.settle()
+        assert p.answers("small") == [SlotAnswer(1, True)]
+        assert p.stats()["peak_in_use"] <= p.stats()["capacity"]
+    finally:
+        pykka.ActorRegistry.stop_all()
+        clock.close()

@@ -14,6 +14,7 @@ from corvid_actors.actors.admin import (
     Ready,
 )
 from corvid_actors.admin_protocol import AdminError
+from corvid_actors.chat.commands import approval_text
 from corvid_actors.config import Config, DaemonConfig
 from corvid_actors.testing import sim_runtime
 
@@ -40,6 +41,8 @@ def admin_rt(sim_clock, scripted, tmp_path):
 
 
 def command(admin, name, **args):
+    if name == "start":
+        args.setdefault("create", True)  # most tests name a new agent
     return admin.ask(AdminCommand(name, args))
 
 
@@ -66,6 +69,30 @@ def test_start_then_list_and_show_a_session(admin_rt, scripted):
         "session_started", "result"]
     assert command(admin, "sessions", status="stopped") == []
     assert command(admin, "start", agent="HELPER", prompt="again")["created_agent"] is False
+
+
+def test_start_with_an_unknown_agent_is_an_error_listing_the_agents(admin_rt):
+    rt, admin = admin_rt
+    rt.store.create_agent("helper")
+    rt.store.create_agent("coder")
+    error = failure(admin, "start", agent="helpr", prompt="hi", create=False)
+    assert error.code == "not_found"
+    assert "no agent 'helpr'" in error.message and "coder, helper" in error.message and "--create" in error.message
+    assert [a.name for a in rt.store.list_agents()] == ["coder", "helper"]  # nothing created
+    assert rt.store.list_sessions() == []
+
+
+def test_start_create_makes_the_agent_with_its_settings_and_refuses_different_ones(admin_rt):
+    rt, admin = admin_rt
+    started = command(admin, "start", agent="writer", prompt="hi", create=True, model="qwen3:8b",
+                      permission_mode="auto-edit")
+    assert started["created_agent"] is True
+    agent = rt.store.find_agent("writer")
+    assert (agent.model, agent.permission_mode) == ("qwen3:8b", "auto-edit")
+    assert command(admin, "start", agent="writer", prompt="again", create=True)["created_agent"] is False
+    error = failure(admin, "start", agent="writer", prompt="x", create=True, model="llama3.1:8b")
+    assert error.code == "conflict" and "model is 'qwen3:8b', not 'llama3.1:8b'" in error.message
+    assert rt.store.find_agent("writer").model == "qwen3:8b"  # unchanged
 
 
 def test_send_is_persisted_and_resumes_an_ended_session_with_history(admin_rt, scripted):
@@ -119,10 +146,33 @@ def test_extend_needs_a_running_session_and_is_capped(admin_rt):
     rt, admin = admin_rt
     sid = command(admin, "start", agent="a", prompt="go")["session"]
     rt.settle()
-    assert command(admin, "extend", session=sid, minutes=10)["timeout_s"] == 600.0  # replaces, not adds
-    assert command(admin, "extend", session=sid, minutes=10_000)["timeout_s"] == 4 * 1800.0
+    extended = command(admin, "extend", session=sid, minutes=10)
+    assert (extended["timeout_s"], extended["capped"]) == (600.0, False)  # replaces, not adds
+    capped = command(admin, "extend", session=sid, minutes=10_000)
+    assert (capped["timeout_s"], capped["capped"], capped["requested_s"]) == (4 * 1800.0, True, 600_000.0)
     command(admin, "stop", session=sid)
     assert failure(admin, "extend", session=sid, minutes=1).code == "conflict"
+
+
+def test_a_queued_approval_has_no_timeout(sim_clock, scripted, tmp_path):
+    rt, admin = make(sim_clock, scripted, tmp_path, direct=True)
+    try:
+        (tmp_path / "ws").mkdir(exist_ok=True)
+        command(admin, "mode", mode="queued")
+        scripted.tool_call("list_files", {"path": "."})
+        scripted.reply("Done.")
+        sid = command(admin, "start", agent="careful", prompt="list files")["session"]
+        rt.settle()
+        [pending] = command(admin, "approvals")
+        assert pending["timeout_s"] is None  # it waits for a human: no countdown to show
+        [asked] = [e for e in command(admin, "session", session=sid)["events"] if e["type"] == "approval_request"]
+        assert asked["timeout_s"] == 0.0  # nor in the event chat bridges and followers see
+        assert "waits for your answer" in approval_text(asked["id"], asked["description"], asked["timeout_s"])
+        rt.clock.advance(600)  # far past the normal 55 s / 120 s approval timeouts
+        assert command(admin, "approvals") == [pending]  # and it did not expire
+    finally:
+        admin.stop()
+        rt.shutdown()
 
 
 def test_unknown_and_ambiguous_session_ids(admin_rt):
@@ -145,6 +195,7 @@ def test_approvals_are_listed_and_resolved(sim_clock, scripted, tmp_path):
         rt.settle()
         [pending] = command(admin, "approvals")
         assert (pending["session_id"], pending["tool_name"]) == (sid, "list_files")
+        assert pending["timeout_s"] > 0 and pending["created_at"].endswith("Z")  # normal mode: it expires
         assert command(admin, "sessions")[0]["pending_approvals"] == 1
         assert command(admin, "approvals", session=sid) == [pending]
         resolved = command(admin, "approve", approval=pending["id"], session_wide=True)
@@ -183,7 +234,7 @@ def test_shutdown_asks_the_daemon_and_then_new_work_is_refused(sim_clock, script
     asked: list[str] = []
     rt, admin = make(sim_clock, scripted, tmp_path, shutdown=asked.append)
     try:
-        assert command(admin, "shutdown", reason="maintenance") == {"shutting_down": True}
+        assert command(admin, "shutdown", reason="maintenance") == {"shutting_down": True, "pid": 1}
         assert asked == ["maintenance"]
         assert failure(admin, "start", agent="a", prompt="late").code == "shutting_down"
         assert command(admin, "sessions") == []  # reading still works

@@ -8,6 +8,7 @@ every daemon is killed in teardown whatever happened.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pwd
@@ -122,6 +123,8 @@ class Daemon:
         return AdminClient(self.socket, token=self.token, timeout_s=timeout_s).connect()
 
     def call(self, cmd: str, **args: Any) -> Any:
+        if cmd == "start":
+            args.setdefault("create", True)  # these tests name a new agent per scenario
         with self.client() as client:
             return client.call(cmd, **args)
 
@@ -252,7 +255,7 @@ def _health_once_free(daemon: Daemon) -> dict[str, Any]:
 
 
 def test_cli_lists_stops_and_resumes_a_running_session(shared, capsys):
-    code, out, _ = shared.cli(capsys, "admin", "start", "--agent", "lister", "--json", "count to a hundred")
+    code, out, _ = shared.cli(capsys, "admin", "start", "--agent", "lister", "--create", "--json", "count to a hundred")
     assert code == 0
     sid = json.loads(out)["session"]
 
@@ -276,6 +279,27 @@ def test_cli_lists_stops_and_resumes_a_running_session(shared, capsys):
     assert sid in [row["id"] for row in json.loads(out)]
     code, out, _ = shared.cli(capsys, "admin", "session", sid[:8])
     assert "count to a hundred" in out and "session_started" in out
+
+
+def test_markup_names_and_a_megabyte_message_from_stdin_through_the_cli(shared, capsys, monkeypatch):
+    # issue 14: a session named "[/bad]" crashed `admin sessions` for good; a 1 MB message
+    # could not be sent at all, and `admin send ID -` sent a literal "-"
+    code, out, _ = shared.cli(capsys, "admin", "start", "--agent", "lister", "--name", "[/bad]", "--json",
+                              "see [bold]this[/bold] and [link]")
+    assert code == 0
+    sid = json.loads(out)["session"]
+    code, out, err = shared.cli(capsys, "admin", "sessions")
+    assert code == 0 and "[/bad]" in out, err
+    code, out, err = shared.cli(capsys, "admin", "session", sid[:8])
+    assert code == 0 and "see [bold]this[/bold] and [link]" in out, err
+
+    big = "line of a long message\n" * 45_000  # ~1 MiB
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(big.encode()), encoding="utf-8"))
+    code, out, err = shared.cli(capsys, "admin", "send", sid[:8], "-")
+    assert code == 0 and out.startswith(f"delivered to {sid[:8]}"), err
+    code, out, _ = shared.cli(capsys, "admin", "session", sid, "--json", "--messages", "50")
+    assert big.strip() in [m["content"].strip() for m in json.loads(out)["messages"] if m["role"] == "user"]
+    shared.call("stop", session=sid)
 
 
 def test_approvals_are_listed_approved_and_denied_through_the_cli(shared, capsys):
@@ -338,6 +362,10 @@ def test_extend_mode_credits_and_stats_over_the_socket(shared):
     health = shared.call("health")
     assert health["status"] == "ok" and health["daemon"]["stub"] is True
     assert health["providers"]["ollama"]["healthy"] is True
+    # which confinement is in force, in both (the CI machine has a working bwrap)
+    assert health["daemon"]["sandbox"]["mode"] == "auto" and health["daemon"]["sandbox"]["active"] is True
+    assert stats["sandbox"] == health["daemon"]["sandbox"]
+    assert health["daemon"]["dumpable"] is False  # prctl(PR_SET_DUMPABLE, 0) at start-up
 
 
 def test_a_second_daemon_on_the_same_data_directory_is_refused(shared):
@@ -372,6 +400,14 @@ BAD_LINES = [
     (json.dumps({"cmd": "health"}).encode() + b"\n", "unauthorized"),
     (json.dumps({"cmd": "health", "token": "wrong"}).encode() + b"\n", "unauthorized"),
     (b"x" * 1_000_000 + b"\n", "too_large"),
+    # issue 14: each of these raised outside the validator (no reply, a traceback in the log)
+    (b'{"cmd": "health", "token": "\\ud800"}\n', "unauthorized"),
+    (json.dumps({"cmd": "extend", "args": {"session": "abcd", "minutes": 10**400}, "token": TOKEN}).encode()
+     + b"\n", "bad_request"),
+    (b'{"cmd": "send", "args": {"session": "abcd", "text": "caf\\udce9"}, "token": "' + TOKEN.encode() + b'"}\n',
+     "bad_request"),
+    (b'{"cmd": "extend", "args": {"session": "abcd", "minutes": NaN}, "token": "' + TOKEN.encode() + b'"}\n',
+     "bad_request"),
 ]
 
 
@@ -388,6 +424,7 @@ def test_bad_input_on_the_socket_gets_error_replies_and_the_daemon_keeps_running
         sock.sendall(json.dumps({"id": "last", "cmd": "health", "token": TOKEN}).encode() + b"\n")
         reply = json.loads(replies.readline())
         assert (reply["id"], reply["ok"]) == ("last", True)
+    assert not [line for line in shared.lines if "Traceback" in line]  # bad input is not a daemon failure
 
     # clients that vanish mid-request, and more connections than allowed
     for partial in (b'{"cmd": "hea', b"x" * 100_000):
@@ -399,8 +436,13 @@ def test_bad_input_on_the_socket_gets_error_replies_and_the_daemon_keeps_running
         for _ in range(40):
             extra.append(socket.socket(socket.AF_UNIX))
             extra[-1].connect(str(shared.socket))
+        # idle strangers cannot hold the cap: the oldest ones were evicted to make room
+        extra[0].settimeout(WAIT_S)
+        evicted = json.loads(extra[0].makefile("rb").readline())["error"]
+        assert evicted["code"] == "busy" and "evicted" in evicted["message"]
         extra[-1].settimeout(WAIT_S)
-        assert json.loads(extra[-1].makefile("rb").readline())["error"]["code"] == "busy"
+        extra[-1].sendall(json.dumps({"id": 1, "cmd": "health", "token": TOKEN}).encode() + b"\n")
+        assert json.loads(extra[-1].makefile("rb").readline())["ok"] is True
     finally:
         for sock in extra:
             sock.close()
@@ -491,11 +533,11 @@ def test_sigkill_mid_session_loses_no_acknowledged_message_and_the_sessions_resu
         detail = second.call("session", session=sid, messages=50)
         assert [m["content"] for m in detail["messages"] if m["role"] == "user"] == texts
         assert [e["type"] for e in detail["events"]][:1] == ["session_started"]
-    started = [json.loads(line)["record"] for line in second.lines if '"session started' in line]
-    assert {(r["extra"]["session_id"], r["extra"]["agent"]) for r in started} == {(s, "survivor") for s in acknowledged}
+    started = [json.loads(line) for line in second.lines if '"session started' in line]
+    assert {(r["session_id"], r["agent"]) for r in started} == {(s, "survivor") for s in acknowledged}
 
     # `admin shutdown --wait` returns once the daemon has stopped; the sessions stay marked
-    assert second.cli(capsys, "admin", "shutdown", "--wait") == (0, "daemon is shutting down\n", "")
+    assert second.cli(capsys, "admin", "shutdown", "--wait") == (0, "daemon stopped\n", "")
     assert second.wait_exit(WAIT_S) == 0
     second.wait_log("daemon stopped cleanly")
     rows = _stored_sessions(data_dir, list(acknowledged))
@@ -508,7 +550,7 @@ def test_sigterm_with_50_running_sessions_stops_within_the_bound_and_marks_them_
     follower = Follower(daemon)
     with daemon.client() as client:
         for i in range(50):  # pipelined on one connection: answered in order
-            client.send("start", agent="worker", prompt=f"job {i}")
+            client.send("start", agent="worker", prompt=f"job {i}", create=True)
         ids = [client.receive()["result"]["session"] for _ in range(50)]
     follower.wait(lambda: all(follower.events(sid, "content_block_delta") for sid in ids))
     rows = {row["id"]: row for row in daemon.call("sessions", status="running")}
@@ -534,7 +576,7 @@ def test_run_streams_the_reply_to_the_terminal(tmp_path, capsys):
     config = tmp_path / "fast.toml"
     config.write_text('[daemon]\nstub_reply = "Foreground hello from the stub."\nstub_chunks = 4\n'
                       "stub_chunk_delay_s = 0.0\n")
-    code = cli.main(["run", "--agent", "tester", "--provider", "stub", "--data-dir", str(tmp_path / "data"),
+    code = cli.main(["run", "--agent", "tester", "--create", "--provider", "stub", "--data-dir", str(tmp_path / "data"),
                      "--config", str(config), "say hello"])
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -555,7 +597,8 @@ def test_run_names_the_setting_to_fix_when_ollama_is_unreachable(tmp_path, capsy
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     monkeypatch.setenv("OLLAMA_HOST", f"http://127.0.0.1:{port}")
-    code = cli.main(["run", "--agent", "tester", "--data-dir", str(tmp_path / "data"), "hello"])
+    code = cli.main(["run", "--agent", "tester", "--create", "--provider", "ollama", "--data-dir",
+                     str(tmp_path / "data"), "hello"])
     err = capsys.readouterr().err
     assert code == 1
     assert f"cannot reach Ollama at http://127.0.0.1:{port}" in err and "set OLLAMA_HOST" in err

@@ -5,6 +5,8 @@ session running with a clear event and no process behind."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from corvid_actors.config import Config
@@ -77,7 +79,9 @@ def test_ollama_session_calls_an_mcp_tool_after_approval(make_e2e, ollama):
 
     assert tool_messages(ollama) == ["hi hi"]
     assert e2e.events(s.id, "assistant")[-1].content == "The server said hi twice."
-    assert len(live_processes(tag)) == 1  # one server for this session, still up
+    # one server for this session, still up (the OS sandbox's bwrap launcher and init
+    # carry the same command line)
+    assert len([p for p in live_processes(tag) if Path(f"/proc/{p}/comm").read_text().strip() != "bwrap"]) == 1
     stop_and_settle(e2e, s.id)
     assert live_processes(tag) == []
 
@@ -125,7 +129,8 @@ def test_a_server_with_a_bad_command_is_reported_and_the_session_goes_on(make_e2
 
 def test_a_server_hanging_on_initialize_times_out_and_its_process_tree_is_killed(make_e2e, ollama):
     tag = new_tag()
-    e2e = ollama_e2e(make_e2e, ollama, config(connect_timeout_s=0.5))
+    # 2 s: time for the server (started in the OS sandbox) to print its stderr under load
+    e2e = ollama_e2e(make_e2e, ollama, config(connect_timeout_s=2.0))
     command, args = server_command("hang", tag)  # ignores stdin EOF and has a child of its own
     add_mcp_server(e2e.runtime.store, "stuck", command, args=args)
     ollama.add_reply("Going on without it.")
@@ -134,7 +139,7 @@ def test_a_server_hanging_on_initialize_times_out_and_its_process_tree_is_killed
     e2e.runtime.settle()
 
     [failed] = system_events(e2e, s.id, "mcp_server_failed")
-    assert "'stuck' did not answer initialize/tools/list within 0.5s" in failed.message
+    assert "'stuck' did not answer initialize/tools/list within 2s" in failed.message
     assert "hanging before initialize" in failed.message  # the server's stderr is quoted
     assert e2e.events(s.id, "assistant")[-1].content == "Going on without it."
     assert e2e.runtime.is_running(s.id)

@@ -14,13 +14,14 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from corvid_actors.chat import ChatBridge, WebhookTransport
-from corvid_actors.chat.webhook import SIGNATURE_HEADER, sign, verify
+from corvid_actors.chat.webhook import SIGNATURE_HEADER, SignatureError, sign, verify
 from corvid_actors.config import Config
 from corvid_actors.providers.ollama import OllamaProvider
 from corvid_actors.testing.ollama_stub import OllamaStubServer
@@ -47,10 +48,12 @@ class Platform:
             def do_POST(self):  # noqa: N802
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 with platform._lock:
-                    if verify(SECRET, body, self.headers.get(SIGNATURE_HEADER)):
-                        platform.received.append(json.loads(body))
-                    else:
+                    try:
+                        verify(SECRET, body, self.headers.get(SIGNATURE_HEADER), now=now_s())
+                    except SignatureError:
                         platform.bad_signatures += 1
+                    else:
+                        platform.received.append(json.loads(body))
                     platform._lock.notify_all()
                 self.send_response(204)
                 self.send_header("Content-Length", "0")
@@ -84,11 +87,17 @@ class Platform:
         self.server.server_close()
 
 
-def post(url: str, payload, *, secret: str | None = SECRET, raw: bytes | None = None) -> tuple[int, dict]:
+def now_s() -> int:
+    """Unix time as the bot sees it (frozen with the simulated clock, like the bot's)."""
+    return int(datetime.now(UTC).timestamp())
+
+
+def post(url: str, payload, *, secret: str | None = SECRET, raw: bytes | None = None,
+         timestamp: int | None = None) -> tuple[int, dict]:
     body = raw if raw is not None else json.dumps(payload).encode()
     headers = {"Content-Type": "application/json"}
     if secret:
-        headers[SIGNATURE_HEADER] = sign(secret, body)
+        headers[SIGNATURE_HEADER] = sign(secret, body, now_s() if timestamp is None else timestamp)
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
@@ -154,8 +163,11 @@ def test_a_posted_message_is_persisted_and_answered_on_the_callback(bot, stub, p
     assert platform.bad_signatures == 0
     assert stub.chat_requests[-1].json["messages"][-1]["content"] == "hi there"
     assert e2e.runtime.credit_balance("alice") == 9
-    # the platform redelivers the same message: ignored
-    assert post(e2e.transport.url, message("alice", "hi there", id="msg-1"))[1]["outcome"] == "duplicate"
+    # the platform redelivers the same message (signed anew): ignored
+    assert post(e2e.transport.url, message("alice", "hi there", id="msg-1"),
+                timestamp=now_s() + 1)[1]["outcome"] == "duplicate"
+    # the very same signed request again is a replay
+    assert post(e2e.transport.url, message("alice", "hi there", id="msg-1"))[0] == 409
 
 
 def test_approvals_over_the_webhook_only_from_the_right_participant(bot, stub, platform):

@@ -87,8 +87,13 @@ def test_command_signature(a, b, same):
     assert (command_signature(a) == command_signature(b)) is same
 
 
-def policy(mode: str = "auto-edit", **settings) -> CommandApprovalPolicy:
-    return CommandApprovalPolicy(CommandPolicySettings(**settings), mode=mode)
+def policy(mode: str = "auto-edit", *, sandboxed: bool = True, **settings) -> CommandApprovalPolicy:
+    return CommandApprovalPolicy(CommandPolicySettings(**settings), mode=mode, sandboxed=sandboxed)
+
+
+def test_without_the_os_sandbox_nothing_is_auto_approved():
+    review = policy("auto-edit", sandboxed=False).review("run_command", {"command": "ls -la"}, ASK)
+    assert (review.decision.permission, review.kind) == (Permission.ASK, COMMAND_APPROVAL)
 
 
 @pytest.mark.parametrize(("mode", "tool", "command", "decision", "permission", "kind"), [

@@ -266,7 +266,7 @@ def test_tail_lines_of_the_call_choose_how_much_of_the_end_is_shown(kind):
 
 @LOOPS
 def test_a_session_approval_is_remembered_by_command_signature(kind):
-    rules = LoopRules(approval_policy=CommandApprovalPolicy(mode="auto-edit"))
+    rules = LoopRules(approval_policy=CommandApprovalPolicy(mode="auto-edit", sandboxed=True))
     loop = make(kind, rules, check=ask_commands)
     begin(loop)
     # allowlisted: runs without asking

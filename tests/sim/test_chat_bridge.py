@@ -60,7 +60,8 @@ def notices(transport, participant):
     ("Approve 0A1B", ApprovalReply(True, "0a1b")),
     ("deny 0a1b2c3d", ApprovalReply(False, "0a1b2c3d")),
     ("no thanks", ApprovalReply(False, "thanks")),  # only a candidate: see the bridge test below
-    ("yes abc", Text("yes abc")),                    # too short to be an id
+    ("yes abc", ApprovalReply(True, "abc")),        # a candidate the bridge may answer
+    ("yes", ApprovalReply(True, "")),
     ("yes 0a1b2c3d please", Text("yes 0a1b2c3d please")),
     ("/", Text("/")),
     ("  hello  ", Text("hello")),

@@ -500,7 +500,10 @@ def test_truncate_middle():
         ("Write", {"file_path": "b.py"}, "Write file: b.py"),
         ("WebFetch", {"url": "https://x"}, "Fetch URL: https://x"),
         ("WebSearch", {"query": "q"}, "Web search: q"),
-        ("corvid_send_message", {"to_agent": "a"}, "Use tool: corvid_send_message"),
+        # issue 14: a delegation's approval names the recipient and shows the message
+        ("corvid_send_message", {"to_agent": "a"}, "Message agent a: (no message)"),
+        ("corvid_send_message", {"to_agent": "Bob", "message": "x" * 1001},
+         "Message agent Bob: " + "x" * 1000 + "… (1001 characters)"),
     ],
 )
 def test_describe_tool_call(name, args, expected):

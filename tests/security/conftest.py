@@ -1,0 +1,115 @@
+"""Fixtures of the security suite: a project with secrets, a daemon-like data directory
+with a live admin socket, and a real OS sandbox (never skipped: CI makes sure bwrap runs)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from corvid_actors.tools.base import ToolContext
+from corvid_actors.tools.coding import coding_tools
+from corvid_actors.tools.env import safe_env
+from corvid_actors.tools.sandbox import Sandbox, SandboxSettings
+
+# the end-to-end fixtures (a runtime on a simulated clock, the real clients over stubs)
+from tests.e2e.conftest import _scrub_provider_env, make_e2e, project_dir  # noqa: F401
+
+SECRET = "sk-ant-SECRET-do-not-leak"
+#: a computed ".env": the guard cannot see it, only the kernel stops it
+ENV = "$(printf .en)v"
+
+
+class RealTimers:
+    """call_later on real time for the tools (threading.Timer, tests only)."""
+
+    def __init__(self) -> None:
+        self.timers: list[threading.Timer] = []
+
+    def __call__(self, delay, fn):
+        timer = threading.Timer(delay, fn)
+        timer.daemon = True
+        timer.start()
+        self.timers.append(timer)
+        return timer.cancel
+
+    def cancel_all(self) -> None:
+        for timer in self.timers:
+            timer.cancel()
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    (root / "sub").mkdir(parents=True)
+    (root / ".git").mkdir()
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (root / ".env").write_text(f"ANTHROPIC_API_KEY={SECRET}\n")
+    (root / "sub" / ".env.local").write_text(f"TOKEN={SECRET}\n")
+    (root / "README.md").write_text("hello\n")
+    return root
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path):
+    """A daemon data directory with a database file and a listening admin socket."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "corvid.db").write_text("db")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(data / "admin.sock"))
+    server.listen(1)
+    yield data
+    server.close()
+
+
+def make_sandbox(data_dir: Path | None = None, **settings) -> Sandbox:
+    sandbox = Sandbox(SandboxSettings(**settings), hidden_paths=[str(data_dir)] if data_dir else [])
+    assert sandbox.active, f"the OS sandbox must work on this machine: {sandbox.status.reason}"
+    return sandbox
+
+
+@pytest.fixture
+def sandbox(data_dir: Path) -> Sandbox:
+    return make_sandbox(data_dir)
+
+
+@pytest.fixture
+def timers():
+    real = RealTimers()
+    yield real
+    real.cancel_all()
+
+
+@pytest.fixture
+def ctx(project: Path, sandbox: Sandbox, timers) -> ToolContext:
+    return ToolContext(project_dir=project, env=safe_env({}), call_later=timers, sandbox=sandbox)
+
+
+def run(ctx: ToolContext, command: str, timeout: float = 10):
+    """run_command as a session runs it; the result."""
+    handler = {t.name: t for t in coding_tools()}["run_command"].handler
+    return handler({"command": command, "timeout": timeout}, ctx)
+
+
+def tool(ctx: ToolContext, name: str, **args):
+    return {t.name: t for t in coding_tools()}[name].handler(args, ctx)
+
+
+def host_processes_with(marker: str) -> list[int]:
+    """Live host processes whose command line holds ``marker``."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmdline and state != "Z":
+            found.append(int(pid))
+    return found

@@ -1,0 +1,54 @@
+"""MCP server processes start through the same sandbox launcher as commands."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from corvid_actors.tools.env import safe_env
+from corvid_actors.tools.mcp_client import sandboxed_argv
+from corvid_actors.tools.mcp_connection import McpConnection, McpLimits, McpServerSpec
+from corvid_actors.tools.sandbox import Sandbox, SandboxSettings, SandboxUnavailable
+from tests.fixtures.mcp_servers import live_processes, new_tag, server_command
+from tests.security.conftest import SECRET, make_sandbox
+
+
+def test_a_sandboxed_server_sees_the_sandbox_not_the_host(project, data_dir):
+    sandbox = make_sandbox(data_dir)
+    tag = new_tag()
+    command, args = server_command("echo", tag)
+    spec = McpServerSpec("echo", command, tuple(args), network=False)
+    argv, on_end = sandboxed_argv(sandbox, spec, str(project))
+    assert argv is not None and argv[0] in (sandbox.status.binary, "/bin/sh")
+    conn = McpConnection(spec, env=safe_env({}), cwd=str(project), limits=McpLimits(connect_timeout_s=20),
+                         argv=argv, on_end=on_end)
+    conn.start()
+    try:
+        assert conn.wait_ready(), conn.error
+        from corvid_actors.providers.base import CancelToken
+
+        def read(path: str) -> str:
+            return conn.call("read", {"path": path}, CancelToken()).output
+
+        assert SECRET not in read(str(project / ".env"))
+        assert "error" in read(str(data_dir / "corvid.db"))
+        assert b"bwrap" in read("/proc/1/cmdline").encode()  # pid 1 is the sandbox's init
+    finally:
+        conn.close()
+    deadline = time.monotonic() + 1.0
+    while live_processes(tag) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live_processes(tag) == []
+
+
+def test_launch_choice_per_mode(tmp_path):
+    spec = McpServerSpec("x", "server")
+    assert sandboxed_argv(None, spec, str(tmp_path)) == (None, None)
+    off = Sandbox(SandboxSettings(mode="off"))
+    assert sandboxed_argv(off, spec, str(tmp_path)) == (None, None)
+    auto_missing = Sandbox(SandboxSettings(mode="auto", bwrap_path="/nonexistent/bwrap"))
+    assert sandboxed_argv(auto_missing, spec, str(tmp_path)) == (None, None)
+    required_missing = Sandbox(SandboxSettings(mode="required", bwrap_path="/nonexistent/bwrap"))
+    with pytest.raises(SandboxUnavailable):
+        sandboxed_argv(required_missing, spec, str(tmp_path))
