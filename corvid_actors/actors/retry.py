@@ -71,6 +71,19 @@ class PendingWrites:
             self._failed(session_id, what, exc, first=True)
             return False
 
+    def take(self) -> tuple[tuple[str, str, Callable[[], Any]], ...]:
+        """Hand the pending writes over (an ending actor gives them to one that lives on)."""
+        items, self._queue = tuple(self._queue), deque()
+        self._attempt = 0
+        if items:
+            tell(self._timers, CancelTimer(self.key))
+        return items
+
+    def adopt(self, items: tuple[tuple[str, str, Callable[[], Any]], ...]) -> None:
+        """Take over another actor's pending writes: run now, in order, behind ours."""
+        for session_id, what, write in items:
+            self.run(session_id, what, write)
+
     def flush(self) -> None:
         """Run the pending writes in order; stop at the first that fails (retried later)."""
         while self._queue:

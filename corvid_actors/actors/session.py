@@ -18,7 +18,8 @@ or straight from ``Runtime.send_message`` through the live registry,
 ``credits``).
 Messages out (to the supervisor, lifecycle only): :class:`Built` / :class:`BuildFailed`,
 :class:`SessionEnded`, :class:`OutageReported`, :class:`TimedOut`,
-:class:`SessionCrashed`, :class:`StopRequested`.
+:class:`SessionCrashed`, :class:`StopRequested`, :class:`WritesHandedOver` (its failed
+writes, still pending when it ends: the supervisor goes on retrying them).
 
 Building (provider, tools, MCP servers, prompts) happens on this incarnation's own
 worker thread, not on the supervisor's: the actor starts with a ``build`` callable, runs
@@ -229,6 +230,15 @@ class BuildFailed:
     session_id: str
     generation: int
     error: str
+
+
+@dataclass(frozen=True)
+class WritesHandedOver:
+    """The ending incarnation's writes that failed and are still pending: the supervisor
+    goes on retrying them (``PendingWrites.adopt``), so they outlive the incarnation."""
+
+    session_id: str
+    writes: tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -664,6 +674,9 @@ class SessionActor(TrackedActor):
             tell(self.w.timers, CancelTimer((self.sid, kind, self.gen)))
         if self.w.approvals is not None:
             tell(self.w.approvals, CancelSession(self.sid, "Session stopped"))
+        pending = self._writes.take()
+        if pending:
+            tell(self.w.supervisor, WritesHandedOver(self.sid, pending))
 
     # --- model calls and tools ------------------------------------------------------------
 

@@ -64,6 +64,7 @@ from corvid_actors.actors.session import (
     TimedOut,
     TurnTally,
     UserInput,
+    WritesHandedOver,
 )
 from corvid_actors.actors.slots import ReleaseSlot
 from corvid_actors.actors.timers import CancelTimer, CancelTimers, ScheduleTimer
@@ -101,6 +102,8 @@ from corvid_actors.supervision import (
 )
 from corvid_actors.wiring import close_resources
 
+#: a restart or resume due when the store failed is due again this much later (seconds)
+_DUE_RETRY_S = 5.0
 #: how many of a session's latest system messages the zero-turn breaker reads
 _BREAKER_NOTES_WINDOW = 50
 
@@ -395,12 +398,27 @@ class SessionSupervisor(TrackedActor):
             sid = getattr(message, "session_id", "")
             logger.bind(session_id=sid or None).opt(exception=True).error(
                 "supervisor could not handle {}", type(message).__name__)
+            kind = _error_kind(exc)
+            retry = self._retry_due(message) if kind == "store_error" else None
             if sid:
                 self._publish(sid, SessionError(
-                    error_type=_error_kind(exc), severity="error", recoverable=True,
+                    error_type=kind, severity="warning" if retry else "error", recoverable=True,
                     message=f"The supervisor could not handle {type(message).__name__}: "
-                            f"{type(exc).__name__}: {exc}"))
+                            f"{type(exc).__name__}: {exc}" + (f"; trying again in {retry:g}s" if retry else "")))
             return None
+
+    def _retry_due(self, message: Any) -> float | None:
+        """A restart or resume that was due but hit a store error is due again a little
+        later (it must not be lost); the delay, or None for other messages."""
+        match message:
+            case _RestartDue(sid, _):
+                key: tuple[str, str] = (sid, "restart")
+            case _ResumeDue(sid, _):
+                key = (sid, "resume")
+            case _:
+                return None
+        tell(self.timers, ScheduleTimer(key, _DUE_RETRY_S, self.actor_ref, message))
+        return _DUE_RETRY_S
 
     def _dispatch(self, message: Any) -> Any:  # noqa: C901 - a flat message switch reads best
         match message:
@@ -475,6 +493,8 @@ class SessionSupervisor(TrackedActor):
                 self._stop_request(sid, "credits_exhausted")
             case RetryWrites():
                 self._writes.flush()
+            case WritesHandedOver(_, writes):
+                self._writes.adopt(writes)
             case TimedOut(sid, gen) if self._current(sid, gen):
                 timeout_s = self._running[sid].timeout_s
                 self._publish(sid, SessionError(

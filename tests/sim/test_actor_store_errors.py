@@ -150,10 +150,11 @@ def test_a_store_error_in_a_timer_handler_does_not_kill_the_supervisor(sim_clock
         assert store.raised == ["get_session"]
         errors = _store_errors(recorder, sid)
         assert len(errors) == 1 and "_RestartDue" in errors[0].event.message
-        # alive: it answers, and the session comes back on the user's next message
+        assert errors[0].event.message.endswith("trying again in 5s")
+        # alive: it answers; the restart is not lost, only 5 s late
         assert runtime.get_active_session_ids() == []
-        assert runtime.resume_process(sid, "are you back?") is not None
-        runtime.settle()
+        runtime.clock.advance(5.0)
+        assert recorder.times("session_started", sid) == [0.0, 10.0]
         assert runtime.is_running(sid)
     finally:
         runtime.shutdown()
@@ -172,6 +173,28 @@ def test_an_asked_request_that_hits_a_store_error_replies_with_it(sim_clock, scr
         else:
             raise AssertionError("the asker did not get the store error")
         assert runtime.get_active_session_ids() == []  # and the supervisor lives on
+    finally:
+        runtime.shutdown()
+        store.close()
+
+
+def test_pending_writes_outlive_a_stopped_session(sim_clock, scripted, tmp_path):
+    runtime, store, recorder = _runtime(sim_clock, scripted, tmp_path)
+    scripted.default_reply = "the answer"
+    try:
+        sid = runtime.create_session(source="web").id
+        runtime.start_process(sid, "hi")
+        runtime.settle()
+        store.fail(lambda name, a, k: name == "append_message" and a[1] == "assistant", count=2)
+        assert runtime.send_message(sid, "question") is True
+        runtime.settle()
+        runtime.stop_process(sid)  # before the session's retry: it hands the write over
+        runtime.settle()
+        assert store.raised == ["append_message", "append_message"]  # the supervisor tried at once
+        assert [r for r, _ in runtime.store.recent_messages(sid, 10)] == ["user", "assistant", "user"]
+        runtime.clock.advance(1.0)  # the supervisor's retry
+        assert [c for r, c in runtime.store.recent_messages(sid, 10)] == ["hi", "the answer", "question",
+                                                                          "the answer"]
     finally:
         runtime.shutdown()
         store.close()
