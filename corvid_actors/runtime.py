@@ -220,7 +220,7 @@ class Runtime:
         if entry.deliver(message):
             return True
         self.store.delete_message(message_id)  # not delivered: the cold path stores it again
-        return bool(self._ask(sv.SendMessage(session_id, checked, fallback=True)))
+        return bool(self._ask(sv.SendMessage(session_id, checked, fallback=entry.generation)))
 
     def is_running(self, session_id: str) -> bool:
         return bool(self._ask(sv.IsRunning(session_id)))

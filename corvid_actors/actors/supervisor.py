@@ -145,13 +145,15 @@ class SendMessage:
 
     False when no incarnation runs, or when the incarnation refuses input (it is ending):
     then nothing is persisted and the incarnation is evicted, so the next resume
-    cold-starts. ``fallback``: the caller's direct delivery was refused after its lookup
-    (the actor ended in between): an incarnation that cannot take the message is evicted
-    and the session cold-starts with it (True if it started)."""
+    cold-starts. ``fallback``: the generation of the incarnation whose direct delivery
+    was refused after the caller's lookup (its actor ended in between). If that one is
+    still the current incarnation, it is evicted and the session cold-starts with the
+    message (True if it started); if the supervisor has stopped or replaced it meanwhile,
+    the message goes to a newer incarnation, or nowhere (False) — a stop stays a stop."""
 
     session_id: str
     text: UserContent
-    fallback: bool = False
+    fallback: int = 0
 
 
 @dataclass(frozen=True)
@@ -713,13 +715,16 @@ class SessionSupervisor(TrackedActor):
         self._publish(sid, SessionError(error_type="context_exhausted", severity="info", recoverable=True,
                                         message="Session context was bloated — restarting with fresh context."))
 
-    def _send(self, sid: str, text: UserContent, *, fallback: bool = False) -> bool:
+    def _send(self, sid: str, text: UserContent, *, fallback: int = 0) -> bool:
         inc = self._running.get(sid)
         if inc is None:
-            return self._cold_send(sid, text) if fallback else False
+            return False  # stopped, ended or crashed meanwhile: not running, as for any send
+        # cold-start only for the very incarnation the caller could not reach, never while
+        # shutting down
+        cold = bool(fallback) and inc.generation == fallback and not self._shutting_down
         if not inc.lifeline.accepting_input or not inc.ref.is_alive():
             self._evict(sid)
-            return self._cold_send(sid, text) if fallback else False
+            return self._cold_send(sid, text) if cold else False
         if needs_context_reset(inc.entry.delivered, self.cfg.session.max_turns_before_context_reset):
             return self._resume(sid, text) is not None
         blocks = content_blocks(text)
@@ -746,7 +751,7 @@ class SessionSupervisor(TrackedActor):
         if not inc.entry.deliver(message):
             self.store.delete_message(message_id)  # refused: nothing of it stays
             self._evict(sid)
-            return self._cold_send(sid, text) if fallback else False
+            return self._cold_send(sid, text) if cold else False
         inc.entry.mark_begun()
         return True
 

@@ -174,3 +174,25 @@ def test_a_build_failure_is_a_spawn_error_and_start_replies_none(runtime, script
     assert recorder.last("session_error", sid).error_type == "spawn_error"
     assert not runtime.is_running(sid) and runtime.live.get(sid) is None
     assert runtime.store.get_session(sid).status == "error"
+
+
+def test_the_fallback_never_undoes_a_stop_or_reaches_past_a_newer_incarnation(runtime, scripted, recorder):
+    from corvid_actors.actors.supervisor import SendMessage
+
+    sid = runtime.create_session(source="web").id
+    runtime.start_process(sid, "hi")
+    runtime.settle()
+    old = runtime.live.get(sid).generation
+    # a stop lands between the caller's lookup and its fallback: a stop stays a stop
+    runtime.stop_process(sid)
+    assert runtime.supervisor.ask(SendMessage(sid, "late", fallback=old)) is False
+    runtime.settle()
+    assert not runtime.is_running(sid)
+    assert [c for r, c in runtime.store.recent_messages(sid, 10) if r == "user"] == ["hi"]
+    # a newer incarnation runs: the message goes to it, no cold start
+    runtime.start_process(sid, "again")
+    runtime.settle()
+    assert runtime.supervisor.ask(SendMessage(sid, "for the new one", fallback=old)) is True
+    runtime.settle()
+    assert [r.event.generation for r in recorder.of(sid, "session_started")] == [1, 2]
+    assert scripted.requests[-1].messages[-1].content == "for the new one"
