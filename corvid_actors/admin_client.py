@@ -124,12 +124,17 @@ class AdminClient:
 
     def receive(self) -> dict[str, Any]:
         """The next line from the daemon, decoded."""
+        reader = self._reader
+        if reader is None:
+            raise AdminUnavailable("the connection is closed")
         try:
-            line = self._reader.readline()
+            line = reader.readline()
         except TimeoutError:
             raise AdminUnavailable(f"the daemon did not answer within {self.timeout_s} s") from None
         except OSError as exc:
             raise AdminUnavailable(f"the daemon closed the connection: {exc}") from None
+        except ValueError:  # close() from another thread released the buffer under readline
+            raise AdminUnavailable("the connection was closed") from None
         if not line:
             raise AdminUnavailable("the daemon closed the connection")
         return dict(json.loads(line))
