@@ -42,12 +42,14 @@ from corvid_actors.actors.events import (
     Unsubscribe,
     UnsubscribeAll,
 )
+from corvid_actors.actors.live import LiveSessions
+from corvid_actors.actors.session import UserInput
 from corvid_actors.actors.slots import SlotPool, SlotStats
 from corvid_actors.actors.timers import Timers, TimerStats
 from corvid_actors.actors.watchdog import StoreWatch
 from corvid_actors.clock import Clock, RealClock
 from corvid_actors.config import Config, load_config
-from corvid_actors.content import UserContent, content_blocks
+from corvid_actors.content import UserContent, content_blocks, text_parts
 from corvid_actors.db.store import Store
 from corvid_actors.errors import RuntimeStoppedError, StoreError
 from corvid_actors.events import ErrorEvent, SessionError
@@ -185,9 +187,12 @@ class Runtime:
 
             self.credits = CreditBank.start(t, store=self.store, config=self.config.credits, bus=self.bus,
                                             is_owner=is_owner or (lambda participant: False), timers=self.timers)
+        #: live incarnations, for send_message's direct path (the supervisor writes it)
+        self.live = LiveSessions()
         self.supervisor = sv.SessionSupervisor.start(
             t, config=self.config, clock=self.clock, store=self.store, builder=self.builder, bus=self.bus,
             timers=self.timers, slot_pool=self.slot_pool, approvals=self.approvals, credits=self.credits,
+            live=self.live,
         )
         if self.credits is not None:
             from corvid_actors.actors.credits import BindSupervisor
@@ -206,7 +211,7 @@ class Runtime:
         None when it could not start (an ``error`` event says why). ``prompt`` is a string
         or multimodal content blocks (see :mod:`corvid_actors.content`); invalid blocks
         raise InvalidContentError before anything happens."""
-        return self._ask(sv.StartProcess(session_id, _checked(prompt)))
+        return sv.started_pid(self._ask(sv.StartProcess(session_id, _checked(prompt))))
 
     def resume_process(self, session_id: str, prompt: UserContent | None = None) -> int | None:
         """Resume with conversation history (or send ``prompt`` to a running session).
@@ -214,7 +219,7 @@ class Runtime:
         Without ``prompt`` the model is called only if the session was mid-turn (a turn in
         flight when it ended, or an unanswered user message); otherwise the session comes
         back ready and its next message reaches the model with the history."""
-        return self._ask(sv.ResumeProcess(session_id, _checked(prompt)))
+        return sv.started_pid(self._ask(sv.ResumeProcess(session_id, _checked(prompt))))
 
     def stop_process(self, session_id: str, reason: str = "user_stop") -> None:
         self._ask(sv.StopProcess(session_id, reason))
@@ -225,9 +230,27 @@ class Runtime:
         ``content`` is a string or multimodal content blocks (text and image blocks as the
         Anthropic Messages API takes them, see :mod:`corvid_actors.content`); they are
         stored as given and sent to providers that take images, the text parts to the
-        others. Invalid blocks raise InvalidContentError."""
+        others. Invalid blocks raise InvalidContentError.
+
+        A running session gets the message without the supervisor: it is persisted on this
+        thread (the acknowledgement) and told to the incarnation found in the live
+        registry. The supervisor is asked only when that does not apply (no incarnation,
+        a resumed one's first message, a context reset, an incarnation that is ending),
+        or when the incarnation ended between the lookup and the delivery: then the
+        message is taken back and the supervisor cold-starts the session with it."""
         checked = content if isinstance(content, str) else content_blocks(content)
-        return bool(self._ask(sv.SendMessage(session_id, checked)))
+        if self._stopped:
+            raise RuntimeStoppedError("the runtime is shut down")
+        entry = self.live.get(session_id)
+        if entry is None or not entry.fast_path(self.config.session.max_turns_before_context_reset):
+            return bool(self._ask(sv.SendMessage(session_id, checked)))
+        blocks = content_blocks(checked)
+        message = UserInput(text_parts(blocks) if blocks else str(checked), blocks)
+        message_id = self.store.append_message(session_id, "user", checked)
+        if entry.deliver(message):
+            return True
+        self.store.delete_message(message_id)  # not delivered: the cold path stores it again
+        return bool(self._ask(sv.SendMessage(session_id, checked, fallback=entry.generation)))
 
     def is_running(self, session_id: str) -> bool:
         return bool(self._ask(sv.IsRunning(session_id)))
@@ -369,6 +392,7 @@ class Runtime:
         from corvid_actors.actors.credits import ChargeTurn
 
         session = self.store.require_session(session_id)
+        # an exhausted session is stopped: the bank tells the supervisor CreditsExhausted
         return self._ask(ChargeTurn(session_id, session.source, self.supervisor), self._credit_bank())
 
     def _credit_bank(self) -> pykka.ActorRef[Any]:

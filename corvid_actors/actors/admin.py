@@ -26,6 +26,7 @@ from typing import Any
 import pykka
 
 from corvid_actors.actors import approvals as ap
+from corvid_actors.actors import credits
 from corvid_actors.actors import supervisor as sv
 from corvid_actors.actors._admin_views import (
     UNRECORDED_EVENTS,
@@ -183,7 +184,8 @@ class AdminActor(TrackedActor):
         if ref is None:
             raise AdminError(UNAVAILABLE, f"the {what} is not running in this daemon")
         try:
-            return ref.ask(message)
+            # a start/resume replies with a ticket: wait for the new incarnation's pid
+            return sv.started_pid(ref.ask(message))
         except pykka.ActorDeadError:
             raise AdminError(UNAVAILABLE, f"the {what} is shut down") from None
         except RuntimeStoppedError as exc:
@@ -335,8 +337,6 @@ class AdminActor(TrackedActor):
         if self.w.credits is None:
             raise AdminError(UNAVAILABLE, "credits are not enabled in this daemon "
                                           "(set daemon.with_credits = true in the config and restart)")
-        from corvid_actors.actors import credits
-
         return credits
 
     def _cmd_credits_balance(self, args: Mapping[str, Any]) -> dict[str, Any]:

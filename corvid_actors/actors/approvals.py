@@ -12,6 +12,8 @@ resolves them.
 
 Requests never leave the broker with their raw input: :class:`ListPending` shows the
 description only.
+
+Replies (owned here): :class:`ApprovalAsked`, :class:`ApprovalAnswer`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from typing import Any
 import pykka
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
-from corvid_actors.actors.session import ApprovalAnswer, ApprovalAsked
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
 from corvid_actors.clock import Clock, iso_after
 
@@ -75,6 +76,33 @@ class DenyAll:
 @dataclass(frozen=True)
 class SetMode:
     mode: str
+
+
+# --- replies (told to ``reply_to``; this module owns them) ----------------------------------
+
+
+@dataclass(frozen=True)
+class ApprovalAnswer:
+    call_id: str
+    allowed: bool
+    message: str = ""
+    updated_input: dict[str, Any] | None = None
+    scope: str = "once"
+    approval_id: str = ""
+
+
+@dataclass(frozen=True)
+class ApprovalAsked:
+    """From the ApprovalBroker: a human is being asked (the session publishes
+    ``approval_request`` now). Not sent for requests answered at once (paused mode, a
+    session-wide grant). ``approval_id`` is the id the broker keeps the request under."""
+
+    call_id: str
+    approval_id: str
+    created_at: str = ""
+    #: False when the request waits for a human however long it takes (queued mode): its
+    #: ``approval_request`` then carries ``timeout_s = 0`` (no countdown)
+    expires: bool = True
 
 
 @dataclass(frozen=True)

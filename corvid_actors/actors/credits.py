@@ -1,6 +1,6 @@
 """The CreditBank actor: per-participant credits, charged once per model turn of chat sessions.
 
-The supervisor tells the bank :class:`ChargeTurn` for every ``result`` event (one model
+A session actor tells the bank :class:`ChargeTurn` for every ``result`` event (one model
 turn). The bank charges ``credits.credits_per_turn`` to the session's ``participant``
 when the session's source is charged (``chat``) and the participant is not an owner
 (``is_owner``, injected by the host). A first-time participant's account is opened with
@@ -9,8 +9,9 @@ when the session's source is charged (``chat``) and the participant is not an ow
 - balance at or below ``credits.low_credit_threshold`` → a ``credits_low`` event on the
   session (:class:`~corvid_actors.events.CreditsLow`);
 - a refused charge (the balance does not cover the turn) → an ``error`` event of type
-  ``credits_exhausted``, then ``StopProcess(session_id, "credits_exhausted")`` to the
-  supervisor, so the session ends with ``session_stopped``.
+  ``credits_exhausted``, then :class:`CreditsExhausted` to the asker (``reply_to``: the
+  session actor, which asks its supervisor to stop it; the supervisor stops the session
+  itself when it is the one told), so the session ends with ``session_stopped``.
 
 A charge that cannot be written (the store is unavailable) is not dropped: the bank
 publishes a ``session_error`` (``store_unavailable``, a warning) on the session and tries
@@ -28,8 +29,10 @@ Messages (all on the bank's thread):
   the turn was not charged);
 - :class:`OpenAccount` → :class:`Account`; :class:`GrantCredits` → new balance;
   :class:`GetBalance` → int; :class:`GetTransactions` → list of dicts (newest first);
-- :class:`BindSupervisor` (tell) — the supervisor to stop exhausted sessions through
-  when a ``ChargeTurn`` names no ``reply_to``.
+- :class:`BindSupervisor` (tell) — who is told :class:`CreditsExhausted` when a
+  ``ChargeTurn`` names no ``reply_to``.
+
+Replies (this module owns them): :class:`CreditsExhausted`.
 """
 
 from __future__ import annotations
@@ -43,7 +46,6 @@ from loguru import logger
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.events import Publish
-from corvid_actors.actors.supervisor import StopProcess
 from corvid_actors.actors.timers import ScheduleTimer
 from corvid_actors.config import CreditsConfig
 from corvid_actors.db.ledger import Account, Deduction, Ledger
@@ -51,7 +53,7 @@ from corvid_actors.errors import StoreError
 from corvid_actors.events import CreditsLow, ErrorEvent, SessionError
 
 __all__ = [
-    "CHARGED_SOURCES", "BindSupervisor", "ChargeTurn", "CreditBank", "GetBalance", "GetTransactions",
+    "CHARGED_SOURCES", "BindSupervisor", "ChargeTurn", "CreditBank", "CreditsExhausted", "GetBalance", "GetTransactions",
     "GrantCredits", "OpenAccount", "payer_for", "exhausted_message", "low_message",
 ]
 
@@ -70,7 +72,8 @@ CHARGE_RETRY_BACKOFF_S = (1.0, 30.0)
 class ChargeTurn:
     """One model turn of ``session_id`` finished; charge it if its source is charged.
 
-    ``reply_to`` is the supervisor, told ``StopProcess`` when the credits are exhausted.
+    ``reply_to`` is told :class:`CreditsExhausted` when the credits are exhausted (the
+    session actor, or the supervisor); None: the bound supervisor.
     ``attempt`` counts the bank's own retries of a charge the store refused.
     """
 
@@ -113,6 +116,14 @@ class GetTransactions:
 @dataclass(frozen=True)
 class BindSupervisor:
     ref: pykka.ActorRef[Any]
+
+
+@dataclass(frozen=True)
+class CreditsExhausted:
+    """Reply to :class:`ChargeTurn`'s ``reply_to``: the charge was refused, the session is
+    to be stopped (reason ``credits_exhausted``)."""
+
+    session_id: str
 
 
 # --- rules (pure) -------------------------------------------------------------------------
@@ -233,7 +244,7 @@ class CreditBank(TrackedActor):
             self._publish(session_id, SessionError(error_type="credits_exhausted", severity="warning",
                                                    recoverable=True,
                                                    message="Session paused: credits exhausted. Add credits to resume."))
-            tell(reply_to or self.supervisor, StopProcess(session_id, "credits_exhausted"))
+            tell(reply_to or self.supervisor, CreditsExhausted(session_id))
         elif result.is_low:
             self._publish(session_id, CreditsLow(remaining=result.remaining, message=low_message(result.remaining)))
         return result

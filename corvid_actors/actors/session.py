@@ -10,10 +10,32 @@ supervisor closes the lifeline *before* it publishes the final event of a stop, 
 event of this incarnation — not even a streamed delta already in flight on the worker —
 can come after the end.
 
-Messages in: :class:`Begin`, :class:`Ready`, :class:`UserInput`, :class:`ExtendTimeout`,
-:class:`CheckTimeout`, :class:`Abort`, and the answers of SlotPool, ApprovalBroker and
-Timers. Messages out (to the supervisor): :class:`SessionEnded`, :class:`OutageReported`,
-:class:`TurnCompleted`, :class:`TimedOut`, :class:`SessionCrashed`.
+Messages in: :class:`Begin`, :class:`Ready`, :class:`UserInput` (from the supervisor,
+or straight from ``Runtime.send_message`` through the live registry,
+``corvid_actors.actors.live``), :class:`ExtendTimeout`, :class:`CheckTimeout`,
+:class:`Abort`, and the answers of SlotPool, ApprovalBroker, CreditBank and Timers
+(each defined by the module of the actor that sends it: ``slots``, ``approvals``,
+``credits``).
+Messages out (to the supervisor, lifecycle only): :class:`Built` / :class:`BuildFailed`,
+:class:`SessionEnded`, :class:`OutageReported`, :class:`TimedOut`,
+:class:`SessionCrashed`, :class:`StopRequested`, :class:`WritesHandedOver` (its failed
+writes, still pending when it ends: the supervisor goes on retrying them).
+
+Building (provider, tools, MCP servers, prompts) happens on this incarnation's own
+worker thread, not on the supervisor's: the actor starts with a ``build`` callable, runs
+it on a worker and reports :class:`Built` (or :class:`BuildFailed`) before its first
+turn; the supervisor sends ``Begin``/``Ready`` only then. A hanging MCP server delays
+only its own session; a stop during the build closes the lifeline at once, and what the
+build made is closed when it finishes.
+
+Turn accounting is this actor's: it counts turns (``sessions.open_turns`` /
+``total_turns`` when a user message arrives), adds each turn's cost and count
+(``add_session_usage``) and asks the CreditBank to charge it; the supervisor reads the
+:class:`TurnTally` when the incarnation ends. Conversation writes have one owner each:
+user messages — whoever accepts them (``Runtime.send_message`` on the caller's thread,
+the supervisor for start/resume prompts); assistant text and the loop's notes
+(``PersistMessage``) — this actor; exit notes — the supervisor. A write that fails is
+retried with backoff (``corvid_actors.actors.retry``), never fatal to the actor.
 """
 
 from __future__ import annotations
@@ -21,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -28,8 +51,17 @@ from typing import Any
 import pykka
 from loguru import logger
 
+from corvid_actors.actors.approvals import (
+    ApprovalAnswer,
+    ApprovalAsked,
+    CancelSession,
+    RequestApproval,
+)
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
+from corvid_actors.actors.credits import ChargeTurn, CreditsExhausted
 from corvid_actors.actors.events import Publish
+from corvid_actors.actors.retry import PendingWrites, RetryWrites
+from corvid_actors.actors.slots import AcquireSlot, ReleaseSlot, SlotAnswer, SlotQueued
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
 from corvid_actors.clock import Clock, iso_after
 from corvid_actors.events import (
@@ -61,6 +93,7 @@ from corvid_actors.providers.base import (
     TextDelta,
 )
 from corvid_actors.tools.base import ToolContext, ToolRegistry, ToolResult
+from corvid_actors.wiring import close_resources
 
 # --- the lifeline ------------------------------------------------------------------------
 
@@ -106,15 +139,30 @@ class Lifeline:
         self.cancel.cancel()
 
 
+@dataclass
+class TurnTally:
+    """An incarnation's turn accounting, written by its actor only; the supervisor reads it
+    when the incarnation ends (exit notes, ``session_info``). Starts with the counts the
+    session had (a new incarnation goes on counting)."""
+
+    turns: int = 0
+    cost_usd: float = 0.0
+    #: a turn of this incarnation succeeded (the supervisor resets the outage backoff)
+    answered: bool = False
+
+
 # --- messages ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Begin:
-    """The first message; ``blocks`` when it is multimodal (``prompt`` is its text)."""
+    """The first message; ``blocks`` when it is multimodal (``prompt`` is its text).
+    ``counts_turn``: a user message that opens a new turn (a resumed incarnation's first
+    message); the start's own prompt was counted by the supervisor's start write."""
 
     prompt: str
     blocks: tuple[dict[str, Any], ...] = ()
+    counts_turn: bool = False
 
 
 @dataclass(frozen=True)
@@ -166,12 +214,41 @@ class OutageReported:
 
 
 @dataclass(frozen=True)
-class TurnCompleted:
+class Built:
+    """The incarnation is built (``built``: the ``wiring.BuiltSession``) and waits for
+    ``Begin``/``Ready``. Its ``built.resources`` are the supervisor's to close from now on."""
+
     session_id: str
     generation: int
-    subtype: str
-    cost_usd: float
-    usage: dict[str, int] = field(default_factory=dict)
+    built: Any
+
+
+@dataclass(frozen=True)
+class BuildFailed:
+    """Building the incarnation raised (a spawn error); the actor has stopped."""
+
+    session_id: str
+    generation: int
+    error: str
+
+
+@dataclass(frozen=True)
+class WritesHandedOver:
+    """The ending incarnation's writes that failed and are still pending: the supervisor
+    goes on retrying them (``PendingWrites.adopt``), so they outlive the incarnation."""
+
+    session_id: str
+    writes: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class StopRequested:
+    """The incarnation asks to be stopped (``session_stopped`` with ``reason``), e.g. when
+    the CreditBank says its participant's credits are exhausted."""
+
+    session_id: str
+    generation: int
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -185,47 +262,6 @@ class SessionCrashed:
     session_id: str
     generation: int
     error: str
-
-
-# slot pool / approval broker / timer answers ---------------------------------------------
-
-
-@dataclass(frozen=True)
-class SlotAnswer:
-    """From the SlotPool: granted, or the wait timed out."""
-
-    request_id: int
-    granted: bool
-
-
-@dataclass(frozen=True)
-class SlotQueued:
-    request_id: int
-    status_message: str
-
-
-@dataclass(frozen=True)
-class ApprovalAnswer:
-    call_id: str
-    allowed: bool
-    message: str = ""
-    updated_input: dict[str, Any] | None = None
-    scope: str = "once"
-    approval_id: str = ""
-
-
-@dataclass(frozen=True)
-class ApprovalAsked:
-    """From the ApprovalBroker: a human is being asked (the session publishes
-    ``approval_request`` now). Not sent for requests answered at once (paused mode, a
-    session-wide grant). ``approval_id`` is the id the broker keeps the request under."""
-
-    call_id: str
-    approval_id: str
-    created_at: str = ""
-    #: False when the request waits for a human however long it takes (queued mode): its
-    #: ``approval_request`` then carries ``timeout_s = 0`` (no countdown)
-    expires: bool = True
 
 
 def approval_id_for(session_id: str, generation: int, seq: int) -> str:
@@ -255,6 +291,13 @@ class _TimeoutDue:
 class _WorkerDone:
     seq: int
     result: fx.LoopInput | _ExitRequested
+
+
+@dataclass(frozen=True)
+class _BuildDone:
+    wiring: Any = None
+    built: Any = None
+    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -292,12 +335,22 @@ class SessionWiring:
     slot_weight: int = 1
     #: where payload-growth snapshots are written (None: not written, only logged)
     snapshot_dir: Path | None = None
+    #: turn accounting (shared with the supervisor, who reads it at the end)
+    tally: TurnTally = field(default_factory=TurnTally)
+    #: the session's source (the CreditBank charges ``chat`` turns) and the bank, if any
+    source: str = ""
+    credits: pykka.ActorRef[Any] | None = None
 
 
 class SessionActor(TrackedActor):
-    def __init__(self, tracker: ActivityTracker, wiring: SessionWiring) -> None:
+    """``wiring`` complete, or — with ``build`` — a partial one (no provider, loop, tools
+    yet) that ``build()`` (run on a worker) returns complete, with the ``BuiltSession``."""
+
+    def __init__(self, tracker: ActivityTracker, wiring: SessionWiring,
+                 build: Callable[[], tuple[SessionWiring, Any]] | None = None) -> None:
         super().__init__(tracker)
         self.w = wiring
+        self._build = build
         self.sid = wiring.session_id
         self.gen = wiring.generation
         self._loop = wiring.loop
@@ -327,11 +380,45 @@ class SessionActor(TrackedActor):
         self._turn_started = self._clock.monotonic()
         self._begun = False
         self._last_error = ""
+        self._tally = wiring.tally
+        self._writes = PendingWrites(timers=wiring.timers, owner=None, key=(self.sid, "write-retry", self.gen),
+                                     publish=lambda _sid, event: self.w.lifeline.publish(event))
 
     # --- lifecycle ------------------------------------------------------------------------
 
     def on_start(self) -> None:
+        self._writes.bind(self.actor_ref)
         self._schedule_timeout(self._timeout_s)
+        if self._build is not None:
+            self._start_build(self._build)
+
+    def _start_build(self, build: Callable[[], tuple[SessionWiring, Any]]) -> None:
+        ref, lifeline, sid = self.actor_ref, self.w.lifeline, self.sid
+
+        def body() -> None:
+            try:
+                wiring, built = build()
+            except Exception as exc:  # noqa: BLE001 - any build failure is a spawn error, reported
+                logger.bind(session_id=sid).opt(exception=True).warning("session failed to start")
+                tell(ref, _BuildDone(error=str(exc)))
+                return
+            if lifeline.closed or not tell(ref, _BuildDone(wiring, built)):
+                close_resources(built.resources, sid)  # stopped during the build
+
+        self._tracker.run_tracked(body, f"build-{sid[:8]}")
+
+    def _built(self, done: _BuildDone) -> None:
+        self._build = None
+        if done.wiring is None:
+            self._ended = True
+            tell(self.w.supervisor, BuildFailed(self.sid, self.gen, done.error))
+            self._release_everything()
+            self.actor_ref.stop(block=False)
+            return
+        self.w = done.wiring
+        self._loop = done.wiring.loop
+        self._tally = done.wiring.tally
+        tell(self.w.supervisor, Built(self.sid, self.gen, done.built))
 
     def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
         logger.bind(session_id=self.sid).opt(exception=(exception_type, exception_value, traceback)).error(
@@ -343,13 +430,21 @@ class SessionActor(TrackedActor):
 
     def on_receive(self, message: Any) -> Any:
         if self._ended or self.w.lifeline.closed:
+            if isinstance(message, _BuildDone) and message.built is not None:
+                # stopped during the build: what it made is closed (blocking: on a worker)
+                resources, sid = message.built.resources, self.sid
+                self._tracker.run_tracked(lambda: close_resources(resources, sid), f"close-{sid[:8]}")
             if isinstance(message, SlotAnswer) and message.granted:
                 self._give_back_slot()  # granted during the abort: release it (race-safe)
             if isinstance(message, Abort):
                 self._abort()
             return None
         match message:
-            case Begin(prompt, blocks):
+            case _BuildDone():
+                self._built(message)
+            case Begin(prompt, blocks, counts_turn):
+                if counts_turn:
+                    self._count_turn()
                 self._begin(prompt, blocks)
             case Ready():
                 # no turn: wait for the first message as after a finished turn (a late
@@ -358,8 +453,10 @@ class SessionActor(TrackedActor):
                 self.w.lifeline.publish(Thinking(thinking=False))
                 self._turn_finished()
             case UserInput(text, blocks) if not self._begun:
+                self._count_turn()
                 self._begin(text, blocks)  # the supervisor sends Begin first; never lose a message
             case UserInput(text, blocks):
+                self._count_turn()
                 self._touch()
                 if self._in_turn:
                     self._pending_input.append(fx.UserMessage(text, blocks))
@@ -427,7 +524,20 @@ class SessionActor(TrackedActor):
                 self._schedule_timeout(min(timeout_s, self._timeout_s))
             case Abort():
                 self._abort()
+            case CreditsExhausted(sid) if sid == self.sid:
+                tell(self.w.supervisor, StopRequested(self.sid, self.gen, "credits_exhausted"))
+            case RetryWrites():
+                self._writes.flush()
         return None
+
+    def _count_turn(self) -> None:
+        """A user message opens a turn: counted here, stored open until its result."""
+        self._tally.turns += 1
+        turns = self._tally.turns
+        self._write("the turn count", lambda: self.w.store.open_turn(self.sid, total_turns=turns))
+
+    def _write(self, what: str, write: Any) -> None:
+        self._writes.run(self.sid, what, write)
 
     def _begin(self, prompt: str, blocks: tuple[dict[str, Any], ...] = ()) -> None:
         self._begun = True
@@ -474,7 +584,9 @@ class SessionActor(TrackedActor):
                 case fx.PersistMessage(role, content):
                     # Assistant replies are persisted from their Assistant events already.
                     if role != "assistant":
-                        self.w.store.append_message(self.sid, role, content)
+                        self._write(f"a {role} message",
+                                    lambda role=role, content=content: self.w.store.append_message(
+                                        self.sid, role, content))
 
     def _write_snapshot(self, content: str) -> None:
         """The payload-growth failsafe's diagnostic snapshot → a file in the data directory."""
@@ -496,11 +608,13 @@ class SessionActor(TrackedActor):
     def _emit(self, event: Event) -> None:
         if isinstance(event, PlanEvent):
             # stored before it is published: a reader told of the change finds it in the store
-            self.w.store.update_session(self.sid, plan=plan_to_json(event.steps))
+            plan = plan_to_json(event.steps)
+            self._write("the plan", lambda: self.w.store.update_session(self.sid, plan=plan))
         if isinstance(event, RetryScheduled) and not event.due_at:
             event = replace(event, due_at=iso_after(self._clock, event.delay_s))
         if isinstance(event, Assistant) and event.content:
-            self.w.store.append_message(self.sid, "assistant", event.content)
+            text = event.content
+            self._write("the assistant's reply", lambda: self.w.store.append_message(self.sid, "assistant", text))
         if isinstance(event, ErrorEvent) and event.message:
             self._last_error = event.message
         elif isinstance(event, Result) and event.subtype == "success":
@@ -509,8 +623,19 @@ class SessionActor(TrackedActor):
             event = replace(event, duration_ms=int((self._clock.monotonic() - self._turn_started) * 1000))
         self.w.lifeline.publish(event)
         if isinstance(event, Result):
-            tell(self.w.supervisor, TurnCompleted(self.sid, self.gen, event.subtype, event.total_cost_usd,
-                                                 dict(event.usage)))
+            self._turn_completed(event.subtype, event.total_cost_usd)
+
+    def _turn_completed(self, subtype: str, cost: float) -> None:
+        """A turn's result: its cost and count, stored; a success closes an open turn and
+        resets the supervisor's outage backoff; the CreditBank charges it."""
+        answered = subtype == "success"
+        self._tally.cost_usd += cost
+        if answered:
+            self._tally.answered = True
+        self._write("the turn's usage", lambda: self.w.store.add_session_usage(
+            self.sid, cost_usd=cost, turns=1, answered=answered))
+        if self.w.credits is not None:
+            tell(self.w.credits, ChargeTurn(self.sid, self.w.source, self.actor_ref))
 
     def _turn_finished(self) -> None:
         self._in_turn = False
@@ -533,7 +658,7 @@ class SessionActor(TrackedActor):
 
     def _abort(self) -> None:
         self.w.lifeline.refuse_input()
-        if not self._ended:
+        if not self._ended and self._loop is not None:  # no loop yet while it builds
             self._loop.abort()
         self._release_everything()
         self._ended = True
@@ -548,9 +673,10 @@ class SessionActor(TrackedActor):
         for kind in ("idle", "timeout"):
             tell(self.w.timers, CancelTimer((self.sid, kind, self.gen)))
         if self.w.approvals is not None:
-            from corvid_actors.actors.approvals import CancelSession
-
             tell(self.w.approvals, CancelSession(self.sid, "Session stopped"))
+        pending = self._writes.take()
+        if pending:
+            tell(self.w.supervisor, WritesHandedOver(self.sid, pending))
 
     # --- model calls and tools ------------------------------------------------------------
 
@@ -618,8 +744,6 @@ class SessionActor(TrackedActor):
         if self.w.approvals is None:
             self.actor_ref.tell(ApprovalAnswer(call.id, False, "No approval broker is configured"))
             return
-        from corvid_actors.actors.approvals import RequestApproval
-
         self._approval_seq += 1
         approval_id = approval_id_for(self.sid, self.gen, self._approval_seq)
         # approval_request is published when the broker says a human is asked (ApprovalAsked)
@@ -639,8 +763,6 @@ class SessionActor(TrackedActor):
             self._slot_state = "held"
             self._perform(self._loop.handle(fx.SlotGranted()))
             return
-        from corvid_actors.actors.slots import AcquireSlot
-
         self._slot_state = "waiting"
         tell(self.w.slot_pool, AcquireSlot(self.sid, self._slot_request, model, self.w.slot_weight,
                                            self.actor_ref))
@@ -653,8 +775,6 @@ class SessionActor(TrackedActor):
         # ended, when a grant may be racing the abort (ReleaseSlot is idempotent).
         if state == "none" and not self._ended:
             return
-        from corvid_actors.actors.slots import ReleaseSlot
-
         tell(self.w.slot_pool, ReleaseSlot(self.sid))
 
     # --- timeout ------------------------------------------------------------------------

@@ -13,6 +13,7 @@ session holds *or* waits for, and is idempotent — so an abort racing a grant i
 and the supervisor can release on behalf of a dead session actor.
 
 Messages: :class:`AcquireSlot`, :class:`ReleaseSlot` (tell); ``ask(SlotStats())``.
+Replies (owned here): :class:`SlotAnswer`, :class:`SlotQueued`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import pykka
 from loguru import logger
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
-from corvid_actors.actors.session import SlotAnswer, SlotQueued
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
 
 
@@ -47,6 +47,23 @@ class ReleaseSlot:
 @dataclass(frozen=True)
 class SlotStats:
     pass
+
+
+# --- replies (told to ``reply_to``; this module owns them) ----------------------------------
+
+
+@dataclass(frozen=True)
+class SlotAnswer:
+    """From the SlotPool: granted, or the wait timed out."""
+
+    request_id: int
+    granted: bool
+
+
+@dataclass(frozen=True)
+class SlotQueued:
+    request_id: int
+    status_message: str
 
 
 @dataclass(frozen=True)

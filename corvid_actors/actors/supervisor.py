@@ -12,22 +12,45 @@ reset at start-up (``Runtime``), 6/7 context reset through the resume path, 8 cr
 auto-restart, 9 outage pause and auto-resume, 10 timeouts, 12 events before
 subscriber removal, 13 orphan pruning, 14 ``_cleanup`` as the single cleanup path.
 
+Lifecycle only: the supervisor starts, stops, restarts, pauses and resumes incarnations
+and hears about their ends (:class:`SessionEnded`, :class:`SessionCrashed`,
+:class:`OutageReported`, :class:`TimedOut`, :class:`StopRequested`) — not about every
+turn. User messages to a running session do not pass through it: ``Runtime.send_message``
+persists them and tells the incarnation through the live registry
+(``corvid_actors.actors.live``), which only this actor writes. It is asked to deliver
+only when that fast path does not apply (no incarnation, a resumed incarnation's first
+message, a context reset, an incarnation that refuses input or died: the cold path).
+Turn accounting (turn counts, cost, credit charges) is the session actor's.
+
+Failures: a told handler that raises (a store error, a bug) does not stop this actor:
+the session concerned gets a ``session_error`` event and the error is logged; the
+writes that must happen (session status, exit notes) go through
+:class:`~corvid_actors.actors.retry.PendingWrites` and are retried with backoff through
+the Timers actor. An asked request that raises replies with the exception.
+
 Requests (ask): see the message classes below; each replies as its docstring says.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import threading
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pykka
 from loguru import logger
 
+from corvid_actors.actors.approvals import CancelSession
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
+from corvid_actors.actors.credits import CreditsExhausted
 from corvid_actors.actors.events import PruneSessions, Publish, RemoveSession
+from corvid_actors.actors.live import LiveSession, LiveSessions
+from corvid_actors.actors.retry import PendingWrites, RetryWrites
 from corvid_actors.actors.session import (
     Abort,
     Begin,
+    BuildFailed,
+    Built,
     CheckTimeout,
     ExtendTimeout,
     Lifeline,
@@ -37,15 +60,18 @@ from corvid_actors.actors.session import (
     SessionCrashed,
     SessionEnded,
     SessionWiring,
+    StopRequested,
     TimedOut,
-    TurnCompleted,
+    TurnTally,
     UserInput,
+    WritesHandedOver,
 )
+from corvid_actors.actors.slots import ReleaseSlot
 from corvid_actors.actors.timers import CancelTimer, CancelTimers, ScheduleTimer
 from corvid_actors.clock import Clock, iso_after
 from corvid_actors.config import Config
 from corvid_actors.content import UserContent, content_blocks, image_blocks, text_parts
-from corvid_actors.errors import NotFoundError, RuntimeStoppedError
+from corvid_actors.errors import RuntimeStoppedError, StoreError
 from corvid_actors.events import (
     ErrorEvent,
     Event,
@@ -60,6 +86,8 @@ from corvid_actors.events import (
 )
 from corvid_actors.loop.payload_guard import snapshot_dir
 from corvid_actors.loop.prompts import build_resume_prompt, with_context_summary
+from corvid_actors.loop.trimming import summarize_conversation
+from corvid_actors.providers.base import ChatMessage
 from corvid_actors.supervision import (
     active_turns,
     auto_resume_delay,
@@ -72,7 +100,10 @@ from corvid_actors.supervision import (
     restart_count_after_uptime,
     zero_turn_breaker_trips,
 )
+from corvid_actors.wiring import close_resources
 
+#: a restart or resume due when the store failed is due again this much later (seconds)
+_DUE_RETRY_S = 5.0
 #: how many of a session's latest system messages the zero-turn breaker reads
 _BREAKER_NOTES_WINDOW = 50
 
@@ -109,14 +140,20 @@ class StopProcess:
 @dataclass(frozen=True)
 class SendMessage:
     """Replies True if a running session accepted the message (persisted first).
-    ``text`` may be multimodal content blocks (``corvid_actors.content``).
+    ``text`` may be multimodal content blocks (``corvid_actors.content``). The slow path
+    of ``Runtime.send_message`` (see the module docstring).
 
     False when no incarnation runs, or when the incarnation refuses input (it is ending):
     then nothing is persisted and the incarnation is evicted, so the next resume
-    cold-starts."""
+    cold-starts. ``fallback``: the generation of the incarnation whose direct delivery
+    was refused after the caller's lookup (its actor ended in between). If that one is
+    still the current incarnation, it is evicted and the session cold-starts with the
+    message (True if it started); if the supervisor has stopped or replaced it meanwhile,
+    the message goes to a newer incarnation, or nowhere (False) — a stop stays a stop."""
 
     session_id: str
     text: UserContent
+    fallback: int = 0
 
 
 @dataclass(frozen=True)
@@ -188,6 +225,36 @@ class RefuseInput:
     session_id: str
 
 
+class StartTicket:
+    """The reply to :class:`StartProcess` / :class:`ResumeProcess` while the new
+    incarnation builds itself (off the supervisor's thread): :meth:`wait` blocks the asker
+    — never the supervisor — until it is built (its pid) or will not run (None: the build
+    failed, with a ``spawn_error`` event, or it was stopped first)."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._pid: int | None = None
+
+    def resolve(self, pid: int | None) -> None:
+        if not self._done.is_set():
+            self._pid = pid
+            self._done.set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout_s: float | None = None) -> int | None:
+        """The pid, or None; ``timeout_s`` (real seconds) passed: None."""
+        self._done.wait(timeout_s)
+        return self._pid
+
+
+def started_pid(reply: Any, timeout_s: float | None = None) -> int | None:
+    """What StartProcess / ResumeProcess replied, as a pid or None (waits for a ticket)."""
+    return reply.wait(timeout_s) if isinstance(reply, StartTicket) else reply
+
+
 # --- internal -----------------------------------------------------------------------------
 
 
@@ -237,11 +304,20 @@ class _Incarnation:
     #: the inactivity timeout last set: the default, or what extend_timeout granted (it
     #: holds until the session's next event, which re-arms the default)
     timeout_s: float
+    #: its entry in the live registry (``entry.begun``: False while a resumed incarnation
+    #: waits for its first message, which goes to it with the history, see ``_send``)
+    entry: LiveSession
+    #: its turn accounting (the session actor's; read here when it ends)
+    tally: TurnTally
     #: blocking closers of what the incarnation owns (BuiltSession.resources)
     resources: tuple[Any, ...] = ()
-    #: False while a resumed incarnation waits for its first message (no turn yet): that
-    #: message goes to it with the conversation history (see ``_send``)
-    begun: bool = True
+    #: True until it reports Built: its first message and what was sent meanwhile wait
+    building: bool = True
+    #: resolved with the pid when built, None when it never runs (the asker waits on it)
+    ticket: StartTicket | None = None
+    #: Begin or Ready, told when it is built; then the held messages, in their order
+    first: Any = None
+    held: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -250,10 +326,10 @@ class _Meta:
 
     source: str = "web"
     restart_count: int = 0
-    turns_since_reset: int = 0
     outage_attempts: int = 0
     restart_pending: bool = False
     started_at_iso: str = ""
+    #: turn accounting of the ended incarnations (a running one's is in its TurnTally)
     cost_usd: float = 0.0
     turns: int = 0
 
@@ -283,6 +359,7 @@ class SessionSupervisor(TrackedActor):
         slot_pool: pykka.ActorRef[Any] | None = None,
         approvals: pykka.ActorRef[Any] | None = None,
         credits: pykka.ActorRef[Any] | None = None,
+        live: LiveSessions | None = None,
     ) -> None:
         super().__init__(tracker)
         self.cfg = config
@@ -295,6 +372,10 @@ class SessionSupervisor(TrackedActor):
         self.slot_pool = slot_pool
         self.approvals = approvals
         self.credits = credits
+        #: the registry of live incarnations the send path reads (written here only)
+        self.live = live if live is not None else LiveSessions()
+        self._writes = PendingWrites(timers=timers, owner=None, key=("supervisor", "write-retry"),
+                                     publish=self._publish)
         self._running: dict[str, _Incarnation] = {}
         self._meta: dict[str, _Meta] = {}
         self._paused: dict[str, _Paused] = {}
@@ -307,7 +388,43 @@ class SessionSupervisor(TrackedActor):
 
     # --- dispatch ---------------------------------------------------------------------------
 
-    def on_receive(self, message: Any) -> Any:  # noqa: C901 - a flat message switch reads best
+    def on_start(self) -> None:
+        self._writes.bind(self.actor_ref)
+
+    def on_receive(self, message: Any) -> Any:
+        try:
+            return self._dispatch(message)
+        except Exception as exc:
+            if isinstance(message, _REQUESTS):
+                raise  # an ask: the asker gets the exception (Pykka keeps the actor)
+            # A told message (an incarnation's report, a timer): Pykka would stop this
+            # actor — and with it the runtime — for one bad message. Say so and go on.
+            sid = getattr(message, "session_id", "")
+            logger.bind(session_id=sid or None).opt(exception=True).error(
+                "supervisor could not handle {}", type(message).__name__)
+            kind = _error_kind(exc)
+            retry = self._retry_due(message) if kind == "store_error" else None
+            if sid:
+                self._publish(sid, SessionError(
+                    error_type=kind, severity="warning" if retry else "error", recoverable=True,
+                    message=f"The supervisor could not handle {type(message).__name__}: "
+                            f"{type(exc).__name__}: {exc}" + (f"; trying again in {retry:g}s" if retry else "")))
+            return None
+
+    def _retry_due(self, message: Any) -> float | None:
+        """A restart or resume that was due but hit a store error is due again a little
+        later (it must not be lost); the delay, or None for other messages."""
+        match message:
+            case _RestartDue(sid, _):
+                key: tuple[str, str] = (sid, "restart")
+            case _ResumeDue(sid, _):
+                key = (sid, "resume")
+            case _:
+                return None
+        tell(self.timers, ScheduleTimer(key, _DUE_RETRY_S, self.actor_ref, message))
+        return _DUE_RETRY_S
+
+    def _dispatch(self, message: Any) -> Any:  # noqa: C901 - a flat message switch reads best
         match message:
             case StartProcess(sid, prompt):
                 self._refuse_if_stopping()
@@ -318,8 +435,8 @@ class SessionSupervisor(TrackedActor):
             case ResumeProcess(sid, prompt):
                 self._refuse_if_stopping()
                 return self._resume(sid, prompt)
-            case SendMessage(sid, text):
-                return self._send(sid, text)
+            case SendMessage(sid, text, fallback):
+                return self._send(sid, text, fallback=fallback)
             case StopProcess(sid, reason):
                 return self._stop_request(sid, reason)
             case IsRunning(sid):
@@ -364,8 +481,24 @@ class SessionSupervisor(TrackedActor):
                 self._handle_exit(sid, 1, error)
             case OutageReported(sid, gen, text) if self._current(sid, gen):
                 self._pause_for_outage(sid, text)
-            case TurnCompleted(sid, gen, subtype, cost, usage) if self._current(sid, gen):
-                self._turn_completed(sid, subtype, cost, usage)
+            case Built(sid, gen, built) if self._current(sid, gen) and self._running[sid].building:
+                self._on_built(sid, built)
+            case Built(sid, gen, built):
+                # stopped (or replaced) while it was building: what it made is closed here
+                resources = tuple(built.resources)
+                if resources:
+                    self._tracker.run_tracked(lambda: close_resources(resources, sid), f"close-{sid[:8]}")
+            case BuildFailed(sid, gen, error) if self._current(sid, gen):
+                self._build_failed(sid, error)
+            case StopRequested(sid, gen, reason) if self._current(sid, gen):
+                self._stop_session(sid, reason)
+            case CreditsExhausted(sid):
+                # Runtime.charge_turn (or a bank with no reply_to) names the supervisor
+                self._stop_request(sid, "credits_exhausted")
+            case RetryWrites():
+                self._writes.flush()
+            case WritesHandedOver(_, writes):
+                self._writes.adopt(writes)
             case TimedOut(sid, gen) if self._current(sid, gen):
                 timeout_s = self._running[sid].timeout_s
                 self._publish(sid, SessionError(
@@ -407,60 +540,80 @@ class SessionSupervisor(TrackedActor):
     # --- start / resume / send ------------------------------------------------------------------
 
     def _start(self, sid: str, prompt: UserContent | None, *, begin: bool = True,
-               turns: int | None = None) -> int | None:
+               turns: int | None = None) -> StartTicket | None:
         """Start an incarnation. ``begin``: its first turn is ``prompt`` (or the initial
         prompt); otherwise it comes up ready and waits for a message. ``turns``: the turn
-        count it starts with (default, as the original's start: at least 1, the prompt)."""
+        count it starts with (default, as the original's start: at least 1, the prompt).
+
+        The incarnation builds itself on its own worker (off this thread): the reply is a
+        :class:`StartTicket` that gets the pid when it reports ``Built`` (see
+        ``_on_built``), or None when the build fails or it is stopped first."""
         if sid in self._running:
             self._stop_session(sid, "replaced")
-        try:
-            ctx = self.store.session_context(sid)
-        except NotFoundError:
-            raise
+        ctx = self.store.session_context(sid)  # NotFoundError goes to the asker
         session = ctx.session
         if session.project_id and ctx.project is None:
             self._publish(sid, ErrorEvent(error_type="not_found", message=f"Project {session.project_id} not found"))
             return None
         blocks = content_blocks(prompt) if prompt is not None else ()
         text = text_parts(blocks) if blocks else (prompt if isinstance(prompt, str) else session.initial_prompt or "")
-        try:
-            built = self.builder.build(ctx)
-        except Exception as exc:  # noqa: BLE001 - any build failure is a spawn error, reported
-            logger.bind(session_id=sid).opt(exception=True).warning("session failed to start")
-            self.store.update_session(sid, status="error", pid=None)
-            self._publish(sid, ErrorEvent(error_type="spawn_error", message=str(exc)))
-            self._publish(sid, SessionError(error_type="spawn_error", message=str(exc), severity="fatal",
-                                            recoverable=False))
-            return None
         self._generation += 1
         gen = self._generation
+        lifeline = Lifeline(sid, self.bus)
+        timeout_s = self.sup.session_timeout_s
+        meta = self._meta.setdefault(sid, _Meta(source=session.source))
+        meta.source = session.source
+        tally = TurnTally(turns=turns if turns is not None else max(meta.turns, session.total_turns or 0, 1),
+                          cost_usd=meta.cost_usd)
+        partial = SessionWiring(
+            session_id=sid, generation=gen, lifeline=lifeline, supervisor=self.actor_ref,
+            timers=self.timers, clock=self.clock, store=self.store, provider=None,  # type: ignore[arg-type]
+            loop=None, tools=None, tool_context=None,  # type: ignore[arg-type]
+            timeout_s=timeout_s, idle_timeout_s=None, approvals=self.approvals,
+            snapshot_dir=snapshot_dir(self.cfg.store.data_dir, self.cfg.payload_guard.snapshot_dir),
+            tally=tally, source=session.source, credits=self.credits,
+        )
+        builder, sup, slot_pool = self.builder, self.sup, self.slot_pool
+
+        def build() -> tuple[SessionWiring, Any]:
+            # on the incarnation's worker: provider routing, tools, MCP servers, prompts
+            built = builder.build(ctx)
+            return replace(
+                partial, provider=built.provider, loop=built.loop, tools=built.tools,
+                tool_context=built.tool_context,
+                idle_timeout_s=sup.session_idle_timeout_s if built.loop_kind in sup.idle_exit_loops else None,
+                slot_pool=slot_pool if built.uses_slots else None, approval_timeout_s=built.approval_timeout_s,
+                slot_weight=built.slot_weight,
+            ), built
+
+        ref = SessionActor.start(self._tracker, partial, build)
+        entry = LiveSession(sid, gen, ref, lifeline, tally, begun=begin)
+        ticket = StartTicket()
+        self._running[sid] = _Incarnation(gen, ref, lifeline, 0, self.clock.monotonic(), "", timeout_s, entry,
+                                          tally, ticket=ticket,
+                                          first=Begin(text, blocks) if begin else Ready())
+        self._ensure_housekeeping()
+        return ticket
+
+    def _on_built(self, sid: str, built: Any) -> None:
+        """The incarnation is built: it runs from now on (row, events, its first message)."""
+        inc = self._running[sid]
+        meta = self._meta.setdefault(sid, _Meta())
         kind = built.pid_kind
         pid = self._next_pid[kind]
         self._next_pid[kind] += 1
-        lifeline = Lifeline(sid, self.bus)
-        timeout_s = self.sup.session_timeout_s
-        wiring = SessionWiring(
-            session_id=sid, generation=gen, lifeline=lifeline, supervisor=self.actor_ref,
-            timers=self.timers, clock=self.clock, store=self.store, provider=built.provider,
-            loop=built.loop, tools=built.tools, tool_context=built.tool_context, timeout_s=timeout_s,
-            idle_timeout_s=(self.sup.session_idle_timeout_s if built.loop_kind in self.sup.idle_exit_loops
-                            else None),
-            slot_pool=self.slot_pool if built.uses_slots else None, approvals=self.approvals,
-            approval_timeout_s=built.approval_timeout_s, slot_weight=built.slot_weight,
-            snapshot_dir=snapshot_dir(self.cfg.store.data_dir, self.cfg.payload_guard.snapshot_dir),
-        )
-        ref = SessionActor.start(self._tracker, wiring)
-        self._running[sid] = _Incarnation(gen, ref, lifeline, pid, self.clock.monotonic(), built.provider_name,
-                                          timeout_s, resources=built.resources, begun=begin)
-        meta = self._meta.setdefault(sid, _Meta(source=session.source))
-        meta.source = session.source
-        meta.turns_since_reset = 0
+        inc.pid, inc.provider_name, inc.resources = pid, built.provider_name, tuple(built.resources)
+        inc.started_at = self.clock.monotonic()
+        inc.building = False
         meta.restart_pending = False
         meta.started_at_iso = iso_after(self.clock, 0)
-        meta.turns = turns if turns is not None else max(meta.turns, session.total_turns or 0, 1)
+        meta.turns = inc.tally.turns
+        begin = isinstance(inc.first, Begin)
+        tally, gen = inc.tally, inc.generation
         # open_turns: the first turn is in flight (begin) or there is none (ready)
-        self.store.update_session(sid, pid=pid, status="running", restart_pending=False,
-                                  total_turns=meta.turns, open_turns=1 if begin else 0)
+        self._write(sid, "the session status", lambda: self.store.update_session(
+            sid, pid=pid, status="running", restart_pending=False, total_turns=tally.turns,
+            open_turns=1 if begin else 0))
         tell(self.timers, CancelTimer((sid, "restart")))
         tell(self.timers, ScheduleTimer((sid, "stable"), self.sup.stable_period_s, self.actor_ref,
                                         _StableDue(sid, gen)))
@@ -469,23 +622,35 @@ class SessionSupervisor(TrackedActor):
                                        or f"Provider: {built.provider_name} ({built.model})"))
         for notice in built.notices:
             self._publish(sid, notice)
-        tell(ref, Begin(text, blocks) if begin else Ready())
+        tell(inc.ref, inc.first)
+        # messages sent while it was building, in their order
+        held, inc.held, inc.first = inc.held, [], None
+        for message in held:
+            tell(inc.ref, message)
+        # only now may the send path tell it directly
+        self.live.put(inc.entry)
+        if inc.ticket is not None:
+            inc.ticket.resolve(pid)
         self._ensure_housekeeping()
-        return pid
+
+    def _build_failed(self, sid: str, error: str) -> None:
+        self._kill(sid)
+        self._write(sid, "the session status", lambda: self.store.update_session(sid, status="error", pid=None))
+        self._publish(sid, ErrorEvent(error_type="spawn_error", message=error))
+        self._publish(sid, SessionError(error_type="spawn_error", message=error, severity="fatal",
+                                        recoverable=False))
 
     def _resume(self, sid: str, prompt: UserContent | None) -> int | None:
         inc = self._running.get(sid)
-        meta = self._meta.get(sid)
         if inc is not None:
             if not prompt:
-                return inc.pid
-            if meta is not None and needs_context_reset(meta.turns_since_reset,
-                                                        self.cfg.session.max_turns_before_context_reset):
+                return inc.ticket if inc.building else inc.pid
+            if needs_context_reset(inc.entry.delivered, self.cfg.session.max_turns_before_context_reset):
                 self._publish(sid, SystemEvent(subtype="context_reset",
                                                message="Context reset: restarting with recent history"))
                 self._kill(sid)
             elif self._send(sid, prompt):
-                return inc.pid
+                return inc.ticket if inc.building else inc.pid
             else:
                 # the incarnation refused the message (it is ending): _send evicted it
                 self._publish(sid, SystemEvent(subtype="warm_path_failed",
@@ -538,9 +703,6 @@ class SessionSupervisor(TrackedActor):
         notes = [c for _, c in self.store.recent_messages(sid, _BREAKER_NOTES_WINDOW, roles=("system",))]
         if not zero_turn_breaker_trips(notes, self.cfg.session.zero_turn_breaker_threshold):
             return
-        from corvid_actors.loop.trimming import summarize_conversation
-        from corvid_actors.providers.base import ChatMessage
-
         messages = [ChatMessage(role=m.role, content=m.content)
                     for m in self.store.messages(sid) if m.role in ("user", "assistant")]
         project = self.store.get_project(session.project_id) if session.project_id else None
@@ -555,20 +717,22 @@ class SessionSupervisor(TrackedActor):
         self._publish(sid, SessionError(error_type="context_exhausted", severity="info", recoverable=True,
                                         message="Session context was bloated — restarting with fresh context."))
 
-    def _send(self, sid: str, text: UserContent) -> bool:
+    def _send(self, sid: str, text: UserContent, *, fallback: int = 0) -> bool:
         inc = self._running.get(sid)
         if inc is None:
-            return False
+            return False  # stopped, ended or crashed meanwhile: not running, as for any send
+        # cold-start only for the very incarnation the caller could not reach, never while
+        # shutting down
+        cold = bool(fallback) and inc.generation == fallback and not self._shutting_down
         if not inc.lifeline.accepting_input or not inc.ref.is_alive():
             self._evict(sid)
-            return False
-        meta = self._meta[sid]
-        if needs_context_reset(meta.turns_since_reset, self.cfg.session.max_turns_before_context_reset):
+            return self._cold_send(sid, text) if cold else False
+        if needs_context_reset(inc.entry.delivered, self.cfg.session.max_turns_before_context_reset):
             return self._resume(sid, text) is not None
         blocks = content_blocks(text)
         plain = text_parts(blocks) if blocks else str(text)
         message: Begin | UserInput = UserInput(plain, blocks)
-        if not inc.begun:
+        if not inc.entry.begun:
             # a resumed incarnation's first turn: the message with the stored history (as
             # the text; a multimodal message's images after it)
             history = self.store.recent_messages(sid, self.cfg.session.resume_history_messages)
@@ -576,24 +740,35 @@ class SessionSupervisor(TrackedActor):
                                         max_chars=self.cfg.session.resume_history_message_chars)
             row = self.store.get_session(sid)
             first = with_context_summary(getattr(row, "conversation_summary", "") or "", first)
-            message = Begin(first, ({"type": "text", "text": first}, *image_blocks(blocks)) if blocks else ())
+            message = Begin(first, ({"type": "text", "text": first}, *image_blocks(blocks)) if blocks else (),
+                            counts_turn=True)
         message_id = self.store.append_message(sid, "user", text)
-        if not tell(inc.ref, message):
+        if inc.building:
+            # told after its first message when it is built (the order is kept)
+            inc.held.append(message)
+            inc.entry.record_delivery()
+            inc.entry.mark_begun()
+            return True
+        # the session actor counts the turn (and stores it open) when the message arrives
+        if not inc.entry.deliver(message):
             self.store.delete_message(message_id)  # refused: nothing of it stays
             self._evict(sid)
-            return False
-        inc.begun = True
-        meta.turns_since_reset += 1
-        meta.turns += 1
-        self.store.open_turn(sid, total_turns=meta.turns)
+            return self._cold_send(sid, text) if cold else False
+        inc.entry.mark_begun()
         return True
+
+    def _cold_send(self, sid: str, text: UserContent) -> bool:
+        """A message whose direct delivery was refused after it was accepted: the session
+        cold-starts with it (resume with history), so it is not lost."""
+        self._publish(sid, SystemEvent(subtype="warm_path_failed",
+                                       message="Warm path failed, falling back to cold start"))
+        return self._resume(sid, text) is not None
 
     def _evict(self, sid: str) -> None:
         """Drop an incarnation that refuses input, silently (as the original's map delete):
         the session keeps its meta, its row goes idle, and the next resume cold-starts."""
         self._kill(sid)
-        if self.store.get_session(sid) is not None:
-            self.store.update_session(sid, pid=None, status="idle")
+        self._write(sid, "the session status", lambda: self.store.update_session(sid, pid=None, status="idle"))
 
     # --- stop / exit ---------------------------------------------------------------------------
 
@@ -602,7 +777,15 @@ class SessionSupervisor(TrackedActor):
         inc = self._running.pop(sid, None)
         if inc is not None:
             inc.lifeline.close()
+            self.live.remove(sid, inc.generation)
+            if inc.ticket is not None:
+                inc.ticket.resolve(None)  # it never ran (a built one's ticket is resolved already)
             tell(inc.ref, Abort())
+            # the incarnation's turn accounting, kept for the next one and the exit note
+            meta = self._meta.setdefault(sid, _Meta())
+            meta.turns, meta.cost_usd = inc.tally.turns, inc.tally.cost_usd
+            if inc.tally.answered:
+                meta.outage_attempts = 0  # a turn went well: the outage backoff starts over
             tell(self.timers, CancelTimer((sid, "stable")))
             self._release_session_resources(sid)
             if not self._running and self._fallback_scheduled:
@@ -612,8 +795,6 @@ class SessionSupervisor(TrackedActor):
             if inc.resources:
                 # Closing may block (an MCP server gets a grace period before its process
                 # tree is killed): a tracked worker does it, so settle() waits for it.
-                from corvid_actors.wiring import close_resources
-
                 resources = inc.resources
                 self._tracker.run_tracked(lambda: close_resources(resources, sid), f"close-{sid[:8]}")
         return inc
@@ -630,8 +811,8 @@ class SessionSupervisor(TrackedActor):
     def _stop_session(self, sid: str, reason: str, *, write: bool = True) -> None:
         """``write=False``: the row was stopped already (the shutdown's batched marking)."""
         self._kill(sid)
-        if write and self.store.get_session(sid) is not None:
-            self.store.update_session(sid, pid=None, status="stopped")
+        if write:
+            self._write(sid, "the session status", lambda: self.store.update_session(sid, pid=None, status="stopped"))
         self._publish(sid, SessionStopped(reason=reason))
         self._cleanup(sid)
 
@@ -640,12 +821,13 @@ class SessionSupervisor(TrackedActor):
         assert inc is not None
         meta = self._meta.setdefault(sid, _Meta())
         duration_s = self.clock.monotonic() - inc.started_at
-        self.store.update_session(sid, pid=None, status="idle" if code == 0 else "error")
+        status = "idle" if code == 0 else "error"
+        self._write(sid, "the session status", lambda: self.store.update_session(sid, pid=None, status=status))
         if code == 0:
             note = completed_note(duration_s, meta.turns)
         else:
             note = crashed_note(code, error, duration_s, meta.turns)
-        self.store.append_message(sid, "system", note)
+        self._write(sid, "the exit note", lambda: self.store.append_message(sid, "system", note))
         decision = restart_after_crash(self.sup, source=meta.source, exit_code=code,
                                        restarts_so_far=meta.restart_count)
         if code != 0:
@@ -686,7 +868,7 @@ class SessionSupervisor(TrackedActor):
         self._kill(sid)
         meta = self._meta.setdefault(sid, _Meta())
         delay_s = auto_resume_delay(self.sup, meta.outage_attempts)
-        self.store.update_session(sid, pid=None, status="paused")
+        self._write(sid, "the session status", lambda: self.store.update_session(sid, pid=None, status="paused"))
         self._seq += 1
         resume_iso = iso_after(self.clock, delay_s)
         self._paused[sid] = _Paused(self._seq, resume_iso, meta.outage_attempts + 1, reason)
@@ -740,7 +922,7 @@ class SessionSupervisor(TrackedActor):
 
     def _exhausted(self, sid: str, attempts: int) -> None:
         self._paused.pop(sid, None)
-        self.store.update_session(sid, pid=None, status="error")
+        self._write(sid, "the session status", lambda: self.store.update_session(sid, pid=None, status="error"))
         self._publish(sid, ErrorEvent(error_type="auto_resume_exhausted",
                                       message=f"Auto-resume abandoned after {attempts} attempts"))
         self._cleanup(sid)
@@ -760,19 +942,11 @@ class SessionSupervisor(TrackedActor):
         self._resume(sid, None)
         return True
 
-    # --- turns, credits -----------------------------------------------------------------------------
+    # --- writes -----------------------------------------------------------------------------------
 
-    def _turn_completed(self, sid: str, subtype: str, cost: float, usage: dict[str, int]) -> None:
-        meta = self._meta.get(sid)
-        if meta is not None:
-            meta.cost_usd += cost
-            if subtype == "success":
-                meta.outage_attempts = 0
-        self.store.add_session_usage(sid, cost_usd=cost, turns=1, answered=subtype == "success")
-        if self.credits is not None:
-            from corvid_actors.actors.credits import ChargeTurn
-
-            tell(self.credits, ChargeTurn(sid, meta.source if meta else "", self.actor_ref))
+    def _write(self, sid: str, what: str, write: Any) -> None:
+        """A write that must happen: now, or retried with backoff (never raises)."""
+        self._writes.run(sid, what, write)
 
     # --- housekeeping ---------------------------------------------------------------------------------
 
@@ -814,12 +988,8 @@ class SessionSupervisor(TrackedActor):
 
     def _release_session_resources(self, sid: str) -> None:
         if self.slot_pool is not None:
-            from corvid_actors.actors.slots import ReleaseSlot
-
             tell(self.slot_pool, ReleaseSlot(sid))
         if self.approvals is not None:
-            from corvid_actors.actors.approvals import CancelSession
-
             tell(self.approvals, CancelSession(sid, "Session stopped"))
 
     def _cleanup(self, sid: str) -> None:
@@ -835,23 +1005,47 @@ class SessionSupervisor(TrackedActor):
         self._shutting_down = True
         # Marked for resume in batches (one UPDATE per chunk of ids, not one transaction
         # per session: 10,000 sessions stop in seconds); the rows are written before any
-        # session_stopped is published, as one session at a time did.
+        # session_stopped is published, as one session at a time did. If a batch fails,
+        # each session's mark goes through _write (retried with backoff) as before.
+        mark = self._mark_for_resume
         running = list(self._running)
-        self.store.mark_for_resume(running, stopped=True)
         pending = [sid for sid in self._paused if sid not in self._running]
         pending += [sid for sid, meta in self._meta.items()
                     if meta.restart_pending and sid not in self._running and sid not in self._paused]
-        self.store.mark_for_resume(pending)
+        running_marked = self._mark_many(running, stopped=True)
+        pending_marked = self._mark_many(pending)
         for sid in running:
-            self._stop_session(sid, reason, write=False)
+            if not running_marked:
+                mark(sid)
+            self._stop_session(sid, reason, write=not running_marked)
         for sid in list(self._paused):
+            if not pending_marked:
+                mark(sid)
             self._cleanup(sid)
         for sid in list(self._meta):
+            if not pending_marked and self._meta[sid].restart_pending:
+                mark(sid)
             self._cleanup(sid)
         # every session's subscribers, also of sessions never started here (globals stay)
         tell(self.bus, PruneSessions(frozenset()))
         tell(self.timers, CancelTimer(("supervisor", "fallback")))
         tell(self.timers, CancelTimer(("supervisor", "prune")))
+
+    def _mark_many(self, sids: list[str], *, stopped: bool = False) -> bool:
+        """Mark ``sids`` for resume (``stopped``: and stopped) in batched statements; False
+        (nothing assumed written) when the store refused: the caller marks one by one."""
+        if not sids:
+            return True
+        try:
+            self.store.mark_for_resume(sids, stopped=stopped)
+        except Exception:  # noqa: BLE001 - the per-session path retries with backoff
+            logger.opt(exception=True).warning("batched resume marks failed for {} session(s); "
+                                               "marking them one by one", len(sids))
+            return False
+        return True
+
+    def _mark_for_resume(self, sid: str) -> None:
+        self._write(sid, "the resume mark", lambda: self.store.update_session(sid, restart_pending=True))
 
     def _publish(self, sid: str, event: Event) -> None:
         tell(self.bus, Publish(sid, event))
@@ -864,15 +1058,29 @@ class SessionSupervisor(TrackedActor):
             inc, meta, paused = self._running.get(s), self._meta.get(s), self._paused.get(s)
             out[s] = {
                 "running": inc is not None,
-                "pid": inc.pid if inc else None,
+                "pid": (inc.pid or None) if inc else None,  # none yet while it builds
                 "generation": inc.generation if inc else None,
                 "provider": inc.provider_name if inc else None,
                 "uptime_s": round(now - inc.started_at, 3) if inc else 0.0,
                 "timeout_s": inc.timeout_s if inc else None,
                 "restarts": meta.restart_count if meta else 0,
-                "turns": meta.turns if meta else 0,
-                "cost_usd": meta.cost_usd if meta else 0.0,
+                "turns": inc.tally.turns if inc else (meta.turns if meta else 0),
+                "cost_usd": inc.tally.cost_usd if inc else (meta.cost_usd if meta else 0.0),
                 "paused_until": paused.resume_at_iso if paused else None,
                 "restart_pending": meta.restart_pending if meta else False,
             }
         return out
+
+
+#: the asked requests: their exceptions go back to the asker
+_REQUESTS = (StartProcess, ResumeProcess, StopProcess, SendMessage, IsRunning, IsPaused, ActiveSessionIds,
+             PausedSessionIds, ResumeSession, ExtendSessionTimeout, CleanupSessionState, SupervisorStats,
+             SessionInfo, Shutdown, RefuseInput)
+
+
+def _error_kind(exc: Exception) -> str:
+    """``store_error`` for a failed database operation, else ``internal_error``."""
+    module = type(exc).__module__ or ""
+    if isinstance(exc, StoreError) or module.split(".")[0] in {"peewee", "sqlite3", "psycopg2", "psycopg"}:
+        return "store_error"
+    return "internal_error"

@@ -12,8 +12,14 @@ import threading
 import pytest
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor
-from corvid_actors.actors.credits import ChargeTurn, CreditBank, GetBalance, GrantCredits, payer_for
-from corvid_actors.actors.supervisor import StopProcess
+from corvid_actors.actors.credits import (
+    ChargeTurn,
+    CreditBank,
+    CreditsExhausted,
+    GetBalance,
+    GrantCredits,
+    payer_for,
+)
 from corvid_actors.config import Config, CreditsConfig, load_config
 from corvid_actors.db.ledger import Ledger
 from corvid_actors.db.store import Store
@@ -142,8 +148,7 @@ def test_100_simultaneous_charges_through_the_bank_leave_exactly_zero(store):
         assert sorted(t["balance_after"] for t in ledger.transactions("carol", 200) if t["type"] == "deduction") \
             == list(range(50))
         stops = supervisor.ask("dump")
-        assert len(stops) == 50 and all(isinstance(m, StopProcess) and m.reason == "credits_exhausted"
-                                        for m in stops)
+        assert len(stops) == 50 and all(isinstance(m, CreditsExhausted) for m in stops)
     finally:
         bank.stop()
         supervisor.stop()

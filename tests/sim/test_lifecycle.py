@@ -275,3 +275,31 @@ def test_shutdown_marks_every_kind_of_session_as_one_session_at_a_time_did(sim_c
     assert not any(isinstance(r.event, SessionStopped) for r in rec.of(paused.id) + rec.of(crashed.id))
     assert sorted(store.take_restart_pending()) == sorted([s.id for s in running] + [paused.id, crashed.id])
     store.close()
+
+
+def test_shutdown_marks_one_by_one_when_the_batched_marking_is_refused(sim_clock, scripted):
+    from corvid_actors.events import SessionPaused
+    from corvid_actors.testing import EventRecorder, StoreFault, sim_runtime
+
+    rt = sim_runtime(sim_clock, scripted)
+    rec = EventRecorder.attach(rt)
+    running = [rt.create_session(source="web") for _ in range(3)]
+    paused = rt.create_session(source="chat")
+    for s in running:
+        rt.start_process(s.id, "hi")
+        rt.settle()
+    scripted.outage("connection refused")
+    rt.start_process(paused.id, "hi")
+    rt.settle()
+    assert isinstance(rec.of(paused.id)[-1].event, SessionPaused)
+    store = rt.store
+    rt._owns_store = False
+    with StoreFault(store, "mark_for_resume", times=None) as fault:
+        rt.shutdown()
+    assert fault.raised == 2  # the running batch and the pending batch
+    for s in running:
+        row = store.get_session(s.id)
+        assert (row.status, row.pid, row.restart_pending) == ("stopped", None, True)
+        assert [r.event.reason for r in rec.of(s.id) if isinstance(r.event, SessionStopped)] == ["server_shutdown"]
+    assert (store.get_session(paused.id).status, store.get_session(paused.id).restart_pending) == ("paused", True)
+    store.close()

@@ -1,0 +1,106 @@
+"""The registry of live session incarnations: the send path's way around the supervisor.
+
+``Runtime.send_message`` persists a user message on the caller's thread (that durable
+write is the acknowledgement) and tells the running incarnation directly, through the
+:class:`LiveSession` it finds here. The supervisor is the only writer: it registers an
+incarnation when it starts one and removes it when it ends (``_kill``); everyone else
+only reads. Reads and the delivery itself are guarded by a lock, so a delivery never
+interleaves with the supervisor's ``begun`` update or a removal.
+
+What a :class:`LiveSession` does *not* decide: everything that needs the supervisor —
+a resumed incarnation's first message (it needs the stored history), a context reset,
+an incarnation that refuses input (it is ending). Then :meth:`LiveSession.fast_path`
+is False and the caller asks the supervisor, which knows how (the cold path).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pykka
+
+from corvid_actors.actors.session import Lifeline, TurnTally
+from corvid_actors.supervision import needs_context_reset
+
+
+class LiveSession:
+    """One live incarnation as the send path sees it."""
+
+    def __init__(self, session_id: str, generation: int, ref: pykka.ActorRef[Any], lifeline: Lifeline,
+                 tally: TurnTally, *, begun: bool) -> None:
+        self.session_id = session_id
+        self.generation = generation
+        self.ref = ref
+        self.lifeline = lifeline
+        self.tally = tally
+        self._lock = threading.Lock()
+        #: False while a resumed incarnation waits for its first message (the supervisor
+        #: sends that one, with the history)
+        self._begun = begun
+        #: user messages delivered to this incarnation (the context-reset count)
+        self._delivered = 0
+
+    @property
+    def begun(self) -> bool:
+        return self._begun
+
+    @property
+    def delivered(self) -> int:
+        return self._delivered
+
+    def mark_begun(self) -> None:
+        with self._lock:
+            self._begun = True
+
+    def fast_path(self, reset_after: int) -> bool:
+        """True when a user message may go straight to the incarnation: it has begun, it
+        accepts input, and the next message does not call for a context reset."""
+        with self._lock:
+            return (self._begun and self.lifeline.accepting_input
+                    and not needs_context_reset(self._delivered, reset_after))
+
+    def record_delivery(self) -> None:
+        """Count a message the supervisor holds for this incarnation (told once built)."""
+        with self._lock:
+            self._delivered += 1
+
+    def deliver(self, message: Any) -> bool:
+        """Tell ``message`` (a user message) and count it; False when the incarnation no
+        longer takes input or its actor is gone (nothing was delivered)."""
+        with self._lock:
+            if not self.lifeline.accepting_input:
+                return False
+            try:
+                self.ref.tell(message)
+            except pykka.ActorDeadError:
+                return False
+            self._delivered += 1
+            return True
+
+
+class LiveSessions:
+    """session id → :class:`LiveSession`; written by the supervisor only."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_id: dict[str, LiveSession] = {}
+
+    def get(self, session_id: str) -> LiveSession | None:
+        with self._lock:
+            return self._by_id.get(session_id)
+
+    def put(self, entry: LiveSession) -> None:
+        with self._lock:
+            self._by_id[entry.session_id] = entry
+
+    def remove(self, session_id: str, generation: int) -> None:
+        """Remove the entry of that incarnation (a newer one stays)."""
+        with self._lock:
+            entry = self._by_id.get(session_id)
+            if entry is not None and entry.generation == generation:
+                del self._by_id[session_id]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._by_id)

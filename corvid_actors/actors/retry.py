@@ -1,0 +1,125 @@
+"""Writes that must happen, retried with backoff through the Timers actor.
+
+A told handler of the supervisor or a session actor that cannot write to the store
+(the server restarted, SQLite busy past its timeout, disk full) must not die of it —
+Pykka stops an actor whose told handler raises — and must not drop a write that has to
+happen (a session's status, an exit note, a conversation message, a turn's usage).
+:class:`PendingWrites` runs such a write at once; when it fails, the write is queued,
+the session concerned gets a ``session_error`` event (``store_error``) and the queue is
+flushed later, in order, after ``RETRY_DELAYS_S`` (the last delay repeats) — a write
+queued behind a failed one waits for it, so the store sees them in their order. A write
+still failing after ``MAX_ATTEMPTS`` retries is dropped with an ``error`` event.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+from loguru import logger
+
+from corvid_actors.actors.base import tell
+from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
+from corvid_actors.events import ErrorEvent, SessionError
+
+#: seconds before each retry of the pending writes (the last one repeats)
+RETRY_DELAYS_S = (1.0, 2.0, 5.0, 15.0, 30.0, 60.0)
+#: retries of one write before it is given up (about 10 minutes of outage)
+MAX_ATTEMPTS = 14
+
+
+@dataclass(frozen=True)
+class RetryWrites:
+    """Timer message to the owner of a :class:`PendingWrites`: flush the queue now."""
+
+    key: Hashable
+
+
+class PendingWrites:
+    """An actor's queue of writes that failed and must still happen (its thread only)."""
+
+    def __init__(self, *, timers: pykka.ActorRef[Any], owner: pykka.ActorRef[Any] | None,
+                 publish: Callable[[str, Any], Any], key: Hashable) -> None:
+        self._timers = timers
+        self._owner = owner
+        #: ``publish(session_id, event)``: how the owner tells people (a session: its lifeline)
+        self._publish_to = publish
+        self.key = key
+        self._queue: deque[tuple[str, str, Callable[[], Any]]] = deque()
+        self._attempt = 0
+
+    def bind(self, owner: pykka.ActorRef[Any]) -> None:
+        self._owner = owner
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def run(self, session_id: str, what: str, write: Callable[[], Any]) -> bool:
+        """Write now; False when the write is queued for a retry (after an earlier one
+        that is still pending, or because it failed now)."""
+        if self._queue:
+            self._queue.append((session_id, what, write))
+            return False
+        try:
+            write()
+            return True
+        except Exception as exc:  # noqa: BLE001 - a failed write is retried, never fatal to the actor
+            self._queue.append((session_id, what, write))
+            self._failed(session_id, what, exc, first=True)
+            return False
+
+    def take(self) -> tuple[tuple[str, str, Callable[[], Any]], ...]:
+        """Hand the pending writes over (an ending actor gives them to one that lives on)."""
+        items, self._queue = tuple(self._queue), deque()
+        self._attempt = 0
+        if items:
+            tell(self._timers, CancelTimer(self.key))
+        return items
+
+    def adopt(self, items: tuple[tuple[str, str, Callable[[], Any]], ...]) -> None:
+        """Take over another actor's pending writes: run now, in order, behind ours."""
+        for session_id, what, write in items:
+            self.run(session_id, what, write)
+
+    def flush(self) -> None:
+        """Run the pending writes in order; stop at the first that fails (retried later)."""
+        while self._queue:
+            session_id, what, write = self._queue[0]
+            try:
+                write()
+            except Exception as exc:  # noqa: BLE001 - retried, or given up with an event
+                self._attempt += 1
+                if self._attempt >= MAX_ATTEMPTS:
+                    self._queue.popleft()
+                    self._attempt = 0
+                    logger.bind(session_id=session_id).opt(exception=True).error(
+                        "giving up on writing {} after {} attempts", what, MAX_ATTEMPTS)
+                    self._publish(session_id, ErrorEvent(
+                        error_type="store_error", message=f"Could not save {what} after {MAX_ATTEMPTS} attempts: {exc}"))
+                    continue
+                self._failed(session_id, what, exc, first=False)
+                return
+            self._queue.popleft()
+            self._attempt = 0
+            logger.bind(session_id=session_id).info("pending write of {} done", what)
+        tell(self._timers, CancelTimer(self.key))
+
+    def _failed(self, session_id: str, what: str, exc: Exception, *, first: bool) -> None:
+        delay = RETRY_DELAYS_S[min(self._attempt, len(RETRY_DELAYS_S) - 1)]
+        log = logger.bind(session_id=session_id)
+        if first:
+            log.opt(exception=exc).warning("could not write {}; retrying in {:g}s", what, delay)
+            self._publish(session_id, SessionError(
+                error_type="store_error", severity="warning", recoverable=True,
+                message=f"Could not save {what} ({type(exc).__name__}: {exc}); retrying."))
+        else:
+            log.warning("write of {} failed again ({}); retrying in {:g}s", what, exc, delay)
+        if self._owner is not None:
+            tell(self._timers, ScheduleTimer(self.key, delay, self._owner, RetryWrites(self.key)))
+
+    def _publish(self, session_id: str, event: Any) -> None:
+        if session_id:
+            self._publish_to(session_id, event)
