@@ -240,7 +240,7 @@ class Runtime:
         message is taken back and the supervisor cold-starts the session with it."""
         checked = content if isinstance(content, str) else content_blocks(content)
         if self._stopped:
-            raise RuntimeStoppedError("the runtime is shut down")
+            raise RuntimeStoppedError(self._stopped_message())
         entry = self.live.get(session_id)
         if entry is None or not entry.fast_path(self.config.session.max_turns_before_context_reset):
             return bool(self._ask(sv.SendMessage(session_id, checked)))
