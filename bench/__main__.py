@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bench._common import RESULT_MARKER, loadavg, machine
 
-BENCHMARKS = ("streaming", "messaging", "scale", "control", "simtime", "persistence", "sandbox", "soak")
+BENCHMARKS = ("streaming", "messaging", "scale", "control", "simtime", "persistence", "sandbox", "soak", "lifecycle")
 TIMEOUT_S = 3600
 ROOT = Path(__file__).resolve().parent.parent
 

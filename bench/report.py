@@ -143,6 +143,25 @@ def _soak(r: dict[str, Any]) -> list[str]:
     return out
 
 
+def _lifecycle(r: dict[str, Any]) -> list[str]:
+    keys = [("startup_s", "start-up s (reset + resume, until idle)"), ("startup_ms_per_session", "start-up ms/session"),
+            ("shutdown_s", "shutdown s"), ("shutdown_ms_per_session", "shutdown ms/session"),
+            ("live", "sessions live after start-up"), ("marked_after_shutdown", "marked for resume after shutdown")]
+    sides = [s for s in ("before", "after") if any(s in lv for lv in r["levels"])]
+    header = [""] + [f"{lv['sessions']:,} {side}" for lv in r["levels"] for side in sides]
+    rows = [[label] + [lv.get(side, {}).get(k, "") for lv in r["levels"] for side in sides] for k, label in keys]
+    rows.append(["one session's timer cleanup µs (3 timers/session pending)"]
+                + [lv.get(side, {}).get("timers_cleanup", {}).get("cleanup_us", "") for lv in r["levels"] for side in sides])
+    rows.append(["error"] + [lv.get(side, {}).get("error", "") for lv in r["levels"] for side in sides])
+    rows.append(["load before → after"] + [f"{lv.get(side, {}).get('load_before', ['?'])[0]} → "
+                                           f"{lv.get(side, {}).get('load_after', ['?'])[0]}"
+                                           for lv in r["levels"] for side in sides])
+    before = (f"before = `{r['before_ref']}` at {str(r['before_commit'])[:10]}, checked out in a temporary directory "
+              "and run with the same bench code; " if r.get("before_commit") else "")
+    return [f"{before}after = {str(r.get('after_commit'))[:10]} (this tree). Each level and side in its own process, "
+            "SQLite WAL file, one after the other.", "", *_table(header, rows)]
+
+
 SECTIONS = {
     "streaming": ("1. Streaming overhead", _streaming),
     "messaging": ("2. Actor messaging", _messaging),
@@ -152,6 +171,7 @@ SECTIONS = {
     "persistence": ("6. Persistence", _persistence),
     "sandbox": ("7. Sandbox cost", _sandbox),
     "soak": ("8. Soak", _soak),
+    "lifecycle": ("9. Start-up and shutdown", _lifecycle),
 }
 
 
@@ -190,6 +210,12 @@ def _headline(name: str, r: dict[str, Any]) -> str:
         return "; ".join(f"{x['provider']}: RSS {x['rss_mib_per_1000']} MiB per 1,000 sessions over "
                          f"{x['sessions']:,} (after {x['warm_up']:,}), threads {x['threads_min_max']}, "
                          f"fds {x['fds_min_max']}" for x in r["runs"])
+    if name == "lifecycle":
+        return "; ".join(
+            f"{lv['sessions']:,}: start-up " + " → ".join(f"{lv[s].get('startup_s', '?')} s" for s in ("before", "after")
+                                                          if s in lv)
+            + ", shutdown " + " → ".join(f"{lv[s].get('shutdown_s', '?')} s" for s in ("before", "after") if s in lv)
+            for lv in r["levels"])
     return ""
 
 

@@ -24,6 +24,7 @@ main thread blocks reading it — no polling, no sleeping.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -150,6 +151,7 @@ class Daemon:
         try:
             self.models = start_model_server(self.config, self.stub_script)
             self._start_runtime()
+            self.about["gc_frozen_objects"] = freeze_startup_heap()
             self.server.start()
             self.models.announce()
             logger.info("corvid-actors daemon ready: pid {}, admin socket {}, database {}, model server {}",
@@ -293,6 +295,23 @@ class Daemon:
                 step()
             except Exception:  # noqa: BLE001 - best effort on the way out
                 logger.opt(exception=True).debug("cleanup step failed")
+
+
+def freeze_startup_heap() -> int:
+    """Move everything the start-up made (modules, config, the actor tree, every resumed
+    session) out of the cyclic garbage collector's reach; returns how many objects.
+
+    Why: a full (generation 2) collection walks every tracked object, and a daemon with
+    10,000 live sessions holds millions of them that live until shutdown. Two full
+    collections cost 17 s of a 90 s streaming phase at 10,000 sessions (bench/scale: every
+    thread stops while one runs). Frozen objects are still freed by reference counting;
+    only cycles among them wait for the process to end. One collection first, so that the
+    start-up's own cyclic garbage is freed rather than frozen. ``gc.set_threshold`` is left
+    at its defaults: no measurement here showed a better setting.
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 def _credits_available() -> bool:

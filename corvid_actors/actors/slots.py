@@ -19,6 +19,7 @@ Replies (owned here): :class:`SlotAnswer`, :class:`SlotQueued`.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,8 +77,9 @@ class _Waiter:
     request: AcquireSlot
 
 
-def admit(capacity: int, in_use: int, queue_weights: list[int]) -> int:
-    """How many queue heads (in order) are admitted now. Pure: table-tested."""
+def admit(capacity: int, in_use: int, queue_weights: Iterable[int]) -> int:
+    """How many queue heads (in order) are admitted now. Pure: table-tested. Reads the
+    weights only up to the first that does not fit (a lazy iterable costs O(admitted))."""
     admitted = 0
     for weight in queue_weights:
         if in_use == 0 or in_use + weight <= capacity:
@@ -98,13 +100,17 @@ class SlotPool(TrackedActor):
         self.wait_timeout_s = wait_timeout_s
         self.timers = timers
         self._held: dict[str, int] = {}  # session -> weight
+        #: the sum of ``_held``'s weights, kept as grants and releases happen (O(1) a message)
+        self._in_use = 0
         self._queue: deque[AcquireSlot] = deque()
+        #: the sessions with a request in ``_queue`` (at most one each): absent ones skip the scan
+        self._waiting: set[str] = set()
         self.peak_in_use = 0
         self.grants = 0
 
     @property
     def in_use(self) -> int:
-        return sum(self._held.values())
+        return self._in_use
 
     def on_receive(self, message: Any) -> Any:
         match message:
@@ -116,9 +122,11 @@ class SlotPool(TrackedActor):
                     return None
                 self._drop_waiter(request.session_id)
                 self._queue.append(request)
+                self._waiting.add(request.session_id)
                 self._admit()
-                if any(w is request for w in self._queue):
-                    position = next(i for i, w in enumerate(self._queue) if w is request) + 1
+                if self._queue and self._queue[-1] is request:
+                    # not admitted: nobody was queued behind it, so it is last
+                    position = len(self._queue)
                     tell(request.reply_to, SlotQueued(request.request_id,
                          f"Queued — waiting for model slot (need {request.weight}, "
                          f"{self.in_use}/{self.capacity} in use, position {position})"))
@@ -128,12 +136,13 @@ class SlotPool(TrackedActor):
                                                                                      request.request_id)))
             case ReleaseSlot(session_id):
                 self._drop_waiter(session_id)
-                if self._held.pop(session_id, None) is not None:
+                if self._release(session_id):
                     self._admit()
-            case _WaitExpired(session_id, request_id):
+            case _WaitExpired(session_id, request_id) if session_id in self._waiting:
                 for waiter in list(self._queue):
                     if waiter.session_id == session_id and waiter.request_id == request_id:
                         self._queue.remove(waiter)
+                        self._waiting.discard(session_id)
                         tell(waiter.reply_to, SlotAnswer(request_id, False))
                         self._admit()
             case SlotStats():
@@ -142,21 +151,34 @@ class SlotPool(TrackedActor):
         return None
 
     def _drop_waiter(self, session_id: str) -> None:
+        if session_id not in self._waiting:
+            return
+        self._waiting.discard(session_id)
         for waiter in [w for w in self._queue if w.session_id == session_id]:
             self._queue.remove(waiter)
             tell(self.timers, CancelTimer((session_id, "slot_wait")))
 
+    def _release(self, session_id: str) -> bool:
+        weight = self._held.pop(session_id, None)
+        if weight is None:
+            return False
+        self._in_use -= weight
+        return True
+
     def _admit(self) -> None:
-        count = admit(self.capacity, self.in_use, [w.weight for w in self._queue])
+        count = admit(self.capacity, self._in_use, (w.weight for w in self._queue))
         for _ in range(count):
             request = self._queue.popleft()
+            self._waiting.discard(request.session_id)
             # A request heavier than the whole pool is admitted alone and holds all of it —
             # not more: in_use (and its peak) never exceeds the capacity.
-            self._held[request.session_id] = min(request.weight, self.capacity)
+            weight = min(request.weight, self.capacity)
+            self._held[request.session_id] = weight
+            self._in_use += weight
             self.grants += 1
             tell(self.timers, CancelTimer((request.session_id, "slot_wait")))
             if not tell(request.reply_to, SlotAnswer(request.request_id, True)):
-                self._held.pop(request.session_id, None)  # its actor is gone: give it back at once
+                self._release(request.session_id)  # its actor is gone: give it back at once
         self.peak_in_use = max(self.peak_in_use, self.in_use)
         if count and self._queue and self.in_use == 0:  # pragma: no cover - defensive
             self._admit()

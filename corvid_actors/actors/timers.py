@@ -6,8 +6,14 @@ timer is due the clock tells this actor, which checks the timer was not cancelle
 replaced meanwhile and then tells the target its message. A target that has died is
 skipped silently: late timers of a dead incarnation are harmless by construction.
 
+Tuple keys are also indexed by their first element (a session id, or ``"supervisor"``),
+so that :class:`CancelTimers` costs O(that owner's timers), not a scan of every key: a
+session's cleanup at 30,000 live timers took 3 ms per call, about 16 s of a 10,000-session
+shutdown. The index holds exactly the keys of the table (:class:`TimerIndexCheck`).
+
 Messages: :class:`ScheduleTimer`, :class:`CancelTimer`, :class:`CancelTimers`;
-``ask(TimerStats())`` replies with a dict of counts.
+``ask(TimerStats())`` replies with a dict of counts, ``ask(TimerIndexCheck())`` with the
+table and its index.
 """
 
 from __future__ import annotations
@@ -48,6 +54,12 @@ class TimerStats:
 
 
 @dataclass(frozen=True)
+class TimerIndexCheck:
+    """Replies ``{"exact": bool, "keys": set, "by_owner": dict}``: the table's keys and
+    its per-owner index, copied (for tests: the index must hold exactly the table's keys)."""
+
+
+@dataclass(frozen=True)
 class _Due:
     key: Hashable
     seq: int
@@ -61,6 +73,8 @@ class Timers(TrackedActor):
         self._clock = clock
         self._seq = 0
         self._timers: dict[Hashable, tuple[int, TimerHandle, pykka.ActorRef[Any], Any]] = {}
+        #: owner (a tuple key's first element) -> its keys in ``_timers``; no empty sets
+        self._by_owner: dict[Hashable, set[Hashable]] = {}
 
     def on_receive(self, message: Any) -> Any:
         match message:
@@ -71,15 +85,20 @@ class Timers(TrackedActor):
                 ref = self.actor_ref
                 handle = self._clock.call_later(delay_s, lambda: tell(ref, _Due(key, seq)))
                 self._timers[key] = (seq, handle, target, payload)
+                if isinstance(key, tuple) and key:
+                    self._by_owner.setdefault(key[0], set()).add(key)
             case CancelTimer(key):
                 self._cancel(key)
             case CancelTimers(prefix):
-                for key in [k for k in self._timers if isinstance(k, tuple) and k[:1] == (prefix,)]:
-                    self._cancel(key)
+                for key in self._by_owner.pop(prefix, ()):
+                    entry = self._timers.pop(key, None)
+                    if entry is not None:
+                        entry[1].cancel()
             case _Due(key, seq):
                 entry = self._timers.get(key)
                 if entry is not None and entry[0] == seq:
                     del self._timers[key]
+                    self._unindex(key)
                     tell(entry[2], entry[3])
             case TimerStats():
                 kinds: dict[str, int] = {}
@@ -90,12 +109,30 @@ class Timers(TrackedActor):
                 held = getattr(self._clock, "held", None)
                 return {"timers": len(self._timers), "by_kind": kinds,
                         "clock_handles": held() if callable(held) else None}
+            case TimerIndexCheck():
+                return {"exact": self._check_index(), "keys": set(self._timers),
+                        "by_owner": {owner: set(keys) for owner, keys in self._by_owner.items()}}
         return None
 
     def _cancel(self, key: Hashable) -> None:
         entry = self._timers.pop(key, None)
         if entry is not None:
             entry[1].cancel()
+            self._unindex(key)
+
+    def _unindex(self, key: Hashable) -> None:
+        if isinstance(key, tuple) and key:
+            keys = self._by_owner.get(key[0])
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_owner[key[0]]
+
+    def _check_index(self) -> bool:
+        """The index holds exactly the table's tuple keys, under their owners (for tests)."""
+        indexed = {(owner, key) for owner, keys in self._by_owner.items() for key in keys}
+        expected = {(key[0], key) for key in self._timers if isinstance(key, tuple) and key}
+        return indexed == expected and all(self._by_owner.values())
 
     def on_stop(self) -> None:
         for key in list(self._timers):

@@ -125,10 +125,7 @@ def servers_for_agent(config: McpConfig, store: Any | None, agent: Any | None) -
         [_spec(n, r) for n, r in rows if r.get("agents") and _matches(agent, r["agents"])],
     ]
     if store is not None:
-        model = store.m.McpServerConfig
-        with store.transaction():
-            stored = list(model.select().where(model.agent.is_null()
-                                               | (model.agent == (agent.id if agent is not None else None))))
+        stored = store.mcp_server_configs(agent.id if agent is not None else None)
         decoded = [(row.agent_id, _spec(row.name, {
             "command": row.command, "args": json.loads(row.args or "[]"),
             "env": json.loads(row.env_vars or "{}"), "cwd": row.cwd, "enabled": row.enabled,

@@ -145,6 +145,43 @@ def test_grant_to_a_dead_actor_is_given_back(pool):
     assert pool.stats()["in_use"] == 0
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_in_use_counter_equals_the_holders_weights_under_random_sequences(pool, seed):
+    """The kept counter against the sum of what is held, after every step of random
+    acquire / re-acquire / release / abort-while-waiting / wait-timeout / dead-requester
+    sequences; the queue never holds a session twice and FIFO grants stay within capacity."""
+    import random
+
+    rnd = random.Random(seed)
+    sessions = [f"s{i}" for i in range(8)]
+    request_ids = dict.fromkeys(sessions, 0)
+    for _ in range(250):
+        op = rnd.random()
+        sid = rnd.choice(sessions)
+        if op < 0.45:
+            request_ids[sid] += 1
+            pool.pool.tell(AcquireSlot(sid, request_ids[sid], "m", rnd.choice([1, 1, 2, 3, 4]), pool.inbox(sid)))
+        elif op < 0.75:
+            pool.pool.tell(ReleaseSlot(sid))  # a release, or an abort while waiting, or a no-op
+        elif op < 0.85:
+            pool.clock.advance(rnd.choice([60, 150, 301]))  # some waits time out
+        else:
+            # the requester dies: a grant to it must be given back at once
+            request_ids[sid] += 1
+            dead = Inbox.start(pool.tracker)
+            dead.stop()
+            pool.pool.tell(AcquireSlot(sid, request_ids[sid], "m", rnd.choice([1, 2]), dead))
+        pool.settle()
+        stats = pool.stats()
+        assert stats["in_use"] == sum(stats["held"].values())
+        assert stats["in_use"] <= stats["capacity"] and stats["peak_in_use"] <= stats["capacity"]
+        assert stats["waiting"] <= len(sessions)
+    for sid in sessions:
+        pool.pool.tell(ReleaseSlot(sid))
+    pool.settle()
+    assert pool.stats()["in_use"] == 0 and pool.stats()["held"] == {} and pool.stats()["waiting"] == 0
+
+
 def test_a_request_heavier_than_the_pool_runs_alone_and_counts_as_the_whole_pool():
     # `admin stats` once showed peak_in_use 2 of capacity 1: an 8 B model (weight 2) on
     # max_parallel = 1 was admitted alone, as designed, but counted at its full weight.

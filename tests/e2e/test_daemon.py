@@ -368,6 +368,12 @@ def test_extend_mode_credits_and_stats_over_the_socket(shared):
     assert health["daemon"]["dumpable"] is False  # prctl(PR_SET_DUMPABLE, 0) at start-up
 
 
+def test_the_daemon_freezes_its_start_up_heap_out_of_the_cyclic_collector(shared):
+    # gc.freeze() after start-up: the long-lived start-up objects are never walked again by
+    # a full collection (corvid_actors.daemon.freeze_startup_heap)
+    assert shared.call("health")["daemon"]["gc_frozen_objects"] > 10_000
+
+
 def test_a_second_daemon_on_the_same_data_directory_is_refused(shared):
     second = subprocess.run(
         [sys.executable, "-m", "corvid_actors.cli", "serve", "--provider", "stub", "--data-dir", str(shared.data_dir)],

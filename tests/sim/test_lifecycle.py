@@ -222,3 +222,84 @@ def test_events_of_one_incarnation_form_a_well_formed_log(runtime, scripted, rec
         (0.0, "session_restarting"),
         (5.0, "session_started"), (5.0, "assistant"), (5.0, "result"),
     ]
+
+
+def test_shutdown_marks_every_kind_of_session_as_one_session_at_a_time_did(sim_clock, scripted):
+    """Running, paused, waiting for a crash restart, deleted while running, never started:
+    the batched marking leaves each row as the per-session writes did, and every running
+    session hears session_stopped(server_shutdown) once, after its row was written."""
+    from corvid_actors.events import SessionPaused, SessionRestarting
+    from corvid_actors.testing import EventRecorder, sim_runtime
+
+    rt = sim_runtime(sim_clock, scripted)
+    rec = EventRecorder.attach(rt)
+    running = [rt.create_session(source="web") for _ in range(3)]
+    paused, crashed, deleted, never = (rt.create_session(source="chat") for _ in range(4))
+    for s in running:
+        rt.start_process(s.id, "hi")
+        rt.settle()
+    scripted.outage("connection refused")
+    rt.start_process(paused.id, "hi")
+    rt.settle()
+    scripted.crash("boom")
+    rt.start_process(crashed.id, "hi")
+    rt.settle()
+    rt.start_process(deleted.id, "hi")
+    rt.settle()
+    assert isinstance(rec.of(paused.id)[-1].event, SessionPaused)
+    assert isinstance(rec.of(crashed.id)[-1].event, SessionRestarting)
+    assert rt.store.delete_session(deleted.id)
+    store = rt.store
+    rows_at_stop: dict[str, tuple] = {}
+
+    def on_event(sid, event):
+        if isinstance(event, SessionStopped):
+            row = store.get_session(sid)
+            rows_at_stop[sid] = (row.status, row.restart_pending) if row is not None else None
+
+    rt.subscribe_all(on_event)
+    rt._owns_store = False  # keep the in-memory DB readable after shutdown
+    rt.shutdown()
+    for s in running:
+        row = store.get_session(s.id)
+        assert (row.status, row.pid, row.restart_pending) == ("stopped", None, True)
+        stops = [r.event for r in rec.of(s.id) if isinstance(r.event, SessionStopped)]
+        assert [e.reason for e in stops] == ["server_shutdown"]
+        assert rows_at_stop[s.id] == ("stopped", True)  # written before the event went out
+    assert (store.get_session(paused.id).status, store.get_session(paused.id).restart_pending) == ("paused", True)
+    assert (store.get_session(crashed.id).status, store.get_session(crashed.id).restart_pending) == ("error", True)
+    assert store.get_session(deleted.id) is None
+    assert [e.reason for e in (r.event for r in rec.of(deleted.id)) if isinstance(e, SessionStopped)] == [
+        "server_shutdown"]
+    assert store.get_session(never.id).restart_pending is False
+    assert not any(isinstance(r.event, SessionStopped) for r in rec.of(paused.id) + rec.of(crashed.id))
+    assert sorted(store.take_restart_pending()) == sorted([s.id for s in running] + [paused.id, crashed.id])
+    store.close()
+
+
+def test_shutdown_marks_one_by_one_when_the_batched_marking_is_refused(sim_clock, scripted):
+    from corvid_actors.events import SessionPaused
+    from corvid_actors.testing import EventRecorder, StoreFault, sim_runtime
+
+    rt = sim_runtime(sim_clock, scripted)
+    rec = EventRecorder.attach(rt)
+    running = [rt.create_session(source="web") for _ in range(3)]
+    paused = rt.create_session(source="chat")
+    for s in running:
+        rt.start_process(s.id, "hi")
+        rt.settle()
+    scripted.outage("connection refused")
+    rt.start_process(paused.id, "hi")
+    rt.settle()
+    assert isinstance(rec.of(paused.id)[-1].event, SessionPaused)
+    store = rt.store
+    rt._owns_store = False
+    with StoreFault(store, "mark_for_resume", times=None) as fault:
+        rt.shutdown()
+    assert fault.raised == 2  # the running batch and the pending batch
+    for s in running:
+        row = store.get_session(s.id)
+        assert (row.status, row.pid, row.restart_pending) == ("stopped", None, True)
+        assert [r.event.reason for r in rec.of(s.id) if isinstance(r.event, SessionStopped)] == ["server_shutdown"]
+    assert (store.get_session(paused.id).status, store.get_session(paused.id).restart_pending) == ("paused", True)
+    store.close()

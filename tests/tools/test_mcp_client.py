@@ -195,6 +195,8 @@ def test_servers_for_agent_merge_config_and_store_by_scope(store):
     assert got["extra"].cwd == "~/work"
     assert {s.name for s in servers_for_agent(config, store, other)} == {"fs", "theirs"}
     assert {s.name for s in servers_for_agent(config, None, None)} == {"fs"}
+    no_agent = {s.name: s for s in servers_for_agent(config, store, None)}  # the global rows only
+    assert set(no_agent) == {"fs"} and no_agent["fs"].command == "fs-store-global"
 
 
 def test_an_explicit_tool_list_must_name_a_servers_tool_for_it_to_start():

@@ -1,0 +1,210 @@
+"""Benchmark 9 — lifecycle: a daemon's start-up and shutdown with N sessions, before/after.
+
+Start-up is what a daemon restart does: N sessions left ``running`` by a dead process
+(each with a short conversation) are reset and marked at ``Runtime(...)``, then
+``resume_pending_sessions()`` brings every one back (ready, no model call: none was
+mid-turn). Timed from constructing the runtime until every session runs and the runtime
+is idle. Shutdown is ``Runtime.shutdown()`` with the N sessions live, until every actor
+stopped; afterwards every row must be marked for resume. Also per level: the Timers
+actor's cost of one session's cleanup (``CancelTimers``) with 3 timers per session pending.
+
+Side by side: "after" is this tree; "before" is a git ref (default ``main``) checked out
+into a temporary directory (``git archive``) and run with THIS bench code, each level in
+its own process. Goal: 10,000 sessions start and stop in ≤ 20 s each.
+
+    python -m bench.lifecycle [--quick] [--sessions 1000 10000] [--before REF | --no-before]
+    python -m bench.lifecycle --level 1000          # one level, this tree, JSON on stdout
+
+The default levels are 1,000 and 2,000 (10,000 is opt-in: ``--sessions 10000``; the
+"before" side takes minutes there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench._common import RESULT_MARKER, cli, loadavg, machine, now, quiet_logs
+
+LEVELS = (1000, 2000)
+QUICK_LEVELS = (200,)
+GOAL_S = 20.0
+LEVEL_TIMEOUT_S = 3600
+ROOT = Path(__file__).resolve().parent.parent
+#: rows per INSERT while preparing the database (SQLite takes 999+ parameters)
+_CHUNK = 100
+
+
+def prepare(url: str, workdir: Path, n: int) -> list[str]:
+    """``n`` chat sessions of one Ollama agent, each with a user message and an answer,
+    left ``running`` with a pid as a killed daemon leaves them (bulk inserts: the setup is
+    not what is measured)."""
+    from bench._stub_proc import BENCH_MODEL
+    from corvid_actors.db.models import new_id
+    from corvid_actors.db.store import Store
+
+    store = Store(url)
+    try:
+        project_dir = workdir / "project"
+        project_dir.mkdir(exist_ok=True)
+        project = store.create_project("bench", project_dir)
+        agent = store.create_agent("bench-agent", provider="ollama", model=BENCH_MODEL, permission_mode="full-auto",
+                                   system_prompt="You are a benchmark.", tool_permissions=[])
+        ids = [new_id() for _ in range(n)]
+        m = store.m
+        for start in range(0, n, _CHUNK):
+            chunk = ids[start:start + _CHUNK]
+            with store.transaction():
+                m.Session.insert_many([
+                    {"id": sid, "agent": agent.id, "project": project.id, "source": "chat", "name": f"s{start + i}",
+                     "participant": f"p{start + i}", "status": "running", "pid": 800000 + start + i,
+                     "total_turns": 1}
+                    for i, sid in enumerate(chunk)]).execute()
+                m.SessionMessage.insert_many(
+                    [{"session": sid, "role": role, "content": text} for sid in chunk
+                     for role, text in (("user", "hello"), ("assistant", "hi there, how can I help?"))]).execute()
+        return ids
+    finally:
+        store.close()
+
+
+def timers_cleanup_cost(owners: int = 10000, kinds: int = 3, cleanups: int = 2000) -> dict[str, Any]:
+    """The Timers actor with ``owners × kinds`` pending timers (as many sessions' restart,
+    stable and slot-wait timers): the cost of one session's cleanup (``CancelTimers``),
+    told ``cleanups`` times and timed to the last one's completion."""
+    from corvid_actors.actors.base import ActivityTracker
+    from corvid_actors.actors.timers import CancelTimers, ScheduleTimer, Timers, TimerStats
+    from corvid_actors.clock import RealClock
+
+    cleanups = min(cleanups, owners)
+    clock = RealClock()
+    tracker = ActivityTracker()
+    clock.attach(tracker, lambda: tracker.wait_idle(60))
+    clock.start()
+    timers = Timers.start(tracker, clock)
+    try:
+        for i in range(owners):
+            for k in range(kinds):
+                timers.tell(ScheduleTimer((f"s{i}", f"kind{k}"), 3600.0, timers, None))
+        pending = timers.ask(TimerStats())["timers"]
+        t0 = now()
+        for i in range(cleanups):
+            timers.tell(CancelTimers(f"s{i}"))
+        left = timers.ask(TimerStats())["timers"]
+        elapsed = now() - t0
+    finally:
+        timers.stop()
+        clock.stop()
+    return {"timers": pending, "cleanups": cleanups, "left": left,
+            "cleanup_us": round(elapsed / cleanups * 1e6, 1)}
+
+
+def measure_level(n: int) -> dict[str, Any]:
+    quiet_logs()
+    import corvid_actors
+    from bench._runtime import real_runtime
+    from bench._stub_proc import StubProcess
+    from corvid_actors.db.store import Store
+
+    out: dict[str, Any] = {"sessions": n, "code": str(Path(corvid_actors.__file__).resolve().parent.parent),
+                           "load_before": loadavg()}
+    import corvid_actors.providers.ollama  # noqa: F401 - imported before the clock starts
+    import corvid_actors.runtime  # noqa: F401
+
+    with StubProcess() as url, tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        db_url = f"sqlite:///{workdir / 'corvid.db'}"
+        prepare(db_url, workdir, n)
+        t0 = now()
+        runtime = real_runtime(url, workdir, max_parallel=1000)
+        stale = len(runtime.stale_session_ids)
+        t1 = now()
+        resumed = runtime.resume_pending_sessions()
+        t2 = now()
+        runtime.settle(LEVEL_TIMEOUT_S)
+        t3 = now()
+        live = len(runtime.get_active_session_ids())
+        t4 = now()
+        runtime.shutdown(settle_timeout_s=LEVEL_TIMEOUT_S)
+        t5 = now()
+        check = Store(db_url)
+        try:
+            S = check.m.Session
+            marked = S.select().where(S.restart_pending == True).count()  # noqa: E712
+            stopped = S.select().where(S.status == "stopped").count()
+        finally:
+            check.close()
+    out.update({
+        "stale_reset": stale, "resumed": len(resumed), "live": live,
+        "startup_s": round(t3 - t0, 2), "startup_runtime_s": round(t1 - t0, 2), "startup_resume_s": round(t3 - t1, 2),
+        "startup_resume_calls_s": round(t2 - t1, 2), "startup_ms_per_session": round((t3 - t0) / n * 1e3, 2),
+        "shutdown_s": round(t5 - t4, 2), "shutdown_ms_per_session": round((t5 - t4) / n * 1e3, 3),
+        "marked_after_shutdown": marked, "stopped_after_shutdown": stopped,
+        "complete": live == n and marked == n and stopped == n,
+        # one session's timer cleanup among 3 timers per live session
+        "timers_cleanup": timers_cleanup_cost(owners=n), "load_after": loadavg(),
+    })
+    return out
+
+
+def _checkout(ref: str, into: Path) -> str:
+    """``ref``'s tree in ``into`` with this tree's bench/ on top; returns the commit."""
+    commit = subprocess.run(["git", "rev-parse", ref], cwd=ROOT, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    shutil.rmtree(into / "bench", ignore_errors=True)
+    shutil.copytree(ROOT / "bench", into / "bench", ignore=shutil.ignore_patterns("__pycache__", "results.json"))
+    return commit
+
+
+def _run_level(tree: Path, n: int) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-m", "bench.lifecycle", "--level", str(n)], cwd=tree,
+                          capture_output=True, text=True, timeout=LEVEL_TIMEOUT_S + 600)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(RESULT_MARKER)]
+    if lines:
+        return json.loads(lines[-1][len(RESULT_MARKER):])
+    return {"sessions": n, "error": f"level process failed (exit {done.returncode}): {done.stderr[-800:]}"}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.level:
+        return measure_level(args.level)
+    levels = tuple(args.sessions) if args.sessions else (QUICK_LEVELS if args.quick else LEVELS)
+    before_ref = None if args.no_before else args.before
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="corvid-before-") as tmp:
+        before_commit = _checkout(before_ref, Path(tmp)) if before_ref else None
+        for n in levels:
+            row: dict[str, Any] = {"sessions": n, "after": _run_level(ROOT, n)}
+            if before_commit:
+                row["before"] = _run_level(Path(tmp), n)
+            results.append(row)
+    after_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                                  text=True).stdout.strip()
+    top = results[-1]["after"]
+    return {
+        "name": "lifecycle", "machine": machine(), "levels": results,
+        "before_ref": before_ref, "before_commit": before_commit, "after_commit": after_commit,
+        "goal": f"10,000 sessions start (daemon restart: reset + resume) and shut down in ≤ {GOAL_S:g} s each",
+        "met": (bool(top.get("sessions") == 10000 and top.get("complete") and top.get("startup_s", 1e9) <= GOAL_S
+                     and top.get("shutdown_s", 1e9) <= GOAL_S) if top.get("sessions") == 10000 else None),
+        "command": ".venv/bin/python -m bench.lifecycle   (10,000: --sessions 1000 10000)",
+    }
+
+
+def _flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--level", type=int, default=0, help="run one level on this tree (JSON out)")
+    parser.add_argument("--sessions", type=int, nargs="*", help=f"levels (default {LEVELS})")
+    parser.add_argument("--before", default="main", help="the git ref measured as 'before' (default main)")
+    parser.add_argument("--no-before", action="store_true", help="measure this tree only")
+
+
+if __name__ == "__main__":
+    cli(run, _flags)

@@ -1,0 +1,109 @@
+"""The store's precompiled statements (update_session, the session-start reads) write and
+read exactly what peewee's generated queries do, on every backend."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+
+from corvid_actors.db.store import Store
+
+_VALUES = {
+    "status": ["running", "idle", "stopped", "paused", "error"],
+    "pid": [None, 800001, 700002],
+    "restart_pending": [True, False],
+    "total_turns": [0, 3, 17],
+    "open_turns": [0, 1, 2],
+    "conversation_summary": ["", "a summary with 'quotes' and %s and ?"],
+    "plan": ["", '[{"id": 1}]'],
+    "last_context_tokens": [0, 12345],
+    "name": ["x", "ünïcode"],
+}
+
+
+def _row(store: Store, sid: str) -> dict:
+    row = store.get_session(sid)
+    return {name: getattr(row, name) for name in (*_VALUES, "agent_id", "project_id", "updated_at")}
+
+
+def test_update_session_matches_peewee_for_random_column_sets(store: Store) -> None:
+    rnd = random.Random(7)
+    agent = store.create_agent("a")
+    fast = store.create_session(source="web").id
+    slow = store.create_session(source="web").id
+    S = store.m.Session
+    for _ in range(60):
+        names = rnd.sample(sorted(_VALUES), rnd.randint(1, 5))
+        fields = {name: rnd.choice(_VALUES[name]) for name in names}
+        if rnd.random() < 0.2:
+            fields["agent_id" if rnd.random() < 0.5 else "agent"] = rnd.choice([agent.id, None])
+        stamp = datetime(2026, 1, 2, 3, 4, rnd.randrange(60), tzinfo=UTC).replace(tzinfo=None)
+        assert store.update_session(fast, **fields, updated_at=stamp) == 1
+        with store.transaction():
+            S.update(**fields, updated_at=stamp).where(S.id == slow).execute()
+        assert _row(store, fast) == _row(store, slow), fields
+    assert store.update_session("no-such-session", status="idle") == 0
+
+
+def test_update_session_with_expressions_still_works(store: Store) -> None:
+    sid = store.create_session(source="web").id
+    S = store.m.Session
+    store.update_session(sid, open_turns=2)
+    store.update_session(sid, open_turns=S.open_turns + 1, status="running")
+    row = store.get_session(sid)
+    assert (row.open_turns, row.status) == (3, "running")
+
+
+def test_session_start_reads_match_the_rows(store: Store, tmp_path) -> None:
+    project = store.create_project("p", tmp_path, env_vars={"K": "v"})
+    agent = store.create_agent("a", tool_permissions=["read_file"])
+    bundle_a = store.create_skill_bundle("ba", tools=["grep"], prompt_additions="agent skill")
+    bundle_p = store.create_skill_bundle("bp", tools=["bash"], prompt_additions="project skill")
+    persona = store.create_persona("Ann", traits=["calm"], background="bg")
+    store.assign_persona(agent.id, persona.id)
+    store.assign_agent_skill(agent.id, bundle_a.id)
+    store.assign_project_skill(project.id, bundle_p.id)
+    sid = store.create_session(agent_id=agent.id, project_id=project.id).id
+    ctx = store.session_context(sid)
+    assert (ctx.agent.id, ctx.agent.name, ctx.project.id, ctx.project_env) == (agent.id, "a", project.id, {"K": "v"})
+    assert ctx.persona_prompt == "## Persona\nPersonality traits: calm\nBackground: bg"
+    assert ctx.skill_prompt == "agent skill\n\nproject skill"
+    assert ctx.agent_bundle_tools == (("grep",),) and ctx.project_bundle_tools == (("bash",),)
+    assert store.get_agent("nope") is None and store.get_project("nope") is None
+    for role, text in [("user", "u1"), ("assistant", "a1"), ("system", "s1"), ("user", "u2")]:
+        store.append_message(sid, role, text)
+    assert store.recent_messages(sid, 2) == [("assistant", "a1"), ("user", "u2")]
+    assert store.recent_messages(sid, 10, roles=("system",)) == [("system", "s1")]
+    assert store.recent_messages(sid, 10, roles=("system", "user", "assistant")) == [
+        ("user", "u1"), ("assistant", "a1"), ("system", "s1"), ("user", "u2")]
+    assert store.last_message_role(sid) == "user"
+    assert store.last_message_role(sid, roles=("system", "assistant")) == "system"
+    assert store.last_message_role("nope") is None
+
+
+def test_rows_read_with_the_cached_column_mapping_equal_peewees_raw_rows(store: Store, tmp_path) -> None:
+    project = store.create_project("p", tmp_path, env_vars={"K": "v"}, description="d")
+    agent = store.create_agent("a", tool_permissions=["read_file"], permission_mode="full-auto")
+    persona = store.create_persona("Ann", traits=["calm"])
+    store.assign_persona(agent.id, persona.id)
+    sids = [store.create_session(agent_id=agent.id, project_id=project.id, name=f"s{i}", participant="alice").id
+            for i in range(3)]
+    store.update_session(sids[0], status="running", pid=800001, restart_pending=True, plan='[{"id": 1}]')
+    m = store.m
+    for model, sql, params in [
+        (m.Session, 'SELECT * FROM "sessions" ORDER BY "id"', ()),
+        (m.Session, store._sql("s", lambda: m.Session.select().where(m.Session.id == "")), (sids[0],)),
+        (m.Agent, 'SELECT * FROM "agents"', ()),
+        (m.Project, 'SELECT * FROM "projects"', ()),
+        (m.Persona, 'SELECT * FROM "personas"', ()),
+    ]:
+        for _ in range(2):  # the second read uses the cached mapping
+            with store.lock:
+                fast = store._rows(model, sql, *params)
+            slow = list(model.raw(sql, *params))
+            assert [f.__data__ for f in fast] == [s.__data__ for s in slow] and fast
+            assert all(not f._dirty for f in fast)
+    row = store.get_session(sids[0])
+    assert (row.status, row.pid, row.restart_pending, row.agent_id, row.agent.name) == (
+        "running", 800001, True, agent.id, "a")
+    assert store.get_session("no-such-session") is None
