@@ -54,7 +54,12 @@ from corvid_actors.chat.commands import (
 )
 from corvid_actors.chat.conversations import Conversation, ConversationDirectory
 from corvid_actors.chat.outbox import Outbox
-from corvid_actors.chat.transport import ChatTransport, IncomingMessage, OutgoingMessage
+from corvid_actors.chat.transport import (
+    ChatTransport,
+    IncomingMessage,
+    OutgoingMessage,
+    is_storable_text,
+)
 from corvid_actors.db.replays import ReplayStore
 from corvid_actors.errors import RuntimeStoppedError
 from corvid_actors.events import Event
@@ -66,14 +71,6 @@ def _id_key(seen_key: str) -> str:
     # channel and id may be 200 characters each: the replay store keeps a digest
     return "id:" + hashlib.sha256(seen_key.encode("utf-8")).hexdigest()
 
-
-def _is_text(value: str) -> bool:
-    """Storable text: encodable as UTF-8 (no lone surrogates) and without NUL."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return "\x00" not in value
 #: shortest id prefix an approval answer may use
 _MIN_APPROVAL_PREFIX = 4
 
@@ -185,7 +182,7 @@ class ChatBridge:
                 raise ValueError(f"a chat message needs a {what} id of 1–{self.settings.max_id_chars} characters")
         for what, value in (("channel", message.channel), ("participant", message.participant),
                             ("text", message.text), ("id", message.message_id)):
-            if not _is_text(value):
+            if not is_storable_text(value):
                 raise ValueError(f"the message's {what} is not valid Unicode text (lone surrogates or NUL)")
         # platform message ids are unique per channel at least
         seen_key = f"{message.channel}\0{message.message_id}" if message.message_id else ""

@@ -88,3 +88,12 @@ class ChatTransport(Protocol):
 
     def stop(self) -> None:
         ...
+
+
+def is_storable_text(value: str) -> bool:
+    """Text the store can keep as it is: encodable as UTF-8 (no lone surrogates), no NUL."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in value

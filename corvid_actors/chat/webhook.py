@@ -68,6 +68,7 @@ from corvid_actors.chat.transport import (
     MessageHandler,
     OutgoingMessage,
     TransportError,
+    is_storable_text,
 )
 from corvid_actors.clock import Clock, RealClock
 from corvid_actors.db.replays import MemoryReplayStore
@@ -247,7 +248,7 @@ class WebhookTransport:
             return 400, {"error": "the body must be a JSON object"}
         fields = {k: data.get(k) for k in ("channel", "participant", "text")}
         bad = [k for k, v in fields.items() if not isinstance(v, str) or (k != "text" and not v)
-               or not _is_text(v)]
+               or not is_storable_text(v)]
         message_id = data.get("id", "")
         if bad or not _valid_id(message_id):
             return 400, {"error": f"need string fields channel, participant, text of valid Unicode and an "
@@ -300,20 +301,13 @@ class WebhookTransport:
             logger.warning("webhook: could not release a signature in the replay store")
 
 
-def _is_text(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return "\x00" not in value
-
 
 def _valid_id(value: Any) -> bool:
     if isinstance(value, bool):
         return False
     if isinstance(value, int):
         return abs(value) < 2**63
-    return isinstance(value, str) and len(value) <= 200 and _is_text(value)
+    return isinstance(value, str) and len(value) <= 200 and is_storable_text(value)
 
 
 class _CappedServer(ThreadingHTTPServer):
