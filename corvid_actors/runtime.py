@@ -425,6 +425,30 @@ class Runtime:
         """
         self.tracker.wait_idle(timeout_s)
 
+    def stop_sessions(self, reason: str = "server_shutdown", *, settle_timeout_s: float = 10.0) -> None:
+        """The supervisor half of :meth:`shutdown`: every session stopped and marked for
+        resume exactly as shutdown does (``session_stopped`` with ``reason``, pending
+        approvals denied, the runtime settled), while the store, the event bus and every
+        read keep working — so a test can assert what shutdown leaves behind.
+
+        From now on the runtime starts no session (``start_process`` / ``resume_process``
+        raise RuntimeStoppedError; ``send_message`` returns False). Call :meth:`shutdown`
+        afterwards, as always. Unlike shutdown, a step that fails raises.
+        """
+        if self._stopped:
+            raise RuntimeStoppedError(self._stopped_message())
+        for _, step in self._session_stop_steps(reason, settle_timeout_s):
+            try:
+                step()
+            except pykka.ActorDeadError:
+                raise RuntimeStoppedError(self._stopped_message()) from None
+
+    def _session_stop_steps(self, reason: str, settle_timeout_s: float) -> tuple[tuple[str, Callable[[], Any]], ...]:
+        """What stopping the sessions takes (shutdown's first half, and stop_sessions)."""
+        return (("stopping the sessions", lambda: self.supervisor.ask(sv.Shutdown(reason))),
+                ("denying pending approvals", lambda: self.approvals.ask(ap.DenyAll("Server shutting down"))),
+                ("settling", lambda: self.tracker.wait_idle(settle_timeout_s)))
+
     def shutdown(self, reason: str = "server_shutdown", *, settle_timeout_s: float = 10.0) -> None:
         """Stop every session (marked for resume), deny pending approvals, stop all actors."""
         with self._fail_lock:  # the root policy may shut down from its own thread meanwhile
@@ -432,10 +456,7 @@ class Runtime:
                 return
             self._stopped = True
         self.tracker.stopping = True
-        for what, step in (("stopping the sessions", lambda: self.supervisor.ask(sv.Shutdown(reason))),
-                           ("denying pending approvals",
-                            lambda: self.approvals.ask(ap.DenyAll("Server shutting down"))),
-                           ("settling", lambda: self.tracker.wait_idle(settle_timeout_s))):
+        for what, step in self._session_stop_steps(reason, settle_timeout_s):
             try:
                 step()
             except Exception as exc:  # noqa: BLE001 - shutdown goes on regardless, but says so
