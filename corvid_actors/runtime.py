@@ -61,6 +61,7 @@ from corvid_actors.wiring import (
     LoopFactory,
     LoopSpec,
     SessionBuilder,
+    ToolRun,
     default_tool_registry,
 )
 
@@ -331,6 +332,27 @@ class Runtime:
 
         rows = self.store.recent_messages(session_id, limit, roles=(OPERATOR_OUTPUT_ROLE,))
         return [record for _, content in rows if (record := parse_operator_record(content)) is not None]
+
+    # --- one tool run ------------------------------------------------------------------------
+
+    def run_tool(self, project_dir: str | Path, tool: str, args: Mapping[str, Any] | None = None, *,
+                 mode: str = "default", agent: Any = None, approve: bool = False) -> ToolRun:
+        """Run one tool call exactly as a session of permission ``mode`` would: the same
+        tool registry (``tool_registry_factory``), permission check (protected paths
+        included), environment (``safe_env``), deadline, and OS sandbox launcher with its
+        network choice (``agent``: an agent or its name, for ``[tools.sandbox]
+        network_agents``). For tests, and for operators asking why a call is denied.
+
+        Returns a :class:`~corvid_actors.wiring.ToolRun`: ``decision`` (allow / ask /
+        deny) and ``reason``; when it ran, ``result`` (``output``, ``is_error``). A call
+        that needs approval (``ask``) runs only with ``approve=True``, as if approved.
+        Blocks the calling thread for the tool's run; publishes and stores nothing.
+        """
+        if self._stopped:
+            raise RuntimeStoppedError(self._stopped_message())
+        agent_name = agent if isinstance(agent, str) else str(getattr(agent, "name", "") or "")
+        return self.builder.run_tool(Path(project_dir), tool, args or {}, mode=mode, agent_name=agent_name,
+                                     approve=approve)
 
     # --- approvals, slots ---------------------------------------------------------------------
 
