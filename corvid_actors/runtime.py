@@ -61,6 +61,7 @@ from corvid_actors.wiring import (
     LoopFactory,
     LoopSpec,
     SessionBuilder,
+    ToolRun,
     default_tool_registry,
 )
 
@@ -332,6 +333,27 @@ class Runtime:
         rows = self.store.recent_messages(session_id, limit, roles=(OPERATOR_OUTPUT_ROLE,))
         return [record for _, content in rows if (record := parse_operator_record(content)) is not None]
 
+    # --- one tool run ------------------------------------------------------------------------
+
+    def run_tool(self, project_dir: str | Path, tool: str, args: Mapping[str, Any] | None = None, *,
+                 mode: str = "default", agent: Any = None, approve: bool = False) -> ToolRun:
+        """Run one tool call exactly as a session of permission ``mode`` would: the same
+        tool registry (``tool_registry_factory``), permission check (protected paths
+        included), environment (``safe_env``), deadline, and OS sandbox launcher with its
+        network choice (``agent``: an agent or its name, for ``[tools.sandbox]
+        network_agents``). For tests, and for operators asking why a call is denied.
+
+        Returns a :class:`~corvid_actors.wiring.ToolRun`: ``decision`` (allow / ask /
+        deny) and ``reason``; when it ran, ``result`` (``output``, ``is_error``). A call
+        that needs approval (``ask``) runs only with ``approve=True``, as if approved.
+        Blocks the calling thread for the tool's run; publishes and stores nothing.
+        """
+        if self._stopped:
+            raise RuntimeStoppedError(self._stopped_message())
+        agent_name = agent if isinstance(agent, str) else str(getattr(agent, "name", "") or "")
+        return self.builder.run_tool(Path(project_dir), tool, args or {}, mode=mode, agent_name=agent_name,
+                                     approve=approve)
+
     # --- approvals, slots ---------------------------------------------------------------------
 
     def list_approvals(self, session_id: str | None = None) -> list[dict[str, Any]]:
@@ -425,6 +447,30 @@ class Runtime:
         """
         self.tracker.wait_idle(timeout_s)
 
+    def stop_sessions(self, reason: str = "server_shutdown", *, settle_timeout_s: float = 10.0) -> None:
+        """The supervisor half of :meth:`shutdown`: every session stopped and marked for
+        resume exactly as shutdown does (``session_stopped`` with ``reason``, pending
+        approvals denied, the runtime settled), while the store, the event bus and every
+        read keep working — so a test can assert what shutdown leaves behind.
+
+        From now on the runtime starts no session (``start_process`` / ``resume_process``
+        raise RuntimeStoppedError; ``send_message`` returns False). Call :meth:`shutdown`
+        afterwards, as always. Unlike shutdown, a step that fails raises.
+        """
+        if self._stopped:
+            raise RuntimeStoppedError(self._stopped_message())
+        for _, step in self._session_stop_steps(reason, settle_timeout_s):
+            try:
+                step()
+            except pykka.ActorDeadError:
+                raise RuntimeStoppedError(self._stopped_message()) from None
+
+    def _session_stop_steps(self, reason: str, settle_timeout_s: float) -> tuple[tuple[str, Callable[[], Any]], ...]:
+        """What stopping the sessions takes (shutdown's first half, and stop_sessions)."""
+        return (("stopping the sessions", lambda: self.supervisor.ask(sv.Shutdown(reason))),
+                ("denying pending approvals", lambda: self.approvals.ask(ap.DenyAll("Server shutting down"))),
+                ("settling", lambda: self.tracker.wait_idle(settle_timeout_s)))
+
     def shutdown(self, reason: str = "server_shutdown", *, settle_timeout_s: float = 10.0) -> None:
         """Stop every session (marked for resume), deny pending approvals, stop all actors."""
         with self._fail_lock:  # the root policy may shut down from its own thread meanwhile
@@ -432,10 +478,7 @@ class Runtime:
                 return
             self._stopped = True
         self.tracker.stopping = True
-        for what, step in (("stopping the sessions", lambda: self.supervisor.ask(sv.Shutdown(reason))),
-                           ("denying pending approvals",
-                            lambda: self.approvals.ask(ap.DenyAll("Server shutting down"))),
-                           ("settling", lambda: self.tracker.wait_idle(settle_timeout_s))):
+        for what, step in self._session_stop_steps(reason, settle_timeout_s):
             try:
                 step()
             except Exception as exc:  # noqa: BLE001 - shutdown goes on regardless, but says so

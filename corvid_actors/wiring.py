@@ -90,6 +90,27 @@ class BuiltSession:
 
 
 @dataclass(frozen=True)
+class ToolRun:
+    """What ``Runtime.run_tool`` reports: the permission ``decision`` (``allow``, ``ask``
+    or ``deny``) with its ``reason`` (the denial the model would be told, or the approval
+    request's description), and — when the tool ran — its :class:`ToolResult`."""
+
+    decision: str
+    reason: str = ""
+    ran: bool = False
+    result: Any = None
+
+    @property
+    def output(self) -> str | None:
+        """What the model would see (None when the tool did not run)."""
+        return self.result.output if self.result is not None else None
+
+    @property
+    def is_error(self) -> bool:
+        return bool(self.result is not None and self.result.is_error)
+
+
+@dataclass(frozen=True)
 class RoutingDecision:
     """Which provider a session uses and why (the original's ``resolveProviderRouting``)."""
 
@@ -361,19 +382,10 @@ class SessionBuilder:
         spec = self._with_policies(spec, ctx, mode)
         loop = self.loops[loop_kind](spec)
 
-        from corvid_actors.tools.env import safe_env
-
         agent_name = ctx.agent.name if ctx.agent is not None else ""
-        tool_context = ToolContext(
-            project_dir=project_dir,
-            env=safe_env(ctx.project_env),
-            call_later=self._call_later,
-            protected_patterns=protected,
-            session_id=session.id,
-            extra={"depth": session.depth, "source": session.source},
-            sandbox=self.sandbox,
-            sandbox_network=self.sandbox.network_for(mode or "default", agent_name),
-        )
+        tool_context = self.tool_context(project_dir, mode, agent_name, project_env=ctx.project_env,
+                                         session_id=session.id,
+                                         extra={"depth": session.depth, "source": session.source})
         notices.extend(self._sandbox_notices(session.id, tools))
         weight = self._slot_weight(info.parameter_size_b)
         approval_timeout = (
@@ -386,6 +398,52 @@ class SessionBuilder:
             resources=tuple(resources), notices=tuple(notices), loop_kind=loop_kind,
             provider_selected=provider_selected_message(decision, model),
         )
+
+    def tool_context(self, project_dir: Path, mode: str, agent_name: str = "", *,
+                     project_env: Mapping[str, str] | None = None, session_id: str = "",
+                     extra: dict[str, Any] | None = None) -> ToolContext:
+        """The context a session's tools run in: the allowlisted environment
+        (``safe_env``), the real-time deadline scheduler, the protected paths, and the OS
+        sandbox launcher with the network choice for ``mode`` and ``agent_name``. Used by
+        every incarnation and by :meth:`run_tool`, so the two cannot drift."""
+        from corvid_actors.tools.env import safe_env
+
+        return ToolContext(
+            project_dir=project_dir,
+            env=safe_env(project_env),
+            call_later=self._call_later,
+            protected_patterns=self.config.tools.protected_patterns,
+            session_id=session_id,
+            extra=dict(extra or {}),
+            sandbox=self.sandbox,
+            sandbox_network=self.sandbox.network_for(mode or "default", agent_name),
+        )
+
+    def run_tool(self, project_dir: Path, tool: str, args: Mapping[str, Any], *, mode: str = "default",
+                 agent_name: str = "", approve: bool = False) -> ToolRun:
+        """One tool call as a session of permission ``mode`` makes it: the registry of the
+        tool registry factory, the permission check the session's loop gets, and the
+        :meth:`tool_context` its worker runs the handler in (see ``Runtime.run_tool``)."""
+        from corvid_actors.tools.base import Permission, ToolResult
+
+        project_dir.mkdir(parents=True, exist_ok=True)  # as a session's build does
+        tools = self.tool_registry_factory()
+        check = self._permission_check(mode or "default", tools, project_dir, self.config.tools.protected_patterns)
+        arguments = dict(args)
+        decision = check(tool, arguments)
+        verdict = decision.permission.value
+        reason = decision.message if decision.permission is Permission.DENY else decision.description
+        if decision.permission is Permission.DENY or (decision.permission is Permission.ASK and not approve):
+            return ToolRun(verdict, reason)
+        handler = tools.get(tool)
+        if handler is None:  # a custom permission check let an unknown name through
+            return ToolRun(verdict, reason, ran=True, result=ToolResult(f"Unknown tool: {tool}", is_error=True))
+        ctx = self.tool_context(project_dir, mode, agent_name)
+        try:
+            result = handler.handler(arguments, ctx)
+        except Exception as exc:  # noqa: BLE001 - as a session: a tool bug is a result the model sees
+            result = ToolResult(f"Tool execution error: {type(exc).__name__}: {exc}", is_error=True)
+        return ToolRun(verdict, reason, ran=True, result=result)
 
     def _sandbox_notices(self, session_id: str, tools: ToolRegistry) -> list[Any]:
         """The per-session warning when commands will not run in the OS sandbox."""

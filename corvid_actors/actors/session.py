@@ -198,6 +198,19 @@ class Abort:
 
 
 @dataclass(frozen=True)
+class InjectedCrash:
+    """Fault hook (``corvid_actors.testing.kill_incarnation``): the actor fails on this
+    message as on any bug in it — ``on_failure`` runs and the supervisor hears
+    ``SessionCrashed`` (exit code 1, restart with backoff)."""
+
+    reason: str = "incarnation killed (fault hook)"
+
+
+class InjectedCrashError(RuntimeError):
+    """What the actor raises on :class:`InjectedCrash`."""
+
+
+@dataclass(frozen=True)
 class SessionEnded:
     session_id: str
     generation: int
@@ -442,6 +455,8 @@ class SessionActor(TrackedActor):
         match message:
             case _BuildDone():
                 self._built(message)
+            case InjectedCrash(reason):
+                raise InjectedCrashError(reason)
             case Begin(prompt, blocks, counts_turn):
                 if counts_turn:
                     self._count_turn()

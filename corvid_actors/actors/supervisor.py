@@ -53,6 +53,7 @@ from corvid_actors.actors.session import (
     Built,
     CheckTimeout,
     ExtendTimeout,
+    InjectedCrash,
     Lifeline,
     OutageReported,
     Ready,
@@ -220,6 +221,15 @@ class Shutdown:
 class RefuseInput:
     """Fault hook (``corvid_actors.testing.refuse_input``): the running incarnation refuses
     user input from now on, as one does between its end and the supervisor hearing of it.
+    Replies False when the session is not running."""
+
+    session_id: str
+
+
+@dataclass(frozen=True)
+class KillIncarnation:
+    """Fault hook (``corvid_actors.testing.kill_incarnation``): the running incarnation's
+    actor fails as on a bug (``SessionCrashed``: the crash path, restart with backoff).
     Replies False when the session is not running."""
 
     session_id: str
@@ -472,6 +482,11 @@ class SessionSupervisor(TrackedActor):
                 inc = self._running.get(sid)
                 if inc is not None:
                     inc.lifeline.refuse_input()
+                return inc is not None
+            case KillIncarnation(sid):
+                inc = self._running.get(sid)
+                if inc is not None:
+                    tell(inc.ref, InjectedCrash())
                 return inc is not None
             # --- from session actors
             case SessionEnded(sid, gen, code, error) if self._current(sid, gen):
@@ -1075,7 +1090,7 @@ class SessionSupervisor(TrackedActor):
 #: the asked requests: their exceptions go back to the asker
 _REQUESTS = (StartProcess, ResumeProcess, StopProcess, SendMessage, IsRunning, IsPaused, ActiveSessionIds,
              PausedSessionIds, ResumeSession, ExtendSessionTimeout, CleanupSessionState, SupervisorStats,
-             SessionInfo, Shutdown, RefuseInput)
+             SessionInfo, Shutdown, RefuseInput, KillIncarnation)
 
 
 def _error_kind(exc: Exception) -> str:

@@ -9,7 +9,8 @@
 - :func:`sim_runtime`: a Runtime on a SimClock, in-memory SQLite and a scripted provider.
 - :func:`stub_provider`: the real Ollama / Anthropic provider pointed at a stub server.
 - :func:`refuse_input` (``corvid_actors.testing.faults``): a running session refuses
-  user messages, to test the refused-delivery path; :class:`StoreFault` (same module):
+  user messages, to test the refused-delivery path; :func:`kill_incarnation` (same
+  module): a running session's actor crashes (restart with backoff); :class:`StoreFault`:
   a store refuses the Nth write of a chosen kind.
 - Stub servers speaking the real wire protocols: ``corvid_actors.testing.ollama_stub``
   (:class:`OllamaStubServer`) and ``corvid_actors.testing.anthropic_stub``
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from corvid_actors.testing.clock import SimClock
-    from corvid_actors.testing.faults import StoreFault, refuse_input
+    from corvid_actors.testing.faults import StoreFault, kill_incarnation, refuse_input
     from corvid_actors.testing.recorder import EventRecorder, Recorded
     from corvid_actors.testing.scripted import (
         ScriptedProvider,
@@ -37,14 +38,14 @@ if TYPE_CHECKING:
     )
 
 __all__ = ["SimClock", "ScriptedProvider", "ScriptedTurn", "ScriptedStartFailure", "Turn", "EventRecorder",
-           "Recorded", "StoreFault", "refuse_input", "sim_runtime", "stub_provider"]
+           "Recorded", "StoreFault", "kill_incarnation", "refuse_input", "sim_runtime", "stub_provider"]
 
 #: public name -> the submodule defining it. Imported on first use, so that the stub
 #: servers (``corvid_actors.testing.ollama_stub``, used by the daemon of a plain install)
 #: import nothing of the test extras: only :class:`SimClock` needs freezegun.
 _LAZY = {"SimClock": "clock", "ScriptedProvider": "scripted", "ScriptedTurn": "scripted",
          "ScriptedStartFailure": "scripted", "Turn": "scripted", "EventRecorder": "recorder", "Recorded": "recorder",
-         "refuse_input": "faults", "StoreFault": "faults"}
+         "refuse_input": "faults", "kill_incarnation": "faults", "StoreFault": "faults"}
 
 
 def __getattr__(name: str) -> Any:

@@ -5,6 +5,10 @@
   ``send_message`` then returns False, persists nothing and evicts the incarnation;
   ``resume_process(session_id, prompt)`` publishes ``system`` ``warm_path_failed`` and
   cold-starts.
+- :func:`kill_incarnation`: the session's running incarnation's actor fails, as on a bug
+  in it: the supervisor sees a crash (``session_error`` crash, ``session_exited`` code 1,
+  the exit note) and restarts it with backoff (``session_restarting``) when its source
+  auto-restarts.
 - :class:`StoreFault`: a store refuses the Nth operation of a chosen kind (a write such
   as ``append_message``, ``update_session`` or the ledger's ``deduct``), as it does when
   its server is down — for fault-injection tests and hooks.
@@ -15,7 +19,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-__all__ = ["StoreFault", "refuse_input"]
+__all__ = ["StoreFault", "kill_incarnation", "refuse_input"]
 
 
 def refuse_input(runtime: Any, session_id: str) -> bool:
@@ -27,6 +31,21 @@ def refuse_input(runtime: Any, session_id: str) -> bool:
     from corvid_actors.actors.supervisor import RefuseInput
 
     return bool(runtime._ask(RefuseInput(session_id)))
+
+
+def kill_incarnation(runtime: Any, session_id: str) -> bool:
+    """Make ``session_id``'s running incarnation crash; False if it is not running.
+
+    Its actor fails on a message as it would on a bug (``on_failure`` runs, in-flight
+    work is cancelled, the actor stops): the supervisor handles it as any crash — exit
+    code 1, ``session_error`` / ``session_exited`` / the crash note, then a restart after
+    the backoff delay (``supervisor.restart_backoff_*``) for an auto-restarting source.
+    The crash happens on the actor's thread right after this returns: ``runtime.settle()``
+    waits for it. Call it from a test thread, like any Runtime method.
+    """
+    from corvid_actors.actors.supervisor import KillIncarnation
+
+    return bool(runtime._ask(KillIncarnation(session_id)))
 
 
 # --- store faults -------------------------------------------------------------------------

@@ -3,8 +3,6 @@ and pruning, the zero-turn circuit breaker (reference §2 and §3)."""
 
 from __future__ import annotations
 
-from corvid_actors.actors.events import BusStats
-from corvid_actors.actors.supervisor import Shutdown
 from corvid_actors.testing import refuse_input, sim_runtime
 
 MIN = 60.0
@@ -137,10 +135,9 @@ def test_shutdown_removes_the_subscribers_of_every_session_also_never_started_on
     seen = []
     runtime.subscribe_all(lambda sid, ev: seen.append(ev.type))
     runtime.settle()
-    runtime.supervisor.ask(Shutdown("server_shutdown"))
-    runtime.settle()
-    stats = runtime.bus.ask(BusStats())
-    assert stats == {"subscribers": 0, "global_subscribers": 1}  # global subscribers stay
+    runtime.stop_sessions()
+    stats = runtime.get_memory_stats()
+    assert (stats["subscribers"], stats["global_subscribers"]) == (0, 1)  # global subscribers stay
     assert "session_stopped" in seen
 
 

@@ -197,14 +197,13 @@ def test_shutdown_stops_sessions_with_server_shutdown_and_marks_them_for_resume(
         rt.start_process(s.id, "hi")
     rt.settle()
     store = rt.store
-    rt._owns_store = False  # keep the in-memory DB readable after shutdown
-    rt.shutdown()
+    rt.stop_sessions()  # shutdown's supervisor half: the in-memory DB stays readable
     for s in sessions:
         assert isinstance(rec.of(s.id)[-1].event, SessionStopped)
         assert rec.of(s.id)[-1].event.reason == "server_shutdown"
         assert store.get_session(s.id).restart_pending is True
     assert isinstance(rec.of(sessions[0].id)[0].event, SessionStarted)
-    store.close()
+    rt.shutdown()
 
 
 def test_events_of_one_incarnation_form_a_well_formed_log(runtime, scripted, recorder, chat_session):
@@ -258,8 +257,7 @@ def test_shutdown_marks_every_kind_of_session_as_one_session_at_a_time_did(sim_c
             rows_at_stop[sid] = (row.status, row.restart_pending) if row is not None else None
 
     rt.subscribe_all(on_event)
-    rt._owns_store = False  # keep the in-memory DB readable after shutdown
-    rt.shutdown()
+    rt.stop_sessions()  # shutdown's supervisor half: the in-memory DB stays readable
     for s in running:
         row = store.get_session(s.id)
         assert (row.status, row.pid, row.restart_pending) == ("stopped", None, True)
@@ -274,7 +272,7 @@ def test_shutdown_marks_every_kind_of_session_as_one_session_at_a_time_did(sim_c
     assert store.get_session(never.id).restart_pending is False
     assert not any(isinstance(r.event, SessionStopped) for r in rec.of(paused.id) + rec.of(crashed.id))
     assert sorted(store.take_restart_pending()) == sorted([s.id for s in running] + [paused.id, crashed.id])
-    store.close()
+    rt.shutdown()
 
 
 def test_shutdown_marks_one_by_one_when_the_batched_marking_is_refused(sim_clock, scripted):
@@ -293,13 +291,12 @@ def test_shutdown_marks_one_by_one_when_the_batched_marking_is_refused(sim_clock
     rt.settle()
     assert isinstance(rec.of(paused.id)[-1].event, SessionPaused)
     store = rt.store
-    rt._owns_store = False
     with StoreFault(store, "mark_for_resume", times=None) as fault:
-        rt.shutdown()
+        rt.stop_sessions()
     assert fault.raised == 2  # the running batch and the pending batch
     for s in running:
         row = store.get_session(s.id)
         assert (row.status, row.pid, row.restart_pending) == ("stopped", None, True)
         assert [r.event.reason for r in rec.of(s.id) if isinstance(r.event, SessionStopped)] == ["server_shutdown"]
     assert (store.get_session(paused.id).status, store.get_session(paused.id).restart_pending) == ("paused", True)
-    store.close()
+    rt.shutdown()
