@@ -230,6 +230,8 @@ class StubHandler(BaseHTTPRequestHandler):
             if fault is not None:  # stream_error
                 self._write_event("error", error_body(fault.stream_error_type, fault.stream_error_message))
             self.wfile.write(b"0\r\n\r\n")
+            if fault is None:
+                self.server.stub._stream_completed()
         except _ClientGone:
             self.close_connection = True
             self.server.stub._record_disconnect(Disconnect(index, sent))

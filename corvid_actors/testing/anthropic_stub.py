@@ -82,6 +82,7 @@ class _State:
     outage_status: int | None = None
     request_ids: int = 0
     tool_ids: int = 0
+    completed_streams: int = 0
 
 
 class AnthropicStubServer:
@@ -280,6 +281,14 @@ class AnthropicStubServer:
             return list(self._state.disconnects)
 
     @property
+    def completed_streams(self) -> int:
+        """Streams without a fault the stub wrote to their end (the count lags the client's last read: the
+        handler thread writes the end after the client may already have its last event —
+        wait with :meth:`wait_for`)."""
+        with self._cond:
+            return self._state.completed_streams
+
+    @property
     def pending_turns(self) -> int:
         """Scripted turns not yet consumed."""
         with self._cond:
@@ -317,6 +326,11 @@ class AnthropicStubServer:
     def _record_disconnect(self, disconnect: Disconnect) -> None:
         with self._cond:
             self._state.disconnects.append(disconnect)
+            self._cond.notify_all()
+
+    def _stream_completed(self) -> None:
+        with self._cond:
+            self._state.completed_streams += 1
             self._cond.notify_all()
 
     def _notify(self) -> None:

@@ -12,6 +12,9 @@ they do not count as work in flight, so ``settle()`` returns and the test can ad
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import sys
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -29,9 +32,24 @@ DEFAULT_START = datetime(2026, 1, 1, 0, 0, 0, tzinfo=UTC)
 #: --durations`` reports real durations) and the logger (log lines carry real times)
 REAL_TIME_MODULES = ("_pytest", "pluggy", "loguru")
 
+#: Provider SDKs whose pydantic models are typed with ``datetime``. Imported before the first
+#: freeze and left out of freezegun's module rewrite: a model class created (or rebuilt, as
+#: ``anthropic.lib.streaming`` does on import) while ``datetime.datetime`` is freezegun's
+#: ``FakeDatetime`` gets a field type pydantic cannot build a schema for, for the rest of
+#: the process — the SDK then fails in whichever later test uses it first.
+SDK_MODULES = ("anthropic", "ollama")
+
 _freeze_lock = threading.Lock()
 _open_clocks = 0
 _saved_inspection_limit: int | None = None
+
+
+def _import_sdks() -> None:
+    """Import the provider SDKs (those installed) while ``datetime`` is still the real one."""
+    for name in SDK_MODULES:
+        if name not in sys.modules:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(name)
 
 
 def _begin_freeze() -> None:
@@ -72,9 +90,11 @@ class SimClock:
         self._heap = TimerHeap(self._lock)  # cancelled timers are released (see TimerHeap)
         self._tracker: ActivityTracker | None = None
         self._settle: Callable[[], None] = lambda: None
+        _import_sdks()
         _begin_freeze()
         try:
-            self._freezer = freezegun.freeze_time(start.replace(tzinfo=None), ignore=list(REAL_TIME_MODULES))
+            self._freezer = freezegun.freeze_time(start.replace(tzinfo=None),
+                                                  ignore=[*REAL_TIME_MODULES, *SDK_MODULES])
             self._frozen = self._freezer.start()
         except BaseException:
             _end_freeze()

@@ -261,7 +261,10 @@ class McpConnection:
         finally:
             self._session = None
             watcher()
-            kill_session_tree(self._leader)
+            # waits (bounded) until the members are gone: off the loop thread
+            with contextlib.suppress(Exception):
+                await asyncio.get_running_loop().run_in_executor(
+                    None, kill_session_tree, self._leader, _KILL_WAIT_S)
             # what left the session (setsid) or lives in a sandbox's PID namespace still
             # carries the marker: gone before close() returns
             with contextlib.suppress(Exception):

@@ -57,15 +57,51 @@ def session_members(leader: int) -> list[int]:
     return members
 
 
-def kill_session_tree(leader: int | None) -> None:
-    """SIGKILL what is left of a server's process tree (after the ``mcp`` shutdown ran)."""
+def kill_session_tree(leader: int | None, wait_s: float = 0.0) -> None:
+    """SIGKILL what is left of a server's process tree (after the ``mcp`` shutdown ran) and,
+    given ``wait_s``, wait at most that long (pidfds, no polling) until each member is gone.
+
+    SIGKILL is only queued: a process dies when it is next scheduled, and on its way out it
+    first drops its memory (its /proc environ reads empty, so :func:`kill_marked` no longer
+    recognises it) and only then becomes a zombie. Without the wait, a caller that promises
+    "gone on return" could return while a member is still in that window.
+    """
     if leader is None:
         return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(leader, signal.SIGKILL)
-    for pid in session_members(leader):
+    members = session_members(leader)
+    fds = _pidfds(members) if wait_s > 0 else []
+    try:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+            os.killpg(leader, signal.SIGKILL)
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        _wait_exited(fds, wait_s)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _pidfds(pids: list[int]) -> list[int]:
+    """pidfds of those ``pids`` still running (none where pidfd_open is missing)."""
+    if not hasattr(os, "pidfd_open"):
+        return []
+    fds = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fds.append(os.pidfd_open(pid))
+    return fds
+
+
+def _wait_exited(fds: list[int], wait_s: float) -> None:
+    """Wait until every pidfd's process has exited, each wait bounded by ``wait_s``."""
+    pending = list(fds)
+    while pending:
+        # a pidfd is readable once its process has exited (no clock read, no sleep)
+        ready, _, _ = select.select(pending, [], [], wait_s)
+        if not ready:
+            return
+        pending = [fd for fd in pending if fd not in ready]
 
 
 def kill_marked(variable: str, marker: str, wait_s: float) -> list[int]:
@@ -90,13 +126,7 @@ def kill_marked(variable: str, marker: str, wait_s: float) -> list[int]:
             if fd is not None:
                 fds.append(fd)
     try:
-        pending = list(fds)
-        while pending:
-            # a pidfd is readable once its process has exited (no clock read, no sleep)
-            ready, _, _ = select.select(pending, [], [], wait_s)
-            if not ready:
-                break
-            pending = [fd for fd in pending if fd not in ready]
+        _wait_exited(fds, wait_s)
     finally:
         for fd in fds:
             os.close(fd)

@@ -26,14 +26,17 @@ def test_real_clock_fires_timers_in_due_order_on_one_thread():
                 done.set()
         return fn
 
-    clock.call_later(0.03, record("c"))
-    clock.call_later(0.01, record("a"))
+    handles = {"c": clock.call_later(0.03, record("c")), "a": clock.call_later(0.01, record("a"))}
     cancelled = clock.call_later(0.015, record("x"))
-    clock.call_later(0.02, record("b"))
+    handles["b"] = clock.call_later(0.02, record("b"))
     cancelled.cancel()
     assert done.wait(1.0)
     clock.stop()
-    assert [name for name, _ in fired] == ["a", "b", "c"]
+    # Due order is the order of the due times the clock computed. A test thread descheduled
+    # between two call_later calls (a loaded machine) can push "b" past "c": compare with the
+    # dues, not with the delays as written; unloaded, that is a, b, c.
+    due_order = sorted(handles, key=lambda name: (handles[name].due, handles[name].seq))
+    assert [name for name, _ in fired] == due_order
     assert {thread for _, thread in fired} == {"corvid-clock"}
 
 
@@ -74,12 +77,18 @@ def test_real_clock_restart_backoff_agrees_with_the_simulated_one(tmp_path):
         assert done.wait(1.0), "the real clock never restarted the session"
         real.settle(1.0)
         real_types = [r.type for r in rec.of(sid)]
+        real_restarts = rec.of(sid, "session_restarting")
         real_starts = rec.times("session_started", sid)
     finally:
         real.shutdown()
     assert real_types == sim_types
     assert sim_starts == [0.0, 0.02, 0.08]
-    gaps = [b - a for a, b in zip(real_starts, real_starts[1:], strict=False)]
-    # never early; late only by scheduling jitter (2 loaded cores: allow 60 ms)
-    assert 0.02 - 0.002 <= gaps[0] <= 0.02 + 0.06
-    assert 0.06 - 0.002 <= gaps[1] <= 0.06 + 0.06
+    # the supervisor asks the real clock for exactly the simulated backoffs ...
+    assert [r.event.delay_s for r in real_restarts] == [0.02, 0.06]
+    # ... and the real clock never fires early. Measured from the moment the restart was
+    # scheduled, not start to start: the crash handling before it is actor work, not clock
+    # time. Lateness is scheduling jitter, which a loaded 2-core machine stretches to 100+ ms:
+    # bounded only to catch a clock that ignores the delay (the whole wait is bounded by 1 s).
+    for restart, started in zip(real_restarts, real_starts[1:], strict=True):
+        waited = started - restart.at
+        assert restart.event.delay_s - 0.002 <= waited <= restart.event.delay_s + 0.5, waited

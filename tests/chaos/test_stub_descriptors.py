@@ -46,7 +46,9 @@ def test_ollama_stub_streams_slowly_on_a_high_descriptor(high_descriptors):
                                                         messages=[{"role": "user", "content": "hi"}])]
         client.close()
         assert "".join(parts) == "one two three"
-        assert stub.completed_streams == 1
+        # the stub counts the stream once its handler thread wrote the end, which may come
+        # after the client has read the last chunk: wait for it (bounded), do not peek
+        assert stub.wait_for(lambda: stub.completed_streams == 1, timeout_s=5.0), stub.completed_streams
 
 
 def test_anthropic_stub_streams_slowly_on_a_high_descriptor(high_descriptors):
@@ -58,4 +60,8 @@ def test_anthropic_stub_streams_slowly_on_a_high_descriptor(high_descriptors):
             text = "".join(stream.text_stream)
         client.close()
         assert text == "one two three"
+        # the handler thread finishes after the client's last read: wait for it, then check
+        # it was not cut (a disconnect recorded later would otherwise go unseen)
+        assert stub.wait_for(lambda: stub.completed_streams == 1 or stub.disconnects, timeout_s=5.0)
         assert stub.disconnects == []
+        assert stub.completed_streams == 1

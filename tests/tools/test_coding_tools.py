@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,16 @@ def bounded(fn, limit_s: float = 5.0):
     worker.join(limit_s)
     assert not worker.is_alive(), f"did not return within {limit_s} s"
     return box[0]
+
+
+def until(predicate, limit_s: float = 5.0) -> bool:
+    """Poll ``predicate`` until it holds (True) or ``limit_s`` real seconds pass (False)."""
+    deadline = time.monotonic() + limit_s
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def process_gone(pid: int) -> bool:
@@ -436,16 +447,27 @@ def test_run_command_timeout_kills_the_whole_process_group(ctx, project):
 def test_run_command_cancel_kills_the_whole_process_group(ctx, project):
     token = CancelToken()
     ctx.cancel = token
-    trigger = threading.Timer(0.8, token.cancel)  # after the shell wrote gc.pid, even under load
+    pid_file = project / "gc.pid"
+
+    def cancel_once_the_grandchild_is_recorded() -> None:
+        # a condition, not an instant: under load the shell may take seconds to get this far
+        if until(lambda: pid_file.exists() and pid_file.read_text().endswith("\n")):
+            token.cancel()
+
+    trigger = threading.Thread(target=cancel_once_the_grandchild_is_recorded, daemon=True)
     trigger.start()
     try:
         result = bounded(
-            lambda: call("run_command", ctx, command="sleep 30 & echo $! > gc.pid; sleep 30")
+            lambda: call("run_command", ctx, command="sleep 30 & echo $! > gc.pid; sleep 30"),
+            limit_s=10.0,
         )
     finally:
-        trigger.cancel()
+        token.cancel()  # never leave the command (or the trigger's wait) running
+        trigger.join(10.0)
     assert result.is_error and result.output.startswith("Command cancelled")
-    assert process_gone(int((project / "gc.pid").read_text()))
+    # SIGKILL is queued at once but the grandchild dies when next scheduled: wait for it, bounded
+    grandchild = int(pid_file.read_text())
+    assert until(lambda: process_gone(grandchild)), f"grandchild {grandchild} survived the cancel"
 
 
 def test_run_command_already_cancelled_does_not_run(ctx, project):
