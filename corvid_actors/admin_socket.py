@@ -327,6 +327,10 @@ class AdminSocketServer:
                 if state.evicted or not line:
                     return
                 state.idle = False
+            # the idle order is the order of requests, taken before the reply goes out: a
+            # thread descheduled after replying must not look more recently used than a
+            # connection that asked after this one was answered
+            asked_at = self.clock.monotonic()
             if len(line) > limit and not line.endswith(b"\n"):
                 self._send(conn, encode(error_reply(None, TOO_LARGE, f"request longer than {limit} bytes")))
                 if not reader.discard_line(deadline):
@@ -337,7 +341,7 @@ class AdminSocketServer:
                 if state.evicted:
                     return
                 state.idle = True
-                state.idle_since = self.clock.monotonic()
+                state.idle_since = asked_at
 
     def _send(self, conn: socket.socket, data: bytes) -> None:
         # a bounded write: a client that stops reading cannot hold this thread for ever
