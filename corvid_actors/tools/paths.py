@@ -24,7 +24,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -197,3 +197,28 @@ def relative_to_project(project_dir: str | os.PathLike[str], path: str | os.Path
     root = _real_root(project_dir)
     relative = os.path.relpath(os.fspath(path), root)
     return relative.replace(os.sep, "/")
+
+
+class TreeTooLarge(Exception):
+    """:func:`walk_tree` met more entries than it may look at."""
+
+
+def walk_tree(start: str, max_entries: int,
+              descend: Callable[[os.DirEntry[str]], bool]) -> Iterator[os.DirEntry[str]]:
+    """Every entry below ``start``, depth first, symlinks never followed; a directory is
+    entered only when ``descend(entry)`` says so (asked after the caller has seen the entry).
+    Raises :class:`TreeTooLarge` past ``max_entries``: a walk of a project is always bounded.
+    Unreadable directories are passed over."""
+    visited, stack = 0, [start]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            visited += 1
+            if visited > max_entries:
+                raise TreeTooLarge(f"more than {max_entries} entries below {start}")
+            yield entry
+            if entry.is_dir(follow_symlinks=False) and descend(entry):
+                stack.append(entry.path)

@@ -40,9 +40,11 @@ from dataclasses import dataclass
 from corvid_actors.tools.paths import (
     DEFAULT_PROTECTED_PATTERNS,
     CompiledPatterns,
+    TreeTooLarge,
     compile_patterns,
     is_within,
     protected_match,
+    walk_tree,
 )
 
 
@@ -366,26 +368,20 @@ def _protected_in_tree(
         return None
     if is_within(root, start):
         start = root  # an ancestor of the project: what matters in it is the project
-    visited, stack = 0, [start]
-    while stack:
-        directory = stack.pop()
-        try:
-            entries = list(os.scandir(directory))
-        except OSError:
-            continue
-        for entry in entries:
-            visited += 1
-            if visited > settings.walk_max_entries:
-                return f"{target} (too many files to check for protected paths)"
+
+    def descend(entry: os.DirEntry[str]) -> bool:
+        return not (spare_git and entry.name == ".git") and entry.name not in settings.walk_skip_dirs
+
+    try:
+        for entry in walk_tree(start, settings.walk_max_entries, descend):
             if spare_git and entry.name == ".git":
                 continue
-            label = os.path.relpath(entry.path, root) if is_within(start, root) else entry.path
             if compiled.name_matches(entry.name) or (
                 compiled.anchored and protected_match(root, entry.path, patterns)
             ):
-                return label
-            if entry.is_dir(follow_symlinks=False) and entry.name not in settings.walk_skip_dirs:
-                stack.append(entry.path)
+                return os.path.relpath(entry.path, root) if is_within(start, root) else entry.path
+    except TreeTooLarge:
+        return f"{target} (too many files to check for protected paths)"
     return None
 
 

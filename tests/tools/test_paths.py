@@ -148,3 +148,29 @@ def test_defaults_cover_the_documented_families():
     joined = " ".join(DEFAULT_PROTECTED_PATTERNS)
     for family in (".env", ".git/", "*.db", "*.pem", "*.key", "id_rsa", "keystore", ".ssh/"):
         assert family in joined
+
+
+def test_walk_tree_is_bounded_prunes_and_never_follows_symlinks(tmp_path):
+    from corvid_actors.tools.paths import TreeTooLarge, walk_tree
+
+    (tmp_path / "a" / "deep").mkdir(parents=True)
+    (tmp_path / "a" / "deep" / "x").write_text("")
+    (tmp_path / "skip" / "inner").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    seen = {os.path.relpath(e.path, tmp_path)
+            for e in walk_tree(str(tmp_path), 100, lambda e: e.name != "skip")}
+    assert seen == {"a", "a/deep", "a/deep/x", "skip", "link"}  # skip/ seen, not entered; link not followed
+    with pytest.raises(TreeTooLarge):
+        list(walk_tree(str(tmp_path), 3, lambda e: True))
+
+
+def test_the_sandbox_refuses_a_project_too_big_to_mask(tmp_path):
+    from corvid_actors.tools.sandbox._probe import SandboxSettings, SandboxUnavailable
+    from corvid_actors.tools.sandbox._scan import scan_project
+
+    for n in range(5):
+        (tmp_path / f"f{n}").write_text("")
+    (tmp_path / ".env").write_text("SECRET=1")
+    assert scan_project(str(tmp_path), (".env*",), SandboxSettings()).masked_files == (str(tmp_path / ".env"),)
+    with pytest.raises(SandboxUnavailable, match="more than 3 entries"):
+        scan_project(str(tmp_path), (".env*",), SandboxSettings(mask_walk_max_entries=3))

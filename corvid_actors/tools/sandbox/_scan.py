@@ -6,7 +6,13 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from corvid_actors.tools.paths import compile_patterns, is_within, protected_match
+from corvid_actors.tools.paths import (
+    TreeTooLarge,
+    compile_patterns,
+    is_within,
+    protected_match,
+    walk_tree,
+)
 from corvid_actors.tools.sandbox._probe import SandboxSettings, SandboxUnavailable
 
 
@@ -29,31 +35,24 @@ def scan_project(root: str, patterns: Sequence[str], settings: SandboxSettings) 
     files: list[str] = []
     dirs: list[str] = []
     gits: list[str] = []
-    visited, stack = 0, [root]
-    while stack:
-        directory = stack.pop()
-        try:
-            entries = list(os.scandir(directory))
-        except OSError:
-            continue
-        for entry in entries:
-            visited += 1
-            if visited > settings.mask_walk_max_entries:
-                raise SandboxUnavailable(
-                    f"the project has more than {settings.mask_walk_max_entries} entries: its "
-                    "protected files cannot all be masked (raise [tools.sandbox] "
-                    "mask_walk_max_entries or add large directories to mask_skip_dirs)")
-            name = entry.name
-            if name == ".git":
+    masked: set[str] = set()
+
+    def descend(entry: os.DirEntry[str]) -> bool:
+        return entry.name != ".git" and entry.name not in settings.mask_skip_dirs and entry.path not in masked
+
+    try:
+        for entry in walk_tree(root, settings.mask_walk_max_entries, descend):
+            if entry.name == ".git":
                 gits.append(entry.path)
-                continue
-            is_dir = entry.is_dir(follow_symlinks=False)
-            if compiled.name_matches(name) or (
+            elif compiled.name_matches(entry.name) or (
                     compiled.anchored and protected_match(root, entry.path, patterns)):
+                masked.add(entry.path)
                 _mask(entry, root, files, dirs)
-                continue
-            if is_dir and name not in settings.mask_skip_dirs:
-                stack.append(entry.path)
+    except TreeTooLarge:
+        raise SandboxUnavailable(
+            f"the project has more than {settings.mask_walk_max_entries} entries: its "
+            "protected files cannot all be masked (raise [tools.sandbox] "
+            "mask_walk_max_entries or add large directories to mask_skip_dirs)") from None
     return ProjectScan(root, tuple(files), tuple(dirs), tuple(gits))
 
 
