@@ -175,11 +175,6 @@ class McpConnection:
         self._calling: str | None = None
 
     @property
-    def leader_pid(self) -> int | None:
-        """The server process's pid (Linux), once started."""
-        return self._leader
-
-    @property
     def alive(self) -> bool:
         return self._session is not None and not self._lost and not self._close_requested
 
