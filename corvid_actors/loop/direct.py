@@ -84,7 +84,13 @@ from corvid_actors.loop.nudges import (
 from corvid_actors.loop.payload_guard import GrowthCheck, compact_for_growth
 from corvid_actors.loop.repeats import RepeatTracker
 from corvid_actors.loop.rules import LoopRules
-from corvid_actors.loop.tiers import DEFAULT_TIER_CAPS, ModelTier, TierCaps, TierRules, tier_for_model
+from corvid_actors.loop.tiers import (
+    DEFAULT_TIER_CAPS,
+    ModelTier,
+    TierCaps,
+    TierRules,
+    tier_for_model,
+)
 from corvid_actors.loop.tokens import TokenSettings
 from corvid_actors.loop.tool_results import TruncationShape
 from corvid_actors.loop.tool_walk import ToolWalk
@@ -99,6 +105,7 @@ from corvid_actors.providers.base import (
     ToolSpec,
 )
 from corvid_actors.tools.base import PermissionCheck
+
 
 @dataclass(frozen=True)
 class DirectLoopSettings:

@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from corvid_actors.events import Result
-from corvid_actors.loop.effects import Effect, TurnMetrics, UserMessage
+from corvid_actors.loop.effects import TurnMetrics, UserMessage
 from corvid_actors.providers.base import ModelResponse
 
 #: the usage counters a turn adds up, in the order the ``result`` event lists them
