@@ -46,8 +46,9 @@ class DirectToolCalls:
     _rules: LoopRules
     _permission_check: PermissionCheck
 
-    def _next_iteration(self) -> list[Effect]:
-        raise NotImplementedError  # the loop's: the calls are done, call the model again
+    if TYPE_CHECKING:  # the loop's: the calls are done, call the model again
+
+        def _next_iteration(self) -> list[Effect]: ...
 
     def _next_call(self) -> list[Effect]:
         """Work through the pending calls until one needs the actor (run or approval)."""
