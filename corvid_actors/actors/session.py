@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -376,8 +375,9 @@ class SessionActor(TrackedActor):
         self._extension: tuple[int, float] | None = None
         self._worker_seq = 0
         self._worker_cancel: CancelToken | None = None
-        self._in_turn = False
-        self._pending_input: deque[fx.UserMessage] = deque()
+        #: user messages handed to the loop whose turn has not finished: the loop queues
+        #: those that arrive mid-turn, and each starts exactly one turn, in order
+        self._turns_open = 0
         self._turn_seq = 0
         self._slot_request = 0
         self._slot_state = "none"  # none | waiting | held
@@ -466,20 +466,19 @@ class SessionActor(TrackedActor):
                 # subscriber hears "not thinking", as between turns)
                 self._touch()
                 self.w.lifeline.publish(Thinking(thinking=False))
-                self._turn_finished()
+                self._schedule_idle()
             case UserInput(text, blocks) if not self._begun:
                 self._count_turn()
                 self._begin(text, blocks)  # the supervisor sends Begin first; never lose a message
             case UserInput(text, blocks):
                 self._count_turn()
                 self._touch()
-                if self._in_turn:
-                    self._pending_input.append(fx.UserMessage(text, blocks))
-                else:
+                if not self._turns_open:
                     self._turn_started = self._clock.monotonic()
                     tell(self.w.timers, CancelTimer((self.sid, "idle", self.gen)))
-                    self._in_turn = True
-                    self._perform(self._loop.handle(fx.UserMessage(text, blocks)))
+                # mid-turn, the loop queues it: its turn starts after TurnFinished
+                self._turns_open += 1
+                self._perform(self._loop.handle(fx.UserMessage(text, blocks)))
             case _WorkerDone(seq, result):
                 if seq == self._worker_seq:
                     self._worker_cancel = None
@@ -528,7 +527,7 @@ class SessionActor(TrackedActor):
             case _LoopTimer(gen, token) if gen == self.gen:
                 self._perform(self._loop.handle(fx.TimerFired(token)))
             case _IdleDue(gen, turn_seq) if gen == self.gen:
-                if not self._in_turn and turn_seq == self._turn_seq:
+                if not self._turns_open and turn_seq == self._turn_seq:
                     self._end(0)
             case _TimeoutDue(gen) if gen == self.gen:
                 self._check_timeout()
@@ -559,7 +558,7 @@ class SessionActor(TrackedActor):
         self._touch()
         tell(self.w.timers, CancelTimer((self.sid, "idle", self.gen)))
         self._turn_started = self._clock.monotonic()
-        self._in_turn = True
+        self._turns_open = 1
         # a plain string unless multimodal: loops written for strings keep working
         self._perform(self._loop.start(fx.UserMessage(prompt, blocks) if blocks else prompt))
 
@@ -653,13 +652,16 @@ class SessionActor(TrackedActor):
             tell(self.w.credits, ChargeTurn(self.sid, self.w.source, self.actor_ref))
 
     def _turn_finished(self) -> None:
-        self._in_turn = False
+        self._turns_open = max(self._turns_open - 1, 0)
         self._turn_seq += 1
-        if self._pending_input:
+        if self._turns_open:
+            # the loop starts the next queued message's turn right after TurnFinished
             self._turn_started = self._clock.monotonic()
-            self._in_turn = True
-            self._perform(self._loop.handle(self._pending_input.popleft()))
             return
+        self._schedule_idle()
+
+    def _schedule_idle(self) -> None:
+        """Between turns: waiting ``idle_timeout_s`` for a user message ends the session."""
         if self.w.idle_timeout_s is None:
             return
         tell(self.w.timers, ScheduleTimer((self.sid, "idle", self.gen), self.w.idle_timeout_s,
@@ -674,10 +676,26 @@ class SessionActor(TrackedActor):
     def _abort(self) -> None:
         self.w.lifeline.refuse_input()
         if not self._ended and self._loop is not None:  # no loop yet while it builds
-            self._loop.abort()
+            self._clean_up(self._loop.abort())
         self._release_everything()
         self._ended = True
         self.actor_ref.stop(block=False)
+
+    def _clean_up(self, effects: list[fx.Effect]) -> None:
+        """Apply the clean-up effects ``Loop.abort()`` returned (its contract, see
+        ``corvid_actors.loop.effects.Loop.abort``): the lifeline may be closed already,
+        so only what publishes and starts nothing is performed — ``ReleaseSlot`` and
+        ``PersistMessage``; anything else is dropped (and logged: a loop bug)."""
+        for effect in effects:
+            match effect:
+                case fx.ReleaseSlot():
+                    self._give_back_slot()
+                case fx.PersistMessage(role, content) if role not in ("assistant", SNAPSHOT_ROLE):
+                    self._write(f"a {role} message",
+                                lambda role=role, content=content: self.w.store.append_message(
+                                    self.sid, role, content))
+                case _:
+                    logger.bind(session_id=self.sid).warning("effect after abort dropped: {}", effect)
 
     def _release_everything(self) -> None:
         if self._worker_cancel is not None:
