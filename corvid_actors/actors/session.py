@@ -10,16 +10,17 @@ supervisor closes the lifeline *before* it publishes the final event of a stop, 
 event of this incarnation — not even a streamed delta already in flight on the worker —
 can come after the end.
 
-Messages in: :class:`Begin`, :class:`Ready`, :class:`UserInput` (from the supervisor,
-or straight from ``Runtime.send_message`` through the live registry,
-``corvid_actors.actors.live``), :class:`ExtendTimeout`, :class:`CheckTimeout`,
-:class:`Abort`, and the answers of SlotPool, ApprovalBroker, CreditBank and Timers
-(each defined by the module of the actor that sends it: ``slots``, ``approvals``,
-``credits``).
-Messages out (to the supervisor, lifecycle only): :class:`Built` / :class:`BuildFailed`,
-:class:`SessionEnded`, :class:`OutageReported`, :class:`TimedOut`,
-:class:`SessionCrashed`, :class:`StopRequested`, :class:`WritesHandedOver` (its failed
-writes, still pending when it ends: the supervisor goes on retrying them).
+Messages in and out are defined in :mod:`.session_messages` (in: ``Begin``, ``Ready``,
+``UserInput`` — from the supervisor, or straight from ``Runtime.send_message`` through
+the live registry — ``ExtendTimeout``, ``CheckTimeout``, ``Abort``; out, to the
+supervisor: ``Built``/``BuildFailed``, ``SessionEnded``, ``OutageReported``,
+``TimedOut``, ``SessionCrashed``, ``StopRequested``, ``WritesHandedOver``), plus the
+answers of SlotPool, ApprovalBroker, CreditBank and Timers (each defined by the module
+of the actor that sends it: ``slots``, ``approvals``, ``credits``). What it is built
+with is :mod:`.session_wiring`; the blocking work its workers run, :mod:`.session_work`.
+
+User messages go to the loop as they arrive: the loop queues those that come mid-turn
+(``corvid_actors.loop.effects.Loop``); the actor only counts how many turns are open.
 
 Building (provider, tools, MCP servers, prompts) happens on this incarnation's own
 worker thread, not on the supervisor's: the actor starts with a ``build`` callable, runs
@@ -40,14 +41,10 @@ retried with backoff (``corvid_actors.actors.retry``), never fatal to the actor.
 
 from __future__ import annotations
 
-import hashlib
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
-import pykka
 from loguru import logger
 
 from corvid_actors.actors.approvals import (
@@ -58,11 +55,37 @@ from corvid_actors.actors.approvals import (
 )
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.credits import ChargeTurn, CreditsExhausted
-from corvid_actors.actors.events import Publish
 from corvid_actors.actors.retry import PendingWrites, RetryWrites
+from corvid_actors.actors.session_messages import (
+    Abort,
+    Begin,
+    BuildFailed,
+    Built,
+    CheckTimeout,
+    ExtendTimeout,
+    InjectedCrash,
+    InjectedCrashError,
+    OutageReported,
+    Ready,
+    SessionCrashed,
+    SessionEnded,
+    StopRequested,
+    TimedOut,
+    UserInput,
+    WritesHandedOver,
+    approval_id_for,
+)
+from corvid_actors.actors.session_wiring import SessionWiring
+from corvid_actors.actors.session_work import (
+    ExitRequested,
+    Work,
+    model_call,
+    tool_run,
+    write_snapshot,
+)
 from corvid_actors.actors.slots import AcquireSlot, ReleaseSlot, SlotAnswer, SlotQueued
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
-from corvid_actors.clock import Clock, iso_after
+from corvid_actors.clock import iso_after
 from corvid_actors.events import (
     ApprovalRequestEvent,
     ApprovalResolved,
@@ -78,208 +101,17 @@ from corvid_actors.events import (
     Thinking,
 )
 from corvid_actors.loop import effects as fx
-from corvid_actors.loop.payload_guard import SNAPSHOT_ROLE, request_size
+from corvid_actors.loop.payload_guard import SNAPSHOT_ROLE
 from corvid_actors.loop.plan import plan_to_json
 from corvid_actors.providers.base import (
     CancelToken,
-    ErrorKind,
     ModelRequest,
-    Provider,
-    ProviderError,
-    SessionExit,
     StreamCancelled,
     StreamEvent,
     TextDelta,
+    ToolCall,
 )
-from corvid_actors.tools.base import ToolContext, ToolRegistry, ToolResult
 from corvid_actors.wiring import close_resources
-
-# --- the lifeline ------------------------------------------------------------------------
-
-
-class Lifeline:
-    """An incarnation's publish gate and kill switch, shared by its actor, its worker and
-    the supervisor. ``close()`` is synchronous: once it returns, nothing more is published
-    and the in-flight worker call is cancelled."""
-
-    def __init__(self, session_id: str, bus: pykka.ActorRef[Any]) -> None:
-        self.session_id = session_id
-        self._bus = bus
-        self._lock = threading.Lock()
-        self._closed = False
-        self._accepting_input = True
-        self.cancel = CancelToken()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def accepting_input(self) -> bool:
-        """False once the incarnation has ended (or been closed): a user message sent now
-        would never be answered, so the supervisor refuses it instead of persisting it."""
-        return self._accepting_input and not self._closed
-
-    def refuse_input(self) -> None:
-        """The incarnation takes no more user messages (it is ending)."""
-        self._accepting_input = False
-
-    def publish(self, event: Event) -> bool:
-        with self._lock:
-            if self._closed:
-                return False
-            tell(self._bus, Publish(self.session_id, event))
-            return True
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            self._accepting_input = False
-        self.cancel.cancel()
-
-
-@dataclass
-class TurnTally:
-    """An incarnation's turn accounting, written by its actor only; the supervisor reads it
-    when the incarnation ends (exit notes, ``session_info``). Starts with the counts the
-    session had (a new incarnation goes on counting)."""
-
-    turns: int = 0
-    cost_usd: float = 0.0
-    #: a turn of this incarnation succeeded (the supervisor resets the outage backoff)
-    answered: bool = False
-
-
-# --- messages ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Begin:
-    """The first message; ``blocks`` when it is multimodal (``prompt`` is its text).
-    ``counts_turn``: a user message that opens a new turn (a resumed incarnation's first
-    message); the start's own prompt was counted by the supervisor's start write."""
-
-    prompt: str
-    blocks: tuple[dict[str, Any], ...] = ()
-    counts_turn: bool = False
-
-
-@dataclass(frozen=True)
-class Ready:
-    """Start without a turn: the incarnation waits for its first message (a resumed
-    session that was not mid-turn calls no model until someone speaks)."""
-
-
-@dataclass(frozen=True)
-class UserInput:
-    """A user message; ``blocks`` when it is multimodal (``text`` is its text parts)."""
-
-    text: str
-    blocks: tuple[dict[str, Any], ...] = ()
-
-
-@dataclass(frozen=True)
-class ExtendTimeout:
-    """Replace the pending inactivity deadline with now + ``timeout_s`` (already capped by
-    the supervisor); the session's next event re-arms the default timeout."""
-
-    timeout_s: float
-
-
-@dataclass(frozen=True)
-class CheckTimeout:
-    pass
-
-
-@dataclass(frozen=True)
-class Abort:
-    """Stop now: cancel in-flight work and end the actor without emitting anything."""
-
-
-@dataclass(frozen=True)
-class InjectedCrash:
-    """Fault hook (``corvid_actors.testing.kill_incarnation``): the actor fails on this
-    message as on any bug in it — ``on_failure`` runs and the supervisor hears
-    ``SessionCrashed`` (exit code 1, restart with backoff)."""
-
-    reason: str = "incarnation killed (fault hook)"
-
-
-class InjectedCrashError(RuntimeError):
-    """What the actor raises on :class:`InjectedCrash`."""
-
-
-@dataclass(frozen=True)
-class SessionEnded:
-    session_id: str
-    generation: int
-    code: int
-    #: the last error the incarnation published (for the exit note), "" for a clean end
-    error: str = ""
-
-
-@dataclass(frozen=True)
-class OutageReported:
-    session_id: str
-    generation: int
-    message: str
-
-
-@dataclass(frozen=True)
-class Built:
-    """The incarnation is built (``built``: the ``wiring.BuiltSession``) and waits for
-    ``Begin``/``Ready``. Its ``built.resources`` are the supervisor's to close from now on."""
-
-    session_id: str
-    generation: int
-    built: Any
-
-
-@dataclass(frozen=True)
-class BuildFailed:
-    """Building the incarnation raised (a spawn error); the actor has stopped."""
-
-    session_id: str
-    generation: int
-    error: str
-
-
-@dataclass(frozen=True)
-class WritesHandedOver:
-    """The ending incarnation's writes that failed and are still pending: the supervisor
-    goes on retrying them (``PendingWrites.adopt``), so they outlive the incarnation."""
-
-    session_id: str
-    writes: tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class StopRequested:
-    """The incarnation asks to be stopped (``session_stopped`` with ``reason``), e.g. when
-    the CreditBank says its participant's credits are exhausted."""
-
-    session_id: str
-    generation: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class TimedOut:
-    session_id: str
-    generation: int
-
-
-@dataclass(frozen=True)
-class SessionCrashed:
-    session_id: str
-    generation: int
-    error: str
-
-
-def approval_id_for(session_id: str, generation: int, seq: int) -> str:
-    """An 8-character approval id, as the original's (the head of a uuid): hex digits of
-    a hash, so simulations replay the same ids while ids of different sessions differ."""
-    return hashlib.blake2s(f"{session_id}/{generation}/{seq}".encode(), digest_size=4).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -302,7 +134,7 @@ class _TimeoutDue:
 @dataclass(frozen=True)
 class _WorkerDone:
     seq: int
-    result: fx.LoopInput | _ExitRequested
+    result: fx.LoopInput | ExitRequested
 
 
 @dataclass(frozen=True)
@@ -310,48 +142,6 @@ class _BuildDone:
     wiring: Any = None
     built: Any = None
     error: str = ""
-
-
-@dataclass(frozen=True)
-class _ExitRequested:
-    """A worker's outcome that bypasses the loop: the provider asked to end (SessionExit)."""
-
-    code: int
-
-
-# --- collaborators -----------------------------------------------------------------------
-
-
-@dataclass
-class SessionWiring:
-    """The references and settings an incarnation is built with (made by the supervisor)."""
-
-    session_id: str
-    generation: int
-    lifeline: Lifeline
-    supervisor: pykka.ActorRef[Any]
-    timers: pykka.ActorRef[Any]
-    clock: Clock
-    store: Any
-    provider: Provider
-    loop: fx.Loop
-    tools: ToolRegistry
-    tool_context: ToolContext
-    timeout_s: float
-    #: waiting this long for a user message ends the session cleanly (exit 0); None: no
-    #: idle exit, the session waits until the inactivity timeout stops it
-    idle_timeout_s: float | None
-    slot_pool: pykka.ActorRef[Any] | None = None
-    approvals: pykka.ActorRef[Any] | None = None
-    approval_timeout_s: float = 55.0
-    slot_weight: int = 1
-    #: where payload-growth snapshots are written (None: not written, only logged)
-    snapshot_dir: Path | None = None
-    #: turn accounting (shared with the supervisor, who reads it at the end)
-    tally: TurnTally = field(default_factory=TurnTally)
-    #: the session's source (the CreditBank charges ``chat`` turns) and the bank, if any
-    source: str = ""
-    credits: pykka.ActorRef[Any] | None = None
 
 
 class SessionActor(TrackedActor):
@@ -483,7 +273,7 @@ class SessionActor(TrackedActor):
                 if seq == self._worker_seq:
                     self._worker_cancel = None
                     self._touch()
-                    if isinstance(result, _ExitRequested):
+                    if isinstance(result, ExitRequested):
                         self._end(result.code)
                     else:
                         self._perform(self._loop.handle(result))
@@ -604,20 +394,9 @@ class SessionActor(TrackedActor):
 
     def _write_snapshot(self, content: str) -> None:
         """The payload-growth failsafe's diagnostic snapshot → a file in the data directory."""
-        log = logger.bind(session_id=self.sid)
-        if self.w.snapshot_dir is None:
-            log.warning("payload-growth snapshot not written: no snapshot directory configured")
-            return
-        stamp = self._clock.now().strftime("%Y%m%dT%H%M%S%fZ")
-        path = self.w.snapshot_dir / f"payload-{self.sid}-{stamp}.json"
-        try:
-            self.w.snapshot_dir.mkdir(parents=True, exist_ok=True)
-            path.write_text(content, encoding="utf-8")
-        except OSError as exc:
-            log.warning("payload-growth snapshot not written to {}: {}", path, exc)
-            return
-        log.warning("payload-growth snapshot written to {}", path)
-        self.w.lifeline.publish(SystemEvent(subtype="payload_snapshot", message=str(path)))
+        path = write_snapshot(self.w.snapshot_dir, self.sid, self._clock.now(), content)
+        if path is not None:
+            self.w.lifeline.publish(SystemEvent(subtype="payload_snapshot", message=str(path)))
 
     def _emit(self, event: Event) -> None:
         if isinstance(event, PlanEvent):
@@ -714,7 +493,7 @@ class SessionActor(TrackedActor):
     # --- model calls and tools ------------------------------------------------------------
 
     def _start_model_call(self, request: ModelRequest, purpose: str) -> None:
-        provider, lifeline, stream_text = self.w.provider, self.w.lifeline, purpose == "turn"
+        lifeline, stream_text = self.w.lifeline, purpose == "turn"
         request = replace(request, session_id=self.sid, generation=self.gen)
         actor = self
 
@@ -723,38 +502,13 @@ class SessionActor(TrackedActor):
             if stream_text and isinstance(event, TextDelta) and event.text:
                 lifeline.publish(ContentBlockDelta(text=event.text))
 
-        def call(cancel: CancelToken) -> fx.LoopInput | _ExitRequested:
-            try:
-                response = provider.stream(request, on_event, cancel)
-                return fx.ModelSucceeded(response, request_bytes=_request_size(request))
-            except ProviderError as exc:
-                return fx.ModelFailed(exc)
-            except SessionExit as exc:
-                return _ExitRequested(exc.code)
-            except StreamCancelled:
-                raise
-            except Exception as exc:  # noqa: BLE001 - an unclassified provider bug is fatal, not a hang
-                logger.bind(session_id=self.sid).exception("provider raised an unclassified error")
-                return fx.ModelFailed(ProviderError(ErrorKind.FATAL, f"{type(exc).__name__}: {exc}"))
+        self._run_on_worker(model_call(self.w.provider, request, on_event, self.sid), f"model-{self.sid[:8]}")
 
-        self._run_on_worker(call, f"model-{self.sid[:8]}")
+    def _start_tool(self, call: ToolCall) -> None:
+        work = tool_run(self.w.tools.get(call.name), self.w.tool_context, call)
+        self._run_on_worker(work, f"tool-{call.name}-{self.sid[:8]}")
 
-    def _start_tool(self, call: Any) -> None:
-        tool = self.w.tools.get(call.name)
-        ctx = self.w.tool_context
-
-        def run(cancel: CancelToken) -> fx.LoopInput:
-            if tool is None:
-                return fx.ToolFinished(call.id, ToolResult(f"Unknown tool: {call.name}", is_error=True))
-            try:
-                result = tool.handler(dict(call.arguments), replace(ctx, cancel=cancel))
-            except Exception as exc:  # noqa: BLE001 - a tool bug becomes a result the model sees
-                result = ToolResult(f"Tool execution error: {type(exc).__name__}: {exc}", is_error=True)
-            return fx.ToolFinished(call.id, result)
-
-        self._run_on_worker(run, f"tool-{call.name}-{self.sid[:8]}")
-
-    def _run_on_worker(self, work: Any, name: str) -> None:
+    def _run_on_worker(self, work: Work, name: str) -> None:
         self._worker_seq += 1
         seq = self._worker_seq
         cancel = CancelToken()
@@ -836,9 +590,3 @@ class SessionActor(TrackedActor):
             # An event may re-arm the default before an extension's deadline: check again
             # no later than one default timeout from now (activity only pushes it later).
             self._schedule_timeout(min(deadline, now + self._timeout_s) - now)
-
-
-def _request_size(request: ModelRequest) -> int:
-    # one measure for the actor and the loop's payload-growth failsafe
-    return request_size(request)
-
