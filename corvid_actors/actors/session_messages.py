@@ -15,6 +15,9 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from corvid_actors.actors.session_work import ExitRequested
+from corvid_actors.loop import effects as fx
+
 
 @dataclass(frozen=True)
 class Begin:
@@ -143,3 +146,47 @@ def approval_id_for(session_id: str, generation: int, seq: int) -> str:
     """An 8-character approval id, as the original's (the head of a uuid): hex digits of
     a hash, so simulations replay the same ids while ids of different sessions differ."""
     return hashlib.blake2s(f"{session_id}/{generation}/{seq}".encode(), digest_size=4).hexdigest()
+
+
+# --- the actor's messages to itself (internal: timers and workers report back) ------------
+
+
+@dataclass(frozen=True)
+class LoopTimerDue:
+    """A timer the loop asked for (``Schedule``) fired; fed to the loop as ``TimerFired``."""
+
+    generation: int
+    token: str
+
+
+@dataclass(frozen=True)
+class IdleDue:
+    """The idle timeout armed after turn ``turn_seq`` fired (ignored if a turn ran since)."""
+
+    generation: int
+    turn_seq: int
+
+
+@dataclass(frozen=True)
+class TimeoutDue:
+    """Time to check the inactivity deadline."""
+
+    generation: int
+
+
+@dataclass(frozen=True)
+class WorkerDone:
+    """Worker run ``seq`` finished with ``result`` (ignored unless it is the latest run)."""
+
+    seq: int
+    result: fx.LoopInput | ExitRequested
+
+
+@dataclass(frozen=True)
+class BuildDone:
+    """The build on the worker finished: the complete wiring and the built session, or
+    ``error``."""
+
+    wiring: Any = None
+    built: Any = None
+    error: str = ""
