@@ -9,7 +9,14 @@ import pytest
 
 from corvid_actors.events import ContentBlockStart, ToolStatus
 from corvid_actors.loop.direct import DirectLoop
-from corvid_actors.loop.effects import Effect, Emit, ModelSucceeded, RunTool, SlotGranted, ToolFinished
+from corvid_actors.loop.effects import (
+    Effect,
+    Emit,
+    ModelSucceeded,
+    RunTool,
+    SlotGranted,
+    ToolFinished,
+)
 from corvid_actors.loop.rules import LoopRules
 from corvid_actors.loop.sdk import SdkLoop
 from corvid_actors.loop.tool_walk import (
