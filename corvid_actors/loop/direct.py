@@ -27,6 +27,11 @@ is :mod:`corvid_actors.loop.effects`; the rules live in pure modules beside this
   the history policy before trimming, the plan in the system prompt, the payload-growth
   failsafe before each call (a trip compacts to a plain-text summary, or stops),
   observation caps on tool results, and the approval policy after the permission check.
+
+The module holds the settings, the Loop protocol and the turn structure; what a model
+outcome leads to is :mod:`.direct_replies`, the tool-call walk :mod:`.direct_tools` (on
+the shared :mod:`.tool_walk`), context trimming and warnings :mod:`.direct_context`;
+turn accounting and the input queue are :mod:`.turn`.
 """
 
 from __future__ import annotations
