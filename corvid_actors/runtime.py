@@ -31,7 +31,7 @@ from loguru import logger
 
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
-from corvid_actors.actors.base import ActivityTracker, tell
+from corvid_actors.actors.base import ActivityAware, ActivityTracker, tell
 from corvid_actors.actors.events import (
     BusStats,
     EventBus,
@@ -164,7 +164,8 @@ class Runtime:
         self._stopped = False
         self.stale_session_ids: list[str] = self.store.reset_stale_sessions() if reset_stale else []
 
-        self.clock.attach(self.tracker, self.settle)
+        if isinstance(self.clock, ActivityAware):  # the simulated clock settles us after each timer
+            self.clock.attach(self.tracker, self.settle)
         self.clock.start()
         t = self.tracker
         #: why the runtime failed (a core actor died), or None; see the module docstring
