@@ -237,7 +237,8 @@ class SessionBuilder:
         approval_policy_factory: ApprovalPolicyFactory | None = None,
         history_policy_factory: HistoryPolicyFactory | None = None,
     ) -> None:
-        from corvid_actors.loop.rules import default_approval_policy, default_history_policy
+        from corvid_actors.loop.rules import default_history_policy
+        from corvid_actors.tools.command_policy import default_approval_policy
 
         self.approval_policy_factory = approval_policy_factory or default_approval_policy
         self.history_policy_factory = history_policy_factory or default_history_policy
