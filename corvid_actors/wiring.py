@@ -366,7 +366,7 @@ class SessionBuilder:
         info = provider.model_info(model)
         mode = agent.permission_mode if agent is not None else "default"
         if session.source == "agent":  # delegated: never more than the sender (corvid_tools)
-            from corvid_actors.tools.corvid_tools import effective_agent_mode
+            from corvid_actors.tools.delegation import effective_agent_mode
 
             mode = effective_agent_mode(self._store, session, mode)
         protected = self.config.tools.protected_patterns
