@@ -46,7 +46,8 @@ from corvid_actors.actors.credits import CreditsExhausted
 from corvid_actors.actors.events import PruneSessions, Publish, RemoveSession
 from corvid_actors.actors.live import LiveSession, LiveSessions
 from corvid_actors.actors.retry import PendingWrites, RetryWrites
-from corvid_actors.actors.session import (
+from corvid_actors.actors.session import SessionActor
+from corvid_actors.actors.session_messages import (
     Abort,
     Begin,
     BuildFailed,
@@ -54,19 +55,16 @@ from corvid_actors.actors.session import (
     CheckTimeout,
     ExtendTimeout,
     InjectedCrash,
-    Lifeline,
     OutageReported,
     Ready,
-    SessionActor,
     SessionCrashed,
     SessionEnded,
-    SessionWiring,
     StopRequested,
     TimedOut,
-    TurnTally,
     UserInput,
     WritesHandedOver,
 )
+from corvid_actors.actors.session_wiring import Lifeline, SessionWiring, TurnTally
 from corvid_actors.actors.slots import ReleaseSlot
 from corvid_actors.actors.timers import CancelTimer, CancelTimers, ScheduleTimer
 from corvid_actors.clock import Clock, iso_after
