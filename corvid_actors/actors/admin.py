@@ -14,7 +14,7 @@ lifecycle events with ``session_id`` and ``agent`` bound, and registers follower
 
 Messages: :class:`AdminCommand`, :class:`Follow` → unfollow callable, :class:`Unfollow`,
 :class:`Ready` → True, :class:`BeginShutdown` (from now on commands that start or change work are refused).
-All run on the actor's thread.
+All run on the actor's thread; each message's docstring says who sends it and what it replies.
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ import pykka
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import credits
 from corvid_actors.actors import supervisor as sv
+from corvid_actors.actors._admin_health import health_report, process_stats
 from corvid_actors.actors._admin_views import (
     UNRECORDED_EVENTS,
     RecentEvents,
-    process_stats,
     resolve_session_id,
+    session_detail,
     session_summary,
 )
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
@@ -58,8 +59,11 @@ MUTATING_COMMANDS = frozenset({"start", "send", "resume", "extend", "approve", "
 
 @dataclass(frozen=True)
 class AdminCommand:
-    """One checked operator command (see ``admin_socket.COMMANDS``). Replies with its result
-    (a ``pykka.Future`` for ``health``: wait on it) or raises ``AdminError``."""
+    """One checked operator command (see ``admin_socket.COMMANDS``).
+
+    Asked by the daemon's admin socket handler (``Daemon._handle``, on a connection
+    thread); runs on the actor's thread. Replies with the command's JSON-ready result (a
+    ``pykka.Future`` for ``health``: wait on it) or raises ``AdminError``."""
 
     name: str
     args: Mapping[str, Any] = field(default_factory=dict)
@@ -68,7 +72,11 @@ class AdminCommand:
 @dataclass(frozen=True)
 class Follow:
     """Stream events (of one session, or all) to ``sink(session_id, at_iso, event_dict)``,
-    called on the EventBus thread. Replies with a callable that ends the stream."""
+    called on the EventBus thread.
+
+    Asked by the daemon for ``corvid-actors events`` (``Daemon._follow``, on a connection
+    thread); runs on the actor's thread. Replies with a callable (any thread) that ends
+    the stream by telling :class:`Unfollow`."""
 
     session_id: str | None
     sink: Callable[[str, str, dict[str, Any]], None]
@@ -76,21 +84,32 @@ class Follow:
 
 @dataclass(frozen=True)
 class Unfollow:
+    """End the stream :class:`Follow` started for ``sink``. Told by the callable Follow
+    replied with (on the caller's thread); runs on the actor's thread; no reply."""
+
     sink: Callable[[str, str, dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
 class Ready:
-    """Replies True; once it has, the actor hears every event published afterwards."""
+    """Asked by the daemon once at start-up (``Daemon._start_runtime``, on the main
+    thread), before any session is resumed; runs on the actor's thread. Replies True;
+    once it has, the actor hears every event published afterwards."""
 
 
 @dataclass(frozen=True)
 class BeginShutdown:
+    """Told by the daemon when its graceful shutdown begins (``Daemon._graceful``); runs on
+    the actor's thread; no reply. From then on the commands of :data:`MUTATING_COMMANDS`
+    are refused with ``shutting_down``."""
+
     reason: str = "server_shutdown"
 
 
 @dataclass(frozen=True)
 class _Seen:
+    """An event the bus handed to ``_on_event`` (EventBus thread), recorded on ours."""
+
     session_id: str
     at: str
     event: dict[str, Any]
@@ -184,8 +203,9 @@ class AdminActor(TrackedActor):
         if ref is None:
             raise AdminError(UNAVAILABLE, f"the {what} is not running in this daemon")
         try:
+            reply = ref.ask(message)
             # a start/resume replies with a ticket: wait for the new incarnation's pid
-            return sv.started_pid(ref.ask(message))
+            return sv.started_pid(reply) if isinstance(reply, sv.StartTicket) else reply
         except pykka.ActorDeadError:
             raise AdminError(UNAVAILABLE, f"the {what} is shut down") from None
         except RuntimeStoppedError as exc:
@@ -217,19 +237,7 @@ class AdminActor(TrackedActor):
         n_messages = args.get("messages", self.s.session_messages_shown)
         messages = self.w.store.recent_messages(sid, n_messages, roles=("user", "assistant", "system"))
         n_events = args.get("events", self.s.recent_events)
-        return {
-            **summary,
-            "pid": info.get("pid") if info else None,
-            "provider": info.get("provider") if info else None,
-            "timeout_s": info.get("timeout_s") if info else None,
-            "restart_pending": bool(row.restart_pending),
-            "initial_prompt": row.initial_prompt,
-            "created_at": iso_utc(row.created_at),
-            "updated_at": iso_utc(row.updated_at),
-            "approvals": approvals,
-            "messages": [{"role": role, "content": content} for role, content in messages],
-            "events": self._recent.of(sid)[-n_events:],
-        }
+        return session_detail(summary, row, info, approvals, messages, self._recent.of(sid)[-n_events:])
 
     def _cmd_start_session(self, args: Mapping[str, Any]) -> dict[str, Any]:
         store = self.w.store
@@ -395,23 +403,7 @@ class AdminActor(TrackedActor):
         store = self.w.store
 
         def probe() -> None:
-            # The store first: a lost connection or a SQLite file gone / read-only makes the
-            # daemon refuse sends, so health must say so (and why) until it is back.
-            reason = store.probe() if hasattr(store, "probe") else None
-            base["store"] = {"ok": reason is None, **({"reason": reason} if reason else {})}
-            results: dict[str, Any] = {}
-            for name, provider in providers.items():
-                try:
-                    healthy = bool(provider.health())
-                except Exception as exc:  # noqa: BLE001 - a probe that raises means "not healthy"
-                    healthy, results[name] = False, {"error": str(exc)}
-                results.setdefault(name, {})["healthy"] = healthy
-            ok = reason is None and all(alive.values()) and all(r["healthy"] for r in results.values())
-            reasons = ([f"store unavailable: {reason}"] if reason else []) + [
-                f"the {name} actor is dead" for name, up in alive.items() if not up] + [
-                f"model provider {name} is not healthy" for name, r in results.items() if not r["healthy"]]
-            future.set({"status": "ok" if ok else "degraded", **({"reasons": reasons} if reasons else {}),
-                        **base, "providers": results})
+            future.set(health_report(base, alive, store, providers))
 
         self._tracker.run_tracked(probe, "admin-health")
         return future
@@ -439,7 +431,11 @@ class AdminActor(TrackedActor):
         self._followers[sink] = callback
         self._ask(self.w.bus, SubscribeAll(callback), "event bus")
         ref = self.actor_ref
-        return lambda: tell(ref, Unfollow(sink))
+
+        def unfollow() -> None:
+            tell(ref, Unfollow(sink))
+
+        return unfollow
 
     def _agent_of(self, session_id: str) -> str:
         row = self.w.store.get_session(session_id)
