@@ -65,9 +65,8 @@ from corvid_actors.actors.timers import ScheduleTimer
 from corvid_actors.clock import Clock
 from corvid_actors.config import Config
 from corvid_actors.content import UserContent
-from corvid_actors.errors import StoreError
 from corvid_actors.events import SessionError
-from corvid_actors.supervision import extended_timeout
+from corvid_actors.supervision import extended_timeout, failure_kind
 
 #: a restart or resume due when the store failed is due again this much later (seconds)
 DUE_RETRY_S = 5.0
@@ -123,7 +122,7 @@ class SessionSupervisor(TrackedActor):
             sid = getattr(message, "session_id", "")
             logger.bind(session_id=sid or None).opt(exception=True).error(
                 "supervisor could not handle {}", type(message).__name__)
-            kind = error_kind(exc)
+            kind = failure_kind(exc)
             retry = self._retry_due(message) if kind == "store_error" else None
             if sid:
                 self.core.publish(sid, SessionError(
@@ -252,10 +251,3 @@ class SessionSupervisor(TrackedActor):
         tell(inc.ref, ExtendTimeout(inc.timeout_s))
         return True
 
-
-def error_kind(exc: Exception) -> str:
-    """``store_error`` for a failed database operation, else ``internal_error``."""
-    module = type(exc).__module__ or ""
-    if isinstance(exc, StoreError) or module.split(".")[0] in {"peewee", "sqlite3", "psycopg2", "psycopg"}:
-        return "store_error"
-    return "internal_error"

@@ -30,6 +30,7 @@ from corvid_actors.clock import Clock
 from corvid_actors.config import Config
 from corvid_actors.errors import RuntimeStoppedError
 from corvid_actors.events import Event, SessionStopped
+from corvid_actors.supervision import fallback_check_delay, overdue_after
 from corvid_actors.wiring import close_resources
 
 
@@ -184,9 +185,8 @@ class SupervisorCore:
             self.fallback_scheduled = True
             # The safety net has nothing to do before the first incarnation could be overdue:
             # schedule it for then, and every 60 s from then on.
-            now = self.clock.monotonic()
             earliest_due = min(inc.started_at + self.due_after(inc) for inc in self.running.values())
-            delay = max(self.sup.timeout_fallback_check_s, earliest_due - now)
+            delay = fallback_check_delay(self.sup, self.clock.monotonic(), earliest_due)
             tell(self.timers, ScheduleTimer(("supervisor", "fallback"), delay, self.ref, _FallbackCheck()))
         if (self.running or self.meta or self.paused) and not self.prune_scheduled:
             self.prune_scheduled = True
@@ -194,6 +194,5 @@ class SupervisorCore:
                                             self.ref, _Prune()))
 
     def due_after(self, inc: Incarnation) -> float:
-        """The least uptime after which ``inc`` may be overdue: an extension may be shorter
-        than the default, and the default is back after the session's next event."""
-        return min(inc.timeout_s, self.sup.session_timeout_s)
+        """The least uptime after which ``inc`` may be overdue (``supervision.overdue_after``)."""
+        return overdue_after(self.sup, inc.timeout_s)
