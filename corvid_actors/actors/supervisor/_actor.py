@@ -102,11 +102,6 @@ class SessionSupervisor(TrackedActor):
             live=live if live is not None else LiveSessions(),
         )
 
-    @property
-    def live(self) -> LiveSessions:
-        """The registry of live incarnations the send path reads (written by this actor only)."""
-        return self.core.live
-
     def on_start(self) -> None:
         self.core.me = self.actor_ref
         self.core.writes.bind(self.actor_ref)
