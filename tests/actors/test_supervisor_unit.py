@@ -193,6 +193,7 @@ def _start(runtime: Any, sid: str, prompt: str | None = "hi") -> int:
     runtime.clock.advance(0)
     pid = reply.wait(10)
     assert pid is not None
+    runtime.settle()  # the events it published have reached the recorder
     return pid
 
 
@@ -222,6 +223,7 @@ def test_reports_of_an_old_generation_are_ignored(runtime, scripted, rec):
     runtime.supervisor.tell(SessionEnded(sid, gen - 1, 0, ""))
     runtime.supervisor.tell(TimedOut(sid, gen + 1))
     assert runtime.supervisor.ask(IsRunning(sid)) is True
+    runtime.settle()
     assert rec.of(sid, "session_exited") == [] and rec.of(sid, "session_stopped") == []
 
 
@@ -249,6 +251,7 @@ def test_a_crash_of_a_chat_session_schedules_a_restart_with_backoff(runtime, scr
     assert runtime.store.get_session(sid).status == "error"
     assert runtime.supervisor.ask(SessionInfo(sid))[sid]["restart_pending"] is True
     runtime.clock.advance(5.0)
+    runtime.settle()
     assert len(rec.of(sid, "session_started")) == 2 and runtime.supervisor.ask(IsRunning(sid))
 
 
@@ -259,10 +262,12 @@ def test_an_outage_pauses_and_a_manual_resume_restarts(runtime, scripted, rec):
     runtime.supervisor.tell(OutageReported(sid, _generation(runtime, sid), "connection refused"))
     sup = runtime.supervisor
     assert sup.ask(IsPaused(sid)) is True and sup.ask(PausedSessionIds()) == [sid]
+    runtime.settle()
     assert runtime.store.get_session(sid).status == "paused"
     assert rec.last("session_paused", sid).attempt == 1
     assert sup.ask(ResumeSession(sid)) is True
     runtime.clock.advance(0)
+    runtime.settle()
     assert sup.ask(IsPaused(sid)) is False and sup.ask(IsRunning(sid)) is True
     assert rec.last("session_resumed", sid).automatic is False
 
@@ -307,6 +312,7 @@ def test_shutdown_marks_running_sessions_for_resume(runtime, scripted, rec):
     sid = runtime.create_session(source="web").id
     _start(runtime, sid)
     assert runtime.supervisor.ask(Shutdown("server_shutdown")) is None
+    runtime.settle()
     row = runtime.store.get_session(sid)
     assert row.status == "stopped" and row.restart_pending
     assert rec.last("session_stopped", sid).reason == "server_shutdown"
