@@ -30,7 +30,7 @@ def pause_for_outage(core: SupervisorCore, sid: str, reason: str) -> None:
     core.set_status(sid, "paused")
     core.seq += 1
     resume_iso = iso_after(core.clock, delay_s)
-    core.paused[sid] = Paused(core.seq, resume_iso, meta.outage_attempts + 1, reason)
+    core.paused[sid] = Paused(core.seq, resume_iso)
     logger.bind(session_id=sid, event="api_outage").warning("session paused by an API outage: {}", reason)
     core.publish(sid, ErrorEvent(error_type="api_outage",
                                  message=f"Session paused due to API outage — auto-resume in {delay_s / 60:g}min"))

@@ -26,7 +26,6 @@ from corvid_actors.actors.supervisor._core import SupervisorCore
 from corvid_actors.actors.supervisor._messages import StartTicket
 from corvid_actors.actors.supervisor._state import Incarnation, Meta, _StableDue
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
-from corvid_actors.clock import iso_after
 from corvid_actors.content import UserContent, content_blocks, text_parts
 from corvid_actors.events import ErrorEvent, SessionError, SessionStarted, SystemEvent
 from corvid_actors.loop.payload_guard import snapshot_dir
@@ -102,7 +101,6 @@ def on_built(core: SupervisorCore, sid: str, built: Any) -> None:
     inc.started_at = core.clock.monotonic()
     inc.building = False
     meta.restart_pending = False
-    meta.started_at_iso = iso_after(core.clock, 0)
     meta.turns = inc.tally.turns
     begin = isinstance(inc.first, Begin)
     tally, gen = inc.tally, inc.generation

@@ -105,7 +105,6 @@ class Meta:
     restart_count: int = 0
     outage_attempts: int = 0
     restart_pending: bool = False
-    started_at_iso: str = ""
     #: turn accounting of the ended incarnations (a running one's is in its TurnTally)
     cost_usd: float = 0.0
     turns: int = 0
@@ -117,6 +116,3 @@ class Paused:
 
     seq: int
     resume_at_iso: str
-    attempt: int
-    reason: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
