@@ -95,15 +95,18 @@ class SupervisorCore:
         return inc is not None and inc.generation == generation
 
     def meta_of(self, sid: str) -> Meta:
+        """The session's meta, created on first use."""
         return self.meta.setdefault(sid, Meta())
 
     def refuse_if_stopping(self) -> None:
+        """Raise RuntimeStoppedError (to the asker) once the shutdown has begun."""
         if self.shutting_down:
             raise RuntimeStoppedError("the runtime is shutting down and accepts no new sessions")
 
     # --- effects ------------------------------------------------------------------------------
 
     def publish(self, sid: str, event: Event) -> None:
+        """Tell the EventBus ``event`` of ``sid``."""
         tell(self.bus, Publish(sid, event))
 
     def write(self, sid: str, what: str, write: Callable[[], Any]) -> None:
