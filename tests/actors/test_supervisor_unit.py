@@ -19,7 +19,12 @@ import pytest
 from corvid_actors.actors.base import ActivityTracker, TrackedActor
 from corvid_actors.actors.credits import CreditsExhausted
 from corvid_actors.actors.events import PruneSessions, Publish, RemoveSession
-from corvid_actors.actors.session import OutageReported, SessionCrashed, SessionEnded, TimedOut
+from corvid_actors.actors.session_messages import (
+    OutageReported,
+    SessionCrashed,
+    SessionEnded,
+    TimedOut,
+)
 from corvid_actors.actors.slots import ReleaseSlot
 from corvid_actors.actors.supervisor import (
     ActiveSessionIds,
