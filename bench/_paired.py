@@ -164,6 +164,14 @@ def compare(trials: Mapping[str, Sequence[Trial]], a: str, b: str, *, kind: Kind
     }
 
 
+def retimed(trials: Sequence[Trial], wall_key: str, cpu_key: str | None = None) -> list[Trial]:
+    """The trials with their wall (and CPU) time taken from their own figures: one phase of
+    a trial that reports several (start-up and shutdown, say)."""
+    return [Trial(t.side, t.round, float(t.extra[wall_key]),
+                  float(t.extra[cpu_key]) if cpu_key and cpu_key in t.extra else t.cpu_s, t.units, t.extra)
+            for t in trials]
+
+
 def extra_spread(trials: Sequence[Trial], key: str, digits: int = 1) -> dict[str, float]:
     """min / median / max of one of the trials' own figures."""
     return spread([float(t.extra[key]) for t in trials if key in t.extra], digits)
