@@ -98,11 +98,11 @@ def timers_cleanup_cost(owners: int = 10000, kinds: int = 3, cleanups: int = 200
         for i in range(owners):
             for k in range(kinds):
                 timers.tell(ScheduleTimer((f"s{i}", f"kind{k}"), 3600.0, timers, None))
-        pending = timers.ask(TimerStats())["timers"]
+        pending = timers.ask(TimerStats(), block=True)["timers"]
         t0 = now()
         for i in range(cleanups):
             timers.tell(CancelTimers(f"s{i}"))
-        left = timers.ask(TimerStats())["timers"]
+        left = timers.ask(TimerStats(), block=True)["timers"]
         elapsed = now() - t0
     finally:
         timers.stop()

@@ -22,11 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from importlib import metadata
 import subprocess
 import sys
 import tempfile
 import threading
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +175,7 @@ def deliveries(kind: str, k: int) -> int:
         count[0] += 1
         if count[0] == k:
             done.set()
+    bus: pykka.ActorRef[Any]
     if kind == "runtime":
         bus = EventBus.start(ActivityTracker())
         bus.ask(Subscribe("s", callback))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 assert not result.is_error, result.output
                 return Outcome(1, {"ms": elapsed})
             # warm-up: page cache, the first bwrap exec
-            trials = interleave({kind: (lambda ctx=ctx: call(ctx)) for kind, ctx in contexts.items()},
+            trials = interleave({kind: partial(call, ctx) for kind, ctx in contexts.items()},
                                 trials=runs, warmup=WARMUP)
             row: dict[str, Any] = {"command": command, "runs": runs}
             for kind, values in trials.items():
@@ -109,10 +110,11 @@ def _namespace_floor(bwrap: str, runs: int) -> dict[str, float]:
     import subprocess
 
     argv = {"bare": ["/bin/true"], "bwrap_minimal": [bwrap, "--ro-bind", "/", "/", "/bin/true"]}
+
     def exec_(command: list[str]) -> int:
         subprocess.run(command, check=True)
         return 1
-    trials = interleave({kind: (lambda command=command: exec_(command)) for kind, command in argv.items()},
+    trials = interleave({kind: partial(exec_, command) for kind, command in argv.items()},
                         trials=runs, warmup=WARMUP)
     return {k: round(percentile([t.wall_s * 1000 for t in v], 50), 2) for k, v in trials.items()}
 

@@ -170,7 +170,7 @@ def measure_level(n: int) -> dict[str, Any]:
         "threads_before": threads0, "threads_live": threads1,
         "threads_per_session": round((threads1 - threads0) / max(live, 1), 2),
         "streamers": len(streamers), "streams_complete": streams_ok, "send_s": round(send_s, 2),
-        "max_concurrent_streams": max_overlap([tuple(v) for v in spans.values()]),
+        "max_concurrent_streams": max_overlap([(v[0], v[1]) for v in spans.values()]),
         "peak_threads_streaming": sampler.peak_threads, "peak_rss_mib_streaming": round(sampler.peak_rss / 2**20, 1),
         "deltas": len(latencies),
         # CPU of this process (all threads) per chunk delivered, sends included

@@ -69,7 +69,8 @@ class RuntimeSide:
     between trials, untimed."""
 
     def __init__(self, runtime: Any, sids: list[str]) -> None:
-        self.runtime, self.sids, self.to_stop = runtime, list(sids), []
+        self.runtime, self.sids = runtime, list(sids)
+        self.to_stop: list[tuple[str, Any]] = []
 
     def trial(self, n: int) -> Outcome:
         runtime, sid = self.runtime, self.sids.pop()
