@@ -27,7 +27,7 @@ from bench._paired import table
 
 BENCHMARKS = ("streaming", "messaging", "scale", "control", "simtime", "persistence", "sandbox", "soak", "lifecycle",
               "streams")
-#: extra arguments in a ``python -m bench`` run (not with ``--full`` or ``--quick``): the time budget
+#: extra arguments in a ``python -m bench`` run (not with ``--full``): the time budget
 SUITE_ARGS: dict[str, list[str]] = {
     "soak": ["--sessions", "500", "--warm-up", "200", "--sample-every", "100"],
 }
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         results = {k: v for k, v in json.loads(raw.read_text()).items() if k in BENCHMARKS}
     started = time.monotonic()
     for name in args.only or BENCHMARKS:
-        sized = [] if args.full or args.quick else SUITE_ARGS.get(name, [])
+        sized = [] if args.full else SUITE_ARGS.get(name, [])
         cmd = [sys.executable, "-m", f"bench.{name}"] + (["--quick"] if args.quick else []) + sized
         print(f"[bench] {name} … (load {loadavg()})", flush=True)
         t0 = time.monotonic()
