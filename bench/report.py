@@ -60,8 +60,8 @@ def _streaming(r: dict[str, Any]) -> list[str]:
     rows = [[k, f"{v['tokens_per_s_total']:,}", f"{v['tokens_per_s_steady']:,}", v["cpu_us_per_token"],
              ", ".join(f"{x:,}" for x in v["trials"])] for k, v in s.items()]
     return [f"{r['trials']} paired rounds × {r['tokens_per_trial']:,} tokens after {r.get('warmup', 1)} warm-up. "
-            f"**Runtime / raw = {r['ratio_total']:.0%}** (paired median, wall; CPU per token: "
-            f"{r.get('ratio_cpu', float('nan')):.0%}).", "",
+            f"**Runtime / raw = {r['ratio_cpu']:.0%}** in CPU time per token ({r['ratio_total']:.0%} in wall "
+            "time; paired medians).", "",
             *_table(["path", "tokens/s (request→last)", "tokens/s (first→last)", "CPU µs/token (this process)",
                      "per trial"], rows)]
 
@@ -232,7 +232,8 @@ def _headline(name: str, r: dict[str, Any]) -> str:
     if r.get("failed"):
         return "failed: see below"
     if name == "streaming":
-        return f"runtime {r['ratio_total']:.0%} of raw ollama client tokens/s (paired median; CPU {r['ratio_cpu']:.0%})"
+        return (f"runtime {r['ratio_cpu']:.0%} of the raw ollama client's tokens per CPU second "
+                f"({r['ratio_total']:.0%} per wall second; paired medians)")
     if name == "messaging":
         return "; ".join(f"{c['label'].split(' (')[0]} ×{c['wall']['median']:g}" for c in r["paired"])
     if name == "streams":
@@ -247,11 +248,13 @@ def _headline(name: str, r: dict[str, Any]) -> str:
                         f"{lv.get('latency_ms_p50', '?')} ms, p99 {lv.get('latency_ms_p99', '?')} ms"
                         for lv in r["levels"][1:])
         return (f"{top.get('live_sessions', 0):,} live: {top.get('rss_mib_live', '?')} MiB RSS, "
-                f"{top.get('rss_kib_per_session', '?')} KiB & {top.get('threads_per_session', '?')} thread/session; {lat}")
+                f"{top.get('rss_kib_per_session', '?')} KiB & {top.get('threads_per_session', '?')} thread/session"
+                + (f"; {lat}" if lat else ""))
     if name == "control":
         a, b = r["runs"][0], r["runs"][-1]
-        return (f"p50 {a['delivered_ms']['p50']} ms, p99 {a['delivered_ms']['p99']} ms "
-                f"(at {1 / b['delay_s']:g} chunk/s: p99 {b['delivered_ms']['p99']} ms)")
+        return (f"p50 {a['delivered_ms']['p50']} ms, p99 {a['delivered_ms']['p99']} ms; mid-stream / idle stop "
+                f"×{a['paired']['wall']['median']:g}"
+                + (f" (at {1 / b['delay_s']:g} chunk/s: p99 {b['delivered_ms']['p99']} ms)" if b is not a else ""))
     if name == "simtime":
         base = r.get("baseline", {})
         return (f"{r['runs'][0]['simulated_hours_per_s']} simulated h / wall s; the day: {base.get('day_wall_s')} s wall, "

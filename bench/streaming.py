@@ -126,12 +126,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     paired = [compare(rows, "raw", "runtime", kind="rate", label="runtime / raw ollama client, tokens/s",
                       goal=f"median ≥ {GOAL_RATIO}"),
               compare(rows, "ceiling", "raw", kind="rate", label="raw ollama client / unparsed httpx lines, tokens/s")]
-    ratio = paired[0]["wall"]["median"]
+    # judged on CPU time per token, the steady figure on a shared machine (both sides are
+    # CPU-bound in this process: the stub has its own); the wall-time ratio is reported beside it
+    ratio, wall = paired[0]["cpu"]["median"], paired[0]["wall"]["median"]
     return {
         "name": "streaming", "machine": machine(), "load_before": load_before,
         "tokens_per_trial": n, "trials": trials, "warmup": WARMUP, "stats": stats, "paired": paired,
-        "ratio_total": ratio, "ratio_cpu": paired[0]["cpu"]["median"],
-        "goal": f"runtime ≥ {GOAL_RATIO:.0%} of the raw client's tokens/s (paired median)", "met": ratio >= GOAL_RATIO,
+        "ratio_total": wall, "ratio_cpu": ratio,
+        "goal": f"runtime ≥ {GOAL_RATIO:.0%} of the raw client's tokens/s (paired median, CPU time per token)",
+        "met": ratio >= GOAL_RATIO,
         "command": ".venv/bin/python -m bench.streaming",
     }
 
