@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench._common import RESULT_MARKER, loadavg, machine
+from bench._common import RESULT_MARKER, loadavg, machine, proc_cpu_s, proc_status, slope
 from bench._paired import Trial, compare
 from bench._stub_proc import BENCH_MODEL, StubProcess
 from corvid_actors.admin_client import AdminClient, AdminRequestFailed
@@ -71,21 +71,6 @@ admin_max_connections = {connections}
 
 
 # --- the daemon process --------------------------------------------------------------------------
-
-
-def _proc_status(pid: int, key: str) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-def _proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (its threads included)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _db_bytes(data_dir: Path) -> int:
@@ -245,17 +230,6 @@ def _create_agent(path: Path) -> None:
         client.call("stop", session=sid)
 
 
-def _slope(points: list[tuple[float, float]]) -> float:
-    """Least-squares slope of y over x."""
-    n = len(points)
-    if n < 2:
-        return float("nan")
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    return sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else float("nan")
-
-
 def soak(provider: str, sessions: int, live: int, warm_up: int, sample_every: int) -> dict[str, Any]:
     samples: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="corvid-soak-") as tmp, \
@@ -273,8 +247,8 @@ def soak(provider: str, sessions: int, live: int, warm_up: int, sample_every: in
                 timers = stats.get("timers", {})
                 samples.append({
                     "sessions": done, "t_s": round(time.monotonic() - started, 1),
-                    "rss_mib": round(_proc_status(proc.pid, "VmRSS") / 1024, 2),
-                    "threads": _proc_status(proc.pid, "Threads"),
+                    "rss_mib": round(proc_status(proc.pid, "VmRSS") / 1024, 2),
+                    "threads": proc_status(proc.pid, "Threads"),
                     "fds": len(os.listdir(f"/proc/{proc.pid}/fd")),
                     "db_mib": round(_db_bytes(data_dir) / 2**20, 2),
                     "timers": timers.get("timers"), "clock_handles": timers.get("clock_handles"),
@@ -298,14 +272,14 @@ def soak(provider: str, sessions: int, live: int, warm_up: int, sample_every: in
             lanes = [threading.Thread(target=churn.lane, name=f"soak-lane-{i}") for i in range(live)]
             for t in lanes:
                 t.start()
-            cpu0 = _proc_cpu_s(proc.pid)
+            cpu0 = proc_cpu_s(proc.pid)
             for t in lanes:
                 t.join()
             elapsed = time.monotonic() - started
-            daemon_cpu_s = _proc_cpu_s(proc.pid) - cpu0
+            daemon_cpu_s = proc_cpu_s(proc.pid) - cpu0
             replies.close()
     steady = [s for s in samples if s["sessions"] >= warm_up]
-    rss_slope = _slope([(s["sessions"] / 1000, s["rss_mib"]) for s in steady])
+    rss_slope = slope([(s["sessions"] / 1000, s["rss_mib"]) for s in steady])
     threads = [s["threads"] for s in steady]
     fds = [s["fds"] for s in steady]
     return {
@@ -317,9 +291,9 @@ def soak(provider: str, sessions: int, live: int, warm_up: int, sample_every: in
         "rss_mib_end": steady[-1]["rss_mib"] if steady else None,
         "threads_min_max": [min(threads), max(threads)] if threads else None,
         "fds_min_max": [min(fds), max(fds)] if fds else None,
-        "threads_per_1000": round(_slope([(s["sessions"] / 1000, s["threads"]) for s in steady]), 3),
-        "fds_per_1000": round(_slope([(s["sessions"] / 1000, s["fds"]) for s in steady]), 3),
-        "db_mib_per_1000": round(_slope([(s["sessions"] / 1000, s["db_mib"]) for s in steady]), 3),
+        "threads_per_1000": round(slope([(s["sessions"] / 1000, s["threads"]) for s in steady]), 3),
+        "fds_per_1000": round(slope([(s["sessions"] / 1000, s["fds"]) for s in steady]), 3),
+        "db_mib_per_1000": round(slope([(s["sessions"] / 1000, s["db_mib"]) for s in steady]), 3),
         "late_replies": churn.late_replies, "follow_dropped": replies.dropped,
         "errors": churn.errors[:5], "error_count": len(churn.errors),
         "met": bool(steady) and len(steady) >= 2 and rss_slope <= GOAL_MIB_PER_1000 and not churn.errors,
