@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 rows = interleave({"raw": lambda: raw_trial(url, streams, rate, chunks),  # noqa: B023 - used at once
                                    "runtime": lambda: side.trial(rate, chunks)},  # noqa: B023
                                   trials=trials, warmup=0)
-                entry: dict[str, Any] = {"rate_per_stream": rate, "offered_tokens_per_s": streams * rate,
+                entry: dict[str, Any] = {"rate_per_stream": rate, "offered_tokens_per_s": round(streams * rate),
                                          "chunks_per_stream": chunks}
                 for name, trials_ in rows.items():
                     figures = [t.extra for t in trials_]
