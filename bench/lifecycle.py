@@ -91,7 +91,6 @@ def timers_cleanup_cost(owners: int = 10000, kinds: int = 3, cleanups: int = 200
     cleanups = min(cleanups, owners)
     clock = RealClock()
     tracker = ActivityTracker()
-    clock.attach(tracker, lambda: tracker.wait_idle(60))
     clock.start()
     timers = Timers.start(tracker, clock)
     try:
