@@ -23,24 +23,23 @@ import pytest
 from corvid_actors.actors.base import ActivityTracker, TrackedActor
 from corvid_actors.actors.credits import CreditsExhausted
 from corvid_actors.actors.events import EventBus, SubscribeAll
-from corvid_actors.actors.session import (
+from corvid_actors.actors.session import SessionActor
+from corvid_actors.actors.session_messages import (
     Abort,
     Begin,
     BuildFailed,
     Built,
     ExtendTimeout,
     InjectedCrash,
-    Lifeline,
     OutageReported,
     Ready,
-    SessionActor,
     SessionCrashed,
     SessionEnded,
-    SessionWiring,
     StopRequested,
     TimedOut,
     UserInput,
 )
+from corvid_actors.actors.session_wiring import Lifeline, SessionWiring
 from corvid_actors.actors.timers import Timers
 from corvid_actors.db.store import Store
 from corvid_actors.events import Event
