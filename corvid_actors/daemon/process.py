@@ -1,7 +1,7 @@
 """The daemon's process plumbing: one daemon per data directory, its directory, its logs,
 a self-pipe for signals, and running in the background.
 
-Nothing here knows the runtime: :mod:`corvid_actors.daemon` puts these together.
+Nothing here knows the runtime: :mod:`corvid_actors.daemon.service` puts these together.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import UTC
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import urlparse
 
 from loguru import logger
 
@@ -153,8 +154,6 @@ class Wakeup:
 
 def redacted(url: str) -> str:
     """A database URL fit for logs: its password replaced."""
-    from urllib.parse import urlparse
-
     password = urlparse(url).password
     return url.replace(f":{password}@", ":***@") if password else url
 

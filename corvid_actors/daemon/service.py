@@ -24,21 +24,35 @@ main thread blocks reading it — no polling, no sleeping.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
+import importlib.util
 import json
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+import pykka
 from loguru import logger
 
-from corvid_actors.config import Config, load_config
-from corvid_actors.daemon_process import (
+from corvid_actors.actors.admin import (
+    AdminActor,
+    AdminCommand,
+    AdminWiring,
+    BeginShutdown,
+    Follow,
+    Ready,
+)
+from corvid_actors.actors.base import tell
+from corvid_actors.clock import io_clock
+from corvid_actors.config import Config
+from corvid_actors.daemon.model_server import start_model_server
+from corvid_actors.daemon.process import (
     DAEMON_LOG,
     DaemonError,
     PidLock,
@@ -48,63 +62,15 @@ from corvid_actors.daemon_process import (
     prepare_data_dir,
     redacted,
 )
-from corvid_actors.errors import ConfigError, CorvidError
-
-#: environment variables for the [daemon] section: variable -> (key, converter)
-DAEMON_ENV: Mapping[str, tuple[str, type]] = {
-    "CORVID_DAEMON_PROVIDER": ("provider", str),
-    "CORVID_ADMIN_TOKEN": ("admin_token", str),
-    "CORVID_LOG_FORMAT": ("log_format", str),
-    "CORVID_LOG_LEVEL": ("log_level", str),
-    "CORVID_SHUTDOWN_TIMEOUT_S": ("shutdown_timeout_s", float),
-}
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    """Command-line choices of ``serve``; None keeps the configured value."""
-
-    config_file: str | None = None
-    data_dir: str | None = None
-    provider: str | None = None
-    log_format: str | None = None
-    log_level: str | None = None
-    stub_script: str | None = None
-    #: fork, log to ``<data dir>/daemon.log`` and return once the daemon is ready
-    detach: bool = False
-    #: ``--json``: the detached daemon's facts as one JSON object; JSON log lines otherwise
-    json: bool = False
-
-
-def load_daemon_config(config_file: str | None = None, *, data_dir: str | None = None,
-                       environ: Mapping[str, str] | None = None, **daemon: Any) -> Config:
-    """The configuration the daemon and its CLI use: ``load_config`` plus the ``CORVID_*``
-    variables of :data:`DAEMON_ENV`, plus explicit values (``data_dir``, daemon keys)."""
-    env = os.environ if environ is None else environ
-    config = load_config(config_file, env)
-    overrides: dict[str, Any] = {}
-    for var, (key, convert) in DAEMON_ENV.items():
-        raw = env.get(var)
-        if raw:
-            try:
-                overrides[key] = convert(raw)
-            except ValueError:
-                raise ConfigError(f"environment variable {var}={raw!r} is not valid for daemon.{key}") from None
-    overrides.update({k: v for k, v in daemon.items() if v is not None})
-    if overrides:
-        config = config.replace(daemon=overrides)
-    if data_dir:
-        config = config.replace(store={"data_dir": str(Path(data_dir).expanduser().resolve())})
-    return config
-
-
-def data_dir_of(config: Config) -> Path:
-    return Path(config.store.data_dir).expanduser()
-
-
-def socket_path_of(config: Config) -> Path:
-    return data_dir_of(config) / config.daemon.socket_name
-
+from corvid_actors.daemon.settings import (
+    ServeOptions,
+    data_dir_of,
+    load_daemon_config,
+    package_version,
+)
+from corvid_actors.daemon.socket_server import AdminSocketServer, SocketSettings
+from corvid_actors.errors import SHUTTING_DOWN, AdminError, CorvidError
+from corvid_actors.runtime import Runtime
 
 # --- the daemon ----------------------------------------------------------------------------
 
@@ -134,9 +100,6 @@ class Daemon:
         self.about: dict[str, Any] = {}
 
     def run(self) -> int:
-        from corvid_actors.admin_socket import AdminSocketServer, SocketSettings
-        from corvid_actors.daemon_models import start_model_server
-
         for signum, code in ((signal.SIGINT, Wakeup.SIGINT), (signal.SIGTERM, Wakeup.SIGTERM)):
             signal.signal(signum, lambda _s, _f, code=code: self.wake.post(code))
         s = self.settings
@@ -163,9 +126,6 @@ class Daemon:
             self._close_quietly()
 
     def _start_runtime(self) -> None:
-        from corvid_actors.actors.admin import AdminActor, AdminWiring, Ready
-        from corvid_actors.runtime import Runtime
-
         credits = self.settings.with_credits and _credits_available()
         self.runtime = runtime = Runtime(self.models.config, providers=self.models.providers,
                                          workspace_dir=self.data_dir / "workspace", with_credits=credits)
@@ -181,7 +141,7 @@ class Daemon:
         self.about = about = {
             "pid": os.getpid(), "data_dir": str(self.data_dir), "database": redacted(runtime.store.url),
             "socket": str(self.server.path), "model_server": self.models.description,
-            "stub": self.models.stub_url is not None, "credits": credits, "version": _version(),
+            "stub": self.models.stub_url is not None, "credits": credits, "version": package_version(),
             "sandbox": sandbox.as_dict(), "dumpable": _dumpable(),
         }
         self.admin = AdminActor.start(runtime.tracker, AdminWiring(
@@ -208,11 +168,6 @@ class Daemon:
     # --- admin socket hooks (connection threads) ------------------------------------------------
 
     def _handle(self, request: Any) -> Any:
-        import pykka
-
-        from corvid_actors.actors.admin import AdminCommand
-        from corvid_actors.admin_protocol import SHUTTING_DOWN, AdminError
-
         try:
             result = self.admin.ask(AdminCommand(request.cmd, request.args))
             return result.get() if isinstance(result, pykka.Future) else result
@@ -220,11 +175,6 @@ class Daemon:
             raise AdminError(SHUTTING_DOWN, "the daemon is shutting down") from None
 
     def _follow(self, session_id: str | None, sink: Any) -> Any:
-        import pykka
-
-        from corvid_actors.actors.admin import Follow
-        from corvid_actors.admin_protocol import SHUTTING_DOWN, AdminError
-
         try:
             return self.admin.ask(Follow(session_id, sink))
         except pykka.ActorDeadError:
@@ -237,7 +187,6 @@ class Daemon:
     # --- main loop and shutdown -----------------------------------------------------------------
 
     def _main_loop(self) -> int:
-        from corvid_actors.clock import io_clock
 
         stopping = False
         while True:
@@ -272,9 +221,6 @@ class Daemon:
                 os._exit(1)
 
     def _graceful(self) -> None:
-        from corvid_actors.actors.admin import BeginShutdown
-        from corvid_actors.actors.base import tell
-
         try:
             tell(self.admin, BeginShutdown())
             self.runtime.shutdown("server_shutdown", settle_timeout_s=self.settings.shutdown_timeout_s)
@@ -315,8 +261,6 @@ def freeze_startup_heap() -> int:
 
 
 def _credits_available() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("corvid_actors.actors.credits") is not None
 
 
@@ -339,22 +283,10 @@ def _dumpable() -> bool | None:
 def _libc() -> Any:
     if not sys.platform.startswith("linux"):
         return None
-    import ctypes
-    import ctypes.util
-
     try:
         return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     except OSError:
         return None
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("corvid-actors")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "unknown"
 
 
 def serve(options: ServeOptions, out: TextIO | None = None) -> int:
