@@ -73,6 +73,7 @@ def run_demo(out: TextIO, *, db_path: Path | None = None, minutes: float = 30.0,
 
 
 def _run(out: TextIO, workdir: Path, db_path: Path, minutes: float, json_output: bool, keep: bool) -> int:
+    # imported here: SimClock needs freezegun, an optional dependency (the test extra)
     from corvid_actors.testing import EventRecorder, ScriptedProvider, SimClock, sim_runtime
 
     clock = SimClock()

@@ -35,6 +35,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any, TextIO
 
 import pykka
@@ -100,8 +101,8 @@ class Daemon:
         self.about: dict[str, Any] = {}
 
     def run(self) -> int:
-        for signum, code in ((signal.SIGINT, Wakeup.SIGINT), (signal.SIGTERM, Wakeup.SIGTERM)):
-            signal.signal(signum, lambda _s, _f, code=code: self.wake.post(code))
+        signal.signal(signal.SIGINT, self._poster(Wakeup.SIGINT))
+        signal.signal(signal.SIGTERM, self._poster(Wakeup.SIGTERM))
         s = self.settings
         self.server = AdminSocketServer(
             self.data_dir / s.socket_name, self._handle, self._follow,
@@ -124,6 +125,13 @@ class Daemon:
             return self._main_loop()
         finally:
             self._close_quietly()
+
+    def _poster(self, code: bytes) -> Callable[[int, FrameType | None], None]:
+        """A signal handler that only posts ``code`` to the self-pipe (runs on the main thread)."""
+        def post(_signum: int, _frame: FrameType | None) -> None:
+            self.wake.post(code)
+
+        return post
 
     def _start_runtime(self) -> None:
         credits = self.settings.with_credits and _credits_available()
