@@ -45,6 +45,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``corvid-actors`` parser: ``demo`` and the operator's commands (:mod:`~corvid_actors.daemon.admin_cli`)."""
     parser = _Parser(
         prog="corvid-actors",
         description="Supervised Pykka actors hosting long-running LLM agent sessions.",
@@ -105,6 +106,7 @@ def _quiet_stdout() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command line (``sys.argv[1:]`` by default); returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     json_output = "--json" in argv  # until the parser says more: a usage error must honour it too
     problem = undecodable_argument(argv)

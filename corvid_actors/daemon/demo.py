@@ -22,6 +22,7 @@ QUIET = {"thinking", "content_block_delta", "context_usage", "message_stop"}
 
 
 def describe(event: Event) -> str:
+    """One line of the demo's timeline for ``event``."""
     match event.type:
         case "session_started":
             return "started"

@@ -56,6 +56,7 @@ class ModelServer:
     stub: Any = field(default=None, repr=False)
 
     def close(self) -> None:
+        """Stop the stub server, when one was started (nothing to do for a real provider)."""
         self._close()
 
     @property

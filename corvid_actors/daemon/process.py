@@ -143,12 +143,14 @@ class Wakeup:
         os.set_blocking(self._w, False)
 
     def post(self, code: bytes) -> None:
+        """Wake the main thread with ``code``; never blocks (safe in a signal handler)."""
         try:
             os.write(self._w, code)
         except OSError:  # pipe full: the main thread has plenty to read already
             pass
 
     def read(self) -> bytes:
+        """The next code posted (blocks until there is one); main thread only."""
         return os.read(self._r, 1)
 
 
@@ -223,6 +225,7 @@ def detach(log_path: Path, run: Callable[[Callable[[dict[str, Any]], None]], int
 
 
 def log_tail(path: Path, lines: int = DETACH_LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log file (or why it cannot be read)."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError as exc:

@@ -237,10 +237,12 @@ def _json_type(value: Any) -> str:
 
 
 def ok_reply(request_id: Any, result: Any) -> dict[str, Any]:
+    """A success reply to request ``request_id``."""
     return {"id": request_id, "ok": True, "result": result}
 
 
 def error_reply(request_id: Any, code: str, message: str) -> dict[str, Any]:
+    """An error reply: ``code`` is one of the admin error codes of :mod:`corvid_actors.errors`."""
     return {"id": request_id, "ok": False, "error": {"code": code, "message": message}}
 
 

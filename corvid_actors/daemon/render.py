@@ -94,6 +94,7 @@ def _short(value: Any, width: int = 60) -> str:
 
 
 def show_sessions(rows: list[dict[str, Any]], out: TextIO) -> None:
+    """``admin sessions``: one row per session, ids and agent names never cut."""
     if not rows:
         out.write("no sessions\n")
         return
@@ -108,6 +109,7 @@ def show_sessions(rows: list[dict[str, Any]], out: TextIO) -> None:
 
 
 def show_session(s: dict[str, Any], out: TextIO) -> None:
+    """``admin session ID``: its fields, pending approvals, recent messages and events."""
     # The pid is the runtime's own counter, not an OS process: it stays in --json only.
     for key in ("id", "name", "status", "agent", "source", "participant", "provider", "uptime_s",
                 "timeout_s", "restarts", "paused_until", "restart_pending", "cost_usd", "turns", "created_at"):
@@ -126,6 +128,7 @@ def show_session(s: dict[str, Any], out: TextIO) -> None:
 
 
 def show_approvals(rows: list[dict[str, Any]], out: TextIO) -> None:
+    """``admin approvals``: pending tool approvals (a queued one waits for you: no countdown)."""
     if not rows:
         out.write("no pending approvals\n")
         return

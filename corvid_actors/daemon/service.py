@@ -101,6 +101,7 @@ class Daemon:
         self.about: dict[str, Any] = {}
 
     def run(self) -> int:
+        """Start everything, serve until told to stop, shut down; returns the exit code (main thread)."""
         signal.signal(signal.SIGINT, self._poster(Wakeup.SIGINT))
         signal.signal(signal.SIGTERM, self._poster(Wakeup.SIGTERM))
         s = self.settings

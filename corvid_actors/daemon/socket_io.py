@@ -32,6 +32,7 @@ class FollowQueue:
         self._dropped = 0
 
     def put(self, item: Any) -> None:
+        """Queue ``item``, or count it as dropped when the queue is full (never waits)."""
         with self._cond:
             if len(self._items) >= self.capacity:
                 self._dropped += 1

@@ -136,12 +136,14 @@ class AdminSocketServer:
         self._sock = sock
 
     def start(self) -> None:
+        """Accept connections on a thread of their own (binding first when :meth:`bind` was not called)."""
         if self._sock is None:
             self.bind()
         self._accept_thread = threading.Thread(target=self._accept_loop, name="admin-accept", daemon=True)
         self._accept_thread.start()
 
     def close(self, reason: str = "daemon stopped") -> None:
+        """Stop accepting, end every follower's stream with ``reason`` and close the socket."""
         with self._lock:
             if self._closed:
                 return
