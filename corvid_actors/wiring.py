@@ -237,7 +237,8 @@ class SessionBuilder:
         approval_policy_factory: ApprovalPolicyFactory | None = None,
         history_policy_factory: HistoryPolicyFactory | None = None,
     ) -> None:
-        from corvid_actors.loop.rules import default_approval_policy, default_history_policy
+        from corvid_actors.loop.rules import default_history_policy
+        from corvid_actors.tools.command_policy import default_approval_policy
 
         self.approval_policy_factory = approval_policy_factory or default_approval_policy
         self.history_policy_factory = history_policy_factory or default_history_policy
@@ -365,7 +366,7 @@ class SessionBuilder:
         info = provider.model_info(model)
         mode = agent.permission_mode if agent is not None else "default"
         if session.source == "agent":  # delegated: never more than the sender (corvid_tools)
-            from corvid_actors.tools.corvid_tools import effective_agent_mode
+            from corvid_actors.tools.delegation import effective_agent_mode
 
             mode = effective_agent_mode(self._store, session, mode)
         protected = self.config.tools.protected_patterns
