@@ -40,7 +40,7 @@ def admin_rt(sim_clock, scripted, tmp_path):
     rt.shutdown()
 
 
-def command(admin, name, **args):
+def command(admin, name, /, **args):
     if name == "start":
         args.setdefault("create", True)  # most tests name a new agent
     return admin.ask(AdminCommand(name, args))
