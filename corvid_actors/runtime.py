@@ -43,7 +43,7 @@ from corvid_actors.actors.events import (
     UnsubscribeAll,
 )
 from corvid_actors.actors.live import LiveSessions
-from corvid_actors.actors.session import UserInput
+from corvid_actors.actors.session_messages import UserInput
 from corvid_actors.actors.slots import SlotPool, SlotStats
 from corvid_actors.actors.timers import Timers, TimerStats
 from corvid_actors.actors.watchdog import StoreWatch

@@ -29,12 +29,8 @@ from corvid_actors.events import (
     Thinking,
     ToolStatus,
 )
-from corvid_actors.loop.direct import (
-    COUNCIL_REASONING_PROMPT,
-    SUMMARY_REQUEST,
-    DirectLoop,
-    DirectLoopSettings,
-)
+from corvid_actors.loop.direct import DirectLoop, DirectLoopSettings
+from corvid_actors.loop.direct_context import COUNCIL_REASONING_PROMPT, SUMMARY_REQUEST
 from corvid_actors.loop.effects import (
     AcquireSlot,
     ApprovalDecided,
