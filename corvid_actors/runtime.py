@@ -55,7 +55,8 @@ from corvid_actors.errors import RuntimeStoppedError, StoreError
 from corvid_actors.events import ErrorEvent, SessionError
 from corvid_actors.providers.base import Provider
 from corvid_actors.session_control import RuntimeSessionControl, session_tools_hook
-from corvid_actors.tools.base import PermissionCheck, ToolRegistry
+from corvid_actors.tools.base import ToolRegistry
+from corvid_actors.vocabulary import PermissionCheck
 from corvid_actors.wiring import (
     ApprovalPolicyFactory,
     HistoryPolicyFactory,

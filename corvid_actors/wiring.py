@@ -22,7 +22,8 @@ from corvid_actors.loop.conversation import ConversationLoop
 from corvid_actors.loop.effects import Loop
 from corvid_actors.loop.prompts import compose_system_prompt
 from corvid_actors.providers.base import BEFORE_START_HOOK, Provider
-from corvid_actors.tools.base import PermissionCheck, ToolContext, ToolRegistry
+from corvid_actors.tools.base import ToolContext, ToolRegistry
+from corvid_actors.vocabulary import PermissionCheck
 
 #: roles that deliberate and get no tools (direct-process seed invariant 10)
 COUNCIL_DELIBERATION_ROLES = frozenset({"member", "discusser", "reviewer"})
@@ -425,7 +426,7 @@ class SessionBuilder:
         """One tool call as a session of permission ``mode`` makes it: the registry of the
         tool registry factory, the permission check the session's loop gets, and the
         :meth:`tool_context` its worker runs the handler in (see ``Runtime.run_tool``)."""
-        from corvid_actors.tools.base import Permission, ToolResult
+        from corvid_actors.vocabulary import Permission, ToolResult
 
         project_dir.mkdir(parents=True, exist_ok=True)  # as a session's build does
         tools = self.tool_registry_factory()
@@ -449,7 +450,7 @@ class SessionBuilder:
     def _sandbox_notices(self, session_id: str, tools: ToolRegistry) -> list[Any]:
         """The per-session warning when commands will not run in the OS sandbox."""
         from corvid_actors.events import SystemEvent
-        from corvid_actors.tools.base import ToolKind
+        from corvid_actors.vocabulary import ToolKind
 
         status = self.sandbox.status
         if status.active or status.mode == "off" or not any(t.kind is ToolKind.COMMAND for t in tools):
@@ -470,7 +471,7 @@ class SessionBuilder:
         from dataclasses import replace
 
         from corvid_actors.loop.plan import plan_from_json
-        from corvid_actors.tools.base import ToolKind
+        from corvid_actors.vocabulary import ToolKind
 
         spec = replace(
             spec, agent_name=ctx.agent.name if ctx.agent is not None else "", permission_mode=mode or "default",
@@ -485,7 +486,7 @@ class SessionBuilder:
         if self.permission_check_factory is not None:
             return self.permission_check_factory(mode, tools, project_dir, protected)
         if len(tools) == 0:
-            from corvid_actors.tools.base import Permission, PermissionDecision
+            from corvid_actors.vocabulary import Permission, PermissionDecision
 
             return lambda name, args: PermissionDecision(Permission.DENY, f"Unknown tool: {name}")
         from corvid_actors.tools.base import as_mapping

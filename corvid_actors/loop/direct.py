@@ -91,13 +91,8 @@ from corvid_actors.loop.tool_results import TruncationShape
 from corvid_actors.loop.tool_walk import ToolWalk
 from corvid_actors.loop.trimming import TrimTiers
 from corvid_actors.loop.turn import InputQueue, Phase, TurnAccount
-from corvid_actors.providers.base import (
-    ChatMessage,
-    ModelRequest,
-    ProviderError,
-    ToolSpec,
-)
-from corvid_actors.tools.base import PermissionCheck
+from corvid_actors.providers.base import ChatMessage, ModelRequest, ProviderError
+from corvid_actors.vocabulary import PermissionCheck, ToolSpec
 
 
 @dataclass(frozen=True)

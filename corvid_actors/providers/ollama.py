@@ -25,7 +25,6 @@ from loguru import logger
 from corvid_actors.providers._ollama_errors import classify_ollama_error, classify_text
 from corvid_actors.providers._ollama_transport import AbortableTransport, shared_ssl_context
 from corvid_actors.providers.base import (
-    CancelToken,
     ChatMessage,
     ErrorKind,
     ModelInfo,
@@ -33,11 +32,9 @@ from corvid_actors.providers.base import (
     ModelResponse,
     ProviderError,
     StreamCallback,
-    StreamCancelled,
     TextDelta,
     ToolCall,
     ToolCallStarted,
-    ToolSpec,
     Usage,
 )
 from corvid_actors.providers.text_tools import (
@@ -50,6 +47,7 @@ from corvid_actors.providers.text_tools import (
     uses_text_tools,
     wrap_tool_output,
 )
+from corvid_actors.vocabulary import CancelToken, StreamCancelled, ToolSpec
 
 # --- request building ------------------------------------------------------------------
 

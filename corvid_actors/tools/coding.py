@@ -29,8 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from corvid_actors.providers.base import ToolSpec
-from corvid_actors.tools.base import Handler, Tool, ToolContext, ToolError, ToolKind, ToolResult
+from corvid_actors.tools.base import Handler, Tool, ToolContext, ToolError
 from corvid_actors.tools.paths import (
     DEFAULT_PROTECTED_PATTERNS,
     is_protected,
@@ -44,6 +43,7 @@ from corvid_actors.tools.shell_guard import (
     expand_braces,
     protected_write_target,
 )
+from corvid_actors.vocabulary import ToolKind, ToolResult, ToolSpec
 
 
 @dataclass(frozen=True)

@@ -42,12 +42,12 @@ from loguru import logger
 
 from corvid_actors.config import McpConfig
 from corvid_actors.events import Event, SystemEvent
-from corvid_actors.providers.base import ToolSpec
-from corvid_actors.tools.base import Tool, ToolContext, ToolKind, ToolRegistry, ToolResult
+from corvid_actors.tools.base import Tool, ToolContext, ToolRegistry
 from corvid_actors.tools.coding import truncate_middle
 from corvid_actors.tools.env import safe_env
 from corvid_actors.tools.mcp_connection import McpConnection, McpLimits, McpServerSpec, McpToolInfo
 from corvid_actors.tools.sandbox import SandboxUnavailable, current_sandbox
+from corvid_actors.vocabulary import ToolKind, ToolResult, ToolSpec
 
 __all__ = [
     "MCP_TOOL_PREFIX", "McpServerSpec", "McpToolSource", "SessionTools", "add_mcp_server",

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from corvid_actors.providers.base import CancelToken
-from corvid_actors.tools.base import ToolContext, ToolKind
+from corvid_actors.tools.base import ToolContext
 from corvid_actors.tools.coding import (
     CODING_TOOL_NAMES,
     CodingToolSettings,
@@ -19,6 +18,7 @@ from corvid_actors.tools.coding import (
     truncate_middle,
 )
 from corvid_actors.tools.env import safe_env
+from corvid_actors.vocabulary import CancelToken, ToolKind
 
 
 class RealTimers:
