@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 from types import SimpleNamespace
+from typing import Final
 
 import peewee as pw
 
@@ -26,7 +27,22 @@ def _now() -> datetime:
     return wall_now().replace(tzinfo=None)
 
 
-SESSION_STATUSES = ("idle", "loading", "running", "paused", "stopped", "error")
+class SessionStatus:
+    """The values of ``sessions.status`` (plain strings, as stored): the one definition."""
+
+    IDLE: Final = "idle"
+    LOADING: Final = "loading"
+    RUNNING: Final = "running"
+    PAUSED: Final = "paused"
+    STOPPED: Final = "stopped"
+    ERROR: Final = "error"
+
+
+#: every session status, in the order the admin protocol lists them
+SESSION_STATUSES: tuple[str, ...] = (
+    SessionStatus.IDLE, SessionStatus.LOADING, SessionStatus.RUNNING, SessionStatus.PAUSED,
+    SessionStatus.STOPPED, SessionStatus.ERROR,
+)
 
 
 def build_models(database: pw.Database) -> SimpleNamespace:
@@ -36,7 +52,7 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         class Meta:
             pass
 
-    Base._meta.database = database  # type: ignore[attr-defined]
+    Base._meta.database = database
 
     class SchemaVersion(Base):
         version = pw.IntegerField(primary_key=True)
