@@ -150,6 +150,9 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         initial_prompt = pw.TextField(default="")
         pid = pw.IntegerField(null=True)
         total_cost_usd = pw.FloatField(default=0.0)
+        # the session's turn count (the loop's, written at each delivered user turn and at
+        # start): read back when the session starts again so its count carries on
+        # (actors/supervisor/_start.py); cumulative_turns counts turns that answered
         total_turns = pw.IntegerField(default=0)
         cumulative_turns = pw.IntegerField(default=0)
         restart_pending = pw.BooleanField(default=False, index=True)
