@@ -42,7 +42,7 @@ from typing import Any
 from bench._common import RESULT_MARKER, loadavg, machine, proc_cpu_s, proc_status, slope
 from bench._paired import Trial, compare
 from bench._stub_proc import BENCH_MODEL, StubProcess
-from corvid_actors.admin_client import AdminClient, AdminRequestFailed
+from corvid_actors.daemon.client import AdminClient, AdminRequestFailed
 
 GOAL_MIB_PER_1000 = 0.2
 DEFAULT_SESSIONS = 20_000
@@ -89,7 +89,7 @@ def daemon(data_dir: Path, provider: str, ollama_url: str | None, live: int) -> 
     if ollama_url:
         env["OLLAMA_HOST"] = ollama_url
     log = open(data_dir.parent / "daemon.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", "corvid_actors.cli", "serve", "--data-dir", str(data_dir),
+    proc = subprocess.Popen([sys.executable, "-m", "corvid_actors", "serve", "--data-dir", str(data_dir),
                              "--provider", "stub" if provider == "stub" else "ollama", "--config", str(config)],
                             env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=ROOT)
     try:
