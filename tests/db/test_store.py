@@ -302,17 +302,18 @@ def test_session_context_composes_persona_and_skill_prompts(store: Store) -> Non
     session = store.create_session(agent_id=agent.id, project_id=project.id)
 
     ctx = store.session_context(session.id)
+    persona_prompt = compose_persona_prompt(ctx.personas)  # the store returns rows; the loop composes
 
     assert ctx.session.id == session.id and ctx.agent.id == agent.id
     assert ctx.project.id == project.id
     assert ctx.project_env == {"API_URL": "http://x"}
     # one merged persona section: first non-custom archetype, traits united in order
-    assert compose_persona_prompt(ctx.personas).startswith(PERSONA_HEADING)
-    assert compose_persona_prompt(ctx.personas).count(PERSONA_HEADING) == 1
-    assert "Archetype: technical" in compose_persona_prompt(ctx.personas)
-    assert "Personality traits: kind, precise" in compose_persona_prompt(ctx.personas)
-    assert "Ex-sysadmin." in compose_persona_prompt(ctx.personas) and "Short sentences." in compose_persona_prompt(ctx.personas)
-    assert '- "Done. Next?"' in compose_persona_prompt(ctx.personas)
+    assert persona_prompt.startswith(PERSONA_HEADING)
+    assert persona_prompt.count(PERSONA_HEADING) == 1
+    assert "Archetype: technical" in persona_prompt
+    assert "Personality traits: kind, precise" in persona_prompt
+    assert "Ex-sysadmin." in persona_prompt and "Short sentences." in persona_prompt
+    assert '- "Done. Next?"' in persona_prompt
     # agent bundles by sort order, then project bundles; empty additions skipped
     assert ctx.skill_prompt == "AGENT-SKILL-1\n\nAGENT-SKILL-2\n\nPROJECT-SKILL-1"
     assert ctx.agent_bundle_tools == (("t1",), ("t2",), ("t3",))
