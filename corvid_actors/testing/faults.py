@@ -19,6 +19,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from corvid_actors.actors.supervisor import KillIncarnation, RefuseInput
+from corvid_actors.errors import StoreUnavailableError
+
 __all__ = ["StoreFault", "kill_incarnation", "refuse_input"]
 
 
@@ -28,8 +31,6 @@ def refuse_input(runtime: Any, session_id: str) -> bool:
     Call it from a test thread (not an actor thread or an event callback), like any
     :class:`~corvid_actors.runtime.Runtime` method.
     """
-    from corvid_actors.actors.supervisor import RefuseInput
-
     return bool(runtime._ask(RefuseInput(session_id)))
 
 
@@ -43,8 +44,6 @@ def kill_incarnation(runtime: Any, session_id: str) -> bool:
     The crash happens on the actor's thread right after this returns: ``runtime.settle()``
     waits for it. Call it from a test thread, like any Runtime method.
     """
-    from corvid_actors.actors.supervisor import KillIncarnation
-
     return bool(runtime._ask(KillIncarnation(session_id)))
 
 
@@ -110,8 +109,6 @@ class StoreFault:
     def _error(self) -> BaseException:
         if self.error is not None:
             return self.error
-        from corvid_actors.errors import StoreUnavailableError
-
         return StoreUnavailableError(f"store unavailable: injected fault ({self.kind} #{self.seen})")
 
     def clear(self) -> None:

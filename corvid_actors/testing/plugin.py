@@ -22,6 +22,9 @@ from typing import Any
 import pytest
 
 from corvid_actors.testing import EventRecorder, ScriptedProvider, SimClock, sim_runtime
+from corvid_actors.testing.anthropic_stub import AnthropicStubServer
+from corvid_actors.testing.ollama_stub import OllamaStubServer
+from corvid_actors.testing.telegram_stub import TelegramStubServer
 
 #: environment variables the real clients read behind a test's back
 PROVIDER_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "OLLAMA_HOST")
@@ -53,8 +56,6 @@ def recorder(runtime: Any) -> EventRecorder:
 
 @pytest.fixture
 def ollama_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    from corvid_actors.testing.ollama_stub import OllamaStubServer
-
     for name in PROVIDER_ENV:
         monkeypatch.delenv(name, raising=False)
     with OllamaStubServer() as stub:
@@ -63,8 +64,6 @@ def ollama_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 @pytest.fixture
 def anthropic_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    from corvid_actors.testing.anthropic_stub import AnthropicStubServer
-
     for name in PROVIDER_ENV:
         monkeypatch.delenv(name, raising=False)
     with AnthropicStubServer() as stub:
@@ -74,7 +73,5 @@ def anthropic_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 @pytest.fixture
 def telegram_stub() -> Iterator[Any]:
     """A started loopback Telegram Bot API server (``TelegramStubServer``), stopped after the test."""
-    from corvid_actors.testing.telegram_stub import TelegramStubServer
-
     with TelegramStubServer() as stub:
         yield stub

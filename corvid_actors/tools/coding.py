@@ -30,6 +30,7 @@ from corvid_actors.tools.coding_base import (
     protected_patterns_of,
     required_arg,
 )
+from corvid_actors.tools.corvid_tools import describe_send_message
 from corvid_actors.tools.file_search import list_files, search_files
 from corvid_actors.tools.paths import (
     is_protected,
@@ -203,7 +204,5 @@ def describe_tool_call(
     if name in ("WebSearch", "web_search", "corvid_web_search"):
         return f"Web search: {arg('query')}"
     if name == "corvid_send_message":
-        from corvid_actors.tools.corvid_tools import describe_send_message
-
         return describe_send_message(args)
     return f"Use tool: {name}"

@@ -21,6 +21,7 @@ from corvid_actors.tools.coding_base import (
     protected_patterns_of,
     required_arg,
 )
+from corvid_actors.tools.sandbox import SandboxUnavailable
 from corvid_actors.tools.shell_guard import (
     blocked_command,
     protected_write_target,
@@ -101,8 +102,6 @@ def _confinement(ctx: ToolContext, argv: list[str]) -> tuple[Any, list[str], str
                                 "([tools.sandbox] mode = \"required\") and it is unavailable: "
                                 f"{sandbox.status.reason}")
         return None, argv, None  # auto: warned once per daemon start and per session
-    from corvid_actors.tools.sandbox import SandboxUnavailable
-
     try:
         launch = sandbox.wrap(argv, project_dir=str(ctx.project_dir), network=ctx.sandbox_network,
                               patterns=protected_patterns_of(ctx))
