@@ -373,8 +373,8 @@ class ChatBridge:
 
     def _first_sight(self, seen_key: str) -> bool:
         now = self.runtime.clock.now()
-        return self._seen_ids.first_use(_id_key(seen_key), now=now,
-                                        expires_at=now + timedelta(seconds=self.settings.dedupe_window_s))
+        return bool(self._seen_ids.first_use(_id_key(seen_key), now=now,
+                                             expires_at=now + timedelta(seconds=self.settings.dedupe_window_s)))
 
     def _forget(self, seen_key: str) -> None:
         self._seen_ids.forget(_id_key(seen_key))

@@ -113,7 +113,8 @@ class StoreFault:
                     self.raised += 1
             if due:
                 raise self._error()
-        return self._inner(fn, *args, **kwargs)
+        result: R = self._inner(fn, *args, **kwargs)  # the store's run gives fn's result
+        return result
 
     def _error(self) -> BaseException:
         if self.error is not None:

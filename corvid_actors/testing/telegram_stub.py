@@ -29,9 +29,11 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TypeVar
 
 from corvid_actors.jsontypes import WireJson
+
+T = TypeVar("T")
 
 __all__ = ["TelegramStubServer", "MAX_MESSAGE_CHARS", "MARKDOWN_V2_RESERVED"]
 
@@ -166,7 +168,7 @@ class TelegramStubServer:
         with self._cond:
             return [u["update_id"] for u in self._updates]
 
-    def wait_for(self, predicate: Callable[[], Any], timeout_s: float) -> Any:
+    def wait_for(self, predicate: Callable[[], T], timeout_s: float) -> T:
         """Wait (at most ``timeout_s`` real seconds) until ``predicate()`` is truthy; returns it."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
@@ -193,7 +195,7 @@ class TelegramStubServer:
             webhook = self.webhook_url
         if webhook:
             threading.Thread(target=self._post_to_webhook, name="telegram-stub-webhook", daemon=True).start()
-        return update["update_id"]
+        return int(update["update_id"])
 
     def _post_to_webhook(self) -> None:
         """Deliver pending updates in order to the webhook (one at a time, as Telegram does)."""
@@ -245,12 +247,12 @@ class TelegramStubServer:
             self._cond.notify_all()
         return 200, {"ok": True, "result": result}
 
-    def _api_getMe(self, params: dict[str, WireJson]) -> Any:  # noqa: N802 - the Bot API's names
+    def _api_getMe(self, params: dict[str, WireJson]) -> object:  # noqa: N802 - the Bot API's names
         return {"id": int(self.token.split(":")[0]), "is_bot": True, "first_name": "Corvid",
                 "username": self.bot_username, "can_join_groups": True, "can_read_all_group_messages": False,
                 "supports_inline_queries": False}
 
-    def _api_getUpdates(self, params: dict[str, WireJson]) -> Any:  # noqa: N802
+    def _api_getUpdates(self, params: dict[str, WireJson]) -> object:  # noqa: N802
         offset = int(params.get("offset") or 0)
         limit = int(params.get("limit") or 100)
         deadline = time.monotonic() + min(float(params.get("timeout") or 0), MAX_POLL_S)
@@ -278,12 +280,12 @@ class TelegramStubServer:
             return 400, _error(400, "Bad Request: message is too long")
         return None
 
-    def _api_sendMessage(self, params: dict[str, WireJson]) -> Any:  # noqa: N802
+    def _api_sendMessage(self, params: dict[str, WireJson]) -> object:  # noqa: N802
         if (problem := self._check_text(params)) is not None:
             return problem
         chat_id = int(params["chat_id"])
         with self._cond:
-            message = {"message_id": self._take_message_id(), "date": _now(),
+            message: dict[str, WireJson] = {"message_id": self._take_message_id(), "date": _now(),
                        "chat": {"id": chat_id, "type": "private"},
                        "from": self._api_getMe({}), "text": _plain(params)}
             if params.get("reply_markup"):
@@ -291,7 +293,7 @@ class TelegramStubServer:
             self.messages[message["message_id"]] = message
             return dict(message)
 
-    def _api_editMessageText(self, params: dict[str, WireJson]) -> Any:  # noqa: N802
+    def _api_editMessageText(self, params: dict[str, WireJson]) -> object:  # noqa: N802
         if (problem := self._check_text(params)) is not None:
             return problem
         with self._cond:
@@ -306,17 +308,17 @@ class TelegramStubServer:
                 message.pop("reply_markup", None)
             return dict(message)
 
-    def _api_answerCallbackQuery(self, params: dict[str, WireJson]) -> Any:  # noqa: N802
+    def _api_answerCallbackQuery(self, params: dict[str, WireJson]) -> object:  # noqa: N802
         with self._cond:
             self.answered_callbacks.append(dict(params))
         return True
 
-    def _api_sendChatAction(self, params: dict[str, WireJson]) -> Any:  # noqa: N802
+    def _api_sendChatAction(self, params: dict[str, WireJson]) -> object:  # noqa: N802
         with self._cond:
             self.chat_actions.append((int(params["chat_id"]), str(params.get("action", ""))))
         return True
 
-    def _api_setWebhook(self, params: dict[str, WireJson]) -> Any:  # noqa: N802
+    def _api_setWebhook(self, params: dict[str, WireJson]) -> object:  # noqa: N802
         with self._cond:
             self.webhook_url = str(params.get("url", ""))
             self.webhook_secret = str(params.get("secret_token", ""))
@@ -327,14 +329,14 @@ class TelegramStubServer:
             threading.Thread(target=self._post_to_webhook, daemon=True).start()
         return True
 
-    def _api_deleteWebhook(self, params: dict[str, WireJson]) -> Any:  # noqa: N802
+    def _api_deleteWebhook(self, params: dict[str, WireJson]) -> object:  # noqa: N802
         with self._cond:
             self.webhook_url = self.webhook_secret = ""
             if params.get("drop_pending_updates"):
                 self._updates.clear()
         return True
 
-    def _api_getWebhookInfo(self, params: dict[str, WireJson]) -> Any:  # noqa: N802
+    def _api_getWebhookInfo(self, params: dict[str, WireJson]) -> object:  # noqa: N802
         with self._cond:
             return {"url": self.webhook_url, "has_custom_certificate": False,
                     "pending_update_count": len(self._updates)}
