@@ -23,7 +23,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from corvid_actors.testing.clock import SimClock
@@ -49,7 +49,7 @@ _LAZY = {"SimClock": "clock", "ScriptedProvider": "scripted", "ScriptedTurn": "s
          "sim_runtime": "sim", "stub_provider": "sim"}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

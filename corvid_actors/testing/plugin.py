@@ -17,7 +17,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -25,6 +26,9 @@ from corvid_actors.testing import EventRecorder, ScriptedProvider, SimClock, sim
 from corvid_actors.testing.anthropic_stub import AnthropicStubServer
 from corvid_actors.testing.ollama_stub import OllamaStubServer
 from corvid_actors.testing.telegram_stub import TelegramStubServer
+
+if TYPE_CHECKING:  # the runtime is imported when a fixture runs
+    from corvid_actors.runtime import Runtime
 
 #: environment variables the real clients read behind a test's back
 PROVIDER_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "OLLAMA_HOST")
@@ -43,19 +47,19 @@ def scripted(sim_clock: SimClock) -> ScriptedProvider:
 
 
 @pytest.fixture
-def runtime(sim_clock: SimClock, scripted: ScriptedProvider, tmp_path: Any) -> Iterator[Any]:
+def runtime(sim_clock: SimClock, scripted: ScriptedProvider, tmp_path: Path) -> Iterator[Runtime]:
     rt = sim_runtime(sim_clock, scripted, workspace_dir=tmp_path / "workspace")
     yield rt
     rt.shutdown()
 
 
 @pytest.fixture
-def recorder(runtime: Any) -> EventRecorder:
+def recorder(runtime: Runtime) -> EventRecorder:
     return EventRecorder.attach(runtime)
 
 
 @pytest.fixture
-def ollama_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def ollama_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[OllamaStubServer]:
     for name in PROVIDER_ENV:
         monkeypatch.delenv(name, raising=False)
     with OllamaStubServer() as stub:
@@ -63,7 +67,7 @@ def ollama_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 
 @pytest.fixture
-def anthropic_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def anthropic_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[AnthropicStubServer]:
     for name in PROVIDER_ENV:
         monkeypatch.delenv(name, raising=False)
     with AnthropicStubServer() as stub:
@@ -71,7 +75,7 @@ def anthropic_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 
 @pytest.fixture
-def telegram_stub() -> Iterator[Any]:
+def telegram_stub() -> Iterator[TelegramStubServer]:
     """A started loopback Telegram Bot API server (``TelegramStubServer``), stopped after the test."""
     with TelegramStubServer() as stub:
         yield stub

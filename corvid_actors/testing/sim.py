@@ -11,6 +11,7 @@ from typing import Any
 
 from corvid_actors.config import Config
 from corvid_actors.providers.anthropic import AnthropicProvider
+from corvid_actors.providers.base import Provider
 from corvid_actors.providers.ollama import OllamaProvider
 from corvid_actors.runtime import Runtime
 from corvid_actors.testing.anthropic_stub import AnthropicStubServer
@@ -19,14 +20,16 @@ from corvid_actors.testing.ollama_stub import OllamaStubServer
 from corvid_actors.testing.scripted import ScriptedProvider
 
 
-def sim_runtime(clock: SimClock | None = None, provider: Any | None = None, *, config: Any = None,
+def sim_runtime(clock: SimClock | None = None, provider: Provider | None = None, *,
+                config: Config | Mapping[str, Mapping[str, object]] | None = None,
                 store_url: str = "sqlite:///:memory:", workspace_dir: str | Path | None = None,
-                **runtime_kwargs: Any) -> Any:
+                **runtime_kwargs: Any) -> Runtime:
     """A Runtime for simulations: simulated clock, in-memory SQLite, scripted provider.
 
     The scripted provider is the default provider (``providers.default_provider``).
     ``config`` is a ``Config``, or overrides by section for the default one:
-    ``sim_runtime(config={"direct_loop": {"use_tier_caps": False}})``.
+    ``sim_runtime(config={"direct_loop": {"use_tier_caps": False}})``. ``runtime_kwargs``
+    go to ``Runtime`` as they are.
     """
     clock = clock or SimClock()
     provider = provider or ScriptedProvider(clock)
@@ -37,7 +40,7 @@ def sim_runtime(clock: SimClock | None = None, provider: Any | None = None, *, c
                    workspace_dir=workspace_dir, **runtime_kwargs)
 
 
-def stub_provider(stub: Any, **options: Any) -> Any:
+def stub_provider(stub: OllamaStubServer | AnthropicStubServer, **options: Any) -> Provider:
     """The real provider for a stub server: ``OllamaProvider(stub.url)`` for an
     :class:`~corvid_actors.testing.ollama_stub.OllamaStubServer`, ``AnthropicProvider`` (key
     ``"test-key"``, ``base_url=stub.url``) for an
