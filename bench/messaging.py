@@ -106,12 +106,13 @@ def slot_cycle_rate(n: int) -> float:
     from corvid_actors.actors.base import ActivityTracker, TrackedActor
     from corvid_actors.actors.session import SlotAnswer
     from corvid_actors.actors.slots import AcquireSlot, ReleaseSlot, SlotPool
+    from corvid_actors.config_sections import SlotsConfig
     from corvid_actors.actors.timers import Timers
     from corvid_actors.clock import RealClock
 
     tracker, clock = ActivityTracker(), RealClock()
     timers = Timers.start(tracker, clock)
-    pool = SlotPool.start(tracker, capacity=1, wait_timeout_s=300.0, timers=timers)
+    pool = SlotPool.start(tracker, config=SlotsConfig(max_parallel=1, wait_timeout_s=300.0), timers=timers)
 
     class Session(TrackedActor):
         def __init__(self, done: threading.Event, total: int) -> None:

@@ -53,17 +53,15 @@ from corvid_actors.content import UserContent, content_blocks, text_parts
 from corvid_actors.db.store import Store
 from corvid_actors.errors import RuntimeStoppedError, StoreError
 from corvid_actors.events import ErrorEvent, SessionError
-from corvid_actors.providers.base import Provider
-from corvid_actors.tools.base import PermissionCheck, ToolRegistry
-from corvid_actors.wiring import (
+from corvid_actors.loop_factories import (
     ApprovalPolicyFactory,
     HistoryPolicyFactory,
     LoopFactory,
     LoopSpec,
-    SessionBuilder,
-    ToolRun,
-    default_tool_registry,
 )
+from corvid_actors.providers.base import Provider
+from corvid_actors.tools.base import PermissionCheck, ToolRegistry
+from corvid_actors.wiring import SessionBuilder, ToolRun, default_tool_registry
 
 __all__ = ["Runtime", "LoopSpec"]
 
@@ -178,8 +176,7 @@ class Runtime:
         self.store_watch = StoreWatch.start(t, store=self.store, timers=self.timers,
                                             backoff_s=(sc.reconnect_backoff_initial_s, sc.reconnect_backoff_max_s))
         self.bus = EventBus.start(t)
-        self.slot_pool = SlotPool.start(t, capacity=self.config.slots.max_parallel,
-                                        wait_timeout_s=self.config.slots.wait_timeout_s, timers=self.timers)
+        self.slot_pool = SlotPool.start(t, config=self.config.slots, timers=self.timers)
         self.approvals = ap.ApprovalBroker.start(t, clock=self.clock, timers=self.timers,
                                                  mode=self.config.approvals.mode)
         self.credits = None

@@ -64,6 +64,7 @@ from corvid_actors.actors.retry import PendingWrites, RetryWrites
 from corvid_actors.actors.slots import AcquireSlot, ReleaseSlot, SlotAnswer, SlotQueued
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
 from corvid_actors.clock import Clock, iso_after
+from corvid_actors.config_sections import RetrySchedule
 from corvid_actors.events import (
     ApprovalRequestEvent,
     ApprovalResolved,
@@ -353,6 +354,8 @@ class SessionWiring:
     #: the session's source (the CreditBank charges ``chat`` turns) and the bank, if any
     source: str = ""
     credits: pykka.ActorRef[Any] | None = None
+    #: how writes the store refused are retried (``[store.write_retry]``)
+    write_retry: RetrySchedule = field(default_factory=RetrySchedule)
 
 
 class SessionActor(TrackedActor):
@@ -395,7 +398,8 @@ class SessionActor(TrackedActor):
         self._last_error = ""
         self._tally = wiring.tally
         self._writes = PendingWrites(timers=wiring.timers, owner=None, key=(self.sid, "write-retry", self.gen),
-                                     publish=lambda _sid, event: self.w.lifeline.publish(event))
+                                     publish=lambda _sid, event: self.w.lifeline.publish(event),
+                                     schedule=wiring.write_retry)
 
     # --- lifecycle ------------------------------------------------------------------------
 

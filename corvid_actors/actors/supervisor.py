@@ -385,7 +385,7 @@ class SessionSupervisor(TrackedActor):
         #: the registry of live incarnations the send path reads (written here only)
         self.live = live if live is not None else LiveSessions()
         self._writes = PendingWrites(timers=timers, owner=None, key=("supervisor", "write-retry"),
-                                     publish=self._publish)
+                                     publish=self._publish, schedule=config.store.write_retry)
         self._running: dict[str, _Incarnation] = {}
         self._meta: dict[str, _Meta] = {}
         self._paused: dict[str, _Paused] = {}
@@ -586,7 +586,7 @@ class SessionSupervisor(TrackedActor):
             loop=None, tools=None, tool_context=None,  # type: ignore[arg-type]
             timeout_s=timeout_s, idle_timeout_s=None, approvals=self.approvals,
             snapshot_dir=snapshot_dir(self.cfg.store.data_dir, self.cfg.payload_guard.snapshot_dir),
-            tally=tally, source=session.source, credits=self.credits,
+            tally=tally, source=session.source, credits=self.credits, write_retry=self.cfg.store.write_retry,
         )
         builder, sup, slot_pool = self.builder, self.sup, self.slot_pool
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,7 +77,6 @@ from corvid_actors.loop.effects import (
 )
 from corvid_actors.loop.nudges import (
     HALLUCINATION_NUDGE,
-    NudgeRules,
     detect_hallucinated_tool_output,
     detect_nudge_reason,
     nudge_message,
@@ -85,18 +84,16 @@ from corvid_actors.loop.nudges import (
 )
 from corvid_actors.loop.payload_guard import GrowthCheck, compact_for_growth
 from corvid_actors.loop.repeats import RepeatTracker
+from corvid_actors.loop.retry import retry_delay, should_retry
 from corvid_actors.loop.rules import LoopRules
+from corvid_actors.loop.settings import DirectLoopSettings
 from corvid_actors.loop.tiers import (
-    DEFAULT_TIER_CAPS,
-    ModelTier,
     TierCaps,
-    TierRules,
     tier_for_model,
 )
-from corvid_actors.loop.tokens import TokenSettings, estimate_messages_tokens
-from corvid_actors.loop.tool_results import TruncationShape, cap_tool_result, max_tool_result_chars
+from corvid_actors.loop.tokens import estimate_messages_tokens
+from corvid_actors.loop.tool_results import cap_tool_result, max_tool_result_chars
 from corvid_actors.loop.trimming import (
-    TrimTiers,
     overflow_recovery,
     trim_messages,
     truncate_old_tool_results,
@@ -138,60 +135,6 @@ def council_system_prompt(role_prompt: str) -> str:
     """The reasoning-only system prompt of a council role; the agent's prompt is its role."""
     role = role_prompt.strip()
     return COUNCIL_REASONING_PROMPT + (f"\n\n## Your role\n{role}" if role else "")
-
-
-@dataclass(frozen=True)
-class DirectLoopSettings:
-    """Every constant of the direct loop, with the seed's values as defaults."""
-
-    max_tool_iterations: int = 25
-    max_nudges: int = 2
-    max_mid_chain_nudges: int = 2
-    #: take iteration and nudge caps from the model's tier (they override the three above)
-    use_tier_caps: bool = True
-    tier_caps: Mapping[ModelTier, TierCaps] = field(default_factory=lambda: DEFAULT_TIER_CAPS)
-    tier_rules: TierRules = field(default_factory=TierRules)
-    # context trimming
-    max_messages: int = 40
-    keep_recent: int = 30
-    trim_usage_threshold: float = 0.70
-    trim_tiers: TrimTiers = field(default_factory=TrimTiers)
-    #: tool results older than the last N messages (and not of the newest call) are cut
-    stale_tool_result_keep_last: int = 3
-    stale_tool_result_chars: int = 500
-    context_warning_levels: tuple[tuple[float, str], ...] = (
-        (0.50, "info"),
-        (0.70, "warning"),
-        (0.85, "critical"),
-    )
-    token_settings: TokenSettings = field(default_factory=TokenSettings)
-    # stall detection
-    max_repeats: int = 3
-    max_same_tool: int = 5
-    ping_pong_window: int = 6
-    nudge_rules: NudgeRules = field(default_factory=NudgeRules)
-    # tool results
-    tool_result_share: float = 0.30
-    tool_result_pressure_share: float = 0.60
-    tool_result_min_chars: int = 1000
-    cap_chars_per_token: float = 4.0
-    truncation_shape: TruncationShape = field(default_factory=TruncationShape)
-    #: the ``output`` preview carried by ``tool_status`` events
-    tool_status_output_chars: int = 2000
-    #: how much of a failed tool's first output line its ``tool_status`` message shows
-    tool_status_error_chars: int = 200
-    # provider failures
-    api_failure_threshold: int = 3
-    retry_base_s: float = 1.0
-    retry_factor: float = 2.0
-    retry_cap_s: float = 30.0
-
-
-def retry_delay_s(attempt: int, error: ProviderError, settings: DirectLoopSettings) -> float:
-    """Backoff before retry ``attempt`` (1-based): the server's hint if any, else exponential."""
-    if error.retry_after_s is not None:
-        return min(settings.retry_cap_s, max(0.0, error.retry_after_s))
-    return min(settings.retry_cap_s, settings.retry_base_s * settings.retry_factor ** (attempt - 1))
 
 
 class _Phase(enum.Enum):
@@ -552,11 +495,12 @@ class DirectLoop:
             return [Emit(note)] + self._call_model(turn.purpose)
         if error.kind is ErrorKind.RETRYABLE:
             self._api_failures += 1
-            if self._api_failures >= settings.api_failure_threshold:
+            if (self._api_failures >= settings.api_failure_threshold
+                    or not should_retry(error, self._api_failures, settings.retry)):
                 # an outage, not a failure of this session: the supervisor pauses it
                 self._phase = _Phase.IDLE
                 return self._release() + [ReportOutage(error.message)]
-            delay = retry_delay_s(self._api_failures, error, settings)
+            delay = retry_delay(self._api_failures, error.retry_after_s, settings.retry)
             self._retry_seq += 1
             self._retry_token = f"direct-retry-{self._retry_seq}"
             self._phase = _Phase.WAIT_RETRY
