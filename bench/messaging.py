@@ -106,9 +106,9 @@ def slot_cycle_rate(n: int) -> float:
     from corvid_actors.actors.base import ActivityTracker, TrackedActor
     from corvid_actors.actors.session import SlotAnswer
     from corvid_actors.actors.slots import AcquireSlot, ReleaseSlot, SlotPool
-    from corvid_actors.config_sections import SlotsConfig
     from corvid_actors.actors.timers import Timers
     from corvid_actors.clock import RealClock
+    from corvid_actors.config_sections import SlotsConfig
 
     tracker, clock = ActivityTracker(), RealClock()
     timers = Timers.start(tracker, clock)

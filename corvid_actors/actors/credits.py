@@ -187,7 +187,7 @@ class CreditBank(TrackedActor):
         try:
             return self._charge(session_id, source, reply_to)
         except StoreError as exc:
-            if self.actor_inbox.current_is_ask:
+            if getattr(self.actor_inbox, "current_is_ask", False):  # TrackedActor's inbox says
                 raise  # the asker (Runtime.charge_turn) hears of it
             self._charge_refused(session_id, source, reply_to, attempt, exc)
             return None
