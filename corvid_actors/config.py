@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corvid_actors.config_schema import CALIBRATION, build_section, default_toml_text
+from corvid_actors.config_schema import build_section, default_toml_text, values_of
 from corvid_actors.config_sections import (
     ApprovalsConfig,
     CreditsConfig,
@@ -208,11 +208,6 @@ def to_dict(config: Config) -> dict[str, dict[str, Any]]:
     return {f.name: _section_dict(getattr(config, f.name)) for f in dataclasses.fields(config)}
 
 
-def _section_dict(value: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(value):
-        if f.metadata.get(CALIBRATION):
-            continue
-        item = getattr(value, f.name)
-        out[f.name] = _section_dict(item) if dataclasses.is_dataclass(item) else copy.deepcopy(item)
-    return out
+def _section_dict(value: object) -> dict[str, Any]:
+    return {name: _section_dict(item) if dataclasses.is_dataclass(item) else copy.deepcopy(item)
+            for name, item in values_of(value).items()}

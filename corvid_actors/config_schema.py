@@ -69,6 +69,12 @@ def is_config_key(f: dataclasses.Field[Any]) -> bool:
     return not (f.metadata.get(CALIBRATION) or f.metadata.get(ENV_ONLY))
 
 
+def values_of(section_obj: object) -> dict[str, Any]:
+    """A section's config keys and values (calibrations left out; sub-tables as objects)."""
+    fields = dataclasses.fields(section_obj)  # type: ignore[arg-type]
+    return {f.name: getattr(section_obj, f.name) for f in fields if not f.metadata.get(CALIBRATION)}
+
+
 def default_toml_text() -> str:
     """The packaged ``default.toml`` (a link to the repository's ``config/default.toml``)."""
     return resources.files("corvid_actors").joinpath("default.toml").read_text(encoding="utf-8")

@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from corvid_actors.config import SupervisorConfig
+from corvid_actors.config_sections import SupervisorConfig
 
 
 @dataclass(frozen=True)

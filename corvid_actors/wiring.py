@@ -14,12 +14,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from loguru import logger
+
 from corvid_actors.clock import Clock, io_clock
 from corvid_actors.config import Config
+from corvid_actors.config_schema import values_of
 from corvid_actors.db.store import SessionContext
-from corvid_actors.errors import ConfigError
+from corvid_actors.errors import ConfigError, NotFoundError
+from corvid_actors.events import SystemEvent
 from corvid_actors.loop.effects import Loop
+from corvid_actors.loop.plan import plan_from_json
 from corvid_actors.loop.prompts import compose_system_prompt
+from corvid_actors.loop.rules import default_approval_policy, default_history_policy
 from corvid_actors.loop_factories import (
     DEFAULT_LOOPS,
     ApprovalPolicyFactory,
@@ -36,7 +42,20 @@ from corvid_actors.routing import (
     looks_like_ollama_model,
     provider_selected_message,
 )
-from corvid_actors.tools.base import PermissionCheck, ToolContext, ToolRegistry
+from corvid_actors.tools.base import (
+    Permission,
+    PermissionCheck,
+    PermissionDecision,
+    ToolContext,
+    ToolKind,
+    ToolRegistry,
+    ToolResult,
+    as_mapping,
+)
+from corvid_actors.tools.coding import coding_tools
+from corvid_actors.tools.env import safe_env
+from corvid_actors.tools.permissions import PermissionMode, make_permission_check
+from corvid_actors.tools.sandbox import Sandbox, SandboxSettings, current_sandbox
 
 #: roles that deliberate and get no tools (direct-process seed invariant 10)
 COUNCIL_DELIBERATION_ROLES = frozenset({"member", "discusser", "reviewer"})
@@ -90,32 +109,21 @@ class ToolRun:
         return bool(self.result is not None and self.result.is_error)
 
 
-def build_sandbox(config: Config) -> Any:
+def build_sandbox(config: Config) -> Sandbox:
     """The OS sandbox launcher of a runtime (``[tools.sandbox]``; probes bwrap once per
-    process): the data directory (database, admin socket) is hidden from commands."""
-    from corvid_actors.tools.sandbox import Sandbox, SandboxSettings
-
-    c = config.tools.sandbox
-    settings = SandboxSettings(
-        mode=c.mode, bwrap_path=c.bwrap_path, network_modes=c.network_modes,
-        network_agents=c.network_agents, max_processes=c.max_processes, cpu_seconds=c.cpu_seconds,
-        max_file_bytes=c.max_file_bytes, max_address_space_bytes=c.max_address_space_bytes,
-        hidden_paths=c.hidden_paths, visible_paths=c.visible_paths,
-        mask_walk_max_entries=c.mask_walk_max_entries,
-    )
+    process): the data directory (database, admin socket) is hidden from commands. Every
+    ``[tools.sandbox]`` key is a :class:`SandboxSettings` field (a key it lacks fails here)."""
+    settings = SandboxSettings(**values_of(config.tools.sandbox))
     return Sandbox(settings, hidden_paths=[config.store.data_dir],
                    patterns=config.tools.protected_patterns)
 
 
 def default_tool_registry() -> ToolRegistry:
-    from corvid_actors.tools.coding import coding_tools
-
     return ToolRegistry(coding_tools())
 
 
 class SessionBuilder:
     """Turns a stored :class:`SessionContext` into a :class:`BuiltSession`."""
-
     def __init__(
         self,
         *,
@@ -131,7 +139,6 @@ class SessionBuilder:
         approval_policy_factory: ApprovalPolicyFactory | None = None,
         history_policy_factory: HistoryPolicyFactory | None = None,
     ) -> None:
-        from corvid_actors.loop.rules import default_approval_policy, default_history_policy
 
         self.approval_policy_factory = approval_policy_factory or default_approval_policy
         self.history_policy_factory = history_policy_factory or default_history_policy
@@ -180,7 +187,6 @@ class SessionBuilder:
         """A probe for the provider this session routes to (runs on a worker thread)."""
         ctx = None
         try:
-            from corvid_actors.errors import NotFoundError
 
             ctx = self._store_context(session_id)
         except NotFoundError:
@@ -229,7 +235,6 @@ class SessionBuilder:
         if loop_kind != "conversation" and session.council_role not in COUNCIL_DELIBERATION_ROLES:
             registry = self.tool_registry_factory()
             if self.extra_tools is not None:
-                from corvid_actors.tools.sandbox import current_sandbox
 
                 token = current_sandbox.set(self.sandbox)  # MCP servers start through it
                 try:
@@ -292,7 +297,6 @@ class SessionBuilder:
         (``safe_env``), the real-time deadline scheduler, the protected paths, and the OS
         sandbox launcher with the network choice for ``mode`` and ``agent_name``. Used by
         every incarnation and by :meth:`run_tool`, so the two cannot drift."""
-        from corvid_actors.tools.env import safe_env
 
         return ToolContext(
             project_dir=project_dir,
@@ -310,7 +314,6 @@ class SessionBuilder:
         """One tool call as a session of permission ``mode`` makes it: the registry of the
         tool registry factory, the permission check the session's loop gets, and the
         :meth:`tool_context` its worker runs the handler in (see ``Runtime.run_tool``)."""
-        from corvid_actors.tools.base import Permission, ToolResult
 
         project_dir.mkdir(parents=True, exist_ok=True)  # as a session's build does
         tools = self.tool_registry_factory()
@@ -333,9 +336,6 @@ class SessionBuilder:
 
     def _sandbox_notices(self, session_id: str, tools: ToolRegistry) -> list[Any]:
         """The per-session warning when commands will not run in the OS sandbox."""
-        from corvid_actors.events import SystemEvent
-        from corvid_actors.tools.base import ToolKind
-
         status = self.sandbox.status
         if status.active or status.mode == "off" or not any(t.kind is ToolKind.COMMAND for t in tools):
             return []
@@ -344,7 +344,6 @@ class SessionBuilder:
                        "\"required\": this session's commands will be refused.")
         else:
             message = status.warning
-        from loguru import logger
 
         logger.bind(session_id=session_id).warning(message)
         return [SystemEvent(subtype="sandbox_unavailable", message=message)]
@@ -352,10 +351,7 @@ class SessionBuilder:
     def _with_policies(self, spec: LoopSpec, ctx: SessionContext, mode: str) -> LoopSpec:
         """The spec with the OpenAgent rules' inputs: agent, mode, command tools, stored
         plan, and the policies the injected factories make from it."""
-        from dataclasses import replace
 
-        from corvid_actors.loop.plan import plan_from_json
-        from corvid_actors.tools.base import ToolKind
 
         spec = replace(
             spec, agent_name=ctx.agent.name if ctx.agent is not None else "", permission_mode=mode or "default",
@@ -370,11 +366,8 @@ class SessionBuilder:
         if self.permission_check_factory is not None:
             return self.permission_check_factory(mode, tools, project_dir, protected)
         if len(tools) == 0:
-            from corvid_actors.tools.base import Permission, PermissionDecision
 
             return lambda name, args: PermissionDecision(Permission.DENY, f"Unknown tool: {name}")
-        from corvid_actors.tools.base import as_mapping
-        from corvid_actors.tools.permissions import PermissionMode, make_permission_check
 
         return make_permission_check(PermissionMode.parse(mode), as_mapping(tools), project_dir, protected)
 
@@ -390,7 +383,6 @@ def close_resources(closers: tuple[Callable[[], None], ...], session_id: str) ->
         try:
             close()
         except Exception:  # noqa: BLE001 - a closer must not stop the others
-            from loguru import logger
 
             logger.bind(session_id=session_id).exception("closing a session resource failed")
 

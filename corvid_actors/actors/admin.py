@@ -48,7 +48,7 @@ from corvid_actors.admin_protocol import (
     AdminError,
 )
 from corvid_actors.clock import Clock, iso_utc
-from corvid_actors.config import DaemonConfig
+from corvid_actors.config_sections import DaemonConfig
 from corvid_actors.errors import ConflictError, CorvidError, NotFoundError, RuntimeStoppedError
 from corvid_actors.events import Event, to_dict
 

@@ -40,9 +40,9 @@ from typing import Any
 
 from loguru import logger
 
-from corvid_actors.config import McpConfig
 from corvid_actors.events import Event, SystemEvent
 from corvid_actors.providers.base import ToolSpec
+from corvid_actors.tool_sections import McpConfig
 from corvid_actors.tools.base import Tool, ToolContext, ToolKind, ToolRegistry, ToolResult
 from corvid_actors.tools.coding import truncate_middle
 from corvid_actors.tools.env import safe_env

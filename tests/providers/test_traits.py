@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from corvid_actors.config import Config
 from corvid_actors.providers.anthropic import AnthropicProvider
 from corvid_actors.providers.base import DEFAULT_TRAITS, ProviderTraits, traits_of
 from corvid_actors.providers.ollama import OllamaProvider
 from corvid_actors.routing import choose_provider, default_model
-from corvid_actors.testing import ScriptedProvider
+from corvid_actors.testing import ScriptedProvider, SimClock, sim_runtime
 
 
 def test_each_provider_declares_its_traits() -> None:
@@ -39,3 +41,24 @@ def test_routing_table() -> None:
     assert default_model("ollama", providers) == providers.ollama_default_model
     assert default_model("anthropic", providers) == providers.anthropic_default_model
     assert default_model("scripted", providers) == "scripted"
+
+
+@pytest.mark.parametrize(("traits", "pid_range", "grants"), [
+    (ProviderTraits(uses_slots=True, pid_kind="sdk"), (900000, 1000000), 1),
+    (ProviderTraits(uses_slots=False, pid_kind="direct"), (800000, 900000), 0),
+])
+def test_the_runtime_routes_by_the_providers_traits_not_its_name(traits, pid_range, grants):
+    clock = SimClock()
+    provider = ScriptedProvider(clock, traits=traits)  # registered as "scripted" either way
+    # the direct loop asks for a slot before each model call; the pool answers only if the
+    # provider's traits say it uses slots
+    rt = sim_runtime(clock, provider, loop_for_provider={"scripted": "direct"},
+                     config={"direct_loop": {"use_tier_caps": False}})
+    try:
+        session = rt.create_session()
+        rt.start_process(session.id, "hi")
+        rt.settle()
+        assert pid_range[0] <= rt.store.get_session(session.id).pid < pid_range[1]
+        assert rt.slot_stats()["grants"] == grants
+    finally:
+        rt.shutdown()
