@@ -8,6 +8,7 @@ factory, loop factories), so a host changes behaviour without patching the core.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -42,6 +43,7 @@ from corvid_actors.routing import (
     looks_like_ollama_model,
     provider_selected_message,
 )
+from corvid_actors.tool_sections import ToolsConfig
 from corvid_actors.tools.base import (
     Permission,
     PermissionCheck,
@@ -52,7 +54,7 @@ from corvid_actors.tools.base import (
     ToolResult,
     as_mapping,
 )
-from corvid_actors.tools.coding import coding_tools
+from corvid_actors.tools.coding import CodingToolSettings, coding_tools
 from corvid_actors.tools.env import safe_env
 from corvid_actors.tools.permissions import PermissionMode, make_permission_check
 from corvid_actors.tools.sandbox import Sandbox, SandboxSettings, current_sandbox
@@ -118,8 +120,13 @@ def build_sandbox(config: Config) -> Sandbox:
                    patterns=config.tools.protected_patterns)
 
 
-def default_tool_registry() -> ToolRegistry:
-    return ToolRegistry(coding_tools())
+def default_tool_registry(tools: ToolsConfig | None = None) -> ToolRegistry:
+    """The coding tools, with the ``[tools]`` section's output cap and command timeouts
+    (the packaged defaults when none is given)."""
+    c = tools or ToolsConfig()
+    return ToolRegistry(coding_tools(CodingToolSettings(
+        output_truncate_chars=c.output_truncate_chars, command_timeout_default_s=c.command_timeout_default_s,
+        command_timeout_max_s=c.command_timeout_max_s)))
 
 
 class SessionBuilder:
@@ -130,7 +137,7 @@ class SessionBuilder:
         config: Config,
         clock: Clock,
         providers: Mapping[str, Provider],
-        tool_registry_factory: Callable[[], ToolRegistry] = default_tool_registry,
+        tool_registry_factory: Callable[[], ToolRegistry] | None = None,
         loops: Mapping[str, LoopFactory] | None = None,
         loop_for_provider: Mapping[str, str] | None = None,
         permission_check_factory: Callable[..., PermissionCheck] | None = None,
@@ -145,7 +152,8 @@ class SessionBuilder:
         self.config = config
         self.clock = clock
         self.providers = dict(providers)
-        self.tool_registry_factory = tool_registry_factory
+        #: None: the coding tools configured by ``[tools]``
+        self.tool_registry_factory = tool_registry_factory or functools.partial(default_tool_registry, config.tools)
         self.loops = {**DEFAULT_LOOPS, **(loops or {})}
         self.loop_for_provider = {**DEFAULT_LOOP_FOR_PROVIDER, **(loop_for_provider or {})}
         self.permission_check_factory = permission_check_factory

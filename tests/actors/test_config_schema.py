@@ -17,6 +17,8 @@ from corvid_actors.config_sections import (
 from corvid_actors.errors import ConfigError
 from corvid_actors.loop.retry import RetrySettings
 from corvid_actors.loop.settings import DirectLoopSettings, SdkLoopSettings
+from corvid_actors.testing import SimClock
+from corvid_actors.wiring import SessionBuilder
 
 
 def test_a_section_class_is_the_packaged_table() -> None:
@@ -105,3 +107,13 @@ def test_sub_table_values_are_checked() -> None:
         from_dict({"credits": {"charge_retry": {"delays_s": []}}})
     with pytest.raises(ConfigError, match=r"store\.write_retry\.max_attempts = 0 must be >= 1"):
         from_dict({"store": {"write_retry": {"max_attempts": 0}}})
+
+
+def test_the_tools_section_configures_the_coding_tools(tmp_path: Path) -> None:
+    cfg = Config().replace(tools={"command_timeout_default_s": 0.5, "command_timeout_max_s": 1.0},
+                           store={"data_dir": str(tmp_path)})
+    builder = SessionBuilder(config=cfg, clock=SimClock(), providers={})
+
+    run = builder.run_tool(tmp_path, "run_command", {"command": "sleep 5"}, mode="full-auto")
+
+    assert run.ran and run.is_error and "timed out" in (run.output or "").lower()
