@@ -16,13 +16,9 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from loguru import logger
-
-if TYPE_CHECKING:
-    from corvid_actors.actors.base import ActivityTracker
-    from corvid_actors.providers.base import CancelToken
 
 
 def wall_now() -> datetime:
@@ -172,8 +168,26 @@ class TimerHeap:
         self._cancelled = 0
 
 
+class Cancellable(Protocol):
+    """What :meth:`Clock.wait` needs of a cancellation signal (a provider's
+    ``CancelToken`` is one): whether it fired, and a callback when it does."""
+
+    @property
+    def cancelled(self) -> bool: ...
+
+    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Register ``callback``; returns a function that unregisters it."""
+        ...
+
+
 class Clock(Protocol):
-    """What the runtime needs from time."""
+    """What the runtime needs from time — and nothing about the runtime.
+
+    Like Trio's ``Clock``, a clock knows no scheduler: it tells the time, runs a callback
+    later and blocks a worker. A clock that must also see the runtime's work accounting
+    (the simulated clock) says so through ``corvid_actors.actors.base.ActivityAware``,
+    and the Runtime hands it over there.
+    """
 
     def now(self) -> datetime:
         """Aware UTC wall-clock time."""
@@ -187,20 +201,20 @@ class Clock(Protocol):
         """Run ``fn`` (quickly: it should only send a message) after ``delay_s``."""
         ...
 
-    def wait(self, delay_s: float, cancel: CancelToken | None = None) -> bool:
+    def wait(self, delay_s: float, cancel: Cancellable | None = None) -> bool:
         """Block the calling *worker* thread for ``delay_s``; False if cancelled first.
 
         Never call this on an actor thread.
         """
         ...
 
-    def attach(self, tracker: ActivityTracker, settle: Callable[[], None]) -> None:
-        """Called by the Runtime that uses this clock (the simulated clock needs both)."""
+    def start(self) -> None:
+        """Called once by the Runtime that uses this clock, before anything is scheduled."""
         ...
 
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
+    def stop(self) -> None:
+        """Called by that Runtime's shutdown: drop pending timers, release what it holds."""
+        ...
 
 
 class RealClock:
@@ -222,9 +236,6 @@ class RealClock:
 
     def monotonic(self) -> float:
         return self._mono()
-
-    def attach(self, tracker: ActivityTracker, settle: Callable[[], None]) -> None:
-        pass
 
     def start(self) -> None:
         with self._cond:
@@ -253,7 +264,7 @@ class RealClock:
             self.start()
         return handle
 
-    def wait(self, delay_s: float, cancel: CancelToken | None = None) -> bool:
+    def wait(self, delay_s: float, cancel: Cancellable | None = None) -> bool:
         done = threading.Event()
         unregister = cancel.on_cancel(done.set) if cancel is not None else (lambda: None)
         try:

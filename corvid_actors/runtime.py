@@ -31,7 +31,7 @@ from loguru import logger
 
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
-from corvid_actors.actors.base import ActivityTracker, tell
+from corvid_actors.actors.base import ActivityAware, ActivityTracker, tell
 from corvid_actors.actors.events import (
     BusStats,
     EventBus,
@@ -43,7 +43,7 @@ from corvid_actors.actors.events import (
     UnsubscribeAll,
 )
 from corvid_actors.actors.live import LiveSessions
-from corvid_actors.actors.session import UserInput
+from corvid_actors.actors.session_messages import UserInput
 from corvid_actors.actors.slots import SlotPool, SlotStats
 from corvid_actors.actors.timers import Timers, TimerStats
 from corvid_actors.actors.watchdog import StoreWatch
@@ -60,6 +60,7 @@ from corvid_actors.loop_factories import (
     LoopSpec,
 )
 from corvid_actors.providers.base import Provider
+from corvid_actors.session_control import RuntimeSessionControl, session_tools_hook
 from corvid_actors.tools.base import PermissionCheck, ToolRegistry
 from corvid_actors.wiring import SessionBuilder, ToolRun
 
@@ -111,8 +112,9 @@ class Runtime:
         ``providers`` may also be a factory ``(config) -> {name: Provider}``. With ``clock``,
         ``store`` and ``tool_registry_factory`` these are the collaborators a host replaces
         without patching the core (the OpenAgent seed's DI hooks).
-        runtime_tools: offer the corvid_* tools and the agents' MCP servers
-            (``corvid_actors.tools.corvid_tools``) besides ``extra_tools``.
+        runtime_tools: offer the corvid_* tools and the agents' MCP servers besides
+            ``extra_tools`` (``corvid_actors.session_control``: the tools reach this runtime
+            only through a ``SessionControl``).
     """
 
     def __init__(
@@ -147,23 +149,23 @@ class Runtime:
         if callable(providers) and not isinstance(providers, Mapping):
             providers = providers(self.config)
         self.providers = dict(providers) if providers is not None else default_providers(self.config)
+        # corvid_* tools (over a SessionControl of this runtime) and the agents' external MCP
+        # servers, after the host's extra_tools
+        tools_hook = (session_tools_hook(RuntimeSessionControl(self), self.config, self.store, extra_tools)
+                      if runtime_tools else extra_tools)
         self.builder = SessionBuilder(
             config=self.config, clock=self.clock, providers=self.providers,
             tool_registry_factory=tool_registry_factory, loops=loops, loop_for_provider=loop_for_provider,
             permission_check_factory=permission_check_factory,
-            workspace_dir=Path(workspace_dir) if workspace_dir else None, extra_tools=extra_tools,
+            workspace_dir=Path(workspace_dir) if workspace_dir else None, extra_tools=tools_hook,
             approval_policy_factory=approval_policy_factory, history_policy_factory=history_policy_factory,
         )
         self.builder.bind_store(self.store)
-        if runtime_tools:
-            # corvid_* tools and the agents' external MCP servers, after the host's extra_tools
-            from corvid_actors.tools.corvid_tools import install_session_tools
-
-            install_session_tools(self, extra_tools)
         self._stopped = False
         self.stale_session_ids: list[str] = self.store.reset_stale_sessions() if reset_stale else []
 
-        self.clock.attach(self.tracker, self.settle)
+        if isinstance(self.clock, ActivityAware):  # the simulated clock settles us after each timer
+            self.clock.attach(self.tracker, self.settle)
         self.clock.start()
         t = self.tracker
         #: why the runtime failed (a core actor died), or None; see the module docstring

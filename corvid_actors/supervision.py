@@ -1,4 +1,5 @@
-"""Supervision policies as pure functions: crash backoff, stability reset, outage resume.
+"""Supervision policies as pure functions: crash backoff, stability reset, outage resume,
+timeouts, context reset, the zero-turn breaker, how a failure is reported.
 
 The SessionSupervisor asks these; they read no clock and keep no state, so the seed's
 numbers are checked by table tests (tests/actors/test_supervision_policy.py).
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from corvid_actors.config_sections import SupervisorConfig
+from corvid_actors.errors import StoreError
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,33 @@ def extended_timeout(cfg: SupervisorConfig, requested_s: float) -> float:
     pending one (not added to it) and is capped at ``timeout_extension_cap_factor`` × default."""
     cap = cfg.session_timeout_s * cfg.timeout_extension_cap_factor
     return min(max(requested_s, 0.0), cap)
+
+
+def overdue_after(cfg: SupervisorConfig, timeout_s: float) -> float:
+    """The least uptime after which an incarnation whose timeout is ``timeout_s`` may be
+    overdue: an extension may be shorter than the default, and the default is back after
+    the session's next event."""
+    return min(timeout_s, cfg.session_timeout_s)
+
+
+def fallback_check_delay(cfg: SupervisorConfig, now: float, earliest_due: float) -> float:
+    """When the timeout safety net (seed invariant 10) next runs: not before the first
+    incarnation could be overdue, and never sooner than every ``timeout_fallback_check_s``."""
+    return max(cfg.timeout_fallback_check_s, earliest_due - now)
+
+
+#: the database drivers whose exceptions are store failures even when not wrapped
+_STORE_DRIVERS = frozenset({"peewee", "sqlite3", "psycopg2", "psycopg"})
+
+
+def failure_kind(exc: BaseException) -> str:
+    """How the supervisor reports a told message it could not handle: ``store_error`` for a
+    failed database operation (a due restart or resume is retried then), else
+    ``internal_error``."""
+    module = type(exc).__module__ or ""
+    if isinstance(exc, StoreError) or module.split(".")[0] in _STORE_DRIVERS:
+        return "store_error"
+    return "internal_error"
 
 
 def needs_context_reset(turns: int, max_turns: int) -> bool:

@@ -26,7 +26,7 @@ from corvid_actors.events import SystemEvent
 from corvid_actors.loop.effects import Loop
 from corvid_actors.loop.plan import plan_from_json
 from corvid_actors.loop.prompts import compose_system_prompt
-from corvid_actors.loop.rules import default_approval_policy, default_history_policy
+from corvid_actors.loop.rules import default_history_policy
 from corvid_actors.loop_factories import (
     DEFAULT_LOOPS,
     ApprovalPolicyFactory,
@@ -55,6 +55,7 @@ from corvid_actors.tools.base import (
     as_mapping,
 )
 from corvid_actors.tools.coding import CodingToolSettings, coding_tools
+from corvid_actors.tools.command_policy import default_approval_policy
 from corvid_actors.tools.env import safe_env
 from corvid_actors.tools.permissions import PermissionMode, make_permission_check
 from corvid_actors.tools.sandbox import Sandbox, SandboxSettings, current_sandbox
@@ -263,7 +264,7 @@ class SessionBuilder:
         info = provider.model_info(model)
         mode = agent.permission_mode if agent is not None else "default"
         if session.source == "agent":  # delegated: never more than the sender (corvid_tools)
-            from corvid_actors.tools.corvid_tools import effective_agent_mode
+            from corvid_actors.tools.delegation import effective_agent_mode
 
             mode = effective_agent_mode(self._store, session, mode)
         protected = self.config.tools.protected_patterns

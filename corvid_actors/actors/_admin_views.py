@@ -3,14 +3,12 @@
 No actor, no thread: rows and dicts in, JSON-ready dicts out (``session_summary``), the
 log line for each lifecycle event (``LIFECYCLE_LOG``), the recent events of recent
 sessions (``RecentEvents``, owned by the AdminActor), session-id prefixes
-(``resolve_session_id``, a read of the store) and process figures (``process_stats``).
+(``resolve_session_id``, a read of the store) and the detail of one session
+(``session_detail``). Health and process figures are in ``_admin_health``.
 """
 
 from __future__ import annotations
 
-import os
-import resource
-import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -18,6 +16,7 @@ from typing import Any
 from loguru import logger
 
 from corvid_actors.admin_protocol import BAD_REQUEST, NOT_FOUND, AdminError
+from corvid_actors.clock import iso_utc
 
 #: events too frequent to keep or log per session (a follower still gets them)
 UNRECORDED_EVENTS = frozenset({"content_block_delta", "thinking", "context_usage"})
@@ -67,6 +66,26 @@ def session_summary(row: Any, info: Mapping[str, Any] | None, pending_approvals:
     }
 
 
+def session_detail(summary: Mapping[str, Any], row: Any, info: Mapping[str, Any] | None,
+                   approvals: list[Any], messages: list[tuple[str, Any]],
+                   events: list[dict[str, Any]]) -> dict[str, Any]:
+    """``admin session ID``: the summary line with the row's and the supervisor's details,
+    the pending approvals, the latest messages and the recent events."""
+    return {
+        **summary,
+        "pid": info.get("pid") if info else None,
+        "provider": info.get("provider") if info else None,
+        "timeout_s": info.get("timeout_s") if info else None,
+        "restart_pending": bool(row.restart_pending),
+        "initial_prompt": row.initial_prompt,
+        "created_at": iso_utc(row.created_at),
+        "updated_at": iso_utc(row.updated_at),
+        "approvals": approvals,
+        "messages": [{"role": role, "content": content} for role, content in messages],
+        "events": events,
+    }
+
+
 def resolve_session_id(store: Any, text: str) -> str:
     """A full session id from an id or a unique prefix (at least ``MIN_ID_PREFIX`` chars)."""
     if store.get_session(text) is not None:
@@ -81,19 +100,6 @@ def resolve_session_id(store: Any, text: str) -> str:
     if len(matches) > 1:
         raise AdminError(BAD_REQUEST, f"session prefix {text!r} is ambiguous: give more characters")
     return matches[0]
-
-
-def process_stats() -> dict[str, Any]:
-    """The daemon process: pid, threads, resident and peak memory (KiB)."""
-    stats: dict[str, Any] = {"pid": os.getpid(), "threads": threading.active_count(),
-                             "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
-    try:
-        with open("/proc/self/statm", encoding="ascii") as fh:
-            pages = int(fh.read().split()[1])
-        stats["rss_kib"] = pages * os.sysconf("SC_PAGE_SIZE") // 1024
-    except (OSError, ValueError, IndexError):  # not Linux: the peak is all we have
-        pass
-    return stats
 
 
 class RecentEvents:

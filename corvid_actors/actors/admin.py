@@ -6,7 +6,10 @@ data, or raises :class:`~corvid_actors.admin_socket.AdminError` (the asker gets 
 reaches the rest of the tree by messages only — the supervisor, the ApprovalBroker, the
 EventBus, the Timers, the SlotPool and the CreditBank — and reads rows from the store.
 ``health`` probes providers on a worker thread and replies with a Future the asker waits
-on, so a slow provider never blocks this mailbox.
+on, so a slow provider never blocks this mailbox. The commands that only relay to the
+ApprovalBroker or the CreditBank are functions in ``_admin_commands`` (with the ask every
+command makes), the health report in ``_admin_health``, the operator's views of sessions
+and events in ``_admin_views``.
 
 It also keeps the last events of recent sessions (for ``admin session ID``), logs session
 lifecycle events with ``session_id`` and ``agent`` bound, and registers followers
@@ -14,25 +17,28 @@ lifecycle events with ``session_id`` and ``agent`` bound, and registers follower
 
 Messages: :class:`AdminCommand`, :class:`Follow` → unfollow callable, :class:`Unfollow`,
 :class:`Ready` → True, :class:`BeginShutdown` (from now on commands that start or change work are refused).
-All run on the actor's thread.
+All run on the actor's thread; each message's docstring says who sends it and what it replies.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pykka
 
+from corvid_actors.actors import _admin_commands as cmd
 from corvid_actors.actors import approvals as ap
-from corvid_actors.actors import credits
 from corvid_actors.actors import supervisor as sv
+from corvid_actors.actors._admin_commands import ask_actor
+from corvid_actors.actors._admin_health import health_report, process_stats
 from corvid_actors.actors._admin_views import (
     UNRECORDED_EVENTS,
     RecentEvents,
-    process_stats,
     resolve_session_id,
+    session_detail,
     session_summary,
 )
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
@@ -49,7 +55,7 @@ from corvid_actors.admin_protocol import (
 )
 from corvid_actors.clock import Clock, iso_utc
 from corvid_actors.config_sections import DaemonConfig
-from corvid_actors.errors import ConflictError, CorvidError, NotFoundError, RuntimeStoppedError
+from corvid_actors.errors import ConflictError
 from corvid_actors.events import Event, to_dict
 
 #: commands refused once the daemon is shutting down (they start or change work)
@@ -58,8 +64,11 @@ MUTATING_COMMANDS = frozenset({"start", "send", "resume", "extend", "approve", "
 
 @dataclass(frozen=True)
 class AdminCommand:
-    """One checked operator command (see ``admin_socket.COMMANDS``). Replies with its result
-    (a ``pykka.Future`` for ``health``: wait on it) or raises ``AdminError``."""
+    """One checked operator command (see ``admin_socket.COMMANDS``).
+
+    Asked by the daemon's admin socket handler (``Daemon._handle``, on a connection
+    thread); runs on the actor's thread. Replies with the command's JSON-ready result (a
+    ``pykka.Future`` for ``health``: wait on it) or raises ``AdminError``."""
 
     name: str
     args: Mapping[str, Any] = field(default_factory=dict)
@@ -68,7 +77,11 @@ class AdminCommand:
 @dataclass(frozen=True)
 class Follow:
     """Stream events (of one session, or all) to ``sink(session_id, at_iso, event_dict)``,
-    called on the EventBus thread. Replies with a callable that ends the stream."""
+    called on the EventBus thread.
+
+    Asked by the daemon for ``corvid-actors events`` (``Daemon._follow``, on a connection
+    thread); runs on the actor's thread. Replies with a callable (any thread) that ends
+    the stream by telling :class:`Unfollow`."""
 
     session_id: str | None
     sink: Callable[[str, str, dict[str, Any]], None]
@@ -76,21 +89,32 @@ class Follow:
 
 @dataclass(frozen=True)
 class Unfollow:
+    """End the stream :class:`Follow` started for ``sink``. Told by the callable Follow
+    replied with (on the caller's thread); runs on the actor's thread; no reply."""
+
     sink: Callable[[str, str, dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
 class Ready:
-    """Replies True; once it has, the actor hears every event published afterwards."""
+    """Asked by the daemon once at start-up (``Daemon._start_runtime``, on the main
+    thread), before any session is resumed; runs on the actor's thread. Replies True;
+    once it has, the actor hears every event published afterwards."""
 
 
 @dataclass(frozen=True)
 class BeginShutdown:
+    """Told by the daemon when its graceful shutdown begins (``Daemon._graceful``); runs on
+    the actor's thread; no reply. From then on the commands of :data:`MUTATING_COMMANDS`
+    are refused with ``shutting_down``."""
+
     reason: str = "server_shutdown"
 
 
 @dataclass(frozen=True)
 class _Seen:
+    """An event the bus handed to ``_on_event`` (EventBus thread), recorded on ours."""
+
     session_id: str
     at: str
     event: dict[str, Any]
@@ -127,12 +151,15 @@ class AdminActor(TrackedActor):
         self._recent = RecentEvents(self.s.recent_events, self.s.recent_event_sessions, self._agent_of)
         self._followers: dict[Any, Callable[[str, Event], None]] = {}
         self._stopping = False
+        broker, bank = wiring.approvals, wiring.credits
         self._commands: dict[str, Callable[[Mapping[str, Any]], Any]] = {
             "health": self._cmd_health, "stats": self._cmd_stats, "agents": self._cmd_agents,
             "sessions": self._cmd_sessions, "session": self._cmd_session, "start": self._cmd_start_session,
             "send": self._cmd_send, "stop": self._cmd_stop, "resume": self._cmd_resume, "extend": self._cmd_extend,
-            "approvals": self._cmd_approvals, "approve": self._cmd_approve, "deny": self._cmd_deny, "mode": self._cmd_mode,
-            "credits_balance": self._cmd_credits_balance, "credits_grant": self._cmd_credits_grant,
+            "approvals": self._cmd_approvals, "approve": partial(cmd.approve, broker),
+            "deny": partial(cmd.deny, broker), "mode": partial(cmd.mode, broker),
+            "credits_balance": partial(cmd.credits_balance, bank),
+            "credits_grant": partial(cmd.credits_grant, bank, self.s.max_credit_grant),
             "shutdown": self._cmd_shutdown,
         }
 
@@ -180,19 +207,6 @@ class AdminActor(TrackedActor):
                 self._recent.record(session_id, at, event)
         return None
 
-    def _ask(self, ref: pykka.ActorRef[Any] | None, message: Any, what: str = "runtime") -> Any:
-        if ref is None:
-            raise AdminError(UNAVAILABLE, f"the {what} is not running in this daemon")
-        try:
-            # a start/resume replies with a ticket: wait for the new incarnation's pid
-            return sv.started_pid(ref.ask(message))
-        except pykka.ActorDeadError:
-            raise AdminError(UNAVAILABLE, f"the {what} is shut down") from None
-        except RuntimeStoppedError as exc:
-            raise AdminError(SHUTTING_DOWN, str(exc)) from None
-        except NotFoundError as exc:
-            raise AdminError(NOT_FOUND, str(exc)) from None
-
     def _sid(self, args: Mapping[str, Any]) -> str:
         return resolve_session_id(self.w.store, args["session"])
 
@@ -202,34 +216,25 @@ class AdminActor(TrackedActor):
         status = args.get("status")
         rows = self.w.store.list_sessions(statuses=[status] if status else None,
                                           limit=args.get("limit", self.s.session_list_limit))
-        info = self._ask(self.w.supervisor, sv.SessionInfo(None))
-        pending = self._pending_counts()
+        info = ask_actor(self.w.supervisor, sv.SessionInfo(None))
+        pending = cmd.pending_counts(self.w.approvals)
         agents = {a.id: a.name for a in self.w.store.list_agents()}
         return [session_summary(row, info.get(row.id), pending.get(row.id, 0), agents) for row in rows]
 
     def _cmd_session(self, args: Mapping[str, Any]) -> dict[str, Any]:
         sid = self._sid(args)
         row = self.w.store.require_session(sid)
-        info = self._ask(self.w.supervisor, sv.SessionInfo(sid)).get(sid)
-        approvals = self._ask(self.w.approvals, ap.ListPending(sid))
+        info = ask_actor(self.w.supervisor, sv.SessionInfo(sid)).get(sid)
+        approvals = ask_actor(self.w.approvals, ap.ListPending(sid))
         agents = {a.id: a.name for a in self.w.store.list_agents()}
         summary = session_summary(row, info, len(approvals), agents)
         n_messages = args.get("messages", self.s.session_messages_shown)
         messages = self.w.store.recent_messages(sid, n_messages, roles=("user", "assistant", "system"))
         n_events = args.get("events", self.s.recent_events)
-        return {
-            **summary,
-            "pid": info.get("pid") if info else None,
-            "provider": info.get("provider") if info else None,
-            "timeout_s": info.get("timeout_s") if info else None,
-            "restart_pending": bool(row.restart_pending),
-            "initial_prompt": row.initial_prompt,
-            "created_at": iso_utc(row.created_at),
-            "updated_at": iso_utc(row.updated_at),
-            "approvals": approvals,
-            "messages": [{"role": role, "content": content} for role, content in messages],
-            "events": self._recent.of(sid)[-n_events:],
-        }
+        return session_detail(summary, row, info, approvals, messages, self._recent.of(sid)[-n_events:])
+
+    def _cmd_approvals(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return cmd.list_approvals(self.w.approvals, self._sid(args) if args.get("session") else None)
 
     def _cmd_start_session(self, args: Mapping[str, Any]) -> dict[str, Any]:
         store = self.w.store
@@ -248,7 +253,7 @@ class AdminActor(TrackedActor):
         session = store.create_session(agent_id=agent.id, source=args.get("source", "web"),
                                        name=args.get("name", ""), participant=args.get("participant", ""),
                                        initial_prompt=args["prompt"])
-        pid = self._ask(self.w.supervisor, sv.StartProcess(session.id, args["prompt"]))
+        pid = ask_actor(self.w.supervisor, sv.StartProcess(session.id, args["prompt"]))
         if pid is None:
             raise AdminError(CONFLICT, f"session {session.id} could not start; "
                                        f"see `corvid-actors admin session {session.id[:8]}`")
@@ -258,26 +263,26 @@ class AdminActor(TrackedActor):
         sid = self._sid(args)
         # ResumeProcess delivers to a running session, or resumes an ended one with its
         # history; either way the message is persisted before this reply (acknowledged).
-        pid = self._ask(self.w.supervisor, sv.ResumeProcess(sid, args["text"]))
+        pid = ask_actor(self.w.supervisor, sv.ResumeProcess(sid, args["text"]))
         return {"session": sid, "delivered": pid is not None, "pid": pid}
 
     def _cmd_stop(self, args: Mapping[str, Any]) -> dict[str, Any]:
         sid = self._sid(args)
-        was_running = bool(self._ask(self.w.supervisor, sv.IsRunning(sid)))
-        was_paused = bool(self._ask(self.w.supervisor, sv.IsPaused(sid)))
+        was_running = bool(ask_actor(self.w.supervisor, sv.IsRunning(sid)))
+        was_paused = bool(ask_actor(self.w.supervisor, sv.IsPaused(sid)))
         # a session stopped already is left as it is: no second session_stopped
-        stopped = bool(self._ask(self.w.supervisor, sv.StopProcess(sid, "user_stop")))
+        stopped = bool(ask_actor(self.w.supervisor, sv.StopProcess(sid, "user_stop")))
         return {"session": sid, "was_running": was_running, "was_paused": was_paused,
                 "already_stopped": not stopped}
 
     def _cmd_resume(self, args: Mapping[str, Any]) -> dict[str, Any]:
         sid = self._sid(args)
-        if self._ask(self.w.supervisor, sv.IsPaused(sid)):
-            self._ask(self.w.supervisor, sv.ResumeSession(sid))
+        if ask_actor(self.w.supervisor, sv.IsPaused(sid)):
+            ask_actor(self.w.supervisor, sv.ResumeSession(sid))
             return {"session": sid, "how": "resumed_paused"}
-        if self._ask(self.w.supervisor, sv.IsRunning(sid)):
+        if ask_actor(self.w.supervisor, sv.IsRunning(sid)):
             return {"session": sid, "how": "already_running"}
-        pid = self._ask(self.w.supervisor, sv.ResumeProcess(sid, None))
+        pid = ask_actor(self.w.supervisor, sv.ResumeProcess(sid, None))
         if pid is None:
             raise AdminError(CONFLICT, f"session {sid} could not resume; see `corvid-actors admin session {sid[:8]}`")
         return {"session": sid, "how": "resumed_with_history", "pid": pid}
@@ -285,82 +290,13 @@ class AdminActor(TrackedActor):
     def _cmd_extend(self, args: Mapping[str, Any]) -> dict[str, Any]:
         sid = self._sid(args)
         requested_s = float(args["minutes"]) * 60
-        if not self._ask(self.w.supervisor, sv.ExtendSessionTimeout(sid, requested_s)):
+        if not ask_actor(self.w.supervisor, sv.ExtendSessionTimeout(sid, requested_s)):
             raise AdminError(CONFLICT, f"session {sid} is not running")
-        after = self._ask(self.w.supervisor, sv.SessionInfo(sid)).get(sid, {}).get("timeout_s")
+        after = ask_actor(self.w.supervisor, sv.SessionInfo(sid)).get(sid, {}).get("timeout_s")
         # The new deadline is now + the request, capped at 4x the default timeout
         # (supervision.extended_timeout): say so when the cap applied.
         capped = after is not None and after < requested_s - 1e-6
         return {"session": sid, "timeout_s": after, "requested_s": requested_s, "capped": capped}
-
-    # --- approvals ---------------------------------------------------------------------------
-
-    def _pending_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for item in self._ask(self.w.approvals, ap.ListPending(None), "approval broker"):
-            counts[item["session_id"]] = counts.get(item["session_id"], 0) + 1
-        return counts
-
-    def _cmd_approvals(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
-        sid = self._sid(args) if args.get("session") else None
-        return list(self._ask(self.w.approvals, ap.ListPending(sid), "approval broker"))
-
-
-    def _resolve(self, approval_id: str, behavior: str, message: str) -> dict[str, Any]:
-        try:
-            resolved = self._ask(self.w.approvals, ap.Resolve(approval_id, behavior, message), "approval broker")
-        except ValueError as exc:
-            raise AdminError(BAD_REQUEST, str(exc)) from None
-        if resolved is None:
-            raise AdminError(NOT_FOUND, f"no pending approval {approval_id!r} (or the prefix is ambiguous); "
-                                        "see `corvid-actors admin approvals`")
-        return dict(resolved)
-
-    def _cmd_approve(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        behavior = "allow_session" if args.get("session_wide") else "allow"
-        return self._resolve(args["approval"], behavior, args.get("message", ""))
-
-    def _cmd_deny(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        return self._resolve(args["approval"], "deny", args.get("message", ""))
-
-    def _cmd_mode(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        if "mode" not in args:
-            return {"mode": self._ask(self.w.approvals, ap.GetMode(), "approval broker")}
-        try:
-            return {"mode": self._ask(self.w.approvals, ap.SetMode(args["mode"]), "approval broker")}
-        except ValueError as exc:
-            raise AdminError(BAD_REQUEST, str(exc)) from None
-
-    # --- credits ------------------------------------------------------------------------------
-
-    def _credit_messages(self) -> Any:
-        if self.w.credits is None:
-            raise AdminError(UNAVAILABLE, "credits are not enabled in this daemon "
-                                          "(set daemon.with_credits = true in the config and restart)")
-        return credits
-
-    def _cmd_credits_balance(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        credits = self._credit_messages()
-        participant = args["participant"]
-        balance = self._ask(self.w.credits, credits.GetBalance(participant), "credit bank")
-        out: dict[str, Any] = {"participant": participant, "balance": int(balance)}
-        if "transactions" in args:
-            out["transactions"] = list(self._ask(self.w.credits, credits.GetTransactions(
-                participant, args["transactions"]), "credit bank"))
-        return out
-
-    def _cmd_credits_grant(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        credits = self._credit_messages()
-        amount = args["amount"]
-        if amount > self.s.max_credit_grant:
-            raise AdminError(BAD_REQUEST, f"a single grant is at most {self.s.max_credit_grant} credits "
-                                          "(daemon.max_credit_grant)")
-        try:
-            balance = self._ask(self.w.credits, credits.GrantCredits(
-                args["participant"], amount, "grant", args.get("reason", "") or "admin grant"), "credit bank")
-        except (ValueError, CorvidError) as exc:
-            raise AdminError(BAD_REQUEST, str(exc)) from None
-        return {"participant": args["participant"], "granted": amount, "balance": int(balance)}
 
     # --- daemon -------------------------------------------------------------------------------
 
@@ -369,11 +305,11 @@ class AdminActor(TrackedActor):
                  "permission_mode": a.permission_mode} for a in self.w.store.list_agents()]
 
     def _cmd_stats(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        stats: dict[str, Any] = {"supervisor": self._ask(self.w.supervisor, sv.SupervisorStats()),
-                                 "event_bus": self._ask(self.w.bus, BusStats(), "event bus"),
-                                 "timers": self._ask(self.w.timers, TimerStats(), "timers")}
+        stats: dict[str, Any] = {"supervisor": ask_actor(self.w.supervisor, sv.SupervisorStats()),
+                                 "event_bus": ask_actor(self.w.bus, BusStats(), "event bus"),
+                                 "timers": ask_actor(self.w.timers, TimerStats(), "timers")}
         if self.w.slot_pool is not None:
-            stats["slots"] = self._ask(self.w.slot_pool, SlotStats(), "slot pool")
+            stats["slots"] = ask_actor(self.w.slot_pool, SlotStats(), "slot pool")
         stats["admin"] = {"followers": len(self._followers), "sessions_with_recent_events": len(self._recent)}
         stats["process"] = process_stats()
         stats["sandbox"] = self.w.about.get("sandbox", {})
@@ -385,8 +321,8 @@ class AdminActor(TrackedActor):
         alive = {name: ref.is_alive() for name, ref in actors.items() if ref is not None}
         running = paused = 0
         if alive.get("supervisor"):
-            running = len(self._ask(self.w.supervisor, sv.ActiveSessionIds()))
-            paused = len(self._ask(self.w.supervisor, sv.PausedSessionIds()))
+            running = len(ask_actor(self.w.supervisor, sv.ActiveSessionIds()))
+            paused = len(ask_actor(self.w.supervisor, sv.PausedSessionIds()))
         base = {"daemon": {**self.w.about, "uptime_s": round(self.w.clock.monotonic() - self._started, 3),
                            "shutting_down": self._stopping},
                 "actors": alive, "sessions": {"running": running, "paused": paused}}
@@ -395,23 +331,7 @@ class AdminActor(TrackedActor):
         store = self.w.store
 
         def probe() -> None:
-            # The store first: a lost connection or a SQLite file gone / read-only makes the
-            # daemon refuse sends, so health must say so (and why) until it is back.
-            reason = store.probe() if hasattr(store, "probe") else None
-            base["store"] = {"ok": reason is None, **({"reason": reason} if reason else {})}
-            results: dict[str, Any] = {}
-            for name, provider in providers.items():
-                try:
-                    healthy = bool(provider.health())
-                except Exception as exc:  # noqa: BLE001 - a probe that raises means "not healthy"
-                    healthy, results[name] = False, {"error": str(exc)}
-                results.setdefault(name, {})["healthy"] = healthy
-            ok = reason is None and all(alive.values()) and all(r["healthy"] for r in results.values())
-            reasons = ([f"store unavailable: {reason}"] if reason else []) + [
-                f"the {name} actor is dead" for name, up in alive.items() if not up] + [
-                f"model provider {name} is not healthy" for name, r in results.items() if not r["healthy"]]
-            future.set({"status": "ok" if ok else "degraded", **({"reasons": reasons} if reasons else {}),
-                        **base, "providers": results})
+            future.set(health_report(base, alive, store, providers))
 
         self._tracker.run_tracked(probe, "admin-health")
         return future
@@ -437,9 +357,13 @@ class AdminActor(TrackedActor):
                 sink(sid, iso_utc(clock.now()), to_dict(event))
 
         self._followers[sink] = callback
-        self._ask(self.w.bus, SubscribeAll(callback), "event bus")
+        ask_actor(self.w.bus, SubscribeAll(callback), "event bus")
         ref = self.actor_ref
-        return lambda: tell(ref, Unfollow(sink))
+
+        def unfollow() -> None:
+            tell(ref, Unfollow(sink))
+
+        return unfollow
 
     def _agent_of(self, session_id: str) -> str:
         row = self.w.store.get_session(session_id)

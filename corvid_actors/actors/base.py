@@ -15,6 +15,11 @@ kills it (:meth:`TrackedActor.on_message_error` is its hook). An *asked* message
 raises still hands the exception to the asker, as in Pykka. Whatever ends an actor's
 thread (a stop, a failure), the tracker's ``on_actor_exit`` hears of it: the Runtime's
 root policy (:mod:`corvid_actors.runtime`).
+
+A collaborator that must see this accounting — the simulated clock, which parks workers
+and settles the runtime after each timer it fires — is :class:`ActivityAware`; the
+Runtime hands it the tracker and its ``settle``. The :class:`~corvid_actors.clock.Clock`
+protocol itself knows nothing of actors.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import pykka
 from loguru import logger
@@ -84,7 +89,20 @@ class ActivityTracker:
         return thread
 
 
-class _TrackingInbox(queue.Queue):  # type: ignore[type-arg]
+@runtime_checkable
+class ActivityAware(Protocol):
+    """A collaborator of the Runtime (the simulated clock) that needs its work accounting.
+
+    The Runtime calls :meth:`attach` once, on the constructing thread, before any actor
+    starts: ``tracker`` counts work in flight (a worker parked in simulated time stops
+    counting), ``settle()`` blocks until nothing is in flight. A real clock is not
+    ActivityAware: real time moves on its own.
+    """
+
+    def attach(self, tracker: ActivityTracker, settle: Callable[[], None]) -> None: ...
+
+
+class _TrackingInbox(queue.Queue[Any]):
     """An actor inbox that reports each message to the tracker until it is handled."""
 
     def __init__(self, tracker: ActivityTracker) -> None:
@@ -144,8 +162,15 @@ class TrackedActor(pykka.ThreadingActor):
     def _create_actor_inbox(self) -> Any:  # type: ignore[override]
         return _TrackingInbox(self._tracker)
 
+    @property
+    def handling_ask(self) -> bool:
+        """The message being handled was asked: an exception goes back to the asker.
+        Only meaningful on the actor's own thread."""
+        inbox = self.actor_inbox
+        return isinstance(inbox, _TrackingInbox) and inbox.current_is_ask
+
     def _handle_receive(self, message: Any) -> Any:
-        if not self.survive_errors or self.actor_inbox.current_is_ask:
+        if not self.survive_errors or self.handling_ask:
             return super()._handle_receive(message)
         try:
             return super()._handle_receive(message)

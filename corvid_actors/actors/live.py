@@ -20,7 +20,7 @@ from typing import Any
 
 import pykka
 
-from corvid_actors.actors.session import Lifeline, TurnTally
+from corvid_actors.actors.session_wiring import Lifeline, TurnTally
 from corvid_actors.supervision import needs_context_reset
 
 

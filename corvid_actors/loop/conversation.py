@@ -5,7 +5,9 @@ simulations, chat-only agents). Rules:
 
 - each user message → one model call with the whole conversation;
 - a retryable provider error → report an outage (the supervisor pauses the session);
-- any other provider error → ``error`` event and exit 1 (a crash: chat sessions restart).
+- any other provider error → ``error`` event and exit 1 (a crash: chat sessions restart);
+- a user message that arrives while a turn runs waits in the loop's :class:`InputQueue`
+  and starts the next turn right after ``TurnFinished``.
 """
 
 from __future__ import annotations
@@ -25,15 +27,20 @@ from corvid_actors.loop.effects import (
     TurnFinished,
     UserMessage,
 )
+from corvid_actors.loop.turn import InputQueue, Phase
 from corvid_actors.providers.base import ChatMessage, ErrorKind, ModelRequest
 
 
 class ConversationLoop:
+    """The plain conversation loop of one session (see the module docstring)."""
+
     def __init__(self, *, model: str, system_prompt: str, history: Sequence[ChatMessage] = ()) -> None:
         self._model = model
         self._system = system_prompt
         self._messages: list[ChatMessage] = list(history)
         self._turns = 0
+        self._phase = Phase.IDLE
+        self._queue = InputQueue()
 
     @property
     def history(self) -> list[ChatMessage]:
@@ -43,10 +50,13 @@ class ConversationLoop:
         return self._user_turn(UserMessage.of(prompt))
 
     def handle(self, event: LoopInput) -> list[Effect]:
+        if self._phase is Phase.DONE:
+            return []
         match event:
             case UserMessage():
-                return self._user_turn(event)
-            case ModelSucceeded(response):
+                first = self._queue.offer(event, idle=self._phase is Phase.IDLE)
+                return [] if first is None else self._user_turn(first)
+            case ModelSucceeded(response) if self._phase is Phase.WAIT_MODEL:
                 self._messages.append(ChatMessage("assistant", response.text))
                 self._turns += 1
                 effects: list[Effect] = []
@@ -62,10 +72,14 @@ class ConversationLoop:
                     Emit(Thinking(thinking=False)),
                     TurnFinished(),
                 ]
-                return effects
-            case ModelFailed(error):
+                self._phase = Phase.IDLE
+                waiting = self._queue.next()
+                return effects if waiting is None else effects + self._user_turn(waiting)
+            case ModelFailed(error) if self._phase is Phase.WAIT_MODEL:
                 if error.kind is ErrorKind.RETRYABLE:
+                    self._phase = Phase.IDLE
                     return [ReportOutage(error.message)]
+                self._phase = Phase.DONE
                 return [
                     Emit(Result(subtype="error", result=error.message)),
                     Emit(ErrorEvent(error_type="provider_error", message=error.message)),
@@ -74,9 +88,13 @@ class ConversationLoop:
         return []
 
     def abort(self) -> list[Effect]:
+        """Silence from now on; waiting messages are dropped; no clean-up effects."""
+        self._phase = Phase.DONE
+        self._queue.clear()
         return []
 
     def _user_turn(self, message: UserMessage) -> list[Effect]:
         self._messages.append(ChatMessage("user", message.text, blocks=message.blocks))
         request = ModelRequest(model=self._model, system=self._system, messages=tuple(self._messages))
+        self._phase = Phase.WAIT_MODEL
         return [Emit(Thinking(thinking=True)), CallModel(request)]

@@ -11,9 +11,12 @@ Lifecycle, as the actor drives it::
     TurnFinished  -> the actor idles until the next user message
     effects = loop.handle(UserMessage(text))
     Exit(code)    -> the actor ends the session with that exit code
+    effects = loop.abort()                -> the actor applies the clean-up, then stops
 
 At most one ``CallModel`` or ``RunTool`` is outstanding at a time; the loop waits for
-its result input before asking for the next one.
+its result input before asking for the next one. The loop owns its input queue: the
+actor hands every user message to ``handle`` when it arrives, mid-turn or not (see
+:class:`Loop`).
 """
 
 from __future__ import annotations
@@ -208,7 +211,22 @@ LoopInput = (
 
 
 class Loop(Protocol):
-    """What the session actor needs from a loop."""
+    """What the session actor needs from a loop.
+
+    **Input.** Every user message goes to ``handle`` when it arrives. One that arrives
+    while a turn runs is queued *by the loop* (:class:`corvid_actors.loop.turn.InputQueue`);
+    each message starts exactly one turn, in the order they arrived, and each turn ends
+    with ``TurnFinished`` (the next queued turn's effects may follow it in the same list)
+    unless the session ends first (``Exit``, ``ReportOutage``). The actor counts the
+    messages it handed over against the ``TurnFinished`` it saw to know whether a turn
+    runs (for the idle timeout and turn durations).
+
+    **Abort.** ``abort()`` returns clean-up effects, and the actor applies them — but
+    only those that publish and start nothing, because the session's lifeline may be
+    closed already: ``ReleaseSlot`` and ``PersistMessage``. Any other effect returned
+    by ``abort()`` is dropped (and logged). The loops in this package return no effects:
+    the actor releases what it holds (slot, timers, worker, approvals) itself.
+    """
 
     def start(self, prompt: str | UserMessage) -> list[Effect]:
         """Begin the first turn with ``prompt``: a string, or a :class:`UserMessage` when
@@ -221,9 +239,11 @@ class Loop(Protocol):
         ...
 
     def abort(self) -> list[Effect]:
-        """The session is being stopped: return clean-up effects (e.g. ReleaseSlot).
+        """The session is being stopped: return clean-up effects (``ReleaseSlot``,
+        ``PersistMessage``), which the actor applies; it drops any other effect.
 
-        Called once; the loop must emit no events after it.
+        Called once; the loop returns no effects from ``handle`` after it, and drops
+        the user messages it still holds.
         """
         ...
 

@@ -22,8 +22,8 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from corvid_actors.loop.plan import PLAN_TOOL_NAME
 from corvid_actors.providers.base import ChatMessage
-from corvid_actors.tools.plan_tool import PLAN_TOOL_NAME
 
 #: what the loops accept as a history policy: the conversation in, the one to use out
 HistoryPolicy = Callable[[Sequence[ChatMessage]], list[ChatMessage]]

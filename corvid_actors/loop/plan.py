@@ -15,6 +15,10 @@ waits for. The loop holds a :class:`PlanState` and applies the seed's rules:
 
 No I/O: the loop emits a ``plan`` event on every change and the session actor stores
 the steps in ``sessions.plan`` (see :func:`plan_to_json`).
+
+The loop handles ``update_plan`` calls itself, so the tool's name and schema live here too
+(:func:`plan_tool_spec`); ``corvid_actors.tools.plan_tool`` builds a registry entry from
+them for hosts that list tools outside a loop (the tool layer does not import the loop).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from corvid_actors.providers.base import ToolSpec
 
 
 class PlanStatus(enum.StrEnum):
@@ -93,6 +99,42 @@ class PlanMerge:
 
     state: PlanState
     ignored: tuple[str, ...] = ()
+
+
+# --- the tool as the model sees it -------------------------------------------------------
+
+PLAN_TOOL_NAME = "update_plan"
+
+PLAN_TOOL_DESCRIPTION = (
+    "Keep a plan of the work. 'steps' is a list of objects {id, title, status, waiting_for}: "
+    "id is a short unique string; status is one of pending, running, completed, blocked; "
+    "waiting_for lists the ids of steps that must finish first. Send only the steps that "
+    "changed (others are kept); a completed step is removed after your next reply and its "
+    "id cannot be reused; send an empty list to clear the plan."
+)
+
+
+def plan_tool_spec() -> ToolSpec:
+    """The ``update_plan`` tool as the model sees it. The nested schema is also spelled
+    out in the description, because some clients drop nested schema detail (FIELD-NOTES)."""
+    step = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "description": "Short unique step id, e.g. '1' or 'tests'"},
+            "title": {"type": "string", "description": "What the step does"},
+            "status": {"type": "string", "enum": [s.value for s in PlanStatus]},
+            "waiting_for": {"type": "array", "items": {"type": "string"},
+                            "description": "Ids of steps that must be completed first"},
+        },
+        "required": ["id", "status"],
+    }
+    parameters = {
+        "type": "object",
+        "properties": {"steps": {"type": "array", "items": step,
+                                 "description": "The steps to add or update ([] clears the plan)"}},
+        "required": ["steps"],
+    }
+    return ToolSpec(PLAN_TOOL_NAME, PLAN_TOOL_DESCRIPTION, parameters)
 
 
 # --- parsing the tool's arguments ---------------------------------------------------------

@@ -17,9 +17,12 @@ A loop owns one :class:`LoopRules` and calls it at a few fixed points:
                           for the operator
 ========================  ===============================================================
 
-The rules themselves are pure functions in :mod:`.plan`, :mod:`.payload_guard`,
-:mod:`.observation`, :mod:`.memory_policy` and :mod:`corvid_actors.tools.command_policy`;
-this class only holds their state for one session incarnation. Like the loops it is
+The rules themselves are pure functions in :mod:`.plan` (the ``update_plan`` tool's
+schema included), :mod:`.payload_guard`, :mod:`.observation` and :mod:`.memory_policy`;
+the approval policy is injected through the ``ApprovalPolicy`` protocol of
+:mod:`corvid_actors.tools.base` (the runtime's default, the command policy of
+:mod:`corvid_actors.tools.command_policy`, is chosen by ``corvid_actors.wiring``: the loop
+never imports a tool). This class only holds their state for one session incarnation. Like the loops it is
 driven from the session actor's thread only. ``LoopRules.off()`` turns everything off
 (the loops' default, so a bare loop behaves as its own seed says); the runtime builds
 rules from the configuration (:func:`rules_for`), where they are on by default.
@@ -52,25 +55,25 @@ from corvid_actors.loop.payload_guard import (
     trip_message,
 )
 from corvid_actors.loop.plan import (
+    PLAN_TOOL_NAME,
     PlanState,
     PlanUpdateError,
     merge_plan,
     parse_plan_update,
     plan_prompt,
+    plan_tool_spec,
     prune_completed,
     state_from_dicts,
     summarize_update,
 )
 from corvid_actors.providers.base import ChatMessage, ModelRequest, ToolCall, ToolSpec
-from corvid_actors.tools.base import PermissionDecision, ToolResult
-from corvid_actors.tools.command_policy import (
+from corvid_actors.tools.base import (
     ApprovalPolicy,
-    CommandApprovalPolicy,
-    CommandPolicySettings,
     PassThroughPolicy,
+    PermissionDecision,
     Review,
+    ToolResult,
 )
-from corvid_actors.tools.plan_tool import PLAN_TOOL_NAME, plan_tool_spec
 
 TAIL_LINES_DESCRIPTION = "Show only the last N lines of the output (default 200)"
 
@@ -254,18 +257,8 @@ def default_history_policy(spec: Any) -> HistoryPolicy | None:
     return policy if policy.active else None
 
 
-def default_approval_policy(spec: Any) -> ApprovalPolicy:
-    """The configured command approval policy for the spec's session."""
-    c = spec.config.command_policy
-    settings = CommandPolicySettings(enabled=c.enabled, allowlist=c.allowlist,
-                                     auto_approve_modes=c.auto_approve_modes)
-    return CommandApprovalPolicy(settings, command_tools=spec.command_tools, mode=spec.permission_mode,
-                                 sandboxed=getattr(spec, "sandboxed", False),
-                                 project_dir=getattr(spec, "project_dir", None))
-
-
 def rules_for(spec: Any) -> LoopRules:
-    """The rules of one incarnation from its :class:`~corvid_actors.wiring.LoopSpec`."""
+    """The rules of one incarnation from its :class:`~corvid_actors.loop_factories.LoopSpec`."""
     return LoopRules(settings_from_config(spec.config), approval_policy=spec.approval_policy,
                      history_policy=spec.history_policy, initial_plan=spec.initial_plan,
                      command_tools=spec.command_tools)

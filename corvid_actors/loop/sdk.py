@@ -18,6 +18,9 @@ Behaviour of the SDK-process and stream-processor seeds, without I/O (see
   in the same turn.
 - fatal errors: ``result`` subtype ``"error"``, ``error`` (``sdk_error``), ``Exit(1)``.
   ``abort()`` returns no effects, and nothing is emitted after it.
+
+The tool-call walk is :mod:`.sdk_tools` (on the shared :mod:`.tool_walk`), compaction
+:mod:`.sdk_compaction`; turn accounting and the input queue are :mod:`.turn`.
 - the OpenAgent rules (:mod:`.rules`, off unless ``rules`` is given): ``update_plan``,
   the history policy before each call and compaction, the plan in the system prompt,
   the payload-growth failsafe (a trip compacts through the summary call, or stops),
@@ -26,28 +29,13 @@ Behaviour of the SDK-process and stream-processor seeds, without I/O (see
 
 from __future__ import annotations
 
-import enum
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
-from corvid_actors.events import (
-    Assistant,
-    ContentBlockStart,
-    ContextUsage,
-    ErrorEvent,
-    Result,
-    RetryScheduled,
-    SystemEvent,
-    Thinking,
-    ToolStatus,
-    context_compacted,
-)
-from corvid_actors.loop.doom import is_doom_loop
+from corvid_actors.events import Assistant, ErrorEvent, Result, RetryScheduled, Thinking
 from corvid_actors.loop.effects import (
     ApprovalDecided,
-    AskApproval,
     CallModel,
     Effect,
     Emit,
@@ -57,7 +45,6 @@ from corvid_actors.loop.effects import (
     ModelSucceeded,
     PersistMessage,
     ReportOutage,
-    RunTool,
     Schedule,
     TimerFired,
     ToolFinished,
@@ -66,14 +53,13 @@ from corvid_actors.loop.effects import (
     UserMessage,
 )
 from corvid_actors.loop.payload_guard import GrowthCheck
-from corvid_actors.loop.prompts import (
-    COMPACTION_SYSTEM_PROMPT,
-    compacted_user_message,
-    compaction_request_text,
-)
 from corvid_actors.loop.retry import retry_delay, should_retry
 from corvid_actors.loop.rules import LoopRules
+from corvid_actors.loop.sdk_compaction import SdkCompaction, context_tokens, next_signal
+from corvid_actors.loop.sdk_tools import SdkToolCalls
 from corvid_actors.loop.settings import SdkLoopSettings
+from corvid_actors.loop.tool_walk import ToolWalk, pending_status
+from corvid_actors.loop.turn import InputQueue, Phase, TurnAccount
 from corvid_actors.providers.base import (
     ChatMessage,
     ErrorKind,
@@ -82,81 +68,19 @@ from corvid_actors.providers.base import (
     ProviderError,
     ToolCall,
     ToolSpec,
-    Usage,
 )
-from corvid_actors.tools.base import Permission, PermissionCheck, ToolResult
-
-#: what the loop does after a model response and its tool calls (the processor's signal,
-#: plus "finish" for a turn that has nothing left to do)
-LoopSignal = Literal["continue", "stop", "compact", "finish"]
-
-DEFAULT_DENIAL_MESSAGE = "Permission denied by user"
-DOOM_DENIAL_MESSAGE = "Repeated call denied by user (doom-loop guard)"
-SKIPPED_MESSAGE = "Not run: the turn was stopped before this call."
-PERCENT = 100.0
-
-
-# --- pure rules ---------------------------------------------------------------------
-
-
-def context_tokens(usage: Usage) -> int:
-    """Tokens of context a call used. Anthropic reports cached prompt tokens apart from
-    ``input_tokens``, so all three count toward the window."""
-    return usage.input_tokens + usage.cache_read_tokens + usage.cache_creation_tokens
-
-
-def needs_compaction(tokens: int, context_window: int, threshold: float) -> bool:
-    """True when ``tokens`` exceed ``threshold`` × ``context_window`` (a window of 0
-    means unknown: never compact)."""
-    return context_window > 0 and tokens > threshold * context_window
-
-
-def next_signal(*, blocked: bool, compaction_due: bool, calls_made: bool) -> LoopSignal:
-    """What follows a processed response: ``stop`` (a denial blocked the turn), else
-    ``finish`` (no tool was called: the turn is over), else ``compact`` (the context is
-    over the threshold), else ``continue`` (call the model with the tool results).
-
-    Unlike the processor seed, stop wins over compact (a human who denied a call gets no
-    further model call) and a turn that is over does not compact; in both cases the due
-    compaction runs before the next turn's first model call instead.
-    """
-    if blocked:
-        return "stop"
-    if not calls_made:
-        return "finish"
-    return "compact" if compaction_due else "continue"
-
-
-# --- the state machine --------------------------------------------------------------
-
-
-class _Phase(enum.Enum):
-    IDLE = "idle"  # between turns
-    MODEL = "model"  # a CallModel is outstanding
-    RETRY_WAIT = "retry_wait"  # a retry timer is outstanding
-    TOOLS = "tools"  # walking the response's tool calls (transient)
-    APPROVAL = "approval"  # an AskApproval is outstanding
-    TOOL_RUN = "tool_run"  # a RunTool is outstanding
-    EXITED = "exited"  # Exit was returned
-    ABORTED = "aborted"  # abort() was called
+from corvid_actors.tools.base import PermissionCheck
 
 
 @dataclass
-class _Turn:
-    """Per-turn accounting and compaction bookkeeping."""
+class _Turn(TurnAccount):
+    """Per-turn accounting (shared) and compaction bookkeeping (the SDK loop's)."""
 
-    #: the user message that started the turn (kept verbatim through compaction)
-    prompt: str = ""
-    cost_usd: float = 0.0
-    usage: dict[str, int] = field(
-        default_factory=lambda: dict.fromkeys(
-            ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens"), 0
-        )
-    )
     metrics: TurnMetrics = field(
         default_factory=lambda: TurnMetrics(extra={"compactions": 0, "retries": 0})
     )
-    last_text: str = ""
+    #: the user message that started the turn (kept verbatim through compaction)
+    prompt: str = ""
     last_context_tokens: int = 0
     #: a compaction ran; the next response tells whether it shrank the context
     awaiting_shrink_check: bool = False
@@ -165,16 +89,8 @@ class _Turn:
     #: the one compaction-and-retry for a context overflow is used
     overflow_retry_used: bool = False
 
-    def account(self, response: ModelResponse) -> None:
-        self.cost_usd += response.cost_usd
-        u = response.usage
-        self.usage["input_tokens"] += u.input_tokens
-        self.usage["output_tokens"] += u.output_tokens
-        self.usage["cache_read_tokens"] += u.cache_read_tokens
-        self.usage["cache_creation_tokens"] += u.cache_creation_tokens
 
-
-class SdkLoop:
+class SdkLoop(SdkCompaction, SdkToolCalls):
     """The SDK-process loop (implements :class:`corvid_actors.loop.effects.Loop`).
 
     Called from the session actor's thread only; holds the conversation. ``history``
@@ -198,15 +114,16 @@ class SdkLoop:
         self._system = system_prompt
         self._rules = rules or LoopRules.off()
         self._tools = self._rules.offered_tools(tools)
+        self._tool_names = frozenset(spec.name for spec in self._tools)
         # a compaction started by the payload-growth failsafe is outstanding
         self._growth_compaction = False
         self._check = permission_check
         self._window = context_window
         self._s = settings or SdkLoopSettings()
         self._messages: list[ChatMessage] = list(history)
-        self._phase = _Phase.IDLE
+        self._phase = Phase.IDLE
         self._turn = _Turn()
-        self._queued: deque[UserMessage] = deque()
+        self._queue = InputQueue()
         # the outstanding (or to-be-retried) model call and its failed attempts
         self._pending: CallModel | None = None
         self._attempt = 0
@@ -216,8 +133,7 @@ class SdkLoop:
         # a response reported a context over the threshold: compact before the next call
         self._compact_due = False
         # the tool calls of the current response and where we are in them
-        self._calls: tuple[ToolCall, ...] = ()
-        self._index = 0
+        self._walk = ToolWalk()
         self._approval_kind = ""
         self._recent: deque[tuple[str, dict[str, object]]] = deque(
             maxlen=max(self._s.doom_loop_threshold, 1)
@@ -242,7 +158,8 @@ class SdkLoop:
 
     def abort(self) -> list[Effect]:
         """The session is being stopped: no clean-up effects, and silence from now on."""
-        self._phase = _Phase.ABORTED
+        self._phase = Phase.DONE
+        self._queue.clear()
         self._pending = None
         self._retry_token = None
         return []
@@ -250,31 +167,29 @@ class SdkLoop:
     def handle(self, event: LoopInput) -> list[Effect]:
         """Advance on ``event``; inputs that do not answer the outstanding effect (late
         timers, stale results) are ignored."""
-        if self._phase in (_Phase.ABORTED, _Phase.EXITED):
+        if self._phase is Phase.DONE:
             return []
         match event:
             case UserMessage():
-                if self._phase is _Phase.IDLE:
-                    return self._begin_turn(event)
-                self._queued.append(event)
-                return []
-            case ModelSucceeded(response=response) if self._phase is _Phase.MODEL:
+                first = self._queue.offer(event, idle=self._phase is Phase.IDLE)
+                return [] if first is None else self._begin_turn(first)
+            case ModelSucceeded(response=response) if self._phase is Phase.WAIT_MODEL:
                 return self._on_model_success(response, event)
-            case ModelFailed(error=error) if self._phase is _Phase.MODEL:
+            case ModelFailed(error=error) if self._phase is Phase.WAIT_MODEL:
                 return self._on_model_failure(error)
             case TimerFired(token=token) if (
-                self._phase is _Phase.RETRY_WAIT and token == self._retry_token
+                self._phase is Phase.WAIT_RETRY and token == self._retry_token
             ):
                 return self._resend()
             case ApprovalDecided() if (
-                self._phase is _Phase.APPROVAL and event.call_id == self._current.id
+                self._phase is Phase.WAIT_APPROVAL and self._walk.is_current(event.call_id)
             ):
-                return self._on_approval(event)
+                return self._on_approval(self._current_call(), event)
             case ToolFinished(call_id=call_id, result=result) if (
-                self._phase is _Phase.TOOL_RUN and call_id == self._current.id
+                self._phase is Phase.WAIT_TOOL and self._walk.is_current(call_id)
             ):
-                self._phase = _Phase.TOOLS
-                return self._finish_call(self._current, result) + self._advance_tools()
+                self._phase = Phase.TOOLS
+                return self._finish_call(self._current_call(), result) + self._advance_tools()
         return []
 
     # --- turns ---------------------------------------------------------------------
@@ -293,7 +208,7 @@ class SdkLoop:
     def _proceed(self, *, blocked: bool = False, reason: str = "normal") -> list[Effect]:
         """After a response and its tool calls: stop, finish, compact or call again."""
         due = self._compact_due and not self._turn.compaction_blocked
-        signal = next_signal(blocked=blocked, compaction_due=due, calls_made=bool(self._calls))
+        signal = next_signal(blocked=blocked, compaction_due=due, calls_made=bool(self._walk.calls))
         if signal == "stop":
             return self._end_turn("stopped", reason)
         if signal == "finish":
@@ -326,14 +241,14 @@ class SdkLoop:
 
     def _stop_for_growth(self, why: str) -> list[Effect]:
         self._turn.metrics.termination_reason = "payload_growth"
-        self._phase = _Phase.EXITED
+        self._phase = Phase.DONE
         self._pending = None
         return [Emit(self._result("error", f"Session stopped: {why}")), Exit(1)]
 
     def _send(self, call: CallModel) -> list[Effect]:
         self._pending = call
         self._attempt = 0
-        self._phase = _Phase.MODEL
+        self._phase = Phase.WAIT_MODEL
         return [call]
 
     def _end_turn(self, subtype: str, reason: str) -> list[Effect]:
@@ -347,31 +262,20 @@ class SdkLoop:
             Emit(Thinking(thinking=False)),
             TurnFinished(),
         ]
-        self._phase = _Phase.IDLE
-        self._calls = ()
-        if self._queued:
-            effects += self._begin_turn(self._queued.popleft())
+        self._phase = Phase.IDLE
+        self._walk = ToolWalk()
+        waiting = self._queue.next()
+        if waiting is not None:
+            effects += self._begin_turn(waiting)
         return effects
 
     def _result(self, subtype: str, text: str) -> Result:
-        turn = self._turn
-        return Result(
-            subtype=subtype,
-            total_cost_usd=turn.cost_usd,
-            num_turns=turn.metrics.iterations,
-            result=text,
-            usage=dict(turn.usage),
-            metrics=turn.metrics.as_dict(),
-        )
+        return self._turn.result(subtype, num_turns=self._turn.metrics.iterations, text=text)
 
-    def _context_usage(self, tokens: int) -> ContextUsage:
-        percent = round(PERCENT * tokens / self._window, 1) if self._window > 0 else 0.0
-        return ContextUsage(
-            estimated_tokens=tokens,
-            context_window=self._window,
-            usage_percent=percent,
-            messages_count=len(self._messages),
-        )
+    def _current_call(self) -> ToolCall:
+        call = self._walk.current
+        assert call is not None, "only called while a call is outstanding"
+        return call
 
     # --- model results -------------------------------------------------------------
 
@@ -379,7 +283,7 @@ class SdkLoop:
         purpose = self._pending.purpose if self._pending else "turn"
         self._pending = None
         self._api_errors = 0
-        self._turn.account(response)
+        self._turn.add(response)
         if purpose == "compaction":
             return self._on_compacted(response)
         return self._rules.on_reply(event) + self._on_turn_response(response)
@@ -399,15 +303,10 @@ class SdkLoop:
                 PersistMessage(role="assistant", content=response.text),
             ]
         effects += self._note_context(context_tokens(response.usage))
-        self._calls = response.tool_calls
-        self._index = 0
-        if not self._calls:
+        self._walk = ToolWalk(response.tool_calls)
+        if not response.tool_calls:
             return effects + self._proceed()
-        effects += [
-            Emit(ToolStatus(status_message=f"Waiting to run {c.name}", tool_name=c.name,
-                            call_id=c.id, state="pending"))
-            for c in self._calls
-        ]
+        effects += [pending_status(c) for c in response.tool_calls]
         if turn.metrics.iterations >= self._s.max_iterations:
             limit = self._s.max_iterations
             effects += self._skip_remaining(
@@ -415,33 +314,8 @@ class SdkLoop:
             )
             # the SDK's own subtype for a turn cut off by its turn limit
             return effects + self._end_turn("error_max_turns", "max_iterations")
-        self._phase = _Phase.TOOLS
+        self._phase = Phase.TOOLS
         return effects + self._advance_tools()
-
-    def _note_context(self, tokens: int) -> list[Effect]:
-        """Record the context size and decide whether a compaction is due."""
-        turn = self._turn
-        turn.last_context_tokens = tokens
-        over = needs_compaction(tokens, self._window, self._s.compaction_threshold)
-        effects: list[Effect] = []
-        if turn.awaiting_shrink_check:
-            turn.awaiting_shrink_check = False
-            if over:
-                # compacting again would summarise a summary for nothing: stop here
-                turn.compaction_blocked = True
-                effects.append(
-                    Emit(
-                        SystemEvent(
-                            subtype="compaction_ineffective",
-                            message=(
-                                f"Context still at {tokens} tokens after compaction; "
-                                "not compacting again this turn."
-                            ),
-                        )
-                    )
-                )
-        self._compact_due = over and not turn.compaction_blocked
-        return effects
 
     def _on_model_failure(self, error: ProviderError) -> list[Effect]:
         purpose = self._pending.purpose if self._pending else "turn"
@@ -469,7 +343,7 @@ class SdkLoop:
         delay = retry_delay(self._attempt, error.retry_after_s, self._s.retry)
         self._timer_seq += 1
         self._retry_token = f"sdk-retry-{self._timer_seq}"
-        self._phase = _Phase.RETRY_WAIT
+        self._phase = Phase.WAIT_RETRY
         self._turn.metrics.extra["retries"] += 1
         return [
             Emit(RetryScheduled(attempt=self._attempt, delay_s=delay, message=error.message)),
@@ -480,7 +354,7 @@ class SdkLoop:
         self._retry_token = None
         if self._pending is None:  # cannot happen: a retry always has a pending call
             return []
-        self._phase = _Phase.MODEL
+        self._phase = Phase.WAIT_MODEL
         return [self._pending]
 
     def _report_outage(self, error: ProviderError) -> list[Effect]:
@@ -488,175 +362,16 @@ class SdkLoop:
         # the supervisor pauses us; after a resume the count starts afresh
         self._api_errors = 0
         self._pending = None
-        self._phase = _Phase.IDLE
-        self._calls = ()
+        self._phase = Phase.IDLE
+        self._walk = ToolWalk()
         return [ReportOutage(f"{count} consecutive API errors; last: {error.message}")]
 
     def _fail(self, message: str) -> list[Effect]:
         self._turn.metrics.termination_reason = "error"
-        self._phase = _Phase.EXITED
+        self._phase = Phase.DONE
         self._pending = None
         return [
             Emit(self._result("error", message)),
             Emit(ErrorEvent(error_type="sdk_error", message=message)),
             Exit(1),
         ]
-
-    # --- compaction ----------------------------------------------------------------
-
-    def _start_compaction(self) -> list[Effect]:
-        self._messages = self._rules.prepare_history(self._messages)
-        text = compaction_request_text(self._messages, self._s.compaction_entry_max_chars)
-        request = ModelRequest(
-            model=self._model,
-            system=COMPACTION_SYSTEM_PROMPT,
-            messages=(ChatMessage(role="user", content=text),),
-            tools=(),
-        )
-        return self._send(CallModel(request=request, purpose="compaction"))
-
-    def _on_compacted(self, response: ModelResponse) -> list[Effect]:
-        turn = self._turn
-        summary = response.text.strip()
-        self._compact_due = False
-        for_growth, self._growth_compaction = self._growth_compaction, False
-        if not summary and for_growth:
-            # going on with the full conversation would send the runaway request
-            return self._stop_for_growth("compaction after payload growth returned no summary")
-        if not summary:
-            # nothing to continue from: keep the conversation, do not try again this turn
-            turn.compaction_blocked = True
-            note = "Compaction returned no summary; continuing with the full conversation."
-            return [Emit(SystemEvent(subtype="compaction", message=note)), *self._call_model()]
-        before = len(self._messages)
-        # the turn's own prompt, not "the last user message": after an earlier compaction
-        # that would be the previous summary, and summaries would nest
-        self._messages = [
-            ChatMessage(role="user", content=compacted_user_message(summary, turn.prompt))
-        ]
-        turn.awaiting_shrink_check = True
-        turn.metrics.extra["compactions"] += 1
-        note = f"Conversation compacted: {before} messages replaced by a summary."
-        return [
-            Emit(SystemEvent(subtype="compaction", message=note)),
-            Emit(context_compacted()),
-            PersistMessage(role="system", content=summary),
-            *self._call_model(),
-        ]
-
-    # --- tool calls ----------------------------------------------------------------
-
-    @property
-    def _current(self) -> ToolCall:
-        return self._calls[self._index]
-
-    def _advance_tools(self) -> list[Effect]:
-        """Walk the remaining calls until one waits (approval or run) or all are done."""
-        effects: list[Effect] = []
-        while self._phase is _Phase.TOOLS and self._index < len(self._calls):
-            effects += self._open_call(self._current)
-        if self._phase is not _Phase.TOOLS:
-            return effects
-        return effects + self._proceed()
-
-    def _open_call(self, call: ToolCall) -> list[Effect]:
-        effects: list[Effect] = [
-            Emit(ContentBlockStart(block_type="tool_use", name=call.name, call_id=call.id,
-                                   input=dict(call.arguments)))
-        ]
-        if call.arguments_error is not None:
-            result = ToolResult(f"Invalid arguments for {call.name}: {call.arguments_error}", True)
-            return effects + self._finish_call(call, result)
-        if self._rules.is_plan_call(call):
-            # the plan is this loop's own state: no doom-loop guard, no approval, no worker
-            result, plan_effects = self._rules.plan_call(call)
-            return effects + plan_effects + self._finish_call(call, result)
-        self._recent.append((call.name, dict(call.arguments)))
-        threshold = self._s.doom_loop_threshold
-        if call.name not in self._doom_whitelist and is_doom_loop(list(self._recent), threshold):
-            self._approval_kind = "doom_loop"
-            self._phase = _Phase.APPROVAL
-            description = (
-                f"{call.name} was called {threshold}× in a row with identical input "
-                "(possible doom loop). Allow it to continue?"
-            )
-            return effects + [AskApproval(call=call, description=description, kind="doom_loop")]
-        return effects + self._authorize(call)
-
-    def _authorize(self, call: ToolCall) -> list[Effect]:
-        review = self._rules.review(call, self._check(call.name, dict(call.arguments)))
-        decision = review.decision
-        if decision.permission is Permission.DENY:
-            message = decision.message or f"Permission denied for {call.name}"
-            return self._finish_call(call, ToolResult(message, is_error=True))
-        if decision.permission is Permission.ASK:
-            self._approval_kind = review.kind
-            self._phase = _Phase.APPROVAL
-            description = decision.description or f"Use tool: {call.name}"
-            return [AskApproval(call=call, description=description, kind=review.kind)]
-        return self._run(call)
-
-    def _run(self, call: ToolCall) -> list[Effect]:
-        self._phase = _Phase.TOOL_RUN
-        return [
-            Emit(ToolStatus(status_message=f"Running {call.name}", tool_name=call.name,
-                            call_id=call.id, state="running")),
-            RunTool(call=call),
-        ]
-
-    def _on_approval(self, decision: ApprovalDecided) -> list[Effect]:
-        call = self._current
-        self._phase = _Phase.TOOLS
-        if self._approval_kind == "doom_loop":
-            if not decision.allowed:
-                return self._stop_turn(call, decision.message or DOOM_DENIAL_MESSAGE, "doom_loop")
-            if decision.scope == "session":
-                self._doom_whitelist.add(call.name)
-            # the repetition is allowed; the call still needs its ordinary permission
-            effects = self._authorize(call)
-        elif decision.allowed:
-            self._rules.approved(call, decision)
-            if decision.updated_input is not None:
-                call = ToolCall(id=call.id, name=call.name, arguments=dict(decision.updated_input))
-            effects = self._run(call)
-        else:
-            message = decision.message or DEFAULT_DENIAL_MESSAGE
-            if self._s.stop_on_denial:
-                return self._stop_turn(call, message, "permission_denied")
-            effects = self._finish_call(call, ToolResult(message, is_error=True))
-        return effects + (self._advance_tools() if self._phase is _Phase.TOOLS else [])
-
-    def _finish_call(self, call: ToolCall, result: ToolResult) -> list[Effect]:
-        """Record ``result`` for the current call and move to the next one."""
-        result, kept = self._rules.observe(call, result)
-        self._messages.append(
-            ChatMessage(
-                role="tool",
-                content=result.output,
-                tool_call_id=call.id,
-                tool_name=call.name,
-                is_error=result.is_error,
-            )
-        )
-        self._turn.metrics.tool_calls += 1
-        self._index += 1
-        state = "error" if result.is_error else "completed"
-        verb = "Failed" if result.is_error else "Completed"
-        preview = result.output[: self._s.tool_preview_chars]
-        status = ToolStatus(status_message=f"{verb} {call.name}", tool_name=call.name,
-                            call_id=call.id, state=state, output=preview)
-        return [*kept, Emit(status)]
-
-    def _skip_remaining(self, message: str) -> list[Effect]:
-        """Answer every call not yet run with ``message`` (the API needs a result for each
-        tool_use) and mark it failed."""
-        effects: list[Effect] = []
-        while self._index < len(self._calls):
-            effects += self._finish_call(self._current, ToolResult(message, is_error=True))
-        return effects
-
-    def _stop_turn(self, call: ToolCall, message: str, reason: str) -> list[Effect]:
-        """A denial blocks the turn: answer this call and the rest, then stop."""
-        effects = self._finish_call(call, ToolResult(message, is_error=True))
-        effects += self._skip_remaining(SKIPPED_MESSAGE)
-        return effects + self._proceed(blocked=True, reason=reason)

@@ -8,6 +8,9 @@ crash — unfolds exactly as it would in real time, in microseconds.
 
 Workers that wait in simulated time (scripted latency) park on the clock: while parked
 they do not count as work in flight, so ``settle()`` returns and the test can advance.
+For both, the clock needs the runtime's work accounting: it is
+:class:`~corvid_actors.actors.base.ActivityAware`, and the Runtime calls
+:meth:`SimClock.attach` (a test driving actors without a Runtime calls it itself).
 """
 
 from __future__ import annotations
@@ -23,8 +26,7 @@ import freezegun
 import freezegun.api
 
 from corvid_actors.actors.base import ActivityTracker
-from corvid_actors.clock import TimerHandle, TimerHeap
-from corvid_actors.providers.base import CancelToken
+from corvid_actors.clock import Cancellable, TimerHandle, TimerHeap
 
 DEFAULT_START = datetime(2026, 1, 1, 0, 0, 0, tzinfo=UTC)
 
@@ -101,7 +103,7 @@ class SimClock:
             raise
         self._closed = False
 
-    # --- the Clock protocol ---------------------------------------------------------
+    # --- the Clock protocol (and ActivityAware) --------------------------------------
 
     def now(self) -> datetime:
         return self._start + timedelta(seconds=self._t)
@@ -110,6 +112,8 @@ class SimClock:
         return self._t
 
     def attach(self, tracker: ActivityTracker, settle: Callable[[], None]) -> None:
+        """Take the runtime's work accounting (``ActivityAware``): ``tracker`` to stop
+        counting a parked worker, ``settle`` to run after each timer fires."""
         self._tracker = tracker
         self._settle = settle
 
@@ -123,7 +127,7 @@ class SimClock:
         with self._lock:
             return self._heap.push(self._t + max(0.0, delay_s), fn)
 
-    def wait(self, delay_s: float, cancel: CancelToken | None = None) -> bool:
+    def wait(self, delay_s: float, cancel: Cancellable | None = None) -> bool:
         """Park the calling worker until simulated time reaches now + ``delay_s``."""
         tracker = self._tracker
         woken = threading.Event()

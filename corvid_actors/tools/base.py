@@ -1,4 +1,5 @@
-"""The tool layer's contracts: a tool, the context it runs in, and its result.
+"""The tool layer's contracts: a tool, the context it runs in, its result, and the
+permission vocabulary (a check's decision, an approval policy's review) the loops share.
 
 Tools run on a session's worker thread. A tool must honour ``ctx.cancel`` (kill its
 process group when cancelled) and schedule any timeout through ``ctx.call_later`` —
@@ -8,10 +9,10 @@ never through ``time.sleep`` or ``threading.Timer`` — so simulations stay exac
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from corvid_actors.providers.base import CancelToken, ToolSpec
 
@@ -126,7 +127,7 @@ class ToolRegistry:
     def __len__(self) -> int:
         return len(self._tools)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools.values())
 
 
@@ -157,3 +158,48 @@ class PermissionDecision:
 
 #: decides, for one (call name, arguments), whether it runs, needs approval, or is denied
 PermissionCheck = Callable[[str, dict[str, Any]], PermissionDecision]
+
+
+# --- approval policies ----------------------------------------------------------------
+# Declared here, beside the permission decision they refine, because both sides use them:
+# the loops call an ApprovalPolicy (corvid_actors.loop.rules) and the tool layer implements
+# one (corvid_actors.tools.command_policy) — neither imports the other.
+
+#: AskApproval kinds: an ordinary tool approval, a shell command approval
+TOOL_APPROVAL = "tool"
+COMMAND_APPROVAL = "command"
+
+
+@dataclass(frozen=True)
+class Review:
+    """A policy's verdict on one call: the decision, and the approval kind if it asks."""
+
+    decision: PermissionDecision
+    kind: str = TOOL_APPROVAL
+
+
+class ApprovalPolicy(Protocol):
+    """What the loops ask before a tool call runs (injectable: ``approval_policy_factory``).
+
+    Called on the session actor's thread, one call at a time.
+    """
+
+    def review(self, tool_name: str, arguments: Mapping[str, Any],
+               decision: PermissionDecision) -> Review:
+        """Refine the permission check's ``decision`` for this call."""
+        ...
+
+    def remember(self, tool_name: str, arguments: Mapping[str, Any]) -> None:
+        """A human allowed this call for the rest of the session."""
+        ...
+
+
+class PassThroughPolicy:
+    """An approval policy that changes nothing (the permission check decides alone)."""
+
+    def review(self, tool_name: str, arguments: Mapping[str, Any],
+               decision: PermissionDecision) -> Review:
+        return Review(decision)
+
+    def remember(self, tool_name: str, arguments: Mapping[str, Any]) -> None:
+        return None

@@ -23,8 +23,10 @@ the ``command`` kind, which the broker does not grant wholesale, and the signatu
 here instead.
 
 The rules are pure functions; :class:`CommandApprovalPolicy` is the small stateful
-object (one per session incarnation) the loops call through the :class:`ApprovalPolicy`
-protocol, which a host may replace (``Runtime(approval_policy_factory=…)``).
+object (one per session incarnation) the loops call through the
+:class:`~corvid_actors.tools.base.ApprovalPolicy` protocol, which a host may replace
+(``Runtime(approval_policy_factory=…)``); :func:`default_approval_policy` builds it from
+the configuration.
 """
 
 from __future__ import annotations
@@ -34,14 +36,10 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from corvid_actors.tools.base import Permission, PermissionDecision
+from corvid_actors.tools.base import COMMAND_APPROVAL, Permission, PermissionDecision, Review
 from corvid_actors.tools.paths import is_within
-
-#: AskApproval kinds: an ordinary tool approval, a shell command approval
-TOOL_APPROVAL = "tool"
-COMMAND_APPROVAL = "command"
 
 DEFAULT_ALLOWLIST: tuple[str, ...] = (
     "ls", "pwd", "cat", "head", "tail", "wc", "grep", "find", "tree", "file", "stat", "du",
@@ -184,41 +182,6 @@ def is_auto_approvable(command: str, settings: CommandPolicySettings,
 # --- the collaborator --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Review:
-    """A policy's verdict on one call: the decision, and the approval kind if it asks."""
-
-    decision: PermissionDecision
-    kind: str = TOOL_APPROVAL
-
-
-class ApprovalPolicy(Protocol):
-    """What the loops ask before a tool call runs (injectable: ``approval_policy_factory``).
-
-    Called on the session actor's thread, one call at a time.
-    """
-
-    def review(self, tool_name: str, arguments: Mapping[str, Any],
-               decision: PermissionDecision) -> Review:
-        """Refine the permission check's ``decision`` for this call."""
-        ...
-
-    def remember(self, tool_name: str, arguments: Mapping[str, Any]) -> None:
-        """A human allowed this call for the rest of the session."""
-        ...
-
-
-class PassThroughPolicy:
-    """An approval policy that changes nothing (the permission check decides alone)."""
-
-    def review(self, tool_name: str, arguments: Mapping[str, Any],
-               decision: PermissionDecision) -> Review:
-        return Review(decision)
-
-    def remember(self, tool_name: str, arguments: Mapping[str, Any]) -> None:
-        return None
-
-
 class CommandApprovalPolicy:
     """The default policy (see the module docstring); one per session incarnation."""
 
@@ -265,3 +228,14 @@ class CommandApprovalPolicy:
         command = self._command(tool_name, arguments)
         if command is not None and self.settings.enabled:
             self._approved.add(command_signature(command))
+
+
+def default_approval_policy(spec: Any) -> CommandApprovalPolicy:
+    """The configured command approval policy for one incarnation, from its
+    :class:`~corvid_actors.loop_factories.LoopSpec` (the Runtime's default ``approval_policy_factory``)."""
+    c = spec.config.command_policy
+    settings = CommandPolicySettings(enabled=c.enabled, allowlist=c.allowlist,
+                                     auto_approve_modes=c.auto_approve_modes)
+    return CommandApprovalPolicy(settings, command_tools=spec.command_tools, mode=spec.permission_mode,
+                                 sandboxed=getattr(spec, "sandboxed", False),
+                                 project_dir=getattr(spec, "project_dir", None))

@@ -8,24 +8,25 @@
   ``corvid_tools.max_agent_depth`` (MAX_INVOKE_DEPTH = 3) may not send, so a chain
   A→B→C→D→E stops at D.
 
-The delegation rule: a recipient never has more permission than its sender. Its session
-runs in the *stricter* of its own agent's mode and its sender session's effective mode
-(strictness: ``plan`` < ``default`` < ``auto-edit`` < ``full-auto``), down the whole chain
-(:func:`effective_agent_mode`). It works in its own agent's default project (no project:
-the runtime's workspace), never in the sender's — unless the call passes
-``share_project: true``, which the approval shows. The approval of a send names the
-recipient and shows the message (:func:`describe_send_message`).
+The delegation rule: a recipient never has more permission than its sender (its mode is
+bounded by its sender's, :mod:`corvid_actors.tools.delegation`). It works in its own
+agent's default project (no project: the runtime's workspace), never in the sender's —
+unless the call passes ``share_project: true``, which the approval shows. The approval of
+a send names the recipient and shows the message (:func:`describe_send_message`).
 - ``corvid_extend_timeout(minutes)``: 1–120 minutes, capped as the supervisor caps it.
 - ``corvid_check_credits(wallet_address?)``: the CreditBank's balance, when there is one.
 
 Their kind is ``OTHER``: permission modes and approvals treat them like any tool, and
 the permission chain (agent list → agent bundles → project bundles) decides which ones
-a session gets. :func:`install_session_tools` wires them, the MCP servers and a host's
-own ``extra_tools`` hook into the runtime's SessionBuilder (the seed's ``setMcpServices``).
+a session gets. :class:`CorvidTools` is an ``extra_tools`` hook; the runtime composes it
+with the MCP servers and a host's own hook (``corvid_actors.session_control``, the seed's
+``setMcpServices``).
 
-Handlers run on a session's worker thread — never an actor — so ``corvid_send_message``
-may block on the runtime's API: it waits for the recipient's ``result`` on the runtime's
-clock, bounded by ``agent_reply_timeout_s`` (simulated time in simulations).
+The tools see the runtime only through the narrow
+:class:`~corvid_actors.tools.session_control.SessionControl` protocol. Handlers run on a
+session's worker thread — never an actor — so ``corvid_send_message`` may block on it: it
+waits for the recipient's ``result`` on the runtime's clock, bounded by
+``agent_reply_timeout_s`` (simulated time in simulations).
 """
 
 from __future__ import annotations
@@ -34,10 +35,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from corvid_actors.clock import Cancellable
+from corvid_actors.config import CorvidToolsConfig
 from corvid_actors.errors import CorvidError
 from corvid_actors.events import Assistant, ErrorEvent, Event, Result
 from corvid_actors.providers.base import CancelToken, ToolSpec
 from corvid_actors.tools.base import Tool, ToolContext, ToolKind, ToolRegistry, ToolResult
+from corvid_actors.tools.session_control import AgentInfo, SessionControl
 
 #: the names of the runtime's own tools
 CORVID_TOOL_NAMES = ("corvid_list_agents", "corvid_send_message", "corvid_extend_timeout", "corvid_check_credits")
@@ -78,49 +82,22 @@ _SPECS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-#: permission modes from the most restrictive to the most permissive: each allows, per
-#: tool kind, at least what the one before it allows (tools.permissions.MODE_TABLE)
-MODES_BY_STRICTNESS = ("plan", "default", "auto-edit", "full-auto")
-#: the mode of a delegated session whose sender cannot be found
-_UNKNOWN_SENDER_MODE = "plan"
 #: how many characters of the message an approval shows
 DESCRIPTION_MESSAGE_CHARS = 1000
 
 
-def stricter_mode(a: str, b: str) -> str:
-    """The more restrictive of two permission modes (names parsed as PermissionMode does)."""
-    from corvid_actors.tools.permissions import PermissionMode
-
-    first, second = PermissionMode.parse(a).value, PermissionMode.parse(b).value
-    return first if MODES_BY_STRICTNESS.index(first) <= MODES_BY_STRICTNESS.index(second) else second
+def agent_channel(sender_session_id: str, thread: str = "", *, shared: bool = False) -> str:
+    """The channel of a delegated session: ``agent:<sender sid>[#thread][+shared]`` — one
+    recipient session per sender session, thread and sharing."""
+    return f"agent:{sender_session_id}" + (f"#{thread}" if thread else "") + ("+shared" if shared else "")
 
 
 def sender_session_id(session: Any) -> str | None:
-    """The sender's session id of a delegated session (``channel = agent:<sid>[#thread][+shared]``)."""
+    """The sender's session id of a delegated session (see :func:`agent_channel`)."""
     channel = str(getattr(session, "channel", "") or "")
     if getattr(session, "source", None) != AGENT_SOURCE or not channel.startswith("agent:"):
         return None
     return channel[len("agent:"):].split("#", 1)[0].split("+", 1)[0] or None
-
-
-def effective_agent_mode(store: Any, session: Any, own_mode: str | None = None) -> str:
-    """The permission mode ``session`` runs in: its agent's, bounded by its sender's
-    effective mode when it was started by another agent (recursively, up the chain)."""
-    if own_mode is None:
-        agent = store.get_agent(session.agent_id) if getattr(session, "agent_id", None) else None
-        own_mode = agent.permission_mode if agent is not None else "default"
-    mode = stricter_mode(own_mode or "default", MODES_BY_STRICTNESS[-1])  # its own, normalised
-    seen = {session.id}
-    current = session
-    while (sender_id := sender_session_id(current)) is not None:
-        sender = store.get_session(sender_id) if sender_id not in seen else None
-        if sender is None:  # gone, or a loop: assume the least
-            return stricter_mode(mode, _UNKNOWN_SENDER_MODE)
-        seen.add(sender_id)
-        agent = store.get_agent(sender.agent_id) if sender.agent_id else None
-        mode = stricter_mode(mode, agent.permission_mode if agent is not None else "default")
-        current = sender
-    return mode
 
 
 def describe_send_message(args: Any) -> str:
@@ -179,11 +156,15 @@ class _ReplyWaiter:
 
 
 class CorvidTools:
-    """The ``extra_tools`` hook serving the corvid_* tools, bound to a Runtime."""
+    """The ``extra_tools`` hook serving the corvid_* tools over a :class:`SessionControl`.
 
-    def __init__(self, runtime: Any) -> None:
-        self.runtime = runtime
-        self.cfg = runtime.config.corvid_tools
+    Called by the session builder (on the supervisor's thread) with a session's stored
+    context; the handlers it returns run on that session's worker thread.
+    """
+
+    def __init__(self, control: SessionControl, settings: CorvidToolsConfig) -> None:
+        self.control = control
+        self.cfg = settings
 
     def __call__(self, ctx: Any) -> ToolRegistry:
         handlers: dict[str, Callable[[dict[str, Any], ToolContext], ToolResult]] = {
@@ -202,12 +183,12 @@ class CorvidTools:
     def list_agents(self, ctx: Any) -> ToolResult:
         me = ctx.agent.id if ctx.agent is not None else None
         lines = []
-        for agent in self.runtime.store.list_agents():
+        for agent in self.control.list_agents():
             about = f": {agent.description}" if agent.description else ""
             lines.append(f"- {agent.name} (id {agent.id}){' [you]' if agent.id == me else ''}{about}")
         return ToolResult("\n".join(lines) if lines else "No agents are registered.")
 
-    def send_message(self, ctx: Any, args: dict[str, Any], cancel: CancelToken) -> ToolResult:
+    def send_message(self, ctx: Any, args: dict[str, Any], cancel: Cancellable) -> ToolResult:
         to, message, thread = _text_arg(args, "to_agent"), _text_arg(args, "message"), _text_arg(args, "thread")
         if not to or not message:
             return _error("corvid_send_message needs `to_agent` (a name or id) and a non-empty `message`")
@@ -215,10 +196,9 @@ class CorvidTools:
         if depth > self.cfg.max_agent_depth:
             return _error(f"Refused: this conversation is already {depth - 1} agent messages deep and "
                           f"chains deeper than {self.cfg.max_agent_depth} are not allowed. Answer with what you have.")
-        store = self.runtime.store
-        recipient = store.find_agent(to)
+        recipient = self.control.find_agent(to)
         if recipient is None:
-            names = ", ".join(a.name for a in store.list_agents()) or "none"
+            names = ", ".join(a.name for a in self.control.list_agents()) or "none"
             return _error(f"No agent named or with id {to!r}. Agents: {names}")
         sender = ctx.agent
         if sender is not None and recipient.id == sender.id:
@@ -234,64 +214,54 @@ class CorvidTools:
         low, high = self.cfg.extend_timeout_min_minutes, self.cfg.extend_timeout_max_minutes
         if isinstance(minutes, bool) or not isinstance(minutes, int | float) or not low <= minutes <= high:
             return _error(f"`minutes` must be a number from {low:g} to {high:g}")
-        sid = ctx.session.id
-        if not self.runtime.extend_timeout(sid, float(minutes) * 60):
+        extended = self.control.extend_timeout(ctx.session.id, float(minutes) * 60)
+        if extended is None:
             return _error("This session is not running; its timeout cannot be extended.")
-        timeout_s = self.runtime.session_info(sid).get(sid, {}).get("timeout_s") or 0.0
-        cap_s = self.runtime.config.supervisor.session_timeout_s * self.runtime.config.supervisor.timeout_extension_cap_factor
-        capped = " (the maximum)" if timeout_s >= cap_s else ""
-        default_min = self.runtime.config.supervisor.session_timeout_s / 60
-        return ToolResult(f"Timeout extended: this session now stops in {timeout_s / 60:g} minutes{capped} "
+        capped = " (the maximum)" if extended.timeout_s >= extended.cap_s else ""
+        return ToolResult(f"Timeout extended: this session now stops in {extended.timeout_s / 60:g} minutes{capped} "
                           f"unless it is active again; its next activity restores the default of "
-                          f"{default_min:g} minutes.")
+                          f"{extended.default_s / 60:g} minutes.")
 
     def check_credits(self, ctx: Any, args: dict[str, Any]) -> ToolResult:
-        if getattr(self.runtime, "credits", None) is None:
+        if not self.control.credits_enabled():
             return ToolResult("Credits are not enabled on this runtime: no balance to check.")
         participant = _text_arg(args, "wallet_address") or str(ctx.session.participant or "")
         if not participant:
             return _error("This session has no participant: pass `wallet_address`.")
-        balance = int(self.runtime.credit_balance(participant))
-        credits = self.runtime.config.credits
-        low = " This is low." if balance < credits.low_credit_threshold else ""
-        return ToolResult(f"{participant} has {balance} credits ({credits.credits_per_turn} per turn).{low}")
+        credits = self.control.credit_balance(participant)
+        low = " This is low." if credits.balance < credits.low_threshold else ""
+        return ToolResult(f"{participant} has {credits.balance} credits ({credits.credits_per_turn} per turn).{low}")
 
     # --- sending ----------------------------------------------------------------------------
 
-    def _recipient_session(self, ctx: Any, recipient: Any, depth: int, thread: str, *, share: bool) -> str:
+    def _recipient_session(self, ctx: Any, recipient: AgentInfo, depth: int, thread: str, *, share: bool) -> str:
         """The recipient's session for this sender session (and thread, and sharing): reused,
         or created in the recipient's own project (the sender's only when shared)."""
-        store = self.runtime.store
-        channel = (f"agent:{ctx.session.id}" + (f"#{thread}" if thread else "")
-                   + ("+shared" if share and ctx.session.project_id else ""))
-        model = store.m.Session
-        with store.transaction():
-            found = model.get_or_none((model.agent == recipient.id) & (model.source == AGENT_SOURCE)
-                                      & (model.channel == channel))
+        shared = share and bool(ctx.session.project_id)
+        channel = agent_channel(ctx.session.id, thread, shared=shared)
+        found = self.control.find_session(recipient.id, AGENT_SOURCE, channel)
         if found is not None:
-            return str(found.id)
+            return found
         sender = ctx.agent
-        project_id = ctx.session.project_id if share and ctx.session.project_id else recipient.default_project_id
-        created = store.create_session(
-            agent_id=recipient.id, project_id=project_id, source=AGENT_SOURCE,
-            name=f"Message from {sender.name if sender is not None else 'a session'}",
+        return self.control.create_session(
+            agent_id=recipient.id, project_id=ctx.session.project_id if shared else recipient.default_project_id,
+            source=AGENT_SOURCE, name=f"Message from {sender.name if sender is not None else 'a session'}",
             participant=str(sender.id) if sender is not None else "", channel=channel, depth=depth + 1,
         )
-        return str(created.id)
 
-    def _deliver(self, sid: str, recipient: str, prompt: str, cancel: CancelToken) -> ToolResult:
-        runtime = self.runtime
+    def _deliver(self, sid: str, recipient: str, prompt: str, cancel: Cancellable) -> ToolResult:
+        control = self.control
         waiter = _ReplyWaiter()
-        runtime.subscribe(sid, waiter)
+        control.subscribe(sid, waiter)
         unregister = cancel.on_cancel(waiter.token.cancel)
         try:
-            if runtime.resume_process(sid, prompt) is None and not waiter.token.cancelled:
+            if not control.resume(sid, prompt) and not waiter.token.cancelled:
                 waiter.failure = waiter.failure or "its session could not start"
                 waiter.token.cancel()
-            timed_out = runtime.clock.wait(self.cfg.agent_reply_timeout_s, waiter.token)
+            timed_out = control.wait(self.cfg.agent_reply_timeout_s, waiter.token)
         finally:
             unregister()
-            runtime.unsubscribe(sid, waiter)
+            control.unsubscribe(sid, waiter)
         if waiter.reply is not None:
             return ToolResult(f"Reply from {recipient}:\n{waiter.reply}")
         if cancel.cancelled:
@@ -312,26 +282,3 @@ def _guard(handler: Callable[[dict[str, Any], ToolContext], ToolResult]
             return _error(f"{type(exc).__name__}: {exc}")
 
     return run
-
-
-def install_session_tools(runtime: Any, host_hook: Callable[[Any], ToolRegistry] | None = None) -> None:
-    """Make the runtime's SessionBuilder offer: the host's ``extra_tools`` (if any), the
-    corvid_* tools, and the agent's external MCP servers — in that order (later names win)."""
-    from corvid_actors.actors.base import tell
-    from corvid_actors.actors.events import Publish
-    from corvid_actors.tools.mcp_client import McpToolSource, SessionTools
-
-    corvid = CorvidTools(runtime)
-    mcp = McpToolSource(runtime.config.mcp, runtime.store,
-                        publish=lambda sid, event: tell(runtime.bus, Publish(sid, event)),
-                        output_limit=runtime.config.tools.output_truncate_chars)
-
-    def hook(ctx: Any) -> SessionTools:
-        tools = SessionTools()
-        if host_hook is not None:
-            tools.merge(host_hook(ctx))
-        tools.merge(corvid(ctx))
-        tools.merge(mcp(ctx))
-        return tools
-
-    runtime.builder.extra_tools = hook

@@ -6,6 +6,8 @@ import pykka
 import pytest
 
 from corvid_actors.actors.approvals import (
+    ApprovalAnswer,
+    ApprovalAsked,
     ApprovalBroker,
     CancelSession,
     DenyAll,
@@ -15,7 +17,7 @@ from corvid_actors.actors.approvals import (
     SetMode,
 )
 from corvid_actors.actors.base import ActivityTracker, TrackedActor
-from corvid_actors.actors.session import ApprovalAnswer, ApprovalAsked, approval_id_for
+from corvid_actors.actors.session_messages import approval_id_for
 from corvid_actors.actors.timers import Timers
 from corvid_actors.testing import SimClock
 

@@ -29,7 +29,7 @@ def _imports(module_path: Path) -> tuple[set[str], list[tuple[int, str]]]:
 
 
 def test_no_function_local_imports_in_actor_modules():
-    found = {p.name: nested for p in sorted(ACTORS.glob("*.py")) if (nested := _imports(p)[1])}
+    found = {str(p.relative_to(ACTORS)): nested for p in sorted(ACTORS.rglob("*.py")) if (nested := _imports(p)[1])}
     assert found == {}
 
 
@@ -49,8 +49,8 @@ def test_reply_messages_live_with_the_actor_that_sends_them():
 
 def test_every_actor_module_imports_first_on_its_own():
     # an import cycle shows as an ImportError when a module is the first one imported
-    for path in sorted(ACTORS.glob("*.py")):
-        name = f"corvid_actors.actors.{path.stem}"
+    for path in sorted(ACTORS.rglob("*.py")):
+        name = ".".join(("corvid_actors.actors", *path.relative_to(ACTORS).with_suffix("").parts))
         done = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True,
                               timeout=60)
         assert done.returncode == 0, (name, done.stderr[-2000:])

@@ -9,8 +9,15 @@ import pykka
 import pytest
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor
-from corvid_actors.actors.session import SlotAnswer, SlotQueued
-from corvid_actors.actors.slots import AcquireSlot, ReleaseSlot, SlotPool, SlotStats, admit
+from corvid_actors.actors.slots import (
+    AcquireSlot,
+    ReleaseSlot,
+    SlotAnswer,
+    SlotPool,
+    SlotQueued,
+    SlotStats,
+    admit,
+)
 from corvid_actors.actors.timers import Timers
 from corvid_actors.config_sections import SlotsConfig
 from corvid_actors.testing import SimClock

@@ -3,6 +3,7 @@
 import pytest
 
 from corvid_actors.config_sections import SupervisorConfig
+from corvid_actors.errors import CorvidError, StoreUnavailableError
 from corvid_actors.supervision import (
     active_turns,
     auto_resume_delay,
@@ -10,7 +11,10 @@ from corvid_actors.supervision import (
     completed_note,
     crashed_note,
     extended_timeout,
+    failure_kind,
+    fallback_check_delay,
     needs_context_reset,
+    overdue_after,
     restart_after_crash,
     restart_count_after_uptime,
     zero_turn_breaker_trips,
@@ -108,3 +112,37 @@ def test_a_resumed_incarnation_counts_the_user_messages_of_its_history():
     assert active_turns(history, new_prompt=False) == 2
     assert active_turns(history, new_prompt=True) == 3
     assert active_turns([], new_prompt=False) == 0
+
+
+# --- timeouts and failure reports ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("timeout_s", "after"), [(1800, 1800), (7200, 1800), (60, 60)])
+def test_an_incarnation_may_be_overdue_after_the_shorter_of_its_timeout_and_the_default(timeout_s, after):
+    assert overdue_after(CFG, timeout_s) == after
+
+
+@pytest.mark.parametrize(("now", "earliest_due", "delay"), [
+    (0, 1800, 1800),  # nobody can be overdue before then
+    (1790, 1800, 60),  # never sooner than the check interval
+    (5000, 1800, 60),  # overdue already: the next regular check
+])
+def test_the_safety_net_waits_for_the_first_incarnation_that_could_be_overdue(now, earliest_due, delay):
+    assert fallback_check_delay(CFG, now, earliest_due) == delay
+
+
+class _DriverError(Exception):
+    pass
+
+
+_DriverError.__module__ = "psycopg2.errors"
+
+
+@pytest.mark.parametrize(("exc", "kind"), [
+    (StoreUnavailableError("down"), "store_error"),
+    (_DriverError("connection lost"), "store_error"),  # a driver's own exception
+    (CorvidError("bug"), "internal_error"),
+    (KeyError("x"), "internal_error"),
+])
+def test_failure_kind_tells_store_failures_from_bugs(exc, kind):
+    assert failure_kind(exc) == kind

@@ -41,13 +41,13 @@ def admin_rt(sim_clock, scripted, tmp_path):
     rt.shutdown()
 
 
-def command(admin, name, **args):
+def command(admin, name, /, **args):  # positional: `start` takes a `name` argument
     if name == "start":
         args.setdefault("create", True)  # most tests name a new agent
     return admin.ask(AdminCommand(name, args))
 
 
-def failure(admin, name, **args) -> AdminError:
+def failure(admin, name, /, **args) -> AdminError:
     with pytest.raises(AdminError) as caught:
         command(admin, name, **args)
     return caught.value

@@ -9,7 +9,7 @@ import pytest
 
 from corvid_actors.config import Config
 from corvid_actors.testing import EventRecorder, sim_runtime
-from corvid_actors.tools.corvid_tools import effective_agent_mode, stricter_mode
+from corvid_actors.tools.delegation import effective_agent_mode, stricter_mode
 
 
 @pytest.fixture

@@ -17,13 +17,13 @@ from corvid_actors.testing.ollama_stub import OllamaStubServer
 from corvid_actors.tools.base import (
     Permission,
     PermissionDecision,
+    Review,
     Tool,
     ToolKind,
     ToolRegistry,
     ToolResult,
 )
 from corvid_actors.tools.coding import coding_tools
-from corvid_actors.tools.command_policy import Review
 
 MODEL = "llama3.1:8b"
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from corvid_actors.tools.base import Permission, PermissionDecision
-from corvid_actors.tools.command_policy import (
+from corvid_actors.tools.base import (
     COMMAND_APPROVAL,
     TOOL_APPROVAL,
+    PassThroughPolicy,
+    Permission,
+    PermissionDecision,
+)
+from corvid_actors.tools.command_policy import (
     CommandApprovalPolicy,
     CommandPolicySettings,
-    PassThroughPolicy,
     auto_approval_refusal,
     command_signature,
     is_auto_approvable,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from corvid_actors.actors.session import _request_size
+from corvid_actors.actors.session_work import request_bytes
 from corvid_actors.loop.payload_guard import (
     GrowthGuard,
     GuardSettings,
@@ -59,7 +59,7 @@ def test_request_size_is_the_session_actors_measure():
         ChatMessage("assistant", "", tool_calls=(ToolCall("c1", "read_file", {"path": "a.py"}),)),
         ChatMessage("tool", "x" * 100, tool_call_id="c1", tool_name="read_file"),
     ))
-    assert request_size(req) == _request_size(req)
+    assert request_size(req) == request_bytes(req)
     assert request_size(req) == len("système".encode()) + sum(message_size(m) for m in req.messages)
 
 

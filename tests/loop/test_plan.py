@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from corvid_actors.loop.plan import (
+    PLAN_TOOL_NAME,
     PlanState,
     PlanStatus,
     PlanStep,
@@ -15,13 +16,14 @@ from corvid_actors.loop.plan import (
     plan_from_json,
     plan_prompt,
     plan_to_json,
+    plan_tool_spec,
     prune_completed,
     render_plan,
     state_from_dicts,
     summarize_update,
 )
 from corvid_actors.tools.base import ToolContext
-from corvid_actors.tools.plan_tool import PLAN_TOOL_NAME, plan_tool, plan_tool_spec
+from corvid_actors.tools.plan_tool import plan_tool
 
 P, R, C, B = PlanStatus.PENDING, PlanStatus.RUNNING, PlanStatus.COMPLETED, PlanStatus.BLOCKED
 
@@ -151,7 +153,7 @@ def test_plan_tool_spec_and_validating_handler(tmp_path):
     assert spec.name == PLAN_TOOL_NAME == "update_plan"
     step = spec.parameters["properties"]["steps"]["items"]
     assert step["properties"]["status"]["enum"] == ["pending", "running", "completed", "blocked"]
-    tool = plan_tool()
+    tool = plan_tool(spec, parse_plan_update)
     ctx = ToolContext(project_dir=tmp_path)
     assert not tool.handler({"steps": [{"id": "1", "status": "pending"}]}, ctx).is_error
     bad = tool.handler({"steps": [{"id": "1", "status": "nope"}]}, ctx)

@@ -40,7 +40,9 @@ from corvid_actors.loop.effects import (
     UserMessage,
 )
 from corvid_actors.loop.retry import RetrySettings
-from corvid_actors.loop.sdk import SdkLoop, SdkLoopSettings, needs_compaction, next_signal
+from corvid_actors.loop.sdk import SdkLoop
+from corvid_actors.loop.sdk_compaction import needs_compaction, next_signal
+from corvid_actors.loop.settings import SdkLoopSettings
 from corvid_actors.providers.base import (
     ChatMessage,
     ErrorKind,
@@ -461,12 +463,11 @@ def test_fatal_error_emits_result_error_event_and_exit_1() -> None:
     loop = make_loop()
     loop.start("go")
     effects = loop.handle(failure(ErrorKind.FATAL, "invalid x-api-key"))
-    assert events(effects) == [
-        events(effects)[0],
-        ErrorEvent(error_type="sdk_error", message="invalid x-api-key"),
-    ]
-    result = events(effects)[0]
-    assert isinstance(result, Result) and result.subtype == "error"
+    result, error = events(effects)
+    assert isinstance(result, Result)
+    assert (result.subtype, result.result, result.num_turns) == ("error", "invalid x-api-key", 0)
+    assert result.metrics["termination_reason"] == "error"
+    assert error == ErrorEvent(error_type="sdk_error", message="invalid x-api-key")
     assert effects[-1] == Exit(1)
     assert loop.handle(UserMessage("hello?")) == []
 

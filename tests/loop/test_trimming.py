@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corvid_actors.loop.direct import DirectLoopSettings
+from corvid_actors.loop.settings import DirectLoopSettings
 from corvid_actors.loop.tokens import estimate_messages_tokens
 from corvid_actors.loop.trimming import (
     CONTEXT_SUMMARY_HEADER,

@@ -7,10 +7,9 @@ import os
 
 import pytest
 
-from corvid_actors.tools.base import Permission, PermissionDecision
+from corvid_actors.tools.base import COMMAND_APPROVAL, Permission, PermissionDecision
 from corvid_actors.tools.coding import coding_tools
 from corvid_actors.tools.command_policy import (
-    COMMAND_APPROVAL,
     CommandApprovalPolicy,
     CommandPolicySettings,
     auto_approval_refusal,

@@ -1,0 +1,192 @@
+"""The messages a :class:`~corvid_actors.actors.session.SessionActor` takes and sends.
+
+In (from the supervisor, or — ``UserInput`` — straight from ``Runtime.send_message``
+through the live registry): :class:`Begin`, :class:`Ready`, :class:`UserInput`,
+:class:`ExtendTimeout`, :class:`CheckTimeout`, :class:`Abort`, :class:`InjectedCrash`.
+Out, to the supervisor (lifecycle only): :class:`Built` / :class:`BuildFailed`,
+:class:`SessionEnded`, :class:`OutageReported`, :class:`TimedOut`,
+:class:`SessionCrashed`, :class:`StopRequested`, :class:`WritesHandedOver`. All are
+told (no replies); the actor handles them on its own thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from corvid_actors.actors.session_work import ExitRequested
+from corvid_actors.loop import effects as fx
+
+
+@dataclass(frozen=True)
+class Begin:
+    """The first message; ``blocks`` when it is multimodal (``prompt`` is its text).
+    ``counts_turn``: a user message that opens a new turn (a resumed incarnation's first
+    message); the start's own prompt was counted by the supervisor's start write."""
+
+    prompt: str
+    blocks: tuple[dict[str, Any], ...] = ()
+    counts_turn: bool = False
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Start without a turn: the incarnation waits for its first message (a resumed
+    session that was not mid-turn calls no model until someone speaks)."""
+
+
+@dataclass(frozen=True)
+class UserInput:
+    """A user message; ``blocks`` when it is multimodal (``text`` is its text parts)."""
+
+    text: str
+    blocks: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class ExtendTimeout:
+    """Replace the pending inactivity deadline with now + ``timeout_s`` (already capped by
+    the supervisor); the session's next event re-arms the default timeout."""
+
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class CheckTimeout:
+    pass
+
+
+@dataclass(frozen=True)
+class Abort:
+    """Stop now: cancel in-flight work and end the actor without emitting anything."""
+
+
+@dataclass(frozen=True)
+class InjectedCrash:
+    """Fault hook (``corvid_actors.testing.kill_incarnation``): the actor fails on this
+    message as on any bug in it — ``on_failure`` runs and the supervisor hears
+    ``SessionCrashed`` (exit code 1, restart with backoff)."""
+
+    reason: str = "incarnation killed (fault hook)"
+
+
+class InjectedCrashError(RuntimeError):
+    """What the actor raises on :class:`InjectedCrash`."""
+
+
+@dataclass(frozen=True)
+class SessionEnded:
+    session_id: str
+    generation: int
+    code: int
+    #: the last error the incarnation published (for the exit note), "" for a clean end
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class OutageReported:
+    session_id: str
+    generation: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Built:
+    """The incarnation is built (``built``: the ``wiring.BuiltSession``) and waits for
+    ``Begin``/``Ready``. Its ``built.resources`` are the supervisor's to close from now on."""
+
+    session_id: str
+    generation: int
+    built: Any
+
+
+@dataclass(frozen=True)
+class BuildFailed:
+    """Building the incarnation raised (a spawn error); the actor has stopped."""
+
+    session_id: str
+    generation: int
+    error: str
+
+
+@dataclass(frozen=True)
+class WritesHandedOver:
+    """The ending incarnation's writes that failed and are still pending: the supervisor
+    goes on retrying them (``PendingWrites.adopt``), so they outlive the incarnation."""
+
+    session_id: str
+    writes: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class StopRequested:
+    """The incarnation asks to be stopped (``session_stopped`` with ``reason``), e.g. when
+    the CreditBank says its participant's credits are exhausted."""
+
+    session_id: str
+    generation: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class TimedOut:
+    session_id: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class SessionCrashed:
+    session_id: str
+    generation: int
+    error: str
+
+
+def approval_id_for(session_id: str, generation: int, seq: int) -> str:
+    """An 8-character approval id, as the original's (the head of a uuid): hex digits of
+    a hash, so simulations replay the same ids while ids of different sessions differ."""
+    return hashlib.blake2s(f"{session_id}/{generation}/{seq}".encode(), digest_size=4).hexdigest()
+
+
+# --- the actor's messages to itself (internal: timers and workers report back) ------------
+
+
+@dataclass(frozen=True)
+class LoopTimerDue:
+    """A timer the loop asked for (``Schedule``) fired; fed to the loop as ``TimerFired``."""
+
+    generation: int
+    token: str
+
+
+@dataclass(frozen=True)
+class IdleDue:
+    """The idle timeout armed after turn ``turn_seq`` fired (ignored if a turn ran since)."""
+
+    generation: int
+    turn_seq: int
+
+
+@dataclass(frozen=True)
+class TimeoutDue:
+    """Time to check the inactivity deadline."""
+
+    generation: int
+
+
+@dataclass(frozen=True)
+class WorkerDone:
+    """Worker run ``seq`` finished with ``result`` (ignored unless it is the latest run)."""
+
+    seq: int
+    result: fx.LoopInput | ExitRequested
+
+
+@dataclass(frozen=True)
+class BuildDone:
+    """The build on the worker finished: the complete wiring and the built session, or
+    ``error``."""
+
+    wiring: Any = None
+    built: Any = None
+    error: str = ""

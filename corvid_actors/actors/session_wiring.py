@@ -1,0 +1,113 @@
+"""What a session incarnation is built with, and the state it shares with the supervisor.
+
+:class:`SessionWiring` is the bundle of references and settings the supervisor makes for
+each incarnation of a :class:`~corvid_actors.actors.session.SessionActor`;
+:class:`Lifeline` (its publish gate and kill switch) and :class:`TurnTally` (its turn
+accounting) are shared objects: the actor, its worker threads and the supervisor hold
+the same instance (the lifeline is thread-safe; the tally is written by the actor only).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pykka
+
+from corvid_actors.actors.base import tell
+from corvid_actors.actors.events import Publish
+from corvid_actors.clock import Clock
+from corvid_actors.config_sections import RetrySchedule
+from corvid_actors.events import Event
+from corvid_actors.loop import effects as fx
+from corvid_actors.providers.base import CancelToken, Provider
+from corvid_actors.tools.base import ToolContext, ToolRegistry
+
+
+class Lifeline:
+    """An incarnation's publish gate and kill switch, shared by its actor, its worker and
+    the supervisor. ``close()`` is synchronous: once it returns, nothing more is published
+    and the in-flight worker call is cancelled."""
+
+    def __init__(self, session_id: str, bus: pykka.ActorRef[Any]) -> None:
+        self.session_id = session_id
+        self._bus = bus
+        self._lock = threading.Lock()
+        self._closed = False
+        self._accepting_input = True
+        self.cancel = CancelToken()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def accepting_input(self) -> bool:
+        """False once the incarnation has ended (or been closed): a user message sent now
+        would never be answered, so the supervisor refuses it instead of persisting it."""
+        return self._accepting_input and not self._closed
+
+    def refuse_input(self) -> None:
+        """The incarnation takes no more user messages (it is ending)."""
+        self._accepting_input = False
+
+    def publish(self, event: Event) -> bool:
+        with self._lock:
+            if self._closed:
+                return False
+            tell(self._bus, Publish(self.session_id, event))
+            return True
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._accepting_input = False
+        self.cancel.cancel()
+
+
+@dataclass
+class TurnTally:
+    """An incarnation's turn accounting, written by its actor only; the supervisor reads it
+    when the incarnation ends (exit notes, ``session_info``). Starts with the counts the
+    session had (a new incarnation goes on counting)."""
+
+    turns: int = 0
+    cost_usd: float = 0.0
+    #: a turn of this incarnation succeeded (the supervisor resets the outage backoff)
+    answered: bool = False
+
+
+@dataclass
+class SessionWiring:
+    """The references and settings an incarnation is built with (made by the supervisor)."""
+
+    session_id: str
+    generation: int
+    lifeline: Lifeline
+    supervisor: pykka.ActorRef[Any]
+    timers: pykka.ActorRef[Any]
+    clock: Clock
+    store: Any
+    provider: Provider
+    loop: fx.Loop
+    tools: ToolRegistry
+    tool_context: ToolContext
+    timeout_s: float
+    #: waiting this long for a user message ends the session cleanly (exit 0); None: no
+    #: idle exit, the session waits until the inactivity timeout stops it
+    idle_timeout_s: float | None
+    slot_pool: pykka.ActorRef[Any] | None = None
+    approvals: pykka.ActorRef[Any] | None = None
+    approval_timeout_s: float = 55.0
+    slot_weight: int = 1
+    #: where payload-growth snapshots are written (None: not written, only logged)
+    snapshot_dir: Path | None = None
+    #: turn accounting (shared with the supervisor, who reads it at the end)
+    tally: TurnTally = field(default_factory=TurnTally)
+    #: the session's source (the CreditBank charges ``chat`` turns) and the bank, if any
+    source: str = ""
+    credits: pykka.ActorRef[Any] | None = None
+    #: how writes the store refused are retried (``[store.write_retry]``)
+    write_retry: RetrySchedule = field(default_factory=RetrySchedule)

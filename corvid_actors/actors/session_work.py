@@ -1,0 +1,105 @@
+"""The blocking work a session actor hands to its worker threads, and what it reports.
+
+Each function returns the body of one worker run: it takes the run's
+:class:`CancelToken`, blocks (a model stream, a tool), and returns the loop input the
+actor feeds back (or :class:`ExitRequested`). Runs on a worker thread; touches no actor
+state — what it must publish mid-run (streamed text) goes through the callback it is
+given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+
+from loguru import logger
+
+from corvid_actors.loop import effects as fx
+from corvid_actors.loop.payload_guard import request_size
+from corvid_actors.providers.base import (
+    CancelToken,
+    ErrorKind,
+    ModelRequest,
+    Provider,
+    ProviderError,
+    SessionExit,
+    StreamCancelled,
+    StreamEvent,
+    ToolCall,
+)
+from corvid_actors.tools.base import Tool, ToolContext, ToolResult
+
+
+@dataclass(frozen=True)
+class ExitRequested:
+    """A worker's outcome that bypasses the loop: the provider asked to end (SessionExit)."""
+
+    code: int
+
+
+Work = Callable[[CancelToken], "fx.LoopInput | ExitRequested"]
+
+
+def request_bytes(request: ModelRequest) -> int:
+    """The size of ``request`` as sent: one measure for the actor and the loop's
+    payload-growth failsafe."""
+    return request_size(request)
+
+
+def model_call(
+    provider: Provider, request: ModelRequest, on_event: Callable[[StreamEvent], None], session_id: str
+) -> Work:
+    """One model call: its reply (``ModelSucceeded``), a classified failure
+    (``ModelFailed``; an unclassified provider bug is fatal, not a hang), or the
+    provider's request to end the session."""
+
+    def call(cancel: CancelToken) -> fx.LoopInput | ExitRequested:
+        try:
+            response = provider.stream(request, on_event, cancel)
+            return fx.ModelSucceeded(response, request_bytes=request_bytes(request))
+        except ProviderError as exc:
+            return fx.ModelFailed(exc)
+        except SessionExit as exc:
+            return ExitRequested(exc.code)
+        except StreamCancelled:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an unclassified provider bug is fatal, not a hang
+            logger.bind(session_id=session_id).exception("provider raised an unclassified error")
+            return fx.ModelFailed(ProviderError(ErrorKind.FATAL, f"{type(exc).__name__}: {exc}"))
+
+    return call
+
+
+def tool_run(tool: Tool | None, context: ToolContext, call: ToolCall) -> Work:
+    """One tool run; a tool that raises gives an error result the model sees."""
+
+    def run(cancel: CancelToken) -> fx.LoopInput | ExitRequested:
+        if tool is None:
+            return fx.ToolFinished(call.id, ToolResult(f"Unknown tool: {call.name}", is_error=True))
+        try:
+            result = tool.handler(dict(call.arguments), replace(context, cancel=cancel))
+        except Exception as exc:  # noqa: BLE001 - a tool bug becomes a result the model sees
+            result = ToolResult(f"Tool execution error: {type(exc).__name__}: {exc}", is_error=True)
+        return fx.ToolFinished(call.id, result)
+
+    return run
+
+
+def write_snapshot(directory: Path | None, session_id: str, now: datetime, content: str) -> Path | None:
+    """The payload-growth failsafe's diagnostic snapshot → a file in ``directory``; its
+    path, or None when none was written (no directory configured, or an OS error: logged)."""
+    log = logger.bind(session_id=session_id)
+    if directory is None:
+        log.warning("payload-growth snapshot not written: no snapshot directory configured")
+        return None
+    path = directory / f"payload-{session_id}-{now.strftime('%Y%m%dT%H%M%S%fZ')}.json"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        path.write_text(content, encoding="utf-8")
+    except OSError as exc:
+        log.warning("payload-growth snapshot not written to {}: {}", path, exc)
+        return None
+    log.warning("payload-growth snapshot written to {}", path)
+    return path

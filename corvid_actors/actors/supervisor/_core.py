@@ -1,0 +1,201 @@
+"""The SessionSupervisor's books and the primitive moves every concern is made of.
+
+:class:`SupervisorCore` holds what the supervisor talks to (store, builder, bus, timers,
+slot pool, approvals, credits, the live registry) and what it remembers (incarnations,
+per-session meta, paused sessions, counters). Its methods are the moves the concern
+modules (``_start``, ``_resume``, ``_exits``, ``_outage``, ``_housekeeping``) combine:
+end an incarnation silently (:meth:`~SupervisorCore.kill`), the single cleanup path
+(seed invariant 14), a stop, a write that must happen, an event, the housekeeping
+timers. Everything runs on the supervisor's thread; blocking work (closing an
+incarnation's resources) goes to a tracked worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pykka
+
+from corvid_actors.actors.approvals import CancelSession
+from corvid_actors.actors.base import ActivityTracker, tell
+from corvid_actors.actors.events import Publish, RemoveSession
+from corvid_actors.actors.live import LiveSessions
+from corvid_actors.actors.retry import PendingWrites
+from corvid_actors.actors.session_messages import Abort
+from corvid_actors.actors.slots import ReleaseSlot
+from corvid_actors.actors.supervisor._state import Incarnation, Meta, Paused, _FallbackCheck, _Prune
+from corvid_actors.actors.timers import CancelTimer, CancelTimers, ScheduleTimer
+from corvid_actors.clock import Clock
+from corvid_actors.config import Config
+from corvid_actors.errors import RuntimeStoppedError
+from corvid_actors.events import Event, SessionStopped
+from corvid_actors.supervision import fallback_check_delay, overdue_after
+from corvid_actors.wiring import close_resources
+
+
+class SupervisorCore:
+    """The supervisor's collaborators, tables and primitive moves (see the module docstring).
+
+    ``me`` is the supervisor's own ref (the target of its timers), set when it starts."""
+
+    def __init__(
+        self,
+        tracker: ActivityTracker,
+        *,
+        config: Config,
+        clock: Clock,
+        store: Any,
+        builder: Any,
+        bus: pykka.ActorRef[Any],
+        timers: pykka.ActorRef[Any],
+        slot_pool: pykka.ActorRef[Any] | None,
+        approvals: pykka.ActorRef[Any] | None,
+        credits: pykka.ActorRef[Any] | None,
+        live: LiveSessions,
+    ) -> None:
+        self.tracker = tracker
+        self.cfg = config
+        self.sup = config.supervisor
+        self.clock = clock
+        self.store = store
+        self.builder = builder
+        self.bus = bus
+        self.timers = timers
+        self.slot_pool = slot_pool
+        self.approvals = approvals
+        self.credits = credits
+        #: the registry of live incarnations the send path reads (written here only)
+        self.live = live
+        self.me: pykka.ActorRef[Any] | None = None
+        self.writes = PendingWrites(timers=timers, owner=None, key=("supervisor", "write-retry"),
+                                    publish=self.publish, schedule=config.store.write_retry)
+        self.running: dict[str, Incarnation] = {}
+        self.meta: dict[str, Meta] = {}
+        self.paused: dict[str, Paused] = {}
+        self.generation = 0
+        self.seq = 0
+        self.next_pid = {"sdk": self.sup.sdk_pid_base, "direct": self.sup.direct_pid_base}
+        self.fallback_scheduled = False
+        self.prune_scheduled = False
+        self.shutting_down = False
+
+    @property
+    def ref(self) -> pykka.ActorRef[Any]:
+        """The supervisor's own ref (bound in ``on_start``)."""
+        assert self.me is not None, "the supervisor has not started"
+        return self.me
+
+    # --- reads --------------------------------------------------------------------------------
+
+    def current(self, sid: str, generation: int) -> bool:
+        """True when ``generation`` is the session's running incarnation (seed invariant 1:
+        messages of an old incarnation are ignored)."""
+        inc = self.running.get(sid)
+        return inc is not None and inc.generation == generation
+
+    def meta_of(self, sid: str) -> Meta:
+        """The session's meta, created on first use."""
+        return self.meta.setdefault(sid, Meta())
+
+    def refuse_if_stopping(self) -> None:
+        """Raise RuntimeStoppedError (to the asker) once the shutdown has begun."""
+        if self.shutting_down:
+            raise RuntimeStoppedError("the runtime is shutting down and accepts no new sessions")
+
+    # --- effects ------------------------------------------------------------------------------
+
+    def publish(self, sid: str, event: Event) -> None:
+        """Tell the EventBus ``event`` of ``sid``."""
+        tell(self.bus, Publish(sid, event))
+
+    def write(self, sid: str, what: str, write: Callable[[], Any]) -> None:
+        """A write that must happen: now, or retried with backoff (never raises)."""
+        self.writes.run(sid, what, write)
+
+    def set_status(self, sid: str, status: str) -> None:
+        """The row's status (and no pid), a write that must happen."""
+        self.write(sid, "the session status", lambda: self.store.update_session(sid, pid=None, status=status))
+
+    def close_later(self, sid: str, resources: tuple[Any, ...]) -> None:
+        """Close an incarnation's resources on a tracked worker: closing may block (an MCP
+        server gets a grace period before its process tree is killed), settle() waits."""
+        if resources:
+            self.tracker.run_tracked(lambda: close_resources(resources, sid), f"close-{sid[:8]}")
+
+    # --- the primitive moves ------------------------------------------------------------------
+
+    def kill(self, sid: str) -> Incarnation | None:
+        """End the incarnation silently (its lifeline closes first: it publishes nothing more)."""
+        inc = self.running.pop(sid, None)
+        if inc is None:
+            return None
+        inc.lifeline.close()
+        self.live.remove(sid, inc.generation)
+        if inc.ticket is not None:
+            inc.ticket.resolve(None)  # it never ran (a built one's ticket is resolved already)
+        tell(inc.ref, Abort())
+        # the incarnation's turn accounting, kept for the next one and the exit note
+        meta = self.meta_of(sid)
+        meta.turns, meta.cost_usd = inc.tally.turns, inc.tally.cost_usd
+        if inc.tally.answered:
+            meta.outage_attempts = 0  # a turn went well: the outage backoff starts over
+        tell(self.timers, CancelTimer((sid, "stable")))
+        self.release_session_resources(sid)
+        if not self.running and self.fallback_scheduled:
+            # nothing left to check: the safety net is not kept waiting for nobody
+            self.fallback_scheduled = False
+            tell(self.timers, CancelTimer(("supervisor", "fallback")))
+        self.close_later(sid, inc.resources)
+        return inc
+
+    def evict(self, sid: str) -> None:
+        """Drop an incarnation that refuses input, silently (as the original's map delete):
+        the session keeps its meta, its row goes idle, and the next resume cold-starts."""
+        self.kill(sid)
+        self.set_status(sid, "idle")
+
+    def stop_session(self, sid: str, reason: str, *, write: bool = True) -> None:
+        """Stop: row ``stopped``, ``session_stopped``, cleanup. ``write=False``: the row was
+        stopped already (the shutdown's batched marking)."""
+        self.kill(sid)
+        if write:
+            self.set_status(sid, "stopped")
+        self.publish(sid, SessionStopped(reason=reason))
+        self.cleanup(sid)
+
+    def release_session_resources(self, sid: str) -> None:
+        """The session's slot and pending approvals go (told, not asked)."""
+        if self.slot_pool is not None:
+            tell(self.slot_pool, ReleaseSlot(sid))
+        if self.approvals is not None:
+            tell(self.approvals, CancelSession(sid, "Session stopped"))
+
+    def cleanup(self, sid: str) -> None:
+        """The single, idempotent cleanup path (seed invariant 14)."""
+        self.kill(sid)
+        self.meta.pop(sid, None)
+        self.paused.pop(sid, None)
+        tell(self.timers, CancelTimers(sid))
+        self.release_session_resources(sid)
+        tell(self.bus, RemoveSession(sid))
+
+    # --- housekeeping timers ------------------------------------------------------------------
+
+    def ensure_housekeeping(self) -> None:
+        """Schedule the timeout safety net and the orphan pruner when there is work for them."""
+        if self.running and not self.fallback_scheduled:
+            self.fallback_scheduled = True
+            # The safety net has nothing to do before the first incarnation could be overdue:
+            # schedule it for then, and every 60 s from then on.
+            earliest_due = min(inc.started_at + self.due_after(inc) for inc in self.running.values())
+            delay = fallback_check_delay(self.sup, self.clock.monotonic(), earliest_due)
+            tell(self.timers, ScheduleTimer(("supervisor", "fallback"), delay, self.ref, _FallbackCheck()))
+        if (self.running or self.meta or self.paused) and not self.prune_scheduled:
+            self.prune_scheduled = True
+            tell(self.timers, ScheduleTimer(("supervisor", "prune"), self.sup.orphan_prune_interval_s,
+                                            self.ref, _Prune()))
+
+    def due_after(self, inc: Incarnation) -> float:
+        """The least uptime after which ``inc`` may be overdue (``supervision.overdue_after``)."""
+        return overdue_after(self.sup, inc.timeout_s)

@@ -1,0 +1,127 @@
+"""The supervisor's sweeps and reports: timeout safety net, orphan pruner, shutdown, info.
+
+Seed invariants 10 (the 60 s fallback check behind each incarnation's own timeout),
+13 (orphan pruning: ghost rows, meta of forgotten sessions, subscribers of gone
+sessions) and 2's other half (shutdown marks every session for resume at the next
+start). All on the supervisor's thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loguru import logger
+
+from corvid_actors.actors.base import tell
+from corvid_actors.actors.events import PruneSessions
+from corvid_actors.actors.session_messages import CheckTimeout
+from corvid_actors.actors.supervisor._core import SupervisorCore
+from corvid_actors.actors.timers import CancelTimer
+
+
+def fallback_check(core: SupervisorCore) -> None:
+    """Ask every incarnation that may be overdue to check its own deadline."""
+    core.fallback_scheduled = False
+    now = core.clock.monotonic()
+    for inc in core.running.values():
+        # an incarnation younger than its timeout cannot be overdue: leave it be
+        if now - inc.started_at >= core.due_after(inc):
+            tell(inc.ref, CheckTimeout())
+    core.ensure_housekeeping()
+
+
+def prune(core: SupervisorCore) -> None:
+    """Repair ghost rows, forget the meta of sessions nothing waits for, and drop the
+    subscribers of sessions no longer known here."""
+    core.prune_scheduled = False
+    try:
+        ghosts = core.store.reset_ghost_sessions(list(core.running))
+    except Exception:  # noqa: BLE001 - a told handler must not die of a store error; next sweep retries
+        logger.opt(exception=True).warning("orphan pruner could not repair ghost session rows")
+        ghosts = []
+    for sid in ghosts:
+        # "running" with no live incarnation: reset as at start-up (idle, marked for resume)
+        logger.bind(session_id=sid).warning("ghost session row (running, no incarnation) reset to idle")
+    keep = set(core.running) | set(core.paused)
+    keep |= {sid for sid, meta in core.meta.items() if meta.restart_pending}
+    for sid in [s for s in core.meta if s not in keep]:
+        del core.meta[sid]
+    tell(core.bus, PruneSessions(frozenset(keep)))
+    core.ensure_housekeeping()
+
+
+def shutdown(core: SupervisorCore, reason: str) -> None:
+    """Stop every session, marked for resume; from now on nothing starts."""
+    core.shutting_down = True
+    # Marked for resume in batches (one UPDATE per chunk of ids, not one transaction
+    # per session: 10,000 sessions stop in seconds); the rows are written before any
+    # session_stopped is published, as one session at a time did. If a batch fails,
+    # each session's mark goes through core.write (retried with backoff) as before.
+    running = list(core.running)
+    pending = [sid for sid in core.paused if sid not in core.running]
+    pending += [sid for sid, meta in core.meta.items()
+                if meta.restart_pending and sid not in core.running and sid not in core.paused]
+    running_marked = _mark_many(core, running, stopped=True)
+    pending_marked = _mark_many(core, pending)
+    for sid in running:
+        if not running_marked:
+            _mark_for_resume(core, sid)
+        core.stop_session(sid, reason, write=not running_marked)
+    for sid in list(core.paused):
+        if not pending_marked:
+            _mark_for_resume(core, sid)
+        core.cleanup(sid)
+    for sid in list(core.meta):
+        if not pending_marked and core.meta[sid].restart_pending:
+            _mark_for_resume(core, sid)
+        core.cleanup(sid)
+    # every session's subscribers, also of sessions never started here (globals stay)
+    tell(core.bus, PruneSessions(frozenset()))
+    tell(core.timers, CancelTimer(("supervisor", "fallback")))
+    tell(core.timers, CancelTimer(("supervisor", "prune")))
+
+
+def _mark_many(core: SupervisorCore, sids: list[str], *, stopped: bool = False) -> bool:
+    """Mark ``sids`` for resume (``stopped``: and stopped) in batched statements; False
+    (nothing assumed written) when the store refused: the caller marks one by one."""
+    if not sids:
+        return True
+    try:
+        core.store.mark_for_resume(sids, stopped=stopped)
+    except Exception:  # noqa: BLE001 - the per-session path retries with backoff
+        logger.opt(exception=True).warning("batched resume marks failed for {} session(s); "
+                                           "marking them one by one", len(sids))
+        return False
+    return True
+
+
+def _mark_for_resume(core: SupervisorCore, sid: str) -> None:
+    core.write(sid, "the resume mark", lambda: core.store.update_session(sid, restart_pending=True))
+
+
+def stats(core: SupervisorCore) -> dict[str, int]:
+    """The reply to ``SupervisorStats``."""
+    return {"processes": len(core.running), "session_meta": len(core.meta), "paused_sessions": len(core.paused)}
+
+
+def info(core: SupervisorCore, sid: str | None) -> dict[str, Any]:
+    """The reply to ``SessionInfo``: in-memory facts per session."""
+    now = core.clock.monotonic()
+    ids = [sid] if sid else sorted(set(core.running) | set(core.paused) | set(core.meta))
+    out: dict[str, Any] = {}
+    for s in ids:
+        inc, meta, paused = core.running.get(s), core.meta.get(s), core.paused.get(s)
+        out[s] = {
+            "running": inc is not None,
+            "pid": (inc.pid or None) if inc else None,  # none yet while it builds
+            "generation": inc.generation if inc else None,
+            "provider": inc.provider_name if inc else None,
+            "uptime_s": round(now - inc.started_at, 3) if inc else 0.0,
+            "timeout_s": inc.timeout_s if inc else None,
+            "restarts": meta.restart_count if meta else 0,
+            "turns": inc.tally.turns if inc else (meta.turns if meta else 0),
+            "cost_usd": inc.tally.cost_usd if inc else (meta.cost_usd if meta else 0.0),
+            "paused_until": paused.resume_at_iso if paused else None,
+            "restart_pending": meta.restart_pending if meta else False,
+        }
+    return out

@@ -1,0 +1,167 @@
+"""Resume with history, the send slow path, the context reset and the zero-turn breaker.
+
+A resume delivers to a running incarnation (warm) or starts a new one whose first turn
+carries the recent history (cold). The cold path also serves the context reset (seed
+invariants 6/7: after ``max_turns_before_context_reset`` delivered turns an incarnation
+is replaced) and the zero-turn breaker (reference §Resume 3: when every recent
+incarnation died before a turn, the history is summarised and deleted). User messages
+to a running session reach it here only when the runtime's fast path does not apply
+(:class:`~corvid_actors.actors.supervisor.SendMessage`). All on the supervisor's thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loguru import logger
+
+from corvid_actors.actors.session_messages import Begin, UserInput
+from corvid_actors.actors.supervisor._core import SupervisorCore
+from corvid_actors.actors.supervisor._messages import StartTicket
+from corvid_actors.actors.supervisor._start import start
+from corvid_actors.content import UserContent, content_blocks, image_blocks, text_parts
+from corvid_actors.events import SessionError, SystemEvent
+from corvid_actors.loop.prompts import build_resume_prompt, with_context_summary
+from corvid_actors.loop.trimming import summarize_conversation
+from corvid_actors.providers.base import ChatMessage
+from corvid_actors.supervision import active_turns, needs_context_reset, zero_turn_breaker_trips
+
+#: how many of a session's latest system messages the zero-turn breaker reads
+BREAKER_NOTES_WINDOW = 50
+
+
+def _warm_path_failed(core: SupervisorCore, sid: str) -> None:
+    core.publish(sid, SystemEvent(subtype="warm_path_failed", message="Warm path failed, falling back to cold start"))
+
+
+def resume(core: SupervisorCore, sid: str, prompt: UserContent | None) -> StartTicket | int | None:
+    """Deliver ``prompt`` to the running incarnation, or start one with the history.
+    Replies as :class:`~corvid_actors.actors.supervisor.ResumeProcess` says."""
+    session_cfg = core.cfg.session
+    inc = core.running.get(sid)
+    if inc is not None:
+        if not prompt:
+            return inc.ticket if inc.building else inc.pid
+        if needs_context_reset(inc.entry.delivered, session_cfg.max_turns_before_context_reset):
+            core.publish(sid, SystemEvent(subtype="context_reset",
+                                          message="Context reset: restarting with recent history"))
+            core.kill(sid)
+        elif send(core, sid, prompt):
+            return inc.ticket if inc.building else inc.pid
+        else:
+            # the incarnation refused the message (it is ending): send evicted it
+            _warm_path_failed(core, sid)
+    session = core.store.require_session(sid)
+    # Decided before the breaker may delete the history: a turn in flight at the end of
+    # the last incarnation, or a user message nobody answered. Only then does a resume
+    # without a new message call the model (a restart spends no turn on a session that
+    # was waiting for its user).
+    unanswered = unanswered_request(core, sid, session) if not prompt else None
+    zero_turn_breaker(core, sid, session)
+    session = core.store.require_session(sid)
+    history = core.store.recent_messages(sid, session_cfg.resume_history_messages)
+    if prompt:
+        core.store.append_message(sid, "user", prompt)
+    turns = active_turns(history, new_prompt=bool(prompt))
+    if not prompt and (unanswered is None or not (history or unanswered)):
+        return start(core, sid, None, begin=False, turns=turns)
+    blocks = content_blocks(prompt) if prompt else ()
+    new_text = text_parts(blocks) if blocks else str(prompt or "")
+    if history:
+        text = build_resume_prompt(
+            history, new_text, max_messages=session_cfg.resume_history_messages,
+            max_chars=session_cfg.resume_history_message_chars, interrupted=not prompt,
+        )
+    else:
+        text = new_text or unanswered or ""
+    text = with_context_summary(session.conversation_summary or "", text)
+    if blocks:
+        # the history prompt as the text, the new message's images after it
+        return start(core, sid, ({"type": "text", "text": text}, *image_blocks(blocks)), turns=turns)
+    return start(core, sid, text, turns=turns)
+
+
+def unanswered_request(core: SupervisorCore, sid: str, session: Any) -> str | None:
+    """The request a resume without a new message must answer, or None when the session
+    was not mid-turn: a turn was open when its last incarnation ended, or its newest
+    user/assistant message is the user's, or it never had one and has an initial prompt."""
+    last = core.store.last_message_role(sid)
+    if (session.open_turns or 0) > 0 or last == "user":
+        users = core.store.recent_messages(sid, 1, roles=("user",))
+        return users[0][1] if users else (session.initial_prompt or "")
+    if last is None and session.initial_prompt:
+        return str(session.initial_prompt)
+    return None
+
+
+def zero_turn_breaker(core: SupervisorCore, sid: str, session: Any) -> None:
+    """Reference §Resume 3: the last N exit notes all say ``Turns: 0`` — every resume dies
+    before a turn. Summarise the history, store the summary, delete the messages,
+    say so (``context_exhausted``) and let the resume start fresh."""
+    store = core.store
+    notes = [c for _, c in store.recent_messages(sid, BREAKER_NOTES_WINDOW, roles=("system",))]
+    if not zero_turn_breaker_trips(notes, core.cfg.session.zero_turn_breaker_threshold):
+        return
+    messages = [ChatMessage(role=m.role, content=m.content)
+                for m in store.messages(sid) if m.role in ("user", "assistant")]
+    project = store.get_project(session.project_id) if session.project_id else None
+    summary = summarize_conversation(messages, project.name if project is not None else None)
+    store.update_session(sid, conversation_summary=summary, status="idle", pid=None, total_turns=0, open_turns=0)
+    deleted = store.delete_messages(sid)
+    meta = core.meta.get(sid)
+    if meta is not None:
+        meta.turns = 0
+    logger.bind(session_id=sid).warning("zero-turn death loop: {} messages replaced by a summary", deleted)
+    core.publish(sid, SessionError(error_type="context_exhausted", severity="info", recoverable=True,
+                                   message="Session context was bloated — restarting with fresh context."))
+
+
+def send(core: SupervisorCore, sid: str, text: UserContent, *, fallback: int = 0) -> bool:
+    """Persist ``text`` and deliver it to the running incarnation (see
+    :class:`~corvid_actors.actors.supervisor.SendMessage` for the reply and ``fallback``)."""
+    session_cfg = core.cfg.session
+    inc = core.running.get(sid)
+    if inc is None:
+        return False  # stopped, ended or crashed meanwhile: not running, as for any send
+    # cold-start only for the very incarnation the caller could not reach, never while
+    # shutting down
+    cold = bool(fallback) and inc.generation == fallback and not core.shutting_down
+    if not inc.lifeline.accepting_input or not inc.ref.is_alive():
+        core.evict(sid)
+        return cold_send(core, sid, text) if cold else False
+    if needs_context_reset(inc.entry.delivered, session_cfg.max_turns_before_context_reset):
+        return resume(core, sid, text) is not None
+    blocks = content_blocks(text)
+    plain = text_parts(blocks) if blocks else str(text)
+    message: Begin | UserInput = UserInput(plain, blocks)
+    if not inc.entry.begun:
+        # a resumed incarnation's first turn: the message with the stored history (as
+        # the text; a multimodal message's images after it)
+        history = core.store.recent_messages(sid, session_cfg.resume_history_messages)
+        first = build_resume_prompt(history, plain, max_messages=session_cfg.resume_history_messages,
+                                    max_chars=session_cfg.resume_history_message_chars)
+        row = core.store.get_session(sid)
+        first = with_context_summary(getattr(row, "conversation_summary", "") or "", first)
+        images = tuple(dict(block) for block in image_blocks(blocks))
+        message = Begin(first, ({"type": "text", "text": first}, *images) if blocks else (), counts_turn=True)
+    message_id = core.store.append_message(sid, "user", text)
+    if inc.building:
+        # told after its first message when it is built (the order is kept)
+        inc.held.append(message)
+        inc.entry.record_delivery()
+        inc.entry.mark_begun()
+        return True
+    # the session actor counts the turn (and stores it open) when the message arrives
+    if not inc.entry.deliver(message):
+        core.store.delete_message(message_id)  # refused: nothing of it stays
+        core.evict(sid)
+        return cold_send(core, sid, text) if cold else False
+    inc.entry.mark_begun()
+    return True
+
+
+def cold_send(core: SupervisorCore, sid: str, text: UserContent) -> bool:
+    """A message whose direct delivery was refused after it was accepted: the session
+    cold-starts with it (resume with history), so it is not lost."""
+    _warm_path_failed(core, sid)
+    return resume(core, sid, text) is not None

@@ -1,0 +1,136 @@
+"""Starting an incarnation: the ticket, the build off the supervisor's thread, ``Built``.
+
+:func:`start` creates the SessionActor, which builds itself on its own worker (provider
+routing, tools, MCP servers, prompts) and reports :class:`~corvid_actors.actors.session.Built`
+or :class:`~corvid_actors.actors.session.BuildFailed`. Until then the asker holds a
+:class:`~corvid_actors.actors.supervisor.StartTicket` and messages sent to the session wait
+in the incarnation's ``held`` list. All functions run on the supervisor's thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from corvid_actors.actors.base import tell
+from corvid_actors.actors.live import LiveSession
+from corvid_actors.actors.session import SessionActor
+from corvid_actors.actors.session_messages import Begin, Ready
+from corvid_actors.actors.session_wiring import Lifeline, SessionWiring, TurnTally
+from corvid_actors.actors.supervisor._core import SupervisorCore
+from corvid_actors.actors.supervisor._messages import StartTicket
+from corvid_actors.actors.supervisor._state import Incarnation, Meta, _StableDue
+from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
+from corvid_actors.content import UserContent, content_blocks, text_parts
+from corvid_actors.events import ErrorEvent, SessionError, SessionStarted, SystemEvent
+from corvid_actors.loop.payload_guard import snapshot_dir
+
+
+def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: bool = True,
+          turns: int | None = None) -> StartTicket | None:
+    """Start an incarnation. ``begin``: its first turn is ``prompt`` (or the initial
+    prompt); otherwise it comes up ready and waits for a message. ``turns``: the turn
+    count it starts with (default, as the original's start: at least 1, the prompt).
+
+    The incarnation builds itself on its own worker (off this thread): the reply is a
+    :class:`StartTicket` that gets the pid when it reports ``Built`` (see
+    :func:`on_built`), or None when the build fails or it is stopped first. None: it
+    could not start (an unknown project; an ``error`` event says so)."""
+    if sid in core.running:
+        core.stop_session(sid, "replaced")
+    ctx = core.store.session_context(sid)  # NotFoundError goes to the asker
+    session = ctx.session
+    if session.project_id and ctx.project is None:
+        core.publish(sid, ErrorEvent(error_type="not_found", message=f"Project {session.project_id} not found"))
+        return None
+    blocks = content_blocks(prompt) if prompt is not None else ()
+    text = text_parts(blocks) if blocks else (prompt if isinstance(prompt, str) else session.initial_prompt or "")
+    core.generation += 1
+    gen = core.generation
+    lifeline = Lifeline(sid, core.bus)
+    sup = core.sup
+    timeout_s = sup.session_timeout_s
+    meta = core.meta.setdefault(sid, Meta(source=session.source))
+    meta.source = session.source
+    tally = TurnTally(turns=turns if turns is not None else max(meta.turns, session.total_turns or 0, 1),
+                      cost_usd=meta.cost_usd)
+    partial = SessionWiring(
+        session_id=sid, generation=gen, lifeline=lifeline, supervisor=core.ref,
+        timers=core.timers, clock=core.clock, store=core.store, provider=None,  # type: ignore[arg-type]
+        loop=None, tools=None, tool_context=None,  # type: ignore[arg-type]
+        timeout_s=timeout_s, idle_timeout_s=None, approvals=core.approvals,
+        snapshot_dir=snapshot_dir(core.cfg.store.data_dir, core.cfg.payload_guard.snapshot_dir),
+        tally=tally, source=session.source, credits=core.credits, write_retry=core.cfg.store.write_retry,
+    )
+    builder, slot_pool = core.builder, core.slot_pool
+
+    def build() -> tuple[SessionWiring, Any]:
+        # on the incarnation's worker: provider routing, tools, MCP servers, prompts
+        built = builder.build(ctx)
+        return replace(
+            partial, provider=built.provider, loop=built.loop, tools=built.tools,
+            tool_context=built.tool_context,
+            idle_timeout_s=sup.session_idle_timeout_s if built.loop_kind in sup.idle_exit_loops else None,
+            slot_pool=slot_pool if built.uses_slots else None, approval_timeout_s=built.approval_timeout_s,
+            slot_weight=built.slot_weight,
+        ), built
+
+    ref = SessionActor.start(core.tracker, partial, build)
+    entry = LiveSession(sid, gen, ref, lifeline, tally, begun=begin)
+    ticket = StartTicket()
+    first: Begin | Ready = Begin(text, blocks) if begin else Ready()
+    core.running[sid] = Incarnation(gen, ref, lifeline, 0, core.clock.monotonic(), "", timeout_s, entry,
+                                    tally, ticket=ticket, first=first)
+    core.ensure_housekeeping()
+    return ticket
+
+
+def on_built(core: SupervisorCore, sid: str, built: Any) -> None:
+    """The incarnation is built: it runs from now on (row, events, its first message)."""
+    inc = core.running[sid]
+    meta = core.meta_of(sid)
+    kind = built.pid_kind
+    pid = core.next_pid[kind]
+    core.next_pid[kind] += 1
+    inc.pid, inc.provider_name, inc.resources = pid, built.provider_name, tuple(built.resources)
+    inc.started_at = core.clock.monotonic()
+    inc.building = False
+    meta.restart_pending = False
+    meta.turns = inc.tally.turns
+    begin = isinstance(inc.first, Begin)
+    tally, gen = inc.tally, inc.generation
+    # open_turns: the first turn is in flight (begin) or there is none (ready)
+    core.write(sid, "the session status", lambda: core.store.update_session(
+        sid, pid=pid, status="running", restart_pending=False, total_turns=tally.turns,
+        open_turns=1 if begin else 0))
+    tell(core.timers, CancelTimer((sid, "restart")))
+    tell(core.timers, ScheduleTimer((sid, "stable"), core.sup.stable_period_s, core.ref, _StableDue(sid, gen)))
+    core.publish(sid, SessionStarted(pid=pid, generation=gen))
+    core.publish(sid, SystemEvent(subtype="provider_selected", message=built.provider_selected
+                                  or f"Provider: {built.provider_name} ({built.model})"))
+    for notice in built.notices:
+        core.publish(sid, notice)
+    tell(inc.ref, inc.first)
+    # messages sent while it was building, in their order
+    held, inc.held, inc.first = inc.held, [], None
+    for message in held:
+        tell(inc.ref, message)
+    # only now may the send path tell it directly
+    core.live.put(inc.entry)
+    if inc.ticket is not None:
+        inc.ticket.resolve(pid)
+    core.ensure_housekeeping()
+
+
+def built_too_late(core: SupervisorCore, sid: str, built: Any) -> None:
+    """An incarnation stopped (or replaced) while it was building reports ``Built``: what
+    it made is closed here."""
+    core.close_later(sid, tuple(built.resources))
+
+
+def build_failed(core: SupervisorCore, sid: str, error: str) -> None:
+    """Building raised (a spawn error): row ``error``, ``spawn_error`` events."""
+    core.kill(sid)
+    core.write(sid, "the session status", lambda: core.store.update_session(sid, status="error", pid=None))
+    core.publish(sid, ErrorEvent(error_type="spawn_error", message=error))
+    core.publish(sid, SessionError(error_type="spawn_error", message=error, severity="fatal", recoverable=False))

@@ -1,0 +1,120 @@
+"""The direct loop's side of the tool-call walk: run, gate and record one call at a time.
+
+The walk itself — checks, permission gate, status texts — is :mod:`.tool_walk`, shared
+with the SDK loop. What is the direct loop's own: every check's failure (unknown tool,
+bad arguments, a denial, a human's "no") is a text result and the loop goes on, and a
+result is capped to what the context can take (:mod:`.tool_results`) before it is kept.
+:class:`DirectToolCalls` is the part of :class:`~corvid_actors.loop.direct.DirectLoop`
+that does this; it holds no state of its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from corvid_actors.events import MessageStop
+from corvid_actors.loop.effects import ApprovalDecided, AskApproval, Effect, Emit, RunTool
+from corvid_actors.loop.rules import LoopRules
+from corvid_actors.loop.tokens import estimate_messages_tokens
+from corvid_actors.loop.tool_results import cap_tool_result, max_tool_result_chars
+from corvid_actors.loop.tool_walk import announce, check_call, finished_status, gate, running_status
+from corvid_actors.loop.turn import Phase
+from corvid_actors.providers.base import ChatMessage, ToolCall
+from corvid_actors.tools.base import PermissionCheck, ToolResult
+
+if TYPE_CHECKING:  # direct.py imports this module
+    from corvid_actors.loop.direct import _Turn
+    from corvid_actors.loop.settings import DirectLoopSettings
+
+
+def denied(name: str, message: str) -> ToolResult:
+    """What the model reads for a denied call (the original's wording)."""
+    text = f"Permission denied for tool: {name}" + (f": {message}" if message else "")
+    return ToolResult(text, is_error=True)
+
+
+class DirectToolCalls:
+    """The tool-call half of the direct loop (see the module docstring)."""
+
+    _turn: _Turn
+    _phase: Phase
+    _history: list[ChatMessage]
+    _system: str
+    _settings: DirectLoopSettings
+    _context_window: int
+    _tool_names: frozenset[str]
+    _rules: LoopRules
+    _permission_check: PermissionCheck
+
+    if TYPE_CHECKING:  # the loop's: the calls are done, call the model again
+
+        def _next_iteration(self) -> list[Effect]: ...
+
+    def _next_call(self) -> list[Effect]:
+        """Work through the pending calls until one needs the actor (run or approval)."""
+        walk = self._turn.walk
+        effects: list[Effect] = []
+        while (call := walk.current) is not None:
+            effects.append(announce(call))
+            failed = check_call(call, self._tool_names)
+            if failed is not None:
+                effects += self._record_result(call, failed)
+                continue
+            if self._rules.is_plan_call(call):
+                # the plan is this loop's own state: no permission, no worker
+                result, plan_effects = self._rules.plan_call(call)
+                effects += plan_effects + self._record_result(call, result)
+                continue
+            verdict = gate(call, self._permission_check, self._rules)
+            if verdict.action == "deny":
+                effects += self._record_result(call, denied(call.name, verdict.message))
+                continue
+            if verdict.action == "ask":
+                self._phase = Phase.WAIT_APPROVAL
+                return effects + [AskApproval(call, verdict.description, verdict.kind)]
+            return effects + self._run(call)
+        return effects + [Emit(MessageStop())] + self._next_iteration()
+
+    def _on_approval(self, call: ToolCall, decision: ApprovalDecided) -> list[Effect]:
+        self._rules.approved(call, decision)
+        if not decision.allowed:
+            return self._record_result(call, denied(call.name, decision.message)) + self._next_call()
+        if decision.updated_input is not None:
+            call = dataclasses.replace(call, arguments=dict(decision.updated_input))
+            self._turn.walk.replace_current(call)
+        return self._run(call)
+
+    def _run(self, call: ToolCall) -> list[Effect]:
+        self._phase = Phase.WAIT_TOOL
+        return [running_status(call), RunTool(call)]
+
+    def _record_result(self, call: ToolCall, result: ToolResult) -> list[Effect]:
+        """Cap ``result`` of the current call, append it as a tool message, publish its
+        status and move the walk on."""
+        self._turn.walk.advance()
+        result, kept = self._rules.observe(call, result)
+        settings = self._settings
+        used = estimate_messages_tokens(self._history, self._system, settings.token_settings)
+        limit = max_tool_result_chars(self._context_window, used, settings)
+        # lone surrogates (undecodable bytes) would break the client's JSON encoding
+        output = result.output.encode("utf-8", "replace").decode("utf-8")
+        output = cap_tool_result(output, limit, settings.truncation_shape)
+        self._history.append(
+            ChatMessage(
+                role="tool",
+                content=output,
+                tool_call_id=call.id,
+                tool_name=call.name,
+                is_error=result.is_error,
+            )
+        )
+        status = finished_status(
+            call,
+            output,
+            is_error=result.is_error,
+            preview=cap_tool_result(output, settings.tool_status_output_chars),
+            error_chars=settings.tool_status_error_chars,
+        )
+        return [*kept, status]
+
