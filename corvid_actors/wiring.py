@@ -56,6 +56,7 @@ from corvid_actors.tools.base import (
 )
 from corvid_actors.tools.coding import CodingToolSettings, coding_tools
 from corvid_actors.tools.command_policy import default_approval_policy
+from corvid_actors.tools.delegation import effective_agent_mode
 from corvid_actors.tools.env import safe_env
 from corvid_actors.tools.permissions import PermissionMode, make_permission_check
 from corvid_actors.tools.sandbox import Sandbox, SandboxSettings, current_sandbox
@@ -264,8 +265,6 @@ class SessionBuilder:
         info = provider.model_info(model)
         mode = agent.permission_mode if agent is not None else "default"
         if session.source == "agent":  # delegated: never more than the sender (corvid_tools)
-            from corvid_actors.tools.delegation import effective_agent_mode
-
             mode = effective_agent_mode(self._store, session, mode)
         protected = self.config.tools.protected_patterns
         permission_check = self._permission_check(mode, tools, project_dir, protected)

@@ -109,10 +109,10 @@ def test_sub_table_values_are_checked() -> None:
         from_dict({"store": {"write_retry": {"max_attempts": 0}}})
 
 
-def test_the_tools_section_configures_the_coding_tools(tmp_path: Path) -> None:
+def test_the_tools_section_configures_the_coding_tools(tmp_path: Path, sim_clock: SimClock) -> None:
     cfg = Config().replace(tools={"command_timeout_default_s": 0.5, "command_timeout_max_s": 1.0},
                            store={"data_dir": str(tmp_path)})
-    builder = SessionBuilder(config=cfg, clock=SimClock(), providers={})
+    builder = SessionBuilder(config=cfg, clock=sim_clock, providers={})
 
     run = builder.run_tool(tmp_path, "run_command", {"command": "sleep 5"}, mode="full-auto")
 

@@ -9,7 +9,7 @@ from corvid_actors.providers.anthropic import AnthropicProvider
 from corvid_actors.providers.base import DEFAULT_TRAITS, ProviderTraits, traits_of
 from corvid_actors.providers.ollama import OllamaProvider
 from corvid_actors.routing import choose_provider, default_model
-from corvid_actors.testing import ScriptedProvider, SimClock, sim_runtime
+from corvid_actors.testing import ScriptedProvider, sim_runtime
 
 
 def test_each_provider_declares_its_traits() -> None:
@@ -47,8 +47,8 @@ def test_routing_table() -> None:
     (ProviderTraits(uses_slots=True, pid_kind="sdk"), (900000, 1000000), 1),
     (ProviderTraits(uses_slots=False, pid_kind="direct"), (800000, 900000), 0),
 ])
-def test_the_runtime_routes_by_the_providers_traits_not_its_name(traits, pid_range, grants):
-    clock = SimClock()
+def test_the_runtime_routes_by_the_providers_traits_not_its_name(traits, pid_range, grants, sim_clock):
+    clock = sim_clock
     provider = ScriptedProvider(clock, traits=traits)  # registered as "scripted" either way
     # the direct loop asks for a slot before each model call; the pool answers only if the
     # provider's traits say it uses slots
