@@ -1,8 +1,16 @@
-"""``python -m bench [--quick] [--only NAME ...]``: run every benchmark, write bench/RESULTS.md.
+"""``python -m bench [--quick] [--full] [--only NAME ...]``: run every benchmark, write bench/RESULTS.md.
 
 Each benchmark runs in its own subprocess (``python -m bench.<name>``) so that memory and
 thread counts start clean; the JSON each prints is collected (``bench/results.json``) and rendered
-by :mod:`bench.report`. The analysis part of RESULTS.md (outside the markers) is kept.
+by :mod:`bench.report`. The analysis part of RESULTS.md (outside the markers) is kept. At the
+end a summary table of every paired ratio (min / median / max, wall and CPU) is printed.
+
+The whole run fits in about ten minutes on a 2-core machine: each benchmark's default sizes
+are chosen for that, and ``SUITE_ARGS`` shortens the soak (a smoke run there, not judged).
+``--full`` runs every benchmark at its standalone default sizes instead (the soak then
+churns 20,000 sessions per model server: hours). Larger sizes are opt-in per benchmark:
+``python -m bench.scale --levels 100 1000 10000``, ``python -m bench.control --delays 1 0.2``,
+``python -m bench.lifecycle --sessions 1000 10000``, ``python -m bench.streams --rates 10 25 50 100``.
 """
 
 from __future__ import annotations
@@ -15,8 +23,14 @@ import time
 from pathlib import Path
 
 from bench._common import RESULT_MARKER, loadavg, machine
+from bench._paired import table
 
-BENCHMARKS = ("streaming", "messaging", "scale", "control", "simtime", "persistence", "sandbox", "soak", "lifecycle")
+BENCHMARKS = ("streaming", "messaging", "scale", "control", "simtime", "persistence", "sandbox", "soak", "lifecycle",
+              "streams")
+#: extra arguments in a ``python -m bench`` run (not with ``--full``): the time budget
+SUITE_ARGS: dict[str, list[str]] = {
+    "soak": ["--sessions", "500", "--warm-up", "200", "--sample-every", "100"],
+}
 TIMEOUT_S = 3600
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
+    parser.add_argument("--full", action="store_true", help="each benchmark at its standalone default sizes (hours)")
     parser.add_argument("--only", nargs="*", choices=BENCHMARKS, help="run only these")
     parser.add_argument("--out", default=str(Path(__file__).with_name("RESULTS.md")))
     args = parser.parse_args(argv)
@@ -34,8 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.only and raw.exists():
         # a partial run keeps the other benchmarks' last figures (each says when it ran)
         results = {k: v for k, v in json.loads(raw.read_text()).items() if k in BENCHMARKS}
+    started = time.monotonic()
     for name in args.only or BENCHMARKS:
-        cmd = [sys.executable, "-m", f"bench.{name}"] + (["--quick"] if args.quick else [])
+        sized = [] if args.full else SUITE_ARGS.get(name, [])
+        cmd = [sys.executable, "-m", f"bench.{name}"] + (["--quick"] if args.quick else []) + sized
         print(f"[bench] {name} … (load {loadavg()})", flush=True)
         t0 = time.monotonic()
         try:
@@ -55,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         raw.write_text(json.dumps({n: results[n] for n in BENCHMARKS if n in results}, indent=1))
     ordered = {n: results[n] for n in BENCHMARKS if n in results}
     path = write_results(Path(args.out), ordered, machine(), quick=args.quick)
-    print(f"[bench] wrote {path}")
+    print(f"[bench] wrote {path} after {time.monotonic() - started:.0f} s")
+    comparisons = [{**c, "bench": n} for n, r in ordered.items() if not r.get("failed") for c in r.get("paired", [])]
+    print("\nPaired ratios (B vs A per round; rate = B's units/s over A's, cost = B's time per unit over A's):")
+    print(table(comparisons), flush=True)
     return 0 if not any(r.get("failed") for r in results.values()) else 1
 
 

@@ -52,20 +52,39 @@ def loadavg() -> list[float]:
 
 def rss_bytes() -> int:
     """Resident set size of this process, from /proc."""
-    return _status_field("VmRSS") * 1024
+    return proc_status("self", "VmRSS") * 1024
 
 
 def os_threads() -> int:
     """Threads of this process as the kernel counts them."""
-    return _status_field("Threads")
+    return proc_status("self", "Threads")
 
 
-def _status_field(key: str) -> int:
-    with open("/proc/self/status") as f:
+def proc_status(pid: int | str, key: str) -> int:
+    """One number of ``/proc/<pid>/status`` (``"self"``: this process); kB for sizes."""
+    with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith(key + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (its threads included)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def slope(points: Sequence[tuple[float, float]]) -> float:
+    """Least-squares slope of y over x (NaN for fewer than two points)."""
+    n = len(points)
+    if n < 2:
+        return float("nan")
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else float("nan")
 
 
 def percentile(values: Sequence[float], p: float) -> float:

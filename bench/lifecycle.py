@@ -12,11 +12,14 @@ Side by side: "after" is this tree; "before" is a git ref (default ``main``) che
 into a temporary directory (``git archive``) and run with THIS bench code, each level in
 its own process. Goal: 10,000 sessions start and stop in ≤ 20 s each.
 
-    python -m bench.lifecycle [--quick] [--sessions 1000 10000] [--before REF | --no-before]
+    python -m bench.lifecycle [--quick] [--sessions 1000 10000] [--trials K] [--before REF | --no-before]
     python -m bench.lifecycle --level 1000          # one level, this tree, JSON on stdout
 
-The default levels are 1,000 and 2,000 (10,000 is opt-in: ``--sessions 10000``; the
-"before" side takes minutes there).
+Before and after run as paired rounds (``bench._paired``): each round runs both sides,
+one process each, in alternating order (B,A then A,B …), ``--trials`` rounds per level;
+the ratios of start-up and of shutdown (wall time, and the level process's CPU time for
+that phase) are paired per round. The default level is 1,000 (2,000 or 10,000 are
+opt-in: ``--sessions 1000 10000``; the "before" side takes minutes there).
 """
 
 from __future__ import annotations
@@ -27,12 +30,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from bench._common import RESULT_MARKER, cli, loadavg, machine, now, quiet_logs
+from bench._paired import Outcome, compare, interleave, retimed, spread
 
-LEVELS = (1000, 2000)
+LEVELS = (1000,)
+TRIALS = 3
 QUICK_LEVELS = (200,)
 GOAL_S = 20.0
 LEVEL_TIMEOUT_S = 3600
@@ -85,18 +91,17 @@ def timers_cleanup_cost(owners: int = 10000, kinds: int = 3, cleanups: int = 200
     cleanups = min(cleanups, owners)
     clock = RealClock()
     tracker = ActivityTracker()
-    clock.attach(tracker, lambda: tracker.wait_idle(60))
     clock.start()
     timers = Timers.start(tracker, clock)
     try:
         for i in range(owners):
             for k in range(kinds):
                 timers.tell(ScheduleTimer((f"s{i}", f"kind{k}"), 3600.0, timers, None))
-        pending = timers.ask(TimerStats())["timers"]
+        pending = timers.ask(TimerStats(), block=True)["timers"]
         t0 = now()
         for i in range(cleanups):
             timers.tell(CancelTimers(f"s{i}"))
-        left = timers.ask(TimerStats())["timers"]
+        left = timers.ask(TimerStats(), block=True)["timers"]
         elapsed = now() - t0
     finally:
         timers.stop()
@@ -121,18 +126,18 @@ def measure_level(n: int) -> dict[str, Any]:
         workdir = Path(tmp)
         db_url = f"sqlite:///{workdir / 'corvid.db'}"
         prepare(db_url, workdir, n)
-        t0 = now()
+        cpu0, t0 = time.process_time(), now()
         runtime = real_runtime(url, workdir, max_parallel=1000)
         stale = len(runtime.stale_session_ids)
         t1 = now()
         resumed = runtime.resume_pending_sessions()
         t2 = now()
         runtime.settle(LEVEL_TIMEOUT_S)
-        t3 = now()
+        t3, cpu3 = now(), time.process_time()
         live = len(runtime.get_active_session_ids())
-        t4 = now()
+        t4, cpu4 = now(), time.process_time()
         runtime.shutdown(settle_timeout_s=LEVEL_TIMEOUT_S)
-        t5 = now()
+        t5, cpu5 = now(), time.process_time()
         check = Store(db_url)
         try:
             S = check.m.Session
@@ -144,6 +149,7 @@ def measure_level(n: int) -> dict[str, Any]:
         "stale_reset": stale, "resumed": len(resumed), "live": live,
         "startup_s": round(t3 - t0, 2), "startup_runtime_s": round(t1 - t0, 2), "startup_resume_s": round(t3 - t1, 2),
         "startup_resume_calls_s": round(t2 - t1, 2), "startup_ms_per_session": round((t3 - t0) / n * 1e3, 2),
+        "startup_cpu_s": round(cpu3 - cpu0, 3), "shutdown_cpu_s": round(cpu5 - cpu4, 3),
         "shutdown_s": round(t5 - t4, 2), "shutdown_ms_per_session": round((t5 - t4) / n * 1e3, 3),
         "marked_after_shutdown": marked, "stopped_after_shutdown": stopped,
         "complete": live == n and marked == n and stopped == n,
@@ -177,20 +183,39 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.level:
         return measure_level(args.level)
     levels = tuple(args.sessions) if args.sessions else (QUICK_LEVELS if args.quick else LEVELS)
+    trials = args.trials or (1 if args.quick else TRIALS)
     before_ref = None if args.no_before else args.before
     results: list[dict[str, Any]] = []
+    paired: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="corvid-before-") as tmp:
         before_commit = _checkout(before_ref, Path(tmp)) if before_ref else None
         for n in levels:
-            row: dict[str, Any] = {"sessions": n, "after": _run_level(ROOT, n)}
+            def level(tree: Path, n: int = n) -> Outcome:
+                result = _run_level(tree, n)
+                if "error" in result:
+                    raise RuntimeError(result["error"])
+                return Outcome(n, result)
+            sides = {"after": lambda: level(ROOT)}
             if before_commit:
-                row["before"] = _run_level(Path(tmp), n)
+                sides = {"before": lambda: level(Path(tmp)), **sides}
+            # each trial is a fresh process: no warm-up to keep, the rounds alternate B,A / A,B
+            rows = interleave(sides, trials=trials, warmup=0)
+            row: dict[str, Any] = {"sessions": n, "trials": trials}
+            for side, trials_ in rows.items():
+                row[side] = trials_[len(trials_) // 2].extra  # the middle round, as a table column
+                row[side]["startup_s_spread"] = spread([t.extra["startup_s"] for t in trials_], 2)
+                row[side]["shutdown_s_spread"] = spread([t.extra["shutdown_s"] for t in trials_], 2)
+            if before_commit:
+                for phase in ("startup", "shutdown"):
+                    phased = {side: retimed(t, f"{phase}_s", f"{phase}_cpu_s") for side, t in rows.items()}
+                    paired.append(compare(phased, "before", "after", kind="cost", digits=2,
+                                          label=f"{n:,} sessions' {phase}: this tree / {before_ref} (time)"))
             results.append(row)
     after_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                                   text=True).stdout.strip()
     top = results[-1]["after"]
     return {
-        "name": "lifecycle", "machine": machine(), "levels": results,
+        "name": "lifecycle", "machine": machine(), "levels": results, "paired": paired,
         "before_ref": before_ref, "before_commit": before_commit, "after_commit": after_commit,
         "goal": f"10,000 sessions start (daemon restart: reset + resume) and shut down in ≤ {GOAL_S:g} s each",
         "met": (bool(top.get("sessions") == 10000 and top.get("complete") and top.get("startup_s", 1e9) <= GOAL_S
@@ -204,6 +229,7 @@ def _flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sessions", type=int, nargs="*", help=f"levels (default {LEVELS})")
     parser.add_argument("--before", default="main", help="the git ref measured as 'before' (default main)")
     parser.add_argument("--no-before", action="store_true", help="measure this tree only")
+    parser.add_argument("--trials", type=int, default=0, help=f"rounds per level (default {TRIALS})")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ SQLite WAL file, side by side:
   ``append_messages`` (one acknowledgement per turn).
 Every acknowledged id is then re-read through a NEW connection and compared (session,
 content): durable means committed and visible to another connection. Any
-"database is locked" error is counted.
+"database is locked" error is counted. After a small warm-up trial of each mode, the modes
+run in interleaved rounds (``bench._paired``); only the writes are timed (wall, and CPU of
+every thread), each trial on a fresh database file.
 
     python -m bench.persistence [--quick]
 """
@@ -22,15 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import cli, loadavg, machine, median, now, quiet_logs
+from bench._paired import Outcome, compare, cpu_seconds, interleave, spread
 
 SESSIONS = 200
 MESSAGES_PER_SESSION = 100
 TURN_MESSAGES = 4
-REPEATS = 3
+TRIALS = 5
+WARMUP_PER_SESSION = 5
 GOAL_PER_S = 20000.0
 
 
-def trial(workdir: Path, mode: str, per_session: int) -> dict[str, Any]:
+def trial(workdir: Path, mode: str, per_session: int) -> Outcome:
     from corvid_actors.db.store import Store
 
     url = f"sqlite:///{workdir / f'{mode}.db'}"
@@ -61,10 +65,10 @@ def trial(workdir: Path, mode: str, per_session: int) -> dict[str, Any]:
     for thread in threads:
         thread.start()
     barrier.wait()
-    t0 = now()
+    t0, cpu0 = now(), cpu_seconds()
     for thread in threads:
         thread.join()
-    elapsed = now() - t0
+    elapsed, cpu = now() - t0, cpu_seconds() - cpu0
     batches = store._message_commits.batches
     store.close()
     # durability: every acknowledged row, through a new connection
@@ -74,42 +78,61 @@ def trial(workdir: Path, mode: str, per_session: int) -> dict[str, Any]:
     reader.close()
     acknowledged = {i: v for part in acked for i, v in part.items()}
     missing = sum(1 for i, v in acknowledged.items() if stored.get(i) != v)
-    return {"per_s": len(acknowledged) / elapsed, "acknowledged": len(acknowledged), "missing": missing,
-            "errors": len(errors), "locked_errors": sum("locked" in e for e in errors),
-            "first_error": errors[0] if errors else "", "commits": batches}
+    return Outcome(len(acknowledged), {
+        "per_s": len(acknowledged) / elapsed, "acknowledged": len(acknowledged), "missing": missing,
+        "errors": len(errors), "locked_errors": sum("locked" in e for e in errors),
+        "first_error": errors[0] if errors else "", "commits": batches}, wall_s=elapsed, cpu_s=cpu)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     quiet_logs()
     per_session = 20 if args.quick else MESSAGES_PER_SESSION
+    trials = 3 if args.quick else TRIALS
     load_before = loadavg()
     modes = ("per_append", "group_commit", "group_commit_turns")
-    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(1 if args.quick else REPEATS):
-            for mode in modes:  # interleaved: load drifts hit every mode alike
-                workdir = Path(tmp) / f"r{r}"
-                workdir.mkdir(exist_ok=True)
-                runs[mode].append(trial(workdir, mode, per_session))
+        made = iter(range(10**6))
+
+        def side(mode: str, size: int) -> Any:
+            def go() -> Outcome:
+                workdir = Path(tmp) / f"t{next(made)}"
+                workdir.mkdir()
+                return trial(workdir, mode, size)
+            return go
+        # warm-up: a small trial of each mode (imports, peewee's query caches, the page cache)
+        for mode in modes:
+            side(mode, WARMUP_PER_SESSION)()
+        rows = interleave({mode: side(mode, per_session) for mode in modes}, trials=trials, warmup=0)
     stats = {}
-    for mode, trials in runs.items():
+    for mode, trials_ in rows.items():
+        runs = [t.extra for t in trials_]
         stats[mode] = {
-            "messages_per_s": round(median([t["per_s"] for t in trials])),
-            "acknowledged": sum(t["acknowledged"] for t in trials),
-            "missing_after_reread": sum(t["missing"] for t in trials),
-            "errors": sum(t["errors"] for t in trials), "locked_errors": sum(t["locked_errors"] for t in trials),
-            "first_error": next((t["first_error"] for t in trials if t["first_error"]), ""),
-            "avg_messages_per_commit": round(sum(t["acknowledged"] for t in trials)
-                                             / max(1, sum(t["commits"] for t in trials)), 1)
+            "messages_per_s": round(median([t["per_s"] for t in runs])),
+            "messages_per_s_spread": spread([t["per_s"] for t in runs], 0),
+            "cpu_us_per_message": round(median([t.per_unit("cpu") * 1e6 for t in trials_]), 1),
+            "acknowledged": sum(t["acknowledged"] for t in runs),
+            "missing_after_reread": sum(t["missing"] for t in runs),
+            "errors": sum(t["errors"] for t in runs), "locked_errors": sum(t["locked_errors"] for t in runs),
+            "first_error": next((t["first_error"] for t in runs if t["first_error"]), ""),
+            "avg_messages_per_commit": round(sum(t["acknowledged"] for t in runs)
+                                             / max(1, sum(t["commits"] for t in runs)), 1)
             if mode != "per_append" else 1.0,
         }
+    paired = [compare(rows, "per_append", "group_commit", kind="rate",
+                      label="group commit / one transaction per message (acknowledged msg/s)", digits=2),
+              compare(rows, "per_append", "group_commit_turns", kind="rate",
+                      label="turn-sized appends / one transaction per message (acknowledged msg/s)", digits=2),
+              compare(rows, "group_commit", "group_commit_turns", kind="rate",
+                      label="turn-sized appends / group commit of single messages (acknowledged msg/s)", digits=2)]
     after = stats["group_commit"]["messages_per_s"]
     clean = all(s["missing_after_reread"] == 0 and s["errors"] == 0 for s in stats.values())
     return {
-        "name": "persistence", "machine": machine(), "load_before": load_before,
+        "name": "persistence", "machine": machine(), "load_before": load_before, "trials": trials,
         "sessions": SESSIONS, "messages_per_session": per_session, "turn_messages": TURN_MESSAGES,
-        "stats": stats, "speedup_group_commit": round(after / stats["per_append"]["messages_per_s"], 2),
-        "speedup_turns": round(stats["group_commit_turns"]["messages_per_s"] / stats["per_append"]["messages_per_s"], 2),
+        "stats": stats, "paired": paired,
+        "speedup_group_commit": paired[0]["wall"]["median"], "speedup_turns": paired[1]["wall"]["median"],
+        # the baseline issue 18's writer thread is measured against (paired, later)
+        "baseline_group_commit_per_s": after,
         "all_durable_no_errors": clean,
         "goal": f"≥ {GOAL_PER_S:,.0f} messages/s, no 'database is locked', every acknowledged message durable",
         "met": clean and after >= GOAL_PER_S,

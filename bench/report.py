@@ -33,26 +33,68 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return out + [""]
 
 
+def _cell(x: dict[str, float]) -> str:
+    return f"{x['min']:g} / **{x['median']:g}** / {x['max']:g}"
+
+
+def _side(m: dict[str, Any], kind: str) -> str:
+    return (f"{m['units_per_s']:,.0f}/s" if kind == "rate" else f"{m['wall_us_per_unit']:,} µs") + \
+        f" (CPU {m['cpu_us_per_unit']:,} µs)"
+
+
+def paired_table(comparisons: list[dict[str, Any]], with_bench: bool = False) -> list[str]:
+    """One row per paired comparison: the ratio's min / median / max in wall and CPU time."""
+    if not comparisons:
+        return []
+    rows = [([c.get("bench", "")] if with_bench else []) + [
+        c["label"], c["pairs"], _cell(c["wall"]), _cell(c["cpu"]),
+        f"{c['a']}: {_side(c['a_median'], c['kind'])}", f"{c['b']}: {_side(c['b_median'], c['kind'])}"]
+        for c in comparisons]
+    return _table((["benchmark"] if with_bench else []) + [
+        "paired comparison (B vs A)", "pairs", "ratio, wall: min / median / max", "ratio, CPU: min / median / max",
+        "A median (per unit: wall, CPU)", "B median"], rows)
+
+
 def _streaming(r: dict[str, Any]) -> list[str]:
     s = r["stats"]
     rows = [[k, f"{v['tokens_per_s_total']:,}", f"{v['tokens_per_s_steady']:,}", v["cpu_us_per_token"],
              ", ".join(f"{x:,}" for x in v["trials"])] for k, v in s.items()]
-    return [f"{r['trials']} trials × {r['tokens_per_trial']:,} tokens, alternating. "
-            f"**Runtime / raw = {r['ratio_total']:.0%}** end to end ({r['ratio_steady']:.0%} first→last token).", "",
+    return [f"{r['trials']} paired rounds × {r['tokens_per_trial']:,} tokens after {r.get('warmup', 1)} warm-up. "
+            f"**Runtime / raw = {r['ratio_cpu']:.0%}** in CPU time per token ({r['ratio_total']:.0%} in wall "
+            "time; paired medians).", "",
             *_table(["path", "tokens/s (request→last)", "tokens/s (first→last)", "CPU µs/token (this process)",
                      "per trial"], rows)]
 
 
 def _messaging(r: dict[str, Any]) -> list[str]:
-    out = _table(["ask round trip", "µs"], [[k, v] for k, v in r["ask_rtt_us"].items()])
-    out += _table(["tell throughput", "msg/s"], [[k, f"{v:,.0f}"] for k, v in r["tell_per_s"].items()])
-    out += _table(["request/grant/release cycle", "cycles/s"], [[k, f"{v:,.0f}"] for k, v in r["cycles_per_s"].items()])
-    out += _table(["event delivery to a callback", "events/s"], [[k, f"{v:,.0f}"] for k, v in r["events_per_s"].items()])
-    out += _table(["ratio", "value"], [[k, v] for k, v in r["ratios"].items()])
+    rows = [[group, side, f"{m['units_per_s']:,.0f}", m["wall_us_per_unit"], m["cpu_us_per_unit"]]
+            for group, sides in r["sides"].items() for side, m in sides.items()]
+    out = [f"{r['trials']} paired rounds after {r['warmup']} warm-up; sizes per trial: "
+           + ", ".join(f"{k} {v:,}" for k, v in r["sizes"].items()) + ".", "",
+           *_table(["path", "side", "per s (median)", "wall µs each", "CPU µs each"], rows)]
     ag = r.get("autogen", {})
-    out.append(f"autogen-core {ag.get('autogen_core', '')}: installed in a separate venv at bench time."
+    out.append(f"autogen-core {ag.get('autogen_core', '')} runs in its own venv with Pykka {ag.get('pykka', '')}: "
+               f"send_message {ag.get('send_message_rtt_us')} µs vs a plain Pykka ask {ag.get('pykka_ask_rtt_us')} µs "
+               "there, paired in that one process."
                if ag.get("available") else f"autogen-core: not measured — {ag.get('reason', 'unknown')}")
     return out + [""]
+
+
+def _streams(r: dict[str, Any]) -> list[str]:
+    rows = []
+    for e in r["rates"]:
+        for side in ("raw", "runtime"):
+            x = e[side]
+            rows.append([f"{e['rate_per_stream']:g} tok/s × {r['streams']:,}", side, f"{e['offered_tokens_per_s']:,}",
+                         _cell(x["steady_tokens_per_s"]), _cell(x["latency_ms_p50"]), _cell(x["latency_ms_p99"]),
+                         x["cpu_us_per_token"], "yes" if x["sustained"] else "no", x["lost"]])
+    high = r["highest_sustained_tokens_per_s"]
+    return [f"{r['streams']:,} streams at once, {r['stream_s']:g} s each, {r['trials']} paired round(s) per rate; "
+            f"the runtime's sessions were created and answered once before ({r['session_setup_s']} s). Highest rate "
+            f"sustained (≥ 90 % delivered in the steady window, p99 ≤ 100 ms): raw {high['raw']:,} tokens/s, "
+            f"runtime {high['runtime']:,} tokens/s.", "",
+            *_table(["streams", "reader", "offered tok/s", "delivered tok/s (steady)", "p50 ms", "p99 ms",
+                     "CPU µs/token", "sustained", "lost"], rows)]
 
 
 def _scale(r: dict[str, Any]) -> list[str]:
@@ -77,28 +119,38 @@ def _control(r: dict[str, Any]) -> list[str]:
     rows = []
     for x in r["runs"]:
         d, c = x["delivered_ms"], x["stop_call_ms"]
+        idle = x.get("idle_delivered_ms", {})
         rows.append([f"{1 / x['delay_s']:g} chunk/s per session", d["p50"], d["p90"], d["p99"], d["max"],
+                     f"{idle.get('p50', '')} / {idle.get('p99', '')}",
                      f"{c['p50']} / {c['p99']}", f"{x['offered_chunks_per_s']:,} / {x['deltas_per_s_during_stops']:,}",
                      x["streaming_after_last_stop"], f"{x['load_before'][0]} → {x['load_after'][0]}"])
-    return _table(["streams", "p50 ms", "p90 ms", "p99 ms", "max ms", "stop call p50 / p99 ms",
+    return _table(["streams", "p50 ms", "p90 ms", "p99 ms", "max ms", "idle session's stop p50 / p99 ms",
+                   "stop call p50 / p99 ms",
                    "chunks/s offered / delivered", "still streaming after", "load"], rows) + [
         f"{r['runs'][0]['stops']} stops, one at a time, among {r['runs'][0]['sessions']} streaming sessions: "
         "time from calling stop_process to the subscriber receiving session_stopped.", ""]
 
 
 def _simtime(r: dict[str, Any]) -> list[str]:
-    return _table(["sessions", "simulated span", "wall s", "events", "simulated h / wall s", "wall ms / simulated h"],
-                  [[x["sessions"], f"{x['hours']:g} h + 1 h", x["wall_s"], x["events"], x["simulated_hours_per_s"],
-                    x["wall_ms_per_simulated_hour"]] for x in r["runs"]])
+    out = _table(["sessions", "simulated span", "wall s", "CPU s", "CPU ms / turn", "events", "simulated h / wall s",
+                  "wall ms / simulated h"],
+                 [[x["sessions"], f"{x['hours']:g} h + 1 h", x["wall_s"], x.get("cpu_s", ""), x.get("cpu_ms_per_turn", ""),
+                   x["events"], x["simulated_hours_per_s"], x["wall_ms_per_simulated_hour"]] for x in r["runs"]])
+    if "per_turn_24h" in r:
+        out += [f"Medians of {r['trials']} paired rounds. Per simulated turn of the 24 h day (one untimed run with "
+                "counters): " + ", ".join(f"{v:g} {k}" for k, v in r["per_turn_24h"].items()) + ".", ""]
+    return out
 
 
 def _persistence(r: dict[str, Any]) -> list[str]:
-    rows = [[k, f"{v['messages_per_s']:,}", v["avg_messages_per_commit"], v["acknowledged"],
+    rows = [[k, f"{v['messages_per_s']:,}", v.get("cpu_us_per_message", ""), v["avg_messages_per_commit"],
+             v["acknowledged"],
              v["missing_after_reread"], v["errors"], v["locked_errors"]] for k, v in r["stats"].items()]
     return [f"{r['sessions']} threads × {r['messages_per_session']} messages, SQLite WAL file "
             f"(synchronous=NORMAL). Group commit vs before: ×{r['speedup_group_commit']}; "
             f"turn-sized appends ({r['turn_messages']} messages per call): ×{r['speedup_turns']}.", "",
-            *_table(["mode", "messages/s", "messages/commit", "acknowledged", "missing on re-read", "errors",
+            *_table(["mode", "messages/s (median)", "CPU µs/message", "messages/commit", "acknowledged",
+                     "missing on re-read", "errors",
                      "'database is locked'"], rows)]
 
 
@@ -124,13 +176,13 @@ def _soak(r: dict[str, Any]) -> list[str]:
              f"{x['elapsed_s']:,} s ({x['sessions_per_s']}/s)", f"{x['rss_mib_start']} → {x['rss_mib_end']}",
              f"**{x['rss_mib_per_1000']}**", f"{x['threads_min_max']} ({x['threads_per_1000']:+})",
              f"{x['fds_min_max']} ({x['fds_per_1000']:+})", x["db_mib_per_1000"],
-             f"{x['late_replies']} / {x['error_count']}"] for x in r["runs"]]
+             x.get("daemon_cpu_ms_per_session", ""), f"{x['late_replies']} / {x['error_count']}"] for x in r["runs"]]
     out = ["A `corvid-actors serve` subprocess churned through its admin socket: each lane starts a session, "
            "waits for the reply, sends two more messages (waiting for each reply) and stops it. Slopes are "
            "least-squares fits over the samples after the warm-up.", "",
            *_table(["model server", "sessions", "live", "warm-up", "time", "RSS MiB after warm-up → end",
                     "RSS MiB / 1,000 sessions", "threads min–max (/1,000)", "fds min–max (/1,000)",
-                    "database MiB / 1,000", "late replies / errors"], rows)]
+                    "database MiB / 1,000", "daemon CPU ms / session", "late replies / errors"], rows)]
     for x in r["runs"]:
         step = max(1, len(x["samples"]) // 10)
         picked = x["samples"][::step] + ([x["samples"][-1]] if (len(x["samples"]) - 1) % step else [])
@@ -169,6 +221,7 @@ SECTIONS = {
     "control": ("4. Control latency", _control),
     "simtime": ("5. Simulated time", _simtime),
     "persistence": ("6. Persistence", _persistence),
+    "streams": ("10. Many concurrent streams", _streams),
     "sandbox": ("7. Sandbox cost", _sandbox),
     "soak": ("8. Soak", _soak),
     "lifecycle": ("9. Start-up and shutdown", _lifecycle),
@@ -179,31 +232,41 @@ def _headline(name: str, r: dict[str, Any]) -> str:
     if r.get("failed"):
         return "failed: see below"
     if name == "streaming":
-        return f"runtime {r['ratio_total']:.0%} of raw ollama client tokens/s"
+        return (f"runtime {r['ratio_cpu']:.0%} of the raw ollama client's tokens per CPU second "
+                f"({r['ratio_total']:.0%} per wall second; paired medians)")
     if name == "messaging":
-        x = r["ratios"]
-        return (f"tracked ask ×{x['tracked_ask_vs_plain']} of plain Pykka; bus delivery {x['bus_delivery_vs_plain']:.0%}"
-                + (f"; autogen send ×{x['autogen_send_vs_pykka_ask']} slower than Pykka ask"
-                   if "autogen_send_vs_pykka_ask" in x else ""))
+        return "; ".join(f"{c['label'].split(' (')[0]} ×{c['wall']['median']:g}" for c in r["paired"])
+    if name == "streams":
+        high, first = r["highest_sustained_tokens_per_s"], r["paired"][-1]
+        lat = r["rates"][-1]["runtime"]["latency_ms_p99"]["median"]
+        return (f"{r['streams']:,} streams: highest sustained raw {high['raw']:,} vs runtime {high['runtime']:,} tok/s; "
+                f"at {r['rates'][-1]['rate_per_stream']:g} tok/s each runtime/raw ×{first['wall']['median']:g} "
+                f"(CPU ×{first['cpu']['median']:g}), runtime p99 {lat} ms")
     if name == "scale":
         top = r["levels"][-1]
         lat = "; ".join(f"{lv.get('sessions'):,} live + {lv.get('streamers', 0):,} streams: stub→subscriber p50 "
                         f"{lv.get('latency_ms_p50', '?')} ms, p99 {lv.get('latency_ms_p99', '?')} ms"
                         for lv in r["levels"][1:])
         return (f"{top.get('live_sessions', 0):,} live: {top.get('rss_mib_live', '?')} MiB RSS, "
-                f"{top.get('rss_kib_per_session', '?')} KiB & {top.get('threads_per_session', '?')} thread/session; {lat}")
+                f"{top.get('rss_kib_per_session', '?')} KiB & {top.get('threads_per_session', '?')} thread/session"
+                + (f"; {lat}" if lat else ""))
     if name == "control":
         a, b = r["runs"][0], r["runs"][-1]
-        return (f"p50 {a['delivered_ms']['p50']} ms, p99 {a['delivered_ms']['p99']} ms "
-                f"(at {1 / b['delay_s']:g} chunk/s: p99 {b['delivered_ms']['p99']} ms)")
+        return (f"p50 {a['delivered_ms']['p50']} ms, p99 {a['delivered_ms']['p99']} ms; mid-stream / idle stop "
+                f"×{a['paired']['wall']['median']:g}"
+                + (f" (at {1 / b['delay_s']:g} chunk/s: p99 {b['delivered_ms']['p99']} ms)" if b is not a else ""))
     if name == "simtime":
-        return f"{r['runs'][0]['simulated_hours_per_s']} simulated h / wall s"
+        base = r.get("baseline", {})
+        return (f"{r['runs'][0]['simulated_hours_per_s']} simulated h / wall s; the day: {base.get('day_wall_s')} s wall, "
+                f"{base.get('cpu_ms_per_turn')} ms CPU per turn, {base.get('actor messages per turn')} actor messages "
+                f"and {base.get('sql statements per turn')} SQL statements per turn")
     if name == "sandbox":
         return "; ".join(f"{x['command']}: +{x['added_p50_ms']} ms at p50 (p99 {x['sandbox']['p99']} ms)"
                          for x in r["rows"])
     if name == "persistence":
         s = r["stats"]
         return (f"{s['per_append']['messages_per_s']:,} → {s['group_commit']['messages_per_s']:,} msg/s "
+                f"(paired ×{r['speedup_group_commit']}) "
                 f"(turn-sized appends: {s['group_commit_turns']['messages_per_s']:,}); "
                 + ("none lost, no errors" if r["all_durable_no_errors"] else "**LOST OR FAILED WRITES**"))
     if name == "soak":
@@ -230,12 +293,16 @@ def render(results: dict[str, dict[str, Any]], machine: dict[str, Any], *, quick
            *_table(["#", "benchmark", "figure", "goal", "verdict", "load", "reproduce"],
                    [[SECTIONS[n][0].split(".")[0], SECTIONS[n][0].split(". ")[1], _headline(n, r),
                      r.get("goal", ""), _verdict(r), _load(r), f"`{r.get('command', '')}`"]
-                    for n, r in results.items()])]
+                    for n, r in results.items()]),
+           "Every ratio, measured side by side (paired, interleaved, warmed-up trials: `bench/_paired.py`); "
+           "B over A per round, as a rate (units/s) or a cost (time per unit) as the comparison says:", "",
+           *paired_table([{**c, "bench": n} for n, r in results.items() if not r.get("failed")
+                          for c in r.get("paired", [])], with_bench=True)]
     for name, r in results.items():
         title, body = SECTIONS[name]
         out += [f"### {title}", "", f"`{r.get('command', '')}` — run {r.get('run_at', '?')} — {_load(r)} — "
                 f"goal: {r.get('goal', '')} — {_verdict(r)}", ""]
-        out += [f"```\n{r.get('error', '')}\n```", ""] if r.get("failed") else body(r)
+        out += [f"```\n{r.get('error', '')}\n```", ""] if r.get("failed") else body(r) + paired_table(r.get("paired", []))
     return "\n".join(out + [END])
 
 

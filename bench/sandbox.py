@@ -2,8 +2,10 @@
 
 The same ``run_command`` handler (``sh -c``, output drained, protected files scanned and
 masked when sandboxed) runs ``true`` and ``ls`` in a small project (a few hundred files, a
-``.env``, a ``.git``), ``RUNS`` times each, alternating plain and sandboxed so both see
-the same load. Reported: wall-time p50/p99 per call and the p50 the sandbox adds.
+``.env``, a ``.git``), ``RUNS`` times each, in interleaved rounds after a warm-up (``bench._paired``)
+so every kind sees the same load. Reported: wall-time p50/p99 per call, the median of the
+paired differences (what the sandbox adds), and the paired ratios in wall time and in CPU
+time (this process and the children it reaped: bwrap, the shell).
 
     python -m bench.sandbox [--quick]
 """
@@ -13,12 +15,15 @@ from __future__ import annotations
 import argparse
 import tempfile
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench._common import cli, loadavg, machine, now, percentile, quiet_logs
+from bench._common import cli, loadavg, machine, median, now, percentile, quiet_logs
+from bench._paired import Outcome, compare, diffs, interleave
 
-RUNS = 300
+RUNS = 150
+WARMUP = 5
 COMMANDS = ("true", "ls")
 GOAL_ADDED_P50_MS = 15.0
 FILES = 300
@@ -55,6 +60,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"no working sandbox here: {sandbox.status.reason}")
     load_before = loadavg()
     rows = []
+    paired: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         project = _project(Path(tmp))
         contexts = {
@@ -68,24 +74,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 project_dir=project, env=safe_env({}), call_later=_call_later,
                 sandbox=Sandbox(SandboxSettings(pids_cgroup_roots=())))
         for command in COMMANDS:
-            times: dict[str, list[float]] = {kind: [] for kind in contexts}
-            for i in range(runs + 5):
-                for kind, ctx in contexts.items():
-                    t0 = now()
-                    result = handler({"command": command}, ctx)
-                    elapsed = (now() - t0) * 1000
-                    assert not result.is_error, result.output
-                    if i >= 5:  # warm-up: page cache, the first bwrap exec
-                        times[kind].append(elapsed)
-            row = {"command": command, "runs": runs}
-            for kind, values in times.items():
-                row[kind] = {"p50": round(percentile(values, 50), 2), "p99": round(percentile(values, 99), 2)}
-            row["added_p50_ms"] = round(row["sandbox"]["p50"] - row["plain"]["p50"], 2)
+            def call(ctx: Any, command: str = command) -> Outcome:
+                t0 = now()
+                result = handler({"command": command}, ctx)
+                elapsed = (now() - t0) * 1000
+                assert not result.is_error, result.output
+                return Outcome(1, {"ms": elapsed})
+            # warm-up: page cache, the first bwrap exec
+            trials = interleave({kind: partial(call, ctx) for kind, ctx in contexts.items()},
+                                trials=runs, warmup=WARMUP)
+            row: dict[str, Any] = {"command": command, "runs": runs}
+            for kind, values in trials.items():
+                ms = [t.extra["ms"] for t in values]
+                row[kind] = {"p50": round(percentile(ms, 50), 2), "p99": round(percentile(ms, 99), 2)}
+            row["added_p50_ms"] = round(median(diffs(trials["plain"], trials["sandbox"], "ms")), 2)
+            row["paired"] = [compare(trials, "plain", kind, kind="cost", label=f"run_command {command}: "
+                                     f"{kind.replace('_', ' ')} / plain (time per call)", digits=2)
+                             for kind in contexts if kind != "plain"]
+            paired += row["paired"]
             rows.append(row)
     floor = _namespace_floor(sandbox.status.binary, runs)
     worst = max(r["added_p50_ms"] for r in rows)
     return {
-        "name": "sandbox", "machine": machine(), "load_before": load_before, "rows": rows,
+        "name": "sandbox", "machine": machine(), "load_before": load_before, "rows": rows, "paired": paired,
         "files_in_project": FILES, "bwrap": sandbox.status.binary, "floor": floor,
         "cgroup": sandbox._cgroup_root is not None,
         "goal": f"≤ {GOAL_ADDED_P50_MS:g} ms added at p50", "met": worst <= GOAL_ADDED_P50_MS,
@@ -99,13 +110,13 @@ def _namespace_floor(bwrap: str, runs: int) -> dict[str, float]:
     import subprocess
 
     argv = {"bare": ["/bin/true"], "bwrap_minimal": [bwrap, "--ro-bind", "/", "/", "/bin/true"]}
-    times: dict[str, list[float]] = {k: [] for k in argv}
-    for _ in range(runs):
-        for kind, command in argv.items():
-            t0 = now()
-            subprocess.run(command, check=True)
-            times[kind].append((now() - t0) * 1000)
-    return {k: round(percentile(v, 50), 2) for k, v in times.items()}
+
+    def exec_(command: list[str]) -> int:
+        subprocess.run(command, check=True)
+        return 1
+    trials = interleave({kind: partial(exec_, command) for kind, command in argv.items()},
+                        trials=runs, warmup=WARMUP)
+    return {k: round(percentile([t.wall_s * 1000 for t in v], 50), 2) for k, v in trials.items()}
 
 
 if __name__ == "__main__":

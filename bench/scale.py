@@ -8,7 +8,11 @@ the stub streams ``STREAM_CHUNKS`` stamped chunks, ``STREAM_DELAY_S`` apart, to 
 peak threads, the most streams open at once, and the p50/p99 latency from the stub
 writing a chunk to the subscriber callback receiving it.
 
-    python -m bench.scale [--quick] [--level N]
+Scale reports capacities per level (RSS, threads, start-up per live session), not a
+comparison of two ways of doing one thing: nothing here is paired. The runtime against a
+raw client at many streams, paired, is ``bench.streams``.
+
+    python -m bench.scale [--quick] [--levels 100 1000 10000] [--level N]
 """
 
 from __future__ import annotations
@@ -37,10 +41,12 @@ from bench._common import (
 from bench._runtime import Waiter, create_sessions, real_runtime
 from bench._stub_proc import StubProcess, prompt
 
-LEVELS = (100, 1000, 10000)
+LEVELS = (100, 1000)
+#: the 10,000 level is opt-in (``--levels 100 1000 10000``): start-up alone takes minutes here
+FULL_LEVELS = (100, 1000, 10000)
 STREAMS = 1000
 #: phase B replies: long enough that all STREAMS streams overlap while the messages go out
-STREAM_CHUNKS = 120
+STREAM_CHUNKS = 40
 STREAM_DELAY_S = 0.5
 #: latency "steady" = chunks arriving this long after the last message went out
 STEADY_AFTER_S = 2.0
@@ -164,7 +170,7 @@ def measure_level(n: int) -> dict[str, Any]:
         "threads_before": threads0, "threads_live": threads1,
         "threads_per_session": round((threads1 - threads0) / max(live, 1), 2),
         "streamers": len(streamers), "streams_complete": streams_ok, "send_s": round(send_s, 2),
-        "max_concurrent_streams": max_overlap([tuple(v) for v in spans.values()]),
+        "max_concurrent_streams": max_overlap([(v[0], v[1]) for v in spans.values()]),
         "peak_threads_streaming": sampler.peak_threads, "peak_rss_mib_streaming": round(sampler.peak_rss / 2**20, 1),
         "deltas": len(latencies),
         # CPU of this process (all threads) per chunk delivered, sends included
@@ -184,7 +190,7 @@ def measure_level(n: int) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.level:
         return measure_level(args.level)
-    levels = LEVELS[:2] if args.quick else LEVELS
+    levels = tuple(args.levels) if args.levels else ((100,) if args.quick else LEVELS)
     results = []
     for n in levels:
         done = subprocess.run([sys.executable, "-m", "bench.scale", "--level", str(n)], capture_output=True,
@@ -196,19 +202,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             results.append({"sessions": n, "error": f"level process failed (exit {done.returncode}): "
                                                      f"{done.stderr[-600:]}"})
     top = results[-1]
-    rss_10k = top.get("rss_mib_live", float("nan")) * 2**20
+    rss_top = top.get("rss_mib_live", float("nan")) * 2**20
     return {
         "name": "scale", "machine": machine(), "levels": results,
         "streams": STREAMS, "chunks": STREAM_CHUNKS, "delay_s": STREAM_DELAY_S,
         "goal": "10,000 live sessions in ≤ 2 GiB RSS",
-        "met": bool(top.get("sessions") == 10000 and top.get("live_sessions") == 10000
-                    and rss_10k <= GOAL_RSS_BYTES),
-        "command": ".venv/bin/python -m bench.scale   (one level: --level 10000)",
+        # judged only when the 10,000 level ran (opt-in)
+        "met": (bool(top.get("live_sessions") == 10000 and rss_top <= GOAL_RSS_BYTES)
+                if top.get("sessions") == 10000 else None),
+        "command": ".venv/bin/python -m bench.scale   (10,000: --levels 100 1000 10000; one level: --level N)",
     }
 
 
 def _flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--level", type=int, default=0)
+    parser.add_argument("--level", type=int, default=0, help="run one level in this process (JSON out)")
+    parser.add_argument("--levels", type=int, nargs="*", help=f"levels, each in its own process (default {LEVELS}; "
+                                                               f"all: {FULL_LEVELS})")
 
 
 if __name__ == "__main__":

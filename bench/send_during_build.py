@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from corvid_actors.testing import ScriptedProvider, sim_runtime
 
     clock = RealClock()
-    runtime = sim_runtime(clock, ScriptedProvider(clock))
+    runtime = sim_runtime(clock, ScriptedProvider(clock))  # type: ignore[arg-type]  # a real clock, on purpose
     sends = 100 if args.quick else SENDS
     try:
         sids = [runtime.create_session(source="web").id for _ in range(SESSIONS)]

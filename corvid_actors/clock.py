@@ -176,7 +176,8 @@ class Cancellable(Protocol):
     def cancelled(self) -> bool: ...
 
     def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Register ``callback``; returns a function that unregisters it."""
+        """Register ``callback`` (called at once if the signal already fired); returns a
+        function that unregisters it."""
         ...
 
 

@@ -17,8 +17,9 @@ all of them, and nothing else (bugs stay loud). The tree, in one place:
   - :class:`CreditAmountError` (also a ``ValueError``) — a credit amount out of range.
   - ``ProviderError`` (:mod:`corvid_actors.providers.base`) — a classified failure of a
     model provider (outage, rate limit, bad request …); its ``kind`` says which.
-  - ``AdminError`` (:mod:`corvid_actors.admin_protocol`) — an admin request refused,
-    with its error code.
+  - :class:`AdminError` — an admin request refused, with one of the error codes below
+    (the AdminActor raises it; the admin socket, :mod:`corvid_actors.daemon.protocol`,
+    sends it as an error reply).
 """
 
 from __future__ import annotations
@@ -65,3 +66,27 @@ class InvalidContentError(CorvidError, ValueError):
 class CreditAmountError(CorvidError, ValueError):
     """A credit amount is not a positive whole number within the ledger's bounds, or would
     push a balance past its cap. A ValueError too, so callers that catch that keep working."""
+
+
+#: error codes an admin reply may carry (:class:`AdminError`'s ``code``)
+BAD_REQUEST = "bad_request"
+UNKNOWN_COMMAND = "unknown_command"
+UNAUTHORIZED = "unauthorized"
+TOO_LARGE = "too_large"
+NOT_FOUND = "not_found"
+CONFLICT = "conflict"
+UNAVAILABLE = "unavailable"
+SHUTTING_DOWN = "shutting_down"
+BUSY = "busy"
+TIMEOUT = "timeout"
+INTERNAL = "internal"
+
+
+class AdminError(CorvidError):
+    """An admin request failed; ``code`` is one of this module's admin error codes
+    (``BAD_REQUEST`` … ``INTERNAL``), ``message`` says what was wrong."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message

@@ -249,14 +249,6 @@ class PlanEvent(Event):
     steps: tuple[dict[str, Any], ...] = ()
 
 
-@dataclass(frozen=True)
-class Performance(Event):
-    type: ClassVar[str] = "performance"
-    model: str = ""
-    tokens_per_second: float = 0.0
-    output_tokens: int = 0
-
-
 #: events after which a session incarnation produces nothing more
 TERMINAL_EVENT_TYPES = frozenset({"session_exited", "session_stopped", "session_paused"})
 

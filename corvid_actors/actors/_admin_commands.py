@@ -2,7 +2,7 @@
 
 Plain functions that take the actor they relay to and the command's checked arguments;
 they run on the AdminActor's thread and reply with JSON-ready data, or raise
-:class:`~corvid_actors.admin_protocol.AdminError`. :func:`ask_actor` is the one ask every
+:class:`~corvid_actors.errors.AdminError`. :func:`ask_actor` is the one ask every
 admin command makes: it turns the runtime's errors into the admin socket's codes.
 """
 
@@ -16,14 +16,16 @@ import pykka
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import credits
 from corvid_actors.actors.supervisor import StartTicket
-from corvid_actors.admin_protocol import (
+from corvid_actors.errors import (
     BAD_REQUEST,
     NOT_FOUND,
     SHUTTING_DOWN,
     UNAVAILABLE,
     AdminError,
+    CorvidError,
+    NotFoundError,
+    RuntimeStoppedError,
 )
-from corvid_actors.errors import CorvidError, NotFoundError, RuntimeStoppedError
 
 _BROKER = "approval broker"
 _BANK = "credit bank"

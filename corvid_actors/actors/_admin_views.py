@@ -15,8 +15,8 @@ from typing import Any
 
 from loguru import logger
 
-from corvid_actors.admin_protocol import BAD_REQUEST, NOT_FOUND, AdminError
 from corvid_actors.clock import iso_utc
+from corvid_actors.errors import BAD_REQUEST, NOT_FOUND, AdminError
 
 #: events too frequent to keep or log per session (a follower still gets them)
 UNRECORDED_EVENTS = frozenset({"content_block_delta", "thinking", "context_usage"})

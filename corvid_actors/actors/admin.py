@@ -1,8 +1,8 @@
 """The AdminActor: the operator's commands as messages.
 
-Each command of :data:`corvid_actors.admin_socket.COMMANDS` arrives as an
+Each command of :data:`corvid_actors.daemon.protocol.COMMANDS` arrives as an
 :class:`AdminCommand` (ask) with checked arguments; the actor answers with JSON-ready
-data, or raises :class:`~corvid_actors.admin_socket.AdminError` (the asker gets it). It
+data, or raises :class:`~corvid_actors.errors.AdminError` (the asker gets it). It
 reaches the rest of the tree by messages only — the supervisor, the ApprovalBroker, the
 EventBus, the Timers, the SlotPool and the CreditBank — and reads rows from the store.
 ``health`` probes providers on a worker thread and replies with a Future the asker waits
@@ -45,17 +45,17 @@ from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.events import BusStats, SubscribeAll, UnsubscribeAll
 from corvid_actors.actors.slots import SlotStats
 from corvid_actors.actors.timers import TimerStats
-from corvid_actors.admin_protocol import (
+from corvid_actors.clock import Clock, iso_utc
+from corvid_actors.config_sections import DaemonConfig
+from corvid_actors.errors import (
     BAD_REQUEST,
     CONFLICT,
     NOT_FOUND,
     SHUTTING_DOWN,
     UNAVAILABLE,
     AdminError,
+    ConflictError,
 )
-from corvid_actors.clock import Clock, iso_utc
-from corvid_actors.config_sections import DaemonConfig
-from corvid_actors.errors import ConflictError
 from corvid_actors.events import Event, to_dict
 
 #: commands refused once the daemon is shutting down (they start or change work)
@@ -64,7 +64,7 @@ MUTATING_COMMANDS = frozenset({"start", "send", "resume", "extend", "approve", "
 
 @dataclass(frozen=True)
 class AdminCommand:
-    """One checked operator command (see ``admin_socket.COMMANDS``).
+    """One checked operator command (see ``daemon.protocol.COMMANDS``).
 
     Asked by the daemon's admin socket handler (``Daemon._handle``, on a connection
     thread); runs on the actor's thread. Replies with the command's JSON-ready result (a

@@ -33,9 +33,6 @@ from typing import Protocol, runtime_checkable
 
 from corvid_actors.errors import CorvidError
 
-#: what ``OutgoingMessage.kind`` may be
-MESSAGE_KINDS = ("reply", "approval", "notice", "command")
-
 
 @dataclass(frozen=True)
 class IncomingMessage:

@@ -245,6 +245,8 @@ class ScriptedProvider:
         return self.add(replace(Turn.clean_exit(latency_s=latency_s), match=match))
 
     def fail_with(self, error: BaseException, *, match: str | None = None) -> ScriptedProvider:
+        """The call raises exactly ``error``: a ``ProviderError`` takes the path of its kind,
+        any other exception is an unclassified provider bug (fatal: the session exits 1)."""
         return self.add(ScriptedTurn(error=error, match=match))
 
     @property

@@ -2,7 +2,7 @@
 
 A :class:`McpConnection` is used from plain threads (the supervisor while a session is
 built, a session's worker for a tool call, a closer thread when it ends) and runs as one
-task on a single process-wide asyncio loop thread, because the ``mcp`` client is async
+task on a single process-wide asyncio loop thread (:mod:`.mcp_loop`), because the ``mcp`` client is async
 and its context managers must be entered and left by the same task. Callers wait on
 ``concurrent.futures`` results *without* a timeout: every deadline (connect, call) is
 enforced inside the loop, so each wait is bounded there.
@@ -24,23 +24,21 @@ there is). A server that failed or died gets no grace period: its tree is killed
 from __future__ import annotations
 
 import asyncio
-import atexit
 import concurrent.futures
 import contextlib
 import os
 import tempfile
 import threading
 import uuid
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from loguru import logger
 
-from corvid_actors.clock import RealClock
 from corvid_actors.providers.base import CancelToken
 from corvid_actors.tools.base import ToolResult
+from corvid_actors.tools.mcp_loop import McpLoop
 from corvid_actors.tools.proc_tree import find_child_with_marker, kill_marked, kill_session_tree
 
 #: the variable that marks a server process as ours, so its pid is found
@@ -50,8 +48,6 @@ MARKER_VARIABLE = "CORVID_MCP_SERVER_ID"
 _KILL_WAIT_S = 5.0
 #: the most bytes one character takes in UTF-8 (to read enough of a stderr tail)
 _MAX_UTF8_BYTES = 4
-#: RealClock reads time.monotonic through a class attribute, which freezegun leaves alone
-_REAL_TIME = RealClock()
 
 
 @dataclass(frozen=True)
@@ -76,52 +72,6 @@ class McpLimits:
     connect_timeout_s: float = 30.0
     call_timeout_s: float = 120.0
     stderr_tail_chars: int = 2000
-
-
-# --- the loop thread ------------------------------------------------------------------------
-
-
-class _RealTimeLoop(asyncio.SelectorEventLoop):
-    """An event loop whose clock is real time even while freezegun freezes the process."""
-
-    def time(self) -> float:
-        return _REAL_TIME.monotonic()
-
-
-class _McpLoop:
-    """The one asyncio loop thread every MCP connection of the process runs on."""
-
-    _instance: _McpLoop | None = None
-    _guard = threading.Lock()
-
-    def __init__(self) -> None:
-        self.loop = _RealTimeLoop()
-        self.live: weakref.WeakSet[McpConnection] = weakref.WeakSet()
-        self.thread = threading.Thread(target=self._run, name="corvid-mcp", daemon=True)
-        self.thread.start()
-
-    @classmethod
-    def get(cls) -> _McpLoop:
-        with cls._guard:
-            if cls._instance is None:
-                cls._instance = cls()
-                atexit.register(cls._instance.close_all)
-            return cls._instance
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    def submit(self, coro: Any) -> concurrent.futures.Future[Any]:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    def call_soon(self, fn: Callable[[], None]) -> None:
-        self.loop.call_soon_threadsafe(fn)
-
-    def close_all(self) -> None:
-        """At interpreter exit: no server outlives the process that started it."""
-        for connection in list(self.live):
-            connection.close()
 
 
 # --- one connection ---------------------------------------------------------------------------
@@ -160,7 +110,7 @@ class McpConnection:
         self._on_lost = on_lost
         self._render = render or _plain_render
         self._marker = f"{spec.name}-{uuid.uuid4().hex}"
-        self._hub: _McpLoop | None = None
+        self._hub: McpLoop | None = None
         self._ready: concurrent.futures.Future[bool] = concurrent.futures.Future()
         self._done: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._lock = threading.Lock()
@@ -175,11 +125,6 @@ class McpConnection:
         self._calling: str | None = None
 
     @property
-    def leader_pid(self) -> int | None:
-        """The server process's pid (Linux), once started."""
-        return self._leader
-
-    @property
     def alive(self) -> bool:
         return self._session is not None and not self._lost and not self._close_requested
 
@@ -190,7 +135,7 @@ class McpConnection:
             if self._started:
                 return
             self._started = True
-        self._hub = _McpLoop.get()
+        self._hub = McpLoop.get()
         self._hub.live.add(self)
         self._hub.submit(self._run())
 
@@ -205,7 +150,11 @@ class McpConnection:
         if not self.alive or self._hub is None:
             return ToolResult(self._unavailable(), is_error=True)
         future = self._hub.submit(self._call(tool, arguments, timeout_s or self.limits.call_timeout_s))
-        unregister = cancel.on_cancel(future.cancel) if cancel is not None else (lambda: None)
+
+        def cancel_call() -> None:
+            future.cancel()  # False when it has just finished: its result stands
+
+        unregister = cancel.on_cancel(cancel_call) if cancel is not None else (lambda: None)
         try:
             return future.result()
         except concurrent.futures.CancelledError:

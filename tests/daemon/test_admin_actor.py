@@ -13,10 +13,9 @@ from corvid_actors.actors.admin import (
     Follow,
     Ready,
 )
-from corvid_actors.admin_protocol import AdminError
 from corvid_actors.chat.commands import approval_text
-from corvid_actors.config import Config
-from corvid_actors.config_sections import DaemonConfig
+from corvid_actors.config import Config, DaemonConfig
+from corvid_actors.errors import AdminError
 from corvid_actors.testing import sim_runtime
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from corvid_actors.admin_protocol import COMMANDS, RequestRejected, parse_request
+from corvid_actors.daemon.protocol import COMMANDS, RequestRejected, parse_request
 from corvid_actors.errors import CorvidError
 
 from .test_admin_actor import command, make

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import uuid
 
-from corvid_actors.admin_cli import (
+from corvid_actors.daemon.render import (
     _one_liner,
     describe_event,
     render_table,

@@ -12,7 +12,7 @@ import socket
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from corvid_actors.admin_protocol import (
+from corvid_actors.daemon.protocol import (
     COMMANDS,
     RequestRejected,
     encode,
@@ -20,7 +20,7 @@ from corvid_actors.admin_protocol import (
     is_text,
     parse_request,
 )
-from corvid_actors.admin_socket import AdminSocketServer, SocketSettings
+from corvid_actors.daemon.socket_server import AdminSocketServer, SocketSettings
 
 ODD_TEXT = st.one_of(
     st.text(max_size=20),

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from loguru import logger
 
-from corvid_actors.admin_client import AdminClient
-from corvid_actors.admin_protocol import MAX_COUNT, RequestRejected, parse_request
-from corvid_actors.admin_socket import AdminSocketServer, SocketSettings
+from corvid_actors.daemon.client import AdminClient
+from corvid_actors.daemon.protocol import MAX_COUNT, RequestRejected, parse_request
+from corvid_actors.daemon.socket_server import AdminSocketServer, SocketSettings
 
 #: every real-time wait in this file is bounded by this
 WAIT_S = 2.0

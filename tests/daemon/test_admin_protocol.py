@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from corvid_actors.admin_cli import render_table
-from corvid_actors.admin_client import AdminClient, AdminRequestFailed
-from corvid_actors.admin_protocol import AdminError, Request, RequestRejected, parse_request
-from corvid_actors.admin_socket import AdminSocketServer, FollowQueue, SocketSettings
-from corvid_actors.daemon import load_daemon_config
-from corvid_actors.daemon_models import load_stub_script
-from corvid_actors.daemon_process import DaemonError, PidLock
-from corvid_actors.errors import ConfigError
+from corvid_actors.daemon.client import AdminClient, AdminRequestFailed
+from corvid_actors.daemon.model_server import load_stub_script
+from corvid_actors.daemon.process import DaemonError, PidLock
+from corvid_actors.daemon.protocol import Request, RequestRejected, parse_request
+from corvid_actors.daemon.render import render_table
+from corvid_actors.daemon.settings import load_daemon_config
+from corvid_actors.daemon.socket_io import FollowQueue
+from corvid_actors.daemon.socket_server import AdminSocketServer, SocketSettings
+from corvid_actors.errors import AdminError, ConfigError
 
 
 def line(**fields) -> bytes:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from corvid_actors.admin_cli import read_message_text, render_table, show_approvals, show_sessions
+from corvid_actors.daemon.admin_cli import read_message_text
+from corvid_actors.daemon.render import render_table, show_approvals, show_sessions
 from corvid_actors.errors import CorvidError
 
 HOSTILE = ["[/bad]", "sed -e 's/[/]//' notes.txt", "see [bold]this[/bold] and [link]", "[red]x[/red]",
@@ -84,7 +85,7 @@ def test_non_utf8_argument_is_refused_before_anything_is_created(tmp_path):
     data_dir = tmp_path / "data"
     env = {**os.environ, "CORVID_DATA_DIR": str(data_dir), "PYTHONPATH": str(Path(__file__).parents[2]),
            "LC_ALL": "C.UTF-8"}
-    done = subprocess.run([sys.executable, "-m", "corvid_actors.cli", "run", "--agent", "x",
+    done = subprocess.run([sys.executable, "-m", "corvid_actors", "run", "--agent", "x",
                            "--provider", "stub", b"caf\xe9"], env=env, capture_output=True, timeout=60)
     assert done.returncode == 2
     err = done.stderr.decode()
@@ -94,7 +95,7 @@ def test_non_utf8_argument_is_refused_before_anything_is_created(tmp_path):
 
 
 def test_cli_main_refuses_surrogate_escaped_arguments(capsys):
-    from corvid_actors.cli import main
+    from corvid_actors.daemon.cli import main
 
     assert main(["admin", "send", "abcd", "caf\udce9"]) == 2
     err = capsys.readouterr().err
@@ -103,7 +104,7 @@ def test_cli_main_refuses_surrogate_escaped_arguments(capsys):
 
 def test_argparse_namespace_has_the_text(monkeypatch):
     # `admin send ID -`: the parser keeps "-" for read_message_text
-    from corvid_actors.cli import build_parser
+    from corvid_actors.daemon.cli import build_parser
 
     args = build_parser().parse_args(["admin", "send", "abcd", "-"])
     assert isinstance(args, argparse.Namespace) and args.text == "-"
@@ -115,7 +116,7 @@ class TtyInput(io.StringIO):
 
 
 def test_the_foreground_approval_prompt_shows_escapes_not_executes_them(sim_clock, scripted, tmp_path):
-    from corvid_actors.foreground import _ask_approval
+    from corvid_actors.daemon.foreground import _ask_approval
     from corvid_actors.testing import EventRecorder, sim_runtime
 
     rt = sim_runtime(sim_clock, scripted, workspace_dir=tmp_path / "ws", loop_for_provider={"scripted": "direct"})

@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from corvid_actors.config import Config
-from corvid_actors.daemon_models import start_model_server
+from corvid_actors.daemon.model_server import start_model_server
 from corvid_actors.errors import ConfigError
 from corvid_actors.testing.ollama_stub import OllamaStubServer
 

@@ -33,16 +33,16 @@ class _NotInstalled:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 sys.meta_path.insert(0, _NotInstalled())
-from corvid_actors.cli import main
+from corvid_actors.daemon.cli import main
 sys.exit(main())
 """
 
 
 def entry_point() -> list[str]:
     """The installed ``corvid-actors`` script of this interpreter (its code comes from this
-    tree through PYTHONPATH), or ``python -m corvid_actors.cli`` when none is installed."""
+    tree through PYTHONPATH), or ``python -m corvid_actors`` when none is installed."""
     script = Path(sys.executable).parent / "corvid-actors"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "corvid_actors.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "corvid_actors"]
 
 
 def closed_port_url() -> str:

@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-from corvid_actors import cli
-from corvid_actors.admin_client import AdminClient, AdminRequestFailed, AdminUnavailable
+from corvid_actors.daemon import cli
+from corvid_actors.daemon.client import AdminClient, AdminRequestFailed, AdminUnavailable
 from corvid_actors.db.store import Store
 
 #: an interpreter start plus the runtime's imports on a loaded 2-core machine (~1.5 s typical)
@@ -82,7 +82,7 @@ class Daemon:
         env = _env()
         if self.token:
             env["CORVID_ADMIN_TOKEN"] = self.token
-        command = [sys.executable, "-m", "corvid_actors.cli", "serve", "--data-dir", str(self.data_dir), "--provider",
+        command = [sys.executable, "-m", "corvid_actors", "serve", "--data-dir", str(self.data_dir), "--provider",
                    "stub", "--config", str(self.config), "--stub-script", str(self.script), *self.args]
         if self.detach:  # returns once the daemon is ready; the daemon is not our child
             started = subprocess.run([*command, "--detach"], env=env, stdin=subprocess.DEVNULL,
@@ -370,13 +370,13 @@ def test_extend_mode_credits_and_stats_over_the_socket(shared):
 
 def test_the_daemon_freezes_its_start_up_heap_out_of_the_cyclic_collector(shared):
     # gc.freeze() after start-up: the long-lived start-up objects are never walked again by
-    # a full collection (corvid_actors.daemon.freeze_startup_heap)
+    # a full collection (corvid_actors.daemon.service.freeze_startup_heap)
     assert shared.call("health")["daemon"]["gc_frozen_objects"] > 10_000
 
 
 def test_a_second_daemon_on_the_same_data_directory_is_refused(shared):
     second = subprocess.run(
-        [sys.executable, "-m", "corvid_actors.cli", "serve", "--provider", "stub", "--data-dir", str(shared.data_dir)],
+        [sys.executable, "-m", "corvid_actors", "serve", "--provider", "stub", "--data-dir", str(shared.data_dir)],
         env=_env(), capture_output=True, text=True, timeout=READY_S,
     )
     assert second.returncode == 1

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from corvid_actors.admin_client import AdminRequestFailed
+from corvid_actors.daemon.client import AdminRequestFailed
 from tests.e2e.test_daemon import Daemon, _health_once_free, daemons  # noqa: F401 - fixture
 
 WAIT_S = 10.0
@@ -69,7 +69,7 @@ def test_sqlite_file_made_read_only_refuses_sends_until_it_is_writable_again(dae
 
 _KILL_AN_ACTOR = """
 import sys, threading
-from corvid_actors import daemon as dm
+from corvid_actors.daemon import service as dm
 
 config = dm.load_daemon_config(None, data_dir=sys.argv[1], provider="stub")
 data_dir = dm.data_dir_of(config).resolve()
@@ -93,7 +93,7 @@ def test_a_core_actor_dying_in_the_daemon_exits_70_with_sessions_marked_for_resu
     import subprocess
     import sys
 
-    from corvid_actors.daemon import EXIT_CORE_FAILURE
+    from corvid_actors.daemon.service import EXIT_CORE_FAILURE
     from corvid_actors.db.store import Store
     from tests.e2e.test_daemon import READY_S, _env
 

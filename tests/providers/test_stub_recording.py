@@ -8,7 +8,7 @@ import ollama
 import pytest
 
 from corvid_actors.config import Config
-from corvid_actors.daemon_models import STUB_KEPT_REQUESTS, start_stub
+from corvid_actors.daemon.model_server import STUB_KEPT_REQUESTS, start_stub
 from corvid_actors.testing.anthropic_stub import AnthropicStubServer
 from corvid_actors.testing.ollama_stub import OllamaStubServer
 

@@ -11,7 +11,7 @@ import textwrap
 
 PROBE = textwrap.dedent("""
     import os, subprocess
-    from corvid_actors.daemon import _dumpable, forbid_memory_access
+    from corvid_actors.daemon.service import _dumpable, forbid_memory_access
 
     def peek():
         # another process of the same uid reads this one's initial environment

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import mcp_types
@@ -32,6 +33,11 @@ from corvid_actors.tools.mcp_connection import McpConnection, McpLimits, McpServ
 from tests.fixtures.mcp_servers import live_processes, new_tag, server_command
 
 SECRET = "WALLET_ENCRYPTION_KEY"
+#: real seconds: the slow tool's sleep, the pause before cancelling it, and the bound on how
+#: long the cancelled call may still take to return
+SLOW_CALL_S = 2.0
+IN_FLIGHT_S = 0.2
+CANCEL_RETURNS_WITHIN_S = 1.0
 
 
 def connect(mode: str, tag: str, *, env: dict[str, str] | None = None, **limits: float) -> McpConnection:
@@ -98,12 +104,17 @@ def test_a_call_that_outlives_its_timeout_is_an_error_and_the_server_stays_usabl
 def test_cancelling_a_call_returns_at_once(echo):
     cancel = CancelToken()
     result: list = []
-    worker = threading.Thread(target=lambda: result.append(echo.call("slow", {"seconds": 0.4}, cancel)))
+    worker = threading.Thread(target=lambda: result.append(echo.call("slow", {"seconds": SLOW_CALL_S}, cancel)))
     worker.start()
+    time.sleep(IN_FLIGHT_S)  # one bounded pause: the call is on its way (the server sleeps SLOW_CALL_S)
+    cancelled_at = time.monotonic()
     cancel.cancel()
-    worker.join(timeout=1.0)
+    worker.join(timeout=SLOW_CALL_S + 5.0)
+    returned_after = time.monotonic() - cancelled_at
     assert not worker.is_alive()
     assert result[0].is_error and "cancelled" in result[0].output
+    # "at once": far sooner than the server would have answered (real time, generous bound)
+    assert returned_after < CANCEL_RETURNS_WITHIN_S, f"returned {returned_after:.2f}s after the cancel"
 
 
 # --- servers that fail ---------------------------------------------------------------------------

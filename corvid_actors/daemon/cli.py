@@ -14,7 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from corvid_actors.admin_cli import add_json_flag, add_operator_commands
+from loguru import logger
+
+from corvid_actors.daemon.admin_cli import add_json_flag, add_operator_commands
+from corvid_actors.daemon.demo import run_demo
+from corvid_actors.daemon.process import human_format
+from corvid_actors.daemon.settings import package_version
 from corvid_actors.errors import CorvidError
 
 
@@ -34,28 +39,18 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from corvid_actors.demo import run_demo
-
     run_demo(sys.stdout, db_path=Path(args.db) if args.db else None, minutes=args.minutes, keep=args.keep,
              json_output=getattr(args, "json", False))
     return 0
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("corvid-actors")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "unknown"
-
-
 def build_parser() -> argparse.ArgumentParser:
+    """The ``corvid-actors`` parser: ``demo`` and the operator's commands (:mod:`~corvid_actors.daemon.admin_cli`)."""
     parser = _Parser(
         prog="corvid-actors",
         description="Supervised Pykka actors hosting long-running LLM agent sessions.",
     )
-    parser.add_argument("--version", action="version", version=f"corvid-actors {_version()}")
+    parser.add_argument("--version", action="version", version=f"corvid-actors {package_version()}")
     parser.add_argument("--json", action="store_true", default=False,
                         help="machine-readable JSON output (also accepted after the subcommand)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -111,8 +106,7 @@ def _quiet_stdout() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from loguru import logger
-
+    """Run one command line (``sys.argv[1:]`` by default); returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     json_output = "--json" in argv  # until the parser says more: a usage error must honour it too
     problem = undecodable_argument(argv)
@@ -124,8 +118,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.remove(0)  # loguru's default DEBUG handler, when it is still there
     except ValueError:
         pass
-    from corvid_actors.daemon_process import human_format
-
     sink = logger.add(sys.stderr, level="WARNING", format=human_format, colorize=None)
     logger.enable("corvid_actors")
     parser = build_parser()

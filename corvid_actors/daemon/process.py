@@ -1,7 +1,7 @@
 """The daemon's process plumbing: one daemon per data directory, its directory, its logs,
 a self-pipe for signals, and running in the background.
 
-Nothing here knows the runtime: :mod:`corvid_actors.daemon` puts these together.
+Nothing here knows the runtime: :mod:`corvid_actors.daemon.service` puts these together.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import UTC
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import urlparse
 
 from loguru import logger
 
@@ -142,19 +143,19 @@ class Wakeup:
         os.set_blocking(self._w, False)
 
     def post(self, code: bytes) -> None:
+        """Wake the main thread with ``code``; never blocks (safe in a signal handler)."""
         try:
             os.write(self._w, code)
         except OSError:  # pipe full: the main thread has plenty to read already
             pass
 
     def read(self) -> bytes:
+        """The next code posted (blocks until there is one); main thread only."""
         return os.read(self._r, 1)
 
 
 def redacted(url: str) -> str:
     """A database URL fit for logs: its password replaced."""
-    from urllib.parse import urlparse
-
     password = urlparse(url).password
     return url.replace(f":{password}@", ":***@") if password else url
 
@@ -224,6 +225,7 @@ def detach(log_path: Path, run: Callable[[Callable[[dict[str, Any]], None]], int
 
 
 def log_tail(path: Path, lines: int = DETACH_LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log file (or why it cannot be read)."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError as exc:

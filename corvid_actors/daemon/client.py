@@ -56,6 +56,7 @@ class AdminClient:
                    max_send_bytes=max(d.admin_max_send_bytes, d.admin_max_request_bytes))
 
     def connect(self) -> AdminClient:
+        """Open the connection (:class:`AdminUnavailable` when no daemon answers); returns self."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         # An I/O deadline, so a wedged daemon cannot hang the operator's shell.
         sock.settimeout(self.timeout_s)

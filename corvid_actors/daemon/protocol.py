@@ -23,29 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from corvid_actors.errors import CorvidError
-
-#: error codes a reply may carry
-BAD_REQUEST = "bad_request"
-UNKNOWN_COMMAND = "unknown_command"
-UNAUTHORIZED = "unauthorized"
-TOO_LARGE = "too_large"
-NOT_FOUND = "not_found"
-CONFLICT = "conflict"
-UNAVAILABLE = "unavailable"
-SHUTTING_DOWN = "shutting_down"
-BUSY = "busy"
-TIMEOUT = "timeout"
-INTERNAL = "internal"
-
-
-class AdminError(CorvidError):
-    """An admin request failed; ``code`` is one of this module's error codes."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+from corvid_actors.db.models import SESSION_STATUSES
+from corvid_actors.errors import BAD_REQUEST, UNAUTHORIZED, UNKNOWN_COMMAND, AdminError
 
 
 @dataclass(frozen=True)
@@ -86,8 +65,6 @@ def _positive(kind: str, required: bool = True, high: int = MAX_COUNT) -> Arg:
 
 
 _SESSION = _text(required=True)
-#: session statuses ``sessions --status`` accepts (the store's, ``db.models.SESSION_STATUSES``)
-SESSION_STATUSES = ("idle", "loading", "running", "paused", "stopped", "error")
 #: what ``start --create`` may set on a new agent
 AGENT_PROVIDERS = ("ollama", "anthropic")
 PERMISSION_MODES = ("default", "plan", "auto-edit", "full-auto")
@@ -260,10 +237,12 @@ def _json_type(value: Any) -> str:
 
 
 def ok_reply(request_id: Any, result: Any) -> dict[str, Any]:
+    """A success reply to request ``request_id``."""
     return {"id": request_id, "ok": True, "result": result}
 
 
 def error_reply(request_id: Any, code: str, message: str) -> dict[str, Any]:
+    """An error reply: ``code`` is one of the admin error codes of :mod:`corvid_actors.errors`."""
     return {"id": request_id, "ok": False, "error": {"code": code, "message": message}}
 
 

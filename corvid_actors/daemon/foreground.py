@@ -15,7 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from corvid_actors.daemon.model_server import start_model_server
+from corvid_actors.daemon.render import safe_text
+from corvid_actors.daemon.settings import load_daemon_config
 from corvid_actors.errors import ConfigError, CorvidError, NotFoundError
+from corvid_actors.runtime import Runtime
 
 
 class ProviderUnreachable(CorvidError):
@@ -37,8 +41,6 @@ def unreachable_message(provider_name: str, config: Any) -> str:
 def _models(config: Any, provider: str) -> Any:
     """The model server, chosen as ``serve`` chooses it: ``auto`` falls back to the stub
     when neither ANTHROPIC_API_KEY is set nor Ollama answers."""
-    from corvid_actors.daemon_models import start_model_server
-
     if provider == "anthropic" and not config.providers.anthropic_api_key:
         raise ConfigError("--provider anthropic needs ANTHROPIC_API_KEY in the environment")
     if provider in ("ollama", "anthropic"):
@@ -56,9 +58,6 @@ def run_foreground(*, agent: str, prompt: str, config_file: str | None = None, d
     with ``model`` when given, and the user is told). With ``json_output`` nothing is
     streamed: one JSON object (``ok``, ``session``, ``agent``, ``reply``, ``error``) is
     printed at the end."""
-    from corvid_actors.daemon import load_daemon_config
-    from corvid_actors.runtime import Runtime
-
     out, err, stdin = out or sys.stdout, err or sys.stderr, stdin or sys.stdin
     config = load_daemon_config(config_file, data_dir=data_dir)
     models = _models(config, provider)
@@ -156,8 +155,6 @@ def _ask_approval(runtime: Any, event: Any, err: TextIO, stdin: TextIO) -> None:
                                                    "permission_mode allows this tool")
         err.write(f"\n[denied {event.tool_name}: no terminal to ask]\n")
         return
-    from corvid_actors.admin_cli import safe_text
-
     # the description quotes the model's arguments: escapes must not disguise what is asked
     err.write(f"\nAllow {safe_text(event.description)}? [y]es / [n]o / [a]lways in this session: ")
     err.flush()

@@ -22,6 +22,7 @@ QUIET = {"thinking", "content_block_delta", "context_usage", "message_stop"}
 
 
 def describe(event: Event) -> str:
+    """One line of the demo's timeline for ``event``."""
     match event.type:
         case "session_started":
             return "started"
@@ -73,6 +74,7 @@ def run_demo(out: TextIO, *, db_path: Path | None = None, minutes: float = 30.0,
 
 
 def _run(out: TextIO, workdir: Path, db_path: Path, minutes: float, json_output: bool, keep: bool) -> int:
+    # imported here: SimClock needs freezegun, an optional dependency (the test extra)
     from corvid_actors.testing import EventRecorder, ScriptedProvider, SimClock, sim_runtime
 
     clock = SimClock()

@@ -24,21 +24,37 @@ main thread blocks reading it — no polling, no sleeping.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import gc
+import importlib.util
 import json
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any, TextIO
 
+import pykka
 from loguru import logger
 
-from corvid_actors.config import Config, load_config
-from corvid_actors.daemon_process import (
+from corvid_actors.actors.admin import (
+    AdminActor,
+    AdminCommand,
+    AdminWiring,
+    BeginShutdown,
+    Follow,
+    Ready,
+)
+from corvid_actors.actors.base import tell
+from corvid_actors.clock import io_clock
+from corvid_actors.config import Config
+from corvid_actors.daemon.model_server import ModelServer, start_model_server
+from corvid_actors.daemon.process import (
     DAEMON_LOG,
     DaemonError,
     PidLock,
@@ -48,63 +64,16 @@ from corvid_actors.daemon_process import (
     prepare_data_dir,
     redacted,
 )
-from corvid_actors.errors import ConfigError, CorvidError
-
-#: environment variables for the [daemon] section: variable -> (key, converter)
-DAEMON_ENV: Mapping[str, tuple[str, type]] = {
-    "CORVID_DAEMON_PROVIDER": ("provider", str),
-    "CORVID_ADMIN_TOKEN": ("admin_token", str),
-    "CORVID_LOG_FORMAT": ("log_format", str),
-    "CORVID_LOG_LEVEL": ("log_level", str),
-    "CORVID_SHUTDOWN_TIMEOUT_S": ("shutdown_timeout_s", float),
-}
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    """Command-line choices of ``serve``; None keeps the configured value."""
-
-    config_file: str | None = None
-    data_dir: str | None = None
-    provider: str | None = None
-    log_format: str | None = None
-    log_level: str | None = None
-    stub_script: str | None = None
-    #: fork, log to ``<data dir>/daemon.log`` and return once the daemon is ready
-    detach: bool = False
-    #: ``--json``: the detached daemon's facts as one JSON object; JSON log lines otherwise
-    json: bool = False
-
-
-def load_daemon_config(config_file: str | None = None, *, data_dir: str | None = None,
-                       environ: Mapping[str, str] | None = None, **daemon: Any) -> Config:
-    """The configuration the daemon and its CLI use: ``load_config`` plus the ``CORVID_*``
-    variables of :data:`DAEMON_ENV`, plus explicit values (``data_dir``, daemon keys)."""
-    env = os.environ if environ is None else environ
-    config = load_config(config_file, env)
-    overrides: dict[str, Any] = {}
-    for var, (key, convert) in DAEMON_ENV.items():
-        raw = env.get(var)
-        if raw:
-            try:
-                overrides[key] = convert(raw)
-            except ValueError:
-                raise ConfigError(f"environment variable {var}={raw!r} is not valid for daemon.{key}") from None
-    overrides.update({k: v for k, v in daemon.items() if v is not None})
-    if overrides:
-        config = config.replace(daemon=overrides)
-    if data_dir:
-        config = config.replace(store={"data_dir": str(Path(data_dir).expanduser().resolve())})
-    return config
-
-
-def data_dir_of(config: Config) -> Path:
-    return Path(config.store.data_dir).expanduser()
-
-
-def socket_path_of(config: Config) -> Path:
-    return data_dir_of(config) / config.daemon.socket_name
-
+from corvid_actors.daemon.protocol import Request
+from corvid_actors.daemon.settings import (
+    ServeOptions,
+    data_dir_of,
+    load_daemon_config,
+    package_version,
+)
+from corvid_actors.daemon.socket_server import AdminSocketServer, SocketSettings
+from corvid_actors.errors import SHUTTING_DOWN, AdminError, CorvidError
+from corvid_actors.runtime import Runtime
 
 # --- the daemon ----------------------------------------------------------------------------
 
@@ -125,49 +94,51 @@ class Daemon:
         self.data_dir = data_dir
         self.stub_script = stub_script
         self.wake = Wakeup()
-        self.runtime: Any = None
-        self.admin: Any = None
-        self.server: Any = None
-        self.models: Any = None
+        self.runtime: Runtime | None = None
+        self.admin: pykka.ActorRef[AdminActor] | None = None
+        self.server: AdminSocketServer | None = None
+        self.models: ModelServer | None = None
         self._shutdown_reason = "signal"
         self._exit_code = 0
         self.about: dict[str, Any] = {}
 
     def run(self) -> int:
-        from corvid_actors.admin_socket import AdminSocketServer, SocketSettings
-        from corvid_actors.daemon_models import start_model_server
-
-        for signum, code in ((signal.SIGINT, Wakeup.SIGINT), (signal.SIGTERM, Wakeup.SIGTERM)):
-            signal.signal(signum, lambda _s, _f, code=code: self.wake.post(code))
+        """Start everything, serve until told to stop, shut down; returns the exit code (main thread)."""
+        signal.signal(signal.SIGINT, self._poster(Wakeup.SIGINT))
+        signal.signal(signal.SIGTERM, self._poster(Wakeup.SIGTERM))
         s = self.settings
-        self.server = AdminSocketServer(
+        self.server = server = AdminSocketServer(
             self.data_dir / s.socket_name, self._handle, self._follow,
             SocketSettings(token=s.admin_token, max_request_bytes=s.admin_max_request_bytes,
                            max_connections=s.admin_max_connections, follow_queue_events=s.follow_queue_events,
                            max_send_bytes=s.admin_max_send_bytes, auth_timeout_s=s.admin_auth_timeout_s,
                            idle_timeout_s=s.admin_idle_timeout_s),
         )
-        self.server.bind()  # fail fast on a bad path, before anything is started
+        server.bind()  # fail fast on a bad path, before anything is started
         try:
-            self.models = start_model_server(self.config, self.stub_script)
-            self._start_runtime()
+            self.models = models = start_model_server(self.config, self.stub_script)
+            runtime = self._start_runtime(models, server)
             self.about["gc_frozen_objects"] = freeze_startup_heap()
-            self.server.start()
-            self.models.announce()
+            server.start()
+            models.announce()
             logger.info("corvid-actors daemon ready: pid {}, admin socket {}, database {}, model server {}",
-                        os.getpid(), self.server.path, self.about["database"], self.models.description)
+                        os.getpid(), server.path, self.about["database"], models.description)
             if self.on_ready is not None:
                 self.on_ready(dict(self.about))
-            return self._main_loop()
+            return self._main_loop(runtime)
         finally:
             self._close_quietly()
 
-    def _start_runtime(self) -> None:
-        from corvid_actors.actors.admin import AdminActor, AdminWiring, Ready
-        from corvid_actors.runtime import Runtime
+    def _poster(self, code: bytes) -> Callable[[int, FrameType | None], None]:
+        """A signal handler that only posts ``code`` to the self-pipe (runs on the main thread)."""
+        def post(_signum: int, _frame: FrameType | None) -> None:
+            self.wake.post(code)
 
+        return post
+
+    def _start_runtime(self, models: ModelServer, server: AdminSocketServer) -> Runtime:
         credits = self.settings.with_credits and _credits_available()
-        self.runtime = runtime = Runtime(self.models.config, providers=self.models.providers,
+        self.runtime = runtime = Runtime(models.config, providers=models.providers,
                                          workspace_dir=self.data_dir / "workspace", with_credits=credits)
         if runtime.stale_session_ids:
             logger.warning("{} session(s) were left running by a previous daemon: reset and marked for resume",
@@ -180,8 +151,8 @@ class Daemon:
                          "([tools.sandbox] mode = \"required\")", sandbox.reason)
         self.about = about = {
             "pid": os.getpid(), "data_dir": str(self.data_dir), "database": redacted(runtime.store.url),
-            "socket": str(self.server.path), "model_server": self.models.description,
-            "stub": self.models.stub_url is not None, "credits": credits, "version": _version(),
+            "socket": str(server.path), "model_server": models.description,
+            "stub": models.stub_url is not None, "credits": credits, "version": package_version(),
             "sandbox": sandbox.as_dict(), "dumpable": _dumpable(),
         }
         self.admin = AdminActor.start(runtime.tracker, AdminWiring(
@@ -193,13 +164,15 @@ class Daemon:
         self.admin.ask(Ready())  # subscribed to the bus before any session is resumed
         runtime.watch(self.admin, "admin")
         runtime.add_fatal_listener(lambda failure: self.wake.post(_FATAL))
-        self._resume_marked()
+        self._resume_marked(runtime)
+        return runtime
 
-    def _resume_marked(self) -> None:
-        ids = self.runtime.store.take_restart_pending()
+    @staticmethod
+    def _resume_marked(runtime: Runtime) -> None:
+        ids = runtime.store.take_restart_pending()
         for sid in ids:
             try:
-                self.runtime.resume_process(sid)
+                runtime.resume_process(sid)
             except CorvidError as exc:  # one bad row must not keep the others down
                 logger.bind(session_id=sid).warning("could not resume session: {}", exc)
         if ids:
@@ -207,26 +180,21 @@ class Daemon:
 
     # --- admin socket hooks (connection threads) ------------------------------------------------
 
-    def _handle(self, request: Any) -> Any:
-        import pykka
+    def _live_admin(self) -> pykka.ActorRef[AdminActor]:
+        if self.admin is None:  # the socket serves only once the AdminActor is up
+            raise AdminError(SHUTTING_DOWN, "the daemon is shutting down")
+        return self.admin
 
-        from corvid_actors.actors.admin import AdminCommand
-        from corvid_actors.admin_protocol import SHUTTING_DOWN, AdminError
-
+    def _handle(self, request: Request) -> Any:
         try:
-            result = self.admin.ask(AdminCommand(request.cmd, request.args))
+            result = self._live_admin().ask(AdminCommand(request.cmd, request.args))
             return result.get() if isinstance(result, pykka.Future) else result
         except pykka.ActorDeadError:
             raise AdminError(SHUTTING_DOWN, "the daemon is shutting down") from None
 
-    def _follow(self, session_id: str | None, sink: Any) -> Any:
-        import pykka
-
-        from corvid_actors.actors.admin import Follow
-        from corvid_actors.admin_protocol import SHUTTING_DOWN, AdminError
-
+    def _follow(self, session_id: str | None, sink: Callable[[str, str, dict[str, Any]], None]) -> Callable[[], None]:
         try:
-            return self.admin.ask(Follow(session_id, sink))
+            return self._live_admin().ask(Follow(session_id, sink), block=True)
         except pykka.ActorDeadError:
             raise AdminError(SHUTTING_DOWN, "the daemon is shutting down") from None
 
@@ -236,15 +204,13 @@ class Daemon:
 
     # --- main loop and shutdown -----------------------------------------------------------------
 
-    def _main_loop(self) -> int:
-        from corvid_actors.clock import io_clock
-
+    def _main_loop(self, runtime: Runtime) -> int:
         stopping = False
         while True:
             code = self.wake.read()
             if code == _FATAL:
                 logger.critical("the runtime failed ({}): exiting {} for the process supervisor to restart us",
-                                self.runtime.failure, EXIT_CORE_FAILURE)
+                                runtime.failure, EXIT_CORE_FAILURE)
                 self._exit_code = EXIT_CORE_FAILURE
                 self._shutdown_reason = "core_actor_failed"
                 code = Wakeup.ADMIN
@@ -259,7 +225,8 @@ class Daemon:
                 logger.info("shutting down ({}): refusing new work, stopping sessions (bound {} s)",
                             reason, self.settings.shutdown_timeout_s)
                 io_clock().call_later(self.settings.shutdown_timeout_s, lambda: self.wake.post(Wakeup.OVERDUE))
-                threading.Thread(target=self._graceful, name="daemon-shutdown", daemon=True).start()
+                threading.Thread(target=self._graceful, args=(runtime,), name="daemon-shutdown",
+                                 daemon=True).start()
             elif code == Wakeup.DONE:
                 if self._exit_code:
                     logger.error("daemon stopped after a failure (exit {})", self._exit_code)
@@ -271,14 +238,12 @@ class Daemon:
                              self.settings.shutdown_timeout_s)
                 os._exit(1)
 
-    def _graceful(self) -> None:
-        from corvid_actors.actors.admin import BeginShutdown
-        from corvid_actors.actors.base import tell
-
+    def _graceful(self, runtime: Runtime) -> None:
         try:
-            tell(self.admin, BeginShutdown())
-            self.runtime.shutdown("server_shutdown", settle_timeout_s=self.settings.shutdown_timeout_s)
-            self.server.close("daemon stopped")
+            tell(self._live_admin(), BeginShutdown())
+            runtime.shutdown("server_shutdown", settle_timeout_s=self.settings.shutdown_timeout_s)
+            if self.server is not None:
+                self.server.close("daemon stopped")
         except Exception:  # noqa: BLE001 - the main thread must hear DONE whatever happened
             logger.exception("error during shutdown")
         finally:
@@ -287,10 +252,16 @@ class Daemon:
     def _close_quietly(self) -> None:
         if self.runtime is not None:
             self.runtime.tracker.stopping = True  # actors stopped from here on are no failure
-        for step in (lambda: self.server.close("daemon stopped"),
-                     lambda: self.admin is not None and self.admin.stop(),
-                     lambda: self.runtime is not None and self.runtime.shutdown("server_shutdown"),
-                     lambda: self.models is not None and self.models.close()):
+        steps: list[Callable[[], object]] = []
+        if self.server is not None:
+            steps.append(functools.partial(self.server.close, "daemon stopped"))
+        if self.admin is not None:
+            steps.append(self.admin.stop)
+        if self.runtime is not None:
+            steps.append(functools.partial(self.runtime.shutdown, "server_shutdown"))
+        if self.models is not None:
+            steps.append(self.models.close)
+        for step in steps:
             try:
                 step()
             except Exception:  # noqa: BLE001 - best effort on the way out
@@ -315,8 +286,6 @@ def freeze_startup_heap() -> int:
 
 
 def _credits_available() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("corvid_actors.actors.credits") is not None
 
 
@@ -339,22 +308,10 @@ def _dumpable() -> bool | None:
 def _libc() -> Any:
     if not sys.platform.startswith("linux"):
         return None
-    import ctypes
-    import ctypes.util
-
     try:
         return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     except OSError:
         return None
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("corvid-actors")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "unknown"
 
 
 def serve(options: ServeOptions, out: TextIO | None = None) -> int:

@@ -3,7 +3,7 @@
 ``daemon.provider``: ``auto`` uses a real provider when one is configured — an
 ``ANTHROPIC_API_KEY``, or an Ollama answering at ``providers.ollama_host`` — and
 otherwise starts the stub Ollama server of ``corvid_actors.testing.ollama_stub`` in
-process, which the caller announces loudly (:meth:`ModelServer.announce`, one log
+process (part of the product: the stub servers import nothing of the test extras), which the caller announces loudly (:meth:`ModelServer.announce`, one log
 record, after everything else started); ``stub`` always does; ``ollama`` / ``anthropic`` never
 do (a session whose server is down pauses on the outage and resumes when it is back).
 
@@ -25,6 +25,9 @@ from loguru import logger
 
 from corvid_actors.config import Config
 from corvid_actors.errors import ConfigError
+from corvid_actors.providers.ollama import OllamaProvider
+from corvid_actors.runtime import default_providers
+from corvid_actors.testing.ollama_stub import OllamaStubServer, Turn
 
 #: the banner printed when the stub stands in for a real model
 STUB_BANNER = """\
@@ -53,6 +56,7 @@ class ModelServer:
     stub: Any = field(default=None, repr=False)
 
     def close(self) -> None:
+        """Stop the stub server, when one was started (nothing to do for a real provider)."""
         self._close()
 
     @property
@@ -69,16 +73,12 @@ class ModelServer:
 
 def ollama_answers(config: Config) -> bool:
     """Does an Ollama server answer at ``providers.ollama_host`` (bounded by the probe timeout)?"""
-    from corvid_actors.providers.ollama import OllamaProvider
-
     probe = OllamaProvider(config.providers.ollama_host, probe_timeout_s=config.daemon.provider_probe_timeout_s)
     return probe.health()
 
 
 def load_stub_script(path: str | Path) -> list[Any]:
     """Turns for the stub from a JSON list of objects with ``Turn``'s fields."""
-    from corvid_actors.testing.ollama_stub import Turn
-
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -99,9 +99,6 @@ def load_stub_script(path: str | Path) -> list[Any]:
 
 def start_stub(config: Config, stub_script: str | None = None) -> ModelServer:
     """Start the in-process stub Ollama server; the returned config points Ollama at it."""
-    # Part of the product: the stub servers import nothing of the test extras.
-    from corvid_actors.testing.ollama_stub import OllamaStubServer, Turn
-
     d = config.daemon
     turns = load_stub_script(stub_script) if stub_script else []
 
@@ -118,8 +115,6 @@ def start_stub(config: Config, stub_script: str | None = None) -> ModelServer:
 
 
 def _real_providers(config: Config) -> dict[str, Any]:
-    from corvid_actors.runtime import default_providers
-
     return dict(default_providers(config))
 
 

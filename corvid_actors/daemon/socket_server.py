@@ -1,5 +1,5 @@
 """The admin socket: a Unix socket that only its owner can open, serving the admin
-protocol (:mod:`corvid_actors.admin_protocol`) with one thread per connection.
+protocol (:mod:`corvid_actors.daemon.protocol`) with one thread per connection.
 
 Every line is checked before it reaches the AdminActor: garbage, over-long lines,
 unknown commands and wrong types get an error reply and the connection stays usable;
@@ -22,12 +22,10 @@ no client can take the daemon down. Connections are bounded in time and number:
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import socket
 import struct
 import threading
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +33,17 @@ from typing import Any
 
 from loguru import logger
 
-from corvid_actors.admin_protocol import (
+from corvid_actors.clock import Clock, RealClock
+from corvid_actors.daemon.protocol import (
+    Request,
+    RequestRejected,
+    encode,
+    error_reply,
+    ok_reply,
+    parse_request,
+)
+from corvid_actors.daemon.socket_io import DISCARD_CHUNK, HANGUP, FollowQueue, LineReader
+from corvid_actors.errors import (
     BAD_REQUEST,
     BUSY,
     INTERNAL,
@@ -45,16 +53,8 @@ from corvid_actors.admin_protocol import (
     UNAUTHORIZED,
     UNAVAILABLE,
     AdminError,
-    Request,
-    RequestRejected,
-    encode,
-    error_reply,
-    ok_reply,
-    parse_request,
+    CorvidError,
 )
-from corvid_actors.clock import Clock, RealClock
-from corvid_actors.deadline_io import DeadlineSocketIO
-from corvid_actors.errors import CorvidError
 
 #: Unix socket paths longer than this do not fit ``sockaddr_un.sun_path`` on Linux
 MAX_SOCKET_PATH_BYTES = 107
@@ -62,43 +62,6 @@ MAX_SOCKET_PATH_BYTES = 107
 Handle = Callable[[Request], Any]
 #: follow(session_id or None, sink) -> unfollow; ``sink(session_id, at_iso, event_dict)``
 FollowFn = Callable[[str | None, Callable[[str, str, dict[str, Any]], None]], Callable[[], None]]
-
-_HANGUP = object()
-
-
-class FollowQueue:
-    """One follower's events: bounded, and ``put`` never waits (it runs on the EventBus
-    thread) — what does not fit is counted and reported with the next item instead."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._items: deque[Any] = deque()
-        self._cond = threading.Condition()
-        self._dropped = 0
-
-    def put(self, item: Any) -> None:
-        with self._cond:
-            if len(self._items) >= self.capacity:
-                self._dropped += 1
-                return
-            self._items.append(item)
-            self._cond.notify()
-
-    def hang_up(self) -> None:
-        """End the stream after what is queued (always fits)."""
-        with self._cond:
-            self._items.append(_HANGUP)
-            self._cond.notify()
-
-    def get(self) -> tuple[Any, int]:
-        """The next item (waiting for one), and how many were dropped before it."""
-        with self._cond:
-            self._cond.wait_for(lambda: bool(self._items))
-            dropped, self._dropped = self._dropped, 0
-            return self._items.popleft(), dropped
-#: bytes read at a time while skipping the rest of an over-long line
-_DISCARD_CHUNK = 65536
-
 
 @dataclass(frozen=True)
 class SocketSettings:
@@ -114,31 +77,6 @@ class SocketSettings:
     auth_timeout_s: float = 10.0
     #: a connection that sends nothing for this long after a reply is closed
     idle_timeout_s: float = 300.0
-
-
-class _LineReader:
-    """``\\n``-terminated lines from a socket against a total deadline (a slow drip does
-    not extend it): :class:`~corvid_actors.deadline_io.DeadlineSocketIO`, buffered."""
-
-    def __init__(self, sock: socket.socket, clock: Clock) -> None:
-        self._raw = DeadlineSocketIO(sock, clock)
-        self._buffered = io.BufferedReader(self._raw, _DISCARD_CHUNK)
-
-    def readline(self, limit: int, deadline: float | None) -> bytes:
-        """The next line (with its ``\\n``); ``limit + 1`` bytes without one when it is
-        longer; what is left at EOF (``b""`` when nothing). Raises TimeoutError."""
-        self._raw.deadline = deadline
-        return self._buffered.readline(limit + 1)
-
-    def discard_line(self, deadline: float | None) -> bool:
-        """Skip to the end of the current line; False when the peer hung up first."""
-        self._raw.deadline = deadline
-        while True:
-            chunk = self._buffered.readline(_DISCARD_CHUNK)
-            if not chunk:
-                return False
-            if chunk.endswith(b"\n"):
-                return True
 
 
 @dataclass(eq=False)
@@ -198,12 +136,14 @@ class AdminSocketServer:
         self._sock = sock
 
     def start(self) -> None:
+        """Accept connections on a thread of their own (binding first when :meth:`bind` was not called)."""
         if self._sock is None:
             self.bind()
         self._accept_thread = threading.Thread(target=self._accept_loop, name="admin-accept", daemon=True)
         self._accept_thread.start()
 
     def close(self, reason: str = "daemon stopped") -> None:
+        """Stop accepting, end every follower's stream with ``reason`` and close the socket."""
         with self._lock:
             if self._closed:
                 return
@@ -296,7 +236,7 @@ class AdminSocketServer:
             if not self._peer_allowed(conn):
                 self._send(conn, encode(error_reply(None, UNAUTHORIZED, "this daemon belongs to another user")))
                 return
-            self._serve_lines(conn, state, _LineReader(conn, self.clock))
+            self._serve_lines(conn, state, LineReader(conn, self.clock))
         except TimeoutError:
             authed = state.authenticated
             with contextlib.suppress(OSError):
@@ -317,7 +257,7 @@ class AdminSocketServer:
             with contextlib.suppress(OSError):
                 conn.close()
 
-    def _serve_lines(self, conn: socket.socket, state: _Connection, reader: _LineReader) -> None:
+    def _serve_lines(self, conn: socket.socket, state: _Connection, reader: LineReader) -> None:
         limit = max(self.settings.max_request_bytes, self.settings.max_send_bytes)
         while True:
             deadline = (state.accepted_at + self.settings.auth_timeout_s if not state.authenticated
@@ -358,7 +298,7 @@ class AdminSocketServer:
                            type(exc).__name__, exc)
             raise RequestRejected(BAD_REQUEST, f"request could not be read ({type(exc).__name__})") from None
 
-    def _answer(self, conn: socket.socket, reader: _LineReader, line: bytes, state: _Connection) -> bool:
+    def _answer(self, conn: socket.socket, reader: LineReader, line: bytes, state: _Connection) -> bool:
         """Answer one line; True when the connection is done (a follow ended)."""
         small = self.settings.max_request_bytes
         try:
@@ -392,7 +332,7 @@ class AdminSocketServer:
 
     # --- follow -------------------------------------------------------------------------------
 
-    def _follow(self, conn: socket.socket, reader: _LineReader, request: Request) -> None:
+    def _follow(self, conn: socket.socket, reader: LineReader, request: Request) -> None:
         queue = FollowQueue(self.settings.follow_queue_events)
 
         def sink(session_id: str, at: str, event: dict[str, Any]) -> None:
@@ -419,9 +359,9 @@ class AdminSocketServer:
                 self._followers.discard(queue)
 
     @staticmethod
-    def _watch_hangup(reader: _LineReader, queue: FollowQueue) -> None:
+    def _watch_hangup(reader: LineReader, queue: FollowQueue) -> None:
         with contextlib.suppress(OSError, ValueError):
-            while reader.readline(_DISCARD_CHUNK, None):
+            while reader.readline(DISCARD_CHUNK, None):
                 pass  # a follower has nothing more to say; anything it sends is ignored
         queue.hang_up()
 
@@ -430,7 +370,7 @@ class AdminSocketServer:
             item, lost = queue.get()
             if lost:
                 conn.sendall(encode({"dropped": lost}))
-            if item is _HANGUP:
+            if item is HANGUP:
                 if self._closed:
                     with contextlib.suppress(OSError):
                         conn.sendall(encode({"end": self._end_reason}))
