@@ -20,12 +20,12 @@ from loguru import logger
 from corvid_actors.clock import Clock, io_clock
 from corvid_actors.config import Config
 from corvid_actors.config_schema import values_of
-from corvid_actors.db.store import SessionContext
+from corvid_actors.db.session_context import SessionContext
 from corvid_actors.errors import ConfigError, NotFoundError
 from corvid_actors.events import SystemEvent
 from corvid_actors.loop.effects import Loop
 from corvid_actors.loop.plan import plan_from_json
-from corvid_actors.loop.prompts import compose_system_prompt
+from corvid_actors.loop.prompts import compose_persona_prompt, compose_system_prompt
 from corvid_actors.loop.rules import default_history_policy
 from corvid_actors.loop_factories import (
     DEFAULT_LOOPS,
@@ -54,7 +54,8 @@ from corvid_actors.tools.base import (
     ToolResult,
     as_mapping,
 )
-from corvid_actors.tools.coding import CodingToolSettings, coding_tools
+from corvid_actors.tools.coding import coding_tools
+from corvid_actors.tools.coding_base import CodingToolSettings
 from corvid_actors.tools.command_policy import default_approval_policy
 from corvid_actors.tools.delegation import effective_agent_mode
 from corvid_actors.tools.env import safe_env
@@ -271,7 +272,7 @@ class SessionBuilder:
         system_prompt = compose_system_prompt(
             agent.system_prompt if agent is not None else "",
             agent.append_prompt if agent is not None else "",
-            ctx.persona_prompt,
+            compose_persona_prompt(ctx.personas),
             ctx.skill_prompt,
         )
         spec = LoopSpec(model, system_prompt, tools, permission_check, info.context_window,

@@ -55,7 +55,7 @@ from corvid_actors.loop.effects import (
 )
 from corvid_actors.loop.nudges import HALLUCINATION_NUDGE, NudgeReason, nudge_message
 from corvid_actors.loop.settings import DirectLoopSettings
-from corvid_actors.loop.trimming import CONTEXT_SUMMARY_HEADER, TRIM_SUMMARY_HEADER
+from corvid_actors.loop.summaries import CONTEXT_SUMMARY_HEADER, TRIM_SUMMARY_HEADER
 from corvid_actors.providers.base import (
     ChatMessage,
     ErrorKind,
