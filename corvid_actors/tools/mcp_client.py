@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from loguru import logger
 
-from corvid_actors.config import McpConfig
 from corvid_actors.events import Event, SystemEvent
 from corvid_actors.jsontypes import JsonObject, WireJson
 from corvid_actors.providers.base import ToolSpec
+from corvid_actors.tool_sections import McpConfig
 from corvid_actors.tools.base import Tool, ToolContext, ToolKind, ToolRegistry, ToolResult
 from corvid_actors.tools.coding_base import truncate_middle
 from corvid_actors.tools.env import safe_env
