@@ -75,6 +75,7 @@ from corvid_actors.providers.base import (
     ModelResponse,
     Provider,
     ProviderError,
+    ProviderTraits,
     ToolCall,
     Usage,
 )
@@ -116,7 +117,7 @@ __all__ = [
     "Tool", "ToolContext", "ToolRegistry", "ToolSpec", "ToolResult", "ToolKind", "Permission",
     "PermissionDecision", "ApprovalPolicy", "Review", "CancelToken", "StreamCancelled",
     # providers
-    "Provider", "ModelRequest", "ModelResponse", "ChatMessage", "ToolCall", "Usage", "ModelInfo",
+    "Provider", "ProviderTraits", "ModelRequest", "ModelResponse", "ChatMessage", "ToolCall", "Usage", "ModelInfo",
     "OllamaProvider", "AnthropicProvider",
 ]
 

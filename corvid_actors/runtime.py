@@ -53,19 +53,17 @@ from corvid_actors.content import UserContent, content_blocks, text_parts
 from corvid_actors.db.store import Store
 from corvid_actors.errors import RuntimeStoppedError, StoreError
 from corvid_actors.events import ErrorEvent, SessionError
-from corvid_actors.providers.base import Provider
-from corvid_actors.session_control import RuntimeSessionControl, session_tools_hook
-from corvid_actors.tools.base import ToolRegistry
-from corvid_actors.vocabulary import PermissionCheck
-from corvid_actors.wiring import (
+from corvid_actors.loop_factories import (
     ApprovalPolicyFactory,
     HistoryPolicyFactory,
     LoopFactory,
     LoopSpec,
-    SessionBuilder,
-    ToolRun,
-    default_tool_registry,
 )
+from corvid_actors.providers.base import Provider
+from corvid_actors.session_control import RuntimeSessionControl, session_tools_hook
+from corvid_actors.tools.base import ToolRegistry
+from corvid_actors.vocabulary import PermissionCheck
+from corvid_actors.wiring import SessionBuilder, ToolRun
 
 __all__ = ["Runtime", "LoopSpec"]
 
@@ -101,7 +99,8 @@ class Runtime:
         clock: ``RealClock()`` by default; ``corvid_actors.testing.SimClock`` for simulations.
         store: a :class:`Store`, or ``store_url`` to open one (default: the config's URL).
         providers: name → :class:`Provider` (default: built from the config).
-        tool_registry_factory: returns the tools sessions may use (filtered per agent).
+        tool_registry_factory: returns the tools sessions may use (filtered per agent;
+            default: the coding tools, with the ``[tools]`` output cap and command timeouts).
         loops / loop_for_provider: loop factories by kind, and which kind a provider gets.
         permission_check_factory: ``(mode, tools, project_dir, protected) -> PermissionCheck``.
         with_slot_pool / with_credits: start the optional actors.
@@ -127,7 +126,7 @@ class Runtime:
         store: Store | None = None,
         store_url: str | None = None,
         providers: Mapping[str, Provider] | Callable[[Config], Mapping[str, Provider]] | None = None,
-        tool_registry_factory: Callable[[], ToolRegistry] = default_tool_registry,
+        tool_registry_factory: Callable[[], ToolRegistry] | None = None,
         loops: Mapping[str, LoopFactory] | None = None,
         loop_for_provider: Mapping[str, str] | None = None,
         permission_check_factory: Callable[..., PermissionCheck] | None = None,
@@ -181,8 +180,7 @@ class Runtime:
         self.store_watch = StoreWatch.start(t, store=self.store, timers=self.timers,
                                             backoff_s=(sc.reconnect_backoff_initial_s, sc.reconnect_backoff_max_s))
         self.bus = EventBus.start(t)
-        self.slot_pool = SlotPool.start(t, capacity=self.config.slots.max_parallel,
-                                        wait_timeout_s=self.config.slots.wait_timeout_s, timers=self.timers)
+        self.slot_pool = SlotPool.start(t, config=self.config.slots, timers=self.timers)
         self.approvals = ap.ApprovalBroker.start(t, clock=self.clock, timers=self.timers,
                                                  mode=self.config.approvals.mode)
         self.credits = None

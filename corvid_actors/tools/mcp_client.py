@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from loguru import logger
 
-from corvid_actors.config import McpConfig
 from corvid_actors.events import Event, SystemEvent
 from corvid_actors.jsontypes import JsonObject, WireJson
+from corvid_actors.tool_sections import McpConfig
 from corvid_actors.tools.base import Tool, ToolContext, ToolRegistry
 from corvid_actors.tools.coding_base import truncate_middle
 from corvid_actors.tools.env import safe_env
