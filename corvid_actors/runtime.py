@@ -32,6 +32,15 @@ from loguru import logger
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
 from corvid_actors.actors.base import ActivityAware, ActivityTracker, tell
+from corvid_actors.actors.credits import (
+    BindSupervisor,
+    ChargeTurn,
+    CreditBank,
+    GetBalance,
+    GetTransactions,
+    GrantCredits,
+    OpenAccount,
+)
 from corvid_actors.actors.events import (
     BusStats,
     EventBus,
@@ -51,8 +60,10 @@ from corvid_actors.clock import Clock, RealClock
 from corvid_actors.config import Config, load_config
 from corvid_actors.content import UserContent, content_blocks, text_parts
 from corvid_actors.db.store import Store
-from corvid_actors.errors import RuntimeStoppedError, StoreError
+from corvid_actors.errors import ConfigError, RuntimeStoppedError, StoreError
 from corvid_actors.events import ErrorEvent, SessionError
+from corvid_actors.loop.observation import OPERATOR_OUTPUT_ROLE, parse_operator_record
+from corvid_actors.loop.plan import plan_from_json
 from corvid_actors.loop_factories import (
     ApprovalPolicyFactory,
     HistoryPolicyFactory,
@@ -185,8 +196,6 @@ class Runtime:
                                                  mode=self.config.approvals.mode)
         self.credits = None
         if with_credits:
-            from corvid_actors.actors.credits import CreditBank
-
             self.credits = CreditBank.start(t, store=self.store, config=self.config.credits, bus=self.bus,
                                             is_owner=is_owner or (lambda participant: False), timers=self.timers)
         #: live incarnations, for send_message's direct path (the supervisor writes it)
@@ -197,8 +206,6 @@ class Runtime:
             live=self.live,
         )
         if self.credits is not None:
-            from corvid_actors.actors.credits import BindSupervisor
-
             self.credits.tell(BindSupervisor(self.supervisor))
         for name, ref in (("timers", self.timers), ("store watch", self.store_watch), ("event bus", self.bus),
                           ("slot pool", self.slot_pool), ("approval broker", self.approvals),
@@ -320,8 +327,6 @@ class Runtime:
         return self._stored_plan(session_id)
 
     def _stored_plan(self, session_id: str) -> list[dict[str, Any]]:
-        from corvid_actors.loop.plan import plan_from_json
-
         row = self.store.get_session(session_id)
         return plan_from_json(getattr(row, "plan", "")) if row is not None else []
 
@@ -329,8 +334,6 @@ class Runtime:
         """The complete outputs of the session's last ``limit`` tool calls whose output the
         model saw only in part (observation caps), oldest first: ``{"call_id",
         "tool_name", "is_error", "bytes", "output"}``."""
-        from corvid_actors.loop.observation import OPERATOR_OUTPUT_ROLE, parse_operator_record
-
         rows = self.store.recent_messages(session_id, limit, roles=(OPERATOR_OUTPUT_ROLE,))
         return [record for _, content in rows if (record := parse_operator_record(content)) is not None]
 
@@ -379,27 +382,19 @@ class Runtime:
 
     def grant_credits(self, participant: str, amount: int, *, type: str = "grant", reference: str = "") -> int:
         """Add ``amount`` (> 0) credits (``type``: grant | purchase | refund); returns the balance."""
-        from corvid_actors.actors.credits import GrantCredits
-
         return int(self._ask(GrantCredits(participant, amount, type, reference), self._credit_bank()))
 
     def credit_balance(self, participant: str) -> int:
         """The participant's balance (0 without an account)."""
-        from corvid_actors.actors.credits import GetBalance
-
         return int(self._ask(GetBalance(participant), self._credit_bank()))
 
     def credit_transactions(self, participant: str, limit: int = 10) -> list[dict[str, Any]]:
         """The latest ``limit`` ledger rows of ``participant``, newest first."""
-        from corvid_actors.actors.credits import GetTransactions
-
         return list(self._ask(GetTransactions(participant, limit), self._credit_bank()))
 
     def open_credit_account(self, participant: str) -> Any:
         """Open the account with the first-time free credits if it has none (idempotent).
         Returns an ``Account(participant, balance, created)``."""
-        from corvid_actors.actors.credits import OpenAccount
-
         return self._ask(OpenAccount(participant), self._credit_bank())
 
     def charge_turn(self, session_id: str) -> Any:
@@ -412,16 +407,12 @@ class Runtime:
         the turn is not charged (source not charged, an owner, no participant). Raises
         NotFoundError for an unknown session.
         """
-        from corvid_actors.actors.credits import ChargeTurn
-
         session = self.store.require_session(session_id)
         # an exhausted session is stopped: the bank tells the supervisor CreditsExhausted
         return self._ask(ChargeTurn(session_id, session.source, self.supervisor), self._credit_bank())
 
     def _credit_bank(self) -> pykka.ActorRef[Any]:
         if self.credits is None:
-            from corvid_actors.errors import ConfigError
-
             raise ConfigError("credits are not enabled: create the runtime with Runtime(with_credits=True)")
         return self.credits
 
