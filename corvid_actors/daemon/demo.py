@@ -88,7 +88,7 @@ def _run(out: TextIO, workdir: Path, db_path: Path, minutes: float, json_output:
     recorder = EventRecorder.attach(runtime)
     names: dict[str, str] = {}
     try:
-        agent = runtime.store.create_agent("corvid", system_prompt="You are Corvid, a concise assistant.")
+        agent = runtime.create_agent("corvid", system_prompt="You are Corvid, a concise assistant.")
         plans = [
             ("alice (web)", "web", "What is an actor?", [("reply", "An actor owns its state and talks by messages.")]),
             ("bob (chat)", "chat", "Summarise my day.", [("crash", "model server crashed"),
@@ -115,8 +115,8 @@ def _run(out: TextIO, workdir: Path, db_path: Path, minutes: float, json_output:
                 "ok": True, "database": str(db_path) if keep or db_path.parent != workdir else None,
                 "events": [{"at_s": r.at, "session": names.get(r.session_id, "?"), **to_dict(r.event)}
                            for r in recorder.events if r.type not in QUIET],
-                "sessions": {label: {"status": runtime.store.get_session(sid).status,
-                                     "messages": runtime.store.count_messages(sid)} for sid, label in names.items()},
+                "sessions": {label: {"status": runtime.session(sid).status,
+                                     "messages": runtime.message_count(sid)} for sid, label in names.items()},
             }) + "\n")
             return len(recorder.events)
         out.write("corvid-actors demo — scripted model (no network), real supervision, simulated time\n")
@@ -130,8 +130,8 @@ def _run(out: TextIO, workdir: Path, db_path: Path, minutes: float, json_output:
                       f"{describe(record.event)}\n")
         out.write("\nfinal states:\n")
         for sid, label in names.items():
-            row = runtime.store.get_session(sid)
-            out.write(f"  {label:<13} {row.status:<8} messages={runtime.store.count_messages(sid)}\n")
+            row = runtime.session(sid)
+            out.write(f"  {label:<13} {row.status:<8} messages={runtime.message_count(sid)}\n")
         return len(recorder.events)
     finally:
         runtime.shutdown()
