@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -105,3 +106,35 @@ def image_blocks(blocks: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]
 
 __all__ = ["IMAGE_MEDIA_TYPES", "IMAGE_PLACEHOLDER", "UserContent", "content_blocks", "image_blocks",
            "stored_text", "text_parts"]
+
+
+_HISTORY_TAG = re.compile(r"<(/?)conversation_history>", re.IGNORECASE)
+
+
+def strip_conversation_history(text: str) -> str:
+    """``text`` without any ``<conversation_history>…</conversation_history>`` block.
+
+    Nested blocks are removed whole (depth counting, unlike a non-greedy regex that stops
+    at the first closing tag); an unclosed block is dropped to the end of the text (it was
+    cut by a length cap); a stray closing tag is dropped. Whitespace after a removed block
+    goes with it, and the result is stripped.
+    """
+    out: list[str] = []
+    depth = 0
+    pos = 0
+    for match in _HISTORY_TAG.finditer(text):
+        closing = match.group(1) == "/"
+        block_ended = False
+        if depth == 0:
+            out.append(text[pos : match.start()])
+            depth = 0 if closing else 1
+        else:
+            depth += -1 if closing else 1
+            block_ended = depth == 0
+        pos = match.end()
+        if block_ended:
+            while pos < len(text) and text[pos].isspace():
+                pos += 1
+    if depth == 0:
+        out.append(text[pos:])
+    return "".join(out).strip()

@@ -16,11 +16,11 @@ from typing import Any
 
 from corvid_actors.clock import Clock, io_clock
 from corvid_actors.config import Config
-from corvid_actors.db.store import SessionContext
+from corvid_actors.db.session_context import SessionContext
 from corvid_actors.errors import ConfigError
 from corvid_actors.loop.conversation import ConversationLoop
 from corvid_actors.loop.effects import Loop
-from corvid_actors.loop.prompts import compose_system_prompt
+from corvid_actors.loop.prompts import compose_persona_prompt, compose_system_prompt
 from corvid_actors.providers.base import BEFORE_START_HOOK, Provider
 from corvid_actors.tools.base import PermissionCheck, ToolContext, ToolRegistry
 
@@ -374,7 +374,7 @@ class SessionBuilder:
         system_prompt = compose_system_prompt(
             agent.system_prompt if agent is not None else "",
             agent.append_prompt if agent is not None else "",
-            ctx.persona_prompt,
+            compose_persona_prompt(ctx.personas),
             ctx.skill_prompt,
         )
         spec = LoopSpec(model, system_prompt, tools, permission_check, info.context_window,

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from corvid_actors.clock import iso_utc
-from corvid_actors.db.store import Store, store_op
+from corvid_actors.db.store import Store
+from corvid_actors.db.store_base import store_op
 from corvid_actors.errors import CreditAmountError
 
 #: transaction types that add credits

@@ -18,7 +18,7 @@ import peewee as pw
 from corvid_actors.errors import StoreError
 
 if TYPE_CHECKING:
-    from corvid_actors.db.store import Store
+    from corvid_actors.db.store_base import StoreBase
 
 #: (session_id, role, content, cost_usd)
 MessageRow = tuple[str, str, str, float]
@@ -27,7 +27,7 @@ MessageRow = tuple[str, str, str, float]
 MAX_ROWS_PER_STATEMENT = 1000
 
 
-def insert_messages(store: Store, rows: Sequence[MessageRow]) -> list[int]:
+def insert_messages(store: StoreBase, rows: Sequence[MessageRow]) -> list[int]:
     """Insert ``rows`` atomically (all or none); their ids, in row order."""
     if not rows:
         return []
@@ -51,7 +51,7 @@ def insert_messages(store: Store, rows: Sequence[MessageRow]) -> list[int]:
     return ids
 
 
-def _insert_chunk(store: Store, rows: Sequence[MessageRow]) -> list[int]:
+def _insert_chunk(store: StoreBase, rows: Sequence[MessageRow]) -> list[int]:
     M = store.m.SessionMessage
     fields = (M.session, M.role, M.content, M.cost_usd, M.timestamp)
     group = "(" + ", ".join([store.db.param] * len(fields)) + ")"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 from types import SimpleNamespace
+from typing import Final
 
 import peewee as pw
 
@@ -26,7 +27,22 @@ def _now() -> datetime:
     return wall_now().replace(tzinfo=None)
 
 
-SESSION_STATUSES = ("idle", "loading", "running", "paused", "stopped", "error")
+class SessionStatus:
+    """The values of ``sessions.status`` (plain strings, as stored): the one definition."""
+
+    IDLE: Final = "idle"
+    LOADING: Final = "loading"
+    RUNNING: Final = "running"
+    PAUSED: Final = "paused"
+    STOPPED: Final = "stopped"
+    ERROR: Final = "error"
+
+
+#: every session status, in the order the admin protocol lists them
+SESSION_STATUSES: tuple[str, ...] = (
+    SessionStatus.IDLE, SessionStatus.LOADING, SessionStatus.RUNNING, SessionStatus.PAUSED,
+    SessionStatus.STOPPED, SessionStatus.ERROR,
+)
 
 
 def build_models(database: pw.Database) -> SimpleNamespace:
@@ -36,7 +52,7 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         class Meta:
             pass
 
-    Base._meta.database = database  # type: ignore[attr-defined]
+    Base._meta.database = database
 
     class SchemaVersion(Base):
         version = pw.IntegerField(primary_key=True)
@@ -134,6 +150,9 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         initial_prompt = pw.TextField(default="")
         pid = pw.IntegerField(null=True)
         total_cost_usd = pw.FloatField(default=0.0)
+        # the session's turn count (the loop's, written at each delivered user turn and at
+        # start): read back when the session starts again so its count carries on
+        # (actors/supervisor/_start.py); cumulative_turns counts turns that answered
         total_turns = pw.IntegerField(default=0)
         cumulative_turns = pw.IntegerField(default=0)
         restart_pending = pw.BooleanField(default=False, index=True)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime
 
-from corvid_actors.db.store import Store, store_op
+from corvid_actors.db.store import Store
+from corvid_actors.db.store_base import store_op
 
 
 def _naive_utc(moment: datetime) -> datetime:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from corvid_actors.loop.trimming import summarize_conversation
+from corvid_actors.loop.summaries import summarize_conversation
 from corvid_actors.providers.base import ChatMessage, ModelRequest, ModelResponse
 
 #: ``PersistMessage.role`` of a diagnostic snapshot: the session actor writes it to a file

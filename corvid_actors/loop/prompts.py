@@ -10,11 +10,11 @@ characters).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from corvid_actors.content import strip_conversation_history
 from corvid_actors.loop.doom import canonical_input
 from corvid_actors.providers.base import ChatMessage
 
@@ -146,38 +146,6 @@ def compose_persona_prompt(persona: PersonaLike | Sequence[PersonaLike] | None) 
 
 
 # --- resume prompt ------------------------------------------------------------------
-
-_HISTORY_TAG = re.compile(r"<(/?)conversation_history>", re.IGNORECASE)
-
-
-def strip_conversation_history(text: str) -> str:
-    """``text`` without any ``<conversation_history>…</conversation_history>`` block.
-
-    Nested blocks are removed whole (depth counting, unlike a non-greedy regex that stops
-    at the first closing tag); an unclosed block is dropped to the end of the text (it was
-    cut by a length cap); a stray closing tag is dropped. Whitespace after a removed block
-    goes with it, and the result is stripped.
-    """
-    out: list[str] = []
-    depth = 0
-    pos = 0
-    for match in _HISTORY_TAG.finditer(text):
-        closing = match.group(1) == "/"
-        block_ended = False
-        if depth == 0:
-            out.append(text[pos : match.start()])
-            depth = 0 if closing else 1
-        else:
-            depth += -1 if closing else 1
-            block_ended = depth == 0
-        pos = match.end()
-        if block_ended:
-            while pos < len(text) and text[pos].isspace():
-                pos += 1
-    if depth == 0:
-        out.append(text[pos:])
-    return "".join(out).strip()
-
 
 def _cut(text: str, max_chars: int) -> str:
     return text if len(text) <= max_chars else text[:max_chars] + TRUNCATION_MARK

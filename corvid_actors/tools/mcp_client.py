@@ -44,7 +44,7 @@ from corvid_actors.config import McpConfig
 from corvid_actors.events import Event, SystemEvent
 from corvid_actors.providers.base import ToolSpec
 from corvid_actors.tools.base import Tool, ToolContext, ToolKind, ToolRegistry, ToolResult
-from corvid_actors.tools.coding import truncate_middle
+from corvid_actors.tools.coding_base import truncate_middle
 from corvid_actors.tools.env import safe_env
 from corvid_actors.tools.mcp_connection import McpConnection, McpLimits, McpServerSpec, McpToolInfo
 from corvid_actors.tools.sandbox import SandboxUnavailable, current_sandbox

@@ -33,7 +33,6 @@ import glob
 import itertools
 import os
 import re
-import shlex
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -45,6 +44,15 @@ from corvid_actors.tools.paths import (
     is_within,
     protected_match,
     walk_tree,
+)
+from corvid_actors.tools.shell_parse import (
+    SimpleCommand,
+    command_name,
+    is_operator,
+    lex,
+    nested_strings,
+    parse,
+    split_simple,
 )
 
 
@@ -70,7 +78,6 @@ class GuardSettings:
     brace_max_expansions: int = 256
 
 
-_PUNCTUATION = "();<>|&`\n"
 #: a path-like run of characters inside any word: splits ``of=.env``, ``open('.env')``
 _PATH_RUN = re.compile(r"[\w.\-/~+@%*?\[\]{},]+")
 _ANSI_C = re.compile(r"\$'((?:[^'\\]|\\.)*)'")
@@ -78,133 +85,11 @@ _ANSI_C = re.compile(r"\$'((?:[^'\\]|\\.)*)'")
 _PARAMETER_WORD = re.compile(r"\$\{[#!]?[A-Za-z_][A-Za-z0-9_]*(?::?[-=+?])([^{}]*)\}")
 _BRACE = re.compile(r"\{([^{}]*,[^{}]*)\}")
 _GLOB_CHARS = re.compile(r"[*?\[]")
-_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "fish", "su", "runuser"})
 _PRIVILEGE = frozenset({"sudo", "doas", "su", "pkexec", "run0"})
-#: wrapper → its options that take a separate value; the wrapped command follows
-_WRAPPERS: dict[str, frozenset[str]] = {
-    "env": frozenset({"-u", "--unset", "-C", "--chdir"}),
-    "command": frozenset(),
-    "builtin": frozenset(),
-    "exec": frozenset({"-a"}),
-    "nohup": frozenset(),
-    "time": frozenset({"-f", "-o", "--format", "--output"}),
-    "nice": frozenset({"-n", "--adjustment"}),
-    "ionice": frozenset({"-c", "-n", "-p", "--class", "--classdata"}),
-    "timeout": frozenset({"-s", "--signal", "-k", "--kill-after"}),
-    "stdbuf": frozenset({"-i", "-o", "-e"}),
-    "setsid": frozenset(),
-    "unbuffer": frozenset(),
-    "chronic": frozenset(),
-    "busybox": frozenset(),
-    "xargs": frozenset({"-I", "-n", "-P", "-d", "-L", "-s", "-E", "-a", "--max-args",
-                        "--max-procs", "--delimiter", "--arg-file", "--max-lines"}),
-    "sudo": frozenset({"-u", "-g", "-C", "-h", "-p", "-r", "-t", "-U", "--user", "--group"}),
-    "doas": frozenset({"-u", "-C"}),
-}
 _FIND_ACTIONS = frozenset({"-delete", "-exec", "-execdir", "-ok", "-okdir"})
 _SAFE_DEVICES = ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd/")
 _FORK_BOMB = re.compile(r":\s*\(\s*\)\s*\{\s*:\s*\|\s*:\s*&\s*\}\s*;\s*:")
 
-
-@dataclass(frozen=True)
-class _Simple:
-    """One simple command: its words (wrappers stripped) and its redirections."""
-
-    words: tuple[str, ...]
-    redirects: tuple[tuple[str, str], ...]
-    wrappers: tuple[str, ...]
-
-
-# --- tokenizing -----------------------------------------------------------------------
-
-
-def _lex(command: str) -> list[str] | None:
-    """Shell-like tokens, quote-aware, operators as their own tokens (None: unbalanced)."""
-    lexer = shlex.shlex(command, posix=True, punctuation_chars=_PUNCTUATION)
-    lexer.whitespace = " \t\r"  # a newline separates commands: it is punctuation here
-    lexer.commenters = ""  # keep everything: a "comment" hiding a path is still checked
-    lexer.whitespace_split = True
-    try:
-        return list(lexer)
-    except ValueError:
-        return None
-
-
-def _is_operator(token: str) -> bool:
-    return bool(token) and all(char in _PUNCTUATION for char in token)
-
-
-def _split_simple(tokens: list[str]) -> list[_Simple]:
-    """Split on ; && || | & newline ( ) ` and collect redirections."""
-    commands: list[_Simple] = []
-    words: list[str] = []
-    redirects: list[tuple[str, str]] = []
-    pending: str | None = None
-    for token in tokens + [";"]:
-        if _is_operator(token):
-            if "<" in token or ">" in token:
-                pending = token
-                continue
-            if words or redirects:
-                commands.append(_unwrap(words, redirects))
-            words, redirects, pending = [], [], None
-        elif pending is not None:
-            redirects.append((pending, token))
-            pending = None
-        else:
-            words.append(token)
-    return commands
-
-
-def _command_name(word: str) -> str:
-    return os.path.basename(word)
-
-
-def _unwrap(words: list[str], redirects: list[tuple[str, str]]) -> _Simple:
-    """Strip assignments and wrappers (env, nohup, xargs, sudo…) down to the real command."""
-    rest = list(words)
-    wrappers: list[str] = []
-    while rest:
-        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", rest[0], re.DOTALL):
-            rest.pop(0)
-            continue
-        name = _command_name(rest[0])
-        if name not in _WRAPPERS:
-            break
-        wrappers.append(name)
-        takes_value = _WRAPPERS[name]
-        rest.pop(0)
-        while rest and rest[0].startswith("-") and rest[0] != "-":
-            option = rest.pop(0)
-            if option == "--":
-                break
-            if name == "env" and option in ("-S", "--split-string") and rest:
-                rest = [t for t in _lex(rest.pop(0)) or [] if not _is_operator(t)] + rest
-            elif option in takes_value and rest:
-                rest.pop(0)
-        if name == "timeout" and rest:
-            rest.pop(0)  # the duration
-    return _Simple(tuple(rest), tuple(redirects), tuple(wrappers))
-
-
-def _parse(command: str) -> list[_Simple] | None:
-    tokens = _lex(command)
-    return None if tokens is None else _split_simple(tokens)
-
-
-def _nested_strings(simple: _Simple) -> list[str]:
-    """Words that are themselves command lines: ``sh -c STR``, ``eval ARGS``, any word
-    with spaces or operators (interpreter one-liners, ``"$(…)"``)."""
-    words = simple.words
-    nested = [word for word in words if re.search(r"[\s;|&<>()`]", word)]
-    if words and _command_name(words[0]) == "eval":
-        nested.append(" ".join(words[1:]))
-    if words and _command_name(words[0]) in _SHELLS:
-        positional = [w for w in words[1:] if not w.startswith("-")]
-        has_c = any(re.fullmatch(r"-[A-Za-z]*c[A-Za-z]*", w) for w in words[1:])
-        if has_c and positional:
-            nested.append(positional[0])
-    return nested
 
 
 # --- mentions -------------------------------------------------------------------------
@@ -286,7 +171,7 @@ class _Scan:
         return protected_match(self.root, candidate, self.patterns) is not None
 
     def mentioned(self, command: str, tokens: list[str]) -> str | None:
-        words = [token for token in tokens if not _is_operator(token)]
+        words = [token for token in tokens if not is_operator(token)]
         for candidate in _candidates(command, words, self.settings):
             if self.protected(candidate):
                 return os.path.normpath(candidate)
@@ -327,7 +212,7 @@ def _bulk_targets(words: tuple[str, ...]) -> tuple[list[str], bool]:
     """Trees a command changes wholesale, and whether ``.git`` is spared (git clean)."""
     if not words:
         return [], False
-    name, args = _command_name(words[0]), list(words[1:])
+    name, args = command_name(words[0]), list(words[1:])
     options, positional = _split_args(args)
     if name == "rm" and _has_flag(options, "rR", ("--recursive",)):
         return positional, False
@@ -403,12 +288,12 @@ def protected_write_target(
 
 
 def _protected(command: str, scan: _Scan, depth: int) -> str | None:
-    tokens = _lex(command)
+    tokens = lex(command)
     hit = scan.mentioned(command, tokens or [])
     if hit is not None or tokens is None:
         return hit
     compiled = compile_patterns(scan.patterns)
-    for simple in _split_simple(tokens):
+    for simple in split_simple(tokens):
         targets, spare_git = _bulk_targets(simple.words)
         for target in targets:
             expanded = (
@@ -422,7 +307,7 @@ def _protected(command: str, scan: _Scan, depth: int) -> str | None:
                 if hit is not None:
                     return hit
         if depth < scan.settings.nesting_max_depth:
-            for nested in _nested_strings(simple):
+            for nested in nested_strings(simple):
                 hit = _protected(nested, scan, depth + 1)
                 if hit is not None:
                     return hit
@@ -438,7 +323,7 @@ def blocked_command(command: str, settings: GuardSettings = GuardSettings()) -> 
 
 
 def _blocked(command: str, settings: GuardSettings, depth: int) -> str | None:
-    simples = _parse(command)
+    simples = parse(command)
     if simples is None:
         # cannot tokenize: fall back to word matching on the raw text
         if re.search(r"(^|[\s;&|(`])(sudo|doas|mkfs(\.\w+)?|shutdown|reboot|killall)\b", command):
@@ -447,7 +332,7 @@ def _blocked(command: str, settings: GuardSettings, depth: int) -> str | None:
     for simple in simples:
         reason = _blocked_simple(simple)
         if reason is None and depth < settings.nesting_max_depth:
-            for nested in _nested_strings(simple):
+            for nested in nested_strings(simple):
                 reason = reason or _blocked(nested, settings, depth + 1)
         if reason is not None:
             return reason
@@ -464,7 +349,7 @@ def _is_root_or_home(target: str) -> bool:
     return stripped.rstrip("/") in ("~", "$HOME", "${HOME}")
 
 
-def _blocked_simple(simple: _Simple) -> str | None:
+def _blocked_simple(simple: SimpleCommand) -> str | None:
     privileged = [w for w in simple.wrappers if w in _PRIVILEGE]
     if privileged:
         return f"{privileged[0]} (privilege escalation is not allowed)"
@@ -473,7 +358,7 @@ def _blocked_simple(simple: _Simple) -> str | None:
             return f"writing to the device {target}"
     if not simple.words:
         return None
-    name, args = _command_name(simple.words[0]), list(simple.words[1:])
+    name, args = command_name(simple.words[0]), list(simple.words[1:])
     options, positional = _split_args(args)
     if name in _PRIVILEGE:
         return f"{name} (privilege escalation is not allowed)"

@@ -7,6 +7,7 @@ import random
 from datetime import UTC, datetime
 
 from corvid_actors.db.store import Store
+from corvid_actors.loop.prompts import compose_persona_prompt
 
 _VALUES = {
     "status": ["running", "idle", "stopped", "paused", "error"],
@@ -66,7 +67,7 @@ def test_session_start_reads_match_the_rows(store: Store, tmp_path) -> None:
     sid = store.create_session(agent_id=agent.id, project_id=project.id).id
     ctx = store.session_context(sid)
     assert (ctx.agent.id, ctx.agent.name, ctx.project.id, ctx.project_env) == (agent.id, "a", project.id, {"K": "v"})
-    assert ctx.persona_prompt == "## Persona\nPersonality traits: calm\nBackground: bg"
+    assert compose_persona_prompt(ctx.personas) == "## Persona\nPersonality traits: calm\nBackground: bg"
     assert ctx.skill_prompt == "agent skill\n\nproject skill"
     assert ctx.agent_bundle_tools == (("grep",),) and ctx.project_bundle_tools == (("bash",),)
     assert store.get_agent("nope") is None and store.get_project("nope") is None

@@ -12,9 +12,10 @@ from datetime import datetime, timedelta
 import pytest
 from freezegun import freeze_time
 
-from corvid_actors.db.store import Store, resolve_tool_permissions
+from corvid_actors.db.session_context import resolve_tool_permissions
+from corvid_actors.db.store import Store
 from corvid_actors.errors import NotFoundError, StoreError
-from corvid_actors.loop.prompts import PERSONA_HEADING
+from corvid_actors.loop.prompts import PERSONA_HEADING, compose_persona_prompt
 
 FROZEN = datetime(2030, 1, 2, 3, 4, 5)
 
@@ -301,17 +302,18 @@ def test_session_context_composes_persona_and_skill_prompts(store: Store) -> Non
     session = store.create_session(agent_id=agent.id, project_id=project.id)
 
     ctx = store.session_context(session.id)
+    persona_prompt = compose_persona_prompt(ctx.personas)  # the store returns rows; the loop composes
 
     assert ctx.session.id == session.id and ctx.agent.id == agent.id
     assert ctx.project.id == project.id
     assert ctx.project_env == {"API_URL": "http://x"}
     # one merged persona section: first non-custom archetype, traits united in order
-    assert ctx.persona_prompt.startswith(PERSONA_HEADING)
-    assert ctx.persona_prompt.count(PERSONA_HEADING) == 1
-    assert "Archetype: technical" in ctx.persona_prompt
-    assert "Personality traits: kind, precise" in ctx.persona_prompt
-    assert "Ex-sysadmin." in ctx.persona_prompt and "Short sentences." in ctx.persona_prompt
-    assert '- "Done. Next?"' in ctx.persona_prompt
+    assert persona_prompt.startswith(PERSONA_HEADING)
+    assert persona_prompt.count(PERSONA_HEADING) == 1
+    assert "Archetype: technical" in persona_prompt
+    assert "Personality traits: kind, precise" in persona_prompt
+    assert "Ex-sysadmin." in persona_prompt and "Short sentences." in persona_prompt
+    assert '- "Done. Next?"' in persona_prompt
     # agent bundles by sort order, then project bundles; empty additions skipped
     assert ctx.skill_prompt == "AGENT-SKILL-1\n\nAGENT-SKILL-2\n\nPROJECT-SKILL-1"
     assert ctx.agent_bundle_tools == (("t1",), ("t2",), ("t3",))
@@ -323,7 +325,7 @@ def test_session_context_without_agent_or_project(store: Store) -> None:
 
     ctx = store.session_context(session.id)
 
-    assert (ctx.agent, ctx.project, ctx.persona_prompt, ctx.skill_prompt) == (None, None, "", "")
+    assert (ctx.agent, ctx.project, compose_persona_prompt(ctx.personas), ctx.skill_prompt) == (None, None, "", "")
     assert ctx.project_env == {}
     assert ctx.tool_permissions(defaults=["read_file"]) is None
 

@@ -54,7 +54,7 @@ from corvid_actors.loop.effects import (
     UserMessage,
 )
 from corvid_actors.loop.nudges import HALLUCINATION_NUDGE, NudgeReason, nudge_message
-from corvid_actors.loop.trimming import CONTEXT_SUMMARY_HEADER, TRIM_SUMMARY_HEADER
+from corvid_actors.loop.summaries import CONTEXT_SUMMARY_HEADER, TRIM_SUMMARY_HEADER
 from corvid_actors.providers.base import (
     ChatMessage,
     ErrorKind,

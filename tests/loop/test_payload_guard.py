@@ -19,7 +19,7 @@ from corvid_actors.loop.payload_guard import (
     snapshot_json,
     tools_size,
 )
-from corvid_actors.loop.trimming import CONTEXT_SUMMARY_HEADER
+from corvid_actors.loop.summaries import CONTEXT_SUMMARY_HEADER
 from corvid_actors.providers.base import (
     ChatMessage,
     ModelRequest,

@@ -5,14 +5,16 @@ from __future__ import annotations
 import pytest
 
 from corvid_actors.loop.direct import DirectLoopSettings
-from corvid_actors.loop.tokens import estimate_messages_tokens
-from corvid_actors.loop.trimming import (
+from corvid_actors.loop.summaries import (
     CONTEXT_SUMMARY_HEADER,
     TRIM_SUMMARY_HEADER,
+    summarize_conversation,
+)
+from corvid_actors.loop.tokens import estimate_messages_tokens
+from corvid_actors.loop.trimming import (
     TrimLevel,
     compress_tool_results,
     overflow_recovery,
-    summarize_conversation,
     trim_messages,
     truncate_old_tool_results,
 )

@@ -22,7 +22,7 @@ from corvid_actors.actors.supervisor._start import start
 from corvid_actors.content import UserContent, content_blocks, image_blocks, text_parts
 from corvid_actors.events import SessionError, SystemEvent
 from corvid_actors.loop.prompts import build_resume_prompt, with_context_summary
-from corvid_actors.loop.trimming import summarize_conversation
+from corvid_actors.loop.summaries import summarize_conversation
 from corvid_actors.providers.base import ChatMessage
 from corvid_actors.supervision import active_turns, needs_context_reset, zero_turn_breaker_trips
 

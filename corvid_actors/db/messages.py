@@ -1,0 +1,169 @@
+"""The store's message rows: appends (group-committed, ``<conversation_history>`` blocks
+stripped so a resume never nests them), reads and deletes."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from corvid_actors.content import (
+    UserContent,
+    content_blocks,
+    stored_text,
+    strip_conversation_history,
+)
+from corvid_actors.db.message_batches import MessageRow, insert_messages
+from corvid_actors.db.store_base import StoreBase, store_op
+
+# a cheap test before the stripping walk: most messages carry no history block
+_HISTORY_TAG = re.compile(r"</?conversation_history>", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """One row of a session's messages (:meth:`Store.messages`); ``timestamp`` is aware UTC."""
+
+    id: int
+    role: str
+    content: str
+    timestamp: datetime
+    cost_usd: float = 0.0
+
+
+def _aware(value: Any) -> datetime:
+    # SQLite hands back naive datetimes (or text); the store writes UTC
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+class MessageRows(StoreBase):
+    """Reads and writes of ``session_messages`` (a part of :class:`~corvid_actors.db.store.Store`)."""
+
+    # --- messages -------------------------------------------------------------------------
+
+    def append_message(self, session_id: str, role: str, content: UserContent, *, cost_usd: float = 0.0) -> int:
+        """Persist one message (nested ``<conversation_history>`` blocks stripped); returns its id.
+
+        ``content`` may be multimodal content blocks (:mod:`corvid_actors.content`): they
+        are kept as given in ``content_blocks`` (read back with :meth:`message_contents`)
+        and ``content`` holds their text, images as placeholders. Raises
+        InvalidContentError for blocks that are not valid.
+        """
+        if not isinstance(content, str):
+            return self._append_blocks(session_id, role, content_blocks(content), cost_usd)
+        if _HISTORY_TAG.search(content):
+            # The resume prompt's own history block must not be stored, or the next
+            # resume nests it (seed). Nested and unclosed blocks go whole.
+            content = strip_conversation_history(content)
+        row: MessageRow = (session_id, role, content, cost_usd)
+        if self.group_commit and not self.in_transaction():
+            return self._message_commits.submit((row,))[0]
+        return self.run(insert_messages, self, [row])[0]
+
+    @store_op
+    def _append_blocks(self, session_id: str, role: str, blocks: tuple[dict[str, Any], ...],
+                       cost_usd: float) -> int:
+        # Rare (a user's picture), so a plain insert rather than the group commit; the
+        # caller waits for it as it waits for a group commit, so its order holds.
+        for block in blocks:
+            if block.get("type") == "text" and _HISTORY_TAG.search(block["text"]):
+                block["text"] = strip_conversation_history(block["text"])
+        M = self.m.SessionMessage
+        with self.transaction():
+            return int(M.insert(session=session_id, role=role, content=stored_text(blocks), cost_usd=cost_usd,
+                                content_blocks=json.dumps(list(blocks), ensure_ascii=False)).execute())
+
+    @store_op
+    def message_contents(self, session_id: str, limit: int, roles: Sequence[str] = ("user", "assistant")
+                         ) -> list[tuple[str, UserContent]]:
+        """Like :meth:`recent_messages`, with multimodal messages as their content blocks
+        (a list of dicts, as given) and the others as strings."""
+        M = self.m.SessionMessage
+        with self._lock:
+            rows = list(
+                M.select(M.role, M.content, M.content_blocks)
+                .where((M.session == session_id) & (M.role.in_(list(roles))))
+                .order_by(M.id.desc())
+                .limit(limit)
+            )
+        return [(r.role, json.loads(r.content_blocks) if r.content_blocks else r.content) for r in reversed(rows)]
+
+    def append_messages(self, messages: Sequence[tuple[str, str, str]]) -> list[int]:
+        """Persist ``(session_id, role, content)`` messages atomically (all or none, e.g. a
+        turn's messages); their ids in order. Group-committed like :meth:`append_message`."""
+        rows: tuple[MessageRow, ...] = tuple(
+            (sid, role, strip_conversation_history(content) if _HISTORY_TAG.search(content) else content, 0.0)
+            for sid, role, content in messages)
+        if not rows:
+            return []
+        if self.group_commit and not self.in_transaction():
+            return self._message_commits.submit(rows)
+        return self.run(insert_messages, self, rows)
+
+    @store_op
+    def _commit_message_groups(self, groups: Sequence[tuple[MessageRow, ...]]) -> list[list[int]]:
+        ids = insert_messages(self, [row for group in groups for row in group])
+        out, start = [], 0
+        for group in groups:
+            out.append(ids[start:start + len(group)])
+            start += len(group)
+        return out
+
+    @store_op
+    def recent_messages(self, session_id: str, limit: int, roles: Sequence[str] = ("user", "assistant")
+                        ) -> list[tuple[str, str]]:
+        """The last ``limit`` messages with these roles, oldest first, as (role, content)."""
+        M = self.m.SessionMessage
+        roles = tuple(roles)
+        sql = self._sql(("recent_messages", len(roles)), lambda: (
+            M.select(M.role, M.content).where((M.session == "") & (M.role.in_(list(roles))))
+            .order_by(M.id.desc()).limit(1)))
+        with self._lock:
+            rows = self.db.execute_sql(sql, (session_id, *roles, limit)).fetchall()
+        return [(role, content) for role, content in reversed(rows)]
+
+    @store_op
+    def last_message_role(self, session_id: str, roles: Sequence[str] = ("user", "assistant")) -> str | None:
+        """The role of the session's newest message among ``roles`` (None: there is none)."""
+        M = self.m.SessionMessage
+        roles = tuple(roles)
+        sql = self._sql(("last_message_role", len(roles)), lambda: (
+            M.select(M.role).where((M.session == "") & (M.role.in_(list(roles)))).order_by(M.id.desc()).limit(1)))
+        with self._lock:
+            row = self.db.execute_sql(sql, (session_id, *roles, 1)).fetchone()
+        return row[0] if row is not None else None
+
+    @store_op
+    def delete_messages(self, session_id: str) -> int:
+        """Delete every message of the session; returns how many."""
+        M = self.m.SessionMessage
+        with self.transaction():
+            return M.delete().where(M.session == session_id).execute()
+
+    @store_op
+    def delete_message(self, message_id: int) -> int:
+        """Delete one message by id (an append whose delivery was refused)."""
+        M = self.m.SessionMessage
+        with self.transaction():
+            return M.delete().where(M.id == message_id).execute()
+
+    @store_op
+    def messages(self, session_id: str) -> list[StoredMessage]:
+        """Every stored message of the session — all roles (user, assistant, system and the
+        runtime's own), in the order they were written — with id, timestamp and cost."""
+        M = self.m.SessionMessage
+        with self._lock:
+            rows = list(M.select(M.id, M.role, M.content, M.cost_usd, M.timestamp)
+                        .where(M.session == session_id).order_by(M.id))
+        return [StoredMessage(r.id, r.role, r.content, _aware(r.timestamp), r.cost_usd) for r in rows]
+
+    @store_op
+    def count_messages(self, session_id: str) -> int:
+        M = self.m.SessionMessage
+        with self._lock:
+            return M.select().where(M.session == session_id).count()

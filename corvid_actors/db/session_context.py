@@ -1,0 +1,111 @@
+"""What starting a session reads from the store, in one read: the session's row, its
+agent, project, personas and skill bundles, and the tool permissions they resolve to.
+
+Rows only: the persona prompt is composed by the caller (``loop.prompts``) from
+:attr:`SessionContext.personas`; the store does not build prompts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from corvid_actors.db.catalog import CatalogRows
+from corvid_actors.db.sessions import SessionRows
+from corvid_actors.db.store_base import store_op
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    """What starting a session needs from the store, resolved in one read."""
+
+    session: Any
+    agent: Any | None
+    project: Any | None
+    #: the agent's persona rows in order (compose the prompt with ``loop.prompts.compose_persona_prompt``)
+    personas: tuple[Any, ...]
+    skill_prompt: str
+    agent_tool_base: tuple[str, ...] | None
+    agent_bundle_tools: tuple[tuple[str, ...], ...]
+    project_bundle_tools: tuple[tuple[str, ...], ...]
+    project_env: dict[str, str]
+
+    def tool_permissions(self, defaults: Sequence[str]) -> tuple[str, ...] | None:
+        """The resolved tool list (seed invariant 4); None means "all defaults"."""
+        return resolve_tool_permissions(
+            self.agent_tool_base, self.agent_bundle_tools, self.project_bundle_tools, defaults
+        )
+
+
+class SessionContextReads(SessionRows, CatalogRows):
+    """:meth:`session_context` (a part of :class:`~corvid_actors.db.store.Store`)."""
+
+    @store_op
+    def session_context(self, session_id: str) -> SessionContext:
+        """Session, agent, project, personas, skill prompt additions and tool permissions."""
+        m = self.m
+        personas_sql = self._sql("agent_personas", lambda: (
+            m.Persona.select().join(m.AgentPersona).where(m.AgentPersona.agent == "")
+            .order_by(m.AgentPersona.sort_order)))
+        agent_bundles_sql = self._sql("agent_bundles", lambda: (
+            m.SkillBundle.select().join(m.AgentSkill).where(m.AgentSkill.agent == "")
+            .order_by(m.AgentSkill.sort_order)))
+        project_bundles_sql = self._sql("project_bundles", lambda: (
+            m.SkillBundle.select().join(m.ProjectSkill).where(m.ProjectSkill.project == "")
+            .order_by(m.ProjectSkill.sort_order)))
+        with self._lock:
+            session = self.require_session(session_id)
+            agent = self.get_agent(session.agent_id) if session.agent_id else None
+            project = self.get_project(session.project_id) if session.project_id else None
+            personas: list[Any] = []
+            agent_bundles: list[Any] = []
+            if agent is not None:
+                personas = self._rows(m.Persona, personas_sql, agent.id)
+                agent_bundles = self._rows(m.SkillBundle, agent_bundles_sql, agent.id)
+            project_bundles: list[Any] = []
+            if project is not None:
+                project_bundles = self._rows(m.SkillBundle, project_bundles_sql, project.id)
+        skill_prompt = "\n\n".join(
+            b.prompt_additions for b in [*agent_bundles, *project_bundles] if b.prompt_additions
+        )
+        base = (
+            tuple(json.loads(agent.tool_permissions))
+            if agent is not None and agent.tool_permissions is not None else None
+        )
+        env = json.loads(project.env_vars) if project is not None else {}
+        return SessionContext(
+            session, agent, project, tuple(personas), skill_prompt, base,
+            tuple(tuple(json.loads(b.tools)) for b in agent_bundles),
+            tuple(tuple(json.loads(b.tools)) for b in project_bundles),
+            env,
+        )
+
+
+def resolve_tool_permissions(
+    agent_base: Sequence[str] | None,
+    agent_bundle_tools: Sequence[Sequence[str]],
+    project_bundle_tools: Sequence[Sequence[str]],
+    defaults: Sequence[str] = (),
+) -> tuple[str, ...] | None:
+    """Seed invariant 4: agent base → ∪ agent bundle tools → ∪ project bundle tools
+    (the latter only when the agent has no explicit list). With no explicit list, bundle
+    tools extend ``defaults``. None means "the defaults, unchanged"."""
+    result: list[str] | None = list(agent_base) if agent_base is not None else None
+
+    def merge(tools: Sequence[str]) -> None:
+        nonlocal result
+        if result is None:
+            result = list(defaults)
+        for name in tools:
+            if name not in result:
+                result.append(name)
+
+    for tools in agent_bundle_tools:
+        if tools:
+            merge(tools)
+    if agent_base is None:
+        for tools in project_bundle_tools:
+            if tools:
+                merge(tools)
+    return tuple(result) if result is not None else None

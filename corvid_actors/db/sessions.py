@@ -1,0 +1,178 @@
+"""The store's session rows: create, read, update, usage and turn counts, and the
+start-up/shutdown marks (stale, ghost and restart-pending sessions)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import peewee as pw
+
+from corvid_actors.db.models import SessionStatus, new_id
+from corvid_actors.db.store_base import StoreBase, store_op
+from corvid_actors.errors import NotFoundError
+
+#: most ids one ``… WHERE id IN (…)`` statement carries (SQLite before 3.32 takes 999 parameters)
+DEFAULT_ID_CHUNK = 500
+
+
+class SessionRows(StoreBase):
+    """Reads and writes of ``sessions`` (a part of :class:`~corvid_actors.db.store.Store`)."""
+
+    # --- sessions -----------------------------------------------------------------------
+
+    @store_op
+    def create_session(self, *, agent_id: str | None = None, project_id: str | None = None,
+                       source: str = "web", name: str = "", initial_prompt: str = "",
+                       participant: str = "", channel: str = "", council_role: str | None = None,
+                       depth: int = 1, session_id: str | None = None) -> Any:
+        with self.transaction():
+            return self.m.Session.create(
+                id=session_id or new_id(), agent=agent_id, project=project_id, source=source, name=name,
+                initial_prompt=initial_prompt, participant=participant, channel=channel,
+                council_role=council_role, depth=depth,
+            )
+
+    @store_op
+    def get_session(self, session_id: str) -> Any | None:
+        # The hottest read of the runtime: a precompiled statement skips peewee's
+        # per-call SQL generation (most of its cost; see bench/simtime).
+        sql = getattr(self, "_session_by_id_sql", None)
+        if sql is None:
+            sql = self._session_by_id_sql = f'SELECT * FROM "sessions" WHERE "id" = {self.db.param}'
+        with self._lock:
+            rows = self._rows(self.m.Session, sql, session_id)
+        return rows[0] if rows else None
+
+    def require_session(self, session_id: str) -> Any:
+        row = self.get_session(session_id)
+        if row is None:
+            raise NotFoundError(f"no session with id {session_id!r}")
+        return row
+
+    @store_op
+    def update_session(self, session_id: str, **fields: Any) -> int:
+        S = self.m.Session
+        fields.setdefault("updated_at", S.updated_at.default())
+        if any(isinstance(value, pw.Node) for value in fields.values()):
+            with self.transaction():
+                return S.update(**fields).where(S.id == session_id).execute()
+        # Plain values: the statement's SQL is generated once per set of columns, and the
+        # values converted as peewee converts them (each field's db_value), in the order
+        # peewee wrote the columns.
+        key = ("update_session", frozenset(fields))
+        shape = self._update_shapes.get(key)
+        if shape is None:
+            sql, params = S.update(**fields).where(S.id == session_id).sql()
+            by_column = {S._meta.combined[name].column_name: S._meta.combined[name] for name in fields}
+            columns = re.findall(r'"(\w+)" = ' + re.escape(self.db.param), sql.split(" WHERE ")[0])
+            if sorted(columns) != sorted(by_column) or len(params) != len(columns) + 1:  # pragma: no cover
+                with self.transaction():
+                    return S.update(**fields).where(S.id == session_id).execute()
+            shape = self._update_shapes[key] = (sql, tuple(by_column[c] for c in columns))
+        sql, ordered = shape
+        values = {S._meta.combined[name].column_name: value for name, value in fields.items()}
+        args = [field.db_value(values[field.column_name]) for field in ordered]
+        with self.transaction():
+            return self.db.execute_sql(sql, (*args, session_id)).rowcount
+
+    @store_op
+    def add_session_usage(self, session_id: str, *, cost_usd: float = 0.0, turns: int = 0,
+                          answered: bool = False) -> None:
+        """Add a turn's cost and count; ``answered``: the turn succeeded, so one open turn
+        (see :meth:`open_turn`) is closed."""
+        S = self.m.Session
+        with self.transaction():
+            fields: dict[Any, Any] = {S.total_cost_usd: S.total_cost_usd + cost_usd,
+                                      S.cumulative_turns: S.cumulative_turns + turns,
+                                      S.updated_at: S.updated_at.default()}
+            if answered:
+                fields[S.open_turns] = pw.Case(None, [(S.open_turns > 1, S.open_turns - 1)], 0)
+            S.update(fields).where(S.id == session_id).execute()
+
+    @store_op
+    def list_sessions(self, *, statuses: Sequence[str] | None = None, limit: int = 500) -> list[Any]:
+        S = self.m.Session
+        with self._lock:
+            query = S.select().order_by(S.updated_at.desc()).limit(limit)
+            if statuses:
+                query = query.where(S.status.in_(list(statuses)))
+            return list(query)
+
+    @store_op
+    def delete_session(self, session_id: str) -> bool:
+        """Delete the session row and its messages (one transaction); False if there was none.
+
+        The store does not know what is running: stop the session first
+        (``Runtime.stop_process``), or its next write fails.
+        """
+        S, M = self.m.Session, self.m.SessionMessage
+        with self.transaction():
+            M.delete().where(M.session == session_id).execute()
+            return bool(S.delete().where(S.id == session_id).execute())
+
+    @store_op
+    def reset_stale_sessions(self) -> list[str]:
+        """Sessions left running/loading by a dead runtime → idle, pid NULL, marked for resume."""
+        S = self.m.Session
+        with self.transaction():
+            ids = [row.id for row in S.select(S.id).where(S.status.in_([SessionStatus.RUNNING, SessionStatus.LOADING]))]
+            if ids:
+                S.update(status=SessionStatus.IDLE, pid=None, restart_pending=True,
+                         updated_at=S.updated_at.default()).where(S.id.in_(ids)).execute()
+            return ids
+
+    @store_op
+    def take_restart_pending(self) -> list[str]:
+        """Ids of sessions marked for resume; the marks are cleared."""
+        S = self.m.Session
+        with self.transaction():
+            ids = [row.id for row in S.select(S.id).where(S.restart_pending == True)]  # noqa: E712
+            if ids:
+                S.update(restart_pending=False).where(S.id.in_(ids)).execute()
+            return ids
+
+    @store_op
+    def reset_ghost_sessions(self, live: Sequence[str]) -> list[str]:
+        """Rows left running/loading with no live incarnation (ids not in ``live``) → reset
+        as at start-up: idle, pid NULL, marked for resume. Returns their ids."""
+        S = self.m.Session
+        keep = set(live)
+        with self.transaction():
+            ids = [row.id for row in S.select(S.id).where(S.status.in_([SessionStatus.RUNNING, SessionStatus.LOADING]))
+                   if row.id not in keep]
+            if ids:
+                S.update(status=SessionStatus.IDLE, pid=None, restart_pending=True,
+                         updated_at=S.updated_at.default()).where(S.id.in_(ids)).execute()
+            return ids
+
+    @store_op
+    def mark_for_resume(self, session_ids: Sequence[str], *, stopped: bool = False,
+                        chunk: int = DEFAULT_ID_CHUNK) -> int:
+        """Mark sessions for resume (``restart_pending``) as a shutdown does; ``stopped``:
+        also stop them (status ``stopped``, pid NULL). The same rows as
+        ``update_session(sid, restart_pending=True)`` (then ``pid=None, status="stopped"``)
+        per session, but one ``UPDATE … WHERE id IN (…)`` per ``chunk`` ids, one transaction
+        each: 10,000 sessions are 20 statements, not 20,000 transactions. Unknown ids are
+        skipped. Returns how many rows changed."""
+        S = self.m.Session
+        fields: dict[str, Any] = {"restart_pending": True}
+        if stopped:
+            fields.update(pid=None, status=SessionStatus.STOPPED)
+        ids = list(dict.fromkeys(session_ids))
+        changed = 0
+        for start in range(0, len(ids), chunk):
+            with self.transaction():
+                changed += S.update(**fields, updated_at=S.updated_at.default()).where(
+                    S.id.in_(ids[start:start + chunk])).execute()
+        return changed
+
+    @store_op
+    def open_turn(self, session_id: str, *, total_turns: int) -> None:
+        """A user turn was delivered: count it open (until its result) and record the
+        session's turn count."""
+        S = self.m.Session
+        with self.transaction():
+            S.update(open_turns=S.open_turns + 1, total_turns=total_turns,
+                     updated_at=S.updated_at.default()).where(S.id == session_id).execute()

@@ -1,0 +1,386 @@
+"""The store's connection: one connection behind one lock, transactions, and surviving
+the server (reconnect and replay once, refuse while down). The row operations build on
+:class:`StoreBase` in their own modules; :class:`corvid_actors.db.store.Store` joins them.
+See :mod:`corvid_actors.db.store` for the guarantees."""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlparse
+
+import peewee as pw
+from loguru import logger
+
+from corvid_actors.clock import RealClock
+from corvid_actors.db.connect import enable_wal, open_database
+from corvid_actors.db.faults import (
+    drop_connection,
+    is_file_fault,
+    one_line,
+    open_connection,
+    says_connection_lost,
+)
+from corvid_actors.db.group_commit import GroupCommitter
+from corvid_actors.db.message_batches import MessageRow
+from corvid_actors.db.migrations import migrate
+from corvid_actors.db.models import build_models
+from corvid_actors.errors import StoreError, StoreUnavailableError
+
+#: most append calls one group commit carries
+DEFAULT_MAX_MESSAGE_BATCH = 500
+#: (first, longest) wait in seconds between reconnect attempts while the server is down
+DEFAULT_RECONNECT_BACKOFF_S = (0.5, 5.0)
+
+
+def store_op(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a method of the store (or of an object with a ``store``) through :meth:`StoreBase.run`:
+    refused at once while the store is down, replayed once on a lost connection."""
+
+    @functools.wraps(fn)
+    def op(self: Any, *args: Any, **kwargs: Any) -> Any:
+        store = self if isinstance(self, StoreBase) else self.store
+        return store.run(fn, self, *args, **kwargs)
+
+    return op
+
+
+class StoreBase:
+    """The store's connection, lock, transactions and availability; the row operations
+    are in the mixins :class:`~corvid_actors.db.store.Store` is made of. Thread-safe."""
+
+    def __init__(self, url: str = "sqlite:///:memory:", *, busy_timeout_ms: int = 30000,
+                 group_commit: bool = True, max_message_batch: int = DEFAULT_MAX_MESSAGE_BATCH,
+                 reconnect_backoff_s: tuple[float, float] = DEFAULT_RECONNECT_BACKOFF_S,
+                 monotonic: Callable[[], float] | None = None) -> None:
+        self.url = url
+        self._lock = threading.RLock()
+        # Availability (see the module docstring): why the store is down, or None.
+        self._down: str | None = None
+        self._backoff_first, self._backoff_max = reconnect_backoff_s
+        self._backoff = self._backoff_first
+        self._retry_at = 0.0
+        self._monotonic = monotonic or RealClock().monotonic
+        self._listeners: list[Callable[[str | None], None]] = []
+        self._file: str | None = None
+        self._file_id: tuple[int, int] | None = None
+        # Which threads are inside transaction(): their appends must join that transaction,
+        # not wait for a group commit that needs the lock they hold.
+        self._local = threading.local()
+        self.group_commit = group_commit
+        #: update_session's statement per set of columns: (sql, the fields in parameter order)
+        self._update_shapes: dict[Any, tuple[str, tuple[Any, ...]]] = {}
+        self._sql_cache: dict[Any, str] = {}  # see _sql
+        #: (model, sql) -> how peewee maps that statement's columns to the model (see _rows)
+        self._row_shapes: dict[Any, tuple[Any, ...]] = {}
+        self._message_commits: GroupCommitter[tuple[MessageRow, ...], list[int]] = GroupCommitter(
+            self._commit_message_groups, max_batch=max_message_batch)
+        self.db = open_database(url, busy_timeout_ms=busy_timeout_ms)
+        try:
+            self.db.connect(reuse_if_open=True)
+            if isinstance(self.db, pw.SqliteDatabase) and self.db.database != ":memory:":
+                enable_wal(self.db)
+                self._file = str(self.db.database)
+                st = os.stat(self._file)
+                self._file_id = (st.st_dev, st.st_ino)
+            self.m = build_models(self.db)
+            with self._lock:
+                self.schema_version = migrate(self.m, self.db)
+        except pw.OperationalError as exc:
+            self.db.close()
+            raise StoreError(f"cannot open database {self._safe_url()}: {exc}") from exc
+        except pw.DatabaseError as exc:  # "file is not a database": corrupt, truncated or not ours
+            self.db.close()
+            raise StoreError(f"cannot open database {self._safe_url()}: {exc}; it is damaged or not a "
+                             "corvid-actors database: restore it from a backup or move it away (a new one is "
+                             "created), or point CORVID_DB_URL / --data-dir elsewhere") from exc
+        except BaseException:
+            self.db.close()  # a failed open must not leak its connection
+            raise
+
+    @property
+    def is_sqlite(self) -> bool:
+        return isinstance(self.db, pw.SqliteDatabase)
+
+    def _safe_url(self) -> str:
+        parsed = urlparse(self.url)
+        return self.url.replace(parsed.password, "***") if parsed.password else self.url
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One atomic unit under the store lock (for callers composing several writes)."""
+        with self._lock:
+            outer = not getattr(self._local, "depth", 0)
+            if outer:
+                self.check_writable()
+            self._local.depth = getattr(self._local, "depth", 0) + 1
+            committing = False
+            try:
+                with self._atomic():
+                    yield
+                    committing = outer
+            except (pw.DatabaseError, pw.InterfaceError) as exc:
+                if committing and self._is_lost(exc):
+                    # Cut off in COMMIT: the server may have committed or not. Never replay.
+                    raise self._mark_unavailable(
+                        f"the connection was lost while committing ({one_line(exc)}); "
+                        "that write may not have been saved") from exc
+                if self.is_sqlite and is_file_fault(exc):
+                    raise self._mark_unavailable(f"the database file cannot be written ({one_line(exc)})") from exc
+                # Locked, constraint violated, connection lost: one error type for callers.
+                raise StoreError(f"database error: {exc}") from exc
+            finally:
+                self._local.depth -= 1
+
+    # --- availability: the store survives its server ----------------------------------------
+
+    @property
+    def available(self) -> bool:
+        """False while the store is known to be unreachable (see :attr:`unavailable_reason`)."""
+        return self._down is None
+
+    @property
+    def unavailable_reason(self) -> str | None:
+        """Why the store is unavailable ("the connection to the server was lost: …"), or None."""
+        return self._down
+
+    def add_listener(self, listener: Callable[[str | None], None]) -> None:
+        """``listener(reason)`` when the store becomes unavailable, ``listener(None)`` when it
+        is back. Called on the thread that noticed, possibly under the store lock: keep it
+        cheap (tell an actor)."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[str | None], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` (one store operation) surviving a lost connection.
+
+        While the store is down it raises :class:`StoreUnavailableError` at once, except
+        once per backoff step, when it tries to reconnect first. A connection found lost
+        during ``fn`` is reopened and ``fn`` replayed once — safe, since ``fn``'s
+        transaction did not commit (a commit cut off midway is never replayed: it raises).
+        Nested calls (an operation inside another, or inside :meth:`transaction`) run
+        plainly: the outermost one retries.
+        """
+        local = self._local
+        if getattr(local, "op", False) or getattr(local, "depth", 0):
+            return fn(*args, **kwargs)
+        local.op = True
+        try:
+            if self._down is not None:
+                self._recover_if_due()
+            try:
+                return fn(*args, **kwargs)
+            except (pw.DatabaseError, pw.InterfaceError, StoreError) as exc:
+                if not self._is_lost(exc):
+                    raise
+                first = exc
+            logger.warning("store: the connection was lost ({}); reconnecting and retrying once", one_line(first))
+            with self._lock:
+                try:
+                    self._reconnect()
+                except Exception as exc:  # noqa: BLE001 - any failure to reconnect means "down"
+                    raise self._mark_unavailable(f"the connection to the database was lost ({one_line(exc)})") from first
+            try:
+                return fn(*args, **kwargs)
+            except (pw.DatabaseError, pw.InterfaceError, StoreError) as exc:
+                if self._is_lost(exc):
+                    raise self._mark_unavailable(f"the connection to the database was lost ({one_line(exc)})") from exc
+                raise
+        finally:
+            local.op = False
+
+    def probe(self) -> str | None:
+        """Check the store now; returns why it is unavailable, or None when it works.
+
+        While down it tries to recover at once (whatever the backoff); while up it runs a
+        trivial query (and, for a SQLite file, the file check), so an outage no write has
+        met yet is found too. Cheap: meant for health checks and the runtime's probe timer.
+        """
+        try:
+            if self._down is not None:
+                with self._lock:
+                    self._retry_at = 0.0
+                    self._recover_if_due()
+            else:
+                self.run(self._select_one)
+        except StoreError as exc:
+            return self._down or str(exc)
+        except Exception as exc:  # noqa: BLE001 - a probe reports, it does not raise
+            return f"store probe failed: {one_line(exc)}"
+        return self._down
+
+    def _select_one(self) -> None:
+        with self._lock:
+            self.check_writable()
+            self.db.execute_sql("SELECT 1").fetchone()
+
+    def check_writable(self) -> None:
+        """Raise :class:`StoreUnavailableError` if the SQLite file is gone, replaced or
+        read-only (checked before every write: a write into an unlinked file would be
+        acknowledged and lost). Free for ``:memory:`` and PostgreSQL."""
+        if self._file is None:
+            return
+        fault = self._file_fault()
+        if fault is not None:
+            raise self._mark_unavailable(fault)
+
+    def _file_fault(self) -> str | None:
+        assert self._file is not None
+        try:
+            st = os.stat(self._file)
+        except FileNotFoundError:
+            return f"the database file {self._file} is gone (deleted or moved under the running store)"
+        except OSError as exc:
+            return f"the database file {self._file} cannot be checked ({exc})"
+        if (st.st_dev, st.st_ino) != self._file_id:
+            return f"the database file {self._file} was replaced under the running store"
+        # The write bits, not os.access: root may write anything, yet a file made
+        # read-only says the operator wants no writes (or the disk is being remounted).
+        if not st.st_mode & 0o222 or not os.access(self._file, os.W_OK):
+            return f"the database file {self._file} is read-only"
+        return None
+
+    def _is_lost(self, exc: BaseException) -> bool:
+        """Is ``exc`` a lost connection (to reconnect and replay), not an error of the query?"""
+        if isinstance(exc, StoreUnavailableError) or self.is_sqlite:
+            return False
+        cause = exc.__cause__ if isinstance(exc, StoreError) else exc
+        if not isinstance(cause, (pw.DatabaseError, pw.InterfaceError)):
+            return False
+        if isinstance(cause, pw.InterfaceError):
+            return True
+        if says_connection_lost(cause):
+            return True
+        conn = open_connection(self.db)
+        return conn is not None and bool(getattr(conn, "closed", 0))
+
+    def _reconnect(self) -> None:
+        """Drop the connection (whatever state it is in) and open a fresh one. Under the lock."""
+        drop_connection(self.db, close=True)
+        self.db.connect()
+        self.db.execute_sql("SELECT 1").fetchone()
+
+    def _recover_if_due(self) -> None:
+        """While down: raise at once until the backoff passed, then try to recover."""
+        with self._lock:
+            reason = self._down
+            if reason is None:
+                return
+            if self._monotonic() < self._retry_at:
+                raise StoreUnavailableError(f"store unavailable: {reason}")
+            try:
+                if self.is_sqlite:
+                    # No server to reconnect to (and reconnecting would drop a :memory:
+                    # database): the file must be back, then the connection must answer.
+                    fault = self._file_fault() if self._file is not None else None
+                    if fault is not None:
+                        raise StoreUnavailableError(f"store unavailable: {fault}")
+                    self.db.execute_sql("SELECT 1").fetchone()
+                else:
+                    self._reconnect()
+            except Exception as exc:
+                self._backoff = min(self._backoff * 2, self._backoff_max)
+                self._retry_at = self._monotonic() + self._backoff
+                if isinstance(exc, StoreUnavailableError):
+                    raise
+                raise StoreUnavailableError(f"store unavailable: {reason}") from exc
+        self._mark_available()
+
+    def _mark_unavailable(self, reason: str) -> StoreUnavailableError:
+        """Record the outage (the first reason wins until it is over); the error to raise."""
+        with self._lock:
+            first = self._down is None
+            if first:
+                self._down = reason
+                self._backoff = self._backoff_first
+                self._retry_at = self._monotonic() + self._backoff
+            current = self._down
+        if first:
+            logger.error("store unavailable: {} (writes are refused until it is back)", reason)
+            self._notify(reason)
+        return StoreUnavailableError(f"store unavailable: {current}")
+
+    def _mark_available(self) -> None:
+        with self._lock:
+            was, self._down = self._down, None
+            self._backoff = self._backoff_first
+        if was is not None:
+            logger.info("store available again (it was down: {})", was)
+            self._notify(None)
+
+    def _notify(self, reason: str | None) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(reason)
+            except Exception:  # noqa: BLE001 - a listener must not break the store
+                logger.opt(exception=True).error("store availability listener {} raised", listener)
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The store's lock: held by whoever uses the connection."""
+        return self._lock
+
+    def in_transaction(self) -> bool:
+        """Is the calling thread inside :meth:`transaction`?"""
+        return bool(getattr(self._local, "depth", 0))
+
+    def _atomic(self) -> Any:
+        # SQLite: BEGIN IMMEDIATE takes the write lock up front, waiting (busy_timeout) for
+        # another connection's writer. A deferred BEGIN that reads first and writes later
+        # fails at once with "database is locked" (SQLITE_BUSY_SNAPSHOT, no busy wait) when
+        # another connection committed in between.
+        return self.db.atomic("IMMEDIATE") if self.is_sqlite else self.db.atomic()
+
+    def _sql(self, key: Any, build: Any) -> str:
+        """The SQL of a query shape, generated once: ``build()`` returns the peewee query
+        (with any placeholder values), and callers pass the real values as parameters in
+        the same order. Starting a session reads about ten rows; generating their SQL was
+        most of that cost (profile of 1,000 session starts), executing it a small part."""
+        sql = self._sql_cache.get(key)
+        if sql is None:
+            sql = self._sql_cache[key] = build().sql()[0]
+        return sql
+
+    def _rows(self, model: Any, sql: str, *params: Any) -> list[Any]:
+        """``list(model.raw(sql, *params))``, with peewee's column resolution (which field
+        each column is, its converter) done once per statement rather than per call: that
+        resolution was most of a one-row read's cost (80 µs of a get_session, 5 µs the
+        statement). Call with the store lock held."""
+        cursor = self.db.execute_sql(sql, params)
+        shape = self._row_shapes.get((model, sql))
+        if shape is None:
+            wrapper = pw.ModelObjectCursorWrapper(cursor, model, [], model)
+            wrapper.initialize()  # reads cursor.description only
+            shape = self._row_shapes[(model, sql)] = (
+                tuple(wrapper.unique_columns), tuple(wrapper.no_convert), tuple(wrapper.convert),
+                tuple(wrapper.converters))
+        columns, no_convert, convert, converters = shape
+        out = []
+        for row in cursor.fetchall():
+            data = {columns[i]: row[i] for i in no_convert}
+            for i in convert:
+                data[columns[i]] = converters[i](row[i])
+            obj = model(__no_default__=1, **data)
+            obj._dirty.clear()
+            out.append(obj)
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            if not self.db.is_closed():
+                try:
+                    self.db.close()
+                except Exception as exc:  # noqa: BLE001 - a lost connection (mid-transaction) still closes
+                    logger.warning("store: closing the connection failed ({}); dropping it", one_line(exc))
+                    drop_connection(self.db, close=True)
+
+
+    def _commit_message_groups(self, groups: Any) -> list[list[int]]:
+        raise NotImplementedError  # the messages mixin commits the groups
