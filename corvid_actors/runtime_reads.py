@@ -21,7 +21,7 @@ from corvid_actors.actors.slots import SlotStats
 from corvid_actors.actors.timers import TimerStats
 from corvid_actors.clock import Clock
 from corvid_actors.config import Config
-from corvid_actors.db.store import StoredMessage
+from corvid_actors.db.messages import StoredMessage
 from corvid_actors.errors import ConfigError
 from corvid_actors.providers.base import Provider
 from corvid_actors.runtime_tree import RuntimeInternals
