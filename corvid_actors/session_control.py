@@ -2,7 +2,8 @@
 
 The tool layer declares what its runtime tools may ask
 (:class:`~corvid_actors.tools.session_control.SessionControl`); this module implements it
-over one :class:`~corvid_actors.runtime.Runtime`'s public API, and
+over one :class:`~corvid_actors.runtime.Runtime`'s public API (publishing alone goes to
+its event bus through ``runtime.internals``: this module is the runtime's own side), and
 :func:`session_tools_hook` composes the ``extra_tools`` hook the Runtime hands its
 :class:`~corvid_actors.wiring.SessionBuilder`: a host's own hook, the corvid_* tools, and
 the agent's external MCP servers — in that order (later names win).

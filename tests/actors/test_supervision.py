@@ -222,7 +222,7 @@ def test_a_core_actor_stopped_mid_run_shuts_the_runtime_down_cleanly(sim_clock, 
         rt.start_process(s.id, "hello")
         rt.settle()
         assert rt.internals.store.get_session(s.id).status == "running"
-        getattr(rt, victim).stop()
+        getattr(rt.internals, victim).stop()
         assert done.wait(WAIT_S), "the root policy did not finish"
         assert len(heard) == 1 and "was stopped" in heard[0]
         assert rt.failure == heard[0]
@@ -233,7 +233,8 @@ def test_a_core_actor_stopped_mid_run_shuts_the_runtime_down_cleanly(sim_clock, 
         row = reopened.get_session(s.id)
         reopened.close()
         assert row.status != "running" and row.restart_pending
-        for ref in (rt.internals.supervisor, rt.internals.bus, rt.internals.timers, rt.internals.slot_pool, rt.internals.approvals, rt.internals.store_watch):
+        tree = rt.internals
+        for ref in (tree.supervisor, tree.bus, tree.timers, tree.slot_pool, tree.approvals, tree.store_watch):
             assert not ref.is_alive()
         with pytest.raises(RuntimeStoppedError, match="actor was stopped"):
             rt.send_message(s.id, "anyone?")
