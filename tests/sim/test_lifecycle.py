@@ -173,11 +173,11 @@ def test_stale_running_sessions_are_reset_at_start_up(sim_clock, scripted, tmp_p
     url = f"sqlite:///{tmp_path / 'corvid.db'}"
     first = sim_runtime(sim_clock, scripted, store_url=url)
     session = first.create_session(source="web")
-    first.store.update_session(session.id, status="running", pid=800123)
+    first.internals.store.update_session(session.id, status="running", pid=800123)
     first.shutdown()
     second = sim_runtime(sim_clock, scripted, store_url=url)
     try:
-        row = second.store.get_session(session.id)
+        row = second.internals.store.get_session(session.id)
         assert (row.status, row.pid, row.restart_pending) == ("idle", None, True)
         assert second.stale_session_ids == [session.id]
         assert second.resume_pending_sessions() == [session.id]
