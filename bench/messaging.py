@@ -110,10 +110,12 @@ class SlotCycles:
         from corvid_actors.actors.slots import SlotPool
         from corvid_actors.actors.timers import Timers
         from corvid_actors.clock import RealClock
+        from corvid_actors.config_sections import SlotsConfig
 
         self.tracker, self.clock = ActivityTracker(), RealClock()
         self.timers = Timers.start(self.tracker, self.clock)
-        self.pool = SlotPool.start(self.tracker, capacity=1, wait_timeout_s=300.0, timers=self.timers)
+        self.pool = SlotPool.start(self.tracker, config=SlotsConfig(max_parallel=1, wait_timeout_s=300.0),
+                                   timers=self.timers)
 
     def run(self, k: int) -> int:
         from corvid_actors.actors.base import TrackedActor

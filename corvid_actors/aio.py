@@ -43,13 +43,17 @@ import asyncio
 import functools
 import threading
 from collections import deque
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, ParamSpec, TypeVar
 
 from corvid_actors.content import UserContent
+from corvid_actors.db.ledger import Account, Deduction
 from corvid_actors.errors import RuntimeStoppedError
 from corvid_actors.events import ContentBlockDelta, Event
+from corvid_actors.jsontypes import WireJson
+from corvid_actors.runtime import Runtime
 
 __all__ = ["AsyncRuntime", "EventStream", "StreamOverflow", "DEFAULT_MAX_PENDING", "DEFAULT_WORKERS"]
 
@@ -59,6 +63,8 @@ DEFAULT_MAX_PENDING = 1000
 DEFAULT_WORKERS = 8
 
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,7 @@ class AsyncRuntime:
         owns_runtime: ``aclose()`` shuts the runtime down (default True).
     """
 
-    def __init__(self, runtime: Any, *, max_workers: int = DEFAULT_WORKERS, owns_runtime: bool = True) -> None:
+    def __init__(self, runtime: Runtime, *, max_workers: int = DEFAULT_WORKERS, owns_runtime: bool = True) -> None:
         self.runtime = runtime
         self._owns_runtime = owns_runtime
         self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="corvid-aio")
@@ -99,19 +105,17 @@ class AsyncRuntime:
     async def create(cls, *args: Any, max_workers: int = DEFAULT_WORKERS, **kwargs: Any) -> AsyncRuntime:
         """Build ``Runtime(*args, **kwargs)`` off the event loop (it opens the store and
         starts the actors) and wrap it."""
-        from corvid_actors.runtime import Runtime
-
         loop = asyncio.get_running_loop()
         runtime = await loop.run_in_executor(None, functools.partial(Runtime, *args, **kwargs))
         return cls(runtime, max_workers=max_workers)
 
-    async def run_blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    async def run_blocking(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """``fn(*args, **kwargs)`` on this runtime's threads: for blocking work without an
         awaitable here (a store read such as ``runtime.ensure_agent``, your own I/O).
         Cancelling the caller stops the waiting only, as for every method."""
         return await self._call(fn, *args, **kwargs)
 
-    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    async def _call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         if self._closed:
             raise RuntimeStoppedError("the async runtime is closed")
         loop = asyncio.get_running_loop()
@@ -123,7 +127,7 @@ class AsyncRuntime:
 
     # --- sessions (the seed's ProcessManager API) --------------------------------------------
 
-    async def create_session(self, **fields: Any) -> Any:
+    async def create_session(self, **fields: Any) -> Any:  # the store's session row (peewee)
         return await self._call(self.runtime.create_session, **fields)
 
     async def start_process(self, session_id: str, prompt: UserContent | None = None) -> int | None:
@@ -162,10 +166,10 @@ class AsyncRuntime:
     async def cleanup_session_state(self, session_id: str) -> None:
         await self._call(self.runtime.cleanup_session_state, session_id)
 
-    async def session_info(self, session_id: str | None = None) -> dict[str, Any]:
+    async def session_info(self, session_id: str | None = None) -> dict[str, object]:
         return dict(await self._call(self.runtime.session_info, session_id))
 
-    async def get_plan(self, session_id: str) -> list[dict[str, Any]]:
+    async def get_plan(self, session_id: str) -> list[dict[str, object]]:
         return list(await self._call(self.runtime.get_plan, session_id))
 
     async def resume_pending_sessions(self) -> list[str]:
@@ -177,11 +181,11 @@ class AsyncRuntime:
 
     # --- approvals ------------------------------------------------------------------------
 
-    async def list_approvals(self, session_id: str | None = None) -> list[dict[str, Any]]:
+    async def list_approvals(self, session_id: str | None = None) -> list[dict[str, object]]:
         return list(await self._call(self.runtime.list_approvals, session_id))
 
     async def resolve_approval(self, approval_id: str, behavior: str, message: str = "",
-                               updated_input: dict[str, Any] | None = None) -> dict[str, Any] | None:
+                               updated_input: dict[str, WireJson] | None = None) -> dict[str, str] | None:
         return await self._call(self.runtime.resolve_approval, approval_id, behavior, message, updated_input)
 
     async def set_approval_mode(self, mode: str) -> str:
@@ -200,13 +204,13 @@ class AsyncRuntime:
     async def credit_balance(self, participant: str) -> int:
         return int(await self._call(self.runtime.credit_balance, participant))
 
-    async def credit_transactions(self, participant: str, limit: int = 10) -> list[dict[str, Any]]:
+    async def credit_transactions(self, participant: str, limit: int = 10) -> list[dict[str, object]]:
         return list(await self._call(self.runtime.credit_transactions, participant, limit))
 
-    async def open_credit_account(self, participant: str) -> Any:
+    async def open_credit_account(self, participant: str) -> Account:
         return await self._call(self.runtime.open_credit_account, participant)
 
-    async def charge_turn(self, session_id: str) -> Any:
+    async def charge_turn(self, session_id: str) -> Deduction | None:
         return await self._call(self.runtime.charge_turn, session_id)
 
     # --- events ------------------------------------------------------------------------------
@@ -259,7 +263,7 @@ class EventStream(Generic[T]):
         self._buffer: deque[tuple[str, Event]] = deque()
         self._state = _CLOSED
         self._subscribed = False
-        self._subscribing: asyncio.Future[Any] | None = None
+        self._subscribing: asyncio.Future[None] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         #: how many deltas were merged into an earlier one, and items handed to the reader
@@ -374,16 +378,16 @@ class EventStream(Generic[T]):
         self._background(self._unsubscribe())
 
     @staticmethod
-    def _background(coro: Any) -> None:
+    def _background(coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
         _BACKGROUND_TASKS.add(task)  # keep a reference until done (asyncio holds tasks weakly)
         task.add_done_callback(_BACKGROUND_TASKS.discard)
 
 
-_BACKGROUND_TASKS: set[asyncio.Future[Any]] = set()
+_BACKGROUND_TASKS: set[asyncio.Future[None]] = set()
 
 
-def _retrieve(future: asyncio.Future[Any]) -> None:
+def _retrieve(future: asyncio.Future[T]) -> None:
     if not future.cancelled():
         future.exception()
 

@@ -22,12 +22,12 @@ import binascii
 import copy
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
 
 from corvid_actors.errors import InvalidContentError
+from corvid_actors.jsontypes import WireJson
 
 #: a user message: a string, or content blocks (text and image)
-UserContent = str | Sequence[Mapping[str, Any]]
+UserContent = str | Sequence[Mapping[str, object]]
 
 #: image media types the Messages API accepts for base64 sources
 IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
@@ -36,8 +36,9 @@ IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/we
 IMAGE_PLACEHOLDER = "[image attachment]"
 
 
-def content_blocks(content: UserContent) -> tuple[dict[str, Any], ...]:
-    """The checked, copied blocks of ``content`` (``()`` for a plain string).
+def content_blocks(content: UserContent) -> tuple[dict[str, WireJson], ...]:
+    """The checked, copied blocks of ``content`` (``()`` for a plain string): caller JSON
+    that goes on to provider payloads as it is.
 
     Raises :class:`InvalidContentError` naming the first bad block.
     """
@@ -48,14 +49,14 @@ def content_blocks(content: UserContent) -> tuple[dict[str, Any], ...]:
             f"message content must be a string or a list of content blocks, not {type(content).__name__}")
     if not content:
         raise InvalidContentError("message content is an empty list of blocks: give at least one block")
-    blocks: list[dict[str, Any]] = []
+    blocks: list[dict[str, WireJson]] = []
     for index, block in enumerate(content):
-        _check_block(index, block)
-        blocks.append(copy.deepcopy(dict(cast(Mapping[str, Any], block))))
+        blocks.append(copy.deepcopy(dict(_checked_block(index, block))))
     return tuple(blocks)
 
 
-def _check_block(index: int, block: Any) -> None:
+def _checked_block(index: int, block: object) -> Mapping[str, WireJson]:
+    """``block`` if it is a valid text or image block; InvalidContentError otherwise."""
     where = f"content block {index}"
     if not isinstance(block, Mapping):
         raise InvalidContentError(f"{where} must be an object with a 'type', not {type(block).__name__}")
@@ -63,7 +64,7 @@ def _check_block(index: int, block: Any) -> None:
     if kind == "text":
         if not isinstance(block.get("text"), str):
             raise InvalidContentError(f"{where} (text) needs a string 'text'")
-        return
+        return block
     if kind != "image":
         raise InvalidContentError(f"{where} has type {kind!r}: only 'text' and 'image' blocks are accepted")
     source = block.get("source")
@@ -86,20 +87,21 @@ def _check_block(index: int, block: Any) -> None:
             raise InvalidContentError(f"{where} (image) needs a 'url'")
     else:
         raise InvalidContentError(f"{where} (image) has source type {source.get('type')!r}: use 'base64' or 'url'")
+    return block
 
 
-def text_parts(blocks: Sequence[Mapping[str, Any]]) -> str:
+def text_parts(blocks: Sequence[Mapping[str, object]]) -> str:
     """The text blocks joined by newlines: what a text-only provider is given."""
     return "\n".join(str(b["text"]) for b in blocks if b.get("type") == "text")
 
 
-def stored_text(blocks: Sequence[Mapping[str, Any]]) -> str:
+def stored_text(blocks: Sequence[Mapping[str, object]]) -> str:
     """The text kept in ``session_messages.content`` for blocks: their text, each image
     as :data:`IMAGE_PLACEHOLDER` in its place (history and views say an image was sent)."""
     return "\n".join(str(b["text"]) if b.get("type") == "text" else IMAGE_PLACEHOLDER for b in blocks)
 
 
-def image_blocks(blocks: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def image_blocks(blocks: Sequence[Mapping[str, object]]) -> list[Mapping[str, object]]:
     """The image blocks, in order."""
     return [b for b in blocks if b.get("type") == "image"]
 

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import io
 import socket
-from typing import Any
+from typing import TYPE_CHECKING
 
 from corvid_actors.clock import Clock
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 
 class DeadlineSocketIO(io.RawIOBase):
@@ -29,7 +32,7 @@ class DeadlineSocketIO(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: Any) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         if self.deadline is None:
             self.sock.settimeout(None)
         else:

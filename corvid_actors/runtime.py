@@ -48,21 +48,19 @@ from corvid_actors.content import UserContent, content_blocks, text_parts
 from corvid_actors.db.replays import ReplayStore
 from corvid_actors.db.store import Store
 from corvid_actors.errors import RuntimeStoppedError
+from corvid_actors.loop_factories import (
+    ApprovalPolicyFactory,
+    HistoryPolicyFactory,
+    LoopFactory,
+    LoopSpec,
+)
 from corvid_actors.providers.base import Provider
 from corvid_actors.runtime_lifecycle import RuntimeLifecycle
 from corvid_actors.runtime_tree import open_store, resolve_providers, start_actor_tree
 from corvid_actors.session_control import RuntimeSessionControl, session_tools_hook
 from corvid_actors.tools.base import PermissionCheck, ToolRegistry
 from corvid_actors.tools.mcp_client import add_mcp_server
-from corvid_actors.wiring import (
-    ApprovalPolicyFactory,
-    HistoryPolicyFactory,
-    LoopFactory,
-    LoopSpec,
-    SessionBuilder,
-    ToolRun,
-    default_tool_registry,
-)
+from corvid_actors.wiring import SessionBuilder, ToolRun
 
 __all__ = ["Runtime", "LoopSpec"]
 
@@ -75,7 +73,8 @@ class Runtime(RuntimeLifecycle):
         clock: ``RealClock()`` by default; ``corvid_actors.testing.SimClock`` for simulations.
         store: a :class:`Store`, or ``store_url`` to open one (default: the config's URL).
         providers: name → :class:`Provider` (default: built from the config).
-        tool_registry_factory: returns the tools sessions may use (filtered per agent).
+        tool_registry_factory: returns the tools sessions may use (filtered per agent;
+            default: the coding tools, with the ``[tools]`` output cap and command timeouts).
         loops / loop_for_provider: loop factories by kind, and which kind a provider gets.
         permission_check_factory: ``(mode, tools, project_dir, protected) -> PermissionCheck``.
         with_slot_pool / with_credits: start the optional actors.
@@ -101,7 +100,7 @@ class Runtime(RuntimeLifecycle):
         store: Store | None = None,
         store_url: str | None = None,
         providers: Mapping[str, Provider] | Callable[[Config], Mapping[str, Provider]] | None = None,
-        tool_registry_factory: Callable[[], ToolRegistry] = default_tool_registry,
+        tool_registry_factory: Callable[[], ToolRegistry] | None = None,
         loops: Mapping[str, LoopFactory] | None = None,
         loop_for_provider: Mapping[str, str] | None = None,
         permission_check_factory: Callable[..., PermissionCheck] | None = None,

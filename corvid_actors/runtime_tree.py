@@ -131,8 +131,7 @@ def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, 
     store_watch = StoreWatch.start(tracker, store=store, timers=timers,
                                    backoff_s=(sc.reconnect_backoff_initial_s, sc.reconnect_backoff_max_s))
     bus = EventBus.start(tracker)
-    slot_pool = SlotPool.start(tracker, capacity=config.slots.max_parallel,
-                               wait_timeout_s=config.slots.wait_timeout_s, timers=timers)
+    slot_pool = SlotPool.start(tracker, config=config.slots, timers=timers)
     approvals = ap.ApprovalBroker.start(tracker, clock=clock, timers=timers, mode=config.approvals.mode)
     credits = None
     if with_credits:  # an optional part of the package (the daemon checks for it)

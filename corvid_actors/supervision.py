@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from corvid_actors.config import SupervisorConfig
+from corvid_actors.config_sections import SupervisorConfig
 from corvid_actors.errors import StoreError
 
 

@@ -8,60 +8,64 @@ factory, loop factories), so a host changes behaviour without patching the core.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from loguru import logger
+
 from corvid_actors.clock import Clock, io_clock
 from corvid_actors.config import Config
+from corvid_actors.config_schema import values_of
 from corvid_actors.db.session_context import SessionContext
-from corvid_actors.errors import ConfigError
-from corvid_actors.loop.conversation import ConversationLoop
+from corvid_actors.errors import ConfigError, NotFoundError
+from corvid_actors.events import SystemEvent
 from corvid_actors.loop.effects import Loop
+from corvid_actors.loop.plan import plan_from_json
 from corvid_actors.loop.prompts import compose_persona_prompt, compose_system_prompt
-from corvid_actors.providers.base import BEFORE_START_HOOK, Provider
-from corvid_actors.tools.base import PermissionCheck, ToolContext, ToolRegistry
+from corvid_actors.loop.rules import default_history_policy
+from corvid_actors.loop_factories import (
+    DEFAULT_LOOPS,
+    ApprovalPolicyFactory,
+    HistoryPolicyFactory,
+    LoopFactory,
+    LoopSpec,
+)
+from corvid_actors.providers.base import BEFORE_START_HOOK, Provider, traits_of
+from corvid_actors.routing import (
+    DEFAULT_LOOP_FOR_PROVIDER,
+    RoutingDecision,
+    choose_provider,
+    default_model,
+    looks_like_ollama_model,
+    provider_selected_message,
+)
+from corvid_actors.tool_sections import ToolsConfig
+from corvid_actors.tools.base import (
+    Permission,
+    PermissionCheck,
+    PermissionDecision,
+    ToolContext,
+    ToolKind,
+    ToolRegistry,
+    ToolResult,
+    as_mapping,
+)
+from corvid_actors.tools.coding import coding_tools
+from corvid_actors.tools.coding_base import CodingToolSettings
+from corvid_actors.tools.command_policy import default_approval_policy
+from corvid_actors.tools.delegation import effective_agent_mode
+from corvid_actors.tools.env import safe_env
+from corvid_actors.tools.permissions import PermissionMode, make_permission_check
+from corvid_actors.tools.sandbox import Sandbox, SandboxSettings, current_sandbox
 
 #: roles that deliberate and get no tools (direct-process seed invariant 10)
 COUNCIL_DELIBERATION_ROLES = frozenset({"member", "discusser", "reviewer"})
 #: tools an agent-sourced session may not use (no agent→agent recursion)
 AGENT_RESTRICTED_TOOLS = frozenset({"corvid_send_message", "corvid_list_agents"})
-
-
-@dataclass(frozen=True)
-class LoopSpec:
-    """Everything a loop factory may use to build a loop for one incarnation."""
-
-    model: str
-    system_prompt: str
-    tools: ToolRegistry
-    permission_check: PermissionCheck
-    context_window: int
-    council_role: str | None
-    config: Config
-    provider_name: str
-    #: the OpenAgent rules' inputs (corvid_actors.loop.rules.rules_for reads them)
-    agent_name: str = ""
-    permission_mode: str = "default"
-    #: names of the session's COMMAND tools (observation tails, command approval policy)
-    command_tools: tuple[str, ...] = ()
-    #: the plan stored for this session (sessions.plan), resumed by a new incarnation
-    initial_plan: tuple[dict[str, Any], ...] = ()
-    #: made by the approval / history policy factories (None: no policy)
-    approval_policy: Any = None
-    history_policy: Any = None
-    #: whether this incarnation's commands run in the OS sandbox (auto-approval needs it)
-    sandboxed: bool = False
-    project_dir: Path | None = None
-
-
-LoopFactory = Callable[[LoopSpec], Loop]
-#: ``(spec) -> ApprovalPolicy`` (corvid_actors.tools.command_policy); spec has no policies yet
-ApprovalPolicyFactory = Callable[[LoopSpec], Any]
-#: ``(spec) -> HistoryPolicy | None`` (corvid_actors.loop.memory_policy)
-HistoryPolicyFactory = Callable[[LoopSpec], Any]
 
 
 @dataclass(frozen=True)
@@ -110,125 +114,33 @@ class ToolRun:
         return bool(self.result is not None and self.result.is_error)
 
 
-@dataclass(frozen=True)
-class RoutingDecision:
-    """Which provider a session uses and why (the original's ``resolveProviderRouting``)."""
-
-    provider: str
-    #: agent_config | default | no_claude_access
-    reason: str
-    #: True when the session was routed away from what it would otherwise get (the
-    #: Anthropic default), i.e. to Ollama for want of Anthropic access
-    fallback: bool = False
-
-
-#: the reason named in ``provider_selected`` when a session falls back to Ollama
-FALLBACK_NO_CLAUDE_ACCESS = "no_claude_access"
-
-
-def looks_like_ollama_model(model: str) -> bool:
-    """Whether a model name can be sent to Ollama as is (the original's test: empty, a
-    ``name:tag``, or a qwen/llama family name); a cloud name such as ``claude-sonnet-4-6``
-    cannot."""
-    return not model or ":" in model or model.startswith(("qwen", "llama"))
-
-
-def provider_selected_message(decision: RoutingDecision, model: str) -> str:
-    """The ``provider_selected`` text: the original's "Provider: X (fallback: reason)" on a
-    fallback; otherwise ours, which also names the model."""
-    if decision.fallback:
-        return f"Provider: {decision.provider} (fallback: {decision.reason})"
-    return f"Provider: {decision.provider} ({model})"
-
-
-def conversation_loop(spec: LoopSpec) -> Loop:
-    return ConversationLoop(model=spec.model, system_prompt=spec.system_prompt)
-
-
-def direct_loop(spec: LoopSpec) -> Loop:
-    from corvid_actors.loop.direct import DirectLoop, DirectLoopSettings
-
-    d = spec.config.direct_loop
-    settings = DirectLoopSettings(
-        max_tool_iterations=d.max_tool_iterations, max_messages=d.max_messages, keep_recent=d.keep_recent,
-        max_repeats=d.max_repeats, max_same_tool=d.max_same_tool, max_nudges=d.max_nudges,
-        max_mid_chain_nudges=d.max_mid_chain_nudges, trim_usage_threshold=d.trim_usage_threshold,
-        tool_result_share=d.tool_result_share, tool_result_min_chars=d.tool_result_min_chars,
-        use_tier_caps=d.use_tier_caps,
-    )
-    from corvid_actors.loop.rules import rules_for
-
-    return DirectLoop(
-        model=spec.model, system_prompt=spec.system_prompt, tools=spec.tools.specs(),
-        permission_check=spec.permission_check, context_window=spec.context_window, settings=settings,
-        council_role=spec.council_role, rules=rules_for(spec),
-    )
-
-
-def sdk_loop(spec: LoopSpec) -> Loop:
-    from corvid_actors.loop.retry import RetrySettings
-    from corvid_actors.loop.sdk import SdkLoop, SdkLoopSettings
-
-    s = spec.config.sdk_loop
-    settings = SdkLoopSettings(
-        api_failure_threshold=s.api_failure_threshold, compaction_threshold=s.compaction_threshold,
-        doom_loop_threshold=s.doom_loop_threshold,
-        retry=RetrySettings(base_s=s.retry_base_s, cap_s=s.retry_cap_s, retry_after_cap_s=s.retry_after_cap_s,
-                            max_attempts=s.retry_max_attempts),
-        stop_on_denial=s.stop_on_denial,
-    )
-    from corvid_actors.loop.rules import rules_for
-
-    return SdkLoop(
-        model=spec.model, system_prompt=spec.system_prompt, tools=spec.tools.specs(),
-        permission_check=spec.permission_check, context_window=spec.context_window, settings=settings,
-        rules=rules_for(spec),
-    )
-
-
-DEFAULT_LOOPS: dict[str, LoopFactory] = {
-    "conversation": conversation_loop,
-    "direct": direct_loop,
-    "sdk": sdk_loop,
-}
-
-#: which loop a provider gets unless the runtime says otherwise
-DEFAULT_LOOP_FOR_PROVIDER: dict[str, str] = {"ollama": "direct", "anthropic": "sdk"}
-
-
-def build_sandbox(config: Config) -> Any:
+def build_sandbox(config: Config) -> Sandbox:
     """The OS sandbox launcher of a runtime (``[tools.sandbox]``; probes bwrap once per
-    process): the data directory (database, admin socket) is hidden from commands."""
-    from corvid_actors.tools.sandbox import Sandbox, SandboxSettings
-
-    c = config.tools.sandbox
-    settings = SandboxSettings(
-        mode=c.mode, bwrap_path=c.bwrap_path, network_modes=c.network_modes,
-        network_agents=c.network_agents, max_processes=c.max_processes, cpu_seconds=c.cpu_seconds,
-        max_file_bytes=c.max_file_bytes, max_address_space_bytes=c.max_address_space_bytes,
-        hidden_paths=c.hidden_paths, visible_paths=c.visible_paths,
-        mask_walk_max_entries=c.mask_walk_max_entries,
-    )
+    process): the data directory (database, admin socket) is hidden from commands. Every
+    ``[tools.sandbox]`` key is a :class:`SandboxSettings` field (a key it lacks fails here)."""
+    settings = SandboxSettings(**values_of(config.tools.sandbox))
     return Sandbox(settings, hidden_paths=[config.store.data_dir],
                    patterns=config.tools.protected_patterns)
 
 
-def default_tool_registry() -> ToolRegistry:
-    from corvid_actors.tools.coding import coding_tools
-
-    return ToolRegistry(coding_tools())
+def default_tool_registry(tools: ToolsConfig | None = None) -> ToolRegistry:
+    """The coding tools, with the ``[tools]`` section's output cap and command timeouts
+    (the packaged defaults when none is given)."""
+    c = tools or ToolsConfig()
+    return ToolRegistry(coding_tools(CodingToolSettings(
+        output_truncate_chars=c.output_truncate_chars, command_timeout_default_s=c.command_timeout_default_s,
+        command_timeout_max_s=c.command_timeout_max_s)))
 
 
 class SessionBuilder:
     """Turns a stored :class:`SessionContext` into a :class:`BuiltSession`."""
-
     def __init__(
         self,
         *,
         config: Config,
         clock: Clock,
         providers: Mapping[str, Provider],
-        tool_registry_factory: Callable[[], ToolRegistry] = default_tool_registry,
+        tool_registry_factory: Callable[[], ToolRegistry] | None = None,
         loops: Mapping[str, LoopFactory] | None = None,
         loop_for_provider: Mapping[str, str] | None = None,
         permission_check_factory: Callable[..., PermissionCheck] | None = None,
@@ -237,15 +149,14 @@ class SessionBuilder:
         approval_policy_factory: ApprovalPolicyFactory | None = None,
         history_policy_factory: HistoryPolicyFactory | None = None,
     ) -> None:
-        from corvid_actors.loop.rules import default_history_policy
-        from corvid_actors.tools.command_policy import default_approval_policy
 
         self.approval_policy_factory = approval_policy_factory or default_approval_policy
         self.history_policy_factory = history_policy_factory or default_history_policy
         self.config = config
         self.clock = clock
         self.providers = dict(providers)
-        self.tool_registry_factory = tool_registry_factory
+        #: None: the coding tools configured by ``[tools]``
+        self.tool_registry_factory = tool_registry_factory or functools.partial(default_tool_registry, config.tools)
         self.loops = {**DEFAULT_LOOPS, **(loops or {})}
         self.loop_for_provider = {**DEFAULT_LOOP_FOR_PROVIDER, **(loop_for_provider or {})}
         self.permission_check_factory = permission_check_factory
@@ -261,12 +172,7 @@ class SessionBuilder:
 
     def routing(self, agent: Any | None) -> RoutingDecision:
         """The routing decision with its reason (see :func:`provider_selected_message`)."""
-        explicit = (agent.provider if agent is not None else "") or self.config.providers.default_provider
-        if explicit:
-            return RoutingDecision(explicit, "agent_config")
-        if self.config.providers.anthropic_api_key and "anthropic" in self.providers:
-            return RoutingDecision("anthropic", "default")
-        return RoutingDecision("ollama", FALLBACK_NO_CLAUDE_ACCESS, fallback=True)
+        return choose_provider(agent.provider if agent is not None else "", self.config.providers, self.providers)
 
     def provider(self, name: str) -> Provider:
         try:
@@ -286,17 +192,12 @@ class SessionBuilder:
             return self.config.supervisor.council_model
         if agent is not None and agent.model and not (fallback and not looks_like_ollama_model(str(agent.model))):
             return str(agent.model)
-        defaults = {
-            "ollama": self.config.providers.ollama_default_model,
-            "anthropic": self.config.providers.anthropic_default_model,
-        }
-        return defaults.get(provider_name, provider_name)
+        return default_model(provider_name, self.config.providers)
 
     def health_probe(self, session_id: str) -> Callable[[], bool]:
         """A probe for the provider this session routes to (runs on a worker thread)."""
         ctx = None
         try:
-            from corvid_actors.errors import NotFoundError
 
             ctx = self._store_context(session_id)
         except NotFoundError:
@@ -345,7 +246,6 @@ class SessionBuilder:
         if loop_kind != "conversation" and session.council_role not in COUNCIL_DELIBERATION_ROLES:
             registry = self.tool_registry_factory()
             if self.extra_tools is not None:
-                from corvid_actors.tools.sandbox import current_sandbox
 
                 token = current_sandbox.set(self.sandbox)  # MCP servers start through it
                 try:
@@ -366,8 +266,6 @@ class SessionBuilder:
         info = provider.model_info(model)
         mode = agent.permission_mode if agent is not None else "default"
         if session.source == "agent":  # delegated: never more than the sender (corvid_tools)
-            from corvid_actors.tools.delegation import effective_agent_mode
-
             mode = effective_agent_mode(self._store, session, mode)
         protected = self.config.tools.protected_patterns
         permission_check = self._permission_check(mode, tools, project_dir, protected)
@@ -388,14 +286,15 @@ class SessionBuilder:
                                          session_id=session.id,
                                          extra={"depth": session.depth, "source": session.source})
         notices.extend(self._sandbox_notices(session.id, tools))
-        weight = self._slot_weight(info.parameter_size_b)
+        weight = self.config.slots.weight_for(info.parameter_size_b)
+        traits = traits_of(provider)
         approval_timeout = (
             self.config.approvals.chat_timeout_s if session.source == "chat" else self.config.approvals.timeout_s
         )
         return BuiltSession(
             provider_name=provider_name, provider=provider, model=model, loop=loop, tools=tools,
-            tool_context=tool_context, pid_kind="sdk" if provider_name == "anthropic" else "direct",
-            uses_slots=provider_name == "ollama", slot_weight=weight, approval_timeout_s=approval_timeout,
+            tool_context=tool_context, pid_kind=traits.pid_kind,
+            uses_slots=traits.uses_slots, slot_weight=weight, approval_timeout_s=approval_timeout,
             resources=tuple(resources), notices=tuple(notices), loop_kind=loop_kind,
             provider_selected=provider_selected_message(decision, model),
         )
@@ -407,7 +306,6 @@ class SessionBuilder:
         (``safe_env``), the real-time deadline scheduler, the protected paths, and the OS
         sandbox launcher with the network choice for ``mode`` and ``agent_name``. Used by
         every incarnation and by :meth:`run_tool`, so the two cannot drift."""
-        from corvid_actors.tools.env import safe_env
 
         return ToolContext(
             project_dir=project_dir,
@@ -425,7 +323,6 @@ class SessionBuilder:
         """One tool call as a session of permission ``mode`` makes it: the registry of the
         tool registry factory, the permission check the session's loop gets, and the
         :meth:`tool_context` its worker runs the handler in (see ``Runtime.run_tool``)."""
-        from corvid_actors.tools.base import Permission, ToolResult
 
         project_dir.mkdir(parents=True, exist_ok=True)  # as a session's build does
         tools = self.tool_registry_factory()
@@ -448,9 +345,6 @@ class SessionBuilder:
 
     def _sandbox_notices(self, session_id: str, tools: ToolRegistry) -> list[Any]:
         """The per-session warning when commands will not run in the OS sandbox."""
-        from corvid_actors.events import SystemEvent
-        from corvid_actors.tools.base import ToolKind
-
         status = self.sandbox.status
         if status.active or status.mode == "off" or not any(t.kind is ToolKind.COMMAND for t in tools):
             return []
@@ -459,7 +353,6 @@ class SessionBuilder:
                        "\"required\": this session's commands will be refused.")
         else:
             message = status.warning
-        from loguru import logger
 
         logger.bind(session_id=session_id).warning(message)
         return [SystemEvent(subtype="sandbox_unavailable", message=message)]
@@ -467,10 +360,7 @@ class SessionBuilder:
     def _with_policies(self, spec: LoopSpec, ctx: SessionContext, mode: str) -> LoopSpec:
         """The spec with the OpenAgent rules' inputs: agent, mode, command tools, stored
         plan, and the policies the injected factories make from it."""
-        from dataclasses import replace
 
-        from corvid_actors.loop.plan import plan_from_json
-        from corvid_actors.tools.base import ToolKind
 
         spec = replace(
             spec, agent_name=ctx.agent.name if ctx.agent is not None else "", permission_mode=mode or "default",
@@ -485,23 +375,10 @@ class SessionBuilder:
         if self.permission_check_factory is not None:
             return self.permission_check_factory(mode, tools, project_dir, protected)
         if len(tools) == 0:
-            from corvid_actors.tools.base import Permission, PermissionDecision
 
             return lambda name, args: PermissionDecision(Permission.DENY, f"Unknown tool: {name}")
-        from corvid_actors.tools.base import as_mapping
-        from corvid_actors.tools.permissions import PermissionMode, make_permission_check
 
         return make_permission_check(PermissionMode.parse(mode), as_mapping(tools), project_dir, protected)
-
-    def _slot_weight(self, parameter_size_b: float | None) -> int:
-        slots = self.config.slots
-        if parameter_size_b is None:
-            return 1
-        if parameter_size_b >= slots.heavy_model_min_b:
-            return 3
-        if parameter_size_b >= slots.medium_model_min_b:
-            return 2
-        return 1
 
     @staticmethod
     def _call_later(delay_s: float, fn: Callable[[], None]) -> Callable[[], None]:
@@ -515,7 +392,6 @@ def close_resources(closers: tuple[Callable[[], None], ...], session_id: str) ->
         try:
             close()
         except Exception:  # noqa: BLE001 - a closer must not stop the others
-            from loguru import logger
 
             logger.bind(session_id=session_id).exception("closing a session resource failed")
 

@@ -46,7 +46,7 @@ from corvid_actors.actors.events import BusStats, SubscribeAll, UnsubscribeAll
 from corvid_actors.actors.slots import SlotStats
 from corvid_actors.actors.timers import TimerStats
 from corvid_actors.clock import Clock, iso_utc
-from corvid_actors.config import DaemonConfig
+from corvid_actors.config_sections import DaemonConfig
 from corvid_actors.errors import (
     BAD_REQUEST,
     CONFLICT,

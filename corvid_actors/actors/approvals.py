@@ -25,8 +25,9 @@ from typing import Any
 import pykka
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
-from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
+from corvid_actors.actors.timers import CancelTimer, ScheduleTimer, Timers
 from corvid_actors.clock import Clock, iso_after
+from corvid_actors.jsontypes import WireJson
 
 MODES = ("normal", "queued", "paused")
 
@@ -40,8 +41,9 @@ class RequestApproval:
     description: str
     kind: str
     timeout_s: float
+    #: the asking session actor (``Any``: pykka's refs are invariant in their actor type)
     reply_to: pykka.ActorRef[Any]
-    tool_input: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    tool_input: dict[str, WireJson] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class Resolve:
     approval_id: str
     behavior: str
     message: str = ""
-    updated_input: dict[str, Any] | None = None
+    updated_input: dict[str, WireJson] | None = None
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ class ApprovalAnswer:
     call_id: str
     allowed: bool
     message: str = ""
-    updated_input: dict[str, Any] | None = None
+    updated_input: dict[str, WireJson] | None = None
     scope: str = "once"
     approval_id: str = ""
 
@@ -118,7 +120,7 @@ class _Expired:
 class ApprovalBroker(TrackedActor):
     survive_errors = True  # one bad told message never kills it (actors/base.py)
 
-    def __init__(self, tracker: ActivityTracker, *, clock: Clock, timers: pykka.ActorRef[Any],
+    def __init__(self, tracker: ActivityTracker, *, clock: Clock, timers: pykka.ActorRef[Timers],
                  mode: str = "normal") -> None:
         super().__init__(tracker)
         self.clock = clock
@@ -128,7 +130,7 @@ class ApprovalBroker(TrackedActor):
         self._session_grants: dict[str, set[str]] = {}
         self._timed: set[str] = set()  # pending ids with an expiry timer
 
-    def on_receive(self, message: Any) -> Any:
+    def on_receive(self, message: object) -> object:
         match message:
             case RequestApproval() as request:
                 self._request(request)
@@ -151,12 +153,12 @@ class ApprovalBroker(TrackedActor):
             case CancelSession(session_id, reason):
                 self._session_grants.pop(session_id, None)
                 for approval_id in [a for a, (r, _) in self._pending.items() if r.session_id == session_id]:
-                    request, _ = self._take(approval_id)
+                    request, _ = self._pop(approval_id)
                     tell(self.timers, CancelTimer(("approval", approval_id)))
                     self._answer(request, False, reason)
             case DenyAll(reason):
                 for approval_id in list(self._pending):
-                    request, _ = self._take(approval_id)
+                    request, _ = self._pop(approval_id)
                     tell(self.timers, CancelTimer(("approval", approval_id)))
                     self._answer(request, False, reason)
             case SetMode(mode):
@@ -168,9 +170,15 @@ class ApprovalBroker(TrackedActor):
                 return self.mode
         return None
 
-    def _take(self, approval_id: str) -> Any:
+    def _take(self, approval_id: str) -> tuple[RequestApproval, str] | None:
+        """The pending request and its creation time, removed; None if it is gone."""
         self._timed.discard(approval_id)
         return self._pending.pop(approval_id, None)
+
+    def _pop(self, approval_id: str) -> tuple[RequestApproval, str]:
+        """Like :meth:`_take` for an id known to be pending."""
+        self._timed.discard(approval_id)
+        return self._pending.pop(approval_id)
 
     def _request(self, request: RequestApproval) -> None:
         if self.mode == "paused":
@@ -198,7 +206,7 @@ class ApprovalBroker(TrackedActor):
         return approval_id
 
     def _resolve(self, approval_id: str, behavior: str, text: str,
-                 updated: dict[str, Any] | None) -> dict[str, Any] | None:
+                 updated: dict[str, WireJson] | None) -> dict[str, str] | None:
         if behavior not in ("allow", "deny", "allow_session"):
             raise ValueError(f"unknown behavior {behavior!r}; use allow, deny or allow_session")
         matches = [a for a in self._pending if a == approval_id]
@@ -206,7 +214,7 @@ class ApprovalBroker(TrackedActor):
             matches = [a for a in self._pending if a.startswith(approval_id)]
         if len(matches) != 1:
             return None
-        request, created = self._take(matches[0])
+        request, created = self._pop(matches[0])
         tell(self.timers, CancelTimer(("approval", request.approval_id)))
         allowed = behavior != "deny"
         scope = "session" if behavior == "allow_session" else "once"
@@ -219,6 +227,6 @@ class ApprovalBroker(TrackedActor):
 
     @staticmethod
     def _answer(request: RequestApproval, allowed: bool, text: str,
-                updated: dict[str, Any] | None = None, scope: str = "once") -> None:
+                updated: dict[str, WireJson] | None = None, scope: str = "once") -> None:
         tell(request.reply_to, ApprovalAnswer(request.call_id, allowed, text, updated, scope,
                                               approval_id=request.approval_id))

@@ -2,7 +2,7 @@
 
 A session actor tells the bank :class:`ChargeTurn` for every ``result`` event (one model
 turn). The bank charges ``credits.credits_per_turn`` to the session's ``participant``
-when the session's source is charged (``chat``) and the participant is not an owner
+when the session's source is charged (``credits.charged_sources``: ``chat``) and the participant is not an owner
 (``is_owner``, injected by the host). A first-time participant's account is opened with
 ``credits.free_credits_on_first_message``. After a charge:
 
@@ -15,8 +15,8 @@ when the session's source is charged (``chat``) and the participant is not an ow
 
 A charge that cannot be written (the store is unavailable) is not dropped: the bank
 publishes a ``session_error`` (``store_unavailable``, a warning) on the session and tries
-again through the Timers actor with backoff (1 s, doubling, at most 30 s between tries,
-:data:`CHARGE_RETRY_ATTEMPTS` tries); only then it gives up with an ``error`` event. An
+again through the Timers actor on the ``[credits.charge_retry]`` schedule (1 s, doubling,
+at most 30 s between tries, 10 tries); only then it gives up with an ``error`` event. An
 *asked* charge (``Runtime.charge_turn``) raises the StoreError to the asker instead.
 
 The bank serialises its own requests (one mailbox); the ledger's guarded transaction
@@ -47,22 +47,18 @@ from loguru import logger
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.events import Publish
 from corvid_actors.actors.timers import ScheduleTimer
-from corvid_actors.config import CreditsConfig
+from corvid_actors.config_sections import CreditsConfig
 from corvid_actors.db.ledger import Account, Deduction, Ledger
 from corvid_actors.errors import StoreError
 from corvid_actors.events import CreditsLow, ErrorEvent, SessionError
 
 __all__ = [
-    "CHARGED_SOURCES", "BindSupervisor", "ChargeTurn", "CreditBank", "CreditsExhausted", "GetBalance", "GetTransactions",
+    "BindSupervisor", "ChargeTurn", "CreditBank", "CreditsExhausted", "GetBalance", "GetTransactions",
     "GrantCredits", "OpenAccount", "payer_for", "exhausted_message", "low_message",
 ]
 
-#: session sources whose turns cost credits (the seed's "algochat" sessions)
-CHARGED_SOURCES = frozenset({"chat"})
-#: tries of a charge the store refused (the first included) before it is given up
-CHARGE_RETRY_ATTEMPTS = 10
-#: (first, longest) wait in seconds between those tries
-CHARGE_RETRY_BACKOFF_S = (1.0, 30.0)
+#: the packaged ``[credits]`` section (the sources charged when none are given)
+_DEFAULTS = CreditsConfig()
 
 
 # --- messages -----------------------------------------------------------------------------
@@ -129,9 +125,10 @@ class CreditsExhausted:
 # --- rules (pure) -------------------------------------------------------------------------
 
 
-def payer_for(source: str, participant: str, *, owner: bool) -> str | None:
+def payer_for(source: str, participant: str, *, owner: bool,
+              charged_sources: tuple[str, ...] = _DEFAULTS.charged_sources) -> str | None:
     """Who pays a turn: the participant of a charged-source session, unless an owner."""
-    if source not in CHARGED_SOURCES or not participant or owner:
+    if source not in charged_sources or not participant or owner:
         return None
     return participant
 
@@ -190,7 +187,7 @@ class CreditBank(TrackedActor):
         try:
             return self._charge(session_id, source, reply_to)
         except StoreError as exc:
-            if self.actor_inbox.current_is_ask:
+            if getattr(self.actor_inbox, "current_is_ask", False):  # TrackedActor's inbox says
                 raise  # the asker (Runtime.charge_turn) hears of it
             self._charge_refused(session_id, source, reply_to, attempt, exc)
             return None
@@ -202,14 +199,14 @@ class CreditBank(TrackedActor):
                         attempt: int, exc: StoreError) -> None:
         """The store refused a charge: try again later through the Timers, or give up."""
         log = logger.bind(session_id=session_id)
-        if attempt + 1 >= CHARGE_RETRY_ATTEMPTS or self.timers is None:
+        schedule = self.cfg.charge_retry
+        if attempt + 1 >= schedule.max_attempts or self.timers is None:
             log.error("credit charge failed {} time(s), giving up; turn not charged: {}", attempt + 1, exc)
             self._publish(session_id, ErrorEvent(
                 error_type="store_unavailable",
                 message=f"A turn's credit charge could not be written and was given up: {exc}"))
             return
-        first, longest = CHARGE_RETRY_BACKOFF_S
-        delay = min(first * 2 ** attempt, longest)
+        delay = schedule.delay_s(attempt + 1)
         log.warning("credit charge refused by the store ({}); retrying in {} s", exc, delay)
         if attempt == 0:
             self._publish(session_id, SessionError(
@@ -221,13 +218,14 @@ class CreditBank(TrackedActor):
                                         ChargeTurn(session_id, source, reply_to, attempt + 1)))
 
     def _charge(self, session_id: str, source: str, reply_to: pykka.ActorRef[Any] | None) -> Deduction | None:
-        if source not in CHARGED_SOURCES:
+        if source not in self.cfg.charged_sources:
             return None  # cheap exit before any read: most sessions are never charged
         session = self.store.get_session(session_id)
         if session is None:
             return None
         participant = session.participant or ""
-        payer = payer_for(session.source, participant, owner=bool(participant) and self._owner(participant))
+        payer = payer_for(session.source, participant, owner=bool(participant) and self._owner(participant),
+                          charged_sources=self.cfg.charged_sources)
         if payer is None:
             if not participant:
                 logger.bind(session_id=session_id).warning("chat session without a participant: turn not charged")

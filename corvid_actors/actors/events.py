@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from loguru import logger
 
@@ -78,7 +77,7 @@ class EventBus(TrackedActor):
         # What a late subscriber needs to hear: is the session running, is it thinking.
         self._running: dict[str, bool] = {}
 
-    def on_receive(self, message: Any) -> Any:
+    def on_receive(self, message: object) -> object:
         match message:
             case Publish(session_id, event):
                 self._track(session_id, event)

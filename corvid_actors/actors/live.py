@@ -16,10 +16,11 @@ is False and the caller asks the supervisor, which knows how (the cold path).
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import pykka
 
+from corvid_actors.actors.session import SessionActor
+from corvid_actors.actors.session_messages import Begin, UserInput
 from corvid_actors.actors.session_wiring import Lifeline, TurnTally
 from corvid_actors.supervision import needs_context_reset
 
@@ -27,7 +28,7 @@ from corvid_actors.supervision import needs_context_reset
 class LiveSession:
     """One live incarnation as the send path sees it."""
 
-    def __init__(self, session_id: str, generation: int, ref: pykka.ActorRef[Any], lifeline: Lifeline,
+    def __init__(self, session_id: str, generation: int, ref: pykka.ActorRef[SessionActor], lifeline: Lifeline,
                  tally: TurnTally, *, begun: bool) -> None:
         self.session_id = session_id
         self.generation = generation
@@ -65,7 +66,7 @@ class LiveSession:
         with self._lock:
             self._delivered += 1
 
-    def deliver(self, message: Any) -> bool:
+    def deliver(self, message: Begin | UserInput) -> bool:
         """Tell ``message`` (a user message) and count it; False when the incarnation no
         longer takes input or its actor is gone (nothing was delivered)."""
         with self._lock:

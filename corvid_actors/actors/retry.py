@@ -6,9 +6,10 @@ Pykka stops an actor whose told handler raises — and must not drop a write tha
 happen (a session's status, an exit note, a conversation message, a turn's usage).
 :class:`PendingWrites` runs such a write at once; when it fails, the write is queued,
 the session concerned gets a ``session_error`` event (``store_error``) and the queue is
-flushed later, in order, after ``RETRY_DELAYS_S`` (the last delay repeats) — a write
-queued behind a failed one waits for it, so the store sees them in their order. A write
-still failing after ``MAX_ATTEMPTS`` retries is dropped with an ``error`` event.
+flushed later, in order, on the ``[store.write_retry]`` schedule
+(:class:`~corvid_actors.config_sections.RetrySchedule`, the type the credit bank's charge
+retry uses too) — a write queued behind a failed one waits for it, so the store sees them
+in their order. A write whose tries run out is dropped with an ``error`` event.
 """
 
 from __future__ import annotations
@@ -23,12 +24,8 @@ from loguru import logger
 
 from corvid_actors.actors.base import tell
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
+from corvid_actors.config_sections import RetrySchedule
 from corvid_actors.events import ErrorEvent, SessionError
-
-#: seconds before each retry of the pending writes (the last one repeats)
-RETRY_DELAYS_S = (1.0, 2.0, 5.0, 15.0, 30.0, 60.0)
-#: retries of one write before it is given up (about 10 minutes of outage)
-MAX_ATTEMPTS = 14
 
 
 @dataclass(frozen=True)
@@ -42,8 +39,9 @@ class PendingWrites:
     """An actor's queue of writes that failed and must still happen (its thread only)."""
 
     def __init__(self, *, timers: pykka.ActorRef[Any], owner: pykka.ActorRef[Any] | None,
-                 publish: Callable[[str, Any], Any], key: Hashable) -> None:
+                 publish: Callable[[str, Any], Any], key: Hashable, schedule: RetrySchedule) -> None:
         self._timers = timers
+        self._schedule = schedule
         self._owner = owner
         #: ``publish(session_id, event)``: how the owner tells people (a session: its lifeline)
         self._publish_to = publish
@@ -92,13 +90,14 @@ class PendingWrites:
                 write()
             except Exception as exc:  # noqa: BLE001 - retried, or given up with an event
                 self._attempt += 1
-                if self._attempt >= MAX_ATTEMPTS:
+                if self._attempt + 1 >= self._schedule.max_attempts:
                     self._queue.popleft()
                     self._attempt = 0
+                    retries = self._schedule.max_attempts - 1
                     logger.bind(session_id=session_id).opt(exception=True).error(
-                        "giving up on writing {} after {} attempts", what, MAX_ATTEMPTS)
+                        "giving up on writing {} after {} attempts", what, retries)
                     self._publish(session_id, ErrorEvent(
-                        error_type="store_error", message=f"Could not save {what} after {MAX_ATTEMPTS} attempts: {exc}"))
+                        error_type="store_error", message=f"Could not save {what} after {retries} attempts: {exc}"))
                     continue
                 self._failed(session_id, what, exc, first=False)
                 return
@@ -108,7 +107,7 @@ class PendingWrites:
         tell(self._timers, CancelTimer(self.key))
 
     def _failed(self, session_id: str, what: str, exc: Exception, *, first: bool) -> None:
-        delay = RETRY_DELAYS_S[min(self._attempt, len(RETRY_DELAYS_S) - 1)]
+        delay = self._schedule.delay_s(self._attempt + 1)
         log = logger.bind(session_id=session_id)
         if first:
             log.opt(exception=exc).warning("could not write {}; retrying in {:g}s", what, delay)

@@ -123,7 +123,8 @@ class SessionActor(SessionEffects, TrackedActor):
         self._last_error = ""
         self._tally = wiring.tally
         self._writes = PendingWrites(timers=wiring.timers, owner=None, key=(self.sid, "write-retry", self.gen),
-                                     publish=lambda _sid, event: self.w.lifeline.publish(event))
+                                     publish=lambda _sid, event: self.w.lifeline.publish(event),
+                                     schedule=wiring.write_retry)
 
     # --- lifecycle ------------------------------------------------------------------------
 

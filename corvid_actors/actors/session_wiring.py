@@ -19,6 +19,7 @@ import pykka
 from corvid_actors.actors.base import tell
 from corvid_actors.actors.events import Publish
 from corvid_actors.clock import Clock
+from corvid_actors.config_sections import RetrySchedule
 from corvid_actors.events import Event
 from corvid_actors.loop import effects as fx
 from corvid_actors.providers.base import CancelToken, Provider
@@ -108,3 +109,5 @@ class SessionWiring:
     #: the session's source (the CreditBank charges ``chat`` turns) and the bank, if any
     source: str = ""
     credits: pykka.ActorRef[Any] | None = None
+    #: how writes the store refused are retried (``[store.write_retry]``)
+    write_retry: RetrySchedule = field(default_factory=RetrySchedule)

@@ -1,6 +1,7 @@
 """The SlotPool actor: weighted admission to inference, fair and leak-proof.
 
-Capacity is a total weight (``slots.max_parallel``); a request weighs 1–3 by model size.
+Capacity is a total weight (``slots.max_parallel``); a request weighs 1–3 by model size
+(``slots.*_model_weight``; the pool takes its ``[slots]`` section, :class:`SlotsConfig`).
 Admission is strict FIFO: the head of the queue is admitted as soon as its weight fits,
 and nobody behind it overtakes — so a heavy request cannot be starved by a stream of
 light ones (the original's scan let small requests overtake forever). A request heavier
@@ -28,6 +29,7 @@ from loguru import logger
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
+from corvid_actors.config_sections import SlotsConfig
 
 
 @dataclass(frozen=True)
@@ -93,11 +95,10 @@ def admit(capacity: int, in_use: int, queue_weights: Iterable[int]) -> int:
 class SlotPool(TrackedActor):
     survive_errors = True  # one bad told message never kills it (actors/base.py)
 
-    def __init__(self, tracker: ActivityTracker, *, capacity: int, wait_timeout_s: float,
-                 timers: pykka.ActorRef[Any]) -> None:
+    def __init__(self, tracker: ActivityTracker, *, config: SlotsConfig, timers: pykka.ActorRef[Any]) -> None:
         super().__init__(tracker)
-        self.capacity = capacity
-        self.wait_timeout_s = wait_timeout_s
+        self.capacity = config.max_parallel
+        self.wait_timeout_s = config.wait_timeout_s
         self.timers = timers
         self._held: dict[str, int] = {}  # session -> weight
         #: the sum of ``_held``'s weights, kept as grants and releases happen (O(1) a message)

@@ -32,8 +32,10 @@ from corvid_actors.clock import Clock, TimerHandle
 class ScheduleTimer:
     key: Hashable
     delay_s: float
+    #: any actor (``Any``: pykka's refs are invariant in their actor type)
     target: pykka.ActorRef[Any]
-    message: Any
+    #: whatever ``target`` takes
+    message: object
 
 
 @dataclass(frozen=True)
@@ -72,18 +74,23 @@ class Timers(TrackedActor):
         super().__init__(tracker)
         self._clock = clock
         self._seq = 0
-        self._timers: dict[Hashable, tuple[int, TimerHandle, pykka.ActorRef[Any], Any]] = {}
+        self._timers: dict[Hashable, tuple[int, TimerHandle, pykka.ActorRef[Any], object]] = {}
         #: owner (a tuple key's first element) -> its keys in ``_timers``; no empty sets
         self._by_owner: dict[Hashable, set[Hashable]] = {}
 
-    def on_receive(self, message: Any) -> Any:
+    def on_receive(self, message: object) -> object:
         match message:
             case ScheduleTimer(key, delay_s, target, payload):
                 self._cancel(key)
                 self._seq += 1
                 seq = self._seq
                 ref = self.actor_ref
-                handle = self._clock.call_later(delay_s, lambda: tell(ref, _Due(key, seq)))
+                due = _Due(key, seq)
+
+                def fire(ref: pykka.ActorRef[Timers] = ref, due: _Due = due) -> None:
+                    tell(ref, due)
+
+                handle = self._clock.call_later(delay_s, fire)
                 self._timers[key] = (seq, handle, target, payload)
                 if isinstance(key, tuple) and key:
                     self._by_owner.setdefault(key[0], set()).add(key)

@@ -14,13 +14,13 @@ Messages: ``ask(WatchStats())`` → ``{"store_unavailable": reason | None, "prob
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pykka
 from loguru import logger
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
-from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
+from corvid_actors.actors.timers import CancelTimer, ScheduleTimer, Timers
+from corvid_actors.db.store import Store
 
 __all__ = ["StoreWatch", "WatchStats"]
 
@@ -47,7 +47,7 @@ class StoreWatch(TrackedActor):
 
     survive_errors = True  # one bad told message never kills it (actors/base.py)
 
-    def __init__(self, tracker: ActivityTracker, *, store: Any, timers: pykka.ActorRef[Any],
+    def __init__(self, tracker: ActivityTracker, *, store: Store, timers: pykka.ActorRef[Timers],
                  backoff_s: tuple[float, float] = (0.5, 5.0)) -> None:
         super().__init__(tracker)
         self.store = store
@@ -65,7 +65,7 @@ class StoreWatch(TrackedActor):
     def on_stop(self) -> None:
         self.store.remove_listener(self._on_store_change)
 
-    def on_receive(self, message: Any) -> Any:
+    def on_receive(self, message: object) -> object:
         match message:
             case _StoreChanged(reason):
                 if reason is not None and not self._probing:

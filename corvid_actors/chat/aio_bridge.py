@@ -26,7 +26,8 @@ conversation's session starts and stops thinking) and ``async stop_receiving()``
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import functools
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, runtime_checkable
 
 from corvid_actors.aio import AsyncRuntime
@@ -38,6 +39,8 @@ from corvid_actors.chat.transport import (
     OutgoingMessage,
     TransportError,
 )
+from corvid_actors.errors import RuntimeStoppedError
+from corvid_actors.runtime import Runtime
 
 __all__ = ["AsyncChatBridge", "AsyncChatTransport", "AsyncMessageHandler"]
 
@@ -83,12 +86,12 @@ class _LoopTransport:
     def _typing(self, channel: str, participant: str, active: bool) -> None:
         self._run(self._transport.typing(channel, participant, active))  # type: ignore[attr-defined]
 
-    def _run(self, coro: Awaitable[Any]) -> None:
+    def _run(self, coro: Coroutine[Any, Any, None]) -> None:
         # On the outbox thread: wait for the loop to do it (the outbox exists to wait).
         if self._loop.is_closed():
-            coro.close()  # type: ignore[attr-defined]
+            coro.close()
             raise TransportError("the bot's event loop is closed")
-        asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
+        asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
 
 class AsyncChatBridge:
@@ -98,15 +101,15 @@ class AsyncChatBridge:
     :class:`~corvid_actors.aio.AsyncRuntime`; the other arguments are :class:`ChatBridge`'s.
     """
 
-    def __init__(self, runtime: Any, transport: AsyncChatTransport, *, agent_id: str | None = None,
+    def __init__(self, runtime: Runtime | AsyncRuntime, transport: AsyncChatTransport, *, agent_id: str | None = None,
                  project_id: str | None = None, is_owner: Callable[[str], bool] | None = None,
                  settings: BridgeSettings | None = None) -> None:
         #: a Runtime given: the bridge has threads of its own for it, released by ``stop()``
         self._own_threads = not isinstance(runtime, AsyncRuntime)
-        self.aruntime = AsyncRuntime(runtime, owns_runtime=False) if self._own_threads else runtime
+        self.aruntime = runtime if isinstance(runtime, AsyncRuntime) else AsyncRuntime(runtime, owns_runtime=False)
         self.transport = transport
-        self._bridge_args: dict[str, Any] = {"agent_id": agent_id, "project_id": project_id,
-                                             "is_owner": is_owner, "settings": settings}
+        self._new_bridge = functools.partial(ChatBridge, agent_id=agent_id, project_id=project_id,
+                                             is_owner=is_owner, settings=settings)
         self.bridge: ChatBridge | None = None
         self._last_bridge: ChatBridge | None = None
 
@@ -115,7 +118,7 @@ class AsyncChatBridge:
             if self._own_threads and self.aruntime.closed:  # started again after a stop
                 self.aruntime = AsyncRuntime(self.aruntime.runtime, owns_runtime=False)
             loop = asyncio.get_running_loop()
-            bridge = ChatBridge(self.aruntime.runtime, _LoopTransport(self.transport, loop), **self._bridge_args)
+            bridge = self._new_bridge(self.aruntime.runtime, _LoopTransport(self.transport, loop))
             await self.aruntime.run_blocking(bridge.start)
             self.bridge = self._last_bridge = bridge
             await self.transport.start(self.handle)
@@ -125,8 +128,6 @@ class AsyncChatBridge:
         """The transport's handler: ``ChatBridge.handle`` off the loop (same outcomes)."""
         bridge = self.bridge
         if bridge is None:
-            from corvid_actors.errors import RuntimeStoppedError
-
             raise RuntimeStoppedError("the chat bridge is stopped")
         return str(await self.aruntime.run_blocking(bridge.handle, message))
 

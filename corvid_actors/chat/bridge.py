@@ -40,7 +40,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TypeAlias
 
 from loguru import logger
 
@@ -61,7 +61,8 @@ from corvid_actors.chat.transport import (
     is_storable_text,
 )
 from corvid_actors.errors import RuntimeStoppedError
-from corvid_actors.events import Event
+from corvid_actors.events import ApprovalRequestEvent, ApprovalResolved, CreditsLow, Event, Thinking
+from corvid_actors.runtime import Runtime
 
 _ASCII_DIGITS = re.compile(r"[0-9]+")
 
@@ -101,10 +102,14 @@ class BridgeSettings:
     track_delivery: bool = True
 
 
+#: what the outbox carries: a reply ready to send, or a session's event to render first
+_OutboxItem: TypeAlias = "OutgoingMessage | tuple[str, Event]"
+
+
 class ChatBridge:
     """See the module docstring. ``start()``/``stop()``, or use it as a context manager."""
 
-    def __init__(self, runtime: Any, transport: ChatTransport, *, agent_id: str | None = None,
+    def __init__(self, runtime: Runtime, transport: ChatTransport, *, agent_id: str | None = None,
                  project_id: str | None = None, is_owner: Callable[[str], bool] | None = None,
                  settings: BridgeSettings | None = None) -> None:
         self.runtime = runtime
@@ -343,7 +348,7 @@ class ChatBridge:
         return "approved" if reply.allow else "denied"
 
     def _unclear_approval(self, message: IncomingMessage, reply: ApprovalReply,
-                          pending: list[dict[str, Any]]) -> str | None:
+                          pending: list[dict[str, object]]) -> str | None:
         """An answer word that names no pending approval: with approvals waiting in this
         conversation it surely meant one of them, so say what is expected (and decide
         nothing); otherwise it is an ordinary chat line ("yes" to the model's question)."""
@@ -367,8 +372,8 @@ class ChatBridge:
 
     def _first_sight(self, seen_key: str) -> bool:
         now = self.runtime.clock.now()
-        return self._seen_ids.first_use(_id_key(seen_key), now=now,
-                                        expires_at=now + timedelta(seconds=self.settings.dedupe_window_s))
+        return bool(self._seen_ids.first_use(_id_key(seen_key), now=now,
+                                             expires_at=now + timedelta(seconds=self.settings.dedupe_window_s)))
 
     def _forget(self, seen_key: str) -> None:
         self._seen_ids.forget(_id_key(seen_key))
@@ -393,7 +398,7 @@ class ChatBridge:
     def _reply(self, message: IncomingMessage, text: str, kind: str = "command", session_id: str = "") -> None:
         self._outbox.put(OutgoingMessage(message.channel, message.participant, text, kind, session_id))
 
-    def _deliver(self, item: Any) -> None:
+    def _deliver(self, item: _OutboxItem) -> None:
         """On the outbox thread: render and send one item (slow work is fine here)."""
         if isinstance(item, OutgoingMessage):
             self.transport.send(item)
@@ -402,15 +407,15 @@ class ChatBridge:
         conv = self.conversations.of_session(session_id)
         if conv is None:
             return
-        if event.type == "thinking":
+        if isinstance(event, Thinking):
             self.transport.typing(conv.channel, conv.participant, bool(event.thinking))  # type: ignore[attr-defined]
             return
-        if event.type == "credits_low" and not self._should_warn_low(conv, event.remaining):
+        if isinstance(event, CreditsLow) and not self._should_warn_low(conv, event.remaining):
             return
         rendered = render_event(event)
         if rendered is not None:
             kind, text = rendered
-            approval_id = event.id if event.type in ("approval_request", "approval_resolved") else ""
+            approval_id = event.id if isinstance(event, ApprovalRequestEvent | ApprovalResolved) else ""
             self.transport.send(OutgoingMessage(conv.channel, conv.participant, text, kind, session_id,
                                                 approval_id=approval_id))
 

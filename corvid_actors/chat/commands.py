@@ -9,9 +9,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
-from corvid_actors.events import Event
+from corvid_actors.events import (
+    ApprovalRequestEvent,
+    ApprovalResolved,
+    Assistant,
+    CreditsLow,
+    ErrorEvent,
+    Event,
+    SessionRestarting,
+    SessionResumed,
+    SessionStopped,
+)
 
 #: the commands every bridge understands, with their one-line help
 COMMANDS: dict[str, str] = {
@@ -74,7 +83,7 @@ def approval_text(approval_id: str, description: str, timeout_s: float) -> str:
             f"Reply 'yes {approval_id}' to allow or 'no {approval_id}' to deny ({deadline}).")
 
 
-def transactions_text(rows: list[dict[str, Any]]) -> str:
+def transactions_text(rows: list[dict[str, object]]) -> str:
     if not rows:
         return "No transactions yet."
     lines = [f"  {r['type']:<9} {r['amount']:+d} → {r['balance_after']}"
@@ -88,29 +97,28 @@ _QUIET_STOP_REASONS = frozenset({"user_stop", "credits_exhausted", "replaced"})
 
 def render_event(event: Event) -> tuple[str, str] | None:
     """``(kind, text)`` to send to the conversation for ``event``, or None."""
-    e: Any = event
-    match event.type:
-        case "assistant":
+    match event:
+        case Assistant() as e:
             return ("reply", e.content) if e.content.strip() else None
-        case "approval_request":
+        case ApprovalRequestEvent() as e:
             return "approval", approval_text(e.id, e.description, e.timeout_s)
-        case "approval_resolved":
+        case ApprovalResolved() as e:
             verdict = "allowed" if e.behavior == "allow" else "denied"
             return "notice", f"Approval {e.id} {verdict}" + (f": {e.message}" if e.message else ".")
-        case "credits_low":
+        case CreditsLow() as e:
             return "notice", e.message
-        case "session_restarting":
+        case SessionRestarting() as e:
             return "notice", (f"The assistant stopped unexpectedly; restarting in {e.delay_s:g} s "
                               f"(attempt {e.attempt}).")
-        case "session_resumed" if e.automatic:
+        case SessionResumed() as e if e.automatic:
             return "notice", "The model is reachable again; resuming."
-        case "session_stopped" if e.reason not in _QUIET_STOP_REASONS:
+        case SessionStopped() as e if e.reason not in _QUIET_STOP_REASONS:
             if e.reason == "timeout":
                 return "notice", "Session stopped after a long silence. Send a message to continue."
             if e.reason == "server_shutdown":
                 return "notice", "The bot is shutting down; your conversation will resume when it is back."
             return "notice", f"Session stopped ({e.reason}). Send a message to continue."
-        case "error":
+        case ErrorEvent() as e:
             return _render_error(e.error_type, e.message)
     return None
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+
+from corvid_actors.runtime import Runtime
 
 #: sessions the directory remembers by id (its own and others'), least recently seen dropped
 REMEMBERED_SESSIONS = 4096
@@ -32,7 +33,7 @@ class Conversation:
 class ConversationDirectory:
     """Thread-safe; the store reads happen on the calling thread (never the EventBus's)."""
 
-    def __init__(self, runtime: Any, tag: str, *, agent_id: str | None, project_id: str | None,
+    def __init__(self, runtime: Runtime, tag: str, *, agent_id: str | None, project_id: str | None,
                  remembered_sessions: int = REMEMBERED_SESSIONS) -> None:
         self.runtime = runtime
         self.tag = tag

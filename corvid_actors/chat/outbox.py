@@ -16,24 +16,30 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Generic, TypeVar
 
 from loguru import logger
 
 from corvid_actors.actors.base import ActivityTracker
 from corvid_actors.chat.transport import TransportError
 
-_STOP = object()
+
+class _Stop:
+    """The worker's end-of-queue marker."""
 
 
-class Outbox:
+_STOP = _Stop()
+T = TypeVar("T")
+
+
+class Outbox(Generic[T]):
     """A bounded FIFO with one worker thread calling ``handle(item)`` for each item."""
 
-    def __init__(self, handle: Callable[[Any], None], *, max_pending: int, tracker: ActivityTracker | None = None,
+    def __init__(self, handle: Callable[[T], None], *, max_pending: int, tracker: ActivityTracker | None = None,
                  name: str = "chat-outbox") -> None:
         self._handle = handle
         self._tracker = tracker
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max_pending)
+        self._queue: queue.Queue[T | _Stop] = queue.Queue(maxsize=max_pending)
         self._name = name
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -44,7 +50,7 @@ class Outbox:
             self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
             self._thread.start()
 
-    def put(self, item: Any) -> bool:
+    def put(self, item: T) -> bool:
         """Queue ``item`` without blocking; False (and counted) when the queue is full."""
         if self._tracker is not None:
             self._tracker.begin()
@@ -84,13 +90,13 @@ class Outbox:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 return
-            if item is not _STOP and self._tracker is not None:
+            if not isinstance(item, _Stop) and self._tracker is not None:
                 self._tracker.end()
 
     def _run(self) -> None:
         while True:
             item = self._queue.get()
-            if item is _STOP:
+            if isinstance(item, _Stop):
                 return
             try:
                 self._handle(item)

@@ -45,7 +45,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from loguru import logger
 
@@ -58,6 +58,7 @@ from corvid_actors.chat.telegram_format import (
 from corvid_actors.chat.transport import IncomingMessage, OutgoingMessage, TransportError
 from corvid_actors.clock import Clock, RealClock
 from corvid_actors.errors import RuntimeStoppedError
+from corvid_actors.jsontypes import WireJson
 
 try:
     import telegram
@@ -116,7 +117,7 @@ class TelegramTransport:
                  max_attempts: int = 5, network_retry_s: Sequence[float] = (0.5, 1.0, 2.0, 4.0),
                  typing_refresh_s: float = 4.0, typing_max_s: float = 120.0, parse_mode: str | None = "MarkdownV2",
                  max_message_chars: int = TELEGRAM_MAX_MESSAGE_CHARS,
-                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep, bot: Any = None,
+                 sleep: Callable[[float], Awaitable[object]] = asyncio.sleep, bot: telegram.Bot | None = None,
                  offset_path: str | Path | None = None, clock: Clock | None = None,
                  webhook_read_timeout_s: float = 10.0) -> None:
         if mode not in ("polling", "webhook"):
@@ -231,7 +232,7 @@ class TelegramTransport:
                 if not await self.handle_update(update):
                     return  # the bot is stopping: leave the update for the next start
 
-    async def handle_webhook(self, data: dict[str, Any] | bytes, secret_token: str | None = None) -> bool:
+    async def handle_webhook(self, data: dict[str, WireJson] | bytes, secret_token: str | None = None) -> bool:
         """Handle one webhook POST body from your own web server; True when handled (answer
         200), False when the secret is wrong or the bot is stopping (answer 403 / 503)."""
         if self.secret_token and secret_token != self.secret_token:
@@ -240,7 +241,7 @@ class TelegramTransport:
         update = telegram.Update.de_json(payload, self.bot)
         return update is not None and await self.handle_update(update)
 
-    async def handle_update(self, update: Any) -> bool:
+    async def handle_update(self, update: telegram.Update) -> bool:
         """Hand one ``telegram.Update`` to the bridge; False when the bot is stopping (the
         update was not handled and must be offered again)."""
         handler = self._handler
@@ -251,8 +252,7 @@ class TelegramTransport:
         try:
             if update.callback_query is not None:
                 await self._button(update.callback_query, handler)
-            elif update.message is not None and update.message.text and update.message.from_user is not None:
-                message = update.message
+            elif (message := update.message) is not None and message.text and message.from_user is not None:
                 await handler(IncomingMessage(str(message.chat.id), str(message.from_user.id), message.text,
                                               message_id=str(message.message_id)))
         except RuntimeStoppedError:
@@ -267,7 +267,7 @@ class TelegramTransport:
                 None, _write_offset, self.offset_path, self.offset, self._clock.now())
         return True
 
-    async def _button(self, query: Any, handler: AsyncMessageHandler) -> None:
+    async def _button(self, query: telegram.CallbackQuery, handler: AsyncMessageHandler) -> None:
         data = (query.data or "").strip()
         chat = query.message.chat.id if query.message is not None else query.from_user.id
         if data.split(" ")[0] not in ("yes", "no"):

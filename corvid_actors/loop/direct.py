@@ -36,7 +36,7 @@ turn accounting and the input queue are :mod:`.turn`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,23 +73,16 @@ from corvid_actors.loop.effects import (
     TurnMetrics,
     UserMessage,
 )
-from corvid_actors.loop.nudges import (
-    NudgeRules,
-)
 from corvid_actors.loop.payload_guard import GrowthCheck, compact_for_growth
 from corvid_actors.loop.repeats import RepeatTracker
+from corvid_actors.loop.retry import retry_delay
 from corvid_actors.loop.rules import LoopRules
+from corvid_actors.loop.settings import DirectLoopSettings
 from corvid_actors.loop.tiers import (
-    DEFAULT_TIER_CAPS,
-    ModelTier,
     TierCaps,
-    TierRules,
     tier_for_model,
 )
-from corvid_actors.loop.tokens import TokenSettings
-from corvid_actors.loop.tool_results import TruncationShape
 from corvid_actors.loop.tool_walk import ToolWalk
-from corvid_actors.loop.trimming import TrimTiers
 from corvid_actors.loop.turn import InputQueue, Phase, TurnAccount
 from corvid_actors.providers.base import (
     ChatMessage,
@@ -98,60 +91,6 @@ from corvid_actors.providers.base import (
     ToolSpec,
 )
 from corvid_actors.tools.base import PermissionCheck
-
-
-@dataclass(frozen=True)
-class DirectLoopSettings:
-    """Every constant of the direct loop, with the seed's values as defaults."""
-
-    max_tool_iterations: int = 25
-    max_nudges: int = 2
-    max_mid_chain_nudges: int = 2
-    #: take iteration and nudge caps from the model's tier (they override the three above)
-    use_tier_caps: bool = True
-    tier_caps: Mapping[ModelTier, TierCaps] = field(default_factory=lambda: DEFAULT_TIER_CAPS)
-    tier_rules: TierRules = field(default_factory=TierRules)
-    # context trimming
-    max_messages: int = 40
-    keep_recent: int = 30
-    trim_usage_threshold: float = 0.70
-    trim_tiers: TrimTiers = field(default_factory=TrimTiers)
-    #: tool results older than the last N messages (and not of the newest call) are cut
-    stale_tool_result_keep_last: int = 3
-    stale_tool_result_chars: int = 500
-    context_warning_levels: tuple[tuple[float, str], ...] = (
-        (0.50, "info"),
-        (0.70, "warning"),
-        (0.85, "critical"),
-    )
-    token_settings: TokenSettings = field(default_factory=TokenSettings)
-    # stall detection
-    max_repeats: int = 3
-    max_same_tool: int = 5
-    ping_pong_window: int = 6
-    nudge_rules: NudgeRules = field(default_factory=NudgeRules)
-    # tool results
-    tool_result_share: float = 0.30
-    tool_result_pressure_share: float = 0.60
-    tool_result_min_chars: int = 1000
-    cap_chars_per_token: float = 4.0
-    truncation_shape: TruncationShape = field(default_factory=TruncationShape)
-    #: the ``output`` preview carried by ``tool_status`` events
-    tool_status_output_chars: int = 2000
-    #: how much of a failed tool's first output line its ``tool_status`` message shows
-    tool_status_error_chars: int = 200
-    # provider failures
-    api_failure_threshold: int = 3
-    retry_base_s: float = 1.0
-    retry_factor: float = 2.0
-    retry_cap_s: float = 30.0
-
-
-def retry_delay_s(attempt: int, error: ProviderError, settings: DirectLoopSettings) -> float:
-    """Backoff before retry ``attempt`` (1-based): the server's hint if any, else exponential."""
-    if error.retry_after_s is not None:
-        return min(settings.retry_cap_s, max(0.0, error.retry_after_s))
-    return min(settings.retry_cap_s, settings.retry_base_s * settings.retry_factor ** (attempt - 1))
 
 
 @dataclass
@@ -351,7 +290,7 @@ class DirectLoop(DirectReplies, DirectToolCalls):
         return effects
 
     def _retry_delay(self, attempt: int, error: ProviderError) -> float:
-        return retry_delay_s(attempt, error, self._settings)
+        return retry_delay(attempt, error.retry_after_s, self._settings.retry)
 
     def _fatal(self, message: str) -> list[Effect]:
         self._turn.metrics.termination_reason = "error"

@@ -17,7 +17,7 @@ from corvid_actors.loop.trimming import trim_messages, truncate_old_tool_results
 from corvid_actors.providers.base import ChatMessage
 
 if TYPE_CHECKING:  # the settings class lives in direct.py, which imports this module
-    from corvid_actors.loop.direct import DirectLoopSettings
+    from corvid_actors.loop.settings import DirectLoopSettings
 
 #: council deliberation roles that reason without tools (the seed's councilRole values)
 COUNCIL_ROLES = frozenset({"member", "discusser", "reviewer"})

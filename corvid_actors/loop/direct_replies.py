@@ -23,6 +23,7 @@ from corvid_actors.loop.nudges import (
     strip_hallucination,
 )
 from corvid_actors.loop.repeats import RepeatTracker
+from corvid_actors.loop.retry import should_retry
 from corvid_actors.loop.rules import LoopRules
 from corvid_actors.loop.tiers import TierCaps
 from corvid_actors.loop.tool_walk import ToolWalk
@@ -37,7 +38,8 @@ from corvid_actors.providers.base import (
 )
 
 if TYPE_CHECKING:  # direct.py imports this module
-    from corvid_actors.loop.direct import DirectLoopSettings, _Turn
+    from corvid_actors.loop.direct import _Turn
+    from corvid_actors.loop.settings import DirectLoopSettings
 
 
 class DirectReplies:
@@ -175,7 +177,8 @@ class DirectReplies:
             return [Emit(note)] + self._call_model(turn.purpose)
         if error.kind is ErrorKind.RETRYABLE:
             self._api_failures += 1
-            if self._api_failures >= settings.api_failure_threshold:
+            if (self._api_failures >= settings.api_failure_threshold
+                    or not should_retry(error, self._api_failures, settings.retry)):
                 # an outage, not a failure of this session: the supervisor pauses it
                 self._phase = Phase.IDLE
                 return self._release() + [ReportOutage(error.message)]

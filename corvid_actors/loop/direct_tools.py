@@ -24,7 +24,8 @@ from corvid_actors.providers.base import ChatMessage, ToolCall
 from corvid_actors.tools.base import PermissionCheck, ToolResult
 
 if TYPE_CHECKING:  # direct.py imports this module
-    from corvid_actors.loop.direct import DirectLoopSettings, _Turn
+    from corvid_actors.loop.direct import _Turn
+    from corvid_actors.loop.settings import DirectLoopSettings
 
 
 def denied(name: str, message: str) -> ToolResult:

@@ -1,37 +1,40 @@
 """Retry policy for retryable provider errors: exponential backoff honouring ``retry-after``.
 
-Pure functions over a small settings object (the processor seed's ``SessionRetry``):
-attempt 1 waits 2 s, each further attempt doubles, capped; a server ``retry-after`` hint
-wins when given, capped on its own. The loop schedules the wait through the runtime's
+Pure functions over the retry table of a loop's config section (the processor seed's
+``SessionRetry``; values in default.toml): attempt 1 waits 2 s, each further attempt
+doubles, capped; a server ``retry-after`` hint wins when given, capped on its own. The loop schedules the wait through the runtime's
 ``Timers`` (a ``Schedule`` effect), never by sleeping, so simulations see it in simulated
 time and a stop aborts it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import field
 
+from corvid_actors.config_schema import AT_LEAST_ONE, POSITIVE, section
 from corvid_actors.providers.base import ProviderError
 
 
-@dataclass(frozen=True)
+@section("sdk_loop.retry")
 class RetrySettings:
-    """Backoff constants (seed values as defaults).
+    """The retry policy of provider calls: ``[sdk_loop.retry]`` and ``[direct_loop.retry]``
+    of default.toml (this type's defaults are the SDK loop's table; the direct loop's
+    section fills its own ``retry`` from its table).
 
     ``max_attempts`` counts every attempt of one call, the first included: with 5, a call
     is tried at most 5 times (4 retries).
     """
 
     #: delay before the first retry, seconds
-    base_s: float = 2.0
+    base_s: float = field(metadata=POSITIVE)
     #: factor applied per further retry (2 s, 4 s, 8 s, …)
-    multiplier: float = 2.0
+    multiplier: float = field(metadata=AT_LEAST_ONE)
     #: longest computed backoff, seconds
-    cap_s: float = 30.0
+    cap_s: float = field(metadata=POSITIVE)
     #: longest wait a server's ``retry-after`` may impose, seconds
-    retry_after_cap_s: float = 60.0
+    retry_after_cap_s: float = field(metadata=POSITIVE)
     #: attempts of one call, the first included
-    max_attempts: int = 5
+    max_attempts: int = field(metadata=AT_LEAST_ONE)
 
 
 def retry_delay(attempt: int, retry_after_s: float | None, settings: RetrySettings) -> float:

@@ -258,7 +258,7 @@ def default_history_policy(spec: Any) -> HistoryPolicy | None:
 
 
 def rules_for(spec: Any) -> LoopRules:
-    """The rules of one incarnation from its :class:`~corvid_actors.wiring.LoopSpec`."""
+    """The rules of one incarnation from its :class:`~corvid_actors.loop_factories.LoopSpec`."""
     return LoopRules(settings_from_config(spec.config), approval_policy=spec.approval_policy,
                      history_policy=spec.history_policy, initial_plan=spec.initial_plan,
                      command_tools=spec.command_tools)

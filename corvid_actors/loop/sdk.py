@@ -53,10 +53,11 @@ from corvid_actors.loop.effects import (
     UserMessage,
 )
 from corvid_actors.loop.payload_guard import GrowthCheck
-from corvid_actors.loop.retry import RetrySettings, retry_delay, should_retry
+from corvid_actors.loop.retry import retry_delay, should_retry
 from corvid_actors.loop.rules import LoopRules
 from corvid_actors.loop.sdk_compaction import SdkCompaction, context_tokens, next_signal
 from corvid_actors.loop.sdk_tools import SdkToolCalls
+from corvid_actors.loop.settings import SdkLoopSettings
 from corvid_actors.loop.tool_walk import ToolWalk, pending_status
 from corvid_actors.loop.turn import InputQueue, Phase, TurnAccount
 from corvid_actors.providers.base import (
@@ -69,27 +70,6 @@ from corvid_actors.providers.base import (
     ToolSpec,
 )
 from corvid_actors.tools.base import PermissionCheck
-
-
-@dataclass(frozen=True)
-class SdkLoopSettings:
-    """Constants of the SDK loop (seed values as defaults)."""
-
-    #: consecutive API errors (across retries and turns) that mean an outage
-    api_failure_threshold: int = 3
-    #: fraction of the context window above which the conversation is compacted
-    compaction_threshold: float = 0.90
-    #: identical consecutive calls of one tool that trigger the doom-loop ask
-    doom_loop_threshold: int = 3
-    #: model calls per turn; a response asking for tools beyond it ends the turn
-    max_iterations: int = 50
-    #: a human's denial ends the turn (the processor's "blocked" → stop)
-    stop_on_denial: bool = True
-    retry: RetrySettings = field(default_factory=RetrySettings)
-    #: characters of tool output shown in a tool_status event
-    tool_preview_chars: int = 200
-    #: characters kept per message when the conversation is rendered for a summary
-    compaction_entry_max_chars: int = 2000
 
 
 @dataclass

@@ -23,7 +23,8 @@ from corvid_actors.loop.rules import LoopRules
 from corvid_actors.providers.base import ChatMessage, ModelRequest, ModelResponse, Usage
 
 if TYPE_CHECKING:  # sdk.py imports this module
-    from corvid_actors.loop.sdk import SdkLoopSettings, _Turn
+    from corvid_actors.loop.sdk import _Turn
+    from corvid_actors.loop.settings import SdkLoopSettings
 
 #: what the loop does after a model response and its tool calls (the processor's signal,
 #: plus "finish" for a turn that has nothing left to do)

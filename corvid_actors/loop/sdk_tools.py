@@ -30,7 +30,8 @@ from corvid_actors.providers.base import ChatMessage, ToolCall
 from corvid_actors.tools.base import PermissionCheck, ToolResult
 
 if TYPE_CHECKING:  # sdk.py imports this module
-    from corvid_actors.loop.sdk import SdkLoopSettings, _Turn
+    from corvid_actors.loop.sdk import _Turn
+    from corvid_actors.loop.settings import SdkLoopSettings
 
 DEFAULT_DENIAL_MESSAGE = "Permission denied by user"
 DOOM_DENIAL_MESSAGE = "Repeated call denied by user (doom-loop guard)"

@@ -16,11 +16,11 @@ from __future__ import annotations
 import email.utils
 import re
 from collections.abc import Mapping
-from typing import Any
 
 import anthropic
 import httpx2
 
+from corvid_actors.jsontypes import WireJson
 from corvid_actors.providers.base import ErrorKind, ProviderError
 
 #: statuses below 500 that are worth retrying (timeout, conflict, rate limit)
@@ -118,7 +118,7 @@ def _classify_type(error_type: str | None, message: str) -> ProviderError:
     return ProviderError(ErrorKind.FATAL, described, error_type=error_type)
 
 
-def _body_error_type(body: Any) -> str | None:
+def _body_error_type(body: WireJson) -> str | None:
     error = body.get("error") if isinstance(body, dict) else None
     value = error.get("type") if isinstance(error, dict) else None
     return value if isinstance(value, str) else None

@@ -12,7 +12,8 @@ from __future__ import annotations
 import ast
 import json
 import re
-from typing import Any
+
+from corvid_actors.jsontypes import JsonScalar, WireJson
 
 #: the original's fallback for arguments Python cannot parse (e.g. a raw newline in quotes)
 _KWARG = re.compile(
@@ -20,7 +21,7 @@ _KWARG = re.compile(
     re.DOTALL,
 )
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-_JS_CONSTANTS: dict[str, Any] = {"true": True, "false": False, "null": None, "None": None,
+_JS_CONSTANTS: dict[str, JsonScalar] = {"true": True, "false": False, "null": None, "None": None,
                                  "True": True, "False": False}
 _OPENERS, _CLOSERS = "([{", ")]}"
 
@@ -49,7 +50,7 @@ def closing_paren(text: str, open_pos: int) -> int | None:
     return None
 
 
-def _value(node: ast.expr, source: str) -> Any:
+def _value(node: ast.expr, source: str) -> WireJson:
     try:
         return ast.literal_eval(node)
     except ValueError:
@@ -63,8 +64,8 @@ def _value(node: ast.expr, source: str) -> Any:
         return text
 
 
-def _fallback(args: str) -> dict[str, Any]:
-    result: dict[str, Any] = {}
+def _fallback(args: str) -> dict[str, WireJson]:
+    result: dict[str, WireJson] = {}
     for match in _KWARG.finditer(args):
         key, double, single, bare = match.groups()
         if double is not None or single is not None:
@@ -84,7 +85,7 @@ def _fallback(args: str) -> dict[str, Any]:
     return result
 
 
-def parse_kwargs(args: str) -> dict[str, Any] | None:
+def parse_kwargs(args: str) -> dict[str, WireJson] | None:
     """The keyword arguments of a Python-style call (the text between its parentheses).
 
     ``{}`` for no arguments; None when the text holds positional arguments only, since

@@ -26,8 +26,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
+from corvid_actors.jsontypes import WireJson
 from corvid_actors.providers._text_tool_kwargs import closing_paren, parse_kwargs
 from corvid_actors.providers._text_tool_repair import (
     is_offered,
@@ -65,10 +65,14 @@ RANK_NAME_LINE = 6
 RANK_KWARGS = 7
 
 
+#: a call as found in the text: (name, its arguments as written, why they are unusable)
+_RawCall = tuple[str, WireJson, str | None]
+
+
 class _Found:
     """A call found in the text: where it was, what it said (before repair), its form."""
 
-    def __init__(self, start: int, end: int, calls: list[tuple[str, Any, str | None]],
+    def __init__(self, start: int, end: int, calls: list[_RawCall],
                  rank: int = RANK_JSON) -> None:
         self.start, self.end, self.calls, self.rank = start, end, calls, rank
 
@@ -77,7 +81,7 @@ class _Found:
         return any(error is None for _, _, error in self.calls)
 
 
-def _call_from_object(obj: Any, tool_names: Sequence[str]) -> tuple[str, Any, str | None] | None:
+def _call_from_object(obj: WireJson, tool_names: Sequence[str]) -> _RawCall | None:
     """``{name, arguments}`` (or OpenAI's ``{function: {...}}``) → (name, raw args, error)."""
     if not isinstance(obj, dict):
         return None
@@ -98,8 +102,8 @@ def _call_from_object(obj: Any, tool_names: Sequence[str]) -> tuple[str, Any, st
 
 
 def _calls_from_json(
-    value: Any, tool_names: Sequence[str]
-) -> list[tuple[str, Any, str | None]] | None:
+    value: WireJson, tool_names: Sequence[str]
+) -> list[_RawCall] | None:
     items = value if isinstance(value, list) else [value]
     calls = [_call_from_object(item, tool_names) for item in items]
     if not calls or any(c is None for c in calls):
@@ -107,14 +111,14 @@ def _calls_from_json(
     return [c for c in calls if c is not None]
 
 
-def _decode_at(text: str, pos: int) -> tuple[Any, int] | None:
+def _decode_at(text: str, pos: int) -> tuple[WireJson, int] | None:
     try:
         return json.JSONDecoder().raw_decode(text, pos)
     except json.JSONDecodeError:
         return None
 
 
-def _broken_call(segment: str) -> list[tuple[str, Any, str | None]] | None:
+def _broken_call(segment: str) -> list[_RawCall] | None:
     """A segment that is clearly meant as a call but is not valid JSON."""
     match = _NAME_FIELD.search(segment)
     if match is None or not any(f'"{k}"' in segment for k in _ARGUMENT_KEYS):
@@ -124,7 +128,7 @@ def _broken_call(segment: str) -> list[tuple[str, Any, str | None]] | None:
 
 def _parse_segment(
     segment: str, tool_names: Sequence[str], *, explicit: bool, json_rank: int = RANK_JSON
-) -> tuple[list[tuple[str, Any, str | None]], int] | None:
+) -> tuple[list[_RawCall], int] | None:
     """Calls in a fenced block or tag body and their form's rank: JSON (``json_rank``),
     ``name({json})``, ``name(key=value)``, or a broken attempt.
 
@@ -212,7 +216,7 @@ def _react_calls(text: str, tool_names: Sequence[str]) -> list[_Found]:
         end = match.end()
         decoded = _decode_at(stripped, 0) if stripped.startswith("{") else None
         if decoded is not None and isinstance(decoded[0], dict):
-            arguments: Any = decoded[0]
+            arguments: WireJson = decoded[0]
             tail = stripped[decoded[1] :].strip()
             if tail and not tail.startswith("```"):
                 # prose after the JSON is the model talking, not part of the input
@@ -286,16 +290,16 @@ def _find_calls(text: str, tool_names: Sequence[str], python_tag_at: int = -1) -
             continue
         if not is_offered(match.group(1), tool_names):
             continue
-        item = _call_syntax_at(text, match)
-        if item is not None and free(item.start, item.end):
-            add(item)
+        hit = _call_syntax_at(text, match)
+        if hit is not None and free(hit.start, hit.end):
+            add(hit)
     for match in _ANY_CALL.finditer(text):
         if not free(match.start(), match.end()) or not is_offered(match.group(1), tool_names):
             continue
         after_tag = 0 <= python_tag_at <= match.start()
-        item = _kwargs_call_at(text, match, allow_empty=after_tag)
-        if item is not None and free(item.start, item.end):
-            add(item)
+        hit = _kwargs_call_at(text, match, allow_empty=after_tag)
+        if hit is not None and free(hit.start, hit.end):
+            add(hit)
     if python_tag_at >= 0:
         for item in found:
             if item.start >= python_tag_at and item.rank in (RANK_CALL_JSON, RANK_KWARGS):
@@ -314,12 +318,12 @@ def _winning_form(found: Sequence[_Found]) -> int | None:
 def _build_call(
     index: int,
     name: str,
-    raw: Any,
+    raw: WireJson,
     error: str | None,
     specs: Mapping[str, ToolSpec],
     names: Sequence[str],
 ) -> ToolCall:
-    arguments: Any = raw
+    arguments: WireJson = raw
     if error is None and isinstance(raw, str):
         try:
             arguments = json.loads(raw) if raw.strip() else {}
@@ -338,7 +342,7 @@ def _build_call(
     return ToolCall(id=f"call_{index}", name=repaired, arguments=args, arguments_error=error)
 
 
-def _plain_input(arguments: dict[str, Any], schema: Mapping[str, Any] | None) -> dict[str, Any]:
+def _plain_input(arguments: dict[str, WireJson], schema: Mapping[str, WireJson] | None) -> dict[str, WireJson]:
     """A ReAct plain-text ``Action Input`` (``{"input": text}``) given to the tool's one
     parameter (its only required one, or its only one) when the tool has no ``input``."""
     if set(arguments) != {"input"} or not isinstance(arguments["input"], str):

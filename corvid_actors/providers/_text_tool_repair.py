@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
+from corvid_actors.jsontypes import WireJson
 from corvid_actors.providers.base import ToolCall, ToolSpec
 
 #: A fuzzy (substring) name or argument match must be at least this long, so that "a"
@@ -46,7 +46,7 @@ def _squash(name: str) -> str:
 def repair_tool_name(
     name: str,
     tool_names: Sequence[str],
-    arguments: Mapping[str, Any] | None = None,
+    arguments: Mapping[str, WireJson] | None = None,
     *,
     fuzzy: bool = True,
 ) -> str:
@@ -88,8 +88,8 @@ def repair_tool_name(
 
 
 def repair_arguments(
-    arguments: Mapping[str, Any], schema: Mapping[str, Any] | None
-) -> dict[str, Any]:
+    arguments: Mapping[str, WireJson], schema: Mapping[str, WireJson] | None
+) -> dict[str, WireJson]:
     """Rename argument aliases to the schema's names (``file_path`` → ``path``).
 
     Only keys the schema does not know are renamed, only onto schema properties the call
@@ -109,7 +109,7 @@ def repair_arguments(
 
 
 def _alias_target(
-    key: str, properties: Mapping[str, Any], present: Mapping[str, Any]
+    key: str, properties: Mapping[str, WireJson], present: Mapping[str, WireJson]
 ) -> str | None:
     lowered = key.lower()
     free = [p for p in properties if p not in present]

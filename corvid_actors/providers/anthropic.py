@@ -37,6 +37,7 @@ from corvid_actors.providers.base import (
     ModelRequest,
     ModelResponse,
     ProviderError,
+    ProviderTraits,
     StreamCallback,
     StreamCancelled,
     TextDelta,
@@ -296,6 +297,8 @@ class AnthropicProvider:
     """
 
     name = "anthropic"
+    #: a hosted API: no local slots; sessions get pseudo-PIDs from supervisor.sdk_pid_base
+    traits = ProviderTraits(uses_slots=False, pid_kind="sdk")
 
     def __init__(
         self,

@@ -260,12 +260,36 @@ class CancelToken:
             raise StreamCancelled()
 
 
+@dataclass(frozen=True)
+class ProviderTraits:
+    """What the runtime asks of a provider, instead of comparing names (see ``traits_of``)."""
+
+    #: sessions hold a SlotPool slot (weighted by model size) during each model call: a
+    #: local model server runs a bounded number of inferences at once
+    uses_slots: bool = False
+    #: the supervisor's pseudo-PID range for its sessions: "sdk" (``supervisor.sdk_pid_base``)
+    #: or "direct" (``supervisor.direct_pid_base``)
+    pid_kind: Literal["sdk", "direct"] = "direct"
+
+
+#: the traits of a provider that declares none (a host's own provider written before them)
+DEFAULT_TRAITS = ProviderTraits()
+
+
+def traits_of(provider: object) -> ProviderTraits:
+    """``provider.traits``, or :data:`DEFAULT_TRAITS` when it declares none."""
+    traits = getattr(provider, "traits", None)
+    return traits if isinstance(traits, ProviderTraits) else DEFAULT_TRAITS
+
+
 @runtime_checkable
 class Provider(Protocol):
     """A model provider. Every method may block; call it from a worker thread."""
 
     #: short name used in config and routing ("ollama", "anthropic", "scripted")
     name: str
+    #: how the runtime treats its sessions (slots, pid range)
+    traits: ProviderTraits
 
     def stream(
         self, request: ModelRequest, on_event: StreamCallback, cancel: CancelToken

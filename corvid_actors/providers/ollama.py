@@ -32,6 +32,7 @@ from corvid_actors.providers.base import (
     ModelRequest,
     ModelResponse,
     ProviderError,
+    ProviderTraits,
     StreamCallback,
     StreamCancelled,
     TextDelta,
@@ -247,6 +248,8 @@ class OllamaProvider:
     """
 
     name = "ollama"
+    #: a local model server: sessions wait for a slot; pseudo-PIDs from direct_pid_base
+    traits = ProviderTraits(uses_slots=True, pid_kind="direct")
 
     def __init__(
         self,

@@ -27,8 +27,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from corvid_actors.config import Config
+    from corvid_actors.providers.base import Provider
+    from corvid_actors.runtime import Runtime
+    from corvid_actors.testing.anthropic_stub import AnthropicStubServer
     from corvid_actors.testing.clock import SimClock
     from corvid_actors.testing.faults import StoreFault, kill_incarnation, refuse_input
+    from corvid_actors.testing.ollama_stub import OllamaStubServer
     from corvid_actors.testing.recorder import EventRecorder, Recorded
     from corvid_actors.testing.scripted import (
         ScriptedProvider,
@@ -48,7 +55,7 @@ _LAZY = {"SimClock": "clock", "ScriptedProvider": "scripted", "ScriptedTurn": "s
          "refuse_input": "faults", "kill_incarnation": "faults", "StoreFault": "faults"}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -57,14 +64,16 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def sim_runtime(clock: SimClock | None = None, provider: Any | None = None, *, config: Any = None,
+def sim_runtime(clock: SimClock | None = None, provider: Provider | None = None, *,
+                config: Config | Mapping[str, Mapping[str, object]] | None = None,
                 store_url: str = "sqlite:///:memory:", workspace_dir: str | Path | None = None,
-                **runtime_kwargs: Any) -> Any:
+                **runtime_kwargs: Any) -> Runtime:
     """A Runtime for simulations: simulated clock, in-memory SQLite, scripted provider.
 
     The scripted provider is the default provider (``providers.default_provider``).
     ``config`` is a ``Config``, or overrides by section for the default one:
-    ``sim_runtime(config={"direct_loop": {"use_tier_caps": False}})``.
+    ``sim_runtime(config={"direct_loop": {"use_tier_caps": False}})``. ``runtime_kwargs``
+    go to ``Runtime`` as they are.
     """
     from collections.abc import Mapping
 
@@ -82,7 +91,7 @@ def sim_runtime(clock: SimClock | None = None, provider: Any | None = None, *, c
                    workspace_dir=workspace_dir, **runtime_kwargs)
 
 
-def stub_provider(stub: Any, **options: Any) -> Any:
+def stub_provider(stub: OllamaStubServer | AnthropicStubServer, **options: Any) -> Provider:
     """The real provider for a stub server: ``OllamaProvider(stub.url)`` for an
     :class:`~corvid_actors.testing.ollama_stub.OllamaStubServer`, ``AnthropicProvider`` (key
     ``"test-key"``, ``base_url=stub.url``) for an

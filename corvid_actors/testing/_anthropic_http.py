@@ -15,8 +15,9 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from corvid_actors.jsontypes import JsonValue, WireJson
 from corvid_actors.testing._anthropic_wire import (
     ERROR_STATUS,
     Turn,
@@ -43,7 +44,7 @@ class RecordedRequest:
     method: str
     path: str
     headers: dict[str, str]
-    json: Any
+    json: WireJson
 
     @property
     def user_text(self) -> str:
@@ -98,7 +99,7 @@ class StubHandler(BaseHTTPRequestHandler):
         except OSError:
             pass
 
-    def log_message(self, format: str, *args: Any) -> None:
+    def log_message(self, format: str, *args: object) -> None:
         """Silence the per-request log lines."""
 
     # --- dispatch ------------------------------------------------------------------------
@@ -116,7 +117,7 @@ class StubHandler(BaseHTTPRequestHandler):
 
     def _dispatch(self, raw: bytes | None) -> None:
         stub = self.server.stub
-        body: Any = None
+        body: WireJson = None
         if raw:
             try:
                 body = json.loads(raw)
@@ -156,13 +157,13 @@ class StubHandler(BaseHTTPRequestHandler):
             "max_input_tokens": window, "max_tokens": 64_000,
         })
 
-    def _count_tokens(self, body: Any) -> None:
+    def _count_tokens(self, body: WireJson) -> None:
         if not isinstance(body, dict) or "messages" not in body or "model" not in body:
             self._send_error(400, "invalid_request_error", "model and messages are required")
             return
         self._send_json(200, {"input_tokens": estimate_tokens(body)})
 
-    def _messages(self, body: Any, index: int) -> None:
+    def _messages(self, body: WireJson, index: int) -> None:
         stub = self.server.stub
         missing = [k for k in ("model", "messages", "max_tokens") if not isinstance(body, dict) or k not in body]
         if missing:
@@ -189,7 +190,7 @@ class StubHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             stub._record_disconnect(Disconnect(index, 0))
 
-    def _reply_once(self, turn: Turn, body: Mapping[str, Any]) -> None:
+    def _reply_once(self, turn: Turn, body: Mapping[str, WireJson]) -> None:
         """A non-streamed answer: the Message as JSON, or the fault as a plain failure."""
         fault = turn.fault
         if fault is not None and fault.kind in ("drop", "stall"):
@@ -205,7 +206,7 @@ class StubHandler(BaseHTTPRequestHandler):
 
     # --- streaming ---------------------------------------------------------------------
 
-    def _stream(self, turn: Turn, body: Mapping[str, Any], index: int) -> None:
+    def _stream(self, turn: Turn, body: Mapping[str, WireJson], index: int) -> None:
         events = turn_events(turn, body, self._message_id())
         fault = turn.fault
         cut = min(fault.after_events, len(events)) if fault is not None else len(events)
@@ -239,7 +240,7 @@ class StubHandler(BaseHTTPRequestHandler):
     def _message_id(self) -> str:
         return "msg_stub_" + self.request_id.rsplit("_", 1)[-1]
 
-    def _write_event(self, name: str, data: Mapping[str, Any]) -> None:
+    def _write_event(self, name: str, data: Mapping[str, WireJson]) -> None:
         # Every event carries an `event:` line: the SDK drops data-only events.
         payload = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
         try:
@@ -275,7 +276,7 @@ class StubHandler(BaseHTTPRequestHandler):
 
     # --- plain responses ---------------------------------------------------------------
 
-    def _send_json(self, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
+    def _send_json(self, status: int, payload: JsonValue, headers: Mapping[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
         lines = [f"HTTP/1.1 {status} {self.responses.get(status, ('Error',))[0]}",
                  "content-type: application/json", f"content-length: {len(data)}",

@@ -11,7 +11,8 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from corvid_actors.jsontypes import JsonObject, WireJson
 
 # --- the script: what one /v1/messages request gets ------------------------------------
 
@@ -74,7 +75,7 @@ class Fault:
     def stream_error_type(self) -> str:
         return self.error_type or "overloaded_error"
 
-    def http_error(self) -> tuple[int, dict[str, Any]]:
+    def http_error(self) -> tuple[int, JsonObject]:
         """Status and JSON body of this fault as a plain HTTP error."""
         if self.kind in _HTTP_FAULTS:
             status, error_type, message = _HTTP_FAULTS[self.kind]
@@ -103,19 +104,19 @@ class Turn:
     match: str | None = None
 
 
-def error_body(error_type: str, message: str) -> dict[str, Any]:
+def error_body(error_type: str, message: str) -> JsonObject:
     """The API's error envelope."""
     return {"type": "error", "error": {"type": error_type, "message": message}}
 
 
-def estimate_tokens(body: Any) -> int:
+def estimate_tokens(body: WireJson) -> int:
     """A rough, deterministic token count of a request (characters / 4)."""
     if isinstance(body, dict):
         body = {k: body.get(k) for k in ("system", "messages", "tools")}
     return max(1, len(json.dumps(body)) // _CHARS_PER_TOKEN)
 
 
-def last_user_text(body: Mapping[str, Any]) -> str:
+def last_user_text(body: Mapping[str, WireJson]) -> str:
     """Text of the last user message: its text blocks and tool_result contents."""
     for message in reversed(body.get("messages") or []):
         if isinstance(message, dict) and message.get("role") == "user":
@@ -123,7 +124,7 @@ def last_user_text(body: Mapping[str, Any]) -> str:
     return ""
 
 
-def _text_of(content: Any) -> str:
+def _text_of(content: WireJson) -> str:
     if isinstance(content, str):
         return content
     parts: list[str] = []
@@ -148,9 +149,9 @@ def split_evenly(text: str, pieces: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-def _usage(turn: Turn, body: Mapping[str, Any]) -> dict[str, int]:
+def _usage(turn: Turn, body: Mapping[str, WireJson]) -> JsonObject:
     text = "".join(b.text if isinstance(b, TextContent) else "".join(b.json_chunks) for b in turn.content)
-    usage = {
+    usage: JsonObject = {
         "input_tokens": estimate_tokens(body),
         "output_tokens": max(1, len(text) // _CHARS_PER_TOKEN),
         "cache_read_input_tokens": 0,
@@ -160,7 +161,7 @@ def _usage(turn: Turn, body: Mapping[str, Any]) -> dict[str, int]:
     return usage
 
 
-def _tool_input(block: ToolUseContent) -> dict[str, Any]:
+def _tool_input(block: ToolUseContent) -> JsonObject:
     try:
         value = json.loads("".join(block.json_chunks) or "{}")
     except ValueError:
@@ -168,11 +169,11 @@ def _tool_input(block: ToolUseContent) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def turn_events(turn: Turn, body: Mapping[str, Any], message_id: str) -> list[tuple[str, dict[str, Any]]]:
+def turn_events(turn: Turn, body: Mapping[str, WireJson], message_id: str) -> list[tuple[str, JsonObject]]:
     """The full SSE sequence of ``turn``: message_start, ping, blocks, message_delta, stop."""
     usage = _usage(turn, body)
-    start_usage = {**usage, "output_tokens": 1}  # the API reports 1 output token at start
-    events: list[tuple[str, dict[str, Any]]] = [
+    start_usage: JsonObject = {**usage, "output_tokens": 1}  # the API reports 1 output token at start
+    events: list[tuple[str, JsonObject]] = [
         ("message_start", {"type": "message_start", "message": {
             "id": message_id, "type": "message", "role": "assistant", "model": body["model"],
             "content": [], "stop_reason": None, "stop_sequence": None, "usage": start_usage}}),
@@ -180,8 +181,8 @@ def turn_events(turn: Turn, body: Mapping[str, Any], message_id: str) -> list[tu
     ]
     for index, block in enumerate(turn.content):
         if isinstance(block, TextContent):
-            start: dict[str, Any] = {"type": "text", "text": ""}
-            deltas = [{"type": "text_delta", "text": c} for c in block.chunks]
+            start: JsonObject = {"type": "text", "text": ""}
+            deltas: list[JsonObject] = [{"type": "text_delta", "text": c} for c in block.chunks]
         else:
             start = {"type": "tool_use", "id": block.id, "name": block.name, "input": {}}
             # like the API, the first input_json_delta is empty
@@ -196,7 +197,7 @@ def turn_events(turn: Turn, body: Mapping[str, Any], message_id: str) -> list[tu
     return events
 
 
-def turn_message(turn: Turn, body: Mapping[str, Any], message_id: str) -> dict[str, Any]:
+def turn_message(turn: Turn, body: Mapping[str, WireJson], message_id: str) -> JsonObject:
     """``turn`` as a non-streamed Message object."""
     content = [
         {"type": "text", "text": b.text} if isinstance(b, TextContent)

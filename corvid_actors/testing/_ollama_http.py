@@ -21,7 +21,9 @@ import struct
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import Protocol
+
+from corvid_actors.jsontypes import WireJson
 
 
 def _genuine_monotonic() -> Callable[[], float]:
@@ -47,7 +49,7 @@ class ClientGone(Exception):
 class Dispatcher(Protocol):
     """What the server calls back into (implemented by ``OllamaStubServer``)."""
 
-    def dispatch(self, handler: StubHandler, method: str, body: Any) -> None: ...
+    def dispatch(self, handler: StubHandler, method: str, body: WireJson) -> None: ...
 
     def track(self, conn: socket.socket, *, add: bool) -> None: ...
 
@@ -71,7 +73,7 @@ class StubHandler(BaseHTTPRequestHandler):
         finally:
             self.server.dispatcher.track(self.connection, add=False)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib name
         pass
 
     def _dispatch(self, method: str) -> None:
@@ -98,7 +100,7 @@ class StubHandler(BaseHTTPRequestHandler):
 
     # -- writing ----------------------------------------------------------------------
 
-    def send_json(self, status: int, body: Any) -> None:
+    def send_json(self, status: int, body: WireJson) -> None:
         """A complete JSON response."""
         self.send_bytes(status, json.dumps(body).encode(), "application/json; charset=utf-8")
 
@@ -120,7 +122,7 @@ class StubHandler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
 
-    def send_line(self, body: Any) -> None:
+    def send_line(self, body: WireJson) -> None:
         """One NDJSON line as one chunk, sent at once."""
         data = json.dumps(body).encode() + b"\n"
         self._write(b"%x\r\n%s\r\n" % (len(data), data))

@@ -10,7 +10,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+
+from corvid_actors.jsontypes import JsonObject, JsonValue, WireJson
 
 #: Fault kinds understood by ``OllamaStubServer.add_fault``.
 FAULT_KINDS = frozenset(
@@ -82,7 +83,7 @@ class Turn:
     """
 
     text: str = ""
-    tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    tool_calls: list[tuple[str, JsonObject]] = field(default_factory=list)
     chunks: int | None = None
     delay_s: float = 0.0
     match: str | None = None
@@ -134,7 +135,7 @@ def split_chunks(text: str, chunks: int | None) -> list[str]:
     return pieces
 
 
-def last_user_text(body: Mapping[str, Any]) -> str:
+def last_user_text(body: Mapping[str, WireJson]) -> str:
     """Content of the last ``user`` message of a chat request ("" if none)."""
     for message in reversed(body.get("messages") or []):
         if isinstance(message, dict) and message.get("role") == "user":
@@ -149,7 +150,7 @@ def _digest(name: str) -> str:
     return "sha256:" + hashlib.sha256(name.encode()).hexdigest()
 
 
-def details(spec: StubModel) -> dict[str, Any]:
+def details(spec: StubModel) -> JsonObject:
     """The ``details`` object of tags, show and ps entries."""
     return {
         "parent_model": "",
@@ -161,7 +162,7 @@ def details(spec: StubModel) -> dict[str, Any]:
     }
 
 
-def tags_body(models: Mapping[str, StubModel]) -> dict[str, Any]:
+def tags_body(models: Mapping[str, StubModel]) -> JsonObject:
     """``GET /api/tags``."""
     return {
         "models": [
@@ -178,7 +179,7 @@ def tags_body(models: Mapping[str, StubModel]) -> dict[str, Any]:
     }
 
 
-def ps_body(models: Mapping[str, StubModel], loaded: list[str]) -> dict[str, Any]:
+def ps_body(models: Mapping[str, StubModel], loaded: list[str]) -> JsonObject:
     """``GET /api/ps``: the ``loaded`` models that are in the table."""
     return {
         "models": [
@@ -198,8 +199,10 @@ def ps_body(models: Mapping[str, StubModel], loaded: list[str]) -> dict[str, Any
     }
 
 
-def show_body(name: str, spec: StubModel) -> dict[str, Any]:
+def show_body(name: str, spec: StubModel) -> JsonObject:
     """``POST /api/show``: context length under ``<arch>.context_length`` as Ollama has it."""
+    capabilities: list[JsonValue] = ["completion"]
+    capabilities += (["tools"] if spec.supports_tools else []) + (["vision"] if spec.supports_vision else [])
     return {
         "modelfile": f"FROM {name}",
         "parameters": "stop <|im_end|>",
@@ -210,24 +213,23 @@ def show_body(name: str, spec: StubModel) -> dict[str, Any]:
             f"{spec.family}.context_length": spec.context_length,
             "general.parameter_count": 1,
         },
-        "capabilities": ["completion"] + (["tools"] if spec.supports_tools else [])
-        + (["vision"] if spec.supports_vision else []),
+        "capabilities": capabilities,
         "modified_at": CREATED_AT,
     }
 
 
-def chunk(model: str, message: dict[str, Any]) -> dict[str, Any]:
+def chunk(model: str, message: JsonObject) -> JsonObject:
     """One streamed ``/api/chat`` line before the last."""
     return {"model": model, "created_at": CREATED_AT, "message": message, "done": False}
 
 
-def tool_calls_message(turn: Turn) -> dict[str, Any]:
+def tool_calls_message(turn: Turn) -> JsonObject:
     """The assistant message carrying a turn's native tool calls."""
-    calls = [{"function": {"name": n, "arguments": a}} for n, a in turn.tool_calls]
+    calls: list[JsonValue] = [{"function": {"name": n, "arguments": a}} for n, a in turn.tool_calls]
     return {"role": "assistant", "content": "", "tool_calls": calls}
 
 
-def final_chunk(model: str, turn: Turn, body: Mapping[str, Any]) -> dict[str, Any]:
+def final_chunk(model: str, turn: Turn, body: Mapping[str, WireJson]) -> JsonObject:
     """The ``done: true`` line, with done_reason and token counts."""
     prompt_chars = sum(
         len(str(m.get("content") or "")) for m in body.get("messages") or [] if isinstance(m, dict)
@@ -247,9 +249,9 @@ def final_chunk(model: str, turn: Turn, body: Mapping[str, Any]) -> dict[str, An
     }
 
 
-def whole_answer(model: str, turn: Turn, body: Mapping[str, Any]) -> dict[str, Any]:
+def whole_answer(model: str, turn: Turn, body: Mapping[str, WireJson]) -> JsonObject:
     """The single object of a ``"stream": false`` chat."""
-    message: dict[str, Any] = {"role": "assistant", "content": turn.text}
+    message: JsonObject = {"role": "assistant", "content": turn.text}
     if turn.thinking:
         message["thinking"] = turn.thinking
     if turn.tool_calls:

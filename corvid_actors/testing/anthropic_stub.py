@@ -30,8 +30,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from corvid_actors.jsontypes import WireJson
 from corvid_actors.testing._anthropic_http import (
     Disconnect,
     RecordedRequest,
@@ -157,6 +157,8 @@ class AnthropicStubServer:
         """Base URL for ``anthropic.Anthropic(base_url=...)``."""
         assert self._httpd is not None, "start() the stub first"
         host, port = self._httpd.server_address[:2]
+        if isinstance(host, bytes):  # typeshed allows it; an AF_INET server has a str
+            host = host.decode()
         return f"http://{host}:{port}"
 
     # --- scripting ---------------------------------------------------------------------
@@ -190,7 +192,7 @@ class AnthropicStubServer:
 
     def add_tool_use(
         self,
-        calls: Sequence[tuple[str, Mapping[str, Any]]],
+        calls: Sequence[tuple[str, Mapping[str, WireJson]]],
         *,
         text: str = "",
         split_into: int = 3,
@@ -341,7 +343,7 @@ class AnthropicStubServer:
         with self._cond:
             return self._state.outage_status
 
-    def _take_turn(self, body: Mapping[str, Any]) -> Turn:
+    def _take_turn(self, body: Mapping[str, WireJson]) -> Turn:
         text = last_user_text(body)
         with self._cond:
             for i, turn in enumerate(self._state.turns):

@@ -17,12 +17,20 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
+
+if TYPE_CHECKING:
+    from corvid_actors.db.store import Store
+    from corvid_actors.runtime import Runtime
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 __all__ = ["StoreFault", "kill_incarnation", "refuse_input"]
 
 
-def refuse_input(runtime: Any, session_id: str) -> bool:
+def refuse_input(runtime: Runtime, session_id: str) -> bool:
     """Make ``session_id``'s running incarnation refuse input; False if it is not running.
 
     Call it from a test thread (not an actor thread or an event callback), like any
@@ -33,7 +41,7 @@ def refuse_input(runtime: Any, session_id: str) -> bool:
     return bool(runtime._ask(RefuseInput(session_id)))
 
 
-def kill_incarnation(runtime: Any, session_id: str) -> bool:
+def kill_incarnation(runtime: Runtime, session_id: str) -> bool:
     """Make ``session_id``'s running incarnation crash; False if it is not running.
 
     Its actor fails on a message as it would on a bug (``on_failure`` runs, in-flight
@@ -77,7 +85,7 @@ class StoreFault:
     store operation passes through), so it works under a running runtime, from any thread.
     """
 
-    def __init__(self, store: Any, kind: str, *, nth: int = 1, times: int | None = 1,
+    def __init__(self, store: Store, kind: str, *, nth: int = 1, times: int | None = 1,
                  error: BaseException | None = None) -> None:
         if nth < 1 or (times is not None and times < 1):
             raise ValueError("nth and times must be at least 1")
@@ -94,9 +102,9 @@ class StoreFault:
         self._inner = store.run
         self._previous = store.__dict__.get("run")  # another fault's wrapper, or None
         self._active = True
-        store.run = self._run
+        store.run = self._run  # type: ignore[method-assign]  # the fault wraps the store's seam in place
 
-    def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def _run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         if self._active and getattr(fn, "__name__", "") in self._names and not self.store.in_transaction():
             with self._lock:
                 self.seen += 1
@@ -105,7 +113,8 @@ class StoreFault:
                     self.raised += 1
             if due:
                 raise self._error()
-        return self._inner(fn, *args, **kwargs)
+        result: R = self._inner(fn, *args, **kwargs)  # the store's run gives fn's result
+        return result
 
     def _error(self) -> BaseException:
         if self.error is not None:
@@ -121,7 +130,7 @@ class StoreFault:
             if self._previous is None:
                 del self.store.run
             else:
-                self.store.run = self._previous
+                self.store.run = self._previous  # type: ignore[method-assign]
 
     def __enter__(self) -> StoreFault:
         return self

@@ -28,8 +28,8 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from corvid_actors.jsontypes import JsonObject, WireJson
 from corvid_actors.testing._ollama_http import ClientGone, RealTime, StubHandler, StubHTTPServer
 from corvid_actors.testing._ollama_wire import (
     DEFAULT_MODELS,
@@ -60,7 +60,7 @@ class RecordedRequest:
 
     method: str
     path: str
-    json: Any
+    json: WireJson
     headers: dict[str, str]
 
 
@@ -84,7 +84,7 @@ class OllamaStubServer:
         models: Mapping[str, StubModel] | None = None,
         *,
         default_reply: str = "ok",
-        responder: Callable[[dict[str, Any]], Turn | None] | None = None,
+        responder: Callable[[JsonObject], Turn | None] | None = None,
         strict_models: bool = False,
         keep_requests: int | None = None,
     ) -> None:
@@ -181,7 +181,7 @@ class OllamaStubServer:
         return self.add_turn(Turn(text=text, chunks=chunks, delay_s=delay_s, match=match))
 
     def add_tool_calls(
-        self, calls: list[tuple[str, dict[str, Any]]], text: str = "", match: str | None = None
+        self, calls: list[tuple[str, JsonObject]], text: str = "", match: str | None = None
     ) -> Turn:
         """Queue a reply with native ``tool_calls`` (after ``text``, if any)."""
         return self.add_turn(Turn(text=text, tool_calls=list(calls), match=match))
@@ -284,7 +284,7 @@ class OllamaStubServer:
             self._counts[name] += delta
             self._cond.notify_all()
 
-    def dispatch(self, handler: StubHandler, method: str, body: Any) -> None:
+    def dispatch(self, handler: StubHandler, method: str, body: WireJson) -> None:
         """Called by the handler with each request (body already read and decoded)."""
         path = handler.path.split("?", 1)[0]
         headers = {k.lower(): v for k, v in handler.headers.items()}
@@ -312,7 +312,7 @@ class OllamaStubServer:
         else:
             handler.send_json(404, {"error": f"{method} {path} not found"})
 
-    def _show(self, handler: StubHandler, body: dict[str, Any]) -> None:
+    def _show(self, handler: StubHandler, body: JsonObject) -> None:
         name = str(body.get("model") or body.get("name") or "")
         spec = self.models.get(name)
         if spec is None:
@@ -320,7 +320,7 @@ class OllamaStubServer:
         else:
             handler.send_json(200, show_body(name, spec))
 
-    def _next_turn(self, body: dict[str, Any]) -> Turn:
+    def _next_turn(self, body: JsonObject) -> Turn:
         last_user = last_user_text(body)
         with self._cond:
             # a turn scripted for this conversation beats one scripted for anyone
@@ -334,7 +334,7 @@ class OllamaStubServer:
         dynamic = self.responder(body) if self.responder is not None else None
         return dynamic if dynamic is not None else Turn(text=self.default_reply)
 
-    def _chat(self, handler: StubHandler, body: dict[str, Any]) -> None:
+    def _chat(self, handler: StubHandler, body: JsonObject) -> None:
         model = str(body.get("model") or "")
         spec = self.models.get(model)
         if spec is None and self.strict_models:
@@ -369,7 +369,7 @@ class OllamaStubServer:
         finally:
             self._count("active", -1)
 
-    def _stream(self, handler: StubHandler, model: str, turn: Turn, body: dict[str, Any]) -> None:
+    def _stream(self, handler: StubHandler, model: str, turn: Turn, body: JsonObject) -> None:
         interrupted = turn.http_fault or turn.fault == "drop_mid_stream"
         if turn.thinking:
             handler.wait(turn.delay_s)

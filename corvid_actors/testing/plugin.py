@@ -17,11 +17,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from corvid_actors.testing import EventRecorder, ScriptedProvider, SimClock, sim_runtime
+
+if TYPE_CHECKING:  # the runtime and the stub servers are imported when a fixture runs
+    from corvid_actors.runtime import Runtime
+    from corvid_actors.testing.anthropic_stub import AnthropicStubServer
+    from corvid_actors.testing.ollama_stub import OllamaStubServer
+    from corvid_actors.testing.telegram_stub import TelegramStubServer
 
 #: environment variables the real clients read behind a test's back
 PROVIDER_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "OLLAMA_HOST")
@@ -40,19 +47,19 @@ def scripted(sim_clock: SimClock) -> ScriptedProvider:
 
 
 @pytest.fixture
-def runtime(sim_clock: SimClock, scripted: ScriptedProvider, tmp_path: Any) -> Iterator[Any]:
+def runtime(sim_clock: SimClock, scripted: ScriptedProvider, tmp_path: Path) -> Iterator[Runtime]:
     rt = sim_runtime(sim_clock, scripted, workspace_dir=tmp_path / "workspace")
     yield rt
     rt.shutdown()
 
 
 @pytest.fixture
-def recorder(runtime: Any) -> EventRecorder:
+def recorder(runtime: Runtime) -> EventRecorder:
     return EventRecorder.attach(runtime)
 
 
 @pytest.fixture
-def ollama_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def ollama_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[OllamaStubServer]:
     from corvid_actors.testing.ollama_stub import OllamaStubServer
 
     for name in PROVIDER_ENV:
@@ -62,7 +69,7 @@ def ollama_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 
 @pytest.fixture
-def anthropic_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def anthropic_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[AnthropicStubServer]:
     from corvid_actors.testing.anthropic_stub import AnthropicStubServer
 
     for name in PROVIDER_ENV:
@@ -72,7 +79,7 @@ def anthropic_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 
 @pytest.fixture
-def telegram_stub() -> Iterator[Any]:
+def telegram_stub() -> Iterator[TelegramStubServer]:
     """A started loopback Telegram Bot API server (``TelegramStubServer``), stopped after the test."""
     from corvid_actors.testing.telegram_stub import TelegramStubServer
 

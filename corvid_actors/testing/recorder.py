@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from corvid_actors.clock import Clock
 from corvid_actors.events import Event, to_dict
+
+if TYPE_CHECKING:
+    from corvid_actors.runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class EventRecorder:
         self._lock = threading.Lock()
 
     @classmethod
-    def attach(cls, runtime: Any) -> EventRecorder:
+    def attach(cls, runtime: Runtime) -> EventRecorder:
         recorder = cls(runtime.clock)
         runtime.subscribe_all(recorder)
         return recorder
@@ -92,7 +95,7 @@ class EventRecorder:
         found = self.of(session_id, type)
         return found[-1].event if found else None
 
-    def log(self) -> list[dict[str, Any]]:
+    def log(self) -> list[dict[str, object]]:
         with self._lock:
             return [{"at": r.at, "session": r.session_id, **to_dict(r.event)} for r in self.events]
 

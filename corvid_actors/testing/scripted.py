@@ -45,6 +45,7 @@ from corvid_actors.providers.base import (
     ModelRequest,
     ModelResponse,
     ProviderError,
+    ProviderTraits,
     SessionExit,
     StreamCallback,
     StreamCancelled,
@@ -151,11 +152,16 @@ class ScriptedProvider:
     """See the module docstring. Thread-safe: sessions call it from their workers."""
 
     name = "scripted"
+    #: no slots, direct pseudo-PIDs; pass ``traits`` to stand in for another provider
+    traits = ProviderTraits(uses_slots=False, pid_kind="direct")
 
     def __init__(self, clock: Clock | None = None, *, default_reply: str = "ok",
-                 context_window: int = 8192, name: str = "scripted") -> None:
+                 context_window: int = 8192, name: str = "scripted",
+                 traits: ProviderTraits | None = None) -> None:
         self.clock = clock
         self.name = name
+        if traits is not None:
+            self.traits = traits
         self.default_reply = default_reply
         self.context_window = context_window
         self.responder: Callable[[ModelRequest], ScriptedTurn | None] | None = None

@@ -29,7 +29,11 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TypeVar
+
+from corvid_actors.jsontypes import WireJson
+
+T = TypeVar("T")
 
 __all__ = ["TelegramStubServer", "MAX_MESSAGE_CHARS", "MARKDOWN_V2_RESERVED"]
 
@@ -51,16 +55,16 @@ class TelegramStubServer:
         self.token = token
         self.bot_username = bot_username
         self._cond = threading.Condition()
-        self._updates: list[dict[str, Any]] = []
+        self._updates: list[dict[str, WireJson]] = []
         self._next_update_id = 1000
         self._next_message_id = 1
         self._next_callback_id = 1
         #: every message the bot sent, by id (``text`` is the latest after edits)
-        self.messages: dict[int, dict[str, Any]] = {}
+        self.messages: dict[int, dict[str, WireJson]] = {}
         self.chat_actions: list[tuple[int, str]] = []
-        self.answered_callbacks: list[dict[str, Any]] = []
+        self.answered_callbacks: list[dict[str, WireJson]] = []
         #: every API call as (method, params), in order
-        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.calls: list[tuple[str, dict[str, WireJson]]] = []
         self.webhook_url = ""
         self.webhook_secret = ""
         self._faults: dict[str, list[tuple[int, int | None]]] = {}
@@ -145,7 +149,7 @@ class TelegramStubServer:
 
     # --- what the bot did -----------------------------------------------------------------------
 
-    def sent(self, chat_id: int | None = None) -> list[dict[str, Any]]:
+    def sent(self, chat_id: int | None = None) -> list[dict[str, WireJson]]:
         """The bot's messages (to ``chat_id``), oldest first, as they are now (after edits)."""
         with self._cond:
             return [dict(m) for _, m in sorted(self.messages.items())
@@ -154,7 +158,7 @@ class TelegramStubServer:
     def texts(self, chat_id: int | None = None) -> list[str]:
         return [m["text"] for m in self.sent(chat_id)]
 
-    def calls_of(self, method: str) -> list[dict[str, Any]]:
+    def calls_of(self, method: str) -> list[dict[str, WireJson]]:
         with self._cond:
             return [params for name, params in self.calls if name == method]
 
@@ -164,7 +168,7 @@ class TelegramStubServer:
         with self._cond:
             return [u["update_id"] for u in self._updates]
 
-    def wait_for(self, predicate: Callable[[], Any], timeout_s: float) -> Any:
+    def wait_for(self, predicate: Callable[[], T], timeout_s: float) -> T:
         """Wait (at most ``timeout_s`` real seconds) until ``predicate()`` is truthy; returns it."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
@@ -182,7 +186,7 @@ class TelegramStubServer:
         self._next_message_id += 1
         return message_id
 
-    def _push(self, body: dict[str, Any]) -> int:
+    def _push(self, body: dict[str, WireJson]) -> int:
         with self._cond:
             update = {"update_id": self._next_update_id, **body}
             self._next_update_id += 1
@@ -191,7 +195,7 @@ class TelegramStubServer:
             webhook = self.webhook_url
         if webhook:
             threading.Thread(target=self._post_to_webhook, name="telegram-stub-webhook", daemon=True).start()
-        return update["update_id"]
+        return int(update["update_id"])
 
     def _post_to_webhook(self) -> None:
         """Deliver pending updates in order to the webhook (one at a time, as Telegram does)."""
@@ -222,7 +226,7 @@ class TelegramStubServer:
             with self._cond:
                 self._posting = False
 
-    def _call(self, method: str, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def _call(self, method: str, params: dict[str, WireJson]) -> tuple[int, dict[str, WireJson]]:
         with self._cond:
             self.calls.append((method, params))
             faults = self._faults.get(method)
@@ -243,12 +247,12 @@ class TelegramStubServer:
             self._cond.notify_all()
         return 200, {"ok": True, "result": result}
 
-    def _api_getMe(self, params: dict[str, Any]) -> Any:  # noqa: N802 - the Bot API's names
+    def _api_getMe(self, params: dict[str, WireJson]) -> object:  # noqa: N802 - the Bot API's names
         return {"id": int(self.token.split(":")[0]), "is_bot": True, "first_name": "Corvid",
                 "username": self.bot_username, "can_join_groups": True, "can_read_all_group_messages": False,
                 "supports_inline_queries": False}
 
-    def _api_getUpdates(self, params: dict[str, Any]) -> Any:  # noqa: N802
+    def _api_getUpdates(self, params: dict[str, WireJson]) -> object:  # noqa: N802
         offset = int(params.get("offset") or 0)
         limit = int(params.get("limit") or 100)
         deadline = time.monotonic() + min(float(params.get("timeout") or 0), MAX_POLL_S)
@@ -262,7 +266,7 @@ class TelegramStubServer:
                 self._cond.wait(min(deadline - time.monotonic(), 0.05))
             return [dict(u) for u in self._updates[:limit]]
 
-    def _check_text(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+    def _check_text(self, params: dict[str, WireJson]) -> tuple[int, dict[str, WireJson]] | None:
         text = str(params.get("text", ""))
         plain = text
         if params.get("parse_mode") == "MarkdownV2":
@@ -276,12 +280,12 @@ class TelegramStubServer:
             return 400, _error(400, "Bad Request: message is too long")
         return None
 
-    def _api_sendMessage(self, params: dict[str, Any]) -> Any:  # noqa: N802
+    def _api_sendMessage(self, params: dict[str, WireJson]) -> object:  # noqa: N802
         if (problem := self._check_text(params)) is not None:
             return problem
         chat_id = int(params["chat_id"])
         with self._cond:
-            message = {"message_id": self._take_message_id(), "date": _now(),
+            message: dict[str, WireJson] = {"message_id": self._take_message_id(), "date": _now(),
                        "chat": {"id": chat_id, "type": "private"},
                        "from": self._api_getMe({}), "text": _plain(params)}
             if params.get("reply_markup"):
@@ -289,7 +293,7 @@ class TelegramStubServer:
             self.messages[message["message_id"]] = message
             return dict(message)
 
-    def _api_editMessageText(self, params: dict[str, Any]) -> Any:  # noqa: N802
+    def _api_editMessageText(self, params: dict[str, WireJson]) -> object:  # noqa: N802
         if (problem := self._check_text(params)) is not None:
             return problem
         with self._cond:
@@ -304,17 +308,17 @@ class TelegramStubServer:
                 message.pop("reply_markup", None)
             return dict(message)
 
-    def _api_answerCallbackQuery(self, params: dict[str, Any]) -> Any:  # noqa: N802
+    def _api_answerCallbackQuery(self, params: dict[str, WireJson]) -> object:  # noqa: N802
         with self._cond:
             self.answered_callbacks.append(dict(params))
         return True
 
-    def _api_sendChatAction(self, params: dict[str, Any]) -> Any:  # noqa: N802
+    def _api_sendChatAction(self, params: dict[str, WireJson]) -> object:  # noqa: N802
         with self._cond:
             self.chat_actions.append((int(params["chat_id"]), str(params.get("action", ""))))
         return True
 
-    def _api_setWebhook(self, params: dict[str, Any]) -> Any:  # noqa: N802
+    def _api_setWebhook(self, params: dict[str, WireJson]) -> object:  # noqa: N802
         with self._cond:
             self.webhook_url = str(params.get("url", ""))
             self.webhook_secret = str(params.get("secret_token", ""))
@@ -325,14 +329,14 @@ class TelegramStubServer:
             threading.Thread(target=self._post_to_webhook, daemon=True).start()
         return True
 
-    def _api_deleteWebhook(self, params: dict[str, Any]) -> Any:  # noqa: N802
+    def _api_deleteWebhook(self, params: dict[str, WireJson]) -> object:  # noqa: N802
         with self._cond:
             self.webhook_url = self.webhook_secret = ""
             if params.get("drop_pending_updates"):
                 self._updates.clear()
         return True
 
-    def _api_getWebhookInfo(self, params: dict[str, Any]) -> Any:  # noqa: N802
+    def _api_getWebhookInfo(self, params: dict[str, WireJson]) -> object:  # noqa: N802
         with self._cond:
             return {"url": self.webhook_url, "has_custom_certificate": False,
                     "pending_update_count": len(self._updates)}
@@ -359,7 +363,7 @@ class TelegramStubServer:
                 status, payload = stub._call(path.path[len(prefix):], params)
                 self._reply(status, payload)
 
-            def _reply(self, status: int, payload: dict[str, Any]) -> None:
+            def _reply(self, status: int, payload: dict[str, WireJson]) -> None:
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -370,17 +374,17 @@ class TelegramStubServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a cancelled long poll): nothing to tell it
 
-            def log_message(self, *args: Any) -> None:
+            def log_message(self, *args: object) -> None:
                 pass
 
         return Handler
 
 
-def _params(body: bytes, content_type: str, query: str) -> dict[str, Any]:
+def _params(body: bytes, content_type: str, query: str) -> dict[str, WireJson]:
     if "json" in content_type and body:
         return dict(json.loads(body))
     fields = urllib.parse.parse_qs(body.decode() if body else query, keep_blank_values=True)
-    params: dict[str, Any] = {}
+    params: dict[str, WireJson] = {}
     for key, values in fields.items():
         value = values[-1]
         if key in _STRING_FIELDS:
@@ -411,13 +415,13 @@ def _parse_markdown_v2(text: str) -> tuple[str, str | None]:
     return "".join(out), None
 
 
-def _plain(params: dict[str, Any]) -> str:
+def _plain(params: dict[str, WireJson]) -> str:
     text = str(params.get("text", ""))
     return _parse_markdown_v2(text)[0] if params.get("parse_mode") == "MarkdownV2" else text
 
 
-def _error(code: int, description: str, parameters: dict[str, Any] | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"ok": False, "error_code": code, "description": description}
+def _error(code: int, description: str, parameters: dict[str, WireJson] | None = None) -> dict[str, WireJson]:
+    body: dict[str, WireJson] = {"ok": False, "error_code": code, "description": description}
     if parameters:
         body["parameters"] = parameters
     return body

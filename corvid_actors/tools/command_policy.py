@@ -232,7 +232,7 @@ class CommandApprovalPolicy:
 
 def default_approval_policy(spec: Any) -> CommandApprovalPolicy:
     """The configured command approval policy for one incarnation, from its
-    :class:`~corvid_actors.wiring.LoopSpec` (the Runtime's default ``approval_policy_factory``)."""
+    :class:`~corvid_actors.loop_factories.LoopSpec` (the Runtime's default ``approval_policy_factory``)."""
     c = spec.config.command_policy
     settings = CommandPolicySettings(enabled=c.enabled, allowlist=c.allowlist,
                                      auto_approve_modes=c.auto_approve_modes)

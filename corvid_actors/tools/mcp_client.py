@@ -35,19 +35,24 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loguru import logger
 
-from corvid_actors.config import McpConfig
 from corvid_actors.events import Event, SystemEvent
+from corvid_actors.jsontypes import JsonObject, WireJson
 from corvid_actors.providers.base import ToolSpec
+from corvid_actors.tool_sections import McpConfig
 from corvid_actors.tools.base import Tool, ToolContext, ToolKind, ToolRegistry, ToolResult
 from corvid_actors.tools.coding_base import truncate_middle
 from corvid_actors.tools.env import safe_env
 from corvid_actors.tools.mcp_connection import McpConnection, McpLimits, McpServerSpec, McpToolInfo
-from corvid_actors.tools.sandbox import SandboxUnavailable, current_sandbox
+from corvid_actors.tools.sandbox import Sandbox, SandboxUnavailable, current_sandbox
+
+if TYPE_CHECKING:  # the MCP SDK is an optional dependency
+    from mcp.types import CallToolResult
 
 __all__ = [
     "MCP_TOOL_PREFIX", "McpServerSpec", "McpToolSource", "SessionTools", "add_mcp_server",
@@ -62,6 +67,72 @@ MAX_TOOL_NAME_CHARS = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 #: hex digits of the hash that keeps a shortened name unique
 _HASH_CHARS = 8
+
+
+class _AgentRow(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+
+
+class _SessionRow(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+class _ProjectRow(Protocol):
+    @property
+    def working_dir(self) -> str: ...
+
+
+class _McpServerRow(Protocol):
+    """A ``mcp_server_configs`` row as the hook reads it."""
+
+    @property
+    def agent_id(self) -> str | None: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def command(self) -> str: ...
+    @property
+    def args(self) -> str | None: ...
+    @property
+    def env_vars(self) -> str | None: ...
+    @property
+    def cwd(self) -> str: ...
+    @property
+    def enabled(self) -> bool: ...
+
+
+class McpSessionContext(Protocol):
+    """What the hook reads of the session being built (``db.store.SessionContext`` has it:
+    declared here so the tools layer does not import the store)."""
+
+    @property
+    def session(self) -> _SessionRow: ...
+    @property
+    def agent(self) -> _AgentRow | None: ...
+    @property
+    def project(self) -> _ProjectRow | None: ...
+    @property
+    def agent_tool_base(self) -> tuple[str, ...] | None: ...
+    def tool_permissions(self, defaults: Sequence[str]) -> tuple[str, ...] | None: ...
+
+
+class McpConfigStore(Protocol):
+    """The store's MCP server configs (``db.store.Store`` has it)."""
+
+    def mcp_server_configs(self, agent_id: str | None) -> Sequence[_McpServerRow]: ...
+
+
+class McpConfigWriter(Protocol):
+    """What :func:`add_mcp_server` writes through: the store's transaction and its
+    peewee models (``m``, the ORM's own dynamic classes)."""
+
+    m: Any
+
+    def transaction(self) -> AbstractContextManager[None]: ...
 
 
 class SessionTools(ToolRegistry):
@@ -89,7 +160,7 @@ class SessionTools(ToolRegistry):
 # --- which servers a session gets --------------------------------------------------------------
 
 
-def _spec(name: str, row: Mapping[str, Any]) -> McpServerSpec:
+def _spec(name: str, row: Mapping[str, WireJson]) -> McpServerSpec:
     return McpServerSpec(
         name=name, command=str(row.get("command", "")), args=tuple(str(a) for a in row.get("args", ())),
         env={str(k): str(v) for k, v in dict(row.get("env") or {}).items()},
@@ -109,14 +180,15 @@ def resolve_servers(layers: Iterable[Iterable[McpServerSpec]]) -> list[McpServer
     return [spec for spec in merged.values() if spec.enabled]
 
 
-def _matches(agent: Any | None, names: Sequence[str]) -> bool:
+def _matches(agent: _AgentRow | None, names: Sequence[str]) -> bool:
     if agent is None:
         return False
     wanted = {n.lower() for n in names}
     return str(agent.id).lower() in wanted or str(agent.name).lower() in wanted
 
 
-def servers_for_agent(config: McpConfig, store: Any | None, agent: Any | None) -> list[McpServerSpec]:
+def servers_for_agent(config: McpConfig, store: McpConfigStore | None,
+                      agent: _AgentRow | None) -> list[McpServerSpec]:
     """The servers a session of ``agent`` gets: config global < config for the agent <
     store global < store for the agent (see :func:`resolve_servers`)."""
     rows = config.servers.items()
@@ -135,10 +207,10 @@ def servers_for_agent(config: McpConfig, store: Any | None, agent: Any | None) -
     return resolve_servers(layers)
 
 
-def add_mcp_server(store: Any, name: str, command: str, *, args: Sequence[str] = (),
+def add_mcp_server(store: McpConfigWriter, name: str, command: str, *, args: Sequence[str] = (),
                    env: Mapping[str, str] | None = None, cwd: str = "", agent_id: str | None = None,
                    enabled: bool = True) -> Any:
-    """Store an MCP server config (``agent_id`` None: every agent). Returns the row."""
+    """Store an MCP server config (``agent_id`` None: every agent). Returns the (peewee) row."""
     with store.transaction():
         return store.m.McpServerConfig.create(
             agent=agent_id, name=name, command=command, args=json.dumps(list(args)),
@@ -177,7 +249,7 @@ def namespaced_tool_name(server: str, tool: str, taken: set[str]) -> str:
     return name
 
 
-def _block_text(block: Any) -> str:
+def _block_text(block: Any) -> str:  # an MCP SDK content block, told apart by its type field
     kind = getattr(block, "type", "")
     if kind == "text":
         return str(block.text)
@@ -192,7 +264,7 @@ def _block_text(block: Any) -> str:
     return f"[{kind or 'unknown'} content]"
 
 
-def render_result(result: Any, limit: int) -> ToolResult:
+def render_result(result: CallToolResult, limit: int) -> ToolResult:
     """A ``CallToolResult`` as the text the model sees (cut in the middle past ``limit``)."""
     parts = [_block_text(block) for block in result.content or ()]
     if not parts and result.structured_content is not None:
@@ -202,7 +274,7 @@ def render_result(result: Any, limit: int) -> ToolResult:
     return ToolResult(shown, is_error=bool(result.is_error), full_output=text if shown != text else None)
 
 
-def _schema(info: McpToolInfo) -> dict[str, Any]:
+def _schema(info: McpToolInfo) -> JsonObject:
     schema = dict(info.input_schema)
     schema.setdefault("type", "object")
     schema.setdefault("properties", {})
@@ -216,7 +288,7 @@ def connection_tools(connection: McpConnection, taken: set[str]) -> list[Tool]:
         name = namespaced_tool_name(connection.spec.name, info.name, taken)
         description = info.description or f"Tool {info.name} of the MCP server {connection.spec.name}"
 
-        def handler(args: dict[str, Any], ctx: ToolContext, _tool: str = info.name) -> ToolResult:
+        def handler(args: dict[str, WireJson], ctx: ToolContext, _tool: str = info.name) -> ToolResult:
             return connection.call(_tool, args if isinstance(args, dict) else {}, ctx.cancel)
 
         tools.append(Tool(ToolSpec(name, description, _schema(info)), ToolKind.OTHER, handler))
@@ -236,7 +308,7 @@ class McpToolSource:
         output_limit: characters of a tool result the model sees.
     """
 
-    def __init__(self, config: McpConfig, store: Any | None = None, *,
+    def __init__(self, config: McpConfig, store: McpConfigStore | None = None, *,
                  publish: Callable[[str, Event], None] | None = None, output_limit: int = 8000) -> None:
         self.config = config
         self.store = store
@@ -245,7 +317,7 @@ class McpToolSource:
         self.limits = McpLimits(connect_timeout_s=config.connect_timeout_s, call_timeout_s=config.call_timeout_s,
                                 stderr_tail_chars=config.stderr_tail_chars)
 
-    def __call__(self, ctx: Any) -> SessionTools:
+    def __call__(self, ctx: McpSessionContext) -> SessionTools:
         session_id = ctx.session.id
         # Only an explicit tool list narrows anything: without one every tool is allowed.
         allowed = ctx.tool_permissions(defaults=()) if ctx.agent_tool_base is not None else None
@@ -280,7 +352,7 @@ class McpToolSource:
         return SessionTools(tools, closers=[c.close for c in connections], notices=notices)
 
     def _connection(self, spec: McpServerSpec, session_id: str, project_dir: str | None,
-                    sandbox: Any = None) -> McpConnection:
+                    sandbox: Sandbox | None = None) -> McpConnection:
         publish = self.publish
 
         def on_lost(message: str) -> None:
@@ -294,7 +366,7 @@ class McpToolSource:
                              argv=argv, on_end=on_end)
 
 
-def sandboxed_argv(sandbox: Any, spec: McpServerSpec,
+def sandboxed_argv(sandbox: Sandbox | None, spec: McpServerSpec,
                    cwd: str | None) -> tuple[list[str] | None, Callable[[], None] | None]:
     """The command line starting ``spec`` through the OS sandbox launcher, and what to do
     when the server has ended; (None, None) to start it as configured (no launcher, mode
@@ -316,4 +388,9 @@ def sandboxed_argv(sandbox: Any, spec: McpServerSpec,
     named = [program, *(a for a in spec.args if os.path.isabs(a) and os.path.isfile(a))]
     launch = sandbox.wrap([program, *spec.args], project_dir=cwd, network=spec.network,
                           readable_files=named)
-    return launch.argv, lambda: launch.finish(sandbox, sandbox.patterns)
+    active = sandbox
+
+    def on_end() -> None:
+        launch.finish(active, active.patterns)
+
+    return launch.argv, on_end

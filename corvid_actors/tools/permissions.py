@@ -16,8 +16,8 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
 
+from corvid_actors.jsontypes import WireJson
 from corvid_actors.tools.base import (
     Permission,
     PermissionCheck,
@@ -90,7 +90,7 @@ _PATH_KEYS = frozenset({"path", "file", "filename", "target", "destination", "de
 _COMMAND_KEYS = ("command", "cmd", "script")
 
 
-def _path_values(args: Mapping[str, Any]) -> Iterator[str]:
+def _path_values(args: Mapping[str, object]) -> Iterator[str]:
     """Every string under a path-like key, including lists and ``files[].file_path``."""
     for key, value in args.items():
         pathish = key.lower() in _PATH_KEYS or key.lower().endswith("path")
@@ -107,7 +107,7 @@ def _path_values(args: Mapping[str, Any]) -> Iterator[str]:
 
 
 def _protected_denial(
-    tool: Tool, args: Mapping[str, Any], project_dir: str, patterns: tuple[str, ...]
+    tool: Tool, args: Mapping[str, object], project_dir: str, patterns: tuple[str, ...]
 ) -> str | None:
     for value in _path_values(args):
         if is_protected(project_dir, value, patterns):
@@ -142,7 +142,7 @@ def make_permission_check(
     root = os.fspath(project_dir)
     patterns = tuple(protected_patterns) or DEFAULT_PROTECTED_PATTERNS
 
-    def check(name: str, args: dict[str, Any]) -> PermissionDecision:
+    def check(name: str, args: dict[str, WireJson]) -> PermissionDecision:
         tool = tools.get(name)
         if tool is None:
             return PermissionDecision(Permission.DENY, message=f"Unknown tool: {name}")

@@ -11,25 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from corvid_actors.config import (
-    ENV_OVERRIDES,
-    Config,
-    SupervisorConfig,
-    default_toml_text,
-    from_dict,
-    load_config,
-    to_dict,
-)
+from corvid_actors.config import ENV_OVERRIDES, Config, from_dict, load_config, to_dict
+from corvid_actors.config_schema import default_toml_text
+from corvid_actors.config_sections import SupervisorConfig
 from corvid_actors.errors import ConfigError, CorvidError
 from corvid_actors.providers.text_tools import DEFAULT_TEXT_TOOL_FAMILIES
+from corvid_actors.tools.paths import DEFAULT_PROTECTED_PATTERNS
 
 REPO_TOML = Path(__file__).resolve().parents[2] / "config" / "default.toml"
 
-#: keys whose dataclass default deliberately differs from default.toml:
-#: tools.protected_patterns defaults to () in the dataclass, which the tools layer reads
-#: as "the built-in list" (tools.paths.DEFAULT_PROTECTED_PATTERNS); the file names its
-#: list so an operator sees and edits it.
-DATACLASS_DIFFERS = {("tools", "protected_patterns")}
 #: credentials come from the environment only, never from a file
 ENV_ONLY = {("providers", "anthropic_api_key")}
 
@@ -90,17 +80,20 @@ def test_default_toml_names_every_key_and_agrees_with_the_dataclasses() -> None:
         in_code = {(section, key) for key in values}
         assert in_file == in_code - ENV_ONLY, section
         for key, value in values.items():
-            if (section, key) in ENV_ONLY | DATACLASS_DIFFERS:
+            if (section, key) in ENV_ONLY:
                 continue
             in_toml = loaded[section][key]
             assert in_toml == value, f"{section}.{key}: default.toml {in_toml!r} != Config() {value!r}"
 
 
-def test_only_the_documented_keys_differ_from_config_defaults() -> None:
+def test_the_section_defaults_are_the_packaged_file() -> None:
+    # default.toml is the only place a default is written: Config() is the loaded file.
+    # (Until issue 17, tools.protected_patterns defaulted to () in code, "the built-in
+    # list"; the file names that list, so both now hold it.)
     toml_patterns = tuple(default_toml()["tools"]["protected_patterns"])
 
-    assert Config().tools.protected_patterns == ()  # () = the tools layer's built-in list
-    assert load_config(environ={}) == Config().replace(tools={"protected_patterns": toml_patterns})
+    assert Config().tools.protected_patterns == toml_patterns == DEFAULT_PROTECTED_PATTERNS
+    assert load_config(environ={}) == Config()
 
 
 def test_text_tool_families_default_is_the_providers_list() -> None:

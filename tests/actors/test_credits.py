@@ -20,7 +20,8 @@ from corvid_actors.actors.credits import (
     GrantCredits,
     payer_for,
 )
-from corvid_actors.config import Config, CreditsConfig, load_config
+from corvid_actors.config import Config, load_config
+from corvid_actors.config_sections import CreditsConfig
 from corvid_actors.db.ledger import Ledger
 from corvid_actors.db.store import Store
 from corvid_actors.errors import ConfigError

@@ -19,6 +19,7 @@ from corvid_actors.actors.slots import (
     admit,
 )
 from corvid_actors.actors.timers import Timers
+from corvid_actors.config_sections import SlotsConfig
 from corvid_actors.testing import SimClock
 
 
@@ -85,7 +86,7 @@ def pool():
     clock = SimClock()
     tracker = ActivityTracker()
     timers = Timers.start(tracker, clock)
-    ref = SlotPool.start(tracker, capacity=3, wait_timeout_s=300, timers=timers)
+    ref = SlotPool.start(tracker, config=SlotsConfig(max_parallel=3, wait_timeout_s=300), timers=timers)
     p = Pool(clock, tracker, ref, timers)
     clock.attach(tracker, p.settle)
     yield p
@@ -195,7 +196,7 @@ def test_a_request_heavier_than_the_pool_runs_alone_and_counts_as_the_whole_pool
     clock = SimClock()
     tracker = ActivityTracker()
     timers = Timers.start(tracker, clock)
-    p = Pool(clock, tracker, SlotPool.start(tracker, capacity=1, wait_timeout_s=300, timers=timers), timers)
+    p = Pool(clock, tracker, SlotPool.start(tracker, config=SlotsConfig(max_parallel=1, wait_timeout_s=300), timers=timers), timers)
     clock.attach(tracker, p.settle)
     try:
         p.acquire("big", 2)

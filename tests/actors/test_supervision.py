@@ -152,18 +152,17 @@ def test_a_refused_credit_charge_is_retried_through_the_timers(credit_runtime):
 
 
 def test_a_charge_given_up_after_every_retry_says_so(credit_runtime):
-    from corvid_actors.actors.credits import CHARGE_RETRY_ATTEMPTS
-
     rt = credit_runtime
+    attempts = rt.config.credits.charge_retry.max_attempts  # [credits.charge_retry]: 10
     rt.grant_credits("alice", 10)
     s = rt.create_session(source="chat", participant="alice")
     with StoreFault(rt.internals.store, "deduct", times=None) as fault:
         rt.start_process(s.id, "one")
         rt.settle()
-        for _ in range(CHARGE_RETRY_ATTEMPTS):
+        for _ in range(attempts):
             rt.clock.advance(30.0)
             rt.settle()
-        assert fault.raised == CHARGE_RETRY_ATTEMPTS
+        assert fault.raised == attempts == 10
     errors = [r.event for r in rt.recorder.of(s.id, "error") if r.event.error_type == "store_unavailable"]
     assert len(errors) == 1 and "given up" in errors[0].message
     assert rt.credit_balance("alice") == 10

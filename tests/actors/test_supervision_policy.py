@@ -2,7 +2,7 @@
 
 import pytest
 
-from corvid_actors.config import SupervisorConfig
+from corvid_actors.config_sections import SupervisorConfig
 from corvid_actors.errors import CorvidError, StoreUnavailableError
 from corvid_actors.supervision import (
     active_turns,

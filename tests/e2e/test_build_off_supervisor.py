@@ -102,7 +102,8 @@ def test_a_stop_during_the_build_is_honoured_at_once(make_e2e):
         starter.join(QUICK_S)
         assert not starter.is_alive() and started["pid"] is None  # it never ran
         assert not rt.is_running(stuck.id)
-        assert [r.type for r in e2e.recorder.of(stuck.id)][-1] == "session_stopped"
+        # the event reaches the recorder on the bus thread: wait for it (bounded)
+        _wait_for(lambda: [r.type for r in e2e.recorder.of(stuck.id)][-1:] == ["session_stopped"], QUICK_S)
         assert rt.internals.store.get_session(stuck.id).status == "stopped"
         rt.settle(CONNECT_S * 3)  # the build finishes (times out) and closes what it made
         assert live_processes(tag) == []

@@ -29,7 +29,7 @@ from corvid_actors.events import (
     Thinking,
     ToolStatus,
 )
-from corvid_actors.loop.direct import DirectLoop, DirectLoopSettings
+from corvid_actors.loop.direct import DirectLoop
 from corvid_actors.loop.direct_context import COUNCIL_REASONING_PROMPT, SUMMARY_REQUEST
 from corvid_actors.loop.effects import (
     AcquireSlot,
@@ -54,6 +54,7 @@ from corvid_actors.loop.effects import (
     UserMessage,
 )
 from corvid_actors.loop.nudges import HALLUCINATION_NUDGE, NudgeReason, nudge_message
+from corvid_actors.loop.settings import DirectLoopSettings
 from corvid_actors.loop.summaries import CONTEXT_SUMMARY_HEADER, TRIM_SUMMARY_HEADER
 from corvid_actors.providers.base import (
     ChatMessage,

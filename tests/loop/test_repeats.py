@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from corvid_actors.loop.direct import DirectLoopSettings
 from corvid_actors.loop.repeats import (
     RepeatTracker,
     StallKind,
@@ -12,6 +11,7 @@ from corvid_actors.loop.repeats import (
     normalize_call,
     step_key,
 )
+from corvid_actors.loop.settings import DirectLoopSettings
 from corvid_actors.providers.base import ToolCall
 
 SETTINGS = DirectLoopSettings()

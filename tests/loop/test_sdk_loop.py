@@ -40,8 +40,9 @@ from corvid_actors.loop.effects import (
     UserMessage,
 )
 from corvid_actors.loop.retry import RetrySettings
-from corvid_actors.loop.sdk import SdkLoop, SdkLoopSettings
+from corvid_actors.loop.sdk import SdkLoop
 from corvid_actors.loop.sdk_compaction import needs_compaction, next_signal
+from corvid_actors.loop.settings import SdkLoopSettings
 from corvid_actors.providers.base import (
     ChatMessage,
     ErrorKind,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from corvid_actors.loop.direct import DirectLoopSettings
+from corvid_actors.loop.settings import DirectLoopSettings
 from corvid_actors.loop.tool_results import cap_tool_result, max_tool_result_chars
 
 SETTINGS = DirectLoopSettings()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corvid_actors.loop.direct import DirectLoopSettings
+from corvid_actors.loop.settings import DirectLoopSettings
 from corvid_actors.loop.summaries import (
     CONTEXT_SUMMARY_HEADER,
     TRIM_SUMMARY_HEADER,

@@ -11,10 +11,11 @@ from pathlib import Path
 import mcp_types
 import pytest
 
-from corvid_actors.config import Config, McpConfig
+from corvid_actors.config import Config
 from corvid_actors.db.store import Store
 from corvid_actors.errors import ConfigError
 from corvid_actors.providers.base import CancelToken
+from corvid_actors.tool_sections import McpConfig
 from corvid_actors.tools.base import ToolContext
 from corvid_actors.tools.env import safe_env
 from corvid_actors.tools.mcp_client import (

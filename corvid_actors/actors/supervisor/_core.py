@@ -69,7 +69,7 @@ class SupervisorCore:
         self.live = live
         self.me: pykka.ActorRef[Any] | None = None
         self.writes = PendingWrites(timers=timers, owner=None, key=("supervisor", "write-retry"),
-                                    publish=self.publish)
+                                    publish=self.publish, schedule=config.store.write_retry)
         self.running: dict[str, Incarnation] = {}
         self.meta: dict[str, Meta] = {}
         self.paused: dict[str, Paused] = {}

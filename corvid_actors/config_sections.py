@@ -1,0 +1,196 @@
+"""The runtime's config sections: each key's name, type and check (values: default.toml).
+
+One frozen dataclass per ``[section]`` of ``config/default.toml``; :func:`section` fills
+their defaults from that file (see :mod:`corvid_actors.config_schema`). The actors take
+their section directly (the slot pool its :class:`SlotsConfig`, the credit bank its
+:class:`CreditsConfig`). The loops' sections live in :mod:`corvid_actors.loop.settings`,
+the tools' in :mod:`corvid_actors.tool_sections`; :class:`corvid_actors.config.Config`
+holds them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+from pathlib import Path
+
+from corvid_actors.config_schema import (
+    AT_LEAST_ONE,
+    NON_NEGATIVE,
+    POSITIVE,
+    check,
+    env_only,
+    one_of,
+    section,
+)
+
+
+@section("supervisor")
+class SupervisorConfig:
+    session_timeout_s: float = field(metadata=POSITIVE)
+    timeout_extension_cap_factor: float = field(metadata=AT_LEAST_ONE)
+    timeout_fallback_check_s: float = field(metadata=POSITIVE)
+    restart_backoff_base_s: float = field(metadata=POSITIVE)
+    restart_backoff_multiplier: float = field(metadata=AT_LEAST_ONE)
+    max_restarts: int = field(metadata=NON_NEGATIVE)
+    stable_period_s: float = field(metadata=POSITIVE)
+    auto_resume_base_s: float = field(metadata=POSITIVE)
+    auto_resume_multiplier: float = field(metadata=AT_LEAST_ONE)
+    auto_resume_cap_s: float = field(metadata=POSITIVE)
+    auto_resume_max_attempts: int = field(metadata=NON_NEGATIVE)
+    orphan_prune_interval_s: float = field(metadata=POSITIVE)
+    session_idle_timeout_s: float = field(metadata=POSITIVE)
+    auto_restart_sources: tuple[str, ...]
+    council_model: str
+    sdk_pid_base: int = field(metadata=POSITIVE)
+    direct_pid_base: int = field(metadata=POSITIVE)
+    auto_resume_check_interval_s: float = field(metadata=POSITIVE)
+    idle_exit_loops: tuple[str, ...]
+
+
+@section("session")
+class SessionConfig:
+    max_turns_before_context_reset: int = field(metadata=AT_LEAST_ONE)
+    resume_history_messages: int = field(metadata=AT_LEAST_ONE)
+    resume_history_message_chars: int = field(metadata=AT_LEAST_ONE)
+    zero_turn_breaker_threshold: int = field(metadata=AT_LEAST_ONE)
+
+
+@section("providers")
+class ProvidersConfig:
+    default_provider: str
+    ollama_host: str
+    ollama_default_model: str
+    ollama_num_ctx: int = field(metadata=POSITIVE)
+    ollama_num_predict: int = field(metadata=POSITIVE)
+    ollama_keep_alive: str
+    ollama_request_timeout_s: float = field(metadata=POSITIVE)
+    #: passed to the Ollama provider as is: empty means "no model gets text-based tools"
+    ollama_text_tool_families: tuple[str, ...]
+    anthropic_base_url: str
+    anthropic_default_model: str
+    anthropic_max_tokens: int = field(metadata=POSITIVE)
+    anthropic_default_context_window: int = field(metadata=POSITIVE)
+    health_probe_timeout_s: float = field(metadata=POSITIVE)
+    #: USD per million tokens: input, output, cache read, cache write
+    anthropic_prices: dict[str, tuple[float, ...]]
+    #: credentials come from the environment only (ANTHROPIC_API_KEY); never from files
+    anthropic_api_key: str = env_only()
+
+
+@section("slots")
+class SlotsConfig:
+    """The SlotPool's section (``actors/slots.py``) and the model weights it admits by."""
+
+    max_parallel: int = field(metadata=AT_LEAST_ONE)
+    wait_timeout_s: float = field(metadata=NON_NEGATIVE)
+    heavy_model_min_b: float = field(metadata=POSITIVE)
+    medium_model_min_b: float = field(metadata=POSITIVE)
+    heavy_model_weight: int = field(metadata=AT_LEAST_ONE)
+    medium_model_weight: int = field(metadata=AT_LEAST_ONE)
+    light_model_weight: int = field(metadata=AT_LEAST_ONE)
+
+    def weight_for(self, parameter_size_b: float | None) -> int:
+        """A model's slot weight from its size in billions of parameters (unknown: light)."""
+        if parameter_size_b is None:
+            return self.light_model_weight
+        if parameter_size_b >= self.heavy_model_min_b:
+            return self.heavy_model_weight
+        if parameter_size_b >= self.medium_model_min_b:
+            return self.medium_model_weight
+        return self.light_model_weight
+
+
+@section("approvals")
+class ApprovalsConfig:
+    timeout_s: float = field(metadata=POSITIVE)
+    chat_timeout_s: float = field(metadata=POSITIVE)
+    mode: str = field(metadata=one_of("normal", "queued", "paused"))
+
+
+@section("store.write_retry")
+class RetrySchedule:
+    """Waits between the tries of something that must happen (a store write, a credit
+    charge), scheduled through the Timers actor: ``delays_s[n]`` before retry ``n + 1``,
+    the last delay repeating, at most ``max_attempts`` tries in all (the first included).
+    The same type is the ``[store.write_retry]`` and ``[credits.charge_retry]`` tables."""
+
+    delays_s: tuple[float, ...] = field(metadata=check(lambda v: min(v) >= 0, "must be delays >= 0"))
+    max_attempts: int = field(metadata=AT_LEAST_ONE)
+
+    def delay_s(self, failures: int) -> float:
+        """Seconds to wait after ``failures`` failed tries (1 for the first)."""
+        return self.delays_s[min(max(failures, 1), len(self.delays_s)) - 1]
+
+
+@section("credits")
+class CreditsConfig:
+    credits_per_turn: int = field(metadata=NON_NEGATIVE)
+    low_credit_threshold: int = field(metadata=NON_NEGATIVE)
+    free_credits_on_first_message: int = field(metadata=NON_NEGATIVE)
+    #: session sources whose turns cost credits
+    charged_sources: tuple[str, ...]
+    #: a charge the store refused is tried again on this schedule
+    charge_retry: RetrySchedule
+
+
+@section("store")
+class StoreConfig:
+    url: str
+    data_dir: str
+    sqlite_busy_timeout_ms: int = field(metadata=NON_NEGATIVE)
+    #: while the database is unreachable: first and longest wait between reconnect attempts
+    reconnect_backoff_initial_s: float = field(metadata=POSITIVE)
+    reconnect_backoff_max_s: float = field(metadata=POSITIVE)
+    #: writes an actor could not make are retried on this schedule (actors/retry.py)
+    write_retry: RetrySchedule
+
+    def resolved_url(self) -> str:
+        if self.url:
+            return self.url
+        return f"sqlite:///{Path(self.data_dir).expanduser() / 'corvid.db'}"
+
+
+_LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR")
+
+
+@section("daemon")
+class DaemonConfig:
+    """``corvid-actors serve``: the admin socket, logs, shutdown bound, model server choice."""
+
+    provider: str = field(metadata=one_of("auto", "ollama", "anthropic", "stub"))
+    provider_probe_timeout_s: float = field(metadata=POSITIVE)
+    stub_reply: str
+    stub_chunks: int = field(metadata=AT_LEAST_ONE)
+    stub_chunk_delay_s: float = field(metadata=NON_NEGATIVE)
+    shutdown_timeout_s: float = field(metadata=POSITIVE)
+    socket_name: str
+    pid_file_name: str
+    admin_token: str
+    admin_max_request_bytes: int = field(metadata=AT_LEAST_ONE)
+    admin_max_connections: int = field(metadata=AT_LEAST_ONE)
+    admin_client_timeout_s: float = field(metadata=POSITIVE)
+    follow_queue_events: int = field(metadata=AT_LEAST_ONE)
+    recent_events: int = field(metadata=AT_LEAST_ONE)
+    recent_event_sessions: int = field(metadata=AT_LEAST_ONE)
+    session_list_limit: int = field(metadata=AT_LEAST_ONE)
+    session_messages_shown: int = field(metadata=AT_LEAST_ONE)
+    max_credit_grant: int = field(metadata=AT_LEAST_ONE)
+    with_credits: bool
+    log_format: str = field(metadata=one_of("human", "json"))
+    log_level: str = field(metadata=check(lambda v: v.upper() in _LOG_LEVELS,
+                                          "must be a loguru level (DEBUG, INFO, WARNING, ...)"))
+    admin_max_send_bytes: int = field(metadata=AT_LEAST_ONE)
+    admin_auth_timeout_s: float = field(metadata=POSITIVE)
+    admin_idle_timeout_s: float = field(metadata=POSITIVE)
+
+
+@section("webhook")
+class WebhookConfig:
+    """The chat webhook transport (``corvid_actors.chat.webhook``): signatures, limits."""
+
+    signature_tolerance_s: float = field(metadata=POSITIVE)
+    allow_legacy_signatures: bool
+    max_body_bytes: int = field(metadata=AT_LEAST_ONE)
+    read_timeout_s: float = field(metadata=POSITIVE)
+    max_connections: int = field(metadata=AT_LEAST_ONE)
+    send_timeout_s: float = field(metadata=POSITIVE)

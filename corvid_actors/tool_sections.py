@@ -1,0 +1,104 @@
+"""The tools' config sections: ``[tools]``, ``[tools.sandbox]``, ``[mcp]``,
+``[corvid_tools]``, ``[command_policy]`` (names, types, checks; values: default.toml).
+
+See :mod:`corvid_actors.config_schema` for how the defaults are filled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import field
+from typing import Any
+
+from corvid_actors.config_schema import AT_LEAST_ONE, POSITIVE, one_of, section
+from corvid_actors.errors import ConfigError
+
+
+@section("tools.sandbox")
+class SandboxConfig:
+    """``[tools.sandbox]``: the OS sandbox of tool commands (``corvid_actors.tools.sandbox``)."""
+
+    mode: str = field(metadata=one_of("auto", "required", "off"))
+    bwrap_path: str
+    network_modes: tuple[str, ...]
+    network_agents: tuple[str, ...]
+    max_processes: int = field(metadata=AT_LEAST_ONE)
+    cpu_seconds: int = field(metadata=AT_LEAST_ONE)
+    max_file_bytes: int = field(metadata=AT_LEAST_ONE)
+    max_address_space_bytes: int = field(metadata=AT_LEAST_ONE)
+    hidden_paths: tuple[str, ...]
+    visible_paths: tuple[str, ...]
+    mask_walk_max_entries: int = field(metadata=AT_LEAST_ONE)
+
+
+@section("tools")
+class ToolsConfig:
+    output_truncate_chars: int = field(metadata=AT_LEAST_ONE)
+    command_timeout_default_s: float = field(metadata=POSITIVE)
+    command_timeout_max_s: float = field(metadata=POSITIVE)
+    #: empty means the built-in list (tools.paths.DEFAULT_PROTECTED_PATTERNS); never "none"
+    protected_patterns: tuple[str, ...]
+    sandbox: SandboxConfig
+
+
+@section("command_policy")
+class CommandPolicyConfig:
+    """Command approval policy: allowlisted simple commands skip the human (OpenAgent seed)."""
+
+    enabled: bool
+    allowlist: tuple[str, ...]
+    auto_approve_modes: tuple[str, ...]
+
+
+#: the keys of one ``[mcp.servers.NAME]`` table and the type each must have
+MCP_SERVER_KEYS: dict[str, tuple[type, ...]] = {
+    "command": (str,), "args": (list, tuple), "env": (Mapping,), "cwd": (str,), "enabled": (bool,),
+    "agents": (list, tuple), "sandbox": (bool,), "network": (bool,),
+}
+
+
+@section("mcp")
+class McpConfig:
+    """External MCP servers over stdio (``corvid_actors.tools.mcp_client``).
+
+    ``servers`` maps a server name to ``{command, args, env, cwd, enabled, agents}``
+    (``agents``: names or ids; empty = every agent). The store's ``mcp_server_configs``
+    rows add to these and win over an entry of the same name.
+    """
+
+    connect_timeout_s: float = field(metadata=POSITIVE)
+    call_timeout_s: float = field(metadata=POSITIVE)
+    stderr_tail_chars: int = field(metadata=AT_LEAST_ONE)
+    servers: dict[str, dict[str, Any]]
+    #: start every server in the OS sandbox of [tools.sandbox] (a server's own
+    #: ``sandbox = false`` opts it out; its ``network`` key, default true, gives it the network)
+    sandbox: bool
+
+    def __post_init__(self) -> None:
+        for name, row in self.servers.items():
+            where = f"mcp.servers.{name}"
+            for key, value in row.items():
+                if key not in MCP_SERVER_KEYS:
+                    raise ConfigError(f"unknown config key {where}.{key} (known: {', '.join(MCP_SERVER_KEYS)})")
+                if not isinstance(value, MCP_SERVER_KEYS[key]):
+                    raise ConfigError(f"config key {where}.{key} has the wrong type: {value!r}")
+            if not str(row.get("command", "")).strip():
+                raise ConfigError(f"config key {where}.command must name the server's executable")
+            if not all(isinstance(x, str) for x in [*row.get("args", ()), *row.get("agents", ())]):
+                raise ConfigError(f"config keys {where}.args and .agents must be lists of strings")
+            if not all(isinstance(v, str) for v in dict(row.get("env", {})).values()):
+                raise ConfigError(f"config key {where}.env must map names to strings")
+
+
+@section("corvid_tools")
+class CorvidToolsConfig:
+    """The runtime's own ``corvid_*`` tools (``corvid_actors.tools.corvid_tools``)."""
+
+    #: MAX_INVOKE_DEPTH: a session at a deeper depth may not message another agent
+    max_agent_depth: int = field(metadata=AT_LEAST_ONE)
+    #: how long corvid_send_message waits for the recipient's reply (runtime clock)
+    agent_reply_timeout_s: float = field(metadata=POSITIVE)
+    #: agent-sourced sessions lose corvid_send_message / corvid_list_agents (no recursion)
+    restrict_agent_sessions: bool
+    extend_timeout_min_minutes: float = field(metadata=POSITIVE)
+    extend_timeout_max_minutes: float = field(metadata=POSITIVE)
