@@ -143,10 +143,8 @@ class WebhookTransport:
     def bind_runtime(self, runtime: Any) -> None:
         """Called by the bridge before :meth:`start`: the runtime's store keeps the replay
         window (durable) and its clock tells the time, unless given explicitly."""
-        if self.replays is None and getattr(runtime, "store", None) is not None:
-            from corvid_actors.db.replays import ReplayStore
-
-            self.replays = ReplayStore(runtime.store)
+        if self.replays is None and callable(getattr(runtime, "replay_store", None)):
+            self.replays = runtime.replay_store()
         if self.clock is None:
             self.clock = getattr(runtime, "clock", None)
 
