@@ -33,10 +33,10 @@ def create_sessions(runtime: Any, workdir: Path, n: int) -> list[str]:
     loop calls the model once per user message, as a chat bot's session does)."""
     project_dir = workdir / "project"
     project_dir.mkdir(exist_ok=True)
-    project = runtime.store.create_project("bench", project_dir)
-    agent = runtime.store.create_agent("bench-agent", provider="ollama", model=BENCH_MODEL,
-                                       permission_mode="full-auto", system_prompt="You are a benchmark.",
-                                       tool_permissions=[])
+    project = runtime.create_project("bench", project_dir)
+    agent = runtime.create_agent("bench-agent", provider="ollama", model=BENCH_MODEL,
+                                 permission_mode="full-auto", system_prompt="You are a benchmark.",
+                                 tool_permissions=[])
     return [runtime.create_session(agent_id=agent.id, project_id=project.id, name=f"s{i}").id
             for i in range(n)]
 

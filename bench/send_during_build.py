@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         stuck = runtime.create_session(source="web").id
         entered, release = threading.Event(), threading.Event()
-        build = runtime.builder.build
+        build = runtime.internals.builder.build
 
         def hanging(ctx: Any) -> Any:
             if ctx.session.id == stuck:
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 release.wait(HOLD_S)
             return build(ctx)
 
-        runtime.builder.build = hanging
+        runtime.internals.builder.build = hanging
         starter = threading.Thread(target=runtime.start_process, args=(stuck, "hi"), daemon=True)
         starter.start()
         entered.wait(10)

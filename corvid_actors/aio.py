@@ -111,7 +111,7 @@ class AsyncRuntime:
 
     async def run_blocking(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """``fn(*args, **kwargs)`` on this runtime's threads: for blocking work without an
-        awaitable here (a store read such as ``runtime.store.ensure_agent``, your own I/O).
+        awaitable here (a store read such as ``runtime.ensure_agent``, your own I/O).
         Cancelling the caller stops the waiting only, as for every method."""
         return await self._call(fn, *args, **kwargs)
 

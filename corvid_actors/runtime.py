@@ -9,14 +9,19 @@ EventBus thread — hand work to another thread or use ``tell``-style methods th
     runtime.start_process(session.id, "hello")
     runtime.settle()
 
-Root policy (issue 16): the core actors (supervisor, slot pool, approval broker, credit
-bank, event bus, timers, store watch — and whatever a host adds with :meth:`Runtime.watch`,
-e.g. the daemon's admin actor) survive a bad message each (``actors/base.py``). If one
-dies anyway — a bug, or someone stopped its ref — the runtime does not go on half alive:
-it logs the failure, shuts down cleanly (sessions stopped and marked for resume, the same
-rows the next start-up resumes: the state is rebuilt from the store by a restart), and
-tells its ``on_fatal`` listeners, so the daemon exits non-zero for its process supervisor
-to restart it. Every later call raises ``RuntimeStoppedError`` naming the failure.
+It is a facade: programs use its methods, never its actors or its store. It is assembled
+from three parts, one module each:
+
+- :mod:`corvid_actors.runtime_tree` builds the store, the providers and the actor tree,
+  held in one :class:`~corvid_actors.runtime_tree.RuntimeInternals` (``runtime.internals``:
+  for ``corvid_actors.testing``, the daemon's admin wiring and tests only);
+- :mod:`corvid_actors.runtime_reads`: the read-only queries;
+- :mod:`corvid_actors.runtime_lifecycle`: settle, stop, shut down, and the root policy (a
+  core actor that dies shuts the whole runtime down; every later call raises
+  ``RuntimeStoppedError`` naming the failure).
+
+This module adds the commands: sessions started, resumed, stopped and messaged, events
+subscribed, approvals resolved, credits granted and charged, agents and sessions created.
 """
 
 from __future__ import annotations
@@ -26,44 +31,24 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import pykka
-from loguru import logger
-
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
-from corvid_actors.actors.base import ActivityAware, ActivityTracker, tell
-from corvid_actors.actors.credits import (
-    BindSupervisor,
-    ChargeTurn,
-    CreditBank,
-    GetBalance,
-    GetTransactions,
-    GrantCredits,
-    OpenAccount,
-)
+from corvid_actors.actors.base import ActivityAware, ActivityTracker
+from corvid_actors.actors.credits import ChargeTurn, GrantCredits, OpenAccount
 from corvid_actors.actors.events import (
-    BusStats,
-    EventBus,
     EventCallback,
-    Publish,
     Subscribe,
     SubscribeAll,
     Unsubscribe,
     UnsubscribeAll,
 )
-from corvid_actors.actors.live import LiveSessions
 from corvid_actors.actors.session_messages import UserInput
-from corvid_actors.actors.slots import SlotPool, SlotStats
-from corvid_actors.actors.timers import Timers, TimerStats
-from corvid_actors.actors.watchdog import StoreWatch
 from corvid_actors.clock import Clock, RealClock
 from corvid_actors.config import Config, load_config
 from corvid_actors.content import UserContent, content_blocks, text_parts
+from corvid_actors.db.replays import ReplayStore
 from corvid_actors.db.store import Store
-from corvid_actors.errors import ConfigError, RuntimeStoppedError, StoreError
-from corvid_actors.events import ErrorEvent, SessionError
-from corvid_actors.loop.observation import OPERATOR_OUTPUT_ROLE, parse_operator_record
-from corvid_actors.loop.plan import plan_from_json
+from corvid_actors.errors import RuntimeStoppedError
 from corvid_actors.loop_factories import (
     ApprovalPolicyFactory,
     HistoryPolicyFactory,
@@ -71,38 +56,18 @@ from corvid_actors.loop_factories import (
     LoopSpec,
 )
 from corvid_actors.providers.base import Provider
+from corvid_actors.runtime_lifecycle import RuntimeLifecycle
+from corvid_actors.runtime_tree import open_store, resolve_providers, start_actor_tree
 from corvid_actors.session_control import RuntimeSessionControl, session_tools_hook
 from corvid_actors.tools.base import ToolRegistry
+from corvid_actors.tools.mcp_client import add_mcp_server
 from corvid_actors.vocabulary import PermissionCheck
 from corvid_actors.wiring import SessionBuilder, ToolRun
 
 __all__ = ["Runtime", "LoopSpec"]
 
 
-def default_providers(config: Config) -> dict[str, Provider]:
-    """Ollama always (it is local); Anthropic when an API key is configured."""
-    from corvid_actors.providers.ollama import OllamaProvider
-
-    p = config.providers
-    providers: dict[str, Provider] = {
-        "ollama": OllamaProvider(
-            p.ollama_host, num_ctx=p.ollama_num_ctx, num_predict=p.ollama_num_predict,
-            keep_alive=p.ollama_keep_alive, text_tool_families=p.ollama_text_tool_families,
-            request_timeout_s=p.ollama_request_timeout_s,
-        )
-    }
-    if p.anthropic_api_key:
-        from corvid_actors.providers.anthropic import AnthropicProvider, ModelPrice
-
-        providers["anthropic"] = AnthropicProvider(
-            p.anthropic_api_key, base_url=p.anthropic_base_url or None, max_tokens=p.anthropic_max_tokens,
-            prices={name: ModelPrice(*row) for name, row in p.anthropic_prices.items()},
-            default_context_window=p.anthropic_default_context_window,
-        )
-    return providers
-
-
-class Runtime:
+class Runtime(RuntimeLifecycle):
     """The runtime. See the module docstring; every collaborator is injectable.
 
     Args:
@@ -150,68 +115,41 @@ class Runtime:
         history_policy_factory: HistoryPolicyFactory | None = None,
         runtime_tools: bool = True,
     ) -> None:
-        self.config = config or load_config()
-        self.clock: Clock = clock or RealClock()
-        self.tracker = ActivityTracker()
+        self._config = config = config or load_config()
+        self._clock = clock = clock or RealClock()
+        self._tracker = tracker = ActivityTracker()
         self._owns_store = store is None
-        sc = self.config.store
-        self.store = store or Store(store_url or sc.resolved_url(), busy_timeout_ms=sc.sqlite_busy_timeout_ms,
-                                    reconnect_backoff_s=(sc.reconnect_backoff_initial_s, sc.reconnect_backoff_max_s),
-                                    monotonic=self.clock.monotonic)
-        if callable(providers) and not isinstance(providers, Mapping):
-            providers = providers(self.config)
-        self.providers = dict(providers) if providers is not None else default_providers(self.config)
+        store = store or open_store(config, clock, store_url)
+        providers = resolve_providers(providers, config)
         # corvid_* tools (over a SessionControl of this runtime) and the agents' external MCP
         # servers, after the host's extra_tools
-        tools_hook = (session_tools_hook(RuntimeSessionControl(self), self.config, self.store, extra_tools)
+        tools_hook = (session_tools_hook(RuntimeSessionControl(self), config, store, extra_tools)
                       if runtime_tools else extra_tools)
-        self.builder = SessionBuilder(
-            config=self.config, clock=self.clock, providers=self.providers,
+        builder = SessionBuilder(
+            config=config, clock=clock, providers=providers,
             tool_registry_factory=tool_registry_factory, loops=loops, loop_for_provider=loop_for_provider,
             permission_check_factory=permission_check_factory,
             workspace_dir=Path(workspace_dir) if workspace_dir else None, extra_tools=tools_hook,
             approval_policy_factory=approval_policy_factory, history_policy_factory=history_policy_factory,
         )
-        self.builder.bind_store(self.store)
+        builder.bind_store(store)
         self._stopped = False
-        self.stale_session_ids: list[str] = self.store.reset_stale_sessions() if reset_stale else []
+        #: the sessions this start-up found left ``running`` (reset and marked for resume)
+        self.stale_session_ids: list[str] = store.reset_stale_sessions() if reset_stale else []
 
-        if isinstance(self.clock, ActivityAware):  # the simulated clock settles us after each timer
-            self.clock.attach(self.tracker, self.settle)
-        self.clock.start()
-        t = self.tracker
-        #: why the runtime failed (a core actor died), or None; see the module docstring
-        self.failure: str | None = None
+        if isinstance(clock, ActivityAware):  # the simulated clock settles us after each timer
+            clock.attach(tracker, self.settle)
+        clock.start()
+        self._failure: str | None = None
         self._fatal_listeners: list[Callable[[str], None]] = []
         self._core: dict[str, str] = {}
         self._fail_lock = threading.Lock()
-        t.on_actor_exit = self._actor_exited
-        t.on_message_error = self._message_failed
-        self.timers = Timers.start(t, self.clock)
-        self.store_watch = StoreWatch.start(t, store=self.store, timers=self.timers,
-                                            backoff_s=(sc.reconnect_backoff_initial_s, sc.reconnect_backoff_max_s))
-        self.bus = EventBus.start(t)
-        self.slot_pool = SlotPool.start(t, config=self.config.slots, timers=self.timers)
-        self.approvals = ap.ApprovalBroker.start(t, clock=self.clock, timers=self.timers,
-                                                 mode=self.config.approvals.mode)
-        self.credits = None
-        if with_credits:
-            self.credits = CreditBank.start(t, store=self.store, config=self.config.credits, bus=self.bus,
-                                            is_owner=is_owner or (lambda participant: False), timers=self.timers)
-        #: live incarnations, for send_message's direct path (the supervisor writes it)
-        self.live = LiveSessions()
-        self.supervisor = sv.SessionSupervisor.start(
-            t, config=self.config, clock=self.clock, store=self.store, builder=self.builder, bus=self.bus,
-            timers=self.timers, slot_pool=self.slot_pool, approvals=self.approvals, credits=self.credits,
-            live=self.live,
-        )
-        if self.credits is not None:
-            self.credits.tell(BindSupervisor(self.supervisor))
-        for name, ref in (("timers", self.timers), ("store watch", self.store_watch), ("event bus", self.bus),
-                          ("slot pool", self.slot_pool), ("approval broker", self.approvals),
-                          ("credit bank", self.credits), ("supervisor", self.supervisor)):
-            if ref is not None:
-                self.watch(ref, name)
+        tracker.on_actor_exit = self._actor_exited
+        tracker.on_message_error = self._message_failed
+        self._internals = start_actor_tree(config=config, clock=clock, tracker=tracker, store=store,
+                                           builder=builder, with_credits=with_credits, is_owner=is_owner)
+        for name, ref in self._internals.core_actors():
+            self.watch(ref, name)
 
     # --- the seed's ProcessManager API ------------------------------------------------------
 
@@ -250,92 +188,40 @@ class Runtime:
         checked = content if isinstance(content, str) else content_blocks(content)
         if self._stopped:
             raise RuntimeStoppedError(self._stopped_message())
-        entry = self.live.get(session_id)
-        if entry is None or not entry.fast_path(self.config.session.max_turns_before_context_reset):
+        entry = self._internals.live.get(session_id)
+        if entry is None or not entry.fast_path(self._config.session.max_turns_before_context_reset):
             return bool(self._ask(sv.SendMessage(session_id, checked)))
         blocks = content_blocks(checked)
         message = UserInput(text_parts(blocks) if blocks else str(checked), blocks)
-        message_id = self.store.append_message(session_id, "user", checked)
+        message_id = self._internals.store.append_message(session_id, "user", checked)
         if entry.deliver(message):
             return True
-        self.store.delete_message(message_id)  # not delivered: the cold path stores it again
+        self._internals.store.delete_message(message_id)  # not delivered: the cold path stores it again
         return bool(self._ask(sv.SendMessage(session_id, checked, fallback=entry.generation)))
-
-    def is_running(self, session_id: str) -> bool:
-        return bool(self._ask(sv.IsRunning(session_id)))
 
     def subscribe(self, session_id: str, callback: EventCallback) -> None:
         """``callback(session_id, event)`` for this session's events (on the EventBus thread)."""
-        self._ask(Subscribe(session_id, callback), self.bus)
+        self._ask(Subscribe(session_id, callback), self._internals.bus)
 
     def unsubscribe(self, session_id: str, callback: EventCallback) -> None:
-        self._ask(Unsubscribe(session_id, callback), self.bus)
+        self._ask(Unsubscribe(session_id, callback), self._internals.bus)
 
     def subscribe_all(self, callback: EventCallback) -> None:
-        self._ask(SubscribeAll(callback), self.bus)
+        self._ask(SubscribeAll(callback), self._internals.bus)
 
     def unsubscribe_all(self, callback: EventCallback) -> None:
-        self._ask(UnsubscribeAll(callback), self.bus)
-
-    def get_active_session_ids(self) -> list[str]:
-        return list(self._ask(sv.ActiveSessionIds()))
+        self._ask(UnsubscribeAll(callback), self._internals.bus)
 
     def resume_session(self, session_id: str) -> bool:
         """Resume a session paused by an outage; False if it is not paused."""
         return bool(self._ask(sv.ResumeSession(session_id)))
 
-    def is_paused(self, session_id: str) -> bool:
-        return bool(self._ask(sv.IsPaused(session_id)))
-
-    def get_paused_session_ids(self) -> list[str]:
-        return list(self._ask(sv.PausedSessionIds()))
-
     def extend_timeout(self, session_id: str, additional_s: float) -> bool:
         """Add ``additional_s`` to a running session's timeout (capped at 4× the default)."""
         return bool(self._ask(sv.ExtendSessionTimeout(session_id, additional_s)))
 
-    def get_memory_stats(self) -> dict[str, int]:
-        stats = dict(self._ask(sv.SupervisorStats()))
-        stats.update(self._ask(BusStats(), self.bus))
-        timers = self._ask(TimerStats(), self.timers)
-        stats["timers"] = timers["timers"]
-        stats["session_timeouts"] = timers["by_kind"].get("timeout", 0)
-        stats["stable_timers"] = timers["by_kind"].get("stable", 0)
-        return stats
-
     def cleanup_session_state(self, session_id: str) -> None:
         self._ask(sv.CleanupSessionState(session_id))
-
-    def session_info(self, session_id: str | None = None) -> dict[str, Any]:
-        """In-memory facts per session, plus each one's current ``plan`` (see get_plan)."""
-        info = dict(self._ask(sv.SessionInfo(session_id)))
-        for sid, facts in info.items():
-            if isinstance(facts, dict):
-                facts["plan"] = self._stored_plan(sid)
-        return info
-
-    # --- plans and full tool outputs (OpenAgent seed) ---------------------------------------------
-
-    def get_plan(self, session_id: str) -> list[dict[str, Any]]:
-        """The session's current plan: ``[{"id", "title", "status", "waiting_for"}, …]``.
-
-        Read from the store (``sessions.plan``), which the session updates before it
-        publishes each ``plan`` event; works for idle sessions too. Render it for people
-        with ``corvid_actors.loop.plan.render_plan``. Raises NotFoundError for an unknown id.
-        """
-        self.store.require_session(session_id)
-        return self._stored_plan(session_id)
-
-    def _stored_plan(self, session_id: str) -> list[dict[str, Any]]:
-        row = self.store.get_session(session_id)
-        return plan_from_json(getattr(row, "plan", "")) if row is not None else []
-
-    def get_tool_outputs(self, session_id: str, limit: int = 20) -> list[dict[str, Any]]:
-        """The complete outputs of the session's last ``limit`` tool calls whose output the
-        model saw only in part (observation caps), oldest first: ``{"call_id",
-        "tool_name", "is_error", "bytes", "output"}``."""
-        rows = self.store.recent_messages(session_id, limit, roles=(OPERATOR_OUTPUT_ROLE,))
-        return [record for _, content in rows if (record := parse_operator_record(content)) is not None]
 
     # --- one tool run ------------------------------------------------------------------------
 
@@ -355,42 +241,24 @@ class Runtime:
         if self._stopped:
             raise RuntimeStoppedError(self._stopped_message())
         agent_name = agent if isinstance(agent, str) else str(getattr(agent, "name", "") or "")
-        return self.builder.run_tool(Path(project_dir), tool, args or {}, mode=mode, agent_name=agent_name,
+        return self._internals.builder.run_tool(Path(project_dir), tool, args or {}, mode=mode, agent_name=agent_name,
                                      approve=approve)
 
     # --- approvals, slots ---------------------------------------------------------------------
 
-    def list_approvals(self, session_id: str | None = None) -> list[dict[str, Any]]:
-        return list(self._ask(ap.ListPending(session_id), self.approvals))
-
     def resolve_approval(self, approval_id: str, behavior: str, message: str = "",
                          updated_input: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """allow | deny | allow_session. Returns the request's info, or None if not pending."""
-        return self._ask(ap.Resolve(approval_id, behavior, message, updated_input), self.approvals)
+        return self._ask(ap.Resolve(approval_id, behavior, message, updated_input), self._internals.approvals)
 
     def set_approval_mode(self, mode: str) -> str:
-        return str(self._ask(ap.SetMode(mode), self.approvals))
-
-    def approval_mode(self) -> str:
-        """The approval broker's mode: ``normal``, ``queued`` or ``paused``."""
-        return str(self._ask(ap.GetMode(), self.approvals))
-
-    def slot_stats(self) -> dict[str, Any]:
-        return dict(self._ask(SlotStats(), self.slot_pool))
+        return str(self._ask(ap.SetMode(mode), self._internals.approvals))
 
     # --- credits (Runtime(with_credits=True)) -------------------------------------------------
 
     def grant_credits(self, participant: str, amount: int, *, type: str = "grant", reference: str = "") -> int:
         """Add ``amount`` (> 0) credits (``type``: grant | purchase | refund); returns the balance."""
         return int(self._ask(GrantCredits(participant, amount, type, reference), self._credit_bank()))
-
-    def credit_balance(self, participant: str) -> int:
-        """The participant's balance (0 without an account)."""
-        return int(self._ask(GetBalance(participant), self._credit_bank()))
-
-    def credit_transactions(self, participant: str, limit: int = 10) -> list[dict[str, Any]]:
-        """The latest ``limit`` ledger rows of ``participant``, newest first."""
-        return list(self._ask(GetTransactions(participant, limit), self._credit_bank()))
 
     def open_credit_account(self, participant: str) -> Any:
         """Open the account with the first-time free credits if it has none (idempotent).
@@ -407,164 +275,62 @@ class Runtime:
         the turn is not charged (source not charged, an owner, no participant). Raises
         NotFoundError for an unknown session.
         """
-        session = self.store.require_session(session_id)
+        session = self._internals.store.require_session(session_id)
         # an exhausted session is stopped: the bank tells the supervisor CreditsExhausted
-        return self._ask(ChargeTurn(session_id, session.source, self.supervisor), self._credit_bank())
-
-    def _credit_bank(self) -> pykka.ActorRef[Any]:
-        if self.credits is None:
-            raise ConfigError("credits are not enabled: create the runtime with Runtime(with_credits=True)")
-        return self.credits
+        return self._ask(ChargeTurn(session_id, session.source, self._internals.supervisor), self._credit_bank())
 
     # --- sessions ----------------------------------------------------------------------------
 
     def create_session(self, **fields: Any) -> Any:
         """Create a session row (``agent_id``, ``project_id``, ``source``, ``name``, …)."""
-        return self.store.create_session(**fields)
+        return self._internals.store.create_session(**fields)
 
     def resume_pending_sessions(self) -> list[str]:
         """Resume every session marked for resume (stale at start-up or stopped by shutdown)."""
-        ids = self.store.take_restart_pending()
+        ids = self.take_restart_pending()
         for sid in ids:
             self.resume_process(sid)
         return ids
 
-    # --- lifecycle -----------------------------------------------------------------------------
+    def take_restart_pending(self) -> list[str]:
+        """The sessions marked for resume, unmarked: the caller resumes them (one by one,
+        as :meth:`resume_pending_sessions` does)."""
+        return list(self._internals.store.take_restart_pending())
 
-    def settle(self, timeout_s: float | None = 30.0) -> None:
-        """Return when no actor has a message in flight and no worker is running.
+    # --- agents and projects -------------------------------------------------------------------
 
-        Exact, not a sleep. ``timeout_s`` (real seconds) is a safety net that raises
-        SettleTimeout. Never call this from an actor thread or an event callback.
-        """
-        self.tracker.wait_idle(timeout_s)
+    def create_agent(self, name: str, **settings: Any) -> Any:
+        """Create an agent (``provider``, ``model``, ``system_prompt``, ``permission_mode``, …)."""
+        return self._internals.store.create_agent(name, **settings)
 
-    def stop_sessions(self, reason: str = "server_shutdown", *, settle_timeout_s: float = 10.0) -> None:
-        """The supervisor half of :meth:`shutdown`: every session stopped and marked for
-        resume exactly as shutdown does (``session_stopped`` with ``reason``, pending
-        approvals denied, the runtime settled), while the store, the event bus and every
-        read keep working — so a test can assert what shutdown leaves behind.
+    def ensure_agent(self, name: str, **settings: Any) -> Any:
+        """The agent of that name (case-insensitive), created with ``settings`` when there is
+        none; ConflictError naming each given setting that differs from the stored one."""
+        return self._internals.store.ensure_agent(name, **settings)
 
-        From now on the runtime starts no session (``start_process`` / ``resume_process``
-        raise RuntimeStoppedError; ``send_message`` returns False). Call :meth:`shutdown`
-        afterwards, as always. Unlike shutdown, a step that fails raises.
-        """
-        if self._stopped:
-            raise RuntimeStoppedError(self._stopped_message())
-        for _, step in self._session_stop_steps(reason, settle_timeout_s):
-            try:
-                step()
-            except pykka.ActorDeadError:
-                raise RuntimeStoppedError(self._stopped_message()) from None
+    def update_agent(self, agent_id: str, **settings: Any) -> Any:
+        """Change a stored agent's settings; returns the updated agent."""
+        return self._internals.store.update_agent(agent_id, **settings)
 
-    def _session_stop_steps(self, reason: str, settle_timeout_s: float) -> tuple[tuple[str, Callable[[], Any]], ...]:
-        """What stopping the sessions takes (shutdown's first half, and stop_sessions)."""
-        return (("stopping the sessions", lambda: self.supervisor.ask(sv.Shutdown(reason))),
-                ("denying pending approvals", lambda: self.approvals.ask(ap.DenyAll("Server shutting down"))),
-                ("settling", lambda: self.tracker.wait_idle(settle_timeout_s)))
+    def add_mcp_server(self, name: str, command: str, **options: Any) -> Any:
+        """Store an MCP server config (``args``, ``env``, ``cwd``, ``agent_id`` — None: every
+        agent —, ``enabled``; see :func:`corvid_actors.tools.mcp_client.add_mcp_server`)."""
+        return add_mcp_server(self._internals.store, name, command, **options)
 
-    def shutdown(self, reason: str = "server_shutdown", *, settle_timeout_s: float = 10.0) -> None:
-        """Stop every session (marked for resume), deny pending approvals, stop all actors."""
-        with self._fail_lock:  # the root policy may shut down from its own thread meanwhile
-            if self._stopped:
-                return
-            self._stopped = True
-        self.tracker.stopping = True
-        for what, step in self._session_stop_steps(reason, settle_timeout_s):
-            try:
-                step()
-            except Exception as exc:  # noqa: BLE001 - shutdown goes on regardless, but says so
-                logger.opt(exception=not isinstance(exc, pykka.ActorDeadError)).warning(
-                    "shutdown: {} failed ({}: {}); going on", what, type(exc).__name__, exc)
-        for ref in (self.supervisor, self.credits, self.slot_pool, self.approvals, self.bus,
-                    self.store_watch, self.timers):
-            if ref is not None:
-                try:
-                    ref.stop(block=True)
-                except pykka.ActorDeadError:
-                    logger.debug("shutdown: {} was already stopped", ref.actor_class.__name__)
-        if self.failure is not None:
-            # The supervisor may be the one that died: sessions it could not stop are marked
-            # for resume here, exactly as the next start-up would.
-            try:
-                marked = self.store.reset_stale_sessions()
-                if marked:
-                    logger.warning("shutdown after a failure: {} session(s) marked for resume", len(marked))
-            except Exception as exc:  # noqa: BLE001 - the next start-up resets them anyway
-                logger.warning("shutdown: could not mark sessions for resume ({}); the next start-up will", exc)
-        self.clock.stop()
-        if self._owns_store:
-            self.store.close()
+    def create_project(self, name: str, working_dir: str | Path, **fields: Any) -> Any:
+        """Create a project (``env_vars``, ``description``): the directory its sessions work in."""
+        return self._internals.store.create_project(name, working_dir, **fields)
 
-    # --- root policy --------------------------------------------------------------------------
+    # --- for hosts: replay keys, work settle() waits for ---------------------------------------
 
-    def watch(self, ref: pykka.ActorRef[Any], name: str) -> None:
-        """Put ``ref`` (an actor started on this runtime's tracker) under the root policy:
-        if it ends while the runtime runs, the runtime fails (see the module docstring)."""
-        self._core[ref.actor_urn] = name
-        if not ref.is_alive():
-            self._actor_exited(ref, True)
+    def replay_store(self) -> ReplayStore:
+        """Durable replay keys (a chat transport's dedupe window) in this runtime's store."""
+        return ReplayStore(self._internals.store)
 
-    def add_fatal_listener(self, listener: Callable[[str], None]) -> None:
-        """``listener(failure)`` once, on a runtime thread, after a failure shut the runtime
-        down (the daemon exits non-zero there)."""
-        self._fatal_listeners.append(listener)
-
-    def _actor_exited(self, ref: pykka.ActorRef[Any], failed: bool) -> None:
-        # On the ending actor's own thread; most calls are session incarnations: cheap exit.
-        name = self._core.get(ref.actor_urn)
-        if name is None or self._stopped or self.tracker.stopping:
-            return
-        with self._fail_lock:
-            if self.failure is not None:
-                return
-            self.failure = f"the {name} actor {'failed' if failed else 'was stopped'}"
-        logger.critical("core actor failure: {}; shutting the runtime down (sessions marked for resume)",
-                        self.failure)
-        # Not on this thread: shutting down stops (and joins) actors, this one among them.
-        threading.Thread(target=self._fail, name="corvid-root-policy", daemon=True).start()
-
-    def _message_failed(self, ref: pykka.ActorRef[Any], message: Any, error: Exception) -> None:
-        # A core actor skipped a told message that raised: the session it names hears why.
-        sid = getattr(message, "session_id", None)
-        if not isinstance(sid, str) or not sid:
-            return
-        kind = "store_unavailable" if isinstance(error, StoreError) else "internal_error"
-        text = f"{ref.actor_class.__name__} could not handle {type(message).__name__}: {error}"
-        tell(self.bus, Publish(sid, ErrorEvent(error_type=kind, message=text)))
-        tell(self.bus, Publish(sid, SessionError(error_type=kind, severity="error", recoverable=True,
-                                                 message=text)))
-
-    def _fail(self) -> None:
-        failure = self.failure or "a core actor ended"
-        try:
-            self.shutdown("core_actor_failed")
-        except Exception:  # noqa: BLE001 - the listeners must hear of the failure whatever happened
-            logger.exception("shutdown after a core actor failure failed")
-        for listener in list(self._fatal_listeners):
-            try:
-                listener(failure)
-            except Exception:  # noqa: BLE001 - one listener must not keep the others from hearing
-                logger.opt(exception=True).error("fatal listener {} raised", listener)
-
-    def __enter__(self) -> Runtime:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
-    def _ask(self, message: Any, ref: pykka.ActorRef[Any] | None = None) -> Any:
-        if self._stopped:
-            raise RuntimeStoppedError(self._stopped_message())
-        try:
-            return (ref or self.supervisor).ask(message)
-        except pykka.ActorDeadError:
-            raise RuntimeStoppedError(self._stopped_message()) from None
-
-    def _stopped_message(self) -> str:
-        if self.failure is not None:
-            return f"the runtime is shut down: {self.failure} (see the log; restart to resume)"
-        return "the runtime is shut down"
+    def work_tracker(self) -> ActivityTracker:
+        """The count :meth:`settle` waits on: ``begin()`` / ``end()`` around a host's work
+        outside the actors (a chat outbox's deliveries) makes settle() wait for it too."""
+        return self._tracker
 
 
 def _checked(content: UserContent | None) -> UserContent | None:

@@ -2,7 +2,8 @@
 
 The tool layer declares what its runtime tools may ask
 (:class:`~corvid_actors.tools.session_control.SessionControl`); this module implements it
-over one :class:`~corvid_actors.runtime.Runtime`'s public API, and
+over one :class:`~corvid_actors.runtime.Runtime`'s public API (publishing alone goes to
+its event bus through ``runtime.internals``: this module is the runtime's own side), and
 :func:`session_tools_hook` composes the ``extra_tools`` hook the Runtime hands its
 :class:`~corvid_actors.wiring.SessionBuilder`: a host's own hook, the corvid_* tools, and
 the agent's external MCP servers — in that order (later names win).
@@ -50,19 +51,14 @@ class RuntimeSessionControl:
         self._runtime = runtime
 
     def list_agents(self) -> list[AgentInfo]:
-        return [_agent_info(row) for row in self._runtime.store.list_agents()]
+        return [_agent_info(row) for row in self._runtime.agents()]
 
     def find_agent(self, id_or_name: str) -> AgentInfo | None:
-        row = self._runtime.store.find_agent(id_or_name)
+        row = self._runtime.agent(id_or_name)
         return _agent_info(row) if row is not None else None
 
     def find_session(self, agent_id: str, source: str, channel: str) -> str | None:
-        store = self._runtime.store
-        model = store.m.Session
-        with store.transaction():
-            found = model.get_or_none((model.agent == agent_id) & (model.source == source)
-                                      & (model.channel == channel))
-        return str(found.id) if found is not None else None
+        return self._runtime.find_session(agent_id=agent_id, source=source, channel=channel)
 
     def create_session(self, **fields: Any) -> str:
         return str(self._runtime.create_session(**fields).id)
@@ -77,7 +73,8 @@ class RuntimeSessionControl:
         self._runtime.unsubscribe(session_id, listener)
 
     def publish(self, session_id: str, event: Event) -> None:
-        tell(self._runtime.bus, Publish(session_id, event))
+        # the runtime's own side: it publishes on the runtime's bus (runtime_tree's internals)
+        tell(self._runtime.internals.bus, Publish(session_id, event))
 
     def wait(self, delay_s: float, cancel: Cancellable | None = None) -> bool:
         return self._runtime.clock.wait(delay_s, cancel)
@@ -94,7 +91,7 @@ class RuntimeSessionControl:
         )
 
     def credits_enabled(self) -> bool:
-        return self._runtime.credits is not None
+        return self._runtime.credits_enabled
 
     def credit_balance(self, participant: str) -> CreditBalance:
         credits = self._runtime.config.credits

@@ -84,15 +84,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def prepare(runtime: Runtime, data_dir: Path, model: str) -> tuple[str, str]:
     """The bot's agent and project (created once; found again when --data-dir is reused)."""
-    store = runtime.store
     project_dir = data_dir / "project"
     project_dir.mkdir(parents=True, exist_ok=True)
     readme = project_dir / "README.md"
     if not readme.exists():
         readme.write_text("# My project\nA demo project the chat bot may look at.\n")
-    project = store.m.Project.get_or_none(store.m.Project.name == PROJECT_NAME) \
-        or store.create_project(PROJECT_NAME, project_dir)
-    agent = store.find_agent(AGENT_NAME) or store.create_agent(
+    project = runtime.project(PROJECT_NAME) or runtime.create_project(PROJECT_NAME, project_dir)
+    agent = runtime.agent(AGENT_NAME) or runtime.create_agent(
         AGENT_NAME, provider="ollama", model=model, permission_mode="default", system_prompt=SYSTEM_PROMPT,
         tool_permissions=["list_files", "read_file"],
     )

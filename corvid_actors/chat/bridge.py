@@ -1,7 +1,7 @@
 """The ChatBridge: hosts one session per (channel, participant) conversation of a chat bot.
 
     runtime = Runtime(config, with_credits=True, is_owner=owners.__contains__)
-    agent = runtime.store.create_agent("helper", provider="ollama", model="qwen3:8b")
+    agent = runtime.create_agent("helper", provider="ollama", model="qwen3:8b")
     with ChatBridge(runtime, WebhookTransport(callback_url), agent_id=agent.id,
                     is_owner=owners.__contains__):
         ...  # serve until told to stop
@@ -60,7 +60,6 @@ from corvid_actors.chat.transport import (
     OutgoingMessage,
     is_storable_text,
 )
-from corvid_actors.db.replays import ReplayStore
 from corvid_actors.errors import RuntimeStoppedError
 from corvid_actors.events import ApprovalRequestEvent, ApprovalResolved, CreditsLow, Event, Thinking
 from corvid_actors.runtime import Runtime
@@ -123,9 +122,9 @@ class ChatBridge:
                                                    project_id=project_id)
         self._lock = threading.Lock()
         self._low_warned: dict[tuple[str, str], int] = {}
-        self._seen_ids = ReplayStore(runtime.store)
+        self._seen_ids = runtime.replay_store()
         self._outbox = Outbox(self._deliver, max_pending=self.settings.outbox_max_pending,
-                              tracker=runtime.tracker if self.settings.track_delivery else None,
+                              tracker=runtime.work_tracker() if self.settings.track_delivery else None,
                               name=f"chat-outbox-{self.settings.name}")
         self._started = False
         #: a transport with ``typing(channel, participant, active)`` hears when a session thinks
@@ -170,7 +169,7 @@ class ChatBridge:
 
     @property
     def credits_enabled(self) -> bool:
-        return getattr(self.runtime, "credits", None) is not None
+        return bool(getattr(self.runtime, "credits_enabled", False))
 
     # --- incoming -------------------------------------------------------------------------------
 
@@ -267,7 +266,7 @@ class ChatBridge:
             return "No session yet: send a message to start one."
         sid = conv.session_id
         info = self.runtime.session_info(sid).get(sid, {})
-        row = self.runtime.store.get_session(sid)
+        row = self.runtime.session(sid)
         if self.runtime.is_paused(sid):
             state = "paused (the model is unavailable; it resumes by itself)"
         elif info.get("running"):

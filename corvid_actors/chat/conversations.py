@@ -52,13 +52,8 @@ class ConversationDirectory:
             conv = self._by_key.get((channel, participant))
         if conv is not None:
             return conv
-        store = self.runtime.store
-        S = store.m.Session
-        with store.transaction():
-            row = (S.select(S.id).where((S.source == "chat") & (S.name == self.tag) & (S.channel == channel)
-                                        & (S.participant == participant))
-                   .order_by(S.created_at.desc()).first())
-        return None if row is None else self._remember(Conversation(channel, participant, row.id))
+        sid = self.runtime.find_session(source="chat", name=self.tag, channel=channel, participant=participant)
+        return None if sid is None else self._remember(Conversation(channel, participant, sid))
 
     def open(self, channel: str, participant: str) -> Conversation:
         """The conversation's session, created (source ``chat``) on first contact."""
@@ -75,7 +70,7 @@ class ConversationDirectory:
             if session_id in self._by_session:
                 self._by_session.move_to_end(session_id)
                 return self._by_session[session_id]
-        row = self.runtime.store.get_session(session_id)
+        row = self.runtime.session(session_id)
         if row is None or row.source != "chat" or row.name != self.tag:
             with self._lock:
                 self._remember_session(session_id, None)

@@ -69,7 +69,7 @@ from corvid_actors.chat.transport import (
 )
 from corvid_actors.chat.webhook_http import CappedServer, RequestError, make_handler
 from corvid_actors.clock import Clock, RealClock
-from corvid_actors.db.replays import MemoryReplayStore, ReplayStore
+from corvid_actors.db.replays import MemoryReplayStore
 from corvid_actors.errors import RuntimeStoppedError, StoreError
 
 DEFAULT_PATH = "/messages"
@@ -143,8 +143,8 @@ class WebhookTransport:
     def bind_runtime(self, runtime: Any) -> None:
         """Called by the bridge before :meth:`start`: the runtime's store keeps the replay
         window (durable) and its clock tells the time, unless given explicitly."""
-        if self.replays is None and getattr(runtime, "store", None) is not None:
-            self.replays = ReplayStore(runtime.store)
+        if self.replays is None and callable(getattr(runtime, "replay_store", None)):
+            self.replays = runtime.replay_store()
         if self.clock is None:
             self.clock = getattr(runtime, "clock", None)
 

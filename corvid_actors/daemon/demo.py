@@ -17,6 +17,7 @@ from typing import TextIO
 from corvid_actors.config import Config
 from corvid_actors.errors import ConfigError
 from corvid_actors.events import Event, to_dict
+from corvid_actors.runtime import Runtime
 
 QUIET = {"thinking", "content_block_delta", "context_usage", "message_stop"}
 
@@ -88,7 +89,7 @@ def _run(out: TextIO, workdir: Path, db_path: Path, minutes: float, json_output:
     recorder = EventRecorder.attach(runtime)
     names: dict[str, str] = {}
     try:
-        agent = runtime.store.create_agent("corvid", system_prompt="You are Corvid, a concise assistant.")
+        agent = runtime.create_agent("corvid", system_prompt="You are Corvid, a concise assistant.")
         plans = [
             ("alice (web)", "web", "What is an actor?", [("reply", "An actor owns its state and talks by messages.")]),
             ("bob (chat)", "chat", "Summarise my day.", [("crash", "model server crashed"),
@@ -115,8 +116,8 @@ def _run(out: TextIO, workdir: Path, db_path: Path, minutes: float, json_output:
                 "ok": True, "database": str(db_path) if keep or db_path.parent != workdir else None,
                 "events": [{"at_s": r.at, "session": names.get(r.session_id, "?"), **to_dict(r.event)}
                            for r in recorder.events if r.type not in QUIET],
-                "sessions": {label: {"status": runtime.store.get_session(sid).status,
-                                     "messages": runtime.store.count_messages(sid)} for sid, label in names.items()},
+                "sessions": {label: {"status": _status(runtime, sid),
+                                     "messages": runtime.message_count(sid)} for sid, label in names.items()},
             }) + "\n")
             return len(recorder.events)
         out.write("corvid-actors demo — scripted model (no network), real supervision, simulated time\n")
@@ -130,9 +131,14 @@ def _run(out: TextIO, workdir: Path, db_path: Path, minutes: float, json_output:
                       f"{describe(record.event)}\n")
         out.write("\nfinal states:\n")
         for sid, label in names.items():
-            row = runtime.store.get_session(sid)
-            out.write(f"  {label:<13} {row.status:<8} messages={runtime.store.count_messages(sid)}\n")
+            out.write(f"  {label:<13} {_status(runtime, sid):<8} messages={runtime.message_count(sid)}\n")
         return len(recorder.events)
     finally:
         runtime.shutdown()
         clock.close()
+
+
+def _status(runtime: Runtime, session_id: str) -> str:
+    """The session's stored status (the demo deletes none; "deleted" if one went missing)."""
+    row = runtime.session(session_id)
+    return str(row.status) if row is not None else "deleted"

@@ -66,19 +66,19 @@ def run_foreground(*, agent: str, prompt: str, config_file: str | None = None, d
     try:
         runtime = Runtime(models.config, providers=models.providers, reset_stale=False,
                           workspace_dir=Path(models.config.store.data_dir).expanduser() / "workspace")
-        row = runtime.store.find_agent(agent)
+        row = runtime.agent(agent)
         if row is None and not create:
-            names = ", ".join(a.name for a in runtime.store.list_agents()) or "none yet"
+            names = ", ".join(a.name for a in runtime.agents()) or "none yet"
             raise NotFoundError(f"no agent {agent!r} (agents: {names}); add --create to create it")
         if row is None or model:  # a model given for an existing agent must match it (ConflictError)
             created = row is None
-            row = runtime.store.ensure_agent(agent, **({"model": model} if model else {}))
+            row = runtime.ensure_agent(agent, **({"model": model} if model else {}))
             if created:
                 err.write(f"(created agent {agent!r} {'with model ' + model if model else 'with default settings'})\n")
-        name = runtime.builder.route(row)
-        if name == "anthropic" and "anthropic" not in runtime.providers:
+        name = runtime.route(row)
+        if name == "anthropic" and not runtime.has_provider("anthropic"):
             raise ConfigError(f"agent {agent!r} uses Anthropic, but ANTHROPIC_API_KEY is not set")
-        target = runtime.builder.provider(name)  # ConfigError naming the setting when it is missing
+        target = runtime.provider(name)  # ConfigError naming the setting when it is missing
         if not target.health():
             raise ProviderUnreachable(unreachable_message(name, models.config))
         session = runtime.create_session(agent_id=row.id, source="cli", name=f"run: {prompt[:40]}",

@@ -143,22 +143,24 @@ class Daemon:
         if runtime.stale_session_ids:
             logger.warning("{} session(s) were left running by a previous daemon: reset and marked for resume",
                            len(runtime.stale_session_ids))
-        sandbox = runtime.builder.sandbox.status
+        sandbox = runtime.sandbox_status()
         if sandbox.warning:
             logger.warning(sandbox.warning)  # once per daemon start; each session publishes it too
         elif sandbox.refuses_commands:
             logger.error("The OS sandbox is unavailable ({}): tool commands will be refused "
                          "([tools.sandbox] mode = \"required\")", sandbox.reason)
         self.about = about = {
-            "pid": os.getpid(), "data_dir": str(self.data_dir), "database": redacted(runtime.store.url),
+            "pid": os.getpid(), "data_dir": str(self.data_dir), "database": redacted(runtime.database_url),
             "socket": str(server.path), "model_server": models.description,
             "stub": models.stub_url is not None, "credits": credits, "version": package_version(),
             "sandbox": sandbox.as_dict(), "dumpable": _dumpable(),
         }
-        self.admin = AdminActor.start(runtime.tracker, AdminWiring(
-            supervisor=runtime.supervisor, approvals=runtime.approvals, bus=runtime.bus, timers=runtime.timers,
-            slot_pool=runtime.slot_pool, credits=runtime.credits, store=runtime.store,
-            providers=runtime.providers, clock=runtime.clock, settings=self.settings, about=about,
+        # the admin actor is one more actor of the runtime's tree: its wiring alone uses the internals
+        tree = runtime.internals
+        self.admin = AdminActor.start(tree.tracker, AdminWiring(
+            supervisor=tree.supervisor, approvals=tree.approvals, bus=tree.bus, timers=tree.timers,
+            slot_pool=tree.slot_pool, credits=tree.credits, store=tree.store,
+            providers=tree.providers, clock=runtime.clock, settings=self.settings, about=about,
             request_shutdown=self._request_shutdown,
         ))
         self.admin.ask(Ready())  # subscribed to the bus before any session is resumed
@@ -169,7 +171,7 @@ class Daemon:
 
     @staticmethod
     def _resume_marked(runtime: Runtime) -> None:
-        ids = runtime.store.take_restart_pending()
+        ids = runtime.take_restart_pending()
         for sid in ids:
             try:
                 runtime.resume_process(sid)
@@ -251,7 +253,7 @@ class Daemon:
 
     def _close_quietly(self) -> None:
         if self.runtime is not None:
-            self.runtime.tracker.stopping = True  # actors stopped from here on are no failure
+            self.runtime.mark_stopping()  # actors stopped from here on are no failure
         steps: list[Callable[[], object]] = []
         if self.server is not None:
             steps.append(functools.partial(self.server.close, "daemon stopped"))

@@ -75,7 +75,7 @@ class StoreFault:
     ``times - 1`` after it (``times=None``: every one until :meth:`clear`). The operation
     is refused *before* it runs: nothing of it is written, as when the server is down.
 
-        fault = StoreFault(runtime.store, "deduct", nth=1)
+        fault = StoreFault(runtime.internals.store, "deduct", nth=1)
         ...
         assert fault.raised == 1
         fault.clear()

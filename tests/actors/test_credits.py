@@ -260,7 +260,7 @@ def test_chat_session_is_charged_once_per_turn(credit_runtime):
     assert rt.credit_balance("alice") == 7
     deductions = [t for t in rt.credit_transactions("alice") if t["type"] == "deduction"]
     assert [(t["amount"], t["session_id"]) for t in deductions] == [(-1, s.id)] * 3
-    assert rt.store.get_session(s.id).credits_consumed == 3
+    assert rt.internals.store.get_session(s.id).credits_consumed == 3
 
 
 def test_owner_and_web_sessions_are_not_charged(credit_runtime):
@@ -309,9 +309,9 @@ def test_exhaustion_mid_session_stops_it_with_credits_exhausted(credit_runtime):
         "credits_exhausted", "warning", True)
     assert types.index("error") < types.index("session_error") < types.index("session_stopped")
     assert not rt.is_running(s.id)
-    assert rt.store.get_session(s.id).status == "stopped"
+    assert rt.internals.store.get_session(s.id).status == "stopped"
     assert rt.credit_balance("alice") == 0
-    assert Ledger(rt.store).count_transactions("alice", "deduction") == 1
+    assert Ledger(rt.internals.store).count_transactions("alice", "deduction") == 1
     rt.clock.advance(60)  # a stop is not a crash: no restart
     assert rt.recorder.times("session_started", s.id) == [0.0]
 
@@ -358,7 +358,7 @@ def test_the_runtime_binds_its_supervisor_to_the_bank(credit_runtime, scripted):
     rt.start_process(s.id, "again")  # running, its turn not charged yet
     rt.settle()
     # a charge that names no supervisor goes to the one the runtime bound at start-up
-    assert rt.credits.ask(ChargeTurn(s.id, "chat")).success is False
+    assert rt.internals.credits.ask(ChargeTurn(s.id, "chat")).success is False
     rt.settle()
     assert [e.event.reason for e in rt.recorder.of(s.id, "session_stopped")] == ["credits_exhausted"] * 2
     assert not rt.is_running(s.id)

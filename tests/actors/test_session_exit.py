@@ -40,7 +40,7 @@ def run(code: int, source: str):
         rt.settle()
         rt.send_message(s.id, "again")
         clock.advance(30)
-        return rt, s, recorder, provider, rt.store.get_session(s.id).status
+        return rt, s, recorder, provider, rt.internals.store.get_session(s.id).status
     finally:
         rt.shutdown()
         clock.close()

@@ -66,7 +66,7 @@ def test_the_actor_applies_aborts_clean_up_effects_and_publishes_nothing(sim_clo
         rt.settle()
         assert [loop.aborted for loop in made] == [1]
         # PersistMessage was performed although the lifeline was already closed ...
-        assert [(m.role, m.content) for m in rt.store.messages(s.id) if m.role == "system"] == [
+        assert [(m.role, m.content) for m in rt.internals.store.messages(s.id) if m.role == "system"] == [
             ("system", "stopped mid-conversation")]
         # ... and the Emit was dropped: nothing of the incarnation follows its end
         subtypes = [r.event.subtype for r in recorder.of(s.id, "system")]
@@ -86,7 +86,7 @@ def test_every_user_message_goes_to_the_loop_in_order(sim_clock, scripted, tmp_p
         assert rt.send_message(s.id, "second") and rt.send_message(s.id, "third")
         rt.settle()
         assert made[0].user_messages == ["first", "second", "third"]
-        assistant = [m.content for m in rt.store.messages(s.id) if m.role == "assistant"]
+        assistant = [m.content for m in rt.internals.store.messages(s.id) if m.role == "assistant"]
         assert assistant == ["one", "two", "three"]
     finally:
         rt.shutdown()

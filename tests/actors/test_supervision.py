@@ -55,15 +55,15 @@ def test_core_actors_survive_a_told_message_that_raises(runtime):
 
     lines, sink = _logged("ERROR")
     try:
-        runtime.timers.tell(ScheduleTimer(Boom(), 1.0, runtime.bus, "x"))
+        runtime.internals.timers.tell(ScheduleTimer(Boom(), 1.0, runtime.internals.bus, "x"))
         # a subscriber-less publish of something that is not an event raises in the bus
-        runtime.bus.tell(Publish("s", object()))
+        runtime.internals.bus.tell(Publish("s", object()))
         runtime.settle()
     finally:
         _unlog(sink)
-    assert runtime.timers.is_alive() and runtime.bus.is_alive()
-    assert runtime.timers.ask(TimerStats())["timers"] == 0
-    assert runtime.slot_pool.ask(SlotStats())["capacity"] >= 1
+    assert runtime.internals.timers.is_alive() and runtime.internals.bus.is_alive()
+    assert runtime.internals.timers.ask(TimerStats())["timers"] == 0
+    assert runtime.internals.slot_pool.ask(SlotStats())["capacity"] >= 1
     assert any("Timers could not handle ScheduleTimer" in line for line in lines)
     assert any("EventBus could not handle Publish" in line for line in lines)
     assert runtime.failure is None
@@ -75,18 +75,18 @@ def test_an_asked_message_that_raises_still_reaches_the_asker(runtime):
             raise RuntimeError("bad key")
 
     with pytest.raises(RuntimeError, match="bad key"):
-        runtime.timers.ask(ScheduleTimer(Boom(), 1.0, runtime.bus, "x"))
-    assert runtime.timers.is_alive()
+        runtime.internals.timers.ask(ScheduleTimer(Boom(), 1.0, runtime.internals.bus, "x"))
+    assert runtime.internals.timers.is_alive()
 
 
 def test_a_tell_to_a_dead_core_actor_is_logged(runtime):
     from corvid_actors.actors.base import tell
 
     lines, sink = _logged()
-    runtime.tracker.on_actor_exit = None  # this test is about the log line, not the root policy
+    runtime.internals.tracker.on_actor_exit = None  # this test is about the log line, not the root policy
     try:
-        runtime.slot_pool.stop()
-        assert tell(runtime.slot_pool, SlotStats()) is False
+        runtime.internals.slot_pool.stop()
+        assert tell(runtime.internals.slot_pool, SlotStats()) is False
     finally:
         _unlog(sink)
     assert any("SlotStats to the dead SlotPool dropped" in line for line in lines)
@@ -105,20 +105,20 @@ def test_a_send_the_store_refuses_raises_and_stores_nothing(runtime, scripted):
     runtime.start_process(s.id, "hello")
     runtime.start_process(other.id, "hello")
     runtime.settle()
-    before = runtime.store.count_messages(s.id)
-    with StoreFault(runtime.store, "append_message", nth=1) as fault:
+    before = runtime.internals.store.count_messages(s.id)
+    with StoreFault(runtime.internals.store, "append_message", nth=1) as fault:
         with pytest.raises(StoreUnavailableError, match="store unavailable: injected fault"):
             runtime.send_message(s.id, "lost?")
         assert fault.raised == 1
         # the runtime keeps serving: the next send (another session) goes through
         assert runtime.send_message(other.id, "still here") is True
     runtime.settle()
-    assert [m.content for m in runtime.store.messages(s.id)].count("lost?") == 0
-    assert runtime.store.count_messages(s.id) == before
+    assert [m.content for m in runtime.internals.store.messages(s.id)].count("lost?") == 0
+    assert runtime.internals.store.count_messages(s.id) == before
     assert runtime.send_message(s.id, "after the fault") is True
     runtime.settle()
-    assert "after the fault" in [m.content for m in runtime.store.messages(s.id)]
-    assert runtime.failure is None and runtime.supervisor.is_alive()
+    assert "after the fault" in [m.content for m in runtime.internals.store.messages(s.id)]
+    assert runtime.failure is None and runtime.internals.supervisor.is_alive()
 
 
 def test_a_refused_credit_charge_is_retried_through_the_timers(credit_runtime):
@@ -127,7 +127,7 @@ def test_a_refused_credit_charge_is_retried_through_the_timers(credit_runtime):
     rt.grant_credits("bob", 10)
     s = rt.create_session(source="chat", participant="alice")
     other = rt.create_session(source="chat", participant="bob")
-    fault = StoreFault(rt.store, "deduct", nth=1, times=2)  # the first charge and its first retry
+    fault = StoreFault(rt.internals.store, "deduct", nth=1, times=2)  # the first charge and its first retry
     rt.start_process(s.id, "one")
     rt.settle()
     assert fault.raised == 1
@@ -147,7 +147,7 @@ def test_a_refused_credit_charge_is_retried_through_the_timers(credit_runtime):
     assert rt.credit_balance("alice") == 9
     deductions = [t for t in rt.credit_transactions("alice") if t["type"] == "deduction"]
     assert len(deductions) == 1  # charged exactly once
-    assert rt.credits.is_alive() and rt.failure is None
+    assert rt.internals.credits.is_alive() and rt.failure is None
     fault.clear()
 
 
@@ -156,7 +156,7 @@ def test_a_charge_given_up_after_every_retry_says_so(credit_runtime):
     attempts = rt.config.credits.charge_retry.max_attempts  # [credits.charge_retry]: 10
     rt.grant_credits("alice", 10)
     s = rt.create_session(source="chat", participant="alice")
-    with StoreFault(rt.store, "deduct", times=None) as fault:
+    with StoreFault(rt.internals.store, "deduct", times=None) as fault:
         rt.start_process(s.id, "one")
         rt.settle()
         for _ in range(attempts):
@@ -166,20 +166,20 @@ def test_a_charge_given_up_after_every_retry_says_so(credit_runtime):
     errors = [r.event for r in rt.recorder.of(s.id, "error") if r.event.error_type == "store_unavailable"]
     assert len(errors) == 1 and "given up" in errors[0].message
     assert rt.credit_balance("alice") == 10
-    assert rt.credits.is_alive()
+    assert rt.internals.credits.is_alive()
 
 
 def test_an_asked_charge_the_store_refuses_raises_to_the_asker(credit_runtime):
     rt = credit_runtime
     rt.grant_credits("alice", 10)
     s = rt.create_session(source="chat", participant="alice")
-    with StoreFault(rt.store, "deduct"), pytest.raises(StoreUnavailableError):
+    with StoreFault(rt.internals.store, "deduct"), pytest.raises(StoreUnavailableError):
         rt.charge_turn(s.id)
     assert rt.charge_turn(s.id).remaining == 9
 
 
 def test_store_fault_counts_only_its_kind_and_the_nth(runtime):
-    store = runtime.store
+    store = runtime.internals.store
     with StoreFault(store, "update_session", nth=2) as fault:
         s = store.create_session(source="web")
         store.update_session(s.id, name="a")
@@ -193,7 +193,7 @@ def test_store_fault_counts_only_its_kind_and_the_nth(runtime):
 
 
 def test_store_faults_stack_and_clear_in_any_order(runtime):
-    store = runtime.store
+    store = runtime.internals.store
     s = store.create_session(source="web")
     below = StoreFault(store, "update_session", times=None)
     above = StoreFault(store, "get_session", times=None)
@@ -220,8 +220,8 @@ def test_a_core_actor_stopped_mid_run_shuts_the_runtime_down_cleanly(sim_clock, 
         s = rt.create_session(source="web")
         rt.start_process(s.id, "hello")
         rt.settle()
-        assert rt.store.get_session(s.id).status == "running"
-        getattr(rt, victim).stop()
+        assert rt.internals.store.get_session(s.id).status == "running"
+        getattr(rt.internals, victim).stop()
         assert done.wait(WAIT_S), "the root policy did not finish"
         assert len(heard) == 1 and "was stopped" in heard[0]
         assert rt.failure == heard[0]
@@ -232,7 +232,8 @@ def test_a_core_actor_stopped_mid_run_shuts_the_runtime_down_cleanly(sim_clock, 
         row = reopened.get_session(s.id)
         reopened.close()
         assert row.status != "running" and row.restart_pending
-        for ref in (rt.supervisor, rt.bus, rt.timers, rt.slot_pool, rt.approvals, rt.store_watch):
+        tree = rt.internals
+        for ref in (tree.supervisor, tree.bus, tree.timers, tree.slot_pool, tree.approvals, tree.store_watch):
             assert not ref.is_alive()
         with pytest.raises(RuntimeStoppedError, match="actor was stopped"):
             rt.send_message(s.id, "anyone?")
@@ -248,7 +249,7 @@ def test_the_supervisor_dying_marks_running_sessions_for_resume(sim_clock, scrip
         s = rt.create_session(source="web")
         rt.start_process(s.id, "hello")
         rt.settle()
-        rt.supervisor.stop()
+        rt.internals.supervisor.stop()
         assert done.wait(WAIT_S)
         from corvid_actors.db.store import Store
 
@@ -280,7 +281,7 @@ def test_watch_puts_a_host_actor_under_the_root_policy(runtime):
 
     done = threading.Event()
     runtime.add_fatal_listener(lambda failure: done.set())
-    ref = HostActor.start(runtime.tracker)
+    ref = HostActor.start(runtime.internals.tracker)
     runtime.watch(ref, "host")
     ref.stop()
     assert done.wait(WAIT_S)
@@ -290,10 +291,10 @@ def test_watch_puts_a_host_actor_under_the_root_policy(runtime):
 def test_a_dead_actor_ask_names_the_failure_for_pykka_callers(runtime):
     done = threading.Event()
     runtime.add_fatal_listener(lambda failure: done.set())
-    runtime.bus.stop()
+    runtime.internals.bus.stop()
     assert done.wait(WAIT_S)
     with pytest.raises(pykka.ActorDeadError):
-        runtime.bus.ask(Publish("s", Thinking()))
+        runtime.internals.bus.ask(Publish("s", Thinking()))
 
 
 def recorder_types(runtime, sid):
@@ -307,24 +308,24 @@ def test_a_store_fault_in_a_told_supervisor_handler_does_not_kill_it(runtime, sc
     s = runtime.create_session(source="web")
     other = runtime.create_session(source="web")
     scripted.for_session(s.id, Turn.clean_exit())
-    with StoreFault(runtime.store, "update_session", nth=2) as fault:  # #1: running; #2: the exit
+    with StoreFault(runtime.internals.store, "update_session", nth=2) as fault:  # #1: running; #2: the exit
         runtime.start_process(s.id, "bye")
         runtime.settle()
         assert fault.raised == 1
-    assert runtime.supervisor.is_alive() and runtime.failure is None
+    assert runtime.internals.supervisor.is_alive() and runtime.failure is None
     assert not runtime.is_running(s.id)
     # the session concerned hears why (a session_error: the write is retried, not dropped)
     assert "session_error:store_error" in recorder_types(runtime, s.id)
     sim_clock.advance(2)  # the fault has cleared: the retried exit write lands
     runtime.settle()
-    assert runtime.store.get_session(s.id).status != "running"
+    assert runtime.internals.store.get_session(s.id).status != "running"
     # the runtime keeps serving, and the stale row is put right
     runtime.start_process(other.id, "hello")
     runtime.settle()
     assert runtime.is_running(other.id)
     runtime.start_process(s.id, "again")
     runtime.settle()
-    assert runtime.store.get_session(s.id).status == "running"
+    assert runtime.internals.store.get_session(s.id).status == "running"
 
 
 def test_a_refused_assistant_write_is_retried_and_loses_nothing(runtime, scripted, sim_clock):
@@ -334,7 +335,7 @@ def test_a_refused_assistant_write_is_retried_and_loses_nothing(runtime, scripte
     runtime.start_process(s.id, "hello")
     runtime.start_process(other.id, "hello")
     runtime.settle()
-    with StoreFault(runtime.store, "append_message", nth=2) as fault:  # #1: the user's, #2: the reply
+    with StoreFault(runtime.internals.store, "append_message", nth=2) as fault:  # #1: the user's, #2: the reply
         assert runtime.send_message(s.id, "second") is True  # acknowledged: stored
         runtime.settle()
         assert fault.raised == 1
@@ -343,10 +344,10 @@ def test_a_refused_assistant_write_is_retried_and_loses_nothing(runtime, scripte
     assert ("session_error", "store_error") in [
         (r.type, getattr(r.event, "error_type", None)) for r in recorder.of(s.id)]
     assert runtime.is_running(s.id) and runtime.is_running(other.id) and runtime.failure is None
-    assert [(m.role, m.content) for m in runtime.store.messages(s.id) if m.role == "user"] == [
+    assert [(m.role, m.content) for m in runtime.internals.store.messages(s.id) if m.role == "user"] == [
         ("user", "hello"), ("user", "second")]
     # after the fault: the retry (1 s later) writes the reply of the acknowledged message
     sim_clock.advance(2)
     runtime.settle()
-    roles = [m.role for m in runtime.store.messages(s.id) if m.role in ("user", "assistant")]
+    roles = [m.role for m in runtime.internals.store.messages(s.id) if m.role in ("user", "assistant")]
     assert roles[-2:] == ["user", "assistant"]

@@ -193,7 +193,7 @@ def rec(runtime: Any) -> EventRecorder:
 
 
 def _start(runtime: Any, sid: str, prompt: str | None = "hi") -> int:
-    reply = runtime.supervisor.ask(StartProcess(sid, prompt))
+    reply = runtime.internals.supervisor.ask(StartProcess(sid, prompt))
     assert isinstance(reply, StartTicket)
     runtime.clock.advance(0)
     pid = reply.wait(10)
@@ -203,16 +203,16 @@ def _start(runtime: Any, sid: str, prompt: str | None = "hi") -> int:
 
 
 def _generation(runtime: Any, sid: str) -> int:
-    return int(runtime.supervisor.ask(SessionInfo(sid))[sid]["generation"])
+    return int(runtime.internals.supervisor.ask(SessionInfo(sid))[sid]["generation"])
 
 
 def test_a_start_replies_with_a_ticket_that_gets_the_pid(runtime, scripted, rec):
     scripted.reply("thinking", latency_s=60)
     sid = runtime.create_session(source="web").id
     pid = _start(runtime, sid)
-    sup = runtime.supervisor
+    sup = runtime.internals.supervisor
     assert sup.ask(IsRunning(sid)) is True and sup.ask(ActiveSessionIds()) == [sid]
-    assert runtime.store.get_session(sid).pid == pid and runtime.store.get_session(sid).status == "running"
+    assert runtime.internals.store.get_session(sid).pid == pid and runtime.internals.store.get_session(sid).status == "running"
     info = sup.ask(SessionInfo(sid))[sid]
     assert info["running"] and info["pid"] == pid and info["generation"] >= 1
     assert rec.last("session_started", sid).pid == pid
@@ -225,9 +225,9 @@ def test_reports_of_an_old_generation_are_ignored(runtime, scripted, rec):
     sid = runtime.create_session(source="web").id
     _start(runtime, sid)
     gen = _generation(runtime, sid)
-    runtime.supervisor.tell(SessionEnded(sid, gen - 1, 0, ""))
-    runtime.supervisor.tell(TimedOut(sid, gen + 1))
-    assert runtime.supervisor.ask(IsRunning(sid)) is True
+    runtime.internals.supervisor.tell(SessionEnded(sid, gen - 1, 0, ""))
+    runtime.internals.supervisor.tell(TimedOut(sid, gen + 1))
+    assert runtime.internals.supervisor.ask(IsRunning(sid)) is True
     runtime.settle()
     assert rec.of(sid, "session_exited") == [] and rec.of(sid, "session_stopped") == []
 
@@ -236,12 +236,12 @@ def test_a_clean_exit_writes_the_row_and_the_exit_note(runtime, scripted, rec):
     scripted.reply("thinking", latency_s=60)
     sid = runtime.create_session(source="web").id
     _start(runtime, sid)
-    runtime.supervisor.tell(SessionEnded(sid, _generation(runtime, sid), 0, ""))
+    runtime.internals.supervisor.tell(SessionEnded(sid, _generation(runtime, sid), 0, ""))
     runtime.settle()
-    assert runtime.supervisor.ask(IsRunning(sid)) is False
-    assert runtime.store.get_session(sid).status == "idle"
+    assert runtime.internals.supervisor.ask(IsRunning(sid)) is False
+    assert runtime.internals.store.get_session(sid).status == "idle"
     assert rec.last("session_exited", sid).code == 0
-    notes = runtime.store.recent_messages(sid, 5, roles=("system",))
+    notes = runtime.internals.store.recent_messages(sid, 5, roles=("system",))
     assert notes and "Turns:" in notes[-1][1]
 
 
@@ -249,26 +249,26 @@ def test_a_crash_of_a_chat_session_schedules_a_restart_with_backoff(runtime, scr
     scripted.reply("thinking", latency_s=60)
     sid = runtime.create_session(source="chat", participant="p").id
     _start(runtime, sid)
-    runtime.supervisor.tell(SessionCrashed(sid, _generation(runtime, sid), "boom"))
+    runtime.internals.supervisor.tell(SessionCrashed(sid, _generation(runtime, sid), "boom"))
     runtime.settle()
     restarting = rec.last("session_restarting", sid)
     assert (restarting.attempt, restarting.delay_s) == (1, 5.0)
-    assert runtime.store.get_session(sid).status == "error"
-    assert runtime.supervisor.ask(SessionInfo(sid))[sid]["restart_pending"] is True
+    assert runtime.internals.store.get_session(sid).status == "error"
+    assert runtime.internals.supervisor.ask(SessionInfo(sid))[sid]["restart_pending"] is True
     runtime.clock.advance(5.0)
     runtime.settle()
-    assert len(rec.of(sid, "session_started")) == 2 and runtime.supervisor.ask(IsRunning(sid))
+    assert len(rec.of(sid, "session_started")) == 2 and runtime.internals.supervisor.ask(IsRunning(sid))
 
 
 def test_an_outage_pauses_and_a_manual_resume_restarts(runtime, scripted, rec):
     scripted.reply("thinking", latency_s=60)
     sid = runtime.create_session(source="web").id
     _start(runtime, sid)
-    runtime.supervisor.tell(OutageReported(sid, _generation(runtime, sid), "connection refused"))
-    sup = runtime.supervisor
+    runtime.internals.supervisor.tell(OutageReported(sid, _generation(runtime, sid), "connection refused"))
+    sup = runtime.internals.supervisor
     assert sup.ask(IsPaused(sid)) is True and sup.ask(PausedSessionIds()) == [sid]
     runtime.settle()
-    assert runtime.store.get_session(sid).status == "paused"
+    assert runtime.internals.store.get_session(sid).status == "paused"
     assert rec.last("session_paused", sid).attempt == 1
     assert sup.ask(ResumeSession(sid)) is True
     runtime.clock.advance(0)
@@ -282,51 +282,51 @@ def test_extend_replies_true_and_caps_the_timeout(runtime, scripted):
     sid = runtime.create_session(source="web").id
     _start(runtime, sid)
     cap = 4 * runtime.config.supervisor.session_timeout_s
-    assert runtime.supervisor.ask(ExtendSessionTimeout(sid, cap * 10)) is True
-    assert runtime.supervisor.ask(SessionInfo(sid))[sid]["timeout_s"] == cap
+    assert runtime.internals.supervisor.ask(ExtendSessionTimeout(sid, cap * 10)) is True
+    assert runtime.internals.supervisor.ask(SessionInfo(sid))[sid]["timeout_s"] == cap
 
 
 def test_a_timeout_report_stops_the_session(runtime, scripted, rec):
     scripted.reply("thinking", latency_s=60)
     sid = runtime.create_session(source="web").id
     _start(runtime, sid)
-    runtime.supervisor.tell(TimedOut(sid, _generation(runtime, sid)))
+    runtime.internals.supervisor.tell(TimedOut(sid, _generation(runtime, sid)))
     runtime.settle()
     assert rec.last("session_stopped", sid).reason == "timeout"
     assert rec.last("session_error", sid).error_type == "timeout"
-    assert runtime.store.get_session(sid).status == "stopped"
-    assert runtime.supervisor.ask(StopProcess(sid)) is False  # stopped already
+    assert runtime.internals.store.get_session(sid).status == "stopped"
+    assert runtime.internals.supervisor.ask(StopProcess(sid)) is False  # stopped already
 
 
 def test_an_incarnation_that_refuses_input_is_evicted_by_a_send(runtime, scripted):
     scripted.reply("thinking", latency_s=60)
     sid = runtime.create_session(source="web").id
     _start(runtime, sid)
-    sup = runtime.supervisor
+    sup = runtime.internals.supervisor
     assert sup.ask(RefuseInput(sid)) is True
-    before = len(runtime.store.recent_messages(sid, 50))
+    before = len(runtime.internals.store.recent_messages(sid, 50))
     assert sup.ask(SendMessage(sid, "are you there?")) is False
     assert sup.ask(IsRunning(sid)) is False
     runtime.settle()
-    assert runtime.store.get_session(sid).status == "idle"
-    assert len(runtime.store.recent_messages(sid, 50)) == before  # nothing of it stored
+    assert runtime.internals.store.get_session(sid).status == "idle"
+    assert len(runtime.internals.store.recent_messages(sid, 50)) == before  # nothing of it stored
 
 
 def test_shutdown_marks_running_sessions_for_resume(runtime, scripted, rec):
     scripted.reply("thinking", latency_s=60)
     sid = runtime.create_session(source="web").id
     _start(runtime, sid)
-    assert runtime.supervisor.ask(Shutdown("server_shutdown")) is None
+    assert runtime.internals.supervisor.ask(Shutdown("server_shutdown")) is None
     runtime.settle()
-    row = runtime.store.get_session(sid)
+    row = runtime.internals.store.get_session(sid)
     assert row.status == "stopped" and row.restart_pending
     assert rec.last("session_stopped", sid).reason == "server_shutdown"
     with pytest.raises(RuntimeStoppedError):
-        runtime.supervisor.ask(StartProcess(sid))
+        runtime.internals.supervisor.ask(StartProcess(sid))
 
 
 def test_supervisor_is_alive_after_a_told_report_for_an_unknown_session(runtime):
-    runtime.supervisor.tell(SessionCrashed("nobody", 1, "boom"))
-    runtime.supervisor.tell(CreditsExhausted("nobody"))
-    assert runtime.supervisor.ask(SupervisorStats())["processes"] == 0
-    assert isinstance(runtime.supervisor, pykka.ActorRef) and runtime.supervisor.is_alive()
+    runtime.internals.supervisor.tell(SessionCrashed("nobody", 1, "boom"))
+    runtime.internals.supervisor.tell(CreditsExhausted("nobody"))
+    assert runtime.internals.supervisor.ask(SupervisorStats())["processes"] == 0
+    assert isinstance(runtime.internals.supervisor, pykka.ActorRef) and runtime.internals.supervisor.is_alive()

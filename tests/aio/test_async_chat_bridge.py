@@ -92,7 +92,7 @@ async def test_a_cancelled_handler_still_delivers_the_message(bot, scripted):
         await task
     await eventually(lambda: transport.texts("reply"))
     conv = await eventually(lambda: bridge.conversation("room", "alice"))
-    assert ("user", "are you there?") in runtime.store.recent_messages(conv.session_id, 10)
+    assert ("user", "are you there?") in runtime.internals.store.recent_messages(conv.session_id, 10)
 
 
 async def test_a_failing_send_is_counted_and_the_next_goes_out(bot, scripted):

@@ -147,7 +147,7 @@ async def test_cancelling_a_reader_closes_its_stream_and_leaves_the_session_alon
 
 async def publish(art, session_id, *events):
     for event in events:
-        art.runtime.bus.tell(Publish(session_id, event))
+        art.runtime.internals.bus.tell(Publish(session_id, event))
     await art.settle()  # the bus has handed every event to the subscribers
 
 
@@ -221,7 +221,7 @@ async def test_thousands_of_events_never_block_the_loop(art):
     async with art.events("busy", max_pending=count + 10) as stream:
         def produce():
             for i in range(count):
-                art.runtime.bus.tell(Publish("busy", ToolStatus(tool_name=str(i))))
+                art.runtime.internals.bus.tell(Publish("busy", ToolStatus(tool_name=str(i))))
         producing = loop.run_in_executor(None, produce)
         received = 0
         async with asyncio.timeout(30):

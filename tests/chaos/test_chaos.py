@@ -266,9 +266,9 @@ def test_sessions_under_random_faults_end_consistent(seed, chaos_full, tmp_path)
         " --chaos-full)" if chaos_full else ")")
     try:
         recorder = EventRecorder.attach(runtime)
-        project = runtime.store.create_project("chaos", project_dir)
+        project = runtime.internals.store.create_project("chaos", project_dir)
         agents = {
-            (provider, mode): runtime.store.create_agent(
+            (provider, mode): runtime.internals.store.create_agent(
                 f"{provider}-{mode}", provider=provider, permission_mode=mode,
                 model=OLLAMA_MODEL if provider == "ollama" else ANTHROPIC_MODEL)
             for provider in ("ollama", "anthropic") for mode in ("default", "full-auto")
@@ -293,7 +293,7 @@ def test_sessions_under_random_faults_end_consistent(seed, chaos_full, tmp_path)
         assert runtime.get_active_session_ids() == [], context
         paused = set(runtime.get_paused_session_ids())
         for plan in plans:
-            status = runtime.store.get_session(plan.sid).status
+            status = runtime.internals.store.get_session(plan.sid).status
             expected = {"paused"} if plan.sid in paused else {"idle", "stopped", "error"}
             assert status in expected, f"{plan.tag} is {status!r} {context}"
         # --- zero slots in use, no pending approvals ---------------------------------------
@@ -302,7 +302,7 @@ def test_sessions_under_random_faults_end_consistent(seed, chaos_full, tmp_path)
         assert runtime.list_approvals() == [], context
         # --- every acknowledged user message is in the database ----------------------------
         for plan in plans:
-            stored = {content for role, content in runtime.store.recent_messages(plan.sid, 10_000, roles=("user",))}
+            stored = {content for role, content in runtime.internals.store.recent_messages(plan.sid, 10_000, roles=("user",))}
             missing = [text for text in plan.acked if text not in stored]
             assert missing == [], f"{plan.tag} lost {missing} {context}"
         # --- each session's event log is well-formed -----------------------------------------

@@ -73,7 +73,7 @@ def test_a_bad_approval_answer_says_what_is_expected(tool_bot, line):
     assert f"yes {approval_id}" in answer and f"no {approval_id}" in answer
     assert [a["id"] for a in rt.list_approvals()] == [approval_id]  # still pending, nothing decided
     sid = rt.list_approvals()[0]["session_id"]
-    assert [c for r, c in rt.store.recent_messages(sid, 10) if r == "user"] == ["what files do I have?"]
+    assert [c for r, c in rt.internals.store.recent_messages(sid, 10) if r == "user"] == ["what files do I have?"]
     assert say(rt, transport, "alice", f"yes {approval_id}") == "approved"
 
 

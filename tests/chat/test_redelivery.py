@@ -32,7 +32,7 @@ def test_a_redelivery_after_a_restart_is_still_a_duplicate(tmp_path, sim_clock):
         assert transport.say("alice", "hello", message_id="m-1", channel="elsewhere") == "delivered"
         rt.settle()
         sid = bridge.conversation("memory", "alice").session_id
-        assert [c for r, c in rt.store.recent_messages(sid, 10) if r == "user"] == ["hello"]
+        assert [c for r, c in rt.internals.store.recent_messages(sid, 10) if r == "user"] == ["hello"]
     finally:
         rt.shutdown()
         bridge.stop()

@@ -23,9 +23,9 @@ def make(sim_clock, scripted, tmp_path, *, credits=False, settings=None, shutdow
     extra = {"loop_for_provider": {"scripted": "direct"}} if direct else {}
     rt = sim_runtime(sim_clock, scripted, config=Config(), workspace_dir=tmp_path / "ws", with_credits=credits,
                      **extra)
-    admin = AdminActor.start(rt.tracker, AdminWiring(
-        supervisor=rt.supervisor, approvals=rt.approvals, bus=rt.bus, timers=rt.timers, slot_pool=rt.slot_pool,
-        credits=rt.credits, store=rt.store, providers=rt.providers, clock=rt.clock,
+    admin = AdminActor.start(rt.internals.tracker, AdminWiring(
+        supervisor=rt.internals.supervisor, approvals=rt.internals.approvals, bus=rt.internals.bus, timers=rt.internals.timers, slot_pool=rt.internals.slot_pool,
+        credits=rt.internals.credits, store=rt.internals.store, providers=rt.internals.providers, clock=rt.clock,
         settings=settings or DaemonConfig(), about={"pid": 1}, request_shutdown=shutdown,
     ))
     assert admin.ask(Ready()) is True
@@ -73,13 +73,13 @@ def test_start_then_list_and_show_a_session(admin_rt, scripted):
 
 def test_start_with_an_unknown_agent_is_an_error_listing_the_agents(admin_rt):
     rt, admin = admin_rt
-    rt.store.create_agent("helper")
-    rt.store.create_agent("coder")
+    rt.internals.store.create_agent("helper")
+    rt.internals.store.create_agent("coder")
     error = failure(admin, "start", agent="helpr", prompt="hi", create=False)
     assert error.code == "not_found"
     assert "no agent 'helpr'" in error.message and "coder, helper" in error.message and "--create" in error.message
-    assert [a.name for a in rt.store.list_agents()] == ["coder", "helper"]  # nothing created
-    assert rt.store.list_sessions() == []
+    assert [a.name for a in rt.internals.store.list_agents()] == ["coder", "helper"]  # nothing created
+    assert rt.internals.store.list_sessions() == []
 
 
 def test_start_create_makes_the_agent_with_its_settings_and_refuses_different_ones(admin_rt):
@@ -87,12 +87,12 @@ def test_start_create_makes_the_agent_with_its_settings_and_refuses_different_on
     started = command(admin, "start", agent="writer", prompt="hi", create=True, model="qwen3:8b",
                       permission_mode="auto-edit")
     assert started["created_agent"] is True
-    agent = rt.store.find_agent("writer")
+    agent = rt.internals.store.find_agent("writer")
     assert (agent.model, agent.permission_mode) == ("qwen3:8b", "auto-edit")
     assert command(admin, "start", agent="writer", prompt="again", create=True)["created_agent"] is False
     error = failure(admin, "start", agent="writer", prompt="x", create=True, model="llama3.1:8b")
     assert error.code == "conflict" and "model is 'qwen3:8b', not 'llama3.1:8b'" in error.message
-    assert rt.store.find_agent("writer").model == "qwen3:8b"  # unchanged
+    assert rt.internals.store.find_agent("writer").model == "qwen3:8b"  # unchanged
 
 
 def test_send_is_persisted_and_resumes_an_ended_session_with_history(admin_rt, scripted):
@@ -104,7 +104,7 @@ def test_send_is_persisted_and_resumes_an_ended_session_with_history(admin_rt, s
     assert command(admin, "stop", session=sid)["was_running"] is False
     sent = command(admin, "send", session=sid, text="second")
     assert sent["delivered"] is True
-    assert ("user", "second") in rt.store.recent_messages(sid, 10)
+    assert ("user", "second") in rt.internals.store.recent_messages(sid, 10)
     rt.settle()
     assert "<conversation_history>" in scripted.requests[-1].messages[-1].content
 
@@ -120,11 +120,11 @@ def test_stop_on_a_stopped_session_says_so_and_publishes_no_second_stopped(admin
     assert again == {"session": sid, "was_running": False, "was_paused": False, "already_stopped": True}
     events = [e["type"] for e in command(admin, "session", session=sid, events=50)["events"]]
     assert events.count("session_stopped") == 1
-    assert rt.store.get_session(sid).status == "stopped"
+    assert rt.internals.store.get_session(sid).status == "stopped"
     # an ended (idle) session is not "stopped": stopping it still marks it so, once
     other = command(admin, "start", agent="a", prompt="second")["session"]
     rt.settle()
-    rt.store.update_session(other, status="idle")
+    rt.internals.store.update_session(other, status="idle")
     rt.stop_process(other)  # the running incarnation goes; the row says stopped
     assert command(admin, "stop", session=other)["already_stopped"] is True
 
@@ -177,8 +177,8 @@ def test_a_queued_approval_has_no_timeout(sim_clock, scripted, tmp_path):
 
 def test_unknown_and_ambiguous_session_ids(admin_rt):
     rt, admin = admin_rt
-    rt.store.create_session(session_id="abcd-1")
-    rt.store.create_session(session_id="abcd-2")
+    rt.internals.store.create_session(session_id="abcd-1")
+    rt.internals.store.create_session(session_id="abcd-2")
     assert failure(admin, "stop", session="nope-nope").code == "not_found"
     assert failure(admin, "stop", session="ab").code == "not_found"
     assert failure(admin, "stop", session="abcd").code == "bad_request"

@@ -15,11 +15,11 @@ WAIT_S = 10
 
 def test_a_start_the_store_refuses_fails_alone_and_the_admin_goes_on(admin_rt):  # noqa: F811
     rt, admin = admin_rt
-    with StoreFault(rt.store, "create_session") as fault:
+    with StoreFault(rt.internals.store, "create_session") as fault:
         with pytest.raises(StoreUnavailableError, match="store unavailable"):
             command(admin, "start", agent="helper", prompt="hello", create=True)
         assert fault.raised == 1
-    assert rt.store.list_sessions() == []  # nothing half-made
+    assert rt.internals.store.list_sessions() == []  # nothing half-made
     started = command(admin, "start", agent="helper", prompt="hello", create=True)
     rt.settle()
     assert [row["id"] for row in command(admin, "sessions")] == [started["session"]]
@@ -30,7 +30,7 @@ def test_a_send_the_store_refuses_is_not_delivered(admin_rt):  # noqa: F811
     rt, admin = admin_rt
     sid = command(admin, "start", agent="helper", prompt="hello", create=True)["session"]
     rt.settle()
-    with StoreFault(rt.store, "append_message"), pytest.raises(StoreUnavailableError):
+    with StoreFault(rt.internals.store, "append_message"), pytest.raises(StoreUnavailableError):
         command(admin, "send", session=sid, text="refused")
     assert command(admin, "send", session=sid, text="accepted")["delivered"] is True
     rt.settle()
@@ -49,9 +49,9 @@ def test_health_is_degraded_with_the_reason_while_the_sqlite_file_is_read_only(s
 
     path = tmp_path / "c.db"
     rt = sim_runtime(sim_clock, scripted, workspace_dir=tmp_path / "ws", store_url=f"sqlite:///{path}")
-    admin = AdminActor.start(rt.tracker, AdminWiring(
-        supervisor=rt.supervisor, approvals=rt.approvals, bus=rt.bus, timers=rt.timers, slot_pool=rt.slot_pool,
-        credits=rt.credits, store=rt.store, providers=rt.providers, clock=rt.clock))
+    admin = AdminActor.start(rt.internals.tracker, AdminWiring(
+        supervisor=rt.internals.supervisor, approvals=rt.internals.approvals, bus=rt.internals.bus, timers=rt.internals.timers, slot_pool=rt.internals.slot_pool,
+        credits=rt.internals.credits, store=rt.internals.store, providers=rt.internals.providers, clock=rt.clock))
     try:
         assert admin.ask(Ready()) is True
         sid = command(admin, "start", agent="helper", prompt="hello")["session"]

@@ -141,9 +141,9 @@ def test_postgres_cut_mid_run_refuses_sends_and_recovers_within_the_backoff(pg_u
     rt = Runtime(cfg, store_url=_via(pg_url, proxy.port), providers={provider.name: provider})
     admin = None
     try:
-        admin = AdminActor.start(rt.tracker, AdminWiring(
-            supervisor=rt.supervisor, approvals=rt.approvals, bus=rt.bus, timers=rt.timers, slot_pool=rt.slot_pool,
-            credits=rt.credits, store=rt.store, providers=rt.providers, clock=rt.clock))
+        admin = AdminActor.start(rt.internals.tracker, AdminWiring(
+            supervisor=rt.internals.supervisor, approvals=rt.internals.approvals, bus=rt.internals.bus, timers=rt.internals.timers, slot_pool=rt.internals.slot_pool,
+            credits=rt.internals.credits, store=rt.internals.store, providers=rt.internals.providers, clock=rt.clock))
         assert admin.ask(Ready()) is True
         s = rt.create_session(source="web")
         rt.start_process(s.id, "hello")
@@ -155,22 +155,22 @@ def test_postgres_cut_mid_run_refuses_sends_and_recovers_within_the_backoff(pg_u
         proxy.cut()
         with pytest.raises(StoreUnavailableError, match="^store unavailable: "):
             rt.send_message(s.id, "during the outage")
-        assert rt.store.available is False
+        assert rt.internals.store.available is False
         health = _health(admin)
         assert health["status"] == "degraded" and health["store"]["ok"] is False
         assert health["reasons"][0].startswith("store unavailable: ")
         with pytest.raises(StoreUnavailableError):  # fast, inside the backoff
             rt.send_message(s.id, "during the outage, again")
-        assert rt.supervisor.is_alive() and rt.failure is None
+        assert rt.internals.supervisor.is_alive() and rt.failure is None
 
         proxy.restore()
         # nothing uses the store now: the StoreWatch probe (through Timers) brings it back
-        _wait_for(lambda: rt.store.available)
-        assert rt.store_watch.ask(WatchStats())["probes"] >= 1  # it was the probe, not a use
+        _wait_for(lambda: rt.internals.store.available)
+        assert rt.internals.store_watch.ask(WatchStats())["probes"] >= 1  # it was the probe, not a use
         assert _health(admin)["status"] == "ok"
         assert rt.send_message(s.id, "after") is True
         rt.settle()
-        users = [m.content for m in rt.store.messages(s.id) if m.role == "user"]
+        users = [m.content for m in rt.internals.store.messages(s.id) if m.role == "user"]
         assert users == ["hello", "before", "after"]
         assert rt.failure is None
     finally:

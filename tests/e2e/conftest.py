@@ -39,12 +39,12 @@ class E2E:
         self.runtime = runtime
         self.clock = clock
         self.recorder = EventRecorder.attach(runtime)
-        self.project = runtime.store.create_project("demo", project_dir)
+        self.project = runtime.internals.store.create_project("demo", project_dir)
 
     def session(self, *, provider: str, model: str, mode: str = "default", source: str = "web",
                 tools: list[str] | None = None, **fields: Any) -> Any:
-        agent = self.runtime.store.create_agent(
-            f"agent-{len(self.runtime.store.list_agents())}", provider=provider, model=model,
+        agent = self.runtime.internals.store.create_agent(
+            f"agent-{len(self.runtime.internals.store.list_agents())}", provider=provider, model=model,
             permission_mode=mode, system_prompt="You are a test agent.", tool_permissions=tools,
         )
         return self.runtime.create_session(agent_id=agent.id, project_id=self.project.id, source=source,

@@ -27,11 +27,11 @@ def make_rt(sim_clock, scripted, tmp_path):
 
 
 def agents(rt, *names, mode="full-auto"):
-    return [rt.store.create_agent(name, permission_mode=mode, description=f"{name} the tester") for name in names]
+    return [rt.internals.store.create_agent(name, permission_mode=mode, description=f"{name} the tester") for name in names]
 
 
 def session_of(rt, agent):
-    [row] = [s for s in rt.store.list_sessions() if s.agent_id == agent.id]
+    [row] = [s for s in rt.internals.store.list_sessions() if s.agent_id == agent.id]
     return row
 
 
@@ -61,7 +61,7 @@ def test_a_messages_b_and_gets_bs_reply(make_rt, scripted):
     assert recorder.last("assistant", a.id).content == "Bob says the answer is 4."
     b = session_of(rt, bob)
     assert (b.source, b.depth, b.channel) == ("agent", 2, f"agent:{a.id}")
-    b_prompt = rt.store.recent_messages(b.id, 5)[0][1]
+    b_prompt = rt.internals.store.recent_messages(b.id, 5)[0][1]
     assert "Message from agent Alice" in b_prompt and "What is 2+2?" in b_prompt
 
 
@@ -80,7 +80,7 @@ def test_the_recipient_gets_the_restricted_policy_and_cannot_message_on(make_rt,
     assert "corvid_send_message" not in bob_tools and "corvid_list_agents" not in bob_tools
     assert {"corvid_extend_timeout", "corvid_check_credits", "read_file"} <= bob_tools
     assert tool_results(scripted, "pass it on") == ["Unknown tool: corvid_send_message"]
-    assert [s.agent_id for s in rt.store.list_sessions()].count(bob.id) == 1
+    assert [s.agent_id for s in rt.internals.store.list_sessions()].count(bob.id) == 1
     assert "corvid_send_message" in offered(scripted, "relay")
 
 
@@ -98,7 +98,7 @@ def test_a_chain_a_b_c_d_e_is_refused_at_the_configured_depth(make_rt, scripted)
     rt.settle()
 
     assert [session_of(rt, agent).depth for agent in (ben, cat, dan)] == [2, 3, 4]
-    assert not [s for s in rt.store.list_sessions() if s.agent_id == eve.id]
+    assert not [s for s in rt.internals.store.list_sessions() if s.agent_id == eve.id]
     [refusal] = tool_results(scripted, "hop three")
     assert refusal.startswith("Refused") and "deeper than 3" in refusal
     assert tool_results(scripted, "hop two") == ["Reply from Dan:\nDan is done."]
@@ -114,7 +114,7 @@ def test_an_agent_cannot_message_itself(make_rt, scripted):
     rt.start_process(a.id, "talk to yourself")
     rt.settle()
     assert tool_results(scripted, "talk") == ["You cannot send a message to yourself."]
-    assert len(rt.store.list_sessions()) == 1
+    assert len(rt.internals.store.list_sessions()) == 1
 
 
 def test_an_unknown_recipient_is_an_error_naming_the_agents(make_rt, scripted):

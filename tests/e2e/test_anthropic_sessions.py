@@ -44,7 +44,7 @@ def test_streamed_reply_with_usage_and_cost(e2e, stub):
     [result] = e2e.events(s.id, "result")
     assert result.subtype == "success"
     assert result.total_cost_usd == pytest.approx(1000 * 3.0 / 1e6 + 200 * 15.0 / 1e6)
-    assert e2e.runtime.store.get_session(s.id).total_cost_usd == pytest.approx(result.total_cost_usd)
+    assert e2e.runtime.internals.store.get_session(s.id).total_cost_usd == pytest.approx(result.total_cost_usd)
     body = stub.message_requests[-1].json
     assert body["system"].startswith("You are a test agent.")
 
@@ -264,4 +264,4 @@ def test_image_blocks_reach_the_api_through_the_real_anthropic_client(e2e, stub)
     again = stub.message_requests[-1].json["messages"]
     assert [m["role"] for m in again] == ["user", "assistant", "user"]
     assert again[0]["content"] == PICTURE and again[2]["content"] == PICTURE[:2]
-    assert e2e.runtime.store.message_contents(s.id, 5, roles=("user",)) == [("user", PICTURE), ("user", PICTURE[:2])]
+    assert e2e.runtime.internals.store.message_contents(s.id, 5, roles=("user",)) == [("user", PICTURE), ("user", PICTURE[:2])]

@@ -30,7 +30,7 @@ def _e2e(make_e2e, stub):
 def _hanging_session(e2e, tag):
     s = e2e.session(provider="ollama", model=OLLAMA_MODEL, mode="full-auto")
     command, args = server_command("hang", tag)
-    add_mcp_server(e2e.runtime.store, "stuck", command, args=args, agent_id=s.agent_id)
+    add_mcp_server(e2e.runtime.internals.store, "stuck", command, args=args, agent_id=s.agent_id)
     return s
 
 
@@ -81,7 +81,7 @@ def test_other_sessions_are_served_while_one_build_hangs(make_e2e):
         rt.settle()
         [failed] = [e for e in e2e.events(stuck.id, "system") if e.subtype == "mcp_server_failed"]
         assert f"within {CONNECT_S:g}s" in failed.message
-        roles = [(r, c) for r, c in rt.store.recent_messages(other.id, 50)]
+        roles = [(r, c) for r, c in rt.internals.store.recent_messages(other.id, 50)]
         asked = roles.index(("user", "are you there?"))
         assert any(r == "assistant" for r, _ in roles[asked:])  # answered the message sent meanwhile
         rt.stop_process(stuck.id)
@@ -104,7 +104,7 @@ def test_a_stop_during_the_build_is_honoured_at_once(make_e2e):
         assert not rt.is_running(stuck.id)
         # the event reaches the recorder on the bus thread: wait for it (bounded)
         _wait_for(lambda: [r.type for r in e2e.recorder.of(stuck.id)][-1:] == ["session_stopped"], QUICK_S)
-        assert rt.store.get_session(stuck.id).status == "stopped"
+        assert rt.internals.store.get_session(stuck.id).status == "stopped"
         rt.settle(CONNECT_S * 3)  # the build finishes (times out) and closes what it made
         assert live_processes(tag) == []
         assert not rt.is_running(stuck.id)

@@ -82,7 +82,7 @@ def ready(about):
     session = runtime.create_session(source="web")
     runtime.start_process(session.id, "hello")
     print("SESSION " + session.id, flush=True)
-    threading.Thread(target=runtime.slot_pool.stop).start()  # a core actor dies mid-run
+    threading.Thread(target=runtime.internals.slot_pool.stop).start()  # a core actor dies mid-run
 
 holder["daemon"] = dm.Daemon(config, data_dir, on_ready=ready)
 sys.exit(holder["daemon"].run())

@@ -156,7 +156,7 @@ def test_a_real_wait_publishes_the_waiting_text_then_an_empty_status(make_e2e, s
 
     e2e = make(make_e2e, stub, max_parallel=1)
     stub.default_reply = "hello"
-    e2e.runtime.slot_pool.tell(AcquireSlot("someone-else", 1, MODEL, 1, e2e.runtime.timers))
+    e2e.runtime.internals.slot_pool.tell(AcquireSlot("someone-else", 1, MODEL, 1, e2e.runtime.internals.timers))
     e2e.runtime.settle()
     s = e2e.session(provider="ollama", model=MODEL, mode="full-auto")
     e2e.runtime.start_process(s.id, "hi")
@@ -165,7 +165,7 @@ def test_a_real_wait_publishes_the_waiting_text_then_an_empty_status(make_e2e, s
     assert waiting == ["Queued — waiting for model slot (need 2, 1/1 in use, position 1)"]
     assert e2e.events(s.id, "result") == []
     e2e.clock.advance(30)
-    e2e.runtime.slot_pool.tell(ReleaseSlot("someone-else"))
+    e2e.runtime.internals.slot_pool.tell(ReleaseSlot("someone-else"))
     e2e.runtime.settle()
     assert [q.status_message for q in e2e.events(s.id, "queue_status")] == [waiting[0], ""]
     assert e2e.events(s.id, "assistant")[-1].content == "hello"
@@ -274,7 +274,7 @@ def offered_tools(stub):
 
 
 def start_with_bundle(e2e, explicit):
-    store = e2e.runtime.store
+    store = e2e.runtime.internals.store
     agent = store.create_agent(f"bundled-{explicit}", provider="ollama", model=MODEL,
                                permission_mode="full-auto", tool_permissions=explicit)
     bundle = store.create_skill_bundle(f"reader-{explicit}", tools=["read_file"])

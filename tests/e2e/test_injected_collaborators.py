@@ -155,7 +155,7 @@ def test_an_injected_store_is_used_and_left_open(make_e2e, stub, tmp_path):
         s = e2e.session(provider="ollama", model=MODEL, mode="full-auto")
         e2e.runtime.start_process(s.id, "plan")
         e2e.runtime.settle()
-        assert e2e.runtime.store is store
+        assert e2e.runtime.internals.store is store
         e2e.runtime.shutdown()
         # the host's store is still open, and a second connection sees what the session wrote
         assert store.get_session(s.id).plan

@@ -60,7 +60,7 @@ def test_ollama_session_calls_an_mcp_tool_after_approval(make_e2e, ollama):
     tag = new_tag()
     e2e = ollama_e2e(make_e2e, ollama)
     command, args = server_command("echo", tag)
-    add_mcp_server(e2e.runtime.store, "echo", command, args=args)  # global: every agent
+    add_mcp_server(e2e.runtime.internals.store, "echo", command, args=args)  # global: every agent
     ollama.add_tool_calls([("mcp__echo__echo", {"text": "hi", "times": 2})])
     ollama.add_reply("The server said hi twice.")
     s = e2e.session(provider="ollama", model=OLLAMA_MODEL, mode="default")
@@ -113,7 +113,7 @@ def test_anthropic_session_calls_config_servers_with_a_safe_environment(make_e2e
 
 def test_a_server_with_a_bad_command_is_reported_and_the_session_goes_on(make_e2e, ollama):
     e2e = ollama_e2e(make_e2e, ollama)
-    add_mcp_server(e2e.runtime.store, "broken", "/nonexistent/mcp-server")
+    add_mcp_server(e2e.runtime.internals.store, "broken", "/nonexistent/mcp-server")
     ollama.add_reply("Still here without it.")
     s = e2e.session(provider="ollama", model=OLLAMA_MODEL, mode="full-auto")
     e2e.runtime.start_process(s.id, "hi")
@@ -132,7 +132,7 @@ def test_a_server_hanging_on_initialize_times_out_and_its_process_tree_is_killed
     # 2 s: time for the server (started in the OS sandbox) to print its stderr under load
     e2e = ollama_e2e(make_e2e, ollama, config(connect_timeout_s=2.0))
     command, args = server_command("hang", tag)  # ignores stdin EOF and has a child of its own
-    add_mcp_server(e2e.runtime.store, "stuck", command, args=args)
+    add_mcp_server(e2e.runtime.internals.store, "stuck", command, args=args)
     ollama.add_reply("Going on without it.")
     s = e2e.session(provider="ollama", model=OLLAMA_MODEL, mode="full-auto")
     e2e.runtime.start_process(s.id, "hi")
@@ -151,7 +151,7 @@ def test_a_server_that_dies_mid_call_is_reported_and_the_session_goes_on(make_e2
     tag = new_tag()
     e2e = ollama_e2e(make_e2e, ollama)
     command, args = server_command("echo", tag)
-    add_mcp_server(e2e.runtime.store, "echo", command, args=args)
+    add_mcp_server(e2e.runtime.internals.store, "echo", command, args=args)
     ollama.add_tool_calls([("mcp__echo__spawn_child", {})])
     ollama.add_tool_calls([("mcp__echo__crash", {})])
     ollama.add_reply("The tool server died; carrying on.")

@@ -201,8 +201,8 @@ def test_slot_wait_times_out_after_five_minutes_with_slot_timeout(make_e2e, stub
 
 def test_slot_timeout_error_and_exit_1(make_e2e, stub):
     e2e = make(make_e2e, stub, max_parallel=1)
-    e2e.runtime.slot_pool.tell(__import__("corvid_actors.actors.slots", fromlist=["x"]).AcquireSlot(
-        "someone-else", 1, MODEL, 1, e2e.runtime.timers))  # the slot is held by another host task
+    e2e.runtime.internals.slot_pool.tell(__import__("corvid_actors.actors.slots", fromlist=["x"]).AcquireSlot(
+        "someone-else", 1, MODEL, 1, e2e.runtime.internals.timers))  # the slot is held by another host task
     e2e.runtime.settle()
     s = e2e.session(provider="ollama", model=MODEL, mode="full-auto")
     e2e.runtime.start_process(s.id, "hi")
@@ -299,4 +299,4 @@ def test_a_text_model_gets_the_text_parts_only(e2e, stub):
     e2e.runtime.settle()
     [user] = [m for m in stub.chat_requests[-1].json["messages"] if m["role"] == "user"]
     assert user["content"] == "What is in this picture?" and "images" not in user
-    assert e2e.runtime.store.message_contents(s.id, 1, roles=("user",)) == [("user", PICTURE)]
+    assert e2e.runtime.internals.store.message_contents(s.id, 1, roles=("user",)) == [("user", PICTURE)]

@@ -76,7 +76,7 @@ def test_plan_is_tracked_shown_to_the_model_stored_and_resumed(make_e2e, stub, d
 
     stored = [{"id": "2", "title": "Summarize", "status": "running", "waiting_for": []}]
     assert e2e.runtime.get_plan(s.id) == stored
-    assert json.loads(e2e.runtime.store.get_session(s.id).plan) == stored
+    assert json.loads(e2e.runtime.internals.store.get_session(s.id).plan) == stored
     assert e2e.runtime.session_info(s.id)[s.id]["plan"] == stored
     assert render_plan(e2e.runtime.get_plan(s.id)) == "- [running] 2. Summarize"
 
@@ -157,7 +157,7 @@ def test_with_on_trip_stop_the_session_ends_without_sending(make_e2e, stub, data
     assert len(snapshots(data_dir)) == 1
     assert [e.code for e in e2e.events(s.id, "session_exited")] == [1]
     assert not e2e.runtime.is_running(s.id)
-    assert e2e.runtime.store.get_session(s.id).status == "error"
+    assert e2e.runtime.internals.store.get_session(s.id).status == "error"
     assert e2e.runtime.slot_stats()["in_use"] == 0
 
 

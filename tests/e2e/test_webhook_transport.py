@@ -127,7 +127,7 @@ def bot(make_e2e, stub, platform):
         cfg = Config().replace(credits={"free_credits_on_first_message": 10})
         e2e = make_e2e({"ollama": OllamaProvider(stub.url)}, cfg, with_credits=True,
                        is_owner={OWNER}.__contains__)
-        agent = e2e.runtime.store.create_agent("chatty", provider="ollama", model=MODEL, permission_mode="default",
+        agent = e2e.runtime.internals.store.create_agent("chatty", provider="ollama", model=MODEL, permission_mode="default",
                                                system_prompt="You are a chat bot.", tool_permissions=list(tools))
         transport = WebhookTransport(callback_url or platform.callback_url, secret=SECRET)
         bridge = ChatBridge(e2e.runtime, transport, agent_id=agent.id, project_id=e2e.project.id,
@@ -155,7 +155,7 @@ def test_a_posted_message_is_persisted_and_answered_on_the_callback(bot, stub, p
     status, answer = post(e2e.transport.url, message("alice", "hi there", id="msg-1"))
     assert (status, answer) == (202, {"accepted": True, "outcome": "delivered"})
     sid = e2e.bridge.conversation("room-1", "alice").session_id
-    assert ("user", "hi there") in e2e.runtime.store.recent_messages(sid, 5)  # persisted before the 202
+    assert ("user", "hi there") in e2e.runtime.internals.store.recent_messages(sid, 5)  # persisted before the 202
     e2e.runtime.settle()
     assert platform.texts("alice", "reply") == ["Hello from the model!"]
     assert platform.texts("alice", "notice")[0].startswith("Welcome! You have 10 free credits")
@@ -212,7 +212,7 @@ def test_bad_requests_are_refused(bot):
     assert post(url.replace("/messages", "/elsewhere"), message("alice", "hi"))[0] == 404
     with urllib.request.urlopen(url.replace("/messages", "/healthz"), timeout=HTTP_TIMEOUT_S) as response:
         assert response.status == 200
-    assert e2e.runtime.store.list_sessions() == []  # nothing refused made a session
+    assert e2e.runtime.internals.store.list_sessions() == []  # nothing refused made a session
 
 
 def test_an_unreachable_callback_never_blocks_the_bot(bot, stub, platform):

@@ -58,7 +58,7 @@ def test_the_runtime_routes_by_the_providers_traits_not_its_name(traits, pid_ran
         session = rt.create_session()
         rt.start_process(session.id, "hi")
         rt.settle()
-        assert pid_range[0] <= rt.store.get_session(session.id).pid < pid_range[1]
+        assert pid_range[0] <= rt.internals.store.get_session(session.id).pid < pid_range[1]
         assert rt.slot_stats()["grants"] == grants
     finally:
         rt.shutdown()

@@ -27,9 +27,9 @@ def test_kill_incarnation_is_a_crash_and_restarts_after_the_backoff(runtime, scr
     assert len(crash) == 1 and "InjectedCrashError" in crash[0].message
     restarting = recorder.last("session_restarting", s.id)
     assert restarting is not None and restarting.attempt == 1
-    notes = [m.content for m in runtime.store.messages(s.id) if m.role == "system"]
+    notes = [m.content for m in runtime.internals.store.messages(s.id) if m.role == "system"]
     assert len(notes) == 1 and notes[0].startswith("Session exited unexpectedly (code 1)")
-    assert runtime.store.get_session(s.id).status == "error"
+    assert runtime.internals.store.get_session(s.id).status == "error"
     # the restart comes after the backoff delay, not before
     runtime.clock.advance(restarting.delay_s - 0.001)
     runtime.settle()
@@ -40,7 +40,7 @@ def test_kill_incarnation_is_a_crash_and_restarts_after_the_backoff(runtime, scr
     recorder.assert_first_at("session_started", killed_at + restarting.delay_s, s.id, after=killed_at)
     assert [r.event.generation for r in recorder.of(s.id, "session_started")] == [1, 2]
     # the killed turn's reply never reached the store
-    assert "never seen" not in [m.content for m in runtime.store.messages(s.id)]
+    assert "never seen" not in [m.content for m in runtime.internals.store.messages(s.id)]
 
 
 def test_kill_incarnation_of_a_web_session_crashes_without_restart(runtime, recorder):
@@ -86,10 +86,10 @@ def test_stop_sessions_stops_and_marks_for_resume_and_reads_keep_working(runtime
     running, crashed, idle = _scenario(runtime)
     runtime.stop_sessions()
     # the store still answers, and says what shutdown leaves behind
-    assert _rows(runtime.store, running) == [("stopped", None, True)] * 2
-    assert _rows(runtime.store, [crashed]) == [("error", None, True)]
-    assert _rows(runtime.store, [idle]) == [("idle", None, False)]
-    assert [m.content for m in runtime.store.messages(running[0].id)][0] == f"hello {running[0].id}"
+    assert _rows(runtime.internals.store, running) == [("stopped", None, True)] * 2
+    assert _rows(runtime.internals.store, [crashed]) == [("error", None, True)]
+    assert _rows(runtime.internals.store, [idle]) == [("idle", None, False)]
+    assert [m.content for m in runtime.internals.store.messages(running[0].id)][0] == f"hello {running[0].id}"
     # the event bus still delivered the stop events, and the runtime still reads
     assert [recorder.last("session_stopped", s.id).reason for s in running] == ["server_shutdown"] * 2
     assert recorder.of(crashed.id, "session_stopped") == []
@@ -127,7 +127,7 @@ def test_stop_sessions_leaves_the_rows_and_events_shutdown_leaves(sim_clock, scr
             rt.shutdown("maintenance")
         running, crashed, idle = sessions
         # after shutdown the runtime's own store is closed: read the file as the next start-up would
-        store = rt.store if how == "stop_sessions" else Store(f"sqlite:///{tmp_path}/{how}.db")
+        store = rt.internals.store if how == "stop_sessions" else Store(f"sqlite:///{tmp_path}/{how}.db")
         outcomes.append((_rows(store, [*running, crashed, idle]),
                          [[(r.type, getattr(r.event, "reason", None)) for r in recorder.of(s.id)][-1]
                           for s in running]))

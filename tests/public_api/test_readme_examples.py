@@ -23,7 +23,7 @@ def test_a_chat_session_restarts_after_5_then_15_seconds(runtime, scripted, reco
     recorder.assert_first_at("session_started", 22.0, session.id, after=5.0)
     assert [r.event.delay_s for r in recorder.of(session.id, "session_restarting")] == [5.0, 15.0]
     assert recorder.last("assistant", session.id).content == "I'm back."
-    assert [m.role for m in runtime.store.messages(session.id)] == [
+    assert [m.role for m in runtime.history(session.id)] == [
         "user", "system", "system", "assistant"]  # the prompt, two exit notes, the answer
 
 
@@ -34,8 +34,8 @@ def test_the_user_allows_a_read_and_denies_a_write(sim_clock, ollama_stub, tmp_p
     ollama_stub.add_reply("The word is corvid.")
     with sim_runtime(sim_clock, stub_provider(ollama_stub), workspace_dir=tmp_path) as runtime:
         recorder = EventRecorder.attach(runtime)
-        agent = runtime.store.create_agent("reader", provider="ollama", model="llama3.1:8b",
-                                           permission_mode="default")  # every tool asks
+        agent = runtime.create_agent("reader", provider="ollama", model="llama3.1:8b",
+                                     permission_mode="default")  # every tool asks
         session = runtime.create_session(agent_id=agent.id, source="web")
         runtime.start_process(session.id, "what is the secret word?")
         runtime.settle()

@@ -18,7 +18,7 @@ def test_messages_are_every_role_in_order_with_simulated_timestamps(runtime, scr
     runtime.clock.advance(30)
     runtime.send_message(s.id, "question two")
     runtime.settle()
-    messages = runtime.store.messages(s.id)
+    messages = runtime.internals.store.messages(s.id)
     assert [(m.role, m.content) for m in messages][:3] == [
         ("user", "question one"), ("assistant", "first answer"), ("user", "question two")]
     # the exit note the supervisor writes is a message too (role "system")
@@ -28,7 +28,7 @@ def test_messages_are_every_role_in_order_with_simulated_timestamps(runtime, scr
     assert messages[0].timestamp == start
     assert messages[1].timestamp == start + timedelta(seconds=30)
     assert all(m.timestamp.tzinfo is UTC for m in messages)
-    assert runtime.store.messages("no-such-session") == []
+    assert runtime.internals.store.messages("no-such-session") == []
 
 
 def test_delete_session_removes_the_row_and_its_messages(runtime):
@@ -37,11 +37,11 @@ def test_delete_session_removes_the_row_and_its_messages(runtime):
         runtime.start_process(s.id, f"hello {s.id}")
     runtime.settle()
     runtime.stop_process(gone.id)
-    assert runtime.store.delete_session(gone.id) is True
-    assert runtime.store.get_session(gone.id) is None
-    assert runtime.store.messages(gone.id) == []
-    assert runtime.store.delete_session(gone.id) is False
-    assert [m.content for m in runtime.store.messages(keep.id)][0] == f"hello {keep.id}"
+    assert runtime.internals.store.delete_session(gone.id) is True
+    assert runtime.internals.store.get_session(gone.id) is None
+    assert runtime.internals.store.messages(gone.id) == []
+    assert runtime.internals.store.delete_session(gone.id) is False
+    assert [m.content for m in runtime.internals.store.messages(keep.id)][0] == f"hello {keep.id}"
 
 
 def test_approval_mode_reads_what_was_set(runtime):
@@ -74,7 +74,7 @@ def test_charge_turn_charges_like_the_end_of_a_turn(credit_runtime, sim_clock):
     refused = rt.charge_turn(s.id)  # 1 left: does not cover 2
     assert (refused.success, refused.remaining, refused.is_exhausted) == (False, 1, True)
     assert rt.credit_balance("alice") == 1
-    assert rt.store.get_session(s.id).credits_consumed == 4
+    assert rt.internals.store.get_session(s.id).credits_consumed == 4
     # not charged: a web session, an owner
     assert rt.charge_turn(rt.create_session(source="web", participant="alice").id) is None
     assert rt.charge_turn(rt.create_session(source="chat", participant="owner").id) is None
@@ -119,5 +119,5 @@ def test_timestamps_are_aware_utc_datetimes(runtime):
     s = runtime.create_session(source="web")
     runtime.start_process(s.id, "hi")
     runtime.settle()
-    [user, *_] = runtime.store.messages(s.id)
+    [user, *_] = runtime.internals.store.messages(s.id)
     assert isinstance(user.timestamp, datetime) and user.timestamp.utcoffset() == timedelta(0)

@@ -106,7 +106,7 @@ def test_a_scripted_clean_exit_ends_the_session_with_code_0_and_nothing_restarts
     assert recorder.times("session_started", s.id) == [0.0]
     assert recorder.of(s.id, "error") == []
     assert not runtime.is_running(s.id)
-    assert runtime.store.get_session(s.id).status == "idle"
+    assert runtime.internals.store.get_session(s.id).status == "idle"
     # the exit published nothing of the turn it ended
     assert replies(recorder, s.id) == ["first"]
 
@@ -129,7 +129,7 @@ def test_a_scripted_start_failure_is_a_spawn_error(runtime, scripted, recorder):
     [error] = [r.event for r in recorder.of(s.id, "error")]
     assert (error.error_type, error.message) == ("spawn_error", "model not loaded")
     assert recorder.of(s.id, "session_started") == []
-    assert runtime.store.get_session(s.id).status == "error"
+    assert runtime.internals.store.get_session(s.id).status == "error"
     assert runtime.start_process(s.id, "hi again") is not None
     runtime.settle()
     assert replies(recorder, s.id) == ["second start works"]

@@ -65,7 +65,7 @@ def test_auto_without_bwrap_warns_per_session_and_runs_unconfined(make_e2e, stub
     stub.add_tool_use([("run_command", {"command": "echo unconfined"})])
     stub.add_reply("ok")
     e2e, s = session(make_e2e, stub, "full-auto", mode="auto", bwrap_path=MISSING)
-    assert e2e.runtime.builder.sandbox.status.as_dict()["active"] is False
+    assert e2e.runtime.internals.builder.sandbox.status.as_dict()["active"] is False
     e2e.runtime.start_process(s.id, "go")
     e2e.runtime.settle()
     [notice] = sandbox_notices(e2e, s.id)

@@ -68,14 +68,14 @@ def test_a_failed_usage_write_is_retried_and_the_session_keeps_serving(sim_clock
         runtime.settle()
         assert store.raised == ["add_session_usage"]
         assert len(_store_errors(recorder, sid)) == 1
-        assert runtime.store.get_session(sid).cumulative_turns == 0  # not yet
+        assert runtime.internals.store.get_session(sid).cumulative_turns == 0  # not yet
         assert runtime.is_running(sid)
         runtime.clock.advance(1.0)  # the first retry
-        row = runtime.store.get_session(sid)
+        row = runtime.internals.store.get_session(sid)
         assert (row.cumulative_turns, row.open_turns) == (1, 0)
         assert runtime.send_message(sid, "again") is True
         runtime.settle()
-        assert runtime.store.get_session(sid).cumulative_turns == 2
+        assert runtime.internals.store.get_session(sid).cumulative_turns == 2
     finally:
         runtime.shutdown()
         store.close()
@@ -92,11 +92,11 @@ def test_conversation_writes_stay_in_order_behind_a_failed_one(sim_clock, script
         store.fail(lambda name, a, k: name == "append_message" and a[1] == "assistant", count=2)
         assert runtime.send_message(sid, "question") is True
         runtime.settle()
-        assert [r for r, _ in runtime.store.recent_messages(sid, 10)][-1] == "user"
+        assert [r for r, _ in runtime.internals.store.recent_messages(sid, 10)][-1] == "user"
         runtime.clock.advance(1.0)  # first retry fails too
-        assert [r for r, _ in runtime.store.recent_messages(sid, 10)][-1] == "user"
+        assert [r for r, _ in runtime.internals.store.recent_messages(sid, 10)][-1] == "user"
         runtime.clock.advance(2.0)  # second retry (after 2 s) writes it
-        rows = runtime.store.recent_messages(sid, 10)
+        rows = runtime.internals.store.recent_messages(sid, 10)
         assert [r for r, _ in rows if r in ("user", "assistant")] == ["user", "assistant", "user", "assistant"]
         assert len(_store_errors(recorder, sid)) == 1  # said once, not per attempt
     finally:
@@ -125,14 +125,14 @@ def test_the_supervisor_survives_failed_exit_writes_and_keeps_the_restart_timeli
         assert runtime.is_running(other)
         runtime.clock.advance(1.0)  # first retry: the status is written, the note fails
         assert store.raised == ["update_session", "append_message"]
-        assert runtime.store.get_session(sid).status == "error"
-        assert [m.content for m in runtime.store.messages(sid) if m.role == "system"] == []
+        assert runtime.internals.store.get_session(sid).status == "error"
+        assert [m.content for m in runtime.internals.store.messages(sid) if m.role == "system"] == []
         runtime.clock.advance(2.0)  # second retry, 2 s later: the note
-        notes = [m.content for m in runtime.store.messages(sid) if m.role == "system"]
+        notes = [m.content for m in runtime.internals.store.messages(sid) if m.role == "system"]
         assert len(notes) == 1 and notes[0].startswith("Session exited unexpectedly (code 1)")
         runtime.clock.advance(2.0)  # the restart at +5 s, unchanged
         assert recorder.times("session_started", sid) == [0.0, 5.0]
-        assert runtime.store.get_session(sid).status == "running"
+        assert runtime.internals.store.get_session(sid).status == "running"
     finally:
         runtime.shutdown()
         store.close()
@@ -191,9 +191,9 @@ def test_pending_writes_outlive_a_stopped_session(sim_clock, scripted, tmp_path)
         runtime.stop_process(sid)  # before the session's retry: it hands the write over
         runtime.settle()
         assert store.raised == ["append_message", "append_message"]  # the supervisor tried at once
-        assert [r for r, _ in runtime.store.recent_messages(sid, 10)] == ["user", "assistant", "user"]
+        assert [r for r, _ in runtime.internals.store.recent_messages(sid, 10)] == ["user", "assistant", "user"]
         runtime.clock.advance(1.0)  # the supervisor's retry
-        assert [c for r, c in runtime.store.recent_messages(sid, 10)] == ["hi", "the answer", "question",
+        assert [c for r, c in runtime.internals.store.recent_messages(sid, 10)] == ["hi", "the answer", "question",
                                                                           "the answer"]
     finally:
         runtime.shutdown()

@@ -80,9 +80,9 @@ def test_first_message_starts_a_chat_session_and_the_reply_comes_back(bot, scrip
     assert replies(transport, "alice") == ["Hello Alice!"]
     assert notices(transport, "alice")[0].startswith("Welcome! You have 10 free credits")
     conv = bridge.conversation("memory", "alice")
-    row = rt.store.get_session(conv.session_id)
+    row = rt.internals.store.get_session(conv.session_id)
     assert (row.source, row.participant, row.channel) == ("chat", "alice", "memory")
-    assert rt.store.recent_messages(conv.session_id, 10) == [("user", "hello"), ("assistant", "Hello Alice!")]
+    assert rt.internals.store.recent_messages(conv.session_id, 10) == [("user", "hello"), ("assistant", "Hello Alice!")]
 
 
 def test_each_conversation_has_its_own_session_and_replies_go_to_it(bot, scripted):
@@ -109,7 +109,7 @@ def test_follow_up_messages_go_to_the_same_running_session(bot, scripted):
     sid = bridge.conversation("memory", "alice").session_id
     say(rt, transport, "alice", "two")
     assert rt.recorder.times("session_started", sid) == [0.0]
-    assert [c for r, c in rt.store.recent_messages(sid, 10) if r == "user"] == ["one", "two"]
+    assert [c for r, c in rt.internals.store.recent_messages(sid, 10) if r == "user"] == ["one", "two"]
 
 
 def test_events_of_other_sessions_are_not_relayed(bot):
@@ -126,7 +126,7 @@ def test_a_redelivered_message_is_ignored(bot):
     assert say(rt, transport, "alice", "hello", message_id="m-1") == "delivered"
     assert say(rt, transport, "alice", "hello", message_id="m-1") == "duplicate"
     sid = bridge.conversation("memory", "alice").session_id
-    assert [c for r, c in rt.store.recent_messages(sid, 10) if r == "user"] == ["hello"]
+    assert [c for r, c in rt.internals.store.recent_messages(sid, 10) if r == "user"] == ["hello"]
 
 
 def test_a_restarted_bot_finds_the_conversation_again(bot, scripted):
@@ -200,11 +200,11 @@ def test_exhaustion_mid_session_stops_it_and_refuses_more_until_a_top_up(sim_clo
         assert replies(transport, "alice") == ["first answer", "second answer"]
         assert notices(transport, "alice")[-1].startswith("Session stopped: credits exhausted")
         assert rt.credit_balance("alice") == 0
-        assert Ledger(rt.store).count_transactions("alice", "deduction") == 1
+        assert Ledger(rt.internals.store).count_transactions("alice", "deduction") == 1
 
         assert say(rt, transport, "alice", "three") == "refused"
         assert notices(transport, "alice")[-1].startswith("You are out of credits")
-        assert rt.store.get_session(sid).status == "stopped"  # not started for a refused message
+        assert rt.internals.store.get_session(sid).status == "stopped"  # not started for a refused message
 
         rt.grant_credits("alice", 5)
         scripted.reply("back with credits", match="four")
@@ -243,7 +243,7 @@ def test_message_during_the_restart_backoff_is_not_lost(bot, scripted):
     scripted.reply("yes, still here", match="are you there?")
     assert say(rt, transport, "alice", "are you there?") == "delivered"
     assert replies(transport, "alice") == ["yes, still here"]
-    assert [c for r, c in rt.store.recent_messages(sid, 10) if r == "user"] == ["hi", "are you there?"]
+    assert [c for r, c in rt.internals.store.recent_messages(sid, 10) if r == "user"] == ["hi", "are you there?"]
     rt.clock.advance(10)  # the pending restart finds the session running: no second start
     assert rt.recorder.times("session_started", sid) == [0.0, 2.0]
 
@@ -287,7 +287,7 @@ def test_approval_answered_by_the_wrong_participant_is_rejected(tool_bot):
     assert "not yours to answer" in transport.texts("mallory", kind="command")[0]
     assert [a["id"] for a in rt.list_approvals()] == [approval_id]  # still pending
     assert replies(transport, "alice") == []
-    assert rt.store.count_messages(rt.list_approvals()[0]["session_id"]) == 1  # mallory's line was not delivered
+    assert rt.internals.store.count_messages(rt.list_approvals()[0]["session_id"]) == 1  # mallory's line was not delivered
     # a prefix of the id works, for the right participant
     assert say(rt, transport, "alice", f"no {approval_id[:5]}") == "denied"
     assert rt.list_approvals() == []
@@ -329,7 +329,7 @@ def test_help_status_stop_and_unknown_commands(bot):
     assert answers[3] == "Stopped. Your next message starts the session again."
     assert answers[4] == "Nothing is running."
     assert answers[5].startswith("Unknown command /dance.")
-    assert rt.store.get_session(sid).status == "stopped"
+    assert rt.internals.store.get_session(sid).status == "stopped"
     assert not [t for t in notices(transport, "alice") if "stopped" in t.lower()]  # /stop answered once
     say(rt, transport, "alice", "hello again")  # resumes the stopped session
     assert rt.is_running(sid)

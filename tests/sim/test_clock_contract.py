@@ -30,7 +30,7 @@ def test_the_runtime_attaches_its_tracker_and_settle_to_an_activity_aware_clock(
     runtime = sim_runtime(sim_clock, scripted)
     try:
         done = []
-        runtime.tracker.run_tracked(lambda: done.append(sim_clock.wait(10)), "waiter")
+        runtime.internals.tracker.run_tracked(lambda: done.append(sim_clock.wait(10)), "waiter")
         runtime.settle(5)  # returns although the worker runs: parked on the clock (tracker)
         assert done == []
         sim_clock.advance(10)  # settles the runtime after the timer fired (settle)

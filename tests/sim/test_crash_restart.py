@@ -21,7 +21,7 @@ def test_restarts_at_plus_5_15_45_then_gives_up(runtime, scripted, recorder, cha
     delays = [r.event.delay_s for r in recorder.of(chat_session.id, "session_restarting")]
     assert delays == [5.0, 15.0, 45.0]
     assert recorder.last("error", chat_session.id).error_type == "max_restarts_exceeded"
-    assert runtime.store.get_session(chat_session.id).status == "error"
+    assert runtime.internals.store.get_session(chat_session.id).status == "error"
     assert not runtime.is_running(chat_session.id)
     assert runtime.get_memory_stats()["session_meta"] == 0
 
@@ -65,9 +65,9 @@ def test_web_sessions_are_not_restarted(runtime, scripted, recorder, web_session
     runtime.clock.advance(3600)
     assert _starts(recorder, web_session.id) == [0.0]
     assert recorder.of(web_session.id, "session_restarting") == []
-    row = runtime.store.get_session(web_session.id)
+    row = runtime.internals.store.get_session(web_session.id)
     assert row.status == "error"
-    assert "Session exited unexpectedly (code 1)" in runtime.store.recent_messages(
+    assert "Session exited unexpectedly (code 1)" in runtime.internals.store.recent_messages(
         web_session.id, 1, roles=("system",))[0][1]
 
 
@@ -81,7 +81,7 @@ def test_participant_message_during_backoff_is_not_lost(runtime, scripted, recor
     runtime.resume_process(chat_session.id, "are you there?")
     runtime.settle()
     assert runtime.is_running(chat_session.id)
-    users = [c for r, c in runtime.store.recent_messages(chat_session.id, 10) if r == "user"]
+    users = [c for r, c in runtime.internals.store.recent_messages(chat_session.id, 10) if r == "user"]
     assert users == ["hi", "are you there?"]
     assert "are you there?" in scripted.requests[-1].messages[-1].content
     runtime.clock.advance(10)  # the pending restart timer finds the session running: no double start

@@ -39,7 +39,7 @@ def run_day(n_sessions: int, hours: float, seed: int) -> tuple[list[dict], dict]
             if not runtime.send_message(sid, text):
                 runtime.resume_process(sid, text)
         clock.advance_to(hours * HOUR + HOUR)  # let the last conversations finish
-        final = {s.id: runtime.store.get_session(s.id).status for s in sessions}
+        final = {s.id: runtime.internals.store.get_session(s.id).status for s in sessions}
         return recorder.log(), final
     finally:
         runtime.shutdown()

@@ -50,7 +50,7 @@ def test_send_reaches_a_running_session_while_the_supervisor_is_busy(runtime, sc
     b = runtime.create_session(source="web").id
     runtime.start_process(a, "hi")
     runtime.settle()
-    gate = _Gate(runtime.builder, b)
+    gate = _Gate(runtime.internals.builder, b)
     starter, started = _in_thread(runtime.start_process, b, "hello")
     try:
         assert gate.entered.wait(JOIN_S)
@@ -59,7 +59,7 @@ def test_send_reaches_a_running_session_while_the_supervisor_is_busy(runtime, sc
         assert not sender.is_alive(), "send_message waited for the busy supervisor"
         assert sent == {"value": True}
         # acknowledged = stored, on the caller's thread
-        assert [c for r, c in runtime.store.recent_messages(a, 10) if r == "user"] == ["hi", "still there?"]
+        assert [c for r, c in runtime.internals.store.recent_messages(a, 10) if r == "user"] == ["hi", "still there?"]
     finally:
         gate.open.set()
         starter.join(JOIN_S)
@@ -76,47 +76,47 @@ def test_turn_accounting_is_the_sessions_and_counts_direct_sends(runtime, script
     for text in ("two", "three"):
         assert runtime.send_message(sid, text) is True
         runtime.settle()
-    row = runtime.store.get_session(sid)
+    row = runtime.internals.store.get_session(sid)
     assert (row.total_turns, row.cumulative_turns, row.open_turns) == (3, 3, 0)
     assert runtime.session_info(sid)[sid]["turns"] == 3
     runtime.stop_process(sid)
     runtime.settle()
-    assert runtime.store.get_session(sid).total_turns == 3
+    assert runtime.internals.store.get_session(sid).total_turns == 3
     # a new incarnation goes on counting
     runtime.resume_process(sid, "four")
     runtime.settle()
-    assert runtime.store.get_session(sid).total_turns == 4
+    assert runtime.internals.store.get_session(sid).total_turns == 4
 
 
 def test_a_delivery_refused_after_the_lookup_cold_starts_with_the_message(runtime, scripted, recorder):
     sid = runtime.create_session(source="web").id
     runtime.start_process(sid, "hi")
     runtime.settle()
-    entry = runtime.live.get(sid)
+    entry = runtime.internals.live.get(sid)
     assert entry is not None and entry.generation == 1
     # the actor dies behind the supervisor's back: the registry still lists it
     entry.ref.stop(block=True)
     assert runtime.send_message(sid, "are you there?") is True  # not lost: the cold path took it
     runtime.settle()
-    users = [c for r, c in runtime.store.recent_messages(sid, 10) if r == "user"]
+    users = [c for r, c in runtime.internals.store.recent_messages(sid, 10) if r == "user"]
     assert users == ["hi", "are you there?"]  # stored once
     assert [r.event.generation for r in recorder.of(sid, "session_started")] == [1, 2]
     prompt = scripted.requests[-1].messages[-1].content
     assert "<conversation_history>" in prompt and prompt.rstrip().endswith("are you there?")
-    assert runtime.live.get(sid).generation == 2
+    assert runtime.internals.live.get(sid).generation == 2
 
 
 def test_the_registry_lists_only_running_incarnations(runtime, scripted):
     sid = runtime.create_session(source="web").id
-    assert runtime.live.get(sid) is None
+    assert runtime.internals.live.get(sid) is None
     runtime.start_process(sid, "hi")
     runtime.settle()
-    assert runtime.live.get(sid) is not None and len(runtime.live) == 1
+    assert runtime.internals.live.get(sid) is not None and len(runtime.internals.live) == 1
     runtime.stop_process(sid)
     runtime.settle()
-    assert runtime.live.get(sid) is None and len(runtime.live) == 0
+    assert runtime.internals.live.get(sid) is None and len(runtime.internals.live) == 0
     assert runtime.send_message(sid, "hello?") is False  # not running: nothing stored
-    assert [c for r, c in runtime.store.recent_messages(sid, 10) if r == "user"] == ["hi"]
+    assert [c for r, c in runtime.internals.store.recent_messages(sid, 10) if r == "user"] == ["hi"]
 
 
 def test_context_reset_still_happens_on_the_direct_path(sim_clock, scripted, tmp_path):
@@ -141,7 +141,7 @@ def test_context_reset_still_happens_on_the_direct_path(sim_clock, scripted, tmp
 
 def test_messages_sent_while_a_session_builds_wait_for_it_in_order(runtime, scripted, recorder):
     sid = runtime.create_session(source="web").id
-    gate = _Gate(runtime.builder, sid)
+    gate = _Gate(runtime.internals.builder, sid)
     starter, started = _in_thread(runtime.start_process, sid, "first")
     try:
         assert gate.entered.wait(JOIN_S)
@@ -158,7 +158,7 @@ def test_messages_sent_while_a_session_builds_wait_for_it_in_order(runtime, scri
     runtime.settle()
     asked = [r.messages[-1].content for r in scripted.requests if r.session_id == sid]
     assert asked[0] == "first" and [a for a in asked if a in ("second", "third")] == ["second", "third"]
-    assert runtime.store.get_session(sid).total_turns == 3
+    assert runtime.internals.store.get_session(sid).total_turns == 3
 
 
 def test_a_build_failure_is_a_spawn_error_and_start_replies_none(runtime, scripted, recorder):
@@ -167,13 +167,13 @@ def test_a_build_failure_is_a_spawn_error_and_start_replies_none(runtime, script
     def broken(ctx):
         raise RuntimeError("no provider for you")
 
-    runtime.builder.build = broken
+    runtime.internals.builder.build = broken
     assert runtime.start_process(sid, "hi") is None
     runtime.settle()
     assert [e.event.message for e in recorder.of(sid, "error")] == ["no provider for you"]
     assert recorder.last("session_error", sid).error_type == "spawn_error"
-    assert not runtime.is_running(sid) and runtime.live.get(sid) is None
-    assert runtime.store.get_session(sid).status == "error"
+    assert not runtime.is_running(sid) and runtime.internals.live.get(sid) is None
+    assert runtime.internals.store.get_session(sid).status == "error"
 
 
 def test_the_fallback_never_undoes_a_stop_or_reaches_past_a_newer_incarnation(runtime, scripted, recorder):
@@ -182,17 +182,17 @@ def test_the_fallback_never_undoes_a_stop_or_reaches_past_a_newer_incarnation(ru
     sid = runtime.create_session(source="web").id
     runtime.start_process(sid, "hi")
     runtime.settle()
-    old = runtime.live.get(sid).generation
+    old = runtime.internals.live.get(sid).generation
     # a stop lands between the caller's lookup and its fallback: a stop stays a stop
     runtime.stop_process(sid)
-    assert runtime.supervisor.ask(SendMessage(sid, "late", fallback=old)) is False
+    assert runtime.internals.supervisor.ask(SendMessage(sid, "late", fallback=old)) is False
     runtime.settle()
     assert not runtime.is_running(sid)
-    assert [c for r, c in runtime.store.recent_messages(sid, 10) if r == "user"] == ["hi"]
+    assert [c for r, c in runtime.internals.store.recent_messages(sid, 10) if r == "user"] == ["hi"]
     # a newer incarnation runs: the message goes to it, no cold start
     runtime.start_process(sid, "again")
     runtime.settle()
-    assert runtime.supervisor.ask(SendMessage(sid, "for the new one", fallback=old)) is True
+    assert runtime.internals.supervisor.ask(SendMessage(sid, "for the new one", fallback=old)) is True
     runtime.settle()
     assert [r.event.generation for r in recorder.of(sid, "session_started")] == [1, 2]
     assert scripted.requests[-1].messages[-1].content == "for the new one"

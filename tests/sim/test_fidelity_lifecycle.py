@@ -13,7 +13,7 @@ def _session_errors(recorder, sid):
 
 
 def _notes(runtime, sid):
-    return [c for _, c in runtime.store.recent_messages(sid, 50, roles=("system",))]
+    return [c for _, c in runtime.internals.store.recent_messages(sid, 50, roles=("system",))]
 
 
 # --- 1. session_error ------------------------------------------------------------------------
@@ -70,7 +70,7 @@ def test_exit_notes_count_the_opening_prompt_as_turn_one(sim_clock, scripted, tm
         runtime.settle()
         runtime.clock.advance(300)
         assert _notes(runtime, sid) == ["Session completed after 300s. Turns: 2."]
-        assert runtime.store.get_session(sid).total_turns == 2
+        assert runtime.internals.store.get_session(sid).total_turns == 2
     finally:
         runtime.shutdown()
 
@@ -93,12 +93,12 @@ def test_a_refused_send_returns_false_persists_nothing_and_evicts(runtime, scrip
     runtime.start_process(web_session.id, "hi")
     runtime.settle()
     assert refuse_input(runtime, web_session.id) is True
-    before = runtime.store.count_messages(web_session.id)
+    before = runtime.internals.store.count_messages(web_session.id)
     assert runtime.send_message(web_session.id, "are you there?") is False
     runtime.settle()
-    assert runtime.store.count_messages(web_session.id) == before  # nothing persisted
+    assert runtime.internals.store.count_messages(web_session.id) == before  # nothing persisted
     assert not runtime.is_running(web_session.id)  # evicted
-    row = runtime.store.get_session(web_session.id)
+    row = runtime.internals.store.get_session(web_session.id)
     assert (row.status, row.pid) == ("idle", None)
     # the caller's fallback: a resume cold-starts with the history
     assert runtime.resume_process(web_session.id, "are you there?") is not None
@@ -120,7 +120,7 @@ def test_resume_with_a_prompt_on_a_refusing_session_says_warm_path_failed_and_co
     assert [e.message for e in failed] == ["Warm path failed, falling back to cold start"]
     prompt = scripted.requests[-1].messages[-1].content
     assert "<conversation_history>" in prompt and prompt.rstrip().endswith("next question")
-    users = [c for r, c in runtime.store.recent_messages(web_session.id, 10) if r == "user"]
+    users = [c for r, c in runtime.internals.store.recent_messages(web_session.id, 10) if r == "user"]
     assert users == ["hi", "next question"]  # stored once
 
 
@@ -144,14 +144,14 @@ def test_shutdown_removes_the_subscribers_of_every_session_also_never_started_on
 def test_the_orphan_pruner_resets_ghost_rows_as_at_start_up(runtime, scripted, web_session, chat_session):
     scripted.reply("a long answer", latency_s=600)
     runtime.start_process(chat_session.id, "keep me busy")  # live: left alone
-    runtime.store.update_session(web_session.id, status="running", pid=800777)  # a ghost
+    runtime.internals.store.update_session(web_session.id, status="running", pid=800777)  # a ghost
     runtime.settle()
     runtime.clock.advance(5 * MIN - 1)
-    assert runtime.store.get_session(web_session.id).status == "running"
+    assert runtime.internals.store.get_session(web_session.id).status == "running"
     runtime.clock.advance(1)
-    ghost = runtime.store.get_session(web_session.id)
+    ghost = runtime.internals.store.get_session(web_session.id)
     assert (ghost.status, ghost.pid, ghost.restart_pending) == ("idle", None, True)
-    live = runtime.store.get_session(chat_session.id)
+    live = runtime.internals.store.get_session(chat_session.id)
     assert (live.status, live.restart_pending) == ("running", False)
 
 
@@ -159,7 +159,7 @@ def test_the_orphan_pruner_resets_ghost_rows_as_at_start_up(runtime, scripted, w
 
 
 def _history_with_exit_notes(runtime, sid, notes):
-    store = runtime.store
+    store = runtime.internals.store
     store.append_message(sid, "user", "please fix the build in src/app.py")
     store.append_message(sid, "assistant", "I decided to pin the compiler version.")
     for note in notes:
@@ -177,10 +177,10 @@ def test_three_zero_turn_exits_make_the_resume_start_fresh_from_a_summary(runtim
     assert _session_errors(recorder, web_session.id) == [("context_exhausted", "info", True)]
     assert recorder.last("session_error", web_session.id).message == (
         "Session context was bloated — restarting with fresh context.")
-    row = runtime.store.get_session(web_session.id)
+    row = runtime.internals.store.get_session(web_session.id)
     assert "please fix the build" in row.conversation_summary
     # the messages are gone; the new prompt and its reply are all there is
-    assert runtime.store.recent_messages(web_session.id, 50, roles=("user", "assistant", "system")) == [
+    assert runtime.internals.store.recent_messages(web_session.id, 50, roles=("user", "assistant", "system")) == [
         ("user", "try again"), ("assistant", "ok")]
     prompt = scripted.requests[-1].messages[-1].content
     assert prompt.startswith("<previous_context_summary>") and "please fix the build" in prompt
@@ -196,7 +196,7 @@ def test_the_breaker_needs_the_last_three_exit_notes_all_at_zero_turns(runtime, 
     runtime.settle()
     assert recorder.of(web_session.id, "session_error") == []
     assert "<conversation_history>" in scripted.requests[-1].messages[-1].content
-    assert runtime.store.count_messages(web_session.id) == 2 + 5 + 2
+    assert runtime.internals.store.count_messages(web_session.id) == 2 + 5 + 2
 
 
 def test_a_ready_session_after_the_breaker_gets_the_summary_with_its_first_message(runtime, scripted, recorder,

@@ -16,11 +16,11 @@ def test_start_emits_started_then_reply_and_marks_running(runtime, scripted, rec
     runtime.settle()
     assert pid == 800000  # direct pseudo-PIDs count from 800000
     assert runtime.is_running(web_session.id)
-    row = runtime.store.get_session(web_session.id)
+    row = runtime.internals.store.get_session(web_session.id)
     assert (row.status, row.pid) == ("running", pid)
     assert [r.type for r in recorder.of(web_session.id)][:3] == ["session_started", "system", "thinking"]
     assert "".join(r.event.text for r in recorder.of(web_session.id, "content_block_delta")) == "Hello!"
-    assert runtime.store.recent_messages(web_session.id, 10) == [("user", "hi"), ("assistant", "Hello!")]
+    assert runtime.internals.store.recent_messages(web_session.id, 10) == [("user", "hi"), ("assistant", "Hello!")]
 
 
 def test_second_start_kills_the_first_incarnation(runtime, scripted, recorder, web_session):
@@ -46,11 +46,11 @@ def test_send_message_persists_first_and_returns_false_when_not_running(runtime,
     runtime.settle()
     assert runtime.send_message(web_session.id, "second") is True
     # persisted before send_message returned (before settle)
-    assert runtime.store.recent_messages(web_session.id, 10)[-1][1] in ("second", "ok")
+    assert runtime.internals.store.recent_messages(web_session.id, 10)[-1][1] in ("second", "ok")
     runtime.settle()
-    assert [m for m in runtime.store.recent_messages(web_session.id, 10) if m[0] == "user"] == [
+    assert [m for m in runtime.internals.store.recent_messages(web_session.id, 10) if m[0] == "user"] == [
         ("user", "hi"), ("user", "second")]
-    assert runtime.store.get_session(web_session.id).total_turns == 2  # the opening prompt is turn 1
+    assert runtime.internals.store.get_session(web_session.id).total_turns == 2  # the opening prompt is turn 1
 
 
 def test_stop_emits_stopped_before_subscribers_are_removed(runtime, scripted, web_session):
@@ -61,16 +61,16 @@ def test_stop_emits_stopped_before_subscribers_are_removed(runtime, scripted, we
     runtime.stop_process(web_session.id)
     runtime.settle()
     assert seen[-1] == "session_stopped"
-    assert runtime.store.get_session(web_session.id).status == "stopped"
-    assert runtime.store.get_session(web_session.id).pid is None
+    assert runtime.internals.store.get_session(web_session.id).status == "stopped"
+    assert runtime.internals.store.get_session(web_session.id).pid is None
     assert runtime.get_memory_stats()["subscribers"] == 0
 
 
 def test_stop_of_a_ghost_session_still_marks_it_stopped(runtime, recorder, web_session):
-    runtime.store.update_session(web_session.id, status="running", pid=4242)
+    runtime.internals.store.update_session(web_session.id, status="running", pid=4242)
     runtime.stop_process(web_session.id)
     runtime.settle()
-    row = runtime.store.get_session(web_session.id)
+    row = runtime.internals.store.get_session(web_session.id)
     assert (row.status, row.pid) == ("stopped", None)
     assert recorder.types(web_session.id) == ["session_stopped"]
 
@@ -117,11 +117,11 @@ def test_unknown_session_raises_not_found(runtime):
 
 
 def test_missing_project_emits_not_found_and_does_not_start(runtime, recorder, tmp_path):
-    project = runtime.store.create_project("gone", tmp_path)
+    project = runtime.internals.store.create_project("gone", tmp_path)
     session = runtime.create_session(project_id=project.id)
     project.delete_instance()
-    runtime.store.db.execute_sql("PRAGMA foreign_keys=OFF")
-    runtime.store.update_session(session.id, project=project.id)
+    runtime.internals.store.db.execute_sql("PRAGMA foreign_keys=OFF")
+    runtime.internals.store.update_session(session.id, project=project.id)
     assert runtime.start_process(session.id, "hi") is None
     runtime.settle()
     assert [(r.type, r.event.error_type) for r in recorder.of(session.id)] == [("error", "not_found")]
@@ -129,7 +129,7 @@ def test_missing_project_emits_not_found_and_does_not_start(runtime, recorder, t
 
 
 def test_spawn_failure_sets_error_status_and_emits_spawn_error(runtime, recorder):
-    agent = runtime.store.create_agent("misrouted", provider="no-such-provider")
+    agent = runtime.internals.store.create_agent("misrouted", provider="no-such-provider")
     session = runtime.create_session(agent_id=agent.id)
     assert runtime.start_process(session.id, "hi") is None
     runtime.settle()
@@ -139,7 +139,7 @@ def test_spawn_failure_sets_error_status_and_emits_spawn_error(runtime, recorder
     assert "no-such-provider" in events[0].event.message
     assert (events[1].event.severity, events[1].event.recoverable) == ("fatal", False)
     assert events[1].event.message == events[0].event.message
-    assert runtime.store.get_session(session.id).status == "error"
+    assert runtime.internals.store.get_session(session.id).status == "error"
 
 
 def test_cleanup_is_idempotent_and_memory_stats_return_to_zero(runtime, scripted, web_session):
@@ -173,11 +173,11 @@ def test_stale_running_sessions_are_reset_at_start_up(sim_clock, scripted, tmp_p
     url = f"sqlite:///{tmp_path / 'corvid.db'}"
     first = sim_runtime(sim_clock, scripted, store_url=url)
     session = first.create_session(source="web")
-    first.store.update_session(session.id, status="running", pid=800123)
+    first.internals.store.update_session(session.id, status="running", pid=800123)
     first.shutdown()
     second = sim_runtime(sim_clock, scripted, store_url=url)
     try:
-        row = second.store.get_session(session.id)
+        row = second.internals.store.get_session(session.id)
         assert (row.status, row.pid, row.restart_pending) == ("idle", None, True)
         assert second.stale_session_ids == [session.id]
         assert second.resume_pending_sessions() == [session.id]
@@ -196,7 +196,7 @@ def test_shutdown_stops_sessions_with_server_shutdown_and_marks_them_for_resume(
     for s in sessions:
         rt.start_process(s.id, "hi")
     rt.settle()
-    store = rt.store
+    store = rt.internals.store
     rt.stop_sessions()  # shutdown's supervisor half: the in-memory DB stays readable
     for s in sessions:
         assert isinstance(rec.of(s.id)[-1].event, SessionStopped)
@@ -247,8 +247,8 @@ def test_shutdown_marks_every_kind_of_session_as_one_session_at_a_time_did(sim_c
     rt.settle()
     assert isinstance(rec.of(paused.id)[-1].event, SessionPaused)
     assert isinstance(rec.of(crashed.id)[-1].event, SessionRestarting)
-    assert rt.store.delete_session(deleted.id)
-    store = rt.store
+    assert rt.internals.store.delete_session(deleted.id)
+    store = rt.internals.store
     rows_at_stop: dict[str, tuple] = {}
 
     def on_event(sid, event):
@@ -290,7 +290,7 @@ def test_shutdown_marks_one_by_one_when_the_batched_marking_is_refused(sim_clock
     rt.start_process(paused.id, "hi")
     rt.settle()
     assert isinstance(rec.of(paused.id)[-1].event, SessionPaused)
-    store = rt.store
+    store = rt.internals.store
     with StoreFault(store, "mark_for_resume", times=None) as fault:
         rt.stop_sessions()
     assert fault.raised == 2  # the running batch and the pending batch

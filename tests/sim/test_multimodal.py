@@ -22,7 +22,7 @@ def test_start_process_with_blocks_stores_them_and_the_model_gets_them(runtime, 
     [first] = [m for m in scripted.requests[0].messages if m.role == "user"]
     assert first.content == "What is this?"  # the text parts, for text-only providers
     assert list(first.blocks) == _blocks("What is this?")
-    assert runtime.store.message_contents(web_session.id, 5) == [
+    assert runtime.internals.store.message_contents(web_session.id, 5) == [
         ("user", _blocks("What is this?")), ("assistant", "ok")]
 
 
@@ -33,8 +33,8 @@ def test_send_message_with_blocks_to_a_running_session(runtime, scripted, record
     runtime.settle()
     last_user = [m for m in scripted.requests[-1].messages if m.role == "user"][-1]
     assert (last_user.content, list(last_user.blocks)) == ("and this picture?", _blocks("and this picture?"))
-    assert runtime.store.message_contents(web_session.id, 5)[-2] == ("user", _blocks("and this picture?"))
-    assert runtime.store.recent_messages(web_session.id, 5)[-2] == ("user", "and this picture?\n[image attachment]")
+    assert runtime.internals.store.message_contents(web_session.id, 5)[-2] == ("user", _blocks("and this picture?"))
+    assert runtime.internals.store.recent_messages(web_session.id, 5)[-2] == ("user", "and this picture?\n[image attachment]")
     assert recorder.last("result", web_session.id).subtype == "success"
 
 
@@ -50,16 +50,16 @@ def test_cold_resume_with_blocks_sends_the_history_prompt_and_the_image(runtime,
     assert first.blocks[0] == {"type": "text", "text": first.content}
     assert first.blocks[1:] == (IMAGE,)
     # the stored message is the user's own, not the history prompt
-    assert runtime.store.message_contents(web_session.id, 5)[-2] == ("user", _blocks("look at this"))
+    assert runtime.internals.store.message_contents(web_session.id, 5)[-2] == ("user", _blocks("look at this"))
 
 
 def test_invalid_blocks_raise_before_anything_is_stored(runtime, scripted, web_session):
     runtime.start_process(web_session.id, "hi")
     runtime.settle()
-    before = runtime.store.count_messages(web_session.id)
+    before = runtime.internals.store.count_messages(web_session.id)
     with pytest.raises(InvalidContentError, match="only 'text' and 'image'"):
         runtime.send_message(web_session.id, [{"type": "audio", "data": "x"}])
     with pytest.raises(InvalidContentError):
         runtime.start_process(web_session.id, [])
-    assert runtime.store.count_messages(web_session.id) == before
+    assert runtime.internals.store.count_messages(web_session.id) == before
     assert runtime.is_running(web_session.id)  # the running incarnation was not replaced

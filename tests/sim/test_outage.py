@@ -7,8 +7,8 @@ MIN = 60.0
 
 def _delete_row(runtime, session_id):
     """Delete a session's row and messages as an operator's SQL (or a retention job) would."""
-    m = runtime.store.m
-    with runtime.store.transaction():
+    m = runtime.internals.store.m
+    with runtime.internals.store.transaction():
         m.SessionMessage.delete().where(m.SessionMessage.session == session_id).execute()
         m.Session.delete().where(m.Session.id == session_id).execute()
 
@@ -21,7 +21,7 @@ def test_outage_pauses_without_counting_as_restart_and_resumes_after_5_min(runti
     assert runtime.is_paused(chat_session.id)
     assert runtime.get_paused_session_ids() == [chat_session.id]
     assert not runtime.is_running(chat_session.id)
-    row = runtime.store.get_session(chat_session.id)
+    row = runtime.internals.store.get_session(chat_session.id)
     assert (row.status, row.pid) == ("paused", None)
     error = recorder.last("error", chat_session.id)
     assert error.error_type == "api_outage"
@@ -71,7 +71,7 @@ def test_ten_resumes_back_off_5_15_45_60_then_given_up_at_the_next_due_check(run
     given_up = recorder.of(chat_session.id, "error")[-1]
     assert (given_up.at, given_up.event.error_type, given_up.event.message) == (
         resumed[-1] + 60 * MIN, "auto_resume_exhausted", "Auto-resume abandoned after 10 attempts")
-    assert runtime.store.get_session(chat_session.id).status == "error"
+    assert runtime.internals.store.get_session(chat_session.id).status == "error"
     assert not runtime.is_paused(chat_session.id)
     assert runtime.get_memory_stats()["timers"] <= 2  # only the housekeeping ones, if any
 
@@ -177,4 +177,4 @@ def test_stop_of_a_paused_session_cancels_auto_resume(runtime, scripted, chat_se
     runtime.clock.advance(60 * MIN)
     assert scripted.health_probes == 0
     assert not runtime.is_paused(chat_session.id)
-    assert runtime.store.get_session(chat_session.id).status == "stopped"
+    assert runtime.internals.store.get_session(chat_session.id).status == "stopped"

@@ -16,7 +16,7 @@ def _restart(sim_clock, scripted, url, rt, *, crash: bool = False):
     """Shut ``rt`` down (graceful), or leave its rows as a killed daemon does (crash: still
     ``running``, not marked), then start a new runtime on the same database and resume
     what start-up marked."""
-    running = [row.id for row in rt.store.list_sessions(statuses=["running"])]
+    running = [row.id for row in rt.internals.store.list_sessions(statuses=["running"])]
     rt.shutdown()
     if crash:
         store = Store(url)
@@ -31,7 +31,7 @@ def _restart(sim_clock, scripted, url, rt, *, crash: bool = False):
 
 
 def _users_and_replies(rt, sid):
-    return [(r, c) for r, c in rt.store.recent_messages(sid, 50)]
+    return [(r, c) for r, c in rt.internals.store.recent_messages(sid, 50)]
 
 
 def test_answered_sessions_come_back_ready_after_graceful_and_hard_restarts(sim_clock, scripted, tmp_path):
@@ -46,7 +46,7 @@ def test_answered_sessions_come_back_ready_after_graceful_and_hard_restarts(sim_
     try:
         assert len(scripted.requests) == 1  # two restarts, no model call
         assert rt.is_running(sid)  # back, ready
-        assert rt.store.get_session(sid).status == "running"
+        assert rt.internals.store.get_session(sid).status == "running"
         assert _users_and_replies(rt, sid) == [("user", "hello"), ("assistant", "ok")]
         assert rt.recorder.types(sid)[:1] == ["session_started"]
         assert "assistant" not in rt.recorder.types(sid)
@@ -118,8 +118,8 @@ def test_a_turn_in_flight_after_an_assistant_note_still_counts_as_mid_turn(sim_c
     scripted.reply("still working", latency_s=600)
     rt.start_process(sid, "what is here?")
     rt.settle()
-    assert rt.store.recent_messages(sid, 1) == [("assistant", "Let me look at the files.")]
-    assert rt.store.get_session(sid).open_turns == 1
+    assert rt.internals.store.recent_messages(sid, 1) == [("assistant", "Let me look at the files.")]
+    assert rt.internals.store.get_session(sid).open_turns == 1
     rt = _restart(sim_clock, scripted, url, rt)
     try:
         calls = [r for r in scripted.requests if "interrupted" in r.messages[-1].content]
@@ -166,7 +166,7 @@ def test_a_ready_session_exits_after_the_idle_wait_with_its_turns_counted(sim_cl
         assert recorder.times("session_exited", sid) == [started + idle_s]
         # no model call, and the turns of the resumed context (2 user messages) are counted
         assert len(scripted.requests) == calls
-        note = rt.store.recent_messages(sid, 1, roles=("system",))[0][1]
+        note = rt.internals.store.recent_messages(sid, 1, roles=("system",))[0][1]
         assert note == "Session completed after 300s. Turns: 2."
     finally:
         rt.shutdown()

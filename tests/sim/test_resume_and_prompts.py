@@ -9,7 +9,7 @@ from corvid_actors.testing import ScriptedProvider, sim_runtime
 def test_resume_builds_history_from_the_last_20_messages_each_cut_to_2000_chars(runtime, scripted, web_session):
     for i in range(25):
         role = "user" if i % 2 == 0 else "assistant"
-        runtime.store.append_message(web_session.id, role, f"message {i} " + "x" * 3000)
+        runtime.internals.store.append_message(web_session.id, role, f"message {i} " + "x" * 3000)
     runtime.resume_process(web_session.id, "new question")
     runtime.settle()
     prompt = scripted.requests[-1].messages[-1].content
@@ -20,7 +20,7 @@ def test_resume_builds_history_from_the_last_20_messages_each_cut_to_2000_chars(
     for line in prompt.splitlines():
         assert len(line) <= 2000 + len("[Assistant]: ") + 5
     # the persisted message is the user's words, not the history block
-    assert runtime.store.recent_messages(web_session.id, 2) == [("user", "new question"), ("assistant", "ok")]
+    assert runtime.internals.store.recent_messages(web_session.id, 2) == [("user", "new question"), ("assistant", "ok")]
 
 
 def test_resume_of_a_session_without_history_uses_the_prompt_alone(runtime, scripted, web_session):
@@ -60,7 +60,7 @@ def test_send_message_past_the_turn_limit_also_resets(runtime, scripted, recorde
 
 
 def test_persona_and_skill_prompts_are_injected_in_order(runtime, scripted, tmp_path):
-    store = runtime.store
+    store = runtime.internals.store
     project = store.create_project("demo", tmp_path)
     agent = store.create_agent("helper", system_prompt="You are Corvid.", append_prompt="Be brief.")
     persona = store.create_persona("Ada", archetype="technical", traits=["precise"], background="Ex-physicist")
@@ -106,7 +106,7 @@ def test_council_chairman_uses_council_model(sim_clock, tmp_path):
     scripted = ScriptedProvider(sim_clock)
     rt = sim_runtime(sim_clock, scripted, config=Config().replace(supervisor={"council_model": "big-model"}))
     try:
-        agent = rt.store.create_agent("chair", model="small-model")
+        agent = rt.internals.store.create_agent("chair", model="small-model")
         chair = rt.create_session(agent_id=agent.id, council_role="chairman")
         member = rt.create_session(agent_id=agent.id, council_role="member")
         rt.start_process(chair.id, "synthesise")

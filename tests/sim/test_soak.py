@@ -62,12 +62,12 @@ class Churn:
         self.rt = sim_runtime(self.clock, self.provider, config=config, workspace_dir=tmp_path / "workspace",
                               store_url=f"sqlite:///{tmp_path / 'soak.db'}")
         rt = self.rt
-        self.admin = AdminActor.start(rt.tracker, AdminWiring(
-            supervisor=rt.supervisor, approvals=rt.approvals, bus=rt.bus, timers=rt.timers,
-            slot_pool=rt.slot_pool, credits=rt.credits, store=rt.store, providers=rt.providers,
+        self.admin = AdminActor.start(rt.internals.tracker, AdminWiring(
+            supervisor=rt.internals.supervisor, approvals=rt.internals.approvals, bus=rt.internals.bus, timers=rt.internals.timers,
+            slot_pool=rt.internals.slot_pool, credits=rt.internals.credits, store=rt.internals.store, providers=rt.internals.providers,
             clock=rt.clock, settings=config.daemon, about={"pid": 0}))
         assert self.admin.ask(Ready()) is True
-        rt.store.create_agent("soak")
+        rt.internals.store.create_agent("soak")
         self.live: list[str] = []
         self.churned = 0
 

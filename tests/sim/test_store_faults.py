@@ -35,7 +35,7 @@ def test_random_store_faults_lose_nothing_acknowledged_and_kill_no_actor(sim_clo
         faults: list[StoreFault] = []
         for step in range(150):
             if step % 10 == 0:
-                faults.append(StoreFault(rt.store, rng.choice(KINDS), nth=rng.randint(1, 5),
+                faults.append(StoreFault(rt.internals.store, rng.choice(KINDS), nth=rng.randint(1, 5),
                                          times=rng.randint(1, 3)))
             s = rng.choice(sessions)
             text = f"m{step}"
@@ -61,11 +61,11 @@ def test_random_store_faults_lose_nothing_acknowledged_and_kill_no_actor(sim_clo
         rt.settle()
 
         assert rt.failure is None
-        for ref in (rt.supervisor, rt.bus, rt.timers, rt.slot_pool, rt.approvals, rt.credits, rt.store_watch):
+        for ref in (rt.internals.supervisor, rt.internals.bus, rt.internals.timers, rt.internals.slot_pool, rt.internals.approvals, rt.internals.credits, rt.internals.store_watch):
             assert ref.is_alive()
         assert sum(f.raised for f in faults) > 0, "no fault fired: the test tested nothing"
         for s in sessions:
-            users = [m.content for m in rt.store.messages(s.id) if m.role == "user"]
+            users = [m.content for m in rt.internals.store.messages(s.id) if m.role == "user"]
             stored = [u for u in users if u.startswith("m")]
             acked = set(acknowledged[s.id])
             # every acknowledged message is stored, exactly once, in order
@@ -88,6 +88,6 @@ def test_random_store_faults_lose_nothing_acknowledged_and_kill_no_actor(sim_clo
         if not rt.send_message(s.id, "final"):
             rt.resume_process(s.id, "final")
         rt.settle()
-        assert "final" in [m.content for m in rt.store.messages(s.id)]
+        assert "final" in [m.content for m in rt.internals.store.messages(s.id)]
     finally:
         rt.shutdown()

@@ -35,7 +35,7 @@ def test_session_inactive_for_30_min_is_stopped_with_reason_timeout(runtime, scr
     runtime.clock.advance(1)
     assert not runtime.is_running(web_session.id)
     assert recorder.last("session_stopped", web_session.id).reason == "timeout"
-    assert runtime.store.get_session(web_session.id).status == "stopped"
+    assert runtime.internals.store.get_session(web_session.id).status == "stopped"
 
 
 def test_activity_pushes_the_timeout_back(runtime, scripted, recorder, web_session):
@@ -107,9 +107,9 @@ def test_direct_loop_session_waiting_5_min_for_a_message_exits_cleanly(make_rt):
     assert not rt.is_running(session.id)
     exited = recorder.last("session_exited", session.id)
     assert (exited.code, recorder.times("session_exited", session.id)) == (0, [5 * MIN])
-    row = rt.store.get_session(session.id)
+    row = rt.internals.store.get_session(session.id)
     assert (row.status, row.pid) == ("idle", None)
-    assert rt.store.recent_messages(session.id, 1, roles=("system",))[0][1].startswith(
+    assert rt.internals.store.recent_messages(session.id, 1, roles=("system",))[0][1].startswith(
         "Session completed after 300s")
 
 

@@ -43,7 +43,7 @@ def approval_id_of(message) -> str:
 
 def user_messages(runtime, bridge, chat) -> list[str]:
     conv = bridge.conversation(str(chat), str(chat))
-    return [text for role, text in runtime.store.recent_messages(conv.session_id, 100) if role == "user"]
+    return [text for role, text in runtime.internals.store.recent_messages(conv.session_id, 100) if role == "user"]
 
 
 async def test_a_conversation_with_typing_and_escaped_markdown(runtime, scripted, tg, sleeps):

@@ -1,0 +1,190 @@
+"""The Runtime's lifecycle and root policy: settle, stop, shut down, fail as a whole.
+
+:class:`RuntimeLifecycle` is the part of :class:`~corvid_actors.runtime.Runtime` that ends
+it, and every facade call's gate (``_ask``: RuntimeStoppedError once it is stopped).
+
+Root policy (issue 16): the core actors (supervisor, slot pool, approval broker, credit
+bank, event bus, timers, store watch — and whatever a host adds with :meth:`RuntimeLifecycle.watch`,
+e.g. the daemon's admin actor) survive a bad message each (``actors/base.py``). If one
+dies anyway — a bug, or someone stopped its ref — the runtime does not go on half alive:
+it logs the failure, shuts down cleanly (sessions stopped and marked for resume, the same
+rows the next start-up resumes: the state is rebuilt from the store by a restart), and
+tells its fatal listeners (:meth:`RuntimeLifecycle.add_fatal_listener`), so the daemon
+exits non-zero for its process supervisor to restart it. Every later call raises
+``RuntimeStoppedError`` naming the failure.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Self
+
+import pykka
+from loguru import logger
+
+from corvid_actors.actors import approvals as ap
+from corvid_actors.actors import supervisor as sv
+from corvid_actors.actors.base import ActivityTracker, tell
+from corvid_actors.actors.events import Publish
+from corvid_actors.errors import RuntimeStoppedError, StoreError
+from corvid_actors.events import ErrorEvent, SessionError
+from corvid_actors.runtime_reads import RuntimeReads
+
+__all__ = ["RuntimeLifecycle"]
+
+
+class RuntimeLifecycle(RuntimeReads):
+    """Settle, stop and shut down a Runtime; its root policy (see the module docstring)."""
+
+    _tracker: ActivityTracker
+    _owns_store: bool
+    _stopped: bool
+    _failure: str | None
+    _fatal_listeners: list[Callable[[str], None]]
+    _core: dict[str, str]
+    _fail_lock: threading.Lock
+
+    @property
+    def failure(self) -> str | None:
+        """Why the runtime failed (a core actor died), or None; see the module docstring."""
+        return self._failure
+
+    def mark_stopping(self) -> None:
+        """From now on an actor that ends is no failure (the host is shutting down)."""
+        self._tracker.stopping = True
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def settle(self, timeout_s: float | None = 30.0) -> None:
+        """Return when no actor has a message in flight and no worker is running.
+
+        Exact, not a sleep. ``timeout_s`` (real seconds) is a safety net that raises
+        SettleTimeout. Never call this from an actor thread or an event callback.
+        """
+        self._tracker.wait_idle(timeout_s)
+
+    def stop_sessions(self, reason: str = "server_shutdown", *, settle_timeout_s: float = 10.0) -> None:
+        """The supervisor half of :meth:`shutdown`: every session stopped and marked for
+        resume exactly as shutdown does (``session_stopped`` with ``reason``, pending
+        approvals denied, the runtime settled), while the store, the event bus and every
+        read keep working — so a test can assert what shutdown leaves behind.
+
+        From now on the runtime starts no session (``start_process`` / ``resume_process``
+        raise RuntimeStoppedError; ``send_message`` returns False). Call :meth:`shutdown`
+        afterwards, as always. Unlike shutdown, a step that fails raises.
+        """
+        if self._stopped:
+            raise RuntimeStoppedError(self._stopped_message())
+        for _, step in self._session_stop_steps(reason, settle_timeout_s):
+            try:
+                step()
+            except pykka.ActorDeadError:
+                raise RuntimeStoppedError(self._stopped_message()) from None
+
+    def _session_stop_steps(self, reason: str, settle_timeout_s: float) -> tuple[tuple[str, Callable[[], Any]], ...]:
+        """What stopping the sessions takes (shutdown's first half, and stop_sessions)."""
+        return (("stopping the sessions", lambda: self._internals.supervisor.ask(sv.Shutdown(reason))),
+                ("denying pending approvals", lambda: self._internals.approvals.ask(ap.DenyAll("Server shutting down"))),
+                ("settling", lambda: self._tracker.wait_idle(settle_timeout_s)))
+
+    def shutdown(self, reason: str = "server_shutdown", *, settle_timeout_s: float = 10.0) -> None:
+        """Stop every session (marked for resume), deny pending approvals, stop all actors."""
+        with self._fail_lock:  # the root policy may shut down from its own thread meanwhile
+            if self._stopped:
+                return
+            self._stopped = True
+        self._tracker.stopping = True
+        for what, step in self._session_stop_steps(reason, settle_timeout_s):
+            try:
+                step()
+            except Exception as exc:  # noqa: BLE001 - shutdown goes on regardless, but says so
+                logger.opt(exception=not isinstance(exc, pykka.ActorDeadError)).warning(
+                    "shutdown: {} failed ({}: {}); going on", what, type(exc).__name__, exc)
+        for ref in self._internals.stop_order():
+            try:
+                ref.stop(block=True)
+            except pykka.ActorDeadError:
+                logger.debug("shutdown: {} was already stopped", ref.actor_class.__name__)
+        if self.failure is not None:
+            # The supervisor may be the one that died: sessions it could not stop are marked
+            # for resume here, exactly as the next start-up would.
+            try:
+                marked = self._internals.store.reset_stale_sessions()
+                if marked:
+                    logger.warning("shutdown after a failure: {} session(s) marked for resume", len(marked))
+            except Exception as exc:  # noqa: BLE001 - the next start-up resets them anyway
+                logger.warning("shutdown: could not mark sessions for resume ({}); the next start-up will", exc)
+        self._clock.stop()
+        if self._owns_store:
+            self._internals.store.close()
+
+    # --- root policy --------------------------------------------------------------------------
+
+    def watch(self, ref: pykka.ActorRef[Any], name: str) -> None:
+        """Put ``ref`` (an actor started on this runtime's tracker) under the root policy:
+        if it ends while the runtime runs, the runtime fails (see the module docstring)."""
+        self._core[ref.actor_urn] = name
+        if not ref.is_alive():
+            self._actor_exited(ref, True)
+
+    def add_fatal_listener(self, listener: Callable[[str], None]) -> None:
+        """``listener(failure)`` once, on a runtime thread, after a failure shut the runtime
+        down (the daemon exits non-zero there)."""
+        self._fatal_listeners.append(listener)
+
+    def _actor_exited(self, ref: pykka.ActorRef[Any], failed: bool) -> None:
+        # On the ending actor's own thread; most calls are session incarnations: cheap exit.
+        name = self._core.get(ref.actor_urn)
+        if name is None or self._stopped or self._tracker.stopping:
+            return
+        with self._fail_lock:
+            if self.failure is not None:
+                return
+            self._failure = f"the {name} actor {'failed' if failed else 'was stopped'}"
+        logger.critical("core actor failure: {}; shutting the runtime down (sessions marked for resume)",
+                        self.failure)
+        # Not on this thread: shutting down stops (and joins) actors, this one among them.
+        threading.Thread(target=self._fail, name="corvid-root-policy", daemon=True).start()
+
+    def _message_failed(self, ref: pykka.ActorRef[Any], message: Any, error: Exception) -> None:
+        # A core actor skipped a told message that raised: the session it names hears why.
+        sid = getattr(message, "session_id", None)
+        if not isinstance(sid, str) or not sid:
+            return
+        kind = "store_unavailable" if isinstance(error, StoreError) else "internal_error"
+        text = f"{ref.actor_class.__name__} could not handle {type(message).__name__}: {error}"
+        tell(self._internals.bus, Publish(sid, ErrorEvent(error_type=kind, message=text)))
+        tell(self._internals.bus, Publish(sid, SessionError(error_type=kind, severity="error", recoverable=True,
+                                                 message=text)))
+
+    def _fail(self) -> None:
+        failure = self.failure or "a core actor ended"
+        try:
+            self.shutdown("core_actor_failed")
+        except Exception:  # noqa: BLE001 - the listeners must hear of the failure whatever happened
+            logger.exception("shutdown after a core actor failure failed")
+        for listener in list(self._fatal_listeners):
+            try:
+                listener(failure)
+            except Exception:  # noqa: BLE001 - one listener must not keep the others from hearing
+                logger.opt(exception=True).error("fatal listener {} raised", listener)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def _ask(self, message: Any, ref: pykka.ActorRef[Any] | None = None) -> Any:
+        if self._stopped:
+            raise RuntimeStoppedError(self._stopped_message())
+        try:
+            return (ref or self._internals.supervisor).ask(message)
+        except pykka.ActorDeadError:
+            raise RuntimeStoppedError(self._stopped_message()) from None
+
+    def _stopped_message(self) -> str:
+        if self.failure is not None:
+            return f"the runtime is shut down: {self.failure} (see the log; restart to resume)"
+        return "the runtime is shut down"

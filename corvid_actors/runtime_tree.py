@@ -1,0 +1,151 @@
+"""The Runtime's construction: the store, the providers and the actor tree, and the
+:class:`RuntimeInternals` that hold them.
+
+The :class:`~corvid_actors.runtime.Runtime` is a facade: programs use its methods, never
+its actors. What it is built from sits in one :class:`RuntimeInternals` object,
+``runtime.internals``, for the few places that must wire into the tree itself:
+
+- the runtime's own modules (``runtime*.py``, ``session_control.py``);
+- ``corvid_actors.testing`` (fault hooks reach the store and the actors on purpose);
+- the daemon's admin-actor wiring (``daemon/service.py``: the AdminActor is one more
+  actor of the same tree, started on the same tracker);
+- tests.
+
+``tests/test_runtime_facade.py`` fails when other package code reaches into it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from corvid_actors.actors import approvals as ap
+from corvid_actors.actors import supervisor as sv
+from corvid_actors.actors.base import ActivityTracker
+from corvid_actors.actors.credits import BindSupervisor, CreditBank
+from corvid_actors.actors.events import EventBus
+from corvid_actors.actors.live import LiveSessions
+from corvid_actors.actors.slots import SlotPool
+from corvid_actors.actors.timers import Timers
+from corvid_actors.actors.watchdog import StoreWatch
+from corvid_actors.clock import Clock
+from corvid_actors.config import Config
+from corvid_actors.db.store import Store
+from corvid_actors.providers.base import Provider
+from corvid_actors.wiring import SessionBuilder
+
+__all__ = ["RuntimeInternals", "default_providers", "open_store", "resolve_providers", "start_actor_tree"]
+
+#: ``providers`` as a Runtime takes it: a mapping, a factory of the config, or None (default)
+ProvidersArg = Mapping[str, Provider] | Callable[[Config], Mapping[str, Provider]] | None
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeInternals:
+    """What one Runtime is built from (see the module docstring for who may use it).
+
+    ``store``: the persistence API; ``tracker``: the activity count ``settle()`` waits on;
+    ``builder``: makes session incarnations; ``providers``: name → Provider; ``live``: the
+    registry of running incarnations (the supervisor writes it). The actor refs: ``timers``,
+    ``store_watch``, ``bus`` (EventBus), ``slot_pool``, ``approvals`` (ApprovalBroker),
+    ``credits`` (CreditBank, None unless ``with_credits``) and ``supervisor``.
+    """
+
+    store: Store
+    tracker: ActivityTracker
+    builder: SessionBuilder
+    providers: Mapping[str, Provider]
+    live: LiveSessions
+    timers: pykka.ActorRef[Any]
+    store_watch: pykka.ActorRef[Any]
+    bus: pykka.ActorRef[Any]
+    slot_pool: pykka.ActorRef[Any]
+    approvals: pykka.ActorRef[Any]
+    credits: pykka.ActorRef[Any] | None
+    supervisor: pykka.ActorRef[Any]
+
+    def core_actors(self) -> Iterator[tuple[str, pykka.ActorRef[Any]]]:
+        """The root policy's actors, by the name a failure report gives them."""
+        for name, ref in (("timers", self.timers), ("store watch", self.store_watch), ("event bus", self.bus),
+                          ("slot pool", self.slot_pool), ("approval broker", self.approvals),
+                          ("credit bank", self.credits), ("supervisor", self.supervisor)):
+            if ref is not None:
+                yield name, ref
+
+    def stop_order(self) -> Iterator[pykka.ActorRef[Any]]:
+        """The actors in the order shutdown stops them (the supervisor first, the timers last)."""
+        for ref in (self.supervisor, self.credits, self.slot_pool, self.approvals, self.bus,
+                    self.store_watch, self.timers):
+            if ref is not None:
+                yield ref
+
+
+def default_providers(config: Config) -> dict[str, Provider]:
+    """Ollama always (it is local); Anthropic when an API key is configured."""
+    from corvid_actors.providers.ollama import OllamaProvider
+
+    p = config.providers
+    providers: dict[str, Provider] = {
+        "ollama": OllamaProvider(
+            p.ollama_host, num_ctx=p.ollama_num_ctx, num_predict=p.ollama_num_predict,
+            keep_alive=p.ollama_keep_alive, text_tool_families=p.ollama_text_tool_families,
+            request_timeout_s=p.ollama_request_timeout_s,
+        )
+    }
+    if p.anthropic_api_key:
+        from corvid_actors.providers.anthropic import AnthropicProvider, ModelPrice
+
+        providers["anthropic"] = AnthropicProvider(
+            p.anthropic_api_key, base_url=p.anthropic_base_url or None, max_tokens=p.anthropic_max_tokens,
+            prices={name: ModelPrice(*row) for name, row in p.anthropic_prices.items()},
+            default_context_window=p.anthropic_default_context_window,
+        )
+    return providers
+
+
+def resolve_providers(providers: ProvidersArg, config: Config) -> dict[str, Provider]:
+    """The providers a Runtime was given (a mapping or a factory), else the defaults."""
+    if callable(providers) and not isinstance(providers, Mapping):
+        providers = providers(config)
+    return dict(providers) if providers is not None else default_providers(config)
+
+
+def open_store(config: Config, clock: Clock, store_url: str | None = None) -> Store:
+    """The store at ``store_url`` (default: the config's URL) with the ``[store]`` settings."""
+    sc = config.store
+    return Store(store_url or sc.resolved_url(), busy_timeout_ms=sc.sqlite_busy_timeout_ms,
+                 reconnect_backoff_s=(sc.reconnect_backoff_initial_s, sc.reconnect_backoff_max_s),
+                 monotonic=clock.monotonic)
+
+
+def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, store: Store,
+                     builder: SessionBuilder, with_credits: bool,
+                     is_owner: Callable[[str], bool] | None) -> RuntimeInternals:
+    """Start the core actors on ``tracker``, each given the refs it talks to.
+
+    The tracker's failure hooks must be set before: an actor may end as soon as it starts."""
+    sc = config.store
+    timers = Timers.start(tracker, clock)
+    store_watch = StoreWatch.start(tracker, store=store, timers=timers,
+                                   backoff_s=(sc.reconnect_backoff_initial_s, sc.reconnect_backoff_max_s))
+    bus = EventBus.start(tracker)
+    slot_pool = SlotPool.start(tracker, config=config.slots, timers=timers)
+    approvals = ap.ApprovalBroker.start(tracker, clock=clock, timers=timers, mode=config.approvals.mode)
+    credits = None
+    if with_credits:  # an optional part of the package (the daemon checks for it)
+
+        credits = CreditBank.start(tracker, store=store, config=config.credits, bus=bus,
+                                   is_owner=is_owner or (lambda participant: False), timers=timers)
+    live = LiveSessions()
+    supervisor = sv.SessionSupervisor.start(
+        tracker, config=config, clock=clock, store=store, builder=builder, bus=bus, timers=timers,
+        slot_pool=slot_pool, approvals=approvals, credits=credits, live=live,
+    )
+    if credits is not None:
+        credits.tell(BindSupervisor(supervisor))
+    return RuntimeInternals(store=store, tracker=tracker, builder=builder, providers=builder.providers, live=live,
+                            timers=timers, store_watch=store_watch, bus=bus, slot_pool=slot_pool,
+                            approvals=approvals, credits=credits, supervisor=supervisor)
