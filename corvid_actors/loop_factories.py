@@ -19,7 +19,8 @@ from corvid_actors.loop.direct import DirectLoop
 from corvid_actors.loop.effects import Loop
 from corvid_actors.loop.rules import rules_for
 from corvid_actors.loop.sdk import SdkLoop
-from corvid_actors.tools.base import PermissionCheck, ToolRegistry
+from corvid_actors.tools.base import ToolRegistry
+from corvid_actors.vocabulary import PermissionCheck
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from typing import Any
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
 from corvid_actors.actors.base import ActivityAware, ActivityTracker
+from corvid_actors.actors.credits import ChargeTurn, GrantCredits, OpenAccount
 from corvid_actors.actors.events import (
     EventCallback,
     Subscribe,
@@ -58,8 +59,9 @@ from corvid_actors.providers.base import Provider
 from corvid_actors.runtime_lifecycle import RuntimeLifecycle
 from corvid_actors.runtime_tree import open_store, resolve_providers, start_actor_tree
 from corvid_actors.session_control import RuntimeSessionControl, session_tools_hook
-from corvid_actors.tools.base import PermissionCheck, ToolRegistry
+from corvid_actors.tools.base import ToolRegistry
 from corvid_actors.tools.mcp_client import add_mcp_server
+from corvid_actors.vocabulary import PermissionCheck
 from corvid_actors.wiring import SessionBuilder, ToolRun
 
 __all__ = ["Runtime", "LoopSpec"]
@@ -256,15 +258,11 @@ class Runtime(RuntimeLifecycle):
 
     def grant_credits(self, participant: str, amount: int, *, type: str = "grant", reference: str = "") -> int:
         """Add ``amount`` (> 0) credits (``type``: grant | purchase | refund); returns the balance."""
-        from corvid_actors.actors.credits import GrantCredits
-
         return int(self._ask(GrantCredits(participant, amount, type, reference), self._credit_bank()))
 
     def open_credit_account(self, participant: str) -> Any:
         """Open the account with the first-time free credits if it has none (idempotent).
         Returns an ``Account(participant, balance, created)``."""
-        from corvid_actors.actors.credits import OpenAccount
-
         return self._ask(OpenAccount(participant), self._credit_bank())
 
     def charge_turn(self, session_id: str) -> Any:
@@ -277,8 +275,6 @@ class Runtime(RuntimeLifecycle):
         the turn is not charged (source not charged, an owner, no participant). Raises
         NotFoundError for an unknown session.
         """
-        from corvid_actors.actors.credits import ChargeTurn
-
         session = self._internals.store.require_session(session_id)
         # an exhausted session is stopped: the bank tells the supervisor CreditsExhausted
         return self._ask(ChargeTurn(session_id, session.source, self._internals.supervisor), self._credit_bank())

@@ -16,6 +16,7 @@ import pykka
 
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
+from corvid_actors.actors.credits import GetBalance, GetTransactions
 from corvid_actors.actors.events import BusStats
 from corvid_actors.actors.slots import SlotStats
 from corvid_actors.actors.timers import TimerStats
@@ -23,6 +24,8 @@ from corvid_actors.clock import Clock
 from corvid_actors.config import Config
 from corvid_actors.db.messages import StoredMessage
 from corvid_actors.errors import ConfigError
+from corvid_actors.loop.observation import OPERATOR_OUTPUT_ROLE, parse_operator_record
+from corvid_actors.loop.plan import plan_from_json
 from corvid_actors.providers.base import Provider
 from corvid_actors.runtime_tree import RuntimeInternals
 
@@ -179,8 +182,6 @@ class RuntimeReads:
         return self._stored_plan(session_id)
 
     def _stored_plan(self, session_id: str) -> list[dict[str, Any]]:
-        from corvid_actors.loop.plan import plan_from_json
-
         row = self._internals.store.get_session(session_id)
         return plan_from_json(getattr(row, "plan", "")) if row is not None else []
 
@@ -188,8 +189,6 @@ class RuntimeReads:
         """The complete outputs of the session's last ``limit`` tool calls whose output the
         model saw only in part (observation caps), oldest first: ``{"call_id",
         "tool_name", "is_error", "bytes", "output"}``."""
-        from corvid_actors.loop.observation import OPERATOR_OUTPUT_ROLE, parse_operator_record
-
         rows = self._internals.store.recent_messages(session_id, limit, roles=(OPERATOR_OUTPUT_ROLE,))
         return [record for _, content in rows if (record := parse_operator_record(content)) is not None]
 
@@ -207,14 +206,10 @@ class RuntimeReads:
 
     def credit_balance(self, participant: str) -> int:
         """The participant's balance (0 without an account)."""
-        from corvid_actors.actors.credits import GetBalance
-
         return int(self._ask(GetBalance(participant), self._credit_bank()))
 
     def credit_transactions(self, participant: str, limit: int = 10) -> list[dict[str, Any]]:
         """The latest ``limit`` ledger rows of ``participant``, newest first."""
-        from corvid_actors.actors.credits import GetTransactions
-
         return list(self._ask(GetTransactions(participant, limit), self._credit_bank()))
 
     def _credit_bank(self) -> pykka.ActorRef[Any]:

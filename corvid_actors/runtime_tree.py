@@ -25,6 +25,7 @@ import pykka
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
 from corvid_actors.actors.base import ActivityTracker
+from corvid_actors.actors.credits import BindSupervisor, CreditBank
 from corvid_actors.actors.events import EventBus
 from corvid_actors.actors.live import LiveSessions
 from corvid_actors.actors.slots import SlotPool
@@ -135,7 +136,6 @@ def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, 
     approvals = ap.ApprovalBroker.start(tracker, clock=clock, timers=timers, mode=config.approvals.mode)
     credits = None
     if with_credits:  # an optional part of the package (the daemon checks for it)
-        from corvid_actors.actors.credits import BindSupervisor, CreditBank
 
         credits = CreditBank.start(tracker, store=store, config=config.credits, bus=bus,
                                    is_owner=is_owner or (lambda participant: False), timers=timers)

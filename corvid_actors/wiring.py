@@ -44,16 +44,7 @@ from corvid_actors.routing import (
     provider_selected_message,
 )
 from corvid_actors.tool_sections import ToolsConfig
-from corvid_actors.tools.base import (
-    Permission,
-    PermissionCheck,
-    PermissionDecision,
-    ToolContext,
-    ToolKind,
-    ToolRegistry,
-    ToolResult,
-    as_mapping,
-)
+from corvid_actors.tools.base import ToolContext, ToolRegistry, as_mapping
 from corvid_actors.tools.coding import coding_tools
 from corvid_actors.tools.coding_base import CodingToolSettings
 from corvid_actors.tools.command_policy import default_approval_policy
@@ -61,6 +52,13 @@ from corvid_actors.tools.delegation import effective_agent_mode
 from corvid_actors.tools.env import safe_env
 from corvid_actors.tools.permissions import PermissionMode, make_permission_check
 from corvid_actors.tools.sandbox import Sandbox, SandboxSettings, current_sandbox
+from corvid_actors.vocabulary import (
+    Permission,
+    PermissionCheck,
+    PermissionDecision,
+    ToolKind,
+    ToolResult,
+)
 
 #: roles that deliberate and get no tools (direct-process seed invariant 10)
 COUNCIL_DELIBERATION_ROLES = frozenset({"member", "discusser", "reviewer"})

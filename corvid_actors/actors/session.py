@@ -78,7 +78,7 @@ from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
 from corvid_actors.clock import iso_after
 from corvid_actors.events import ApprovalRequestEvent, ApprovalResolved, QueueStatus, Thinking
 from corvid_actors.loop import effects as fx
-from corvid_actors.providers.base import CancelToken
+from corvid_actors.vocabulary import CancelToken
 from corvid_actors.wiring import close_resources
 
 

@@ -48,14 +48,8 @@ from corvid_actors.events import (
 from corvid_actors.loop import effects as fx
 from corvid_actors.loop.payload_guard import SNAPSHOT_ROLE
 from corvid_actors.loop.plan import plan_to_json
-from corvid_actors.providers.base import (
-    CancelToken,
-    ModelRequest,
-    StreamCancelled,
-    StreamEvent,
-    TextDelta,
-    ToolCall,
-)
+from corvid_actors.providers.base import ModelRequest, StreamEvent, TextDelta, ToolCall
+from corvid_actors.vocabulary import CancelToken, StreamCancelled
 
 
 class SessionEffects:

@@ -22,8 +22,9 @@ from corvid_actors.clock import Clock
 from corvid_actors.config_sections import RetrySchedule
 from corvid_actors.events import Event
 from corvid_actors.loop import effects as fx
-from corvid_actors.providers.base import CancelToken, Provider
+from corvid_actors.providers.base import Provider
 from corvid_actors.tools.base import ToolContext, ToolRegistry
+from corvid_actors.vocabulary import CancelToken
 
 
 class Lifeline:

@@ -19,17 +19,16 @@ from loguru import logger
 from corvid_actors.loop import effects as fx
 from corvid_actors.loop.payload_guard import request_size
 from corvid_actors.providers.base import (
-    CancelToken,
     ErrorKind,
     ModelRequest,
     Provider,
     ProviderError,
     SessionExit,
-    StreamCancelled,
     StreamEvent,
     ToolCall,
 )
-from corvid_actors.tools.base import Tool, ToolContext, ToolResult
+from corvid_actors.tools.base import Tool, ToolContext
+from corvid_actors.vocabulary import CancelToken, StreamCancelled, ToolResult
 
 
 @dataclass(frozen=True)

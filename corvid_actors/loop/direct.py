@@ -84,13 +84,8 @@ from corvid_actors.loop.tiers import (
 )
 from corvid_actors.loop.tool_walk import ToolWalk
 from corvid_actors.loop.turn import InputQueue, Phase, TurnAccount
-from corvid_actors.providers.base import (
-    ChatMessage,
-    ModelRequest,
-    ProviderError,
-    ToolSpec,
-)
-from corvid_actors.tools.base import PermissionCheck
+from corvid_actors.providers.base import ChatMessage, ModelRequest, ProviderError
+from corvid_actors.vocabulary import PermissionCheck, ToolSpec
 
 
 @dataclass

@@ -29,13 +29,8 @@ from corvid_actors.loop.tiers import TierCaps
 from corvid_actors.loop.tool_walk import ToolWalk
 from corvid_actors.loop.trimming import overflow_recovery
 from corvid_actors.loop.turn import Phase
-from corvid_actors.providers.base import (
-    ChatMessage,
-    ErrorKind,
-    ModelResponse,
-    ProviderError,
-    ToolSpec,
-)
+from corvid_actors.providers.base import ChatMessage, ErrorKind, ModelResponse, ProviderError
+from corvid_actors.vocabulary import ToolSpec
 
 if TYPE_CHECKING:  # direct.py imports this module
     from corvid_actors.loop.direct import _Turn

@@ -21,7 +21,7 @@ from corvid_actors.loop.tool_results import cap_tool_result, max_tool_result_cha
 from corvid_actors.loop.tool_walk import announce, check_call, finished_status, gate, running_status
 from corvid_actors.loop.turn import Phase
 from corvid_actors.providers.base import ChatMessage, ToolCall
-from corvid_actors.tools.base import PermissionCheck, ToolResult
+from corvid_actors.vocabulary import PermissionCheck, ToolResult
 
 if TYPE_CHECKING:  # direct.py imports this module
     from corvid_actors.loop.direct import _Turn

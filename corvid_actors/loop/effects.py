@@ -32,7 +32,7 @@ from corvid_actors.providers.base import (
     ProviderError,
     ToolCall,
 )
-from corvid_actors.tools.base import ToolResult
+from corvid_actors.vocabulary import ToolResult
 
 # --- effects (loop -> actor) ----------------------------------------------------------
 

@@ -20,7 +20,7 @@ A loop owns one :class:`LoopRules` and calls it at a few fixed points:
 The rules themselves are pure functions in :mod:`.plan` (the ``update_plan`` tool's
 schema included), :mod:`.payload_guard`, :mod:`.observation` and :mod:`.memory_policy`;
 the approval policy is injected through the ``ApprovalPolicy`` protocol of
-:mod:`corvid_actors.tools.base` (the runtime's default, the command policy of
+:mod:`corvid_actors.vocabulary` (the runtime's default, the command policy of
 :mod:`corvid_actors.tools.command_policy`, is chosen by ``corvid_actors.wiring``: the loop
 never imports a tool). This class only holds their state for one session incarnation. Like the loops it is
 driven from the session actor's thread only. ``LoopRules.off()`` turns everything off
@@ -66,13 +66,14 @@ from corvid_actors.loop.plan import (
     state_from_dicts,
     summarize_update,
 )
-from corvid_actors.providers.base import ChatMessage, ModelRequest, ToolCall, ToolSpec
-from corvid_actors.tools.base import (
+from corvid_actors.providers.base import ChatMessage, ModelRequest, ToolCall
+from corvid_actors.vocabulary import (
     ApprovalPolicy,
     PassThroughPolicy,
     PermissionDecision,
     Review,
     ToolResult,
+    ToolSpec,
 )
 
 TAIL_LINES_DESCRIPTION = "Show only the last N lines of the output (default 200)"

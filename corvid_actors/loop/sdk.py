@@ -67,9 +67,8 @@ from corvid_actors.providers.base import (
     ModelResponse,
     ProviderError,
     ToolCall,
-    ToolSpec,
 )
-from corvid_actors.tools.base import PermissionCheck
+from corvid_actors.vocabulary import PermissionCheck, ToolSpec
 
 
 @dataclass

@@ -27,7 +27,7 @@ from corvid_actors.loop.tool_walk import (
 )
 from corvid_actors.loop.turn import Phase
 from corvid_actors.providers.base import ChatMessage, ToolCall
-from corvid_actors.tools.base import PermissionCheck, ToolResult
+from corvid_actors.vocabulary import PermissionCheck, ToolResult
 
 if TYPE_CHECKING:  # sdk.py imports this module
     from corvid_actors.loop.sdk import _Turn

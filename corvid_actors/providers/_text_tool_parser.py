@@ -35,7 +35,8 @@ from corvid_actors.providers._text_tool_repair import (
     repair_tool_name,
     specs_by_name,
 )
-from corvid_actors.providers.base import ToolCall, ToolSpec
+from corvid_actors.providers.base import ToolCall
+from corvid_actors.vocabulary import ToolSpec
 
 #: Keys under which models put a call's arguments.
 _ARGUMENT_KEYS = ("arguments", "parameters", "args", "input")

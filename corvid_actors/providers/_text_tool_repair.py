@@ -12,7 +12,8 @@ import re
 from collections.abc import Mapping, Sequence
 
 from corvid_actors.jsontypes import WireJson
-from corvid_actors.providers.base import ToolCall, ToolSpec
+from corvid_actors.providers.base import ToolCall
+from corvid_actors.vocabulary import ToolSpec
 
 #: A fuzzy (substring) name or argument match must be at least this long, so that "a"
 #: or "get" never pick a tool (reference §6: "substring >= 4 chars").

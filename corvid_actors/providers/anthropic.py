@@ -30,7 +30,6 @@ import httpx2
 
 from corvid_actors.providers._anthropic_errors import classify_anthropic_error
 from corvid_actors.providers.base import (
-    CancelToken,
     ChatMessage,
     ErrorKind,
     ModelInfo,
@@ -39,13 +38,12 @@ from corvid_actors.providers.base import (
     ProviderError,
     ProviderTraits,
     StreamCallback,
-    StreamCancelled,
     TextDelta,
     ToolCall,
     ToolCallStarted,
-    ToolSpec,
     Usage,
 )
+from corvid_actors.vocabulary import CancelToken, StreamCancelled, ToolSpec
 
 __all__ = ["AnthropicProvider", "ModelPrice", "classify_anthropic_error", "cost_usd"]
 

@@ -12,12 +12,12 @@ inspect client-library exceptions.
 from __future__ import annotations
 
 import enum
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from corvid_actors.errors import CorvidError
+from corvid_actors.vocabulary import CancelToken, ToolSpec
 
 Role = Literal["user", "assistant", "tool", "system"]
 
@@ -56,17 +56,6 @@ class ChatMessage:
     tool_name: str | None = None
     is_error: bool = False
     blocks: tuple[dict[str, Any], ...] = ()
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """What the model is told about a tool: name, description and JSON-schema parameters."""
-
-    name: str
-    description: str
-    parameters: dict[str, Any] = field(
-        default_factory=lambda: {"type": "object", "properties": {}}
-    )
 
 
 @dataclass(frozen=True)
@@ -204,60 +193,6 @@ class SessionExit(Exception):
     def __init__(self, code: int = 0) -> None:
         super().__init__(f"session exit requested (code {code})")
         self.code = code
-
-
-class StreamCancelled(Exception):
-    """Raised by a provider when its call was cancelled through the CancelToken."""
-
-
-class CancelToken:
-    """A one-shot cancellation signal shared between an actor and its worker.
-
-    ``cancel()`` may be called from any thread; callbacks registered with
-    :meth:`on_cancel` run exactly once, on the cancelling thread (or at once, on the
-    registering thread, if the token is already cancelled). Providers register a
-    callback that closes their HTTP response so a blocked read returns.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._cancelled = False
-        self._callbacks: list[Callable[[], None]] = []
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled
-
-    def cancel(self) -> None:
-        with self._lock:
-            if self._cancelled:
-                return
-            self._cancelled = True
-            callbacks, self._callbacks = self._callbacks, []
-        for callback in callbacks:
-            try:
-                callback()
-            except Exception:  # noqa: BLE001 - a failing closer must not stop the others
-                pass
-
-    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Register ``callback``; returns a function that unregisters it."""
-        with self._lock:
-            if not self._cancelled:
-                self._callbacks.append(callback)
-
-                def unregister() -> None:
-                    with self._lock:
-                        if callback in self._callbacks:
-                            self._callbacks.remove(callback)
-
-                return unregister
-        callback()
-        return lambda: None
-
-    def raise_if_cancelled(self) -> None:
-        if self._cancelled:
-            raise StreamCancelled()
 
 
 @dataclass(frozen=True)

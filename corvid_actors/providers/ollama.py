@@ -25,7 +25,6 @@ from loguru import logger
 from corvid_actors.providers._ollama_errors import classify_ollama_error, classify_text
 from corvid_actors.providers._ollama_transport import AbortableTransport, shared_ssl_context
 from corvid_actors.providers.base import (
-    CancelToken,
     ChatMessage,
     ErrorKind,
     ModelInfo,
@@ -34,11 +33,9 @@ from corvid_actors.providers.base import (
     ProviderError,
     ProviderTraits,
     StreamCallback,
-    StreamCancelled,
     TextDelta,
     ToolCall,
     ToolCallStarted,
-    ToolSpec,
     Usage,
 )
 from corvid_actors.providers.text_tools import (
@@ -51,6 +48,7 @@ from corvid_actors.providers.text_tools import (
     uses_text_tools,
     wrap_tool_output,
 )
+from corvid_actors.vocabulary import CancelToken, StreamCancelled, ToolSpec
 
 # --- request building ------------------------------------------------------------------
 

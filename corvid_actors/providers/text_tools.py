@@ -28,7 +28,8 @@ from corvid_actors.providers._text_tool_repair import (
     repair_native_call,
     repair_tool_name,
 )
-from corvid_actors.providers.base import StreamCallback, TextDelta, ToolCall, ToolSpec
+from corvid_actors.providers.base import StreamCallback, TextDelta, ToolCall
+from corvid_actors.vocabulary import ToolSpec
 
 #: Families that never get the native ``tools`` parameter (reference §6).
 DEFAULT_TEXT_TOOL_FAMILIES: tuple[str, ...] = (

@@ -23,19 +23,11 @@
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    from corvid_actors.config import Config
-    from corvid_actors.providers.base import Provider
-    from corvid_actors.runtime import Runtime
-    from corvid_actors.testing.anthropic_stub import AnthropicStubServer
     from corvid_actors.testing.clock import SimClock
     from corvid_actors.testing.faults import StoreFault, kill_incarnation, refuse_input
-    from corvid_actors.testing.ollama_stub import OllamaStubServer
     from corvid_actors.testing.recorder import EventRecorder, Recorded
     from corvid_actors.testing.scripted import (
         ScriptedProvider,
@@ -43,6 +35,7 @@ if TYPE_CHECKING:
         ScriptedTurn,
         Turn,
     )
+    from corvid_actors.testing.sim import sim_runtime, stub_provider
 
 __all__ = ["SimClock", "ScriptedProvider", "ScriptedTurn", "ScriptedStartFailure", "Turn", "EventRecorder",
            "Recorded", "StoreFault", "kill_incarnation", "refuse_input", "sim_runtime", "stub_provider"]
@@ -52,7 +45,8 @@ __all__ = ["SimClock", "ScriptedProvider", "ScriptedTurn", "ScriptedStartFailure
 #: import nothing of the test extras: only :class:`SimClock` needs freezegun.
 _LAZY = {"SimClock": "clock", "ScriptedProvider": "scripted", "ScriptedTurn": "scripted",
          "ScriptedStartFailure": "scripted", "Turn": "scripted", "EventRecorder": "recorder", "Recorded": "recorder",
-         "refuse_input": "faults", "kill_incarnation": "faults", "StoreFault": "faults"}
+         "refuse_input": "faults", "kill_incarnation": "faults", "StoreFault": "faults",
+         "sim_runtime": "sim", "stub_provider": "sim"}
 
 
 def __getattr__(name: str) -> object:
@@ -62,51 +56,3 @@ def __getattr__(name: str) -> object:
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value
-
-
-def sim_runtime(clock: SimClock | None = None, provider: Provider | None = None, *,
-                config: Config | Mapping[str, Mapping[str, object]] | None = None,
-                store_url: str = "sqlite:///:memory:", workspace_dir: str | Path | None = None,
-                **runtime_kwargs: Any) -> Runtime:
-    """A Runtime for simulations: simulated clock, in-memory SQLite, scripted provider.
-
-    The scripted provider is the default provider (``providers.default_provider``).
-    ``config`` is a ``Config``, or overrides by section for the default one:
-    ``sim_runtime(config={"direct_loop": {"use_tier_caps": False}})``. ``runtime_kwargs``
-    go to ``Runtime`` as they are.
-    """
-    from collections.abc import Mapping
-
-    from corvid_actors.config import Config
-    from corvid_actors.runtime import Runtime
-    from corvid_actors.testing.clock import SimClock
-    from corvid_actors.testing.scripted import ScriptedProvider
-
-    clock = clock or SimClock()
-    provider = provider or ScriptedProvider(clock)
-    cfg = Config().replace(**config) if isinstance(config, Mapping) else (config or Config())
-    cfg = cfg.replace(providers={"default_provider": provider.name})
-    providers = runtime_kwargs.pop("providers", None) or {provider.name: provider}
-    return Runtime(cfg, clock=clock, store_url=store_url, providers=providers,
-                   workspace_dir=workspace_dir, **runtime_kwargs)
-
-
-def stub_provider(stub: OllamaStubServer | AnthropicStubServer, **options: Any) -> Provider:
-    """The real provider for a stub server: ``OllamaProvider(stub.url)`` for an
-    :class:`~corvid_actors.testing.ollama_stub.OllamaStubServer`, ``AnthropicProvider`` (key
-    ``"test-key"``, ``base_url=stub.url``) for an
-    :class:`~corvid_actors.testing.anthropic_stub.AnthropicStubServer`. ``options`` go to
-    the provider's constructor."""
-    from corvid_actors.testing.anthropic_stub import AnthropicStubServer
-    from corvid_actors.testing.ollama_stub import OllamaStubServer
-
-    if isinstance(stub, OllamaStubServer):
-        from corvid_actors.providers.ollama import OllamaProvider
-
-        return OllamaProvider(stub.url, **options)
-    if isinstance(stub, AnthropicStubServer):
-        from corvid_actors.providers.anthropic import AnthropicProvider
-
-        options.setdefault("base_url", stub.url)
-        return AnthropicProvider(options.pop("api_key", "test-key"), **options)
-    raise TypeError(f"not a stub server: {type(stub).__name__}")

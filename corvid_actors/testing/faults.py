@@ -20,6 +20,9 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
+from corvid_actors.actors.supervisor import KillIncarnation, RefuseInput
+from corvid_actors.errors import StoreUnavailableError
+
 if TYPE_CHECKING:
     from corvid_actors.db.store import Store
     from corvid_actors.runtime import Runtime
@@ -36,8 +39,6 @@ def refuse_input(runtime: Runtime, session_id: str) -> bool:
     Call it from a test thread (not an actor thread or an event callback), like any
     :class:`~corvid_actors.runtime.Runtime` method.
     """
-    from corvid_actors.actors.supervisor import RefuseInput
-
     return bool(runtime._ask(RefuseInput(session_id)))
 
 
@@ -51,8 +52,6 @@ def kill_incarnation(runtime: Runtime, session_id: str) -> bool:
     The crash happens on the actor's thread right after this returns: ``runtime.settle()``
     waits for it. Call it from a test thread, like any Runtime method.
     """
-    from corvid_actors.actors.supervisor import KillIncarnation
-
     return bool(runtime._ask(KillIncarnation(session_id)))
 
 
@@ -119,8 +118,6 @@ class StoreFault:
     def _error(self) -> BaseException:
         if self.error is not None:
             return self.error
-        from corvid_actors.errors import StoreUnavailableError
-
         return StoreUnavailableError(f"store unavailable: injected fault ({self.kind} #{self.seen})")
 
     def clear(self) -> None:

@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from corvid_actors.testing import EventRecorder, ScriptedProvider, SimClock, sim_runtime
+from corvid_actors.testing.anthropic_stub import AnthropicStubServer
+from corvid_actors.testing.ollama_stub import OllamaStubServer
+from corvid_actors.testing.telegram_stub import TelegramStubServer
 
-if TYPE_CHECKING:  # the runtime and the stub servers are imported when a fixture runs
+if TYPE_CHECKING:  # the runtime is imported when a fixture runs
     from corvid_actors.runtime import Runtime
-    from corvid_actors.testing.anthropic_stub import AnthropicStubServer
-    from corvid_actors.testing.ollama_stub import OllamaStubServer
-    from corvid_actors.testing.telegram_stub import TelegramStubServer
 
 #: environment variables the real clients read behind a test's back
 PROVIDER_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "OLLAMA_HOST")
@@ -60,8 +60,6 @@ def recorder(runtime: Runtime) -> EventRecorder:
 
 @pytest.fixture
 def ollama_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[OllamaStubServer]:
-    from corvid_actors.testing.ollama_stub import OllamaStubServer
-
     for name in PROVIDER_ENV:
         monkeypatch.delenv(name, raising=False)
     with OllamaStubServer() as stub:
@@ -70,8 +68,6 @@ def ollama_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[OllamaStubServer]:
 
 @pytest.fixture
 def anthropic_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[AnthropicStubServer]:
-    from corvid_actors.testing.anthropic_stub import AnthropicStubServer
-
     for name in PROVIDER_ENV:
         monkeypatch.delenv(name, raising=False)
     with AnthropicStubServer() as stub:
@@ -81,7 +77,5 @@ def anthropic_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[AnthropicStubSer
 @pytest.fixture
 def telegram_stub() -> Iterator[TelegramStubServer]:
     """A started loopback Telegram Bot API server (``TelegramStubServer``), stopped after the test."""
-    from corvid_actors.testing.telegram_stub import TelegramStubServer
-
     with TelegramStubServer() as stub:
         yield stub

@@ -39,7 +39,6 @@ from typing import Any
 
 from corvid_actors.clock import Clock
 from corvid_actors.providers.base import (
-    CancelToken,
     ErrorKind,
     ModelInfo,
     ModelRequest,
@@ -48,11 +47,11 @@ from corvid_actors.providers.base import (
     ProviderTraits,
     SessionExit,
     StreamCallback,
-    StreamCancelled,
     TextDelta,
     ToolCall,
     Usage,
 )
+from corvid_actors.vocabulary import CancelToken, StreamCancelled
 
 __all__ = ["ScriptedProvider", "ScriptedTurn", "ScriptedStartFailure", "Turn"]
 

@@ -1,5 +1,6 @@
-"""The tool layer's contracts: a tool, the context it runs in, its result, and the
-permission vocabulary (a check's decision, an approval policy's review) the loops share.
+"""The tool layer's contracts: a tool, the context it runs in, and the registry of tools.
+(A tool's result and the permission types the loops share are in
+:mod:`corvid_actors.vocabulary`.)
 
 Tools run on a session's worker thread. A tool must honour ``ctx.cancel`` (kill its
 process group when cancelled) and schedule any timeout through ``ctx.call_later`` —
@@ -8,35 +9,12 @@ never through ``time.sleep`` or ``threading.Timer`` — so simulations stay exac
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from corvid_actors.providers.base import CancelToken, ToolSpec
-
-
-class ToolKind(enum.Enum):
-    """What a tool does, for permission modes: read-only, file edit, command, other."""
-
-    READ = "read"
-    EDIT = "edit"
-    COMMAND = "command"
-    OTHER = "other"
-
-
-@dataclass(frozen=True)
-class ToolResult:
-    """A tool's answer to the model.
-
-    ``output`` is what the model sees. ``full_output``, when set, is the complete
-    output kept for the operator (events/store) when ``output`` was capped.
-    """
-
-    output: str
-    is_error: bool = False
-    full_output: str | None = None
+from corvid_actors.vocabulary import CancelToken, ToolKind, ToolResult, ToolSpec
 
 
 class ToolError(Exception):
@@ -133,73 +111,3 @@ class ToolRegistry:
 
 def as_mapping(registry: ToolRegistry) -> Mapping[str, Tool]:
     return {tool.name: tool for tool in registry}
-
-
-# --- permissions ---------------------------------------------------------------------
-
-
-class Permission(enum.Enum):
-    """A permission check's verdict for one tool call."""
-
-    ALLOW = "allow"
-    ASK = "ask"
-    DENY = "deny"
-
-
-@dataclass(frozen=True)
-class PermissionDecision:
-    """``ASK`` carries the human-readable ``description`` for the approval request;
-    ``DENY`` carries the ``message`` the model is told."""
-
-    permission: Permission
-    message: str = ""
-    description: str = ""
-
-
-#: decides, for one (call name, arguments), whether it runs, needs approval, or is denied
-PermissionCheck = Callable[[str, dict[str, Any]], PermissionDecision]
-
-
-# --- approval policies ----------------------------------------------------------------
-# Declared here, beside the permission decision they refine, because both sides use them:
-# the loops call an ApprovalPolicy (corvid_actors.loop.rules) and the tool layer implements
-# one (corvid_actors.tools.command_policy) — neither imports the other.
-
-#: AskApproval kinds: an ordinary tool approval, a shell command approval
-TOOL_APPROVAL = "tool"
-COMMAND_APPROVAL = "command"
-
-
-@dataclass(frozen=True)
-class Review:
-    """A policy's verdict on one call: the decision, and the approval kind if it asks."""
-
-    decision: PermissionDecision
-    kind: str = TOOL_APPROVAL
-
-
-class ApprovalPolicy(Protocol):
-    """What the loops ask before a tool call runs (injectable: ``approval_policy_factory``).
-
-    Called on the session actor's thread, one call at a time.
-    """
-
-    def review(self, tool_name: str, arguments: Mapping[str, Any],
-               decision: PermissionDecision) -> Review:
-        """Refine the permission check's ``decision`` for this call."""
-        ...
-
-    def remember(self, tool_name: str, arguments: Mapping[str, Any]) -> None:
-        """A human allowed this call for the rest of the session."""
-        ...
-
-
-class PassThroughPolicy:
-    """An approval policy that changes nothing (the permission check decides alone)."""
-
-    def review(self, tool_name: str, arguments: Mapping[str, Any],
-               decision: PermissionDecision) -> Review:
-        return Review(decision)
-
-    def remember(self, tool_name: str, arguments: Mapping[str, Any]) -> None:
-        return None

@@ -18,8 +18,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from corvid_actors.providers.base import ToolSpec
-from corvid_actors.tools.base import Tool, ToolContext, ToolError, ToolKind, ToolResult
+from corvid_actors.tools.base import Tool, ToolContext, ToolError
 from corvid_actors.tools.coding_base import (
     DEFAULT_SETTINGS,
     CodingToolSettings,
@@ -31,12 +30,14 @@ from corvid_actors.tools.coding_base import (
     protected_patterns_of,
     required_arg,
 )
+from corvid_actors.tools.corvid_tools import describe_send_message
 from corvid_actors.tools.file_search import list_files, search_files
 from corvid_actors.tools.paths import (
     is_protected,
     resolve_in_project,
 )
 from corvid_actors.tools.run_command import run_command
+from corvid_actors.vocabulary import ToolKind, ToolResult, ToolSpec
 
 # --- file tools -------------------------------------------------------------------------
 
@@ -203,7 +204,5 @@ def describe_tool_call(
     if name in ("WebSearch", "web_search", "corvid_web_search"):
         return f"Web search: {arg('query')}"
     if name == "corvid_send_message":
-        from corvid_actors.tools.corvid_tools import describe_send_message
-
         return describe_send_message(args)
     return f"Use tool: {name}"

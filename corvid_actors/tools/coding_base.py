@@ -6,13 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from corvid_actors.tools.base import Handler, ToolContext, ToolError, ToolResult
+from corvid_actors.tools.base import Handler, ToolContext, ToolError
 from corvid_actors.tools.paths import (
     DEFAULT_PROTECTED_PATTERNS,
 )
 from corvid_actors.tools.shell_guard import (
     GuardSettings,
 )
+from corvid_actors.vocabulary import ToolResult
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ here instead.
 
 The rules are pure functions; :class:`CommandApprovalPolicy` is the small stateful
 object (one per session incarnation) the loops call through the
-:class:`~corvid_actors.tools.base.ApprovalPolicy` protocol, which a host may replace
+:class:`~corvid_actors.vocabulary.ApprovalPolicy` protocol, which a host may replace
 (``Runtime(approval_policy_factory=…)``); :func:`default_approval_policy` builds it from
 the configuration.
 """
@@ -38,8 +38,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from corvid_actors.tools.base import COMMAND_APPROVAL, Permission, PermissionDecision, Review
 from corvid_actors.tools.paths import is_within
+from corvid_actors.vocabulary import COMMAND_APPROVAL, Permission, PermissionDecision, Review
 
 DEFAULT_ALLOWLIST: tuple[str, ...] = (
     "ls", "pwd", "cat", "head", "tail", "wc", "grep", "find", "tree", "file", "stat", "du",

@@ -36,12 +36,12 @@ from collections.abc import Callable
 from typing import Any
 
 from corvid_actors.clock import Cancellable
-from corvid_actors.config import CorvidToolsConfig
 from corvid_actors.errors import CorvidError
 from corvid_actors.events import Assistant, ErrorEvent, Event, Result
-from corvid_actors.providers.base import CancelToken, ToolSpec
-from corvid_actors.tools.base import Tool, ToolContext, ToolKind, ToolRegistry, ToolResult
+from corvid_actors.tool_sections import CorvidToolsConfig
+from corvid_actors.tools.base import Tool, ToolContext, ToolRegistry
 from corvid_actors.tools.session_control import AgentInfo, SessionControl
+from corvid_actors.vocabulary import CancelToken, ToolKind, ToolResult, ToolSpec
 
 #: the names of the runtime's own tools
 CORVID_TOOL_NAMES = ("corvid_list_agents", "corvid_send_message", "corvid_extend_timeout", "corvid_check_credits")

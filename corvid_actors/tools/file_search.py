@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from corvid_actors.tools.base import ToolContext, ToolError, ToolResult
+from corvid_actors.tools.base import ToolContext, ToolError
 from corvid_actors.tools.coding_base import (
     CodingToolSettings,
     error_result,
@@ -30,6 +30,7 @@ from corvid_actors.tools.paths import (
 from corvid_actors.tools.shell_guard import (
     expand_braces,
 )
+from corvid_actors.vocabulary import ToolResult
 
 
 def _capped(lines: list[str], total: int, limit: int, what: str) -> str:

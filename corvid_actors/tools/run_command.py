@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
-from corvid_actors.tools.base import ToolContext, ToolResult
+from corvid_actors.tools.base import ToolContext
 from corvid_actors.tools.coding_base import (
     CodingToolSettings,
     error_result,
@@ -21,10 +21,12 @@ from corvid_actors.tools.coding_base import (
     protected_patterns_of,
     required_arg,
 )
+from corvid_actors.tools.sandbox import SandboxUnavailable
 from corvid_actors.tools.shell_guard import (
     blocked_command,
     protected_write_target,
 )
+from corvid_actors.vocabulary import ToolResult
 
 
 class _Capture:
@@ -100,8 +102,6 @@ def _confinement(ctx: ToolContext, argv: list[str]) -> tuple[Any, list[str], str
                                 "([tools.sandbox] mode = \"required\") and it is unavailable: "
                                 f"{sandbox.status.reason}")
         return None, argv, None  # auto: warned once per daemon start and per session
-    from corvid_actors.tools.sandbox import SandboxUnavailable
-
     try:
         launch = sandbox.wrap(argv, project_dir=str(ctx.project_dir), network=ctx.sandbox_network,
                               patterns=protected_patterns_of(ctx))

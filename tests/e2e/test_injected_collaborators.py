@@ -11,19 +11,18 @@ import pytest
 
 from corvid_actors.config import Config
 from corvid_actors.db.store import Store
-from corvid_actors.providers.base import ToolSpec
 from corvid_actors.providers.ollama import OllamaProvider
 from corvid_actors.testing.ollama_stub import OllamaStubServer
-from corvid_actors.tools.base import (
+from corvid_actors.tools.base import Tool, ToolRegistry
+from corvid_actors.tools.coding import coding_tools
+from corvid_actors.vocabulary import (
     Permission,
     PermissionDecision,
     Review,
-    Tool,
     ToolKind,
-    ToolRegistry,
     ToolResult,
+    ToolSpec,
 )
-from corvid_actors.tools.coding import coding_tools
 
 MODEL = "llama3.1:8b"
 

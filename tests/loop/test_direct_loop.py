@@ -62,10 +62,9 @@ from corvid_actors.providers.base import (
     ModelResponse,
     ProviderError,
     ToolCall,
-    ToolSpec,
     Usage,
 )
-from corvid_actors.tools.base import Permission, PermissionDecision, ToolResult
+from corvid_actors.vocabulary import Permission, PermissionDecision, ToolResult, ToolSpec
 
 TOOLS = tuple(
     ToolSpec(name, f"{name} tool")

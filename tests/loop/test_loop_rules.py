@@ -35,9 +35,9 @@ from corvid_actors.loop.payload_guard import SNAPSHOT_ROLE, GuardSettings
 from corvid_actors.loop.rules import LoopRules, LoopRulesSettings
 from corvid_actors.loop.sdk import SdkLoop
 from corvid_actors.loop.summaries import CONTEXT_SUMMARY_HEADER
-from corvid_actors.providers.base import ChatMessage, ModelResponse, ToolCall, ToolSpec
-from corvid_actors.tools.base import Permission, PermissionDecision, ToolResult
+from corvid_actors.providers.base import ChatMessage, ModelResponse, ToolCall
 from corvid_actors.tools.command_policy import CommandApprovalPolicy
+from corvid_actors.vocabulary import Permission, PermissionDecision, ToolResult, ToolSpec
 
 TOOLS = (ToolSpec("read_file", "read", {"type": "object", "properties": {"path": {"type": "string"}}}),
          ToolSpec("run_command", "run", {"type": "object", "properties": {"command": {"type": "string"}}}))

@@ -20,13 +20,8 @@ from corvid_actors.loop.payload_guard import (
     tools_size,
 )
 from corvid_actors.loop.summaries import CONTEXT_SUMMARY_HEADER
-from corvid_actors.providers.base import (
-    ChatMessage,
-    ModelRequest,
-    ModelResponse,
-    ToolCall,
-    ToolSpec,
-)
+from corvid_actors.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolCall
+from corvid_actors.vocabulary import ToolSpec
 
 DEFAULTS = GuardSettings()
 

@@ -49,10 +49,9 @@ from corvid_actors.providers.base import (
     ModelResponse,
     ProviderError,
     ToolCall,
-    ToolSpec,
     Usage,
 )
-from corvid_actors.tools.base import Permission, PermissionDecision, ToolResult
+from corvid_actors.vocabulary import Permission, PermissionDecision, ToolResult, ToolSpec
 
 TOOLS = (ToolSpec("read_file", "read"), ToolSpec("write_file", "write"))
 EDIT_TOOLS = {"write_file", "edit_file"}

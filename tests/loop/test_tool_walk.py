@@ -28,8 +28,8 @@ from corvid_actors.loop.tool_walk import (
     pending_status,
     running_status,
 )
-from corvid_actors.providers.base import ChatMessage, ModelResponse, ToolCall, ToolSpec
-from corvid_actors.tools.base import Permission, PermissionDecision, ToolResult
+from corvid_actors.providers.base import ChatMessage, ModelResponse, ToolCall
+from corvid_actors.vocabulary import Permission, PermissionDecision, ToolResult, ToolSpec
 
 READ = ToolCall("c1", "read_file", {"path": "a.py"})
 LIST = ToolCall("c2", "list_files", {"path": "."})

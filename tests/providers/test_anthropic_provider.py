@@ -20,21 +20,19 @@ from corvid_actors.providers.anthropic import (
     cost_usd,
 )
 from corvid_actors.providers.base import (
-    CancelToken,
     ChatMessage,
     ErrorKind,
     ModelRequest,
     ModelResponse,
     ProviderError,
-    StreamCancelled,
     StreamEvent,
     TextDelta,
     ToolCall,
     ToolCallStarted,
-    ToolSpec,
     Usage,
 )
 from corvid_actors.testing.anthropic_stub import AnthropicStubServer
+from corvid_actors.vocabulary import CancelToken, StreamCancelled, ToolSpec
 
 MODEL = "claude-sonnet-5-5"
 WAIT_S = 1.0

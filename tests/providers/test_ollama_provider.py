@@ -12,19 +12,16 @@ import ollama
 import pytest
 
 from corvid_actors.providers.base import (
-    CancelToken,
     ChatMessage,
     ErrorKind,
     ModelRequest,
     ModelResponse,
     Provider,
     ProviderError,
-    StreamCancelled,
     StreamEvent,
     TextDelta,
     ToolCall,
     ToolCallStarted,
-    ToolSpec,
 )
 from corvid_actors.providers.ollama import (
     OllamaProvider,
@@ -33,6 +30,7 @@ from corvid_actors.providers.ollama import (
 )
 from corvid_actors.providers.text_tools import TOOL_OUTPUT_CLOSE, TOOL_OUTPUT_OPEN
 from corvid_actors.testing.ollama_stub import OllamaStubServer, Turn, split_chunks
+from corvid_actors.vocabulary import CancelToken, StreamCancelled, ToolSpec
 
 WAIT_S = 1.0
 NATIVE = "llama3.1:8b"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from corvid_actors.providers.base import TextDelta, ToolCall, ToolSpec
+from corvid_actors.providers.base import TextDelta, ToolCall
 from corvid_actors.providers.text_tools import (
     TOOL_OUTPUT_CLOSE,
     TOOL_OUTPUT_OPEN,
@@ -20,6 +20,7 @@ from corvid_actors.providers.text_tools import (
     uses_text_tools,
     wrap_tool_output,
 )
+from corvid_actors.vocabulary import ToolSpec
 
 
 def _spec(name: str, *props: str) -> ToolSpec:

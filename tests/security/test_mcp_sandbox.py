@@ -26,7 +26,7 @@ def test_a_sandboxed_server_sees_the_sandbox_not_the_host(project, data_dir):
     conn.start()
     try:
         assert conn.wait_ready(), conn.error
-        from corvid_actors.providers.base import CancelToken
+        from corvid_actors.vocabulary import CancelToken
 
         def read(path: str) -> str:
             return conn.call("read", {"path": path}, CancelToken()).output
@@ -78,7 +78,7 @@ def test_a_server_script_under_a_hidden_path_stays_readable_but_not_its_folder(t
     conn.start()
     try:
         assert conn.wait_ready(), conn.error
-        from corvid_actors.providers.base import CancelToken
+        from corvid_actors.vocabulary import CancelToken
 
         assert "not for the server" not in conn.call(
             "read", {"path": str(hidden_dir / "neighbour.txt")}, CancelToken()).output

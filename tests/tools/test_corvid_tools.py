@@ -94,8 +94,8 @@ def test_runtime_tools_can_be_left_out(make_rt):
 
 
 def test_a_hosts_extra_tools_hook_is_kept_next_to_the_runtime_tools(make_rt):
-    from corvid_actors.providers.base import ToolSpec
-    from corvid_actors.tools.base import Tool, ToolKind, ToolRegistry, ToolResult
+    from corvid_actors.tools.base import Tool, ToolRegistry
+    from corvid_actors.vocabulary import ToolKind, ToolResult, ToolSpec
 
     extra = Tool(ToolSpec("host_tool", "a host's own tool"), ToolKind.READ, lambda a, c: ToolResult("ok"))
     rt = make_rt(extra_tools=lambda ctx: ToolRegistry([extra]))

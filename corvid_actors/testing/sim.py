@@ -1,0 +1,54 @@
+"""The simulation entry points of :mod:`corvid_actors.testing`: a Runtime on a simulated
+clock (:func:`sim_runtime`) and the real providers pointed at the stub servers
+(:func:`stub_provider`). Imported on first use of either name (the SimClock needs freezegun,
+an optional dependency: the test extra)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from corvid_actors.config import Config
+from corvid_actors.providers.anthropic import AnthropicProvider
+from corvid_actors.providers.base import Provider
+from corvid_actors.providers.ollama import OllamaProvider
+from corvid_actors.runtime import Runtime
+from corvid_actors.testing.anthropic_stub import AnthropicStubServer
+from corvid_actors.testing.clock import SimClock
+from corvid_actors.testing.ollama_stub import OllamaStubServer
+from corvid_actors.testing.scripted import ScriptedProvider
+
+
+def sim_runtime(clock: SimClock | None = None, provider: Provider | None = None, *,
+                config: Config | Mapping[str, Mapping[str, object]] | None = None,
+                store_url: str = "sqlite:///:memory:", workspace_dir: str | Path | None = None,
+                **runtime_kwargs: Any) -> Runtime:
+    """A Runtime for simulations: simulated clock, in-memory SQLite, scripted provider.
+
+    The scripted provider is the default provider (``providers.default_provider``).
+    ``config`` is a ``Config``, or overrides by section for the default one:
+    ``sim_runtime(config={"direct_loop": {"use_tier_caps": False}})``. ``runtime_kwargs``
+    go to ``Runtime`` as they are.
+    """
+    clock = clock or SimClock()
+    provider = provider or ScriptedProvider(clock)
+    cfg = Config().replace(**config) if isinstance(config, Mapping) else (config or Config())
+    cfg = cfg.replace(providers={"default_provider": provider.name})
+    providers = runtime_kwargs.pop("providers", None) or {provider.name: provider}
+    return Runtime(cfg, clock=clock, store_url=store_url, providers=providers,
+                   workspace_dir=workspace_dir, **runtime_kwargs)
+
+
+def stub_provider(stub: OllamaStubServer | AnthropicStubServer, **options: Any) -> Provider:
+    """The real provider for a stub server: ``OllamaProvider(stub.url)`` for an
+    :class:`~corvid_actors.testing.ollama_stub.OllamaStubServer`, ``AnthropicProvider`` (key
+    ``"test-key"``, ``base_url=stub.url``) for an
+    :class:`~corvid_actors.testing.anthropic_stub.AnthropicStubServer`. ``options`` go to
+    the provider's constructor."""
+    if isinstance(stub, OllamaStubServer):
+        return OllamaProvider(stub.url, **options)
+    if isinstance(stub, AnthropicStubServer):
+        options.setdefault("base_url", stub.url)
+        return AnthropicProvider(options.pop("api_key", "test-key"), **options)
+    raise TypeError(f"not a stub server: {type(stub).__name__}")
