@@ -20,7 +20,7 @@ from typing import Any
 import pykka
 import pytest
 
-from corvid_actors.actors.base import ActivityTracker, TrackedActor
+from corvid_actors.actors.base import ActivityTracker
 from corvid_actors.actors.credits import CreditsExhausted
 from corvid_actors.actors.events import EventBus, SubscribeAll
 from corvid_actors.actors.session import SessionActor
@@ -46,6 +46,7 @@ from corvid_actors.events import Event
 from corvid_actors.loop.conversation import ConversationLoop
 from corvid_actors.testing import ScriptedProvider, SimClock, Turn
 from corvid_actors.tools.base import ToolContext, ToolRegistry
+from tests.actors.recording import Inbox
 
 #: real seconds any settle may take (the work itself is microseconds)
 SETTLE_S = 10.0
@@ -56,18 +57,8 @@ GEN = 3
 NOISE = frozenset({"content_block_delta"})
 
 
-class Probe(TrackedActor):
-    """Stands in for the supervisor: keeps every message it is told."""
-
-    def __init__(self, tracker: ActivityTracker) -> None:
-        super().__init__(tracker)
-        self.got: list[Any] = []
-
-    def on_receive(self, message: Any) -> Any:
-        if message == "dump":
-            return list(self.got)
-        self.got.append(message)
-        return None
+#: stands in for the supervisor: keeps every message it is told
+Probe = Inbox
 
 
 @dataclass

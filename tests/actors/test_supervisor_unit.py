@@ -16,7 +16,7 @@ from typing import Any
 import pykka
 import pytest
 
-from corvid_actors.actors.base import ActivityTracker, TrackedActor
+from corvid_actors.actors.base import ActivityTracker
 from corvid_actors.actors.credits import CreditsExhausted
 from corvid_actors.actors.events import PruneSessions, Publish, RemoveSession
 from corvid_actors.actors.session_messages import (
@@ -54,22 +54,11 @@ from corvid_actors.errors import NotFoundError, RuntimeStoppedError
 from corvid_actors.events import SessionStopped
 from corvid_actors.testing import EventRecorder
 from corvid_actors.testing.clock import SimClock
+from tests.actors.recording import Inbox
 
 # --- the supervisor alone ---------------------------------------------------------------------
 
 
-class Inbox(TrackedActor):
-    """Records what it is told; ``"dump"`` (asked) replies with the list."""
-
-    def __init__(self, tracker: ActivityTracker) -> None:
-        super().__init__(tracker)
-        self.got: list[Any] = []
-
-    def on_receive(self, message: Any) -> Any:
-        if message == "dump":
-            return list(self.got)
-        self.got.append(message)
-        return None
 
 
 class Bare:

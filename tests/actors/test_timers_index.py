@@ -10,7 +10,7 @@ from typing import Any
 import pykka
 import pytest
 
-from corvid_actors.actors.base import ActivityTracker, TrackedActor
+from corvid_actors.actors.base import ActivityTracker
 from corvid_actors.actors.timers import (
     CancelTimer,
     CancelTimers,
@@ -20,18 +20,7 @@ from corvid_actors.actors.timers import (
     TimerStats,
 )
 from corvid_actors.testing import SimClock
-
-
-class Inbox(TrackedActor):
-    def __init__(self, tracker: ActivityTracker) -> None:
-        super().__init__(tracker)
-        self.got: list[Any] = []
-
-    def on_receive(self, message: Any) -> Any:
-        if message == "dump":
-            return list(self.got)
-        self.got.append(message)
-        return None
+from tests.actors.recording import Inbox
 
 
 @pytest.fixture
