@@ -16,7 +16,21 @@ from typing import TextIO
 
 from corvid_actors.config import Config
 from corvid_actors.errors import ConfigError
-from corvid_actors.events import Event, to_dict
+from corvid_actors.events import (
+    Assistant,
+    ErrorEvent,
+    Event,
+    Result,
+    SessionError,
+    SessionExited,
+    SessionPaused,
+    SessionRestarting,
+    SessionResumed,
+    SessionStarted,
+    SessionStopped,
+    SystemEvent,
+    to_dict,
+)
 from corvid_actors.runtime import Runtime
 
 QUIET = {"thinking", "content_block_delta", "context_usage", "message_stop"}
@@ -24,29 +38,29 @@ QUIET = {"thinking", "content_block_delta", "context_usage", "message_stop"}
 
 def describe(event: Event) -> str:
     """One line of the demo's timeline for ``event``."""
-    match event.type:
-        case "session_started":
+    match event:
+        case SessionStarted():
             return "started"
-        case "assistant":
-            return f'assistant: "{event.content}"'  # type: ignore[attr-defined]
-        case "result":
-            return f"turn finished ({event.subtype})"  # type: ignore[attr-defined]
-        case "error":
-            return f"error [{event.error_type}] {event.message}"  # type: ignore[attr-defined]
-        case "session_error":
-            return f"session_error [{event.error_type}, {event.severity}] {event.message}"  # type: ignore[attr-defined]
-        case "session_exited":
-            return f"exited with code {event.code}"  # type: ignore[attr-defined]
-        case "session_restarting":
-            return f"restart #{event.attempt} scheduled in {event.delay_s:g}s"  # type: ignore[attr-defined]
-        case "session_paused":
-            return f"paused until {event.resume_at[11:19]}Z (attempt {event.attempt})"  # type: ignore[attr-defined]
-        case "session_resumed":
-            return "resumed " + ("automatically" if event.automatic else "by hand")  # type: ignore[attr-defined]
-        case "session_stopped":
-            return f"stopped ({event.reason})"  # type: ignore[attr-defined]
-        case "system":
-            return f"{event.subtype}: {event.message}"  # type: ignore[attr-defined]
+        case Assistant(content=content):
+            return f'assistant: "{content}"'
+        case Result(subtype=subtype):
+            return f"turn finished ({subtype})"
+        case ErrorEvent(error_type=kind, message=message):
+            return f"error [{kind}] {message}"
+        case SessionError(error_type=kind, severity=severity, message=message):
+            return f"session_error [{kind}, {severity}] {message}"
+        case SessionExited(code=code):
+            return f"exited with code {code}"
+        case SessionRestarting(attempt=attempt, delay_s=delay_s):
+            return f"restart #{attempt} scheduled in {delay_s:g}s"
+        case SessionPaused(resume_at=resume_at, attempt=attempt):
+            return f"paused until {resume_at[11:19]}Z (attempt {attempt})"
+        case SessionResumed(automatic=automatic):
+            return "resumed " + ("automatically" if automatic else "by hand")
+        case SessionStopped(reason=reason):
+            return f"stopped ({reason})"
+        case SystemEvent(subtype=subtype, message=message):
+            return f"{subtype}: {message}"
     return event.type
 
 
