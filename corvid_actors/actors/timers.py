@@ -33,7 +33,7 @@ class ScheduleTimer:
     """Tell ``target`` ``message`` after ``delay_s``, replacing any timer under ``key``.
 
     Told by nearly every actor for its own delays (supervisor, session actors, SlotPool,
-    ApprovalBroker, CreditBank, StoreWatch, RetryActor), each on its own thread; handled on
+    ApprovalBroker, CreditBank, StoreWatch; ``PendingWrites`` for its owner), each on its own thread; handled on
     the Timers thread, which also tells ``message`` when due. Reply: none (told)."""
 
     key: Hashable
