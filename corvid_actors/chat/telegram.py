@@ -40,7 +40,6 @@ import asyncio
 import datetime as dt
 import functools
 import json
-import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
@@ -49,6 +48,8 @@ from typing import TypeVar
 
 from loguru import logger
 
+from corvid_actors.chat._telegram_offset import read_offset, write_offset
+from corvid_actors.chat._telegram_webhook import SECRET_HEADER, serve_webhook
 from corvid_actors.chat.aio_bridge import AsyncMessageHandler
 from corvid_actors.chat.telegram_format import (
     TELEGRAM_MAX_MESSAGE_CHARS,
@@ -71,18 +72,12 @@ __all__ = ["TelegramTransport", "SECRET_HEADER"]
 
 T = TypeVar("T")
 
-#: the header Telegram sends a webhook's ``secret_token`` in
-SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 _ALLOWED_UPDATES = ("message", "callback_query")
 #: what a pressed button's answer says, by the bridge's outcome
 _BUTTON_ANSWERS = {"approved": "Approved", "denied": "Denied", "rejected": "Only the participant who asked "
                    "(or an owner) can answer this", "expired": "This approval is no longer pending"}
 #: approval messages remembered, to edit them when resolved
 _APPROVALS_REMEMBERED = 1000
-_MAX_REQUEST_BYTES = 1 << 20
-_MAX_HEADERS = 100
-#: Telegram picks update ids at random again after a week without updates
-_OFFSET_FILE_MAX_AGE = dt.timedelta(days=6)
 
 
 class TelegramTransport:
@@ -156,7 +151,7 @@ class TelegramTransport:
         self._handler = handler
         if self.offset_path is not None:
             self.offset = max(self.offset, await asyncio.get_running_loop().run_in_executor(
-                None, _read_offset, self.offset_path, self._clock.now()))
+                None, read_offset, self.offset_path, self._clock.now()))
         await self._api(self.bot.initialize)
         if self.mode == "polling":
             await self._api(self.bot.delete_webhook)  # getUpdates answers 409 while a webhook is set
@@ -264,7 +259,7 @@ class TelegramTransport:
         self.offset = update.update_id + 1
         if self.offset_path is not None:
             await asyncio.get_running_loop().run_in_executor(
-                None, _write_offset, self.offset_path, self.offset, self._clock.now())
+                None, write_offset, self.offset_path, self.offset, self._clock.now())
         return True
 
     async def _button(self, query: telegram.CallbackQuery, handler: AsyncMessageHandler) -> None:
@@ -279,43 +274,8 @@ class TelegramTransport:
         await self._api(lambda: self.bot.answer_callback_query(query.id, text=text or None))
 
     async def _serve_webhook(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        status = 400
-        try:
-            async with asyncio.timeout(self.webhook_read_timeout_s):  # a client that stalls is cut off
-                request_line = (await reader.readline()).decode("latin-1").split()
-                headers: dict[str, str] = {}
-                while (line := (await reader.readline()).decode("latin-1").strip()):
-                    key, _, value = line.partition(":")
-                    headers[key.strip().lower()] = value.strip()
-                    if len(headers) > _MAX_HEADERS:
-                        raise ValueError("too many headers")
-                length = int(headers.get("content-length", "0"))
-                body = b""
-                if len(request_line) < 2 or request_line[0] != "POST" or request_line[1] != self.webhook_path:
-                    status = 404
-                elif not 0 < length <= _MAX_REQUEST_BYTES:
-                    status = 413 if length else 400
-                else:
-                    body = await reader.readexactly(length)
-            secret = headers.get(SECRET_HEADER.lower())
-            if body and self.secret_token and secret != self.secret_token:
-                status = 403
-            elif body:
-                # not under the read timeout: handling waits for the bridge, not for the client
-                status = 200 if await self.handle_webhook(body, secret) else 503
-        except TimeoutError:
-            status = 408
-        except (ValueError, asyncio.IncompleteReadError, ConnectionError):
-            status = 400
-        reason = {200: "OK", 403: "Forbidden", 404: "Not Found", 408: "Request Timeout",
-                  413: "Payload Too Large", 503: "Service Unavailable"}.get(status, "Bad Request")
-        try:
-            writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode())
-            await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
+        await serve_webhook(reader, writer, path=self.webhook_path, secret_token=self.secret_token,
+                            read_timeout_s=self.webhook_read_timeout_s, handle=self.handle_webhook)
 
     # --- outgoing -------------------------------------------------------------------------------
 
@@ -396,27 +356,6 @@ class TelegramTransport:
                 raise TransportError(f"telegram: gave up after {attempt} attempts: {what}")
             logger.warning("telegram: {}; retrying in {} s", what, delay)
             await self._sleep(delay)
-
-
-def _read_offset(path: Path, now: dt.datetime) -> int:
-    try:
-        saved = json.loads(path.read_text())
-        saved_at = dt.datetime.fromisoformat(saved["saved_at"])
-        offset = int(saved["offset"])
-    except FileNotFoundError:
-        return 0
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        logger.warning("telegram: ignoring unreadable offset file {}: {}", path, exc)
-        return 0
-    if now - saved_at > _OFFSET_FILE_MAX_AGE:
-        return 0  # Telegram may have restarted its update ids at random since
-    return offset
-
-
-def _write_offset(path: Path, offset: int, now: dt.datetime) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps({"offset": offset, "saved_at": now.isoformat()}))
-    os.replace(temporary, path)  # atomic: a crash leaves the old offset or the new one
 
 
 def _chat_id(channel: str) -> int | str:

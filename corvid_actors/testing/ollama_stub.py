@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from corvid_actors.jsontypes import JsonObject, WireJson
 from corvid_actors.testing._ollama_http import ClientGone, RealTime, StubHandler, StubHTTPServer
+from corvid_actors.testing._ollama_stream import stream_turn
 from corvid_actors.testing._ollama_wire import (
     DEFAULT_MODELS,
     FAULT_KINDS,
@@ -38,15 +39,12 @@ from corvid_actors.testing._ollama_wire import (
     SLOW_CHUNK_DELAY_S,
     StubModel,
     Turn,
-    chunk,
-    final_chunk,
     last_user_text,
     no_tools_text,
     ps_body,
     show_body,
     split_chunks,
     tags_body,
-    tool_calls_message,
     whole_answer,
 )
 
@@ -361,40 +359,14 @@ class OllamaStubServer:
         handler.start_stream()
         self._count("active")
         try:
-            self._stream(handler, model, turn, body)
+            if stream_turn(handler, model, turn, body):
+                self._count("completed")
         except ClientGone:
             handler.close_connection = True
             if not self._stopping:  # stop() cutting the stream is not the client's doing
                 self._count("disconnects")
         finally:
             self._count("active", -1)
-
-    def _stream(self, handler: StubHandler, model: str, turn: Turn, body: JsonObject) -> None:
-        interrupted = turn.http_fault or turn.fault == "drop_mid_stream"
-        if turn.thinking:
-            handler.wait(turn.delay_s)
-            handler.send_line(
-                chunk(model, {"role": "assistant", "content": "", "thinking": turn.thinking})
-            )
-        for index, piece in enumerate(split_chunks(turn.text, turn.chunks)):
-            if interrupted and index >= turn.after_chunks:
-                break
-            handler.wait(turn.delay_s)
-            handler.send_line(chunk(model, {"role": "assistant", "content": piece}))
-        if turn.fault == "drop_mid_stream":
-            handler.drop(reset=turn.reset)
-            return
-        if turn.http_fault:
-            handler.send_line({"error": turn.error_text(model)})
-            handler.end_stream()
-            return
-        if turn.tool_calls:
-            handler.wait(turn.delay_s)
-            handler.send_line(chunk(model, tool_calls_message(turn)))
-        handler.wait(turn.delay_s)
-        handler.send_line(final_chunk(model, turn, body))
-        handler.end_stream()
-        self._count("completed")
 
 
 __all__ = [

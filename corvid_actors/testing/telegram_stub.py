@@ -28,10 +28,18 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import TypeVar
 
 from corvid_actors.jsontypes import WireJson
+from corvid_actors.testing._telegram_http import handler_class
+from corvid_actors.testing._telegram_wire import (
+    MARKDOWN_V2_RESERVED,
+    api_error,
+    now,
+    parse_markdown_v2,
+    plain_text,
+)
 
 T = TypeVar("T")
 
@@ -39,13 +47,8 @@ __all__ = ["TelegramStubServer", "MAX_MESSAGE_CHARS", "MARKDOWN_V2_RESERVED"]
 
 #: Telegram's limit on a message's text (after entity parsing)
 MAX_MESSAGE_CHARS = 4096
-#: characters MarkdownV2 reserves; outside entities they must be escaped with a backslash
-MARKDOWN_V2_RESERVED = frozenset("_*[]()~`>#+-=|{}.!")
 #: longest a getUpdates long poll is held, whatever timeout the client asks for (tests stay short)
 MAX_POLL_S = 1.0
-#: fields whose form-encoded value is a plain string (all others are JSON-encoded)
-_STRING_FIELDS = frozenset({"text", "parse_mode", "callback_query_id", "action", "url", "secret_token",
-                            "inline_message_id"})
 
 
 class TelegramStubServer:
@@ -68,7 +71,7 @@ class TelegramStubServer:
         self.webhook_url = ""
         self.webhook_secret = ""
         self._faults: dict[str, list[tuple[int, int | None]]] = {}
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler_class(self.token, self._call))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
         self._stopped = False
@@ -117,7 +120,7 @@ class TelegramStubServer:
         user = {"id": user_id if user_id is not None else chat_id, "is_bot": False, "first_name": first_name}
         with self._cond:
             message_id = self._take_message_id()
-        return self._push({"message": {"message_id": message_id, "date": _now(), "text": text, "from": user,
+        return self._push({"message": {"message_id": message_id, "date": now(), "text": text, "from": user,
                                        "chat": {"id": chat_id, "type": "private" if user["id"] == chat_id
                                                 else "group"}}})
 
@@ -234,12 +237,12 @@ class TelegramStubServer:
                 status, retry_after = faults.pop(0)
                 self._cond.notify_all()
                 if status == 429:
-                    return 429, _error(429, f"Too Many Requests: retry after {retry_after}",
+                    return 429, api_error(429, f"Too Many Requests: retry after {retry_after}",
                                        {"retry_after": retry_after})
-                return status, _error(status, "Bad Gateway" if status == 502 else f"Error {status}")
+                return status, api_error(status, "Bad Gateway" if status == 502 else f"Error {status}")
         handler = getattr(self, f"_api_{method}", None)
         if handler is None:
-            return 404, _error(404, "Not Found: method not found")
+            return 404, api_error(404, "Not Found: method not found")
         result = handler(params)
         if isinstance(result, tuple):
             return result
@@ -258,7 +261,7 @@ class TelegramStubServer:
         deadline = time.monotonic() + min(float(params.get("timeout") or 0), MAX_POLL_S)
         with self._cond:
             if self.webhook_url:
-                return 409, _error(409, "Conflict: can't use getUpdates method while webhook is active; "
+                return 409, api_error(409, "Conflict: can't use getUpdates method while webhook is active; "
                                         "use deleteWebhook to delete the webhook first")
             if offset:
                 self._updates = [u for u in self._updates if u["update_id"] >= offset]
@@ -270,14 +273,14 @@ class TelegramStubServer:
         text = str(params.get("text", ""))
         plain = text
         if params.get("parse_mode") == "MarkdownV2":
-            plain, bad = _parse_markdown_v2(text)
+            plain, bad = parse_markdown_v2(text)
             if bad is not None:
-                return 400, _error(400, f"Bad Request: can't parse entities: Character '{bad}' is reserved "
+                return 400, api_error(400, f"Bad Request: can't parse entities: Character '{bad}' is reserved "
                                         "and must be escaped with the preceding '\\'")
         if not plain.strip():
-            return 400, _error(400, "Bad Request: message text is empty")
+            return 400, api_error(400, "Bad Request: message text is empty")
         if len(plain.encode("utf-16-le")) // 2 > MAX_MESSAGE_CHARS:  # Telegram counts UTF-16 units
-            return 400, _error(400, "Bad Request: message is too long")
+            return 400, api_error(400, "Bad Request: message is too long")
         return None
 
     def _api_sendMessage(self, params: dict[str, WireJson]) -> object:  # noqa: N802
@@ -285,9 +288,9 @@ class TelegramStubServer:
             return problem
         chat_id = int(params["chat_id"])
         with self._cond:
-            message: dict[str, WireJson] = {"message_id": self._take_message_id(), "date": _now(),
+            message: dict[str, WireJson] = {"message_id": self._take_message_id(), "date": now(),
                        "chat": {"id": chat_id, "type": "private"},
-                       "from": self._api_getMe({}), "text": _plain(params)}
+                       "from": self._api_getMe({}), "text": plain_text(params)}
             if params.get("reply_markup"):
                 message["reply_markup"] = params["reply_markup"]
             self.messages[message["message_id"]] = message
@@ -299,9 +302,9 @@ class TelegramStubServer:
         with self._cond:
             message = self.messages.get(int(params.get("message_id", 0)))
             if message is None or message["chat"]["id"] != int(params.get("chat_id", 0)):
-                return 400, _error(400, "Bad Request: message to edit not found")
-            message["text"] = _plain(params)
-            message["edit_date"] = _now()
+                return 400, api_error(400, "Bad Request: message to edit not found")
+            message["text"] = plain_text(params)
+            message["edit_date"] = now()
             if params.get("reply_markup"):
                 message["reply_markup"] = params["reply_markup"]
             else:
@@ -340,92 +343,3 @@ class TelegramStubServer:
         with self._cond:
             return {"url": self.webhook_url, "has_custom_certificate": False,
                     "pending_update_count": len(self._updates)}
-
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                self._serve()
-
-            def do_GET(self) -> None:  # noqa: N802
-                self._serve()
-
-            def _serve(self) -> None:
-                path = urllib.parse.urlsplit(self.path)
-                prefix = f"/bot{stub.token}/"
-                if not path.path.startswith(prefix):
-                    self._reply(401, _error(401, "Unauthorized"))
-                    return
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                params = _params(body, self.headers.get("Content-Type", ""), path.query)
-                status, payload = stub._call(path.path[len(prefix):], params)
-                self._reply(status, payload)
-
-            def _reply(self, status: int, payload: dict[str, WireJson]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                try:
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (a cancelled long poll): nothing to tell it
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        return Handler
-
-
-def _params(body: bytes, content_type: str, query: str) -> dict[str, WireJson]:
-    if "json" in content_type and body:
-        return dict(json.loads(body))
-    fields = urllib.parse.parse_qs(body.decode() if body else query, keep_blank_values=True)
-    params: dict[str, WireJson] = {}
-    for key, values in fields.items():
-        value = values[-1]
-        if key in _STRING_FIELDS:
-            params[key] = value
-            continue
-        try:
-            params[key] = json.loads(value)
-        except ValueError:
-            params[key] = value
-    return params
-
-
-def _parse_markdown_v2(text: str) -> tuple[str, str | None]:
-    """The plain text of escaped MarkdownV2 (entities are not interpreted: every reserved
-    character must come escaped), and the first unescaped reserved character, if any."""
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\" and i + 1 < len(text):
-            out.append(text[i + 1])
-            i += 2
-            continue
-        if ch in MARKDOWN_V2_RESERVED or ch == "\\":
-            return "".join(out), ch
-        out.append(ch)
-        i += 1
-    return "".join(out), None
-
-
-def _plain(params: dict[str, WireJson]) -> str:
-    text = str(params.get("text", ""))
-    return _parse_markdown_v2(text)[0] if params.get("parse_mode") == "MarkdownV2" else text
-
-
-def _error(code: int, description: str, parameters: dict[str, WireJson] | None = None) -> dict[str, WireJson]:
-    body: dict[str, WireJson] = {"ok": False, "error_code": code, "description": description}
-    if parameters:
-        body["parameters"] = parameters
-    return body
-
-
-def _now() -> int:
-    return int(time.time())

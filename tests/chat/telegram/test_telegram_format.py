@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from corvid_actors.chat.telegram_format import escape_markdown_v2, split_message, telegram_length
-from corvid_actors.testing.telegram_stub import _parse_markdown_v2
+from corvid_actors.testing._telegram_wire import parse_markdown_v2
 
 
 @pytest.mark.parametrize(("text", "limit", "chunks"), [
@@ -34,8 +34,8 @@ def test_split_keeps_every_word_in_order_and_every_chunk_within_the_limit():
 def test_escaping_round_trips_through_telegram_parsing():
     text = "1. Done! (see *notes*_v2.md) - x=y {a|b} ~`#+>[]\\ ok"
     escaped = escape_markdown_v2(text)
-    assert _parse_markdown_v2(escaped) == (text, None)
-    assert _parse_markdown_v2(text)[1] == "."  # unescaped, Telegram refuses it
+    assert parse_markdown_v2(escaped) == (text, None)
+    assert parse_markdown_v2(text)[1] == "."  # unescaped, Telegram refuses it
 
 
 def test_emoji_heavy_text_fits_telegram_in_utf16_units():

@@ -199,16 +199,16 @@ async def test_a_crash_before_confirming_repeats_nothing_with_an_offset_file(run
 def test_an_offset_file_older_than_a_week_is_ignored(tmp_path):
     import datetime as dt
 
-    from corvid_actors.chat.telegram import _read_offset, _write_offset
+    from corvid_actors.chat._telegram_offset import read_offset, write_offset
 
     path = tmp_path / "offset"
     saved = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-    _write_offset(path, 1234, saved)
-    assert _read_offset(path, saved + dt.timedelta(days=1)) == 1234
-    assert _read_offset(path, saved + dt.timedelta(days=8)) == 0  # Telegram's ids may have restarted
-    assert _read_offset(tmp_path / "missing", saved) == 0
+    write_offset(path, 1234, saved)
+    assert read_offset(path, saved + dt.timedelta(days=1)) == 1234
+    assert read_offset(path, saved + dt.timedelta(days=8)) == 0  # Telegram's ids may have restarted
+    assert read_offset(tmp_path / "missing", saved) == 0
     path.write_text("garbage")
-    assert _read_offset(path, saved) == 0
+    assert read_offset(path, saved) == 0
 
 
 async def runtime_settled(bridge):
