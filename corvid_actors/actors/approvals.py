@@ -13,6 +13,9 @@ resolves them.
 Requests never leave the broker with their raw input: :class:`ListPending` shows the
 description only.
 
+Messages: :class:`RequestApproval`, :class:`CancelSession` (tell); :class:`Resolve`,
+:class:`ListPending`, :class:`DenyAll`, :class:`SetMode`, :class:`GetMode` (ask). All are
+handled on the broker's own thread.
 Replies (owned here): :class:`ApprovalAsked`, :class:`ApprovalAnswer`.
 """
 
@@ -34,6 +37,12 @@ MODES = ("normal", "queued", "paused")
 
 @dataclass(frozen=True)
 class RequestApproval:
+    """A tool call needs approval (``approval_id`` is the session's proposal for its id).
+
+    Told by a session actor (``session_effects``, on its thread); handled on the broker's
+    thread. Reply: none (told); ``reply_to`` is told an :class:`ApprovalAnswer`, preceded
+    by :class:`ApprovalAsked` when a human is asked."""
+
     approval_id: str
     session_id: str
     call_id: str
@@ -50,8 +59,10 @@ class RequestApproval:
 class Resolve:
     """Resolve by id (a unique prefix of at least 4 characters is enough).
 
-    ``behavior``: allow | deny | allow_session. Replies with the resolved request's info
-    dict, or None when no pending request matches."""
+    ``behavior``: allow | deny | allow_session. Asked by ``Runtime.resolve_approval`` (on
+    the caller's thread) and the AdminActor's ``approve``/``deny`` (on its thread); handled
+    on the broker's thread. Replies with the resolved request's info dict, or None when no
+    pending request matches; raises ValueError for an unknown ``behavior``."""
 
     approval_id: str
     behavior: str
@@ -61,22 +72,44 @@ class Resolve:
 
 @dataclass(frozen=True)
 class ListPending:
+    """The pending requests (of ``session_id``, or all), without their raw input.
+
+    Asked by ``Runtime.list_approvals`` (on the caller's thread) and the
+    AdminActor (on its thread); handled on the broker's thread. Replies with a list of
+    info dicts (``timeout_s`` None for a request without a countdown)."""
+
     session_id: str | None = None
 
 
 @dataclass(frozen=True)
 class CancelSession:
+    """Deny the session's pending requests with ``reason`` and drop its session grants.
+
+    Told by the supervisor (``release_session_resources``) and by an ending session actor,
+    each on its own thread; handled on the broker's thread. Reply: none (told)."""
+
     session_id: str
     reason: str = "Session stopped"
 
 
 @dataclass(frozen=True)
 class DenyAll:
+    """Deny every pending request with ``reason`` (shutdown).
+
+    Asked by the runtime's shutdown (``runtime_lifecycle``, on the stopping thread) so that
+    it waits; handled on the broker's thread. Replies None."""
+
     reason: str = "Server shutting down"
 
 
 @dataclass(frozen=True)
 class SetMode:
+    """Switch to ``mode`` (normal | queued | paused).
+
+    Asked by ``Runtime.set_approval_mode`` (on the caller's thread) and the AdminActor's
+    ``mode`` (on its thread); handled on the broker's thread. Replies with the new
+    mode; raises ValueError for an unknown one."""
+
     mode: str
 
 
@@ -85,6 +118,12 @@ class SetMode:
 
 @dataclass(frozen=True)
 class ApprovalAnswer:
+    """From the ApprovalBroker: the decision on call ``call_id`` (``scope``: once | session).
+
+    Told by the broker (on its thread) to the request's ``reply_to``, or by a session
+    actor to itself when no broker is configured; handled on the session actor's thread.
+    Reply: none (told)."""
+
     call_id: str
     allowed: bool
     message: str = ""
@@ -97,7 +136,10 @@ class ApprovalAnswer:
 class ApprovalAsked:
     """From the ApprovalBroker: a human is being asked (the session publishes
     ``approval_request`` now). Not sent for requests answered at once (paused mode, a
-    session-wide grant). ``approval_id`` is the id the broker keeps the request under."""
+    session-wide grant). ``approval_id`` is the id the broker keeps the request under.
+
+    Told by the broker (on its thread) to the request's ``reply_to``; handled on the
+    session actor's thread. Reply: none (told)."""
 
     call_id: str
     approval_id: str
@@ -109,11 +151,15 @@ class ApprovalAsked:
 
 @dataclass(frozen=True)
 class GetMode:
-    pass
+    """Asked by ``Runtime.approval_mode`` (on the caller's thread) and the AdminActor's
+    ``mode`` (on its thread); handled on the broker's thread. Replies with the
+    mode: normal | queued | paused."""
 
 
 @dataclass(frozen=True)
 class _Expired:
+    """A pending request timed out (told by the Timers actor; the broker's thread)."""
+
     approval_id: str
 
 

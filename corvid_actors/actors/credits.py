@@ -71,6 +71,11 @@ class ChargeTurn:
     ``reply_to`` is told :class:`CreditsExhausted` when the credits are exhausted (the
     session actor, or the supervisor); None: the bound supervisor.
     ``attempt`` counts the bank's own retries of a charge the store refused.
+
+    Told by a session actor (``session_effects``, on its thread) after each ``result``, and
+    by the Timers actor for a retry; asked by ``Runtime.charge_turn`` (on the caller's
+    thread). Handled on the bank's thread. An ask replies with the :class:`Deduction`, or
+    None when the turn was not charged; a tell has no reply.
     """
 
     session_id: str
@@ -81,14 +86,21 @@ class ChargeTurn:
 
 @dataclass(frozen=True)
 class OpenAccount:
-    """Open ``participant``'s account with the first-time free credits (idempotent)."""
+    """Open ``participant``'s account with the first-time free credits (idempotent).
+
+    Asked by ``Runtime.open_credit_account`` (on the caller's thread); handled on the bank's
+    thread. Replies with the :class:`Account`."""
 
     participant: str
 
 
 @dataclass(frozen=True)
 class GrantCredits:
-    """Add credits: ``type`` is grant | purchase | refund. Replies with the new balance."""
+    """Add credits: ``type`` is grant | purchase | refund.
+
+    Asked by ``Runtime.grant_credits`` (on the caller's thread) and the AdminActor's
+    ``credits_grant`` (on its thread); handled on the bank's thread. Replies with the
+    new balance (int)."""
 
     participant: str
     amount: int
@@ -98,26 +110,41 @@ class GrantCredits:
 
 @dataclass(frozen=True)
 class GetBalance:
-    """Replies with the balance (0 for a participant without an account)."""
+    """Asked by ``Runtime.credit_balance`` (on the caller's thread) and the AdminActor's
+    ``credits_balance`` (on its thread); handled on the bank's thread. Replies with the balance
+    (int; 0 for a participant without an account)."""
 
     participant: str
 
 
 @dataclass(frozen=True)
 class GetTransactions:
+    """Asked by ``Runtime.credit_transactions`` (on the caller's thread) and the AdminActor's
+    ``credits_balance`` (on its thread); handled on the bank's thread. Replies with the latest
+    ``limit`` transactions, a list of dicts, newest first."""
+
     participant: str
     limit: int = 10
 
 
 @dataclass(frozen=True)
 class BindSupervisor:
+    """``ref`` is told :class:`CreditsExhausted` when a ``ChargeTurn`` names no ``reply_to``.
+
+    Told by the runtime's tree builder (``runtime_tree``, on the building thread) once the
+    supervisor exists; handled on the bank's thread. Reply: none (told)."""
+
     ref: pykka.ActorRef[Any]
 
 
 @dataclass(frozen=True)
 class CreditsExhausted:
     """Reply to :class:`ChargeTurn`'s ``reply_to``: the charge was refused, the session is
-    to be stopped (reason ``credits_exhausted``)."""
+    to be stopped (reason ``credits_exhausted``).
+
+    Told by the bank (on its thread) to the session actor, which tells its supervisor
+    ``StopRequested``, or to the supervisor, which stops the session; handled on the
+    receiver's own thread. Reply: none (told)."""
 
     session_id: str
 

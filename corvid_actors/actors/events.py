@@ -24,47 +24,84 @@ EventCallback = Callable[[str, Event], None]
 
 @dataclass(frozen=True)
 class Publish:
+    """Deliver ``event`` to the session's subscribers, then the global ones.
+
+    Told by a session's Lifeline (``session_wiring``), the supervisor, the CreditBank, the
+    runtime (``runtime_lifecycle``, ``session_control``), each on its own thread; handled
+    (callbacks run) on the EventBus thread. Reply: none (told)."""
+
     session_id: str
     event: Event
 
 
 @dataclass(frozen=True)
 class Subscribe:
+    """Add ``callback`` for one session (told at once whether it is thinking, if running).
+
+    Asked by ``Runtime.subscribe`` (on the caller's thread); handled on the EventBus
+    thread. Replies None (the ask only waits until it is subscribed)."""
+
     session_id: str
     callback: EventCallback
 
 
 @dataclass(frozen=True)
 class Unsubscribe:
+    """Remove ``callback`` from one session's subscribers.
+
+    Asked by ``Runtime.unsubscribe`` (on the caller's thread); handled on the EventBus
+    thread. Replies None."""
+
     session_id: str
     callback: EventCallback
 
 
 @dataclass(frozen=True)
 class SubscribeAll:
+    """Add a global ``callback`` (every session's events).
+
+    Asked by ``Runtime.subscribe_all`` (on the caller's thread) and the AdminActor (on its
+    thread, for itself and its followers); handled on the EventBus thread. Replies None."""
+
     callback: EventCallback
 
 
 @dataclass(frozen=True)
 class UnsubscribeAll:
+    """Remove a global ``callback``.
+
+    Asked by ``Runtime.unsubscribe_all`` (on the caller's thread), told by the AdminActor
+    (on its thread, when it or a follower stops); handled on the EventBus thread. An ask
+    replies None; a tell has no reply."""
+
     callback: EventCallback
 
 
 @dataclass(frozen=True)
 class RemoveSession:
+    """Forget the session's subscribers and running state (its cleanup).
+
+    Told by the supervisor (``SupervisorCore.cleanup``, on its thread); handled on the
+    EventBus thread. Reply: none (told)."""
+
     session_id: str
 
 
 @dataclass(frozen=True)
 class PruneSessions:
-    """Drop subscriber sets of every session not in ``keep``; replies with how many."""
+    """Drop subscriber sets of every session not in ``keep``; replies with how many.
+
+    Told by the supervisor's housekeeping (on its thread; empty ``keep`` at shutdown);
+    handled on the EventBus thread. An ask replies with the count; a tell has no reply."""
 
     keep: frozenset[str]
 
 
 @dataclass(frozen=True)
 class BusStats:
-    pass
+    """Asked by ``Runtime.get_memory_stats`` (on the caller's thread) and the
+    AdminActor's ``stats`` (on its thread); handled on the EventBus thread. Replies with a
+    dict of subscriber counts."""
 
 
 class EventBus(TrackedActor):

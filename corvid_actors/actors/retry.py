@@ -10,6 +10,8 @@ flushed later, in order, on the ``[store.write_retry]`` schedule
 (:class:`~corvid_actors.config_sections.RetrySchedule`, the type the credit bank's charge
 retry uses too) — a write queued behind a failed one waits for it, so the store sees them
 in their order. A write whose tries run out is dropped with an ``error`` event.
+
+Messages: :class:`RetryWrites` (told to the owner, handled on the owner's thread).
 """
 
 from __future__ import annotations
@@ -30,7 +32,11 @@ from corvid_actors.events import ErrorEvent, SessionError
 
 @dataclass(frozen=True)
 class RetryWrites:
-    """Timer message to the owner of a :class:`PendingWrites`: flush the queue now."""
+    """Timer message to the owner of a :class:`PendingWrites`: flush the queue now.
+
+    Scheduled by ``PendingWrites`` (on its owner's thread) and told by the Timers actor
+    to the owner (the supervisor or a session actor); handled on the owner's thread.
+    Reply: none (told)."""
 
     key: Hashable
 

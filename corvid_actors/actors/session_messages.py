@@ -23,7 +23,10 @@ from corvid_actors.loop import effects as fx
 class Begin:
     """The first message; ``blocks`` when it is multimodal (``prompt`` is its text).
     ``counts_turn``: a user message that opens a new turn (a resumed incarnation's first
-    message); the start's own prompt was counted by the supervisor's start write."""
+    message); the start's own prompt was counted by the supervisor's start write.
+
+    Told by the supervisor (``on_built``, or a resumed incarnation's first user message
+    through its live entry); handled on the session actor's thread. Reply: none (told)."""
 
     prompt: str
     blocks: tuple[dict[str, Any], ...] = ()
@@ -33,12 +36,19 @@ class Begin:
 @dataclass(frozen=True)
 class Ready:
     """Start without a turn: the incarnation waits for its first message (a resumed
-    session that was not mid-turn calls no model until someone speaks)."""
+    session that was not mid-turn calls no model until someone speaks).
+
+    Told by the supervisor when the incarnation is built (``on_built``); handled on the
+    session actor's thread. Reply: none (told)."""
 
 
 @dataclass(frozen=True)
 class UserInput:
-    """A user message; ``blocks`` when it is multimodal (``text`` is its text parts)."""
+    """A user message; ``blocks`` when it is multimodal (``text`` is its text parts).
+
+    Told through the incarnation's ``LiveSession.deliver``: by ``Runtime.send_message``
+    on the caller's thread (fast path) or by the supervisor (slow path, or held until the
+    incarnation is built). Handled on the session actor's thread. Reply: none (told)."""
 
     text: str
     blocks: tuple[dict[str, Any], ...] = ()
@@ -47,26 +57,38 @@ class UserInput:
 @dataclass(frozen=True)
 class ExtendTimeout:
     """Replace the pending inactivity deadline with now + ``timeout_s`` (already capped by
-    the supervisor); the session's next event re-arms the default timeout."""
+    the supervisor); the session's next event re-arms the default timeout.
+
+    Told by the supervisor (on an ``ExtendSessionTimeout`` request); handled on the session
+    actor's thread. Reply: none (told)."""
 
     timeout_s: float
 
 
 @dataclass(frozen=True)
 class CheckTimeout:
-    pass
+    """Check the inactivity deadline now (ends the session with ``TimedOut`` if past it).
+
+    Told by the supervisor's housekeeping (``fallback_check``) to incarnations that may
+    be overdue; handled on the session actor's thread. Reply: none (told)."""
 
 
 @dataclass(frozen=True)
 class Abort:
-    """Stop now: cancel in-flight work and end the actor without emitting anything."""
+    """Stop now: cancel in-flight work and end the actor without emitting anything.
+
+    Told by the supervisor when it evicts the incarnation (``SupervisorCore.evict``);
+    handled on the session actor's thread. Reply: none (told)."""
 
 
 @dataclass(frozen=True)
 class InjectedCrash:
     """Fault hook (``corvid_actors.testing.kill_incarnation``): the actor fails on this
     message as on any bug in it — ``on_failure`` runs and the supervisor hears
-    ``SessionCrashed`` (exit code 1, restart with backoff)."""
+    ``SessionCrashed`` (exit code 1, restart with backoff).
+
+    Told by the supervisor on its ``KillIncarnation`` request; handled on the session
+    actor's thread. Reply: none (told)."""
 
     reason: str = "incarnation killed (fault hook)"
 
@@ -77,6 +99,11 @@ class InjectedCrashError(RuntimeError):
 
 @dataclass(frozen=True)
 class SessionEnded:
+    """The incarnation ended with exit ``code`` (0: clean; the row and restart follow).
+
+    Told by the session actor (``session_effects``, on its own thread) to the supervisor;
+    handled on the supervisor's thread. Reply: none (told)."""
+
     session_id: str
     generation: int
     code: int
@@ -86,6 +113,11 @@ class SessionEnded:
 
 @dataclass(frozen=True)
 class OutageReported:
+    """The loop reported a provider outage (``message``): the supervisor pauses the session.
+
+    Told by the session actor (``session_effects``, on its own thread) to the supervisor;
+    handled on the supervisor's thread. Reply: none (told)."""
+
     session_id: str
     generation: int
     message: str
@@ -94,7 +126,10 @@ class OutageReported:
 @dataclass(frozen=True)
 class Built:
     """The incarnation is built (``built``: the ``wiring.BuiltSession``) and waits for
-    ``Begin``/``Ready``. Its ``built.resources`` are the supervisor's to close from now on."""
+    ``Begin``/``Ready``. Its ``built.resources`` are the supervisor's to close from now on.
+
+    Told by the session actor (on its thread, when its build is done) to the supervisor;
+    handled on the supervisor's thread (``on_built``). Reply: none (told)."""
 
     session_id: str
     generation: int
@@ -103,7 +138,10 @@ class Built:
 
 @dataclass(frozen=True)
 class BuildFailed:
-    """Building the incarnation raised (a spawn error); the actor has stopped."""
+    """Building the incarnation raised (a spawn error); the actor has stopped.
+
+    Told by the session actor (on its thread) to the supervisor; handled on the
+    supervisor's thread. Reply: none (told)."""
 
     session_id: str
     generation: int
@@ -113,7 +151,10 @@ class BuildFailed:
 @dataclass(frozen=True)
 class WritesHandedOver:
     """The ending incarnation's writes that failed and are still pending: the supervisor
-    goes on retrying them (``PendingWrites.adopt``), so they outlive the incarnation."""
+    goes on retrying them (``PendingWrites.adopt``), so they outlive the incarnation.
+
+    Told by the ending session actor (``session_effects``, on its thread) to the
+    supervisor; handled on the supervisor's thread. Reply: none (told)."""
 
     session_id: str
     writes: tuple[Any, ...]
@@ -122,7 +163,10 @@ class WritesHandedOver:
 @dataclass(frozen=True)
 class StopRequested:
     """The incarnation asks to be stopped (``session_stopped`` with ``reason``), e.g. when
-    the CreditBank says its participant's credits are exhausted."""
+    the CreditBank says its participant's credits are exhausted.
+
+    Told by the session actor (on its thread) to the supervisor; handled on the
+    supervisor's thread. Reply: none (told)."""
 
     session_id: str
     generation: int
@@ -131,12 +175,22 @@ class StopRequested:
 
 @dataclass(frozen=True)
 class TimedOut:
+    """The incarnation's inactivity deadline passed: the supervisor ends it as timed out.
+
+    Told by the session actor (on its thread, after a deadline check) to the supervisor;
+    handled on the supervisor's thread. Reply: none (told)."""
+
     session_id: str
     generation: int
 
 
 @dataclass(frozen=True)
 class SessionCrashed:
+    """The session actor failed (``error``: the exception); restart with backoff follows.
+
+    Told by the session actor's ``on_failure`` (on its thread) to the supervisor;
+    handled on the supervisor's thread. Reply: none (told)."""
+
     session_id: str
     generation: int
     error: str
@@ -153,7 +207,8 @@ def approval_id_for(session_id: str, generation: int, seq: int) -> str:
 
 @dataclass(frozen=True)
 class LoopTimerDue:
-    """A timer the loop asked for (``Schedule``) fired; fed to the loop as ``TimerFired``."""
+    """A timer the loop asked for (``Schedule``) fired; fed to the loop as ``TimerFired``.
+    Told by the Timers actor; handled on the session actor's thread."""
 
     generation: int
     token: str
@@ -161,7 +216,8 @@ class LoopTimerDue:
 
 @dataclass(frozen=True)
 class IdleDue:
-    """The idle timeout armed after turn ``turn_seq`` fired (ignored if a turn ran since)."""
+    """The idle timeout armed after turn ``turn_seq`` fired (ignored if a turn ran since).
+    Told by the Timers actor; handled on the session actor's thread."""
 
     generation: int
     turn_seq: int
@@ -169,14 +225,16 @@ class IdleDue:
 
 @dataclass(frozen=True)
 class TimeoutDue:
-    """Time to check the inactivity deadline."""
+    """Time to check the inactivity deadline (told by the Timers actor; handled on the
+    session actor's thread)."""
 
     generation: int
 
 
 @dataclass(frozen=True)
 class WorkerDone:
-    """Worker run ``seq`` finished with ``result`` (ignored unless it is the latest run)."""
+    """Worker run ``seq`` finished with ``result`` (ignored unless it is the latest run).
+    Told from the worker thread; handled on the session actor's thread."""
 
     seq: int
     result: fx.LoopInput | ExitRequested
@@ -185,7 +243,7 @@ class WorkerDone:
 @dataclass(frozen=True)
 class BuildDone:
     """The build on the worker finished: the complete wiring and the built session, or
-    ``error``."""
+    ``error``. Told from the build worker thread; handled on the session actor's thread."""
 
     wiring: Any = None
     built: Any = None

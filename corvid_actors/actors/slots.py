@@ -13,7 +13,8 @@ when ``slots.wait_timeout_s`` passes. ``ReleaseSlot(session_id)`` releases whate
 session holds *or* waits for, and is idempotent — so an abort racing a grant is safe,
 and the supervisor can release on behalf of a dead session actor.
 
-Messages: :class:`AcquireSlot`, :class:`ReleaseSlot` (tell); ``ask(SlotStats())``.
+Messages: :class:`AcquireSlot`, :class:`ReleaseSlot` (tell); ``ask(SlotStats())``. All are
+handled on the SlotPool's own thread.
 Replies (owned here): :class:`SlotAnswer`, :class:`SlotQueued`.
 """
 
@@ -34,6 +35,12 @@ from corvid_actors.config_sections import SlotsConfig
 
 @dataclass(frozen=True)
 class AcquireSlot:
+    """Ask for a slot of ``weight`` for ``model``; the answer goes to ``reply_to``.
+
+    Told by a session actor (on its thread, for the loop's ``AcquireSlot`` effect);
+    handled on the SlotPool's thread. Reply: none (told); ``reply_to`` is told a
+    :class:`SlotAnswer`, and :class:`SlotQueued` first if it has to wait."""
+
     session_id: str
     request_id: int
     model: str
@@ -43,12 +50,20 @@ class AcquireSlot:
 
 @dataclass(frozen=True)
 class ReleaseSlot:
+    """Release whatever ``session_id`` holds or waits for (idempotent).
+
+    Told by a session actor (on its thread) and by the supervisor on its thread
+    (``release_session_resources``, for a session that ended or died); handled on the
+    SlotPool's thread. Reply: none (told)."""
+
     session_id: str
 
 
 @dataclass(frozen=True)
 class SlotStats:
-    pass
+    """Asked by ``Runtime.slot_stats`` (on the caller's thread) and the AdminActor's
+    ``stats`` (on its thread); handled on the SlotPool's thread. Replies with a dict:
+    ``capacity``, ``in_use``, ``held``, ``waiting``, ``peak_in_use``, ``grants``."""
 
 
 # --- replies (told to ``reply_to``; this module owns them) ----------------------------------
@@ -56,7 +71,10 @@ class SlotStats:
 
 @dataclass(frozen=True)
 class SlotAnswer:
-    """From the SlotPool: granted, or the wait timed out."""
+    """From the SlotPool: granted, or the wait timed out.
+
+    Told by the SlotPool (on its thread) to the request's ``reply_to`` (a session actor);
+    handled on the session actor's thread. Reply: none (told)."""
 
     request_id: int
     granted: bool
@@ -64,12 +82,19 @@ class SlotAnswer:
 
 @dataclass(frozen=True)
 class SlotQueued:
+    """The request waits; ``status_message`` says for what (shown to the user).
+
+    Told by the SlotPool (on its thread) to the request's ``reply_to`` (a session actor);
+    handled on the session actor's thread. Reply: none (told)."""
+
     request_id: int
     status_message: str
 
 
 @dataclass(frozen=True)
 class _WaitExpired:
+    """A waiter's ``wait_timeout_s`` passed (told by the Timers actor; SlotPool's thread)."""
+
     session_id: str
     request_id: int
 

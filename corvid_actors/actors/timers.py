@@ -12,7 +12,7 @@ session's cleanup at 30,000 live timers took 3 ms per call, about 16 s of a 10,0
 shutdown. The index holds exactly the keys of the table (:class:`TimerIndexCheck`).
 
 Messages: :class:`ScheduleTimer`, :class:`CancelTimer`, :class:`CancelTimers`;
-``ask(TimerStats())`` replies with a dict of counts, ``ask(TimerIndexCheck())`` with the
+all are handled on the Timers actor's own thread; ``ask(TimerStats())`` replies with a dict of counts, ``ask(TimerIndexCheck())`` with the
 table and its index.
 """
 
@@ -30,6 +30,12 @@ from corvid_actors.clock import Clock, TimerHandle
 
 @dataclass(frozen=True)
 class ScheduleTimer:
+    """Tell ``target`` ``message`` after ``delay_s``, replacing any timer under ``key``.
+
+    Told by nearly every actor for its own delays (supervisor, session actors, SlotPool,
+    ApprovalBroker, CreditBank, StoreWatch; ``PendingWrites`` for its owner), each on its own thread; handled on
+    the Timers thread, which also tells ``message`` when due. Reply: none (told)."""
+
     key: Hashable
     delay_s: float
     #: any actor (``Any``: pykka's refs are invariant in their actor type)
@@ -40,29 +46,42 @@ class ScheduleTimer:
 
 @dataclass(frozen=True)
 class CancelTimer:
+    """Cancel the timer under ``key`` (nothing if there is none).
+
+    Told by the same actors as :class:`ScheduleTimer`, on their threads; handled on the
+    Timers thread. Reply: none (told)."""
+
     key: Hashable
 
 
 @dataclass(frozen=True)
 class CancelTimers:
-    """Cancel every timer whose key is a tuple starting with ``prefix``."""
+    """Cancel every timer whose key is a tuple starting with ``prefix``.
+
+    Told by the supervisor (a session's cleanup: its session id), on its thread; handled
+    on the Timers thread. Reply: none (told)."""
 
     prefix: Hashable
 
 
 @dataclass(frozen=True)
 class TimerStats:
-    pass
+    """Asked by ``Runtime.get_memory_stats`` (on the caller's thread) and the AdminActor's
+    ``stats`` (on its thread); handled on the Timers thread. Replies with a dict of counts
+    (``timers``, ``by_kind``, ...)."""
 
 
 @dataclass(frozen=True)
 class TimerIndexCheck:
     """Replies ``{"exact": bool, "keys": set, "by_owner": dict}``: the table's keys and
-    its per-owner index, copied (for tests: the index must hold exactly the table's keys)."""
+    its per-owner index, copied (for tests: the index must hold exactly the table's keys).
+    Asked by tests only; handled on the Timers thread."""
 
 
 @dataclass(frozen=True)
 class _Due:
+    """Timer ``key`` (its ``seq``-th scheduling) is due: told by the clock's callback."""
+
     key: Hashable
     seq: int
 

@@ -8,7 +8,7 @@ While the store is down it probes it through the Timers actor — first after
 of its server, even when nothing else uses it meanwhile. No polling thread, no wall-clock
 sleep, and nothing at all while the store is healthy.
 
-Messages: ``ask(WatchStats())`` → ``{"store_unavailable": reason | None, "probes": n}``.
+Messages (handled on the actor's own thread): ``ask(WatchStats())`` → ``{"store_unavailable": reason | None, "probes": n}``.
 """
 
 from __future__ import annotations
@@ -29,17 +29,20 @@ _PROBE_KEY = ("store_watch", "probe")
 
 @dataclass(frozen=True)
 class WatchStats:
-    pass
+    """Asked by tests (``rt.internals.store_watch``, on the caller's thread); handled on the
+    StoreWatch thread. Replies ``{"store_unavailable": reason | None, "probes": n}``."""
 
 
 @dataclass(frozen=True)
 class _StoreChanged:
+    """The store went down (``reason``) or came back (None): told by its listener callback."""
+
     reason: str | None
 
 
 @dataclass(frozen=True)
 class _Probe:
-    pass
+    """Time to probe the store (told by the Timers actor; StoreWatch thread)."""
 
 
 class StoreWatch(TrackedActor):
