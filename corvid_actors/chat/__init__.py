@@ -16,7 +16,8 @@
 from __future__ import annotations
 
 from corvid_actors.chat.aio_bridge import AsyncChatBridge, AsyncChatTransport
-from corvid_actors.chat.bridge import BridgeSettings, ChatBridge
+from corvid_actors.chat.bridge import ChatBridge
+from corvid_actors.chat.bridge_settings import BridgeSettings
 from corvid_actors.chat.console import ConsoleTransport
 from corvid_actors.chat.conversations import Conversation
 from corvid_actors.chat.memory import MemoryTransport

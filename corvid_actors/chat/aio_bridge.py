@@ -31,7 +31,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, runtime_checkable
 
 from corvid_actors.aio import AsyncRuntime
-from corvid_actors.chat.bridge import BridgeSettings, ChatBridge
+from corvid_actors.chat.bridge import ChatBridge
+from corvid_actors.chat.bridge_settings import BridgeSettings
 from corvid_actors.chat.conversations import Conversation
 from corvid_actors.chat.transport import (
     IncomingMessage,

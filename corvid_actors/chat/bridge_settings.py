@@ -1,0 +1,33 @@
+"""What a :class:`~corvid_actors.chat.bridge.ChatBridge` is told to be: its tunables, and which
+events it relays to a conversation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: event types that may produce a message to the participant (cheap filter on the bus thread)
+RELAYED_EVENT_TYPES = frozenset({
+    "assistant", "approval_request", "approval_resolved", "credits_low", "session_restarting",
+    "session_resumed", "session_stopped", "error",
+})
+
+
+@dataclass(frozen=True)
+class BridgeSettings:
+    """Tunables of a :class:`ChatBridge` (defaults suit a small bot)."""
+
+    #: tags this bridge's sessions (``sessions.name = 'chat:<name>'``); one per bot/platform
+    name: str = "chat"
+    #: replies waiting for a slow transport before new ones are dropped
+    outbox_max_pending: int = 1000
+    #: how long ``stop()`` waits for the transport to take the queued replies
+    stop_timeout_s: float = 5.0
+    #: transactions listed by ``/credits``
+    recent_transactions: int = 5
+    #: how long a platform message id is remembered to ignore redeliveries (in the
+    #: runtime's database: a restarted bot still knows them)
+    dedupe_window_s: float = 86400.0
+    #: longest channel / participant id (the ``sessions`` columns hold 200 characters)
+    max_id_chars: int = 200
+    #: count queued replies as work in flight, so ``Runtime.settle()`` waits for delivery
+    track_delivery: bool = True
