@@ -13,12 +13,16 @@ from typing import Any
 from corvid_actors.config_schema import AT_LEAST_ONE, POSITIVE, one_of, section
 from corvid_actors.errors import ConfigError
 
+#: the sandbox modes (README "Security model")
+SANDBOX_MODES = ("auto", "required", "off")
+
 
 @section("tools.sandbox")
 class SandboxConfig:
-    """``[tools.sandbox]``: the OS sandbox of tool commands (``corvid_actors.tools.sandbox``)."""
+    """``[tools.sandbox]``: the OS sandbox of tool commands (``corvid_actors.tools.sandbox``),
+    which takes this section as its settings (``SandboxSettings`` is this class)."""
 
-    mode: str = field(metadata=one_of("auto", "required", "off"))
+    mode: str = field(metadata=one_of(*SANDBOX_MODES))
     bwrap_path: str
     network_modes: tuple[str, ...]
     network_agents: tuple[str, ...]
@@ -29,6 +33,8 @@ class SandboxConfig:
     hidden_paths: tuple[str, ...]
     visible_paths: tuple[str, ...]
     mask_walk_max_entries: int = field(metadata=AT_LEAST_ONE)
+    mask_skip_dirs: tuple[str, ...]
+    pids_cgroup_roots: tuple[str, ...]
 
 
 @section("tools")

@@ -19,7 +19,6 @@ from loguru import logger
 
 from corvid_actors.clock import Clock, io_clock
 from corvid_actors.config import Config
-from corvid_actors.config_schema import values_of
 from corvid_actors.db.session_context import SessionContext
 from corvid_actors.errors import ConfigError, NotFoundError
 from corvid_actors.events import SystemEvent
@@ -51,7 +50,7 @@ from corvid_actors.tools.command_policy import default_approval_policy
 from corvid_actors.tools.delegation import effective_agent_mode
 from corvid_actors.tools.env import safe_env
 from corvid_actors.tools.permissions import PermissionMode, make_permission_check
-from corvid_actors.tools.sandbox import Sandbox, SandboxSettings, current_sandbox
+from corvid_actors.tools.sandbox import Sandbox, current_sandbox
 from corvid_actors.vocabulary import (
     Permission,
     PermissionCheck,
@@ -114,10 +113,9 @@ class ToolRun:
 
 def build_sandbox(config: Config) -> Sandbox:
     """The OS sandbox launcher of a runtime (``[tools.sandbox]``; probes bwrap once per
-    process): the data directory (database, admin socket) is hidden from commands. Every
-    ``[tools.sandbox]`` key is a :class:`SandboxSettings` field (a key it lacks fails here)."""
-    settings = SandboxSettings(**values_of(config.tools.sandbox))
-    return Sandbox(settings, hidden_paths=[config.store.data_dir],
+    process): the data directory (database, admin socket) is hidden from commands. The
+    ``[tools.sandbox]`` section is the sandbox's settings (``SandboxSettings``)."""
+    return Sandbox(config.tools.sandbox, hidden_paths=[config.store.data_dir],
                    patterns=config.tools.protected_patterns)
 
 

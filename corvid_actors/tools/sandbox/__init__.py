@@ -38,9 +38,9 @@ Thread-safety: a :class:`Sandbox` is immutable after construction except for its
 probe cache (guarded); ``wrap`` may be called from any worker thread.
 """
 
+from corvid_actors.tool_sections import SANDBOX_MODES
 from corvid_actors.tools.sandbox._launcher import Launch, Sandbox, current_sandbox
 from corvid_actors.tools.sandbox._probe import (
-    SANDBOX_MODES,
     SandboxSettings,
     SandboxStatus,
     SandboxUnavailable,

