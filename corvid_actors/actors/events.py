@@ -4,20 +4,27 @@ Callbacks run on the EventBus thread, session subscribers first, then global one
 subscription order. A callback that raises is logged and skipped; delivery goes on.
 A subscriber that joins a running session is told at once whether it is thinking.
 
-Messages: :class:`Publish` (tell), :class:`Subscribe` / :class:`Unsubscribe` /
+Streamed text may arrive coalesced: while the bus is behind, a session's consecutive
+``content_block_delta`` events reach it as one :class:`PublishDeltas` whose buffer kept
+growing until the bus took it, and subscribers see one delta carrying their text, in
+order (see :class:`~corvid_actors.actors.session_wiring.Lifeline`). Under load a
+subscriber therefore sees fewer, larger deltas; the concatenated text is the same.
+
+Messages: :class:`Publish` / :class:`PublishDeltas` (tell), :class:`Subscribe` / :class:`Unsubscribe` /
 :class:`SubscribeAll` / :class:`UnsubscribeAll` (ask or tell), :class:`RemoveSession`,
 :class:`PruneSessions` (keep only the given ids), ``ask(BusStats())`` → dict.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from loguru import logger
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor
-from corvid_actors.events import TERMINAL_EVENT_TYPES, Event, SessionStarted, Thinking
+from corvid_actors.events import TERMINAL_EVENT_TYPES, ContentBlockDelta, Event, SessionStarted, Thinking
 
 EventCallback = Callable[[str, Event], None]
 
@@ -32,6 +39,46 @@ class Publish:
 
     session_id: str
     event: Event
+
+
+class DeltaBuffer:
+    """Streamed text of one incarnation on its way to the bus: the deltas published while
+    the bus had not yet taken it. Appended to by the session's Lifeline (any thread), taken
+    once by the EventBus (its thread); after :meth:`take` nothing more is appended."""
+
+    __slots__ = ("_parts", "_taken", "_lock")
+
+    def __init__(self, text: str) -> None:
+        self._parts = [text]
+        self._taken = False
+        self._lock = threading.Lock()
+
+    def append(self, text: str) -> bool:
+        """Add ``text``; False when the bus has taken the buffer already (start a new one)."""
+        with self._lock:
+            if self._taken:
+                return False
+            self._parts.append(text)
+            return True
+
+    def take(self) -> tuple[str, int]:
+        """The text gathered so far and how many deltas it joins; seals the buffer."""
+        with self._lock:
+            self._taken = True
+            parts = self._parts
+        return (parts[0] if len(parts) == 1 else "".join(parts)), len(parts)
+
+
+@dataclass(frozen=True)
+class PublishDeltas:
+    """Deliver the streamed text gathered in ``buffer`` as one ``content_block_delta``.
+
+    Told by a session's Lifeline (on the thread streaming the model's reply); handled on
+    the EventBus thread, which takes the buffer (later deltas start a new one). Reply:
+    none (told)."""
+
+    session_id: str
+    buffer: DeltaBuffer
 
 
 @dataclass(frozen=True)
@@ -113,15 +160,18 @@ class EventBus(TrackedActor):
         self._global_subs: list[EventCallback] = []
         # What a late subscriber needs to hear: is the session running, is it thinking.
         self._running: dict[str, bool] = {}
+        #: deltas delivered inside another (coalesced while the bus was behind)
+        self.deltas_merged = 0
 
     def on_receive(self, message: object) -> object:
         match message:
+            case PublishDeltas(session_id, buffer):
+                text, count = buffer.take()
+                self.deltas_merged += count - 1
+                self._fan_out(session_id, ContentBlockDelta(text=text))
             case Publish(session_id, event):
                 self._track(session_id, event)
-                for callback in list(self._session_subs.get(session_id, ())):
-                    self._deliver(callback, session_id, event)
-                for callback in list(self._global_subs):
-                    self._deliver(callback, session_id, event)
+                self._fan_out(session_id, event)
             case Subscribe(session_id, callback):
                 self._session_subs.setdefault(session_id, []).append(callback)
                 thinking = self._running.get(session_id)
@@ -152,8 +202,18 @@ class EventBus(TrackedActor):
                 return {
                     "subscribers": len(self._session_subs),
                     "global_subscribers": len(self._global_subs),
+                    "deltas_merged": self.deltas_merged,
                 }
         return None
+
+    def _fan_out(self, session_id: str, event: Event) -> None:
+        subs = self._session_subs.get(session_id)
+        if subs:
+            for callback in list(subs):
+                self._deliver(callback, session_id, event)
+        if self._global_subs:
+            for callback in list(self._global_subs):
+                self._deliver(callback, session_id, event)
 
     def _track(self, session_id: str, event: Event) -> None:
         if isinstance(event, SessionStarted):

@@ -17,10 +17,10 @@ from typing import Any
 import pykka
 
 from corvid_actors.actors.base import tell
-from corvid_actors.actors.events import Publish
+from corvid_actors.actors.events import DeltaBuffer, Publish, PublishDeltas
 from corvid_actors.clock import Clock
 from corvid_actors.config_sections import RetrySchedule
-from corvid_actors.events import Event
+from corvid_actors.events import ContentBlockDelta, Event
 from corvid_actors.loop import effects as fx
 from corvid_actors.providers.base import Provider
 from corvid_actors.tools.base import ToolContext, ToolRegistry
@@ -30,14 +30,26 @@ from corvid_actors.vocabulary import CancelToken
 class Lifeline:
     """An incarnation's publish gate and kill switch, shared by its actor, its worker and
     the supervisor. ``close()`` is synchronous: once it returns, nothing more is published
-    and the in-flight worker call is cancelled."""
+    and the in-flight worker call is cancelled.
 
-    def __init__(self, session_id: str, bus: pykka.ActorRef[Any]) -> None:
+    Streamed text is coalesced while the EventBus is behind: a ``content_block_delta`` is
+    told to the bus in a :class:`~corvid_actors.actors.events.DeltaBuffer`, and the deltas
+    that follow are appended to that buffer for as long as the bus has not taken it; any
+    other event seals the buffer first (order kept). An idle bus takes each buffer before
+    the next delta comes, so it delivers every delta as it came. ``coalesce=False``
+    (``[supervisor] coalesce_deltas``) delivers every delta on its own. ``publish`` may be
+    called from any thread (the actor's, a worker's, the I/O loop's).
+    """
+
+    def __init__(self, session_id: str, bus: pykka.ActorRef[Any], *, coalesce: bool = True) -> None:
         self.session_id = session_id
         self._bus = bus
+        self._coalesce = coalesce
         self._lock = threading.Lock()
         self._closed = False
         self._accepting_input = True
+        #: the delta buffer told to the bus and not yet taken by it (None: sealed)
+        self._open: DeltaBuffer | None = None
         self.cancel = CancelToken()
 
     @property
@@ -55,9 +67,18 @@ class Lifeline:
         self._accepting_input = False
 
     def publish(self, event: Event) -> bool:
+        """Hand ``event`` to the bus; False once the lifeline is closed (dropped)."""
         with self._lock:
             if self._closed:
                 return False
+            if self._coalesce and type(event) is ContentBlockDelta:
+                buffer = self._open
+                if buffer is not None and buffer.append(event.text):
+                    return True
+                self._open = buffer = DeltaBuffer(event.text)
+                tell(self._bus, PublishDeltas(self.session_id, buffer))
+                return True
+            self._open = None
             tell(self._bus, Publish(self.session_id, event))
             return True
 
@@ -65,6 +86,7 @@ class Lifeline:
         with self._lock:
             self._closed = True
             self._accepting_input = False
+            self._open = None
         self.cancel.cancel()
 
 

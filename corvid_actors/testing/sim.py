@@ -30,10 +30,17 @@ def sim_runtime(clock: SimClock | None = None, provider: Provider | None = None,
     ``config`` is a ``Config``, or overrides by section for the default one:
     ``sim_runtime(config={"direct_loop": {"use_tier_caps": False}})``. ``runtime_kwargs``
     go to ``Runtime`` as they are.
+
+    Streamed deltas are not coalesced in a simulation (``supervisor.coalesce_deltas`` is
+    off unless the overrides turn it on, or a ``Config`` is given): a scripted reply of
+    ``deltas=3`` reaches subscribers as three ``content_block_delta`` events every run.
     """
     clock = clock or SimClock()
     provider = provider or ScriptedProvider(clock)
-    cfg = Config().replace(**config) if isinstance(config, Mapping) else (config or Config())
+    if isinstance(config, Config):
+        cfg = config
+    else:
+        cfg = Config().replace(supervisor={"coalesce_deltas": False}).replace(**(config or {}))
     cfg = cfg.replace(providers={"default_provider": provider.name})
     providers = runtime_kwargs.pop("providers", None) or {provider.name: provider}
     return Runtime(cfg, clock=clock, store_url=store_url, providers=providers,

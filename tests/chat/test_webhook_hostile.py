@@ -285,7 +285,13 @@ def test_connections_beyond_the_cap_get_429_and_the_server_recovers(served):
     # the held connections are gone: requests are served again
     body, header = signed(MESSAGE)
     for _ in range(50):
-        status, _ = post(transport.url, body, header)
+        try:
+            status, _ = post(transport.url, body, header)
+        except urllib.error.URLError:
+            # the server still counted a held connection, answered 429 and closed before
+            # reading the body: the client sees a broken pipe. Still at the cap: try again.
+            status = 429
+            continue
         if status != 429:
             break
     assert status == 202 and len(recorder.messages) == 1

@@ -40,7 +40,8 @@ def test_streamed_reply_with_usage_and_cost(e2e, stub):
     e2e.runtime.settle()
     assert pid == 900000  # SDK pseudo-PIDs count from 900000
     deltas = e2e.events(s.id, "content_block_delta")
-    assert len(deltas) >= 2 and "".join(d.text for d in deltas) == "Hello from Claude!"
+    # four streamed chunks; the bus may merge chunks queued behind it (coalesced deltas)
+    assert 1 <= len(deltas) <= 4 and "".join(d.text for d in deltas) == "Hello from Claude!"
     [result] = e2e.events(s.id, "result")
     assert result.subtype == "success"
     assert result.total_cost_usd == pytest.approx(1000 * 3.0 / 1e6 + 200 * 15.0 / 1e6)

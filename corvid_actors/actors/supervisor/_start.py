@@ -47,8 +47,8 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
     text = text_parts(blocks) if blocks else (prompt if isinstance(prompt, str) else session.initial_prompt or "")
     core.generation += 1
     gen = core.generation
-    lifeline = Lifeline(sid, core.bus)
     sup = core.sup
+    lifeline = Lifeline(sid, core.bus, coalesce=sup.coalesce_deltas)
     timeout_s = sup.session_timeout_s
     meta = core.meta.setdefault(sid, Meta(source=session.source))
     meta.source = session.source
