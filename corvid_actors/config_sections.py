@@ -142,6 +142,9 @@ class StoreConfig:
     #: while the database is unreachable: first and longest wait between reconnect attempts
     reconnect_backoff_initial_s: float = field(metadata=POSITIVE)
     reconnect_backoff_max_s: float = field(metadata=POSITIVE)
+    #: "writer" | "group_commit" | "direct" (db/writer.py, db/group_commit.py)
+    message_writes: str = field(metadata=one_of("writer", "group_commit", "direct"))
+    max_message_batch: int = field(metadata=AT_LEAST_ONE)
     #: writes an actor could not make are retried on this schedule (actors/retry.py)
     write_retry: RetrySchedule
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ from corvid_actors.content import (
 )
 from corvid_actors.db.message_batches import MessageRow, insert_messages
 from corvid_actors.db.store_base import StoreBase, store_op
+from corvid_actors.db.writer import WriteAck
 
 # a cheap test before the stripping walk: most messages carry no history block
 _HISTORY_TAG = re.compile(r"</?conversation_history>", re.IGNORECASE)
@@ -61,9 +63,7 @@ class MessageRows(StoreBase):
             # resume nests it (seed). Nested and unclosed blocks go whole.
             content = strip_conversation_history(content)
         row: MessageRow = (session_id, role, content, cost_usd)
-        if self.group_commit and not self.in_transaction():
-            return self._message_commits.submit((row,))[0]
-        return self.run(insert_messages, self, [row])[0]
+        return self._commit_rows((row,))[0]
 
     @store_op
     def _append_blocks(self, session_id: str, role: str, blocks: tuple[dict[str, Any], ...],
@@ -101,9 +101,43 @@ class MessageRows(StoreBase):
             for sid, role, content in messages)
         if not rows:
             return []
-        if self.group_commit and not self.in_transaction():
+        return self._commit_rows(rows)
+
+    def append_message_async(self, session_id: str, role: str, content: str, *,
+                             cost_usd: float = 0.0) -> WriteAck[list[int]]:
+        """Queue one text message for the writer thread; the acknowledgement completes with ``[id]``
+        once it committed (or with the error). Returns at once: attach the acknowledgement
+        with ``ack.add_done_callback`` (it runs on the writer thread: keep it cheap, tell
+        an actor). The messages queued by one thread commit in their order."""
+        if _HISTORY_TAG.search(content):
+            content = strip_conversation_history(content)
+        return self._commit_rows_async(((session_id, role, content, cost_usd),))
+
+    def append_messages_async(self, messages: Sequence[tuple[str, str, str]]) -> WriteAck[list[int]]:
+        """:meth:`append_messages` without waiting: all or none, acknowledged by the returned WriteAck."""
+        rows: tuple[MessageRow, ...] = tuple(
+            (sid, role, strip_conversation_history(content) if _HISTORY_TAG.search(content) else content, 0.0)
+            for sid, role, content in messages)
+        return self._commit_rows_async(rows)
+
+    def _commit_rows(self, rows: tuple[MessageRow, ...]) -> list[int]:
+        # A caller inside transaction() holds the store lock: its rows join its transaction
+        # (the writer thread would wait for that lock, and the caller for the writer).
+        if self.in_transaction() or self.message_writes == "direct":
+            return self.run(insert_messages, self, rows)
+        if self.message_writes == "group_commit":
             return self._message_commits.submit(rows)
-        return self.run(insert_messages, self, rows)
+        return self.writer.submit(rows)
+
+    def _commit_rows_async(self, rows: tuple[MessageRow, ...]) -> WriteAck[list[int]]:
+        if self.message_writes == "writer" and not self.in_transaction():
+            return self.writer.submit_async(rows)
+        ack: WriteAck[list[int]] = WriteAck(threading.Lock())  # the other modes commit now, here
+        try:
+            ack._complete(self._commit_rows(rows) if rows else [], None)
+        except Exception as exc:  # noqa: BLE001 - handed to the acknowledgement, as the writer would
+            ack._complete(None, exc)
+        return ack
 
     @store_op
     def _commit_message_groups(self, groups: Sequence[tuple[MessageRow, ...]]) -> list[list[int]]:

@@ -26,6 +26,7 @@ from corvid_actors.db.faults import (
     says_connection_lost,
 )
 from corvid_actors.db.group_commit import GroupCommitter
+from corvid_actors.db.writer import MessageWriter
 from corvid_actors.db.message_batches import MessageRow
 from corvid_actors.db.migrations import migrate
 from corvid_actors.db.models import build_models
@@ -54,7 +55,7 @@ class StoreBase:
     are in the mixins :class:`~corvid_actors.db.store.Store` is made of. Thread-safe."""
 
     def __init__(self, url: str = "sqlite:///:memory:", *, busy_timeout_ms: int = 30000,
-                 group_commit: bool = True, max_message_batch: int = DEFAULT_MAX_MESSAGE_BATCH,
+                 message_writes: str = "writer", max_message_batch: int = DEFAULT_MAX_MESSAGE_BATCH,
                  reconnect_backoff_s: tuple[float, float] = DEFAULT_RECONNECT_BACKOFF_S,
                  monotonic: Callable[[], float] | None = None) -> None:
         self.url = url
@@ -71,7 +72,10 @@ class StoreBase:
         # Which threads are inside transaction(): their appends must join that transaction,
         # not wait for a group commit that needs the lock they hold.
         self._local = threading.local()
-        self.group_commit = group_commit
+        if message_writes not in ("writer", "group_commit", "direct"):
+            raise ValueError(f"message_writes must be writer, group_commit or direct (got {message_writes!r})")
+        #: how session messages are committed (``[store] message_writes``)
+        self.message_writes = message_writes
         #: update_session's statement per set of columns: (sql, the fields in parameter order)
         self._update_shapes: dict[Any, tuple[str, tuple[Any, ...]]] = {}
         self._sql_cache: dict[Any, str] = {}  # see _sql
@@ -79,6 +83,9 @@ class StoreBase:
         self._row_shapes: dict[Any, tuple[Any, ...]] = {}
         self._message_commits: GroupCommitter[tuple[MessageRow, ...], list[int]] = GroupCommitter(
             self._commit_message_groups, max_batch=max_message_batch)
+        #: the writer thread (``message_writes == "writer"``; it starts with the first write)
+        self.writer: MessageWriter[tuple[MessageRow, ...], list[int]] = MessageWriter(
+            self._commit_message_groups, max_batch=max_message_batch, name="corvid-store-writer")
         self.db = open_database(url, busy_timeout_ms=busy_timeout_ms)
         try:
             self.db.connect(reuse_if_open=True)
@@ -373,6 +380,7 @@ class StoreBase:
         return out
 
     def close(self) -> None:
+        self.writer.close()  # commits what is queued first: nothing acknowledged is lost
         with self._lock:
             if not self.db.is_closed():
                 try:

@@ -226,7 +226,7 @@ def test_history_blocks_are_stripped_on_the_batched_path_too(store):
 
 
 def test_without_group_commit_each_append_commits_alone(tmp_path):
-    store = Store(f"sqlite:///{tmp_path / 'corvid.db'}", group_commit=False)
+    store = Store(f"sqlite:///{tmp_path / 'corvid.db'}", message_writes="direct")
     try:
         sid = store.create_session(name="s").id
         ids = [store.append_message(sid, "user", f"{k}") for k in range(5)]
