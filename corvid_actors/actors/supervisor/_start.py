@@ -78,7 +78,7 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
 
     ref = SessionActor.start(core.tracker, partial, build)
     entry = LiveSession(sid, gen, ref, lifeline, tally, begun=begin)
-    ticket = StartTicket()
+    ticket = StartTicket(core.tracker.inline)
     first: Begin | Ready = Begin(text, blocks) if begin else Ready()
     core.running[sid] = Incarnation(gen, ref, lifeline, 0, core.clock.monotonic(), "", timeout_s, entry,
                                     tally, ticket=ticket, first=first)
