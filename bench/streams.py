@@ -65,13 +65,16 @@ class Readings:
         self.spans: dict[str, list[float]] = {}
 
     def chunk(self, stream: str, text: str) -> None:
-        stamp = text.strip()
-        if not stamp.isdigit():
+        # a delta may carry several chunks (coalesced while the event bus was behind): each
+        # chunk's latency is to the moment the subscriber got it
+        stamps = [int(s) for s in text.split() if s.isdigit()]
+        if not stamps:
             return
         t = time.monotonic_ns()
         with self.lock:
-            self.latencies_ms.append((t - int(stamp)) / 1e6)
-            self.arrivals.append(t / 1e9)
+            for stamp in stamps:
+                self.latencies_ms.append((t - stamp) / 1e6)
+                self.arrivals.append(t / 1e9)
             span = self.spans.setdefault(stream, [t / 1e9, t / 1e9])
             span[1] = t / 1e9
 

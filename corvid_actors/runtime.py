@@ -33,7 +33,7 @@ from typing import Any
 
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
-from corvid_actors.actors.base import ActivityAware, ActivityTracker
+from corvid_actors.actors.base import ActivityAware, ActivityTracker, DispatcherKind
 from corvid_actors.actors.credits import ChargeTurn, GrantCredits, OpenAccount
 from corvid_actors.actors.events import (
     EventCallback,
@@ -114,10 +114,16 @@ class Runtime(RuntimeLifecycle):
         approval_policy_factory: ApprovalPolicyFactory | None = None,
         history_policy_factory: HistoryPolicyFactory | None = None,
         runtime_tools: bool = True,
+        dispatcher: DispatcherKind = "threads",
+        seed: int | None = None,
+        explore: bool = False,
     ) -> None:
         self._config = config = config or load_config()
         self._clock = clock = clock or RealClock()
-        self._tracker = tracker = ActivityTracker()
+        if dispatcher == "inline" and getattr(clock, "attach", None) is None:
+            raise ValueError("the inline dispatcher needs a simulated clock (one that runs the timers on "
+                             "the thread that advances it): use dispatcher='threads' with a real clock")
+        self._tracker = tracker = ActivityTracker(dispatcher, seed=seed, explore=explore)
         self._owns_store = store is None
         store = store or open_store(config, clock, store_url)
         providers = resolve_providers(providers, config)

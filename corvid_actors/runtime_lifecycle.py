@@ -106,6 +106,7 @@ class RuntimeLifecycle(RuntimeReads):
                 ref.stop(block=True)
             except pykka.ActorDeadError:
                 logger.debug("shutdown: {} was already stopped", ref.actor_class.__name__)
+        self._internals.io_loop.stop()  # cancels any stream still open, closes the HTTP clients
         if self.failure is not None:
             # The supervisor may be the one that died: sessions it could not stop are marked
             # for resume here, exactly as the next start-up would.

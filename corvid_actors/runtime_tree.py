@@ -34,6 +34,7 @@ from corvid_actors.actors.watchdog import StoreWatch
 from corvid_actors.clock import Clock
 from corvid_actors.config import Config
 from corvid_actors.db.store import Store
+from corvid_actors.io_loop import IoLoop
 from corvid_actors.providers.base import Provider
 from corvid_actors.wiring import SessionBuilder
 
@@ -66,6 +67,8 @@ class RuntimeInternals:
     approvals: pykka.ActorRef[Any]
     credits: pykka.ActorRef[Any] | None
     supervisor: pykka.ActorRef[Any]
+    #: the one event loop every asynchronous model stream runs on (stopped after the actors)
+    io_loop: IoLoop[Any]
 
     def core_actors(self) -> Iterator[tuple[str, pykka.ActorRef[Any]]]:
         """The root policy's actors, by the name a failure report gives them."""
@@ -129,6 +132,8 @@ def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, 
 
     The tracker's failure hooks must be set before: an actor may end as soon as it starts."""
     sc = config.store
+    io_loop: IoLoop[Any] = IoLoop(begin=tracker.begin, end=tracker.end)
+    io_loop.start()
     timers = Timers.start(tracker, clock)
     store_watch = StoreWatch.start(tracker, store=store, timers=timers,
                                    backoff_s=(sc.reconnect_backoff_initial_s, sc.reconnect_backoff_max_s))
@@ -143,10 +148,10 @@ def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, 
     live = LiveSessions()
     supervisor = sv.SessionSupervisor.start(
         tracker, config=config, clock=clock, store=store, builder=builder, bus=bus, timers=timers,
-        slot_pool=slot_pool, approvals=approvals, credits=credits, live=live,
+        slot_pool=slot_pool, approvals=approvals, credits=credits, live=live, io_loop=io_loop,
     )
     if credits is not None:
         credits.tell(BindSupervisor(supervisor))
     return RuntimeInternals(store=store, tracker=tracker, builder=builder, providers=builder.providers, live=live,
                             timers=timers, store_watch=store_watch, bus=bus, slot_pool=slot_pool,
-                            approvals=approvals, credits=credits, supervisor=supervisor)
+                            approvals=approvals, credits=credits, supervisor=supervisor, io_loop=io_loop)

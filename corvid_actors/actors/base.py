@@ -25,22 +25,45 @@ protocol itself knows nothing of actors.
 from __future__ import annotations
 
 import queue
+import random
+import sys
 import threading
+from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import pykka
 from loguru import logger
+from pykka import messages as pykka_messages
+from pykka._threading import ThreadingFuture
 
 from corvid_actors.errors import SettleTimeout
 
 
-class ActivityTracker:
-    """Counts work in flight across one runtime's actors and workers."""
+DispatcherKind = Literal["threads", "inline"]
 
-    def __init__(self) -> None:
+
+class ActivityTracker:
+    """Counts work in flight across one runtime's actors and workers.
+
+    ``dispatcher`` says how the runtime's actors run their messages: ``"threads"`` (a
+    Pykka thread per actor: real-clock runtimes) or ``"inline"`` (an
+    :class:`InlineDispatcher`: simulations; see its docstring). ``seed`` and ``explore``
+    go to the inline dispatcher.
+    """
+
+    def __init__(self, dispatcher: DispatcherKind = "threads", *, seed: int | None = None,
+                 explore: bool = False) -> None:
         self._cond = threading.Condition()
         self._busy = 0
+        #: the inline dispatcher, or None when every actor has its own thread
+        self.inline: InlineDispatcher | None = None
+        if dispatcher == "inline":
+            self.inline = InlineDispatcher(self, seed=seed, explore=explore)
+        elif dispatcher != "threads":
+            raise ValueError(f"dispatcher must be 'threads' or 'inline' (got {dispatcher!r})")
+        elif explore:
+            raise ValueError("explore=True needs the inline dispatcher")
         #: ``on_actor_exit(ref, failed)`` when a tracked actor's thread ends (the root policy)
         self.on_actor_exit: Callable[[pykka.ActorRef[Any], bool], None] | None = None
         #: set by the runtime's shutdown: actors stopping now is expected, not a fault
@@ -67,7 +90,14 @@ class ActivityTracker:
                 self._cond.notify_all()
 
     def wait_idle(self, timeout_s: float | None = None) -> None:
-        """Block until nothing is in flight. ``timeout_s`` is real seconds (a safety net)."""
+        """Block until nothing is in flight. ``timeout_s`` is real seconds (a safety net).
+
+        With the inline dispatcher, the calling thread runs the actors' messages meanwhile
+        (``settle`` drains the run queue); ``timeout_s`` then bounds a wait in which
+        nothing happens."""
+        if self.inline is not None:
+            self.inline.run_until(lambda: self._busy == 0, timeout_s, what="settle")
+            return
         with self._cond:
             if not self._cond.wait_for(lambda: self._busy == 0, timeout=timeout_s):
                 raise SettleTimeout(f"runtime still busy after {timeout_s}s ({self._busy} items in flight)")
@@ -143,6 +173,156 @@ class _TrackingInbox(queue.Queue[Any]):
             self._tracker.end()
 
 
+class InlineDispatcher:
+    """Runs every actor's messages on the thread that waits for them (simulations).
+
+    Under it, a :class:`TrackedActor` has no thread: a message put into its inbox makes the
+    actor *ready*, and the thread that waits — ``Runtime.settle()`` (so ``SimClock.advance``
+    after each timer), or an ``ask`` — takes ready actors one message at a time and handles
+    it, until what it waits for holds. The order is deterministic: ready actors in the order
+    they became ready, each handling one message before the next actor's turn. With
+    ``explore=True`` the next actor is picked among the ready ones by a
+    ``random.Random(seed)`` (each actor's own messages stay in their order): one scenario
+    runs under many interleavings, and a seed replays one.
+
+    One thread drains at a time. A message told from another thread (a worker, a tool, the
+    I/O loop) joins the run queue and counts as work in flight, so ``settle`` waits for it;
+    an ``ask`` from such a thread is handled by the draining thread, or by the asking thread
+    itself when nobody drains. A handler that asks another actor drains re-entrantly (an
+    actor whose handler is on the stack is skipped until it returns).
+    Supervision is the same as with threads: a told message that raises stops a plain
+    actor (``survive_errors`` actors go on), asks get their exception, and the tracker's
+    ``on_actor_exit`` hears of every actor that ends.
+    """
+
+    def __init__(self, tracker: ActivityTracker, *, seed: int | None = None, explore: bool = False) -> None:
+        self._tracker = tracker
+        self._cond = tracker._cond  # one lock for the work count and the run queue
+        self._ready: deque[TrackedActor] = deque()
+        self._on_stack: set[int] = set()
+        self._owner: threading.Thread | None = None
+        self._depth = 0
+        self.seed = seed
+        self._rng = random.Random(seed) if explore else None
+        #: messages handled (stats, benchmarks)
+        self.handled = 0
+        #: ``(actor class name, message type name)`` per handled message when recording (tests)
+        self.trace: list[tuple[str, str]] | None = None
+
+    @property
+    def explores(self) -> bool:
+        return self._rng is not None
+
+    def make_ready(self, actor: TrackedActor) -> None:
+        """``actor`` has a message (called with the tracker's lock held)."""
+        if not actor._inline_queued:
+            actor._inline_queued = True
+            self._ready.append(actor)
+        self._cond.notify_all()
+
+    def run_until(self, done: Callable[[], bool], timeout_s: float | None = None, *, what: str = "wait") -> None:
+        """Handle ready actors' messages on this thread until ``done()`` (checked under the
+        tracker's lock). ``timeout_s``: real seconds without any progress → SettleTimeout."""
+        me = threading.current_thread()
+        while True:
+            with self._cond:
+                if done():
+                    return
+                actor = self._pick() if self._owner in (None, me) else None
+                if actor is None:
+                    # nothing this thread may run now: another thread drains, or only
+                    # workers are busy; both notify when something changes
+                    if not self._cond.wait(timeout_s):
+                        raise SettleTimeout(f"runtime still busy after {timeout_s}s without progress "
+                                            f"({self._tracker._busy} items in flight, {what})")
+                    continue
+                self._owner = me
+                self._depth += 1
+                self._on_stack.add(id(actor))
+            try:
+                actor._inline_step()
+            finally:
+                with self._cond:
+                    self._on_stack.discard(id(actor))
+                    self._depth -= 1
+                    if self._depth == 0:
+                        self._owner = None
+                    if actor._inline_inbox_has_more():
+                        self._ready.append(actor)
+                    else:
+                        actor._inline_queued = False
+                    self._cond.notify_all()
+
+    def _pick(self) -> TrackedActor | None:
+        # under the lock
+        ready = self._ready
+        if not ready:
+            return None
+        if self._rng is None:
+            for i, actor in enumerate(ready):
+                if id(actor) not in self._on_stack:
+                    del ready[i]
+                    return actor
+            return None
+        eligible = [i for i, actor in enumerate(ready) if id(actor) not in self._on_stack]
+        if not eligible:
+            return None
+        i = eligible[self._rng.randrange(len(eligible))]
+        actor = ready[i]
+        del ready[i]
+        return actor
+
+
+class _PumpFuture(ThreadingFuture[Any]):
+    """A Pykka future whose ``get`` runs the inline dispatcher until it is set (the ask's
+    target has no thread of its own). Under the thread dispatcher it is a ThreadingFuture."""
+
+    dispatcher: InlineDispatcher | None = None
+
+    def get(self, *, timeout: float | None = None) -> Any:
+        dispatcher = self.dispatcher
+        if dispatcher is not None and self._get_hook is None:
+            dispatcher.run_until(lambda: self._result is not None, timeout, what="ask")
+        return super().get(timeout=timeout)
+
+
+class _InlineInbox:
+    """The inbox of an actor under the inline dispatcher: its messages, in order; putting
+    one counts it as work in flight and makes the actor ready."""
+
+    def __init__(self, tracker: ActivityTracker, dispatcher: InlineDispatcher) -> None:
+        self._tracker = tracker
+        self._dispatcher = dispatcher
+        self.items: deque[Any] = deque()
+        self.actor: TrackedActor | None = None
+        self.closed = False
+        self.current_is_ask = False
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        reply_to = getattr(item, "reply_to", None)
+        if isinstance(reply_to, _PumpFuture):
+            reply_to.dispatcher = self._dispatcher
+        with self._tracker._cond:
+            self.items.append(item)
+            if self.closed:
+                # the actor is gone: nothing will handle it (an ask gets ActorDeadError now)
+                self.items.pop()
+                if reply_to is not None:
+                    reply_to.set_exception(exc_info=(pykka.ActorDeadError, pykka.ActorDeadError(
+                        "the actor stopped before handling the message"), None))
+                return
+            self._tracker._busy += 1
+            assert self.actor is not None
+            self._dispatcher.make_ready(self.actor)
+
+    def empty(self) -> bool:
+        return not self.items
+
+
+class _Setup:
+    """The first item of an inline actor's inbox: run its ``on_start``."""
+
+
 class TrackedActor(pykka.ThreadingActor):
     """A Pykka actor whose inbox reports to the runtime's :class:`ActivityTracker`.
 
@@ -157,17 +337,110 @@ class TrackedActor(pykka.ThreadingActor):
     def __init__(self, tracker: ActivityTracker) -> None:
         self._tracker = tracker
         self._failed = False
+        self._inline_queued = False
         super().__init__()
 
     def _create_actor_inbox(self) -> Any:  # type: ignore[override]
+        if self._tracker.inline is not None:
+            inbox = _InlineInbox(self._tracker, self._tracker.inline)
+            inbox.actor = self
+            return inbox
         return _TrackingInbox(self._tracker)
+
+    @staticmethod
+    def _create_future() -> Any:
+        return _PumpFuture()
+
+    def _start_actor_loop(self) -> None:
+        inbox = self.actor_inbox
+        if not isinstance(inbox, _InlineInbox):
+            super()._start_actor_loop()
+            return
+        inbox.items.appendleft(_Setup())  # on_start runs first, on the draining thread
+        with self._tracker._cond:
+            self._tracker._busy += 1
+            assert self._tracker.inline is not None
+            self._tracker.inline.make_ready(self)
+
+    # --- the inline dispatcher's side (InlineDispatcher.run_until, on the draining thread)
+
+    def _inline_inbox_has_more(self) -> bool:
+        inbox = self.actor_inbox
+        return isinstance(inbox, _InlineInbox) and bool(inbox.items) and not inbox.closed
+
+    def _inline_step(self) -> None:
+        """Handle this actor's next message (Pykka's actor loop, one message at a time)."""
+        inbox = self.actor_inbox
+        assert isinstance(inbox, _InlineInbox)
+        with self._tracker._cond:
+            if not inbox.items or inbox.closed:
+                return
+            envelope = inbox.items.popleft()
+        dispatcher = inbox._dispatcher
+        dispatcher.handled += 1
+        if dispatcher.trace is not None:
+            dispatcher.trace.append((type(self).__name__, type(getattr(envelope, "message", envelope)).__name__))
+        try:
+            if isinstance(envelope, _Setup):
+                self._actor_loop_setup()
+            elif not self.actor_stopped.is_set():
+                self._inline_handle(envelope)
+        finally:
+            self._tracker.end()
+        if self.actor_stopped.is_set():
+            self._inline_teardown()
+
+    def _inline_handle(self, envelope: Any) -> None:
+        inbox = self.actor_inbox
+        assert isinstance(inbox, _InlineInbox)
+        inbox.current_is_ask = envelope.reply_to is not None
+        try:
+            response = self._handle_receive(envelope.message)
+            if envelope.reply_to is not None:
+                envelope.reply_to.set(response)
+        except Exception:
+            if envelope.reply_to is not None:
+                envelope.reply_to.set_exception()
+            else:
+                self._handle_failure(*sys.exc_info())
+                try:
+                    self.on_failure(*sys.exc_info())
+                except Exception:  # noqa: BLE001 - as Pykka's loop does
+                    self._handle_failure(*sys.exc_info())
+        except BaseException:  # noqa: BLE001 - as Pykka's loop does: stop everything
+            self._stop()
+            pykka.ActorRegistry.stop_all()
+
+    def _inline_teardown(self) -> None:
+        inbox = self.actor_inbox
+        assert isinstance(inbox, _InlineInbox)
+        with self._tracker._cond:
+            if inbox.closed:
+                return
+            inbox.closed = True
+            left, inbox.items = list(inbox.items), deque()
+        for envelope in left:
+            if not isinstance(envelope, _Setup) and envelope.reply_to is not None:
+                if isinstance(envelope.message, pykka_messages._ActorStop):
+                    envelope.reply_to.set(None)
+                else:
+                    envelope.reply_to.set_exception(exc_info=(pykka.ActorDeadError, pykka.ActorDeadError(
+                        f"{self.actor_ref} stopped before handling the message"), None))
+        if left:
+            self._tracker.end(len(left))
+        listener = self._tracker.on_actor_exit
+        if listener is not None:
+            try:
+                listener(self.actor_ref, self._failed)
+            except Exception:  # noqa: BLE001 - the actor is gone either way
+                logger.opt(exception=True).error("on_actor_exit for {} raised", type(self).__name__)
 
     @property
     def handling_ask(self) -> bool:
         """The message being handled was asked: an exception goes back to the asker.
         Only meaningful on the actor's own thread."""
         inbox = self.actor_inbox
-        return isinstance(inbox, _TrackingInbox) and inbox.current_is_ask
+        return isinstance(inbox, (_TrackingInbox, _InlineInbox)) and inbox.current_is_ask
 
     def _handle_receive(self, message: Any) -> Any:
         if not self.survive_errors or self.handling_ask:

@@ -11,6 +11,7 @@ no state of its own (the actor's ``__init__`` makes it).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,14 @@ from corvid_actors.actors.session_messages import (
     approval_id_for,
 )
 from corvid_actors.actors.session_wiring import SessionWiring, TurnTally
-from corvid_actors.actors.session_work import Work, model_call, tool_run, write_snapshot
+from corvid_actors.actors.session_work import (
+    Work,
+    async_model_call,
+    model_call,
+    model_outcome,
+    tool_run,
+    write_snapshot,
+)
 from corvid_actors.actors.slots import AcquireSlot, ReleaseSlot
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
 from corvid_actors.clock import Clock, iso_after
@@ -45,10 +53,11 @@ from corvid_actors.events import (
     RetryScheduled,
     SystemEvent,
 )
+from corvid_actors.io_loop import IoLoop, IoLoopStopped
 from corvid_actors.loop import effects as fx
 from corvid_actors.loop.payload_guard import SNAPSHOT_ROLE
 from corvid_actors.loop.plan import plan_to_json
-from corvid_actors.providers.base import ModelRequest, StreamEvent, TextDelta, ToolCall
+from corvid_actors.providers.base import AsyncStreaming, ModelRequest, StreamEvent, TextDelta, ToolCall
 from corvid_actors.vocabulary import CancelToken, StreamCancelled
 
 
@@ -234,7 +243,35 @@ class SessionEffects:
             if stream_text and isinstance(event, TextDelta) and event.text:
                 lifeline.publish(ContentBlockDelta(text=event.text))
 
-        self._run_on_worker(model_call(self.w.provider, request, on_event, self.sid), f"model-{self.sid[:8]}")
+        provider, io_loop = self.w.provider, self.w.io_loop
+        if io_loop is not None and isinstance(provider, AsyncStreaming):
+            self._run_on_io_loop(io_loop, provider, request, on_event)
+        else:
+            self._run_on_worker(model_call(provider, request, on_event, self.sid), f"model-{self.sid[:8]}")
+
+    def _run_on_io_loop(self, io_loop: IoLoop[Any], provider: AsyncStreaming, request: ModelRequest,
+                        on_event: Any) -> None:
+        """The model call as a task on the runtime's I/O loop (no thread of its own); its
+        outcome comes back as ``WorkerDone`` like a worker's. Cancelling the run's token (a
+        stop, an abort, the lifeline closing) cancels the task: the stream is closed."""
+        self._worker_seq += 1
+        seq = self._worker_seq
+        cancel = CancelToken()
+        self._worker_cancel = cancel
+        self.w.lifeline.cancel.on_cancel(cancel.cancel)
+        ref, sid = self.actor_ref, self.sid
+
+        def on_done(response: Any, error: BaseException | None) -> None:  # on the I/O loop's thread
+            if cancel.cancelled or isinstance(error, (StreamCancelled, asyncio.CancelledError)):
+                return
+            tell(ref, WorkerDone(seq, model_outcome(response, error, request, sid)))
+
+        try:
+            call = io_loop.submit(async_model_call(provider, request, on_event, cancel), on_done)
+        except IoLoopStopped:  # the runtime is shutting down: the call would never answer
+            self._run_on_worker(model_call(self.w.provider, request, on_event, sid), f"model-{sid[:8]}")
+            return
+        cancel.on_cancel(call.cancel)
 
     def _start_tool(self, call: ToolCall) -> None:
         work = tool_run(self.w.tools.get(call.name), self.w.tool_context, call)

@@ -21,6 +21,7 @@ from corvid_actors.actors.events import DeltaBuffer, Publish, PublishDeltas
 from corvid_actors.clock import Clock
 from corvid_actors.config_sections import RetrySchedule
 from corvid_actors.events import ContentBlockDelta, Event
+from corvid_actors.io_loop import IoLoop
 from corvid_actors.loop import effects as fx
 from corvid_actors.providers.base import Provider
 from corvid_actors.tools.base import ToolContext, ToolRegistry
@@ -134,3 +135,5 @@ class SessionWiring:
     credits: pykka.ActorRef[Any] | None = None
     #: how writes the store refused are retried (``[store.write_retry]``)
     write_retry: RetrySchedule = field(default_factory=RetrySchedule)
+    #: the runtime's I/O loop: a provider with ``astream`` streams there (None: workers)
+    io_loop: IoLoop[Any] | None = None

@@ -9,7 +9,7 @@ given.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -19,8 +19,10 @@ from loguru import logger
 from corvid_actors.loop import effects as fx
 from corvid_actors.loop.payload_guard import request_size
 from corvid_actors.providers.base import (
+    AsyncStreaming,
     ErrorKind,
     ModelRequest,
+    ModelResponse,
     Provider,
     ProviderError,
     SessionExit,
@@ -57,18 +59,35 @@ def model_call(
     def call(cancel: CancelToken) -> fx.LoopInput | ExitRequested:
         try:
             response = provider.stream(request, on_event, cancel)
-            return fx.ModelSucceeded(response, request_bytes=request_bytes(request))
-        except ProviderError as exc:
-            return fx.ModelFailed(exc)
-        except SessionExit as exc:
-            return ExitRequested(exc.code)
         except StreamCancelled:
             raise
-        except Exception as exc:  # noqa: BLE001 - an unclassified provider bug is fatal, not a hang
-            logger.bind(session_id=session_id).exception("provider raised an unclassified error")
-            return fx.ModelFailed(ProviderError(ErrorKind.FATAL, f"{type(exc).__name__}: {exc}"))
+        except Exception as exc:  # noqa: BLE001 - classified by model_outcome
+            return model_outcome(None, exc, request, session_id)
+        return model_outcome(response, None, request, session_id)
 
     return call
+
+
+def async_model_call(provider: AsyncStreaming, request: ModelRequest, on_event: Callable[[StreamEvent], None],
+                     cancel: CancelToken) -> Callable[[], Awaitable[ModelResponse]]:
+    """One model call as a coroutine factory for the runtime's I/O loop; its outcome goes
+    through :func:`model_outcome` (on the loop thread) like a worker's."""
+    return lambda: provider.astream(request, on_event, cancel)
+
+
+def model_outcome(response: ModelResponse | None, error: BaseException | None, request: ModelRequest,
+                  session_id: str) -> fx.LoopInput | ExitRequested:
+    """What the loop is told about a finished model call: its reply (``ModelSucceeded``),
+    a classified failure (``ModelFailed``; an unclassified provider bug is fatal, not a
+    hang), or the provider's request to end the session (``ExitRequested``). Any thread."""
+    if error is None and response is not None:
+        return fx.ModelSucceeded(response, request_bytes=request_bytes(request))
+    if isinstance(error, ProviderError):
+        return fx.ModelFailed(error)
+    if isinstance(error, SessionExit):
+        return ExitRequested(error.code)
+    logger.bind(session_id=session_id).opt(exception=error).error("provider raised an unclassified error")
+    return fx.ModelFailed(ProviderError(ErrorKind.FATAL, f"{type(error).__name__}: {error}"))
 
 
 def tool_run(tool: Tool | None, context: ToolContext, call: ToolCall) -> Work:

@@ -15,9 +15,14 @@ a :class:`ProviderError` classified by :func:`classify_anthropic_error`
 Cancelling (``CancelToken.cancel()`` from the actor thread) shuts the socket down and
 closes the stream, so the blocked read on the worker returns at once and the server sees
 the client go away; the call then raises :class:`StreamCancelled`.
+
+:meth:`AnthropicProvider.astream` is the same call on the runtime's I/O loop
+(:mod:`corvid_actors.io_loop`) through ``anthropic.AsyncAnthropic`` (one client per provider
+and loop, made on the loop); cancelling its task closes the stream at its current read.
 """
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -42,6 +47,7 @@ from corvid_actors.providers.base import (
     ProviderTraits,
     StreamCallback,
 )
+from corvid_actors.io_loop import IoLoop
 from corvid_actors.vocabulary import CancelToken, StreamCancelled
 
 __all__ = ["AnthropicProvider", "ModelPrice", "classify_anthropic_error", "cost_usd"]
@@ -86,6 +92,8 @@ class AnthropicProvider:
         # The loop owns retries (simulated time, outage counting): the SDK must not retry.
         self._client = anthropic.Anthropic(api_key=api_key, base_url=base_url, max_retries=0,
                                            http_client=http_client, **options)
+        self._async_options: dict[str, Any] = {"api_key": api_key, "base_url": base_url, "max_retries": 0,
+                                               **options}
         self._owns_http_client = http_client is None
         self._info_lock = threading.Lock()
         self._info_cache: dict[str, ModelInfo] = {}
@@ -98,18 +106,7 @@ class AnthropicProvider:
     def stream(self, request: ModelRequest, on_event: StreamCallback, cancel: CancelToken) -> ModelResponse:
         """One streamed Messages API call (see :class:`Provider`)."""
         cancel.raise_if_cancelled()
-        messages, extra_system = to_anthropic_messages(request.messages)
-        system = "\n\n".join(s for s in (request.system, extra_system) if s)
-        params: dict[str, Any] = {
-            "model": request.model,
-            "max_tokens": request.max_tokens or self.max_tokens,
-            "messages": messages,
-            "stream": True,
-        }
-        if system:
-            params["system"] = system
-        if request.tools:
-            params["tools"] = to_anthropic_tools(request.tools)
+        params = self._params(request)
         closer = StreamCloser()
         unregister = cancel.on_cancel(closer.cancel)
         turn = TurnAccumulator(request.model, on_event)
@@ -131,6 +128,61 @@ class AnthropicProvider:
         finally:
             unregister()
         cancel.raise_if_cancelled()
+        return self._finish(turn, request)
+
+    async def astream(self, request: ModelRequest, on_event: StreamCallback, cancel: CancelToken) -> ModelResponse:
+        """:meth:`stream` as a coroutine on the runtime's I/O loop (see the module docstring)."""
+        cancel.raise_if_cancelled()
+        params = self._params(request)
+        loop = IoLoop.current()
+        own_client = loop is None  # a plain asyncio program awaiting astream itself
+        client = self._new_async_client() if loop is None else loop.resource(
+            ("anthropic", id(self)), self._new_async_client, _close_anthropic)
+        turn = TurnAccumulator(request.model, on_event)
+        try:
+            stream = await client.messages.create(**params)
+            async with stream:
+                async for event in stream:
+                    turn.feed(event)
+                    if cancel.cancelled:
+                        raise StreamCancelled()
+        except asyncio.CancelledError:
+            raise StreamCancelled() from None
+        except CallbackFailed as failed:
+            raise failed.original from None
+        except StreamCancelled:
+            raise
+        except Exception as exc:
+            if cancel.cancelled:
+                raise StreamCancelled() from exc
+            raise classify_anthropic_error(exc) from exc
+        finally:
+            if own_client:
+                await client.close()
+        cancel.raise_if_cancelled()
+        return self._finish(turn, request)
+
+    def _new_async_client(self) -> anthropic.AsyncAnthropic:
+        # one per provider and I/O loop (its connection pool), made on the loop's thread
+        return anthropic.AsyncAnthropic(**self._async_options)
+
+    def _params(self, request: ModelRequest) -> dict[str, Any]:
+        """The Messages API arguments of one streamed call (sync and async alike)."""
+        messages, extra_system = to_anthropic_messages(request.messages)
+        system = "\n\n".join(s for s in (request.system, extra_system) if s)
+        params: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": request.max_tokens or self.max_tokens,
+            "messages": messages,
+            "stream": True,
+        }
+        if system:
+            params["system"] = system
+        if request.tools:
+            params["tools"] = to_anthropic_tools(request.tools)
+        return params
+
+    def _finish(self, turn: TurnAccumulator, request: ModelRequest) -> ModelResponse:
         if turn.stop_reason == CONTEXT_EXCEEDED_STOP_REASON:
             raise ProviderError(
                 ErrorKind.CONTEXT_OVERFLOW,
@@ -175,3 +227,7 @@ class AnthropicProvider:
         with self._info_lock:
             self._info_cache[model] = info
         return info
+
+
+async def _close_anthropic(client: anthropic.AsyncAnthropic) -> None:
+    await client.close()

@@ -249,3 +249,21 @@ class Provider(Protocol):
 #: raises, the start fails (an ``error`` event of type ``spawn_error``). The scripted
 #: provider uses it for scripted start failures.
 BEFORE_START_HOOK = "before_start"
+
+
+@runtime_checkable
+class AsyncStreaming(Protocol):
+    """A provider that can also stream on the runtime's I/O loop (issue 18).
+
+    ``astream`` is :meth:`Provider.stream` as a coroutine: the session actor runs it as a
+    task on the runtime's one asyncio loop (:mod:`corvid_actors.io_loop`) instead of on a
+    worker thread. It must not block the loop (no synchronous I/O; a rare blocking lookup
+    goes to ``run_in_executor``); cancelling its task must close the HTTP stream and raise
+    :class:`StreamCancelled`; ``on_event`` is called on the loop's thread. A provider
+    without it (the scripted provider, a host's own) keeps running on worker threads.
+    """
+
+    async def astream(
+        self, request: ModelRequest, on_event: StreamCallback, cancel: CancelToken
+    ) -> ModelResponse:
+        ...

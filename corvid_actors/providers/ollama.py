@@ -6,6 +6,11 @@ cannot be closed from another thread while it is being iterated: a stop shuts th
 response's socket down from the cancelling thread, the blocked read returns, and the
 server sees the disconnect and stops generating.
 
+:meth:`OllamaProvider.astream` is the same call on the runtime's I/O loop
+(:mod:`corvid_actors.io_loop`) through ``ollama.AsyncClient``: one client (one connection
+pool) per provider and loop, made on the loop; cancelling the task closes the stream at
+its current read, so the server sees the disconnect.
+
 Request building lives in ``_ollama_request``, reply reading in ``_ollama_reply``.
 Errors are classified once, in :func:`classify_ollama_error` (module
 ``_ollama_errors``), which knows every exception type the client lets through.
@@ -13,8 +18,11 @@ Errors are classified once, in :func:`classify_ollama_error` (module
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from typing import Any
 
+import httpx
 import ollama
 from loguru import logger
 
@@ -35,7 +43,12 @@ from corvid_actors.providers.base import (
     StreamCallback,
 )
 from corvid_actors.providers.text_tools import DEFAULT_TEXT_TOOL_FAMILIES, uses_text_tools
+from corvid_actors.io_loop import IoLoop
 from corvid_actors.vocabulary import CancelToken, StreamCancelled
+
+
+#: idle connections the async client keeps open for the next call
+ASYNC_KEEPALIVE = 64
 
 
 class OllamaProvider:
@@ -107,6 +120,18 @@ class OllamaProvider:
             unregister()
             client.close()
 
+    def _chat_args(self, request: ModelRequest, text_mode: bool, images: bool) -> dict[str, Any]:
+        """The ``chat`` arguments of one turn (the same for the sync and async clients)."""
+        native_tools = request.tools and not text_mode
+        return {
+            "model": request.model,
+            "messages": build_messages(request, text_tools=text_mode, images=images),
+            "tools": [ollama_tool(t) for t in request.tools] if native_tools else None,
+            "stream": True,
+            "options": {"num_ctx": self.num_ctx, "num_predict": request.max_tokens or self.num_predict},
+            "keep_alive": self.keep_alive,
+        }
+
     def _run_chat(
         self,
         client: ollama.Client,
@@ -114,21 +139,61 @@ class OllamaProvider:
         on_event: StreamCallback,
         text_mode: bool,
     ) -> ModelResponse:
-        native_tools = request.tools and not text_mode
         reply = ReplyCollector(request, on_event, text_mode=text_mode)
-        for part in client.chat(
-            model=request.model,
-            messages=build_messages(request, text_tools=text_mode, images=self._takes_images(request)),
-            tools=[ollama_tool(t) for t in request.tools] if native_tools else None,
-            stream=True,
-            options={
-                "num_ctx": self.num_ctx,
-                "num_predict": request.max_tokens or self.num_predict,
-            },
-            keep_alive=self.keep_alive,
-        ):
+        for part in client.chat(**self._chat_args(request, text_mode, self._takes_images(request))):
             reply.add(part)
         return reply.finish()
+
+    async def astream(
+        self, request: ModelRequest, on_event: StreamCallback, cancel: CancelToken
+    ) -> ModelResponse:
+        """:meth:`stream` as a coroutine on the runtime's I/O loop (see the module
+        docstring). Cancelling its task (or ``cancel``) closes the stream and raises
+        :class:`StreamCancelled`; failures are classified as in :meth:`stream`."""
+        cancel.raise_if_cancelled()
+        text_mode = bool(request.tools) and self.uses_text_tools(request.model)
+        images = False
+        if any(m.blocks for m in request.messages):  # rare: /api/show, on a thread, cached
+            images = await asyncio.get_running_loop().run_in_executor(None, self._takes_images, request)
+        loop = IoLoop.current()
+        own_client = loop is None  # a plain asyncio program awaiting astream itself
+        client = self._new_async_client() if loop is None else loop.resource(
+            ("ollama", id(self)), self._new_async_client, _close_ollama)
+        reply = ReplyCollector(request, on_event, text_mode=text_mode)
+        try:
+            stream: Any = await client.chat(**self._chat_args(request, text_mode, images))
+            try:
+                async for part in stream:
+                    reply.add(part)
+                    if cancel.cancelled:
+                        raise StreamCancelled()
+            finally:
+                await stream.aclose()  # leaves the response's ``async with``: the socket is closed
+            return reply.finish()
+        except asyncio.CancelledError:
+            raise StreamCancelled() from None
+        except ProviderError:
+            if cancel.cancelled:
+                raise StreamCancelled() from None
+            raise
+        except StreamCancelled:
+            raise
+        except Exception as exc:
+            if cancel.cancelled:
+                raise StreamCancelled() from exc
+            error = classify_ollama_error(exc)
+            logger.bind(model=request.model, kind=error.kind.value).debug("ollama call failed: {}", error.message)
+            raise error from exc
+        finally:
+            if own_client:
+                await client.close()
+
+    def _new_async_client(self) -> ollama.AsyncClient:
+        # One per provider and I/O loop (its connection pool), made on the loop's thread.
+        # No cap on connections (httpx's default is 100, so the 101st stream would wait for
+        # a free one and time out): the slot pool bounds how many calls run at once.
+        return ollama.AsyncClient(host=self.host, timeout=self.request_timeout_s,
+                                  limits=httpx.Limits(max_connections=None, max_keepalive_connections=ASYNC_KEEPALIVE))
 
     def _takes_images(self, request: ModelRequest) -> bool:
         """Send images only to a model whose ``/api/show`` lists ``vision`` (others get
@@ -195,6 +260,10 @@ class OllamaProvider:
         with self._info_lock:
             self._info_cache[model] = info
         return info
+
+
+async def _close_ollama(client: ollama.AsyncClient) -> None:
+    await client.close()
 
 
 __all__ = [

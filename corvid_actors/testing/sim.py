@@ -5,10 +5,12 @@ an optional dependency: the test extra)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from corvid_actors.actors.base import DispatcherKind
 from corvid_actors.config import Config
 from corvid_actors.providers.anthropic import AnthropicProvider
 from corvid_actors.providers.base import Provider
@@ -20,9 +22,16 @@ from corvid_actors.testing.ollama_stub import OllamaStubServer
 from corvid_actors.testing.scripted import ScriptedProvider
 
 
+#: the dispatcher ``sim_runtime`` uses unless told (``CORVID_SIM_DISPATCHER`` overrides it,
+#: so a whole suite can run under the other one)
+DEFAULT_DISPATCHER: DispatcherKind = "inline" if os.environ.get("CORVID_SIM_DISPATCHER", "inline") == "inline" \
+    else "threads"
+
+
 def sim_runtime(clock: SimClock | None = None, provider: Provider | None = None, *,
                 config: Config | Mapping[str, Mapping[str, object]] | None = None,
                 store_url: str = "sqlite:///:memory:", workspace_dir: str | Path | None = None,
+                dispatcher: DispatcherKind = DEFAULT_DISPATCHER, seed: int | None = None, explore: bool = False,
                 **runtime_kwargs: Any) -> Runtime:
     """A Runtime for simulations: simulated clock, in-memory SQLite, scripted provider.
 
@@ -30,6 +39,13 @@ def sim_runtime(clock: SimClock | None = None, provider: Provider | None = None,
     ``config`` is a ``Config``, or overrides by section for the default one:
     ``sim_runtime(config={"direct_loop": {"use_tier_caps": False}})``. ``runtime_kwargs``
     go to ``Runtime`` as they are.
+
+    ``dispatcher``: ``"inline"`` runs every actor's messages on the thread that advances
+    the clock or settles (no actor threads; deterministic order; see
+    :class:`~corvid_actors.actors.base.InlineDispatcher`), ``"threads"`` gives each actor
+    its Pykka thread as a real runtime does. ``explore=True`` (inline only) picks the next
+    ready actor with ``random.Random(seed)`` instead of in order: run a scenario under
+    many seeds to check it under many interleavings, and replay a failing one by its seed.
 
     Streamed deltas are not coalesced in a simulation (``supervisor.coalesce_deltas`` is
     off unless the overrides turn it on, or a ``Config`` is given): a scripted reply of
@@ -44,7 +60,7 @@ def sim_runtime(clock: SimClock | None = None, provider: Provider | None = None,
     cfg = cfg.replace(providers={"default_provider": provider.name})
     providers = runtime_kwargs.pop("providers", None) or {provider.name: provider}
     return Runtime(cfg, clock=clock, store_url=store_url, providers=providers,
-                   workspace_dir=workspace_dir, **runtime_kwargs)
+                   workspace_dir=workspace_dir, dispatcher=dispatcher, seed=seed, explore=explore, **runtime_kwargs)
 
 
 def stub_provider(stub: OllamaStubServer | AnthropicStubServer, **options: Any) -> Provider:

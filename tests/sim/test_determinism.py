@@ -10,13 +10,17 @@ from corvid_actors.testing import EventRecorder, ScriptedProvider, SimClock, sim
 HOUR = 3600.0
 
 
-def run_day(n_sessions: int, hours: float, seed: int) -> tuple[list[dict], dict]:
-    """n chat sessions chatting over ``hours``, with crashes and outages drawn from ``seed``."""
+def run_day(n_sessions: int, hours: float, seed: int, dispatcher: str = "inline",
+            explore_seed: int | None = None) -> tuple[list[dict], dict]:
+    """n chat sessions chatting over ``hours``, with crashes and outages drawn from ``seed``
+    (``dispatcher``: how the actors run; ``explore_seed``: explore interleavings with that
+    seed — see ``sim_runtime``)."""
     rng = random.Random(seed)
     clock = SimClock()
     model = ScriptedProvider(clock, default_reply="fine")
     model.health_results = [False, True] * 1000
-    runtime = sim_runtime(clock, model, config=Config())
+    runtime = sim_runtime(clock, model, config=Config(), dispatcher=dispatcher,  # type: ignore[arg-type]
+                          seed=explore_seed, explore=explore_seed is not None)
     recorder = EventRecorder.attach(runtime)
     try:
         sessions = [runtime.create_session(source="chat", name=f"s{i}", session_id=f"session-{i:04d}")

@@ -66,6 +66,7 @@ from corvid_actors.clock import Clock
 from corvid_actors.config import Config
 from corvid_actors.content import UserContent
 from corvid_actors.events import SessionError
+from corvid_actors.io_loop import IoLoop
 from corvid_actors.supervision import extended_timeout, failure_kind
 
 #: a restart or resume due when the store failed is due again this much later (seconds)
@@ -94,12 +95,13 @@ class SessionSupervisor(TrackedActor):
         approvals: pykka.ActorRef[Any] | None = None,
         credits: pykka.ActorRef[Any] | None = None,
         live: LiveSessions | None = None,
+        io_loop: IoLoop[Any] | None = None,
     ) -> None:
         super().__init__(tracker)
         self.core = SupervisorCore(
             tracker, config=config, clock=clock, store=store, builder=builder, bus=bus, timers=timers,
             slot_pool=slot_pool, approvals=approvals, credits=credits,
-            live=live if live is not None else LiveSessions(),
+            live=live if live is not None else LiveSessions(), io_loop=io_loop,
         )
 
     def on_start(self) -> None:

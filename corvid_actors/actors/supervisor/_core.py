@@ -30,6 +30,7 @@ from corvid_actors.clock import Clock
 from corvid_actors.config import Config
 from corvid_actors.errors import RuntimeStoppedError
 from corvid_actors.events import Event, SessionStopped
+from corvid_actors.io_loop import IoLoop
 from corvid_actors.supervision import fallback_check_delay, overdue_after
 from corvid_actors.wiring import close_resources
 
@@ -53,8 +54,11 @@ class SupervisorCore:
         approvals: pykka.ActorRef[Any] | None,
         credits: pykka.ActorRef[Any] | None,
         live: LiveSessions,
+        io_loop: IoLoop[Any] | None = None,
     ) -> None:
         self.tracker = tracker
+        #: the runtime's I/O loop: model calls of providers that stream asynchronously
+        self.io_loop = io_loop
         self.cfg = config
         self.sup = config.supervisor
         self.clock = clock

@@ -15,7 +15,9 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from corvid_actors.actors.base import InlineDispatcher
 from corvid_actors.content import UserContent
+from corvid_actors.errors import SettleTimeout
 
 
 @dataclass(frozen=True)
@@ -202,9 +204,11 @@ class StartTicket:
     failed, with a ``spawn_error`` event, or it was stopped first). The supervisor
     resolves it on its own thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, dispatcher: InlineDispatcher | None = None) -> None:
         self._done = threading.Event()
         self._pid: int | None = None
+        #: the runtime's inline dispatcher (simulations): waiting runs the actors meanwhile
+        self._dispatcher = dispatcher
 
     def resolve(self, pid: int | None) -> None:
         """Set the outcome once (later calls are ignored); on the supervisor's thread."""
@@ -219,6 +223,11 @@ class StartTicket:
 
     def wait(self, timeout_s: float | None = None) -> int | None:
         """The pid, or None; ``timeout_s`` (real seconds) passed: None."""
+        if self._dispatcher is not None:
+            try:
+                self._dispatcher.run_until(self._done.is_set, timeout_s, what="start ticket")
+            except SettleTimeout:
+                return None
         self._done.wait(timeout_s)
         return self._pid
 

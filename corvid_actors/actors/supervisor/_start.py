@@ -61,6 +61,7 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
         timeout_s=timeout_s, idle_timeout_s=None, approvals=core.approvals,
         snapshot_dir=snapshot_dir(core.cfg.store.data_dir, core.cfg.payload_guard.snapshot_dir),
         tally=tally, source=session.source, credits=core.credits, write_retry=core.cfg.store.write_retry,
+        io_loop=core.io_loop,
     )
     builder, slot_pool = core.builder, core.slot_pool
 
@@ -77,7 +78,7 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
 
     ref = SessionActor.start(core.tracker, partial, build)
     entry = LiveSession(sid, gen, ref, lifeline, tally, begun=begin)
-    ticket = StartTicket()
+    ticket = StartTicket(core.tracker.inline)
     first: Begin | Ready = Begin(text, blocks) if begin else Ready()
     core.running[sid] = Incarnation(gen, ref, lifeline, 0, core.clock.monotonic(), "", timeout_s, entry,
                                     tally, ticket=ticket, first=first)
