@@ -56,6 +56,10 @@ class ActivityTracker:
                  explore: bool = False) -> None:
         self._cond = threading.Condition()
         self._busy = 0
+        #: worker threads running now (not parked on the simulated clock): the inline
+        #: dispatcher runs no message meanwhile, so what a worker tells lands in order
+        self.workers = 0
+        self._worker_local = threading.local()
         #: the inline dispatcher, or None when every actor has its own thread
         self.inline: InlineDispatcher | None = None
         if dispatcher == "inline":
@@ -102,16 +106,45 @@ class ActivityTracker:
             if not self._cond.wait_for(lambda: self._busy == 0, timeout=timeout_s):
                 raise SettleTimeout(f"runtime still busy after {timeout_s}s ({self._busy} items in flight)")
 
+    @property
+    def on_worker(self) -> bool:
+        """Is the calling thread a worker started by :meth:`run_tracked`?"""
+        return bool(getattr(self._worker_local, "is_worker", False))
+
+    def park(self) -> bool:
+        """The calling thread stops counting while parked on the simulated clock; returns
+        whether it was a running worker (give it to :meth:`unpark`)."""
+        worker = self.on_worker
+        with self._cond:
+            if worker:
+                self.workers -= 1
+            self._cond.notify_all()
+        self.end()
+        return worker
+
+    def unpark(self, worker: bool) -> None:
+        """A parked thread is woken (called on the thread that wakes it)."""
+        with self._cond:
+            self._busy += 1
+            if worker:
+                self.workers += 1
+
     def run_tracked(self, target: Callable[[], None], name: str) -> threading.Thread:
         """Start a worker thread whose whole run counts as work in flight."""
-        self.begin()
+        with self._cond:
+            self._busy += 1
+            self.workers += 1
 
         def body() -> None:
+            self._worker_local.is_worker = True
             try:
                 target()
             except Exception:  # noqa: BLE001 - workers report their own errors; this is a last resort
                 logger.exception("worker {} failed", name)
             finally:
+                with self._cond:
+                    self.workers -= 1
+                    self._cond.notify_all()
                 self.end()
 
         thread = threading.Thread(target=body, name=name, daemon=True)
@@ -185,7 +218,10 @@ class InlineDispatcher:
     ``random.Random(seed)`` (each actor's own messages stay in their order): one scenario
     runs under many interleavings, and a seed replays one.
 
-    One thread drains at a time. A message told from another thread (a worker, a tool, the
+    While a worker thread runs (``run_tracked``: a build, a model call on a worker, a tool;
+    not while it is parked on the simulated clock), no message is handled: what the worker
+    tells lands at a deterministic point. A worker that waits for a message itself may
+    still ask (its own ask is handled). One thread drains at a time. A message told from another thread (a worker, a tool, the
     I/O loop) joins the run queue and counts as work in flight, so ``settle`` waits for it;
     an ``ask`` from such a thread is handled by the draining thread, or by the asking thread
     itself when nobody drains. A handler that asks another actor drains re-entrantly (an
@@ -228,7 +264,10 @@ class InlineDispatcher:
             with self._cond:
                 if done():
                     return
-                actor = self._pick() if self._owner in (None, me) else None
+                # while a worker runs, its tells are still coming: wait for it to end or park
+                # (a worker waiting for an answer itself does not hold the others up)
+                workers_running = self._tracker.workers - (1 if self._tracker.on_worker else 0)
+                actor = self._pick() if self._owner in (None, me) and workers_running <= 0 else None
                 if actor is None:
                     # nothing this thread may run now: another thread drains, or only
                     # workers are busy; both notify when something changes

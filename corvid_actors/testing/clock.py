@@ -132,7 +132,9 @@ class SimClock:
         tracker = self._tracker
         woken = threading.Event()
         once = threading.Lock()
-        state = {"fired": False}
+        # a running worker stops counting as one while parked (the inline dispatcher waits
+        # for running workers); known before wake() can run, which may be at once
+        state = {"fired": False, "worker": tracker is not None and tracker.on_worker}
 
         def wake() -> None:
             with once:
@@ -140,13 +142,13 @@ class SimClock:
                     return
                 state["fired"] = True
                 if tracker is not None:
-                    tracker.begin()  # counted again before the waiter runs on
+                    tracker.unpark(state["worker"])  # counted again before the waiter runs on
             woken.set()
 
         self.call_later(delay_s, wake)
         unregister = cancel.on_cancel(wake) if cancel is not None else (lambda: None)
         if tracker is not None:
-            tracker.end()  # parked: not work in flight
+            tracker.park()  # parked: not work in flight
         woken.wait()
         unregister()
         return not (cancel is not None and cancel.cancelled)

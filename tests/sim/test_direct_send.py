@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import threading
 
-from corvid_actors.testing import sim_runtime
+import pytest
+
+from corvid_actors.testing import EventRecorder, sim_runtime
 
 JOIN_S = 2.0  # real seconds: a bound on waits, never expected to be reached
 
@@ -139,7 +141,19 @@ def test_context_reset_still_happens_on_the_direct_path(sim_clock, scripted, tmp
         runtime.shutdown()
 
 
-def test_messages_sent_while_a_session_builds_wait_for_it_in_order(runtime, scripted, recorder):
+@pytest.fixture
+def threaded_runtime(sim_clock, scripted, tmp_path):
+    """This test holds a build on a worker while other threads send: with the inline
+    dispatcher no message runs while a worker does (see InlineDispatcher), so it needs
+    actor threads."""
+    rt = sim_runtime(sim_clock, scripted, workspace_dir=tmp_path / "workspace", dispatcher="threads")
+    yield rt
+    rt.shutdown()
+
+
+def test_messages_sent_while_a_session_builds_wait_for_it_in_order(threaded_runtime, scripted):
+    runtime = threaded_runtime
+    recorder = EventRecorder.attach(runtime)
     sid = runtime.create_session(source="web").id
     gate = _Gate(runtime.internals.builder, sid)
     starter, started = _in_thread(runtime.start_process, sid, "first")
