@@ -157,7 +157,7 @@ def deliveries(kind: str, k: int) -> int:
     through a plain Pykka actor calling the same callback (plain)."""
     from corvid_actors.actors.base import ActivityTracker
     from corvid_actors.actors.events import EventBus, Subscribe
-    from corvid_actors.actors.session import Lifeline
+    from corvid_actors.actors.session_wiring import Lifeline
     from corvid_actors.events import ContentBlockDelta
 
     event = ContentBlockDelta(text="tok ")
@@ -181,7 +181,7 @@ def deliveries(kind: str, k: int) -> int:
     if kind == "runtime":
         bus = EventBus.start(ActivityTracker())
         bus.ask(Subscribe("s", callback))
-        lifeline = Lifeline("s", bus)
+        lifeline = Lifeline("s", bus, coalesce=False)  # one delivery per event, as the plain actor
         for _ in range(k):
             lifeline.publish(event)
     else:
