@@ -467,6 +467,10 @@ class TrackedActor(pykka.ThreadingActor):
                         f"{self.actor_ref} stopped before handling the message"), None))
         if left:
             self._tracker.end(len(left))
+        self._report_exit()
+
+    def _report_exit(self) -> None:
+        """Tell the tracker's ``on_actor_exit`` (the root policy) that this actor ended."""
         listener = self._tracker.on_actor_exit
         if listener is not None:
             try:
@@ -511,12 +515,7 @@ class TrackedActor(pykka.ThreadingActor):
         try:
             super()._actor_loop()
         finally:
-            listener = self._tracker.on_actor_exit
-            if listener is not None:
-                try:
-                    listener(self.actor_ref, self._failed)
-                except Exception:  # noqa: BLE001 - the actor is gone either way
-                    logger.opt(exception=True).error("on_actor_exit for {} raised", type(self).__name__)
+            self._report_exit()
 
 
 def tell(ref: pykka.ActorRef[Any] | None, message: Any) -> bool:

@@ -52,6 +52,16 @@ def bus() -> Iterator[Any]:
     ref.stop()
 
 
+def behind(ref: Any) -> tuple[Gate, Lifeline]:
+    """A gated subscriber, and a lifeline whose first delta ("a") the bus is stuck on."""
+    gate = Gate()
+    ref.ask(Subscribe(SID, gate))
+    lifeline = Lifeline(SID, ref)
+    lifeline.publish(ContentBlockDelta(text="a"))
+    assert gate.blocked.wait(WAIT_S)
+    return gate, lifeline
+
+
 def text_of(events: list[Event]) -> str:
     return "".join(e.text for e in events if isinstance(e, ContentBlockDelta))
 
@@ -88,11 +98,7 @@ def test_a_busy_bus_merges_deltas_and_the_text_is_identical(bus: Any) -> None:
 
 def test_another_event_seals_the_buffer_so_order_is_kept(bus: Any) -> None:
     ref, tracker = bus
-    gate = Gate()
-    ref.ask(Subscribe(SID, gate))
-    lifeline = Lifeline(SID, ref)
-    lifeline.publish(ContentBlockDelta(text="a"))
-    assert gate.blocked.wait(WAIT_S)
+    gate, lifeline = behind(ref)
     for event in (ContentBlockDelta(text="b"), ContentBlockDelta(text="c"), Thinking(thinking=False),
                   ContentBlockDelta(text="d"), ContentBlockDelta(text="e"), SessionStopped()):
         lifeline.publish(event)
@@ -118,11 +124,7 @@ def test_an_idle_bus_delivers_every_delta_as_it_comes(bus: Any) -> None:
 
 def test_nothing_is_published_after_close_even_into_an_open_buffer(bus: Any) -> None:
     ref, tracker = bus
-    gate = Gate()
-    ref.ask(Subscribe(SID, gate))
-    lifeline = Lifeline(SID, ref)
-    lifeline.publish(ContentBlockDelta(text="a"))
-    assert gate.blocked.wait(WAIT_S)
+    gate, lifeline = behind(ref)
     lifeline.publish(ContentBlockDelta(text="b"))  # queued: published before the close
     lifeline.close()
     assert lifeline.publish(ContentBlockDelta(text="late")) is False
