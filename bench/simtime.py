@@ -51,12 +51,12 @@ def counters() -> Iterator[dict[str, int]]:
     """Count actor messages, SQL statements and timer firings in this process meanwhile."""
     import peewee
 
-    from corvid_actors.actors import base
+    from corvid_actors.actors import base, inline
     from corvid_actors.testing.clock import SimClock
 
     counts = {"actor_messages": 0, "sql_statements": 0, "timer_firings": 0}
     put, execute_sql, advance_to = base._TrackingInbox.put, peewee.Database.execute_sql, SimClock.advance_to
-    inline_put = base._InlineInbox.put
+    inline_put = inline._InlineInbox.put
 
     def counting_put(self: Any, *args: Any, **kwargs: Any) -> None:
         counts["actor_messages"] += 1
@@ -76,7 +76,7 @@ def counters() -> Iterator[dict[str, int]]:
         return fired
 
     base._TrackingInbox.put = counting_put  # type: ignore[method-assign]
-    base._InlineInbox.put = counting_inline_put  # type: ignore[method-assign]
+    inline._InlineInbox.put = counting_inline_put  # type: ignore[method-assign]
     peewee.Database.execute_sql = counting_sql  # type: ignore[method-assign]
     SimClock.advance_to = counting_advance  # type: ignore[method-assign]
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -84,7 +84,7 @@ def counters() -> Iterator[dict[str, int]]:
         yield counts
     finally:
         base._TrackingInbox.put = put  # type: ignore[method-assign]
-        base._InlineInbox.put = inline_put  # type: ignore[method-assign]
+        inline._InlineInbox.put = inline_put  # type: ignore[method-assign]
         peewee.Database.execute_sql = execute_sql  # type: ignore[method-assign]
         SimClock.advance_to = advance_to  # type: ignore[method-assign]
         after = resource.getrusage(resource.RUSAGE_SELF)

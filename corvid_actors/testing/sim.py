@@ -42,7 +42,7 @@ def sim_runtime(clock: SimClock | None = None, provider: Provider | None = None,
 
     ``dispatcher``: ``"inline"`` runs every actor's messages on the thread that advances
     the clock or settles (no actor threads; deterministic order; see
-    :class:`~corvid_actors.actors.base.InlineDispatcher`), ``"threads"`` gives each actor
+    :class:`~corvid_actors.actors.inline.InlineDispatcher`), ``"threads"`` gives each actor
     its Pykka thread as a real runtime does. ``explore=True`` (inline only) picks the next
     ready actor with ``random.Random(seed)`` instead of in order: run a scenario under
     many seeds to check it under many interleavings, and replay a failing one by its seed.

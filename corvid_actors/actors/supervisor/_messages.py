@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from corvid_actors.actors.base import InlineDispatcher
+from corvid_actors.actors.inline import InlineDispatcher
 from corvid_actors.content import UserContent
 from corvid_actors.errors import SettleTimeout
 

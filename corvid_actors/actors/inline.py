@@ -1,0 +1,180 @@
+"""The inline dispatcher: an actor's messages run on the thread that waits for them.
+
+The seam :class:`~corvid_actors.actors.base.TrackedActor` and
+:class:`~corvid_actors.actors.base.ActivityTracker` use in simulations
+(``ActivityTracker(dispatcher="inline")``): the dispatcher, the inbox of an actor without
+a thread, and the Pykka future whose ``get`` runs the dispatcher. Real-clock runtimes keep
+a Pykka thread per actor; nothing here runs for them.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pykka
+from pykka._threading import ThreadingFuture
+
+from corvid_actors.errors import SettleTimeout
+
+if TYPE_CHECKING:
+    from corvid_actors.actors.base import ActivityTracker, TrackedActor
+
+
+class InlineDispatcher:
+    """Runs every actor's messages on the thread that waits for them (simulations).
+
+    Under it, a :class:`TrackedActor` has no thread: a message put into its inbox makes the
+    actor *ready*, and the thread that waits — ``Runtime.settle()`` (so ``SimClock.advance``
+    after each timer), or an ``ask`` — takes ready actors one message at a time and handles
+    it, until what it waits for holds. The order is deterministic: ready actors in the order
+    they became ready, each handling one message before the next actor's turn. With
+    ``explore=True`` the next actor is picked among the ready ones by a
+    ``random.Random(seed)`` (each actor's own messages stay in their order): one scenario
+    runs under many interleavings, and a seed replays one.
+
+    While a worker thread runs (``run_tracked``: a build, a model call on a worker, a tool;
+    not while it is parked on the simulated clock), no message is handled: what the worker
+    tells lands at a deterministic point. A worker that waits for a message itself may
+    still ask (its own ask is handled). One thread drains at a time. A message told from another thread (a worker, a tool, the
+    I/O loop) joins the run queue and counts as work in flight, so ``settle`` waits for it;
+    an ``ask`` from such a thread is handled by the draining thread, or by the asking thread
+    itself when nobody drains. A handler that asks another actor drains re-entrantly (an
+    actor whose handler is on the stack is skipped until it returns).
+    Supervision is the same as with threads: a told message that raises stops a plain
+    actor (``survive_errors`` actors go on), asks get their exception, and the tracker's
+    ``on_actor_exit`` hears of every actor that ends.
+    """
+
+    def __init__(self, tracker: ActivityTracker, *, seed: int | None = None, explore: bool = False) -> None:
+        self._tracker = tracker
+        self._cond = tracker._cond  # one lock for the work count and the run queue
+        self._ready: deque[TrackedActor] = deque()
+        self._on_stack: set[int] = set()
+        self._owner: threading.Thread | None = None
+        self._depth = 0
+        self.seed = seed
+        self._rng = random.Random(seed) if explore else None
+        #: messages handled (stats, benchmarks)
+        self.handled = 0
+        #: ``(actor class name, message type name)`` per handled message when recording (tests)
+        self.trace: list[tuple[str, str]] | None = None
+
+    @property
+    def explores(self) -> bool:
+        return self._rng is not None
+
+    def make_ready(self, actor: TrackedActor) -> None:
+        """``actor`` has a message (called with the tracker's lock held)."""
+        if not actor._inline_queued:
+            actor._inline_queued = True
+            self._ready.append(actor)
+        self._cond.notify_all()
+
+    def run_until(self, done: Callable[[], bool], timeout_s: float | None = None, *, what: str = "wait") -> None:
+        """Handle ready actors' messages on this thread until ``done()`` (checked under the
+        tracker's lock). ``timeout_s``: real seconds without any progress → SettleTimeout."""
+        me = threading.current_thread()
+        while True:
+            with self._cond:
+                if done():
+                    return
+                # while a worker runs, its tells are still coming: wait for it to end or park
+                # (a worker waiting for an answer itself does not hold the others up)
+                workers_running = self._tracker.workers - (1 if self._tracker.on_worker else 0)
+                actor = self._pick() if self._owner in (None, me) and workers_running <= 0 else None
+                if actor is None:
+                    # nothing this thread may run now: another thread drains, or only
+                    # workers are busy; both notify when something changes
+                    if not self._cond.wait(timeout_s):
+                        raise SettleTimeout(f"runtime still busy after {timeout_s}s without progress "
+                                            f"({self._tracker._busy} items in flight, {what})")
+                    continue
+                self._owner = me
+                self._depth += 1
+                self._on_stack.add(id(actor))
+            try:
+                actor._inline_step()
+            finally:
+                with self._cond:
+                    self._on_stack.discard(id(actor))
+                    self._depth -= 1
+                    if self._depth == 0:
+                        self._owner = None
+                    if actor._inline_inbox_has_more():
+                        self._ready.append(actor)
+                    else:
+                        actor._inline_queued = False
+                    self._cond.notify_all()
+
+    def _pick(self) -> TrackedActor | None:
+        # under the lock
+        ready = self._ready
+        if not ready:
+            return None
+        if self._rng is None:
+            for i, actor in enumerate(ready):
+                if id(actor) not in self._on_stack:
+                    del ready[i]
+                    return actor
+            return None
+        eligible = [i for i, actor in enumerate(ready) if id(actor) not in self._on_stack]
+        if not eligible:
+            return None
+        i = eligible[self._rng.randrange(len(eligible))]
+        actor = ready[i]
+        del ready[i]
+        return actor
+
+
+class _PumpFuture(ThreadingFuture[Any]):
+    """A Pykka future whose ``get`` runs the inline dispatcher until it is set (the ask's
+    target has no thread of its own). Under the thread dispatcher it is a ThreadingFuture."""
+
+    dispatcher: InlineDispatcher | None = None
+
+    def get(self, *, timeout: float | None = None) -> Any:
+        dispatcher = self.dispatcher
+        if dispatcher is not None and self._get_hook is None:
+            dispatcher.run_until(lambda: self._result is not None, timeout, what="ask")
+        return super().get(timeout=timeout)
+
+
+class _InlineInbox:
+    """The inbox of an actor under the inline dispatcher: its messages, in order; putting
+    one counts it as work in flight and makes the actor ready."""
+
+    def __init__(self, tracker: ActivityTracker, dispatcher: InlineDispatcher) -> None:
+        self._tracker = tracker
+        self._dispatcher = dispatcher
+        self.items: deque[Any] = deque()
+        self.actor: TrackedActor | None = None
+        self.closed = False
+        self.current_is_ask = False
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        reply_to = getattr(item, "reply_to", None)
+        if isinstance(reply_to, _PumpFuture):
+            reply_to.dispatcher = self._dispatcher
+        with self._tracker._cond:
+            self.items.append(item)
+            if self.closed:
+                # the actor is gone: nothing will handle it (an ask gets ActorDeadError now)
+                self.items.pop()
+                if reply_to is not None:
+                    reply_to.set_exception(exc_info=(pykka.ActorDeadError, pykka.ActorDeadError(
+                        "the actor stopped before handling the message"), None))
+                return
+            self._tracker._busy += 1
+            assert self.actor is not None
+            self._dispatcher.make_ready(self.actor)
+
+    def empty(self) -> bool:
+        return not self.items
+
+
+class _Setup:
+    """The first item of an inline actor's inbox: run its ``on_start``."""
