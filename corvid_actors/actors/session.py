@@ -102,6 +102,8 @@ class SessionActor(SessionEffects, TrackedActor):
         #: (activity_seq when granted, monotonic deadline) of the last extend_timeout
         self._extension: tuple[int, float] | None = None
         self._worker_seq = 0
+        #: an idle timer is scheduled (cancel it only then: one message fewer per turn)
+        self._idle_armed = False
         self._worker_cancel: CancelToken | None = None
         #: user messages handed to the loop whose turn has not finished: the loop queues
         #: those that arrive mid-turn, and each starts exactly one turn, in order
@@ -147,7 +149,7 @@ class SessionActor(SessionEffects, TrackedActor):
             if lifeline.closed or not tell(ref, BuildDone(wiring, built)):
                 close_resources(built.resources, sid)  # stopped during the build
 
-        self._tracker.run_tracked(body, f"build-{sid[:8]}")
+        self._tracker.run_tracked(body, f"build-{sid[:8]}", never_parks=True)
 
     def _built(self, done: BuildDone) -> None:
         self._build = None
@@ -175,7 +177,7 @@ class SessionActor(SessionEffects, TrackedActor):
             if isinstance(message, BuildDone) and message.built is not None:
                 # stopped during the build: what it made is closed (blocking: on a worker)
                 resources, sid = message.built.resources, self.sid
-                self._tracker.run_tracked(lambda: close_resources(resources, sid), f"close-{sid[:8]}")
+                self._tracker.run_tracked(lambda: close_resources(resources, sid), f"close-{sid[:8]}", never_parks=True)
             if isinstance(message, SlotAnswer) and message.granted:
                 self._give_back_slot()  # granted during the abort: release it (race-safe)
             if isinstance(message, Abort):
@@ -204,7 +206,7 @@ class SessionActor(SessionEffects, TrackedActor):
                 self._touch()
                 if not self._turns_open:
                     self._turn_started = self._clock.monotonic()
-                    tell(self.w.timers, CancelTimer((self.sid, "idle", self.gen)))
+                    self._cancel_idle()
                 # mid-turn, the loop queues it: its turn starts after TurnFinished
                 self._turns_open += 1
                 self._perform(self._loop.handle(fx.UserMessage(text, blocks)))
@@ -285,7 +287,7 @@ class SessionActor(SessionEffects, TrackedActor):
     def _begin(self, prompt: str, blocks: tuple[dict[str, Any], ...] = ()) -> None:
         self._begun = True
         self._touch()
-        tell(self.w.timers, CancelTimer((self.sid, "idle", self.gen)))
+        self._cancel_idle()
         self._turn_started = self._clock.monotonic()
         self._turns_open = 1
         # a plain string unless multimodal: loops written for strings keep working

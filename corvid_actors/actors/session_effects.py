@@ -57,7 +57,15 @@ from corvid_actors.io_loop import IoLoop, IoLoopStopped
 from corvid_actors.loop import effects as fx
 from corvid_actors.loop.payload_guard import SNAPSHOT_ROLE
 from corvid_actors.loop.plan import plan_to_json
-from corvid_actors.providers.base import AsyncStreaming, ModelRequest, StreamEvent, TextDelta, ToolCall
+from corvid_actors.providers.base import (
+    AsyncStreaming,
+    CallDone,
+    ClockStreaming,
+    ModelRequest,
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+)
 from corvid_actors.vocabulary import CancelToken, StreamCancelled
 
 
@@ -184,8 +192,14 @@ class SessionEffects:
         """Between turns: waiting ``idle_timeout_s`` for a user message ends the session."""
         if self.w.idle_timeout_s is None:
             return
+        self._idle_armed = True
         tell(self.w.timers, ScheduleTimer((self.sid, "idle", self.gen), self.w.idle_timeout_s,
                                           self.actor_ref, IdleDue(self.gen, self._turn_seq)))
+
+    def _cancel_idle(self) -> None:
+        if self._idle_armed:
+            self._idle_armed = False
+            tell(self.w.timers, CancelTimer((self.sid, "idle", self.gen)))
 
     def _end(self, code: int) -> None:
         self.w.lifeline.refuse_input()
@@ -223,8 +237,8 @@ class SessionEffects:
             self._worker_cancel = None
         if self._slot_state != "none":
             self._give_back_slot()
-        for kind in ("idle", "timeout"):
-            tell(self.w.timers, CancelTimer((self.sid, kind, self.gen)))
+        self._cancel_idle()
+        tell(self.w.timers, CancelTimer((self.sid, "timeout", self.gen)))
         if self.w.approvals is not None:
             tell(self.w.approvals, CancelSession(self.sid, "Session stopped"))
         pending = self._writes.take()
@@ -244,16 +258,19 @@ class SessionEffects:
                 lifeline.publish(ContentBlockDelta(text=event.text))
 
         provider, io_loop = self.w.provider, self.w.io_loop
+        if self._tracker.inline is not None and isinstance(provider, ClockStreaming):
+            cancel, on_done = self._new_call(request)
+            if provider.stream_soon(request, on_event, cancel, on_done):
+                return
         if io_loop is not None and isinstance(provider, AsyncStreaming):
             self._run_on_io_loop(io_loop, provider, request, on_event)
         else:
             self._run_on_worker(model_call(provider, request, on_event, self.sid), f"model-{self.sid[:8]}")
 
-    def _run_on_io_loop(self, io_loop: IoLoop[Any], provider: AsyncStreaming, request: ModelRequest,
-                        on_event: Any) -> None:
-        """The model call as a task on the runtime's I/O loop (no thread of its own); its
-        outcome comes back as ``WorkerDone`` like a worker's. Cancelling the run's token (a
-        stop, an abort, the lifeline closing) cancels the task: the stream is closed."""
+    def _new_call(self, request: ModelRequest) -> tuple[CancelToken, CallDone]:
+        """A model call that runs without a worker: its cancel token (cancelled with the
+        run: a stop, an abort, the lifeline closing) and the ``on_done`` that reports its
+        outcome as ``WorkerDone``, like a worker's (any thread; nothing once cancelled)."""
         self._worker_seq += 1
         seq = self._worker_seq
         cancel = CancelToken()
@@ -261,15 +278,23 @@ class SessionEffects:
         self.w.lifeline.cancel.on_cancel(cancel.cancel)
         ref, sid = self.actor_ref, self.sid
 
-        def on_done(response: Any, error: BaseException | None) -> None:  # on the I/O loop's thread
+        def on_done(response: Any, error: BaseException | None) -> None:
             if cancel.cancelled or isinstance(error, (StreamCancelled, asyncio.CancelledError)):
                 return
             tell(ref, WorkerDone(seq, model_outcome(response, error, request, sid)))
 
+        return cancel, on_done
+
+    def _run_on_io_loop(self, io_loop: IoLoop[Any], provider: AsyncStreaming, request: ModelRequest,
+                        on_event: Any) -> None:
+        """The model call as a task on the runtime's I/O loop (no thread of its own); its
+        outcome comes back as ``WorkerDone`` like a worker's. Cancelling the run's token (a
+        stop, an abort, the lifeline closing) cancels the task: the stream is closed."""
+        cancel, on_done = self._new_call(request)
         try:
             call = io_loop.submit(async_model_call(provider, request, on_event, cancel), on_done)
         except IoLoopStopped:  # the runtime is shutting down: the call would never answer
-            self._run_on_worker(model_call(self.w.provider, request, on_event, sid), f"model-{sid[:8]}")
+            self._run_on_worker(model_call(self.w.provider, request, on_event, self.sid), f"model-{self.sid[:8]}")
             return
         cancel.on_cancel(call.cancel)
 

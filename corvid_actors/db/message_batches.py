@@ -31,11 +31,6 @@ def insert_messages(store: StoreBase, rows: Sequence[MessageRow]) -> list[int]:
     """Insert ``rows`` atomically (all or none); their ids, in row order."""
     if not rows:
         return []
-    M = store.m.SessionMessage
-    if len(rows) == 1:
-        sid, role, content, cost = rows[0]
-        with store.transaction():
-            return [M.insert(session=sid, role=role, content=content, cost_usd=cost).execute()]
     chunks = [rows[i:i + MAX_ROWS_PER_STATEMENT] for i in range(0, len(rows), MAX_ROWS_PER_STATEMENT)]
     if store.is_sqlite and len(chunks) == 1 and not store.in_transaction():
         with store.lock:

@@ -42,8 +42,9 @@ class SessionContextReads(SessionRows, CatalogRows):
     """:meth:`session_context` (a part of :class:`~corvid_actors.db.store.Store`)."""
 
     @store_op
-    def session_context(self, session_id: str) -> SessionContext:
-        """Session, agent, project, personas, skill prompt additions and tool permissions."""
+    def session_context(self, session_id: str, session: Any | None = None) -> SessionContext:
+        """Session, agent, project, personas, skill prompt additions and tool permissions.
+        ``session``: its row, if the caller has just read it (one read fewer per start)."""
         m = self.m
         personas_sql = self._sql("agent_personas", lambda: (
             m.Persona.select().join(m.AgentPersona).where(m.AgentPersona.agent == "")
@@ -55,7 +56,8 @@ class SessionContextReads(SessionRows, CatalogRows):
             m.SkillBundle.select().join(m.ProjectSkill).where(m.ProjectSkill.project == "")
             .order_by(m.ProjectSkill.sort_order)))
         with self._lock:
-            session = self.require_session(session_id)
+            if session is None:
+                session = self.require_session(session_id)
             agent = self.get_agent(session.agent_id) if session.agent_id else None
             project = self.get_project(session.project_id) if session.project_id else None
             personas: list[Any] = []

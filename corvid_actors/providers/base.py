@@ -267,3 +267,26 @@ class AsyncStreaming(Protocol):
         self, request: ModelRequest, on_event: StreamCallback, cancel: CancelToken
     ) -> ModelResponse:
         ...
+
+
+#: how a :class:`ClockStreaming` call reports its end: the reply, or the exception the
+#: call would have raised (exactly one of the two is not None)
+CallDone = Callable[[ModelResponse | None, BaseException | None], None]
+
+
+@runtime_checkable
+class ClockStreaming(Protocol):
+    """A provider whose call can run without a thread of its own under a simulated clock.
+
+    ``stream_soon`` starts the call on the calling thread and returns at once: a wait is a
+    timer on the provider's clock, not a blocked thread, and ``done`` is called exactly once
+    with the outcome (on the clock's thread, or at once), unless ``cancel`` fires first, in
+    which case it is never called. It returns False, having done nothing, when it cannot
+    (a subclass that overrides ``stream``): the call then runs on a worker as usual. The
+    session actor uses it only under the inline dispatcher of a simulation (issue 18): the
+    scripted provider's model calls then cost no worker thread.
+    """
+
+    def stream_soon(self, request: ModelRequest, on_event: StreamCallback, cancel: CancelToken,
+                    done: CallDone) -> bool:
+        ...

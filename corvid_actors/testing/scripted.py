@@ -39,6 +39,7 @@ from typing import Any
 
 from corvid_actors.clock import Clock
 from corvid_actors.providers.base import (
+    CallDone,
     ErrorKind,
     ModelInfo,
     ModelRequest,
@@ -270,10 +271,46 @@ class ScriptedProvider:
     def stream(self, request: ModelRequest, on_event: StreamCallback, cancel: CancelToken) -> ModelResponse:
         turn = self._next_turn(request)
         if turn.latency_s > 0:
-            if self.clock is None:
-                raise RuntimeError("ScriptedProvider needs a clock for latency")
-            if not self.clock.wait(turn.latency_s, cancel):
+            if not self._need_clock().wait(turn.latency_s, cancel):
                 raise StreamCancelled()
+        return self._serve(turn, request, on_event, cancel)
+
+    def stream_soon(self, request: ModelRequest, on_event: StreamCallback, cancel: CancelToken,
+                    done: CallDone) -> bool:
+        """:meth:`stream` without a thread (``providers.base.ClockStreaming``): the latency
+        is a timer on the clock; ``done`` gets the reply or the error. False (nothing done)
+        for a subclass that overrides :meth:`stream`: its own code must run."""
+        if type(self).stream is not ScriptedProvider.stream:
+            return False
+        turn = self._next_turn(request)
+
+        def serve() -> None:
+            if cancel.cancelled:
+                return
+            try:
+                response = self._serve(turn, request, on_event, cancel)
+            except StreamCancelled:
+                return
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller, as stream() raises it
+                done(None, exc)
+                return
+            done(response, None)
+
+        if turn.latency_s > 0:
+            handle = self._need_clock().call_later(turn.latency_s, serve)
+            cancel.on_cancel(handle.cancel)
+        else:
+            serve()
+        return True
+
+    def _need_clock(self) -> Clock:
+        if self.clock is None:
+            raise RuntimeError("ScriptedProvider needs a clock for latency")
+        return self.clock
+
+    def _serve(self, turn: ScriptedTurn, request: ModelRequest, on_event: StreamCallback,
+               cancel: CancelToken) -> ModelResponse:
+        """The scripted turn once its latency has passed: its error, exit or streamed reply."""
         cancel.raise_if_cancelled()
         if turn.error is not None:
             raise turn.error

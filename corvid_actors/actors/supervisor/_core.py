@@ -125,7 +125,7 @@ class SupervisorCore:
         """Close an incarnation's resources on a tracked worker: closing may block (an MCP
         server gets a grace period before its process tree is killed), settle() waits."""
         if resources:
-            self.tracker.run_tracked(lambda: close_resources(resources, sid), f"close-{sid[:8]}")
+            self.tracker.run_tracked(lambda: close_resources(resources, sid), f"close-{sid[:8]}", never_parks=True)
 
     # --- the primitive moves ------------------------------------------------------------------
 

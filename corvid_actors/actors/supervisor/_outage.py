@@ -62,7 +62,7 @@ def resume_due(core: SupervisorCore, sid: str, seq: int) -> None:
             healthy = False
         tell(ref, _ProbeResult(sid, seq, healthy))
 
-    core.tracker.run_tracked(run, f"probe-{sid[:8]}")
+    core.tracker.run_tracked(run, f"probe-{sid[:8]}", never_parks=True)
 
 
 def probe_result(core: SupervisorCore, sid: str, seq: int, healthy: bool) -> None:

@@ -57,14 +57,14 @@ def resume(core: SupervisorCore, sid: str, prompt: UserContent | None) -> StartT
     # without a new message call the model (a restart spends no turn on a session that
     # was waiting for its user).
     unanswered = unanswered_request(core, sid, session) if not prompt else None
-    zero_turn_breaker(core, sid, session)
-    session = core.store.require_session(sid)
+    if zero_turn_breaker(core, sid, session):
+        session = core.store.require_session(sid)  # its summary and counts were rewritten
     history = core.store.recent_messages(sid, session_cfg.resume_history_messages)
     if prompt:
         core.store.append_message(sid, "user", prompt)
     turns = active_turns(history, new_prompt=bool(prompt))
     if not prompt and (unanswered is None or not (history or unanswered)):
-        return start(core, sid, None, begin=False, turns=turns)
+        return start(core, sid, None, begin=False, turns=turns, session=session)
     blocks = content_blocks(prompt) if prompt else ()
     new_text = text_parts(blocks) if blocks else str(prompt or "")
     if history:
@@ -77,8 +77,9 @@ def resume(core: SupervisorCore, sid: str, prompt: UserContent | None) -> StartT
     text = with_context_summary(session.conversation_summary or "", text)
     if blocks:
         # the history prompt as the text, the new message's images after it
-        return start(core, sid, ({"type": "text", "text": text}, *image_blocks(blocks)), turns=turns)
-    return start(core, sid, text, turns=turns)
+        return start(core, sid, ({"type": "text", "text": text}, *image_blocks(blocks)), turns=turns,
+                     session=session)
+    return start(core, sid, text, turns=turns, session=session)
 
 
 def unanswered_request(core: SupervisorCore, sid: str, session: Any) -> str | None:
@@ -94,14 +95,14 @@ def unanswered_request(core: SupervisorCore, sid: str, session: Any) -> str | No
     return None
 
 
-def zero_turn_breaker(core: SupervisorCore, sid: str, session: Any) -> None:
+def zero_turn_breaker(core: SupervisorCore, sid: str, session: Any) -> bool:
     """Reference §Resume 3: the last N exit notes all say ``Turns: 0`` — every resume dies
     before a turn. Summarise the history, store the summary, delete the messages,
-    say so (``context_exhausted``) and let the resume start fresh."""
+    say so (``context_exhausted``) and let the resume start fresh. True if it tripped."""
     store = core.store
     notes = [c for _, c in store.recent_messages(sid, BREAKER_NOTES_WINDOW, roles=("system",))]
     if not zero_turn_breaker_trips(notes, core.cfg.session.zero_turn_breaker_threshold):
-        return
+        return False
     messages = [ChatMessage(role=m.role, content=m.content)
                 for m in store.messages(sid) if m.role in ("user", "assistant")]
     project = store.get_project(session.project_id) if session.project_id else None
@@ -114,6 +115,7 @@ def zero_turn_breaker(core: SupervisorCore, sid: str, session: Any) -> None:
     logger.bind(session_id=sid).warning("zero-turn death loop: {} messages replaced by a summary", deleted)
     core.publish(sid, SessionError(error_type="context_exhausted", severity="info", recoverable=True,
                                    message="Session context was bloated — restarting with fresh context."))
+    return True
 
 
 def send(core: SupervisorCore, sid: str, text: UserContent, *, fallback: int = 0) -> bool:

@@ -27,7 +27,7 @@ from corvid_actors.loop.payload_guard import snapshot_dir
 
 
 def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: bool = True,
-          turns: int | None = None) -> StartTicket | None:
+          turns: int | None = None, session: Any | None = None) -> StartTicket | None:
     """Start an incarnation. ``begin``: its first turn is ``prompt`` (or the initial
     prompt); otherwise it comes up ready and waits for a message. ``turns``: the turn
     count it starts with (default, as the original's start: at least 1, the prompt).
@@ -35,10 +35,11 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
     The incarnation builds itself on its own worker (off this thread): the reply is a
     :class:`StartTicket` that gets the pid when it reports ``Built`` (see
     :func:`on_built`), or None when the build fails or it is stopped first. None: it
-    could not start (an unknown project; an ``error`` event says so)."""
+    could not start (an unknown project; an ``error`` event says so). ``session``: the
+    session's row if the caller has just read it."""
     if sid in core.running:
         core.stop_session(sid, "replaced")
-    ctx = core.store.session_context(sid)  # NotFoundError goes to the asker
+    ctx = core.store.session_context(sid, session)  # NotFoundError goes to the asker
     session = ctx.session
     if session.project_id and ctx.project is None:
         core.publish(sid, ErrorEvent(error_type="not_found", message=f"Project {session.project_id} not found"))
@@ -96,6 +97,7 @@ def on_built(core: SupervisorCore, sid: str, built: Any) -> None:
     inc.pid, inc.provider_name, inc.resources = pid, built.provider_name, tuple(built.resources)
     inc.started_at = core.clock.monotonic()
     inc.building = False
+    restart_timer = meta.restart_pending  # a restart may still be scheduled: cancelled below
     meta.restart_pending = False
     meta.turns = inc.tally.turns
     begin = isinstance(inc.first, Begin)
@@ -104,7 +106,8 @@ def on_built(core: SupervisorCore, sid: str, built: Any) -> None:
     core.write(sid, "the session status", lambda: core.store.update_session(
         sid, pid=pid, status="running", restart_pending=False, total_turns=tally.turns,
         open_turns=1 if begin else 0))
-    tell(core.timers, CancelTimer((sid, "restart")))
+    if restart_timer:
+        tell(core.timers, CancelTimer((sid, "restart")))
     tell(core.timers, ScheduleTimer((sid, "stable"), core.sup.stable_period_s, core.ref, _StableDue(sid, gen)))
     core.publish(sid, SessionStarted(pid=pid, generation=gen))
     core.publish(sid, SystemEvent(subtype="provider_selected", message=built.provider_selected
