@@ -239,7 +239,8 @@ class SessionEffects:
             self._give_back_slot()
         self._cancel_idle()
         tell(self.w.timers, CancelTimer((self.sid, "timeout", self.gen)))
-        if self.w.approvals is not None:
+        if self.w.approvals is not None and self._approval_seq:
+            # its own requests only (it asked some); the supervisor's cleanup drops the grants
             tell(self.w.approvals, CancelSession(self.sid, "Session stopped"))
         pending = self._writes.take()
         if pending:

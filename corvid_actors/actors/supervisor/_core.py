@@ -177,11 +177,12 @@ class SupervisorCore:
 
     def cleanup(self, sid: str) -> None:
         """The single, idempotent cleanup path (seed invariant 14)."""
-        self.kill(sid)
+        killed = self.kill(sid)
         self.meta.pop(sid, None)
         self.paused.pop(sid, None)
         tell(self.timers, CancelTimers(sid))
-        self.release_session_resources(sid)
+        if killed is None:  # else kill() has just released them, in this same handler
+            self.release_session_resources(sid)
         tell(self.bus, RemoveSession(sid))
 
     # --- housekeeping timers ------------------------------------------------------------------
