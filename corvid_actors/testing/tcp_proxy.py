@@ -51,9 +51,13 @@ class _Pipe:
             self._closed = True
         for sock in (self.client, self.server):
             try:
-                if reset:  # RST rather than FIN: the peer sees "connection reset", as on a partition
+                if reset:
+                    # RST rather than FIN, so the peer sees "connection reset" as on a partition;
+                    # SHUT_RD wakes the pump blocked in recv() without sending anything.
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                sock.shutdown(socket.SHUT_RDWR)  # wakes the pump blocked in recv()
+                    sock.shutdown(socket.SHUT_RD)
+                else:
+                    sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
             sock.close()
