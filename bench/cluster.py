@@ -13,6 +13,9 @@ their WAL flush as a daemon's do):
   batches of 100 ids (10,000 sessions); and a failover: 10,000 expired leases swept by 4
   daemons at once, each on its own connection and thread, ``claim_expired`` until none is
   left (claims/s over all of them, and a check that no session was claimed twice).
+- ``fencing``: what the fencing trigger adds to the message writer's statement: one
+  multi-row INSERT of 500 messages over 100 leased sessions, rows carrying their epoch
+  (checked by the trigger, one lease lock per session) against rows carrying none.
 
     python -m bench.cluster [--quick]
 """
@@ -38,6 +41,9 @@ SWEEPERS = 4
 LEASE_S = 15.0
 MAX_SESSIONS = 100_000
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+#: the fencing measurement: rows of one INSERT (the writer's batch) over this many sessions
+FENCED_BATCH = 500
+FENCED_SESSIONS = 100
 #: the goal of issue 20 for one heartbeat at 10,000 leases (ms, median of the statement)
 GOAL_HEARTBEAT_MS = 50.0
 
@@ -208,6 +214,37 @@ def claim_bench(url: str, sessions: int, single: int) -> dict[str, Any]:
         store.close()
 
 
+def fencing_bench(url: str, runs: int) -> dict[str, Any]:
+    from corvid_actors.db.cluster import ClusterStore
+    from corvid_actors.db.store import Store
+
+    store = Store(url)
+    cluster = ClusterStore(store)
+    try:
+        ids = make_sessions(store, FENCED_SESSIONS)
+        cluster.register_daemon("writer", "bench", os.getpid(), "bench", T0)
+        epochs = dict(cluster.claim(ids, "writer", T0, LEASE_S))
+        rows = [ids[i % FENCED_SESSIONS] for i in range(FENCED_BATCH)]
+        values = ", ".join(["(%s, 'assistant', %s, 0, now(), %s)"] * FENCED_BATCH)
+        sql = ("INSERT INTO session_messages (session_id, role, content, cost_usd, timestamp, writer_epoch) "
+               f"VALUES {values}")
+        text = "a message of ordinary length " * 4
+        times: dict[str, list[float]] = {"no_epoch": [], "epoch": []}
+        for _ in range(runs):
+            for mode in times:  # interleaved, so both see the same table size
+                params = [x for sid in rows for x in (sid, text, epochs[sid] if mode == "epoch" else None)]
+                with store.transaction():
+                    t0 = now()
+                    store.db.execute_sql(sql, params)
+                    times[mode].append((now() - t0) * 1000)
+        plain, fenced = median(times["no_epoch"]), median(times["epoch"])
+        return {"rows_per_statement": FENCED_BATCH, "sessions": FENCED_SESSIONS,
+                "no_epoch_ms": round(plain, 2), "epoch_ms": round(fenced, 2),
+                "trigger_us_per_row": round((fenced - plain) * 1000 / FENCED_BATCH, 2)}
+    finally:
+        store.close()
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     quiet_logs()
     sessions = 1_000 if args.quick else SESSIONS
@@ -216,13 +253,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     base = pg_url()
     load_before = loadavg()
     results: dict[str, Any] = {}
-    for part in ("heartbeat", "claim"):
+    for part in ("heartbeat", "claim", "fencing"):
         schema = f"bench_cluster_{uuid.uuid4().hex[:10]}"
         _admin(base, f'CREATE SCHEMA "{schema}"')
         try:
             url = _schema_url(base, schema)
-            results[part] = (heartbeat_bench(url, sessions, runs) if part == "heartbeat"
-                             else claim_bench(url, sessions, single))
+            if part == "heartbeat":
+                results[part] = heartbeat_bench(url, sessions, runs)
+            elif part == "claim":
+                results[part] = claim_bench(url, sessions, single)
+            else:
+                results[part] = fencing_bench(url, runs)
         finally:
             _admin(base, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     version = _server_version(base)
