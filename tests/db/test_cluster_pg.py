@@ -418,8 +418,9 @@ def test_migration_from_version_5_adds_the_cluster_schema(pg_url: str, open_stor
 
     store = open_store(pg_url)
     assert store.schema_version >= 6
-    triggers = {row[0] for row in store.db.execute_sql(
-        "SELECT tgrelid::regclass::text FROM pg_trigger WHERE tgname = %s", (TRIGGER_NAME,))}
+    triggers = {row[0] for row in store.db.execute_sql(  # this schema's (other tests' schemas have theirs)
+        "SELECT c.relname FROM pg_trigger AS t JOIN pg_class AS c ON c.oid = t.tgrelid "
+        "WHERE t.tgname = %s AND c.relnamespace = current_schema()::regnamespace", (TRIGGER_NAME,))}
     assert triggers == {"sessions", "session_messages", "credit_transactions"}
     cluster = ClusterStore(store)
     cluster.register_daemon("a", "h", 1, "test", T0)
