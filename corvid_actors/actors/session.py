@@ -47,6 +47,7 @@ from typing import Any
 from loguru import logger
 
 from corvid_actors.actors.approvals import ApprovalAnswer, ApprovalAsked
+from corvid_actors.actors.cluster import SessionsLost
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.credits import CreditsExhausted
 from corvid_actors.actors.retry import PendingWrites, RetryWrites
@@ -126,7 +127,8 @@ class SessionActor(SessionEffects, TrackedActor):
         self._tally = wiring.tally
         self._writes = PendingWrites(timers=wiring.timers, owner=None, key=(self.sid, "write-retry", self.gen),
                                      publish=lambda _sid, event: self.w.lifeline.publish(event),
-                                     schedule=wiring.write_retry)
+                                     schedule=wiring.write_retry,
+                                     on_fenced=lambda sid: tell(self.w.supervisor, SessionsLost((sid,))))
 
     # --- lifecycle ------------------------------------------------------------------------
 
