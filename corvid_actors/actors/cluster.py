@@ -28,6 +28,7 @@ import socket
 import threading
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 import pykka
@@ -99,6 +100,8 @@ class ClusterSeat:
     valid_until: float = 0.0
     #: sessions reported lost whose store epoch is kept (so late writes stay refused)
     _lost: set[str] = field(default_factory=set)
+    #: sessions whose lease holds a durable timer set from here (cleared when it is done)
+    _timed: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def register(self) -> None:
@@ -152,6 +155,40 @@ class ClusterSeat:
                 self.cluster.finish(self.daemon_id, [sid])
             except StoreError as exc:  # its lease expires; a sweep may then resume it elsewhere
                 logger.bind(session_id=sid).warning("could not end the session's lease ({})", exc)
+
+    def set_due(self, sid: str, *, restart_in_s: float | None = None, resume_in_s: float | None = None) -> None:
+        """Store the session's crash-restart or outage auto-resume due time in its lease, so
+        that a daemon taking it over honours it at the same instant (durable timers)."""
+        due: dict[str, datetime | None] = {}
+        now = self.clock.now()
+        if restart_in_s is not None:
+            due["restart_due_at"] = now + timedelta(seconds=restart_in_s)
+        if resume_in_s is not None:
+            due["resume_due_at"] = now + timedelta(seconds=resume_in_s)
+        self._write_due(sid, due)
+
+    def note_due(self, sid: str) -> None:
+        """The session's lease holds a due time (set by an earlier owner)."""
+        self._timed.add(sid)
+
+    def clear_due(self, sid: str) -> None:
+        """The session runs again here: its lease's due times are done."""
+        if sid in self._timed:
+            self._write_due(sid, {"restart_due_at": None, "resume_due_at": None})
+
+    def _write_due(self, sid: str, due: dict[str, datetime | None]) -> None:
+        epoch = self.store.epoch_of(sid)
+        if epoch is None or not due:
+            return
+        try:
+            self.cluster.set_timers(self.daemon_id, sid, epoch, **due)
+        except StoreError as exc:  # the timer still runs here; only a takeover would miss it
+            logger.bind(session_id=sid).warning("could not store the session's due time ({})", exc)
+            return
+        if any(value is not None for value in due.values()):
+            self._timed.add(sid)
+        else:
+            self._timed.discard(sid)
 
     def believed(self) -> set[str]:
         """The sessions this daemon believes it owns (the store writes for them)."""

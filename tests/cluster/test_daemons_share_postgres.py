@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -45,11 +46,11 @@ def wait_for(check: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> 
 class Daemon:
     """One runtime ("daemon") of the cluster, with its own connection(s) and provider."""
 
-    def __init__(self, name: str, url: str, tmp: Any) -> None:
+    def __init__(self, name: str, url: str, tmp: Any, supervisor: dict[str, Any] | None = None) -> None:
         self.name = name
         self.model = ScriptedProvider(RealClock(), default_reply=f"reply from {name}")
         cfg = Config().replace(cluster={**CLUSTER, "daemon_id": name},
-                               providers={"default_provider": "scripted"})
+                               providers={"default_provider": "scripted"}, supervisor=supervisor or {})
         self.store = Store(url)
         self.runtime = Runtime(cfg, store=self.store, providers={"scripted": self.model},
                                workspace_dir=tmp / name)
@@ -79,8 +80,8 @@ class Daemon:
 def cluster(pg_url: str, tmp_path: Any) -> Iterator[Callable[..., Daemon]]:
     made: list[Daemon] = []
 
-    def make(name: str, url: str | None = None) -> Daemon:
-        daemon = Daemon(name, url or pg_url, tmp_path)
+    def make(name: str, url: str | None = None, **supervisor: Any) -> Daemon:
+        daemon = Daemon(name, url or pg_url, tmp_path, supervisor)
         made.append(daemon)
         return daemon
 
@@ -178,9 +179,32 @@ def test_a_shutdown_hands_the_sessions_over_at_once(cluster, pg_url):
     assert b.model.requests == []  # none was mid-turn: no turn is spent on them
 
 
+def test_an_outage_pause_is_resumed_by_the_new_owner_at_its_due_time(cluster, pg_url):
+    proxy = TcpProxy("127.0.0.1", 5432).start()
+    try:
+        a = cluster("a", proxy.url(pg_url), auto_resume_base_s=1.2)
+        b = cluster("b", auto_resume_base_s=1.2)
+        sid = a.runtime.create_session(source="web").id
+        a.model.for_session(sid, Turn.outage("503"))
+        b.model.for_session(sid, Turn.reply("back"))
+        a.runtime.start_process(sid, "hi")
+        paused = wait_for(lambda: [e for e in a.events_of(sid) if e.type == "session_paused"], "paused on a")
+        due = datetime.fromisoformat(paused[0].resume_at)
+        proxy.cut()
+        proxy.refuse()  # a dies while the session waits for its auto-resume
+        wait_for(lambda: sid in b.runtime.get_paused_session_ids(), "b holds the pause")
+        resumed = wait_for(lambda: [e for e in b.events_of(sid) if e.type == "session_resumed"], "resumed on b")
+        at = datetime.now(UTC)
+        assert due <= at < due + timedelta(seconds=0.5)  # at its due time, not at the takeover
+        assert resumed[0].automatic is True and b.model.health_probes == 1
+        wait_for(lambda: any(e.type == "result" for e in b.events_of(sid)), "the interrupted turn answered on b")
+        assert owners(pg_url, [sid]) == {sid: "b"}
+    finally:
+        proxy.close()
+
+
 def test_store_writes_of_a_stale_owner_are_refused(pg_url, open_store):
     one, two = ClusterStore(open_store(pg_url)), ClusterStore(open_store(pg_url))
-    from datetime import UTC, datetime
     now = datetime.now(UTC)
     for cluster_store, name in ((one, "one"), (two, "two")):
         cluster_store.register_daemon(name, "h", 1, "t", now)

@@ -32,7 +32,7 @@ from corvid_actors.actors.session_messages import (
     TimedOut,
     WritesHandedOver,
 )
-from corvid_actors.actors.supervisor import _exits, _housekeeping, _outage, _resume, _start
+from corvid_actors.actors.supervisor import _exits, _housekeeping, _outage, _resume, _start, _takeover
 from corvid_actors.actors.supervisor._core import SupervisorCore
 from corvid_actors.actors.supervisor._messages import (
     REQUESTS,
@@ -231,7 +231,7 @@ class SessionSupervisor(TrackedActor):
             case _Prune():
                 _housekeeping.prune(core)
             case AdoptSessions(sids):
-                _resume.adopt(core, sids)
+                _takeover.adopt(core, sids)
             case SessionsLost(sids):
                 for sid in sids:
                     core.lost(sid)

@@ -20,7 +20,6 @@ from corvid_actors.actors.supervisor._core import SupervisorCore
 from corvid_actors.actors.supervisor._messages import StartTicket
 from corvid_actors.actors.supervisor._start import start
 from corvid_actors.content import UserContent, content_blocks, image_blocks, text_parts
-from corvid_actors.errors import CorvidError
 from corvid_actors.events import SessionError, SystemEvent
 from corvid_actors.loop.prompts import build_resume_prompt, with_context_summary
 from corvid_actors.loop.summaries import summarize_conversation
@@ -169,14 +168,3 @@ def cold_send(core: SupervisorCore, sid: str, text: UserContent) -> bool:
     _warm_path_failed(core, sid)
     return resume(core, sid, text) is not None
 
-
-def adopt(core: SupervisorCore, sids: tuple[str, ...]) -> None:
-    """Sessions this daemon claimed from one that stopped renewing (issue 20): each resumes
-    as at start-up after a crash — a turn only if it was mid-turn, else it comes up ready."""
-    for sid in sids:
-        if sid in core.running or core.shutting_down:
-            continue
-        try:
-            resume(core, sid, None)
-        except CorvidError as exc:  # a deleted row, a store error: its lease expires again
-            logger.bind(session_id=sid).warning("could not resume a session claimed from another daemon: {}", exc)

@@ -114,6 +114,8 @@ def on_built(core: SupervisorCore, sid: str, built: Any) -> None:
         open_turns=1 if begin else 0))
     if restart_timer:
         tell(core.timers, CancelTimer((sid, "restart")))
+    if core.cluster is not None:
+        core.cluster.clear_due(sid)
     core.publish(sid, SessionStarted(pid=pid, generation=gen))
     core.publish(sid, SystemEvent(subtype="provider_selected", message=built.provider_selected
                                   or f"Provider: {built.provider_name} ({built.model})"))
