@@ -211,6 +211,7 @@ class SessionActor(SessionEffects, TrackedActor):
                     self._cancel_idle()
                 # mid-turn, the loop queues it: its turn starts after TurnFinished
                 self._turns_open += 1
+                self._tally.in_turn = True
                 self._perform(self._loop.handle(fx.UserMessage(text, blocks)))
             case WorkerDone(seq, result):
                 if seq == self._worker_seq:
@@ -292,6 +293,7 @@ class SessionActor(SessionEffects, TrackedActor):
         self._cancel_idle()
         self._turn_started = self._clock.monotonic()
         self._turns_open = 1
+        self._tally.in_turn = True
         # a plain string unless multimodal: loops written for strings keep working
         self._perform(self._loop.start(fx.UserMessage(prompt, blocks) if blocks else prompt))
 

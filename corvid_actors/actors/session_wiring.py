@@ -105,6 +105,8 @@ class TurnTally:
     cost_usd: float = 0.0
     #: a turn of this incarnation succeeded (the supervisor resets the outage backoff)
     answered: bool = False
+    #: a turn is in flight now (a drain waits for it to end before handing the session over)
+    in_turn: bool = False
 
 
 @dataclass
