@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import pykka
@@ -185,10 +186,8 @@ def cluster_seat(config: Config, clock: Clock, store: Store) -> ClusterSeat | No
 
 
 def package_version() -> str:
-    """The installed corvid-actors version ("" when run from a source tree)."""
-    from importlib.metadata import PackageNotFoundError, version
-
+    """The installed corvid-actors version (``unknown`` when running from a source tree)."""
     try:
         return version("corvid-actors")
-    except PackageNotFoundError:
-        return ""
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "unknown"
