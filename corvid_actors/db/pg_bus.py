@@ -231,15 +231,20 @@ class PgBus:
                 self._waiters.pop(command_id, None)
 
     def _collect(self, command_id: str) -> _Finished | None:
-        rows = self._sender.run("SELECT state, result, target FROM cluster_commands WHERE id = %s",
-                                (command_id,), replay_safe=True)
+        # Reads a finished command and deletes its row in one statement (the result has
+        # served). Not replayed: a connection lost at its commit may have taken the result
+        # with it, and the caller then hears so (StoreUnavailableError), not "not found".
+        rows = self._sender.run(
+            "WITH gone AS (DELETE FROM cluster_commands WHERE id = %s AND state IN ('done', 'failed') "
+            "RETURNING state, result, target) SELECT state, result, target FROM gone UNION ALL "
+            "SELECT state, NULL, target FROM cluster_commands WHERE id = %s AND NOT EXISTS (SELECT 1 FROM gone)",
+            (command_id, command_id), replay_safe=False)
         if not rows:
             raise NotFoundError(f"no forwarded command {command_id} (never forwarded, or its result "
                                 "was collected already)")
         state, result, target = rows[0]
         if state not in (DONE, FAILED):
             return None
-        self._delete(command_id, "finished")  # the result is read: the row has served
         value = json.loads(result)
         if state == FAILED:
             raise CommandFailed(f"command {command_id} failed on daemon {target}: {value}")
@@ -260,19 +265,16 @@ class PgBus:
             raise CommandTimeout(f"command {command_id}: no result within {timeout_s}s", taken=True)
         state, target = rows[0]
         if state == "withdrawn":
-            self._delete(command_id, "withdrawn")
+            try:
+                self._sender.run("DELETE FROM cluster_commands WHERE id = %s", (command_id,), replay_safe=True)
+            except StoreError as exc:  # withdrawn, it will not run: a row left behind is clutter
+                logger.warning("bus {}: could not delete withdrawn command {}: {}", self.daemon_id, command_id, exc)
             raise CommandTimeout(
                 f"daemon {target} did not take command {command_id} within {timeout_s}s (its listener is "
                 "down or it is gone); the command was withdrawn and will not run", taken=False)
         raise CommandTimeout(
             f"daemon {target} took command {command_id} but gave no result within {timeout_s}s; it may "
             "still run to its end, and its result will be discarded", taken=True)
-
-    def _delete(self, command_id: str, what: str) -> None:
-        try:
-            self._sender.run("DELETE FROM cluster_commands WHERE id = %s", (command_id,), replay_safe=True)
-        except StoreError as exc:  # a row left behind is clutter, not a wrong answer
-            logger.warning("bus {}: could not delete {} command {}: {}", self.daemon_id, what, command_id, exc)
 
     def _finish(self, reply: Reply, state: str, result_json: str) -> None:
         # UPDATE first, then delete the row if its caller abandoned it before: a caller
