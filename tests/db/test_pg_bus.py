@@ -19,11 +19,11 @@ pytest.importorskip("psycopg2")
 
 import psycopg2  # noqa: E402 - after the skip
 
-from corvid_actors.clock import RealClock  # noqa: E402
+from corvid_actors.clock import Cancellable, RealClock  # noqa: E402
 from corvid_actors.db.pg_bus import CommandFailed, CommandTimeout, PgBus, Reply  # noqa: E402
 from corvid_actors.db.pg_bus_wire import MAX_NOTIFY_PAYLOAD_BYTES  # noqa: E402
 from corvid_actors.db.store import Store  # noqa: E402
-from corvid_actors.errors import NotFoundError  # noqa: E402
+from corvid_actors.errors import NotFoundError, RuntimeStoppedError  # noqa: E402
 from corvid_actors.jsontypes import JsonObject  # noqa: E402
 
 pytestmark = pytest.mark.postgres
@@ -38,15 +38,17 @@ class Daemon:
     """A bus plus what reached it: commands handled, events received, health changes."""
 
     def __init__(self, url: str, daemon_id: str, namespace: str, *, answer: bool = True,
-                 connect: Callable[..., Any] | None = None) -> None:
+                 connect: Callable[..., Any] | None = None, clock: RealClock | None = None,
+                 handle: Callable[[PgBus, Reply], None] | None = None) -> None:
         self.id = daemon_id
+        self.handle = handle
         self.answer = answer
         self.cond = threading.Condition()
         self.commands: list[JsonObject] = []
         self.replies: list[Reply] = []
         self.events: list[tuple[str, JsonObject]] = []
         self.health: list[str | None] = []
-        self.bus = PgBus(url, daemon_id, clock=RealClock(), on_command=self._on_command,
+        self.bus = PgBus(url, daemon_id, clock=clock or RealClock(), on_command=self._on_command,
                          on_events=self._on_events, namespace=namespace,
                          reconnect_backoff_s=BACKOFF_S, connect=connect)
         self.bus.listener.add_listener(self._on_health)
@@ -56,6 +58,9 @@ class Daemon:
             self.commands.append(command)
             self.replies.append(reply)
             self.cond.notify_all()
+        if self.handle is not None:
+            self.handle(self.bus, reply)
+            return
         if command.get("fail"):
             raise ValueError(f"cannot {command['op']}")
         if self.answer:
@@ -92,10 +97,12 @@ def daemons(bus_url: str, namespace: str) -> Iterator[Callable[..., Daemon]]:
     """Makes started daemons; stops every one after the test."""
     made: list[Daemon] = []
 
-    def make(daemon_id: str, **kwargs: Any) -> Daemon:
+    def make(daemon_id: str, *, reachable: bool = True, **kwargs: Any) -> Daemon:
         daemon = Daemon(bus_url, daemon_id, namespace, **kwargs)
         made.append(daemon)
         daemon.bus.start()
+        if not reachable:
+            return daemon
         assert daemon.bus.available, daemon.bus.unavailable_reason
         assert daemon.health == [None]  # "not started" -> listening
         daemon.health.clear()
@@ -123,6 +130,25 @@ def sql(conn: Any, statement: str, *params: Any) -> list[tuple[Any, ...]]:
 def terminate(admin: Any, pid: int | None) -> None:
     assert pid is not None
     assert sql(admin, "SELECT pg_terminate_backend(%s)", pid) == [(True,)]
+
+
+class BackoffClock(RealClock):
+    """Real time, except that the listener's first backoff waits return at once (recorded)
+    and the later ones last until cancelled: the backoff is read without waiting it out."""
+
+    def __init__(self, recorded: int) -> None:
+        super().__init__()
+        self.recorded = recorded
+        self.waits: list[float] = []
+        self.cond = threading.Condition()
+
+    def wait(self, delay_s: float, cancel: Cancellable | None = None) -> bool:
+        with self.cond:
+            self.waits.append(delay_s)
+            self.cond.notify_all()
+            if len(self.waits) <= self.recorded:
+                return True
+        return super().wait(3600, cancel)
 
 
 class Gate:
@@ -277,6 +303,62 @@ def test_stop_returns_at_once_and_leaves_no_thread(daemons, admin) -> None:
     while sql(admin, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", pid) != [(0,)]:
         assert time.monotonic() < deadline, "the listener's connection is still open"
         time.sleep(0.01)
+
+
+def test_an_unreachable_server_is_retried_with_a_growing_backoff_that_stop_cuts_short(daemons) -> None:
+    gate, clock = Gate(), BackoffClock(recorded=5)
+    gate.open = False
+    a = daemons("a", reachable=False, connect=gate, clock=clock)
+
+    assert not a.bus.available  # start() returned after the first attempt failed
+    assert "could not be opened" in (a.bus.unavailable_reason or "")
+    with clock.cond:
+        assert clock.cond.wait_for(lambda: len(clock.waits) == 6, WAIT_S)
+    assert clock.waits == [0.02, 0.04, 0.08, 0.1, 0.1, 0.1]  # BACKOFF_S = (0.02, 0.1)
+    started = time.monotonic()
+    a.bus.stop()  # the listener is in a one-hour backoff wait
+    assert time.monotonic() - started < WAIT_S
+    assert not [t for t in threading.enumerate() if t.name.startswith("corvid-pgbus-")]
+
+
+def test_stop_wakes_a_caller_waiting_for_a_result(daemons) -> None:
+    a, b = daemons("a"), daemons("b", answer=False)
+    command_id = a.bus.forward("b", {"op": "send"})
+    b.wait_for("the command", lambda: len(b.commands) == 1)
+    raised: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            a.bus.await_result(command_id, 30.0)
+        except BaseException as exc:
+            raised.append(exc)
+
+    caller = threading.Thread(target=wait)
+    caller.start()
+    deadline = time.monotonic() + WAIT_S
+    while command_id not in a.bus._waiters:  # the caller is parked in its wait
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    a.bus.stop()
+    caller.join(WAIT_S)
+
+    assert not caller.is_alive()
+    assert len(raised) == 1 and isinstance(raised[0], RuntimeStoppedError)
+
+
+def test_await_result_refuses_to_run_on_the_listener_thread(daemons) -> None:
+    seen: list[BaseException] = []
+
+    def await_inside(bus: PgBus, reply: Reply) -> None:
+        try:
+            bus.await_result(bus.forward("a", {"op": "list"}), WAIT_S)
+        except RuntimeError as exc:
+            seen.append(exc)
+        reply.done("ok")
+
+    a, _b = daemons("a"), daemons("b", handle=await_inside)
+    assert a.bus.await_result(a.bus.forward("b", {"op": "nested"}), WAIT_S) == "ok"
+    assert len(seen) == 1 and "listener thread" in str(seen[0])
 
 
 def test_a_cut_connection_is_reconnected_and_the_bus_resumes(daemons, admin) -> None:
