@@ -22,8 +22,10 @@ stay under PostgreSQL's 8000-byte limit (batches are split); one event larger th
 goes through a ``cluster_events`` row and the NOTIFY carries its id. The wire format is
 in :mod:`corvid_actors.db.pg_bus_wire`.
 
-Needs psycopg2 (``pip install 'corvid-actors[postgres]'``) and the store's migration 6
-(the ``cluster_commands`` and ``cluster_events`` tables).
+The bus's connections commit without waiting for the WAL flush (``SESSION_SETUP`` in
+pg_notify): its rows are transient coordination, and a flush per commit was most of a
+command's round trip. Needs psycopg2 (``pip install 'corvid-actors[postgres]'``) and the
+store's ``_cluster_bus`` migration (the ``cluster_commands`` and ``cluster_events`` tables).
 """
 
 from __future__ import annotations
@@ -170,11 +172,15 @@ class PgBus:
         :meth:`await_result` raise RuntimeStoppedError. Idempotent."""
         with self._lock:
             self._stopped = True
-            waiters = list(self._waiters.values())
         self.listener.stop()
         self._sender.close()
-        for signal in waiters:
-            signal.fire()
+        self._wake_waiters()
+
+    @property
+    def status(self) -> str:
+        """``ok`` (listening), ``degraded`` (reconnecting: nothing arrives meanwhile) or
+        ``stopped`` (not started yet, or stopped)."""
+        return self.listener.status
 
     @property
     def available(self) -> bool:
@@ -306,6 +312,9 @@ class PgBus:
             logger.info("bus {}: took {} command(s) queued while it was not listening", self.daemon_id, len(rows))
         for command_id, origin, payload in rows:
             self._run_handler(command_id, origin, payload)
+        self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
         with self._lock:
             waiters = list(self._waiters.values())
         for signal in waiters:
@@ -327,10 +336,10 @@ class PgBus:
 
     def publish_events(self, events: Sequence[JsonObject]) -> int:
         """Send ``events`` (in order) to every other daemon's listener; returns the number of
-        notifications it took. One transaction: all of them are delivered, in order, or none.
-        Raises StoreUnavailableError when the connection is lost while sending (the batch
-        may or may not have gone out: it is not re-sent, as a live view prefers a gap,
-        which receivers count, to duplicates)."""
+        notifications it took, in one transaction. Calls are serialised and NOTIFYs arrive in
+        commit order, so every listener sees a session's events in order. A connection lost
+        while sending raises StoreUnavailableError and the batch is not re-sent (it may have
+        gone out): a live view prefers a gap, which receivers count, to duplicates."""
         if not events:
             return 0
         parts = pack_events(self.daemon_id, [encode_event(e) for e in events])

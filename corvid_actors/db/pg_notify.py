@@ -152,6 +152,13 @@ class PgListener:
         return threading.current_thread() is self._thread
 
     @property
+    def status(self) -> str:
+        """``ok``, ``degraded`` (started, not connected) or ``stopped`` (not started, or stopped)."""
+        if self._down is None:
+            return "ok"
+        return "degraded" if self._thread is not None and not self._stopping else "stopped"
+
+    @property
     def available(self) -> bool:
         """False while not connected (notifications do not arrive)."""
         return self._down is None

@@ -103,7 +103,7 @@ def daemons(bus_url: str, namespace: str) -> Iterator[Callable[..., Daemon]]:
         daemon.bus.start()
         if not reachable:
             return daemon
-        assert daemon.bus.available, daemon.bus.unavailable_reason
+        assert daemon.bus.status == "ok", daemon.bus.unavailable_reason
         assert daemon.health == [None]  # "not started" -> listening
         daemon.health.clear()
         return daemon
@@ -200,7 +200,7 @@ def test_a_command_sent_while_the_target_was_disconnected_runs_after_it_reconnec
     gate.open = False
     terminate(admin, b.bus.listener.pid)
     b.wait_for("degraded", lambda: len(b.health) == 1)
-    assert not b.bus.available and "lost" in (b.bus.unavailable_reason or "")
+    assert b.bus.status == "degraded" and "lost" in (b.bus.unavailable_reason or "")
 
     command_id = a.bus.forward("b", {"op": "approve"})  # its NOTIFY finds nobody listening
     gate.open = True
@@ -297,7 +297,7 @@ def test_stop_returns_at_once_and_leaves_no_thread(daemons, admin) -> None:
 
     assert time.monotonic() - started < WAIT_S  # woken through its self-pipe, not a timer
     assert not [t for t in threading.enumerate() if t.name.startswith("corvid-pgbus-")]
-    assert not a.bus.available and a.bus.unavailable_reason == "stopped"
+    assert a.bus.status == "stopped" and a.bus.unavailable_reason == "stopped"
     # the server process ends shortly after the client closed its connection
     deadline = time.monotonic() + WAIT_S
     while sql(admin, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", pid) != [(0,)]:
@@ -310,7 +310,7 @@ def test_an_unreachable_server_is_retried_with_a_growing_backoff_that_stop_cuts_
     gate.open = False
     a = daemons("a", reachable=False, connect=gate, clock=clock)
 
-    assert not a.bus.available  # start() returned after the first attempt failed
+    assert a.bus.status == "degraded"  # start() returned after the first attempt failed
     assert "could not be opened" in (a.bus.unavailable_reason or "")
     with clock.cond:
         assert clock.cond.wait_for(lambda: len(clock.waits) == 6, WAIT_S)
