@@ -54,6 +54,7 @@ from corvid_actors.actors.admin import (
 from corvid_actors.actors.base import tell
 from corvid_actors.clock import io_clock
 from corvid_actors.config import Config
+from corvid_actors.daemon.cluster_link import ClusterLink
 from corvid_actors.daemon.model_server import ModelServer, start_model_server
 from corvid_actors.daemon.process import (
     DAEMON_LOG,
@@ -102,6 +103,7 @@ class Daemon:
         self.admin: pykka.ActorRef[AdminActor] | None = None
         self.server: AdminSocketServer | None = None
         self.models: ModelServer | None = None
+        self.link: ClusterLink | None = None
         self._shutdown_reason = "signal"
         self._exit_code = 0
         self.about: dict[str, Any] = {}
@@ -163,12 +165,18 @@ class Daemon:
             about["daemon_id"] = runtime.internals.cluster.daemon_id
         # the admin actor is one more actor of the runtime's tree: its wiring alone uses the internals
         tree = runtime.internals
+        if tree.cluster is not None:  # several daemons: commands and events cross through the database
+            self.link = ClusterLink(runtime, runtime.database_url, timeout_s=self.settings.admin_client_timeout_s)
+            self.link.start()
         self.admin = AdminActor.start(tree.tracker, AdminWiring(
             supervisor=tree.supervisor, approvals=tree.approvals, bus=tree.bus, timers=tree.timers,
             slot_pool=tree.slot_pool, credits=tree.credits, store=tree.store,
             providers=tree.providers, clock=runtime.clock, settings=self.settings, about=about,
             request_shutdown=self._request_shutdown,
+            router=self.link.router if self.link is not None else None,
         ))
+        if self.link is not None:
+            self.link.bind(self.admin)
         self.admin.ask(Ready())  # subscribed to the bus before any session is resumed
         runtime.watch(self.admin, "admin")
         runtime.add_fatal_listener(lambda failure: self.wake.post(_FATAL))
@@ -288,6 +296,8 @@ class Daemon:
             steps.append(self.admin.stop)
         if self.runtime is not None:
             steps.append(functools.partial(self.runtime.shutdown, "server_shutdown"))
+        if self.link is not None:
+            steps.append(self.link.stop)
         if self.models is not None:
             steps.append(self.models.close)
         for step in steps:
