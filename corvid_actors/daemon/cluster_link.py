@@ -22,6 +22,7 @@ from loguru import logger
 from corvid_actors.actors._admin_cluster import ClusterRouter, RemoteEvents
 from corvid_actors.actors.admin import AdminCommand
 from corvid_actors.actors.base import tell
+from corvid_actors.actors.cluster import ClusterSeat
 from corvid_actors.clock import iso_utc
 from corvid_actors.db.pg_bus import PgBus, Reply
 from corvid_actors.errors import INTERNAL, AdminError
@@ -37,9 +38,7 @@ class ClusterLink:
     """See the module docstring. :meth:`start` before the AdminActor needs the router,
     :meth:`bind` once the AdminActor runs, :meth:`stop` at shutdown."""
 
-    def __init__(self, runtime: Runtime, url: str, *, timeout_s: float) -> None:
-        seat = runtime.internals.cluster
-        assert seat is not None, "a cluster link needs [cluster] enabled"
+    def __init__(self, runtime: Runtime, seat: ClusterSeat, url: str, *, timeout_s: float) -> None:
         self._runtime = runtime
         self._admin: pykka.ActorRef[Any] | None = None
         self.bus = PgBus(url, seat.daemon_id, clock=runtime.clock, on_command=self._command,

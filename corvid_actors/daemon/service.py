@@ -34,7 +34,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -166,7 +165,8 @@ class Daemon:
         # the admin actor is one more actor of the runtime's tree: its wiring alone uses the internals
         tree = runtime.internals
         if tree.cluster is not None:  # several daemons: commands and events cross through the database
-            self.link = ClusterLink(runtime, runtime.database_url, timeout_s=self.settings.admin_client_timeout_s)
+            self.link = ClusterLink(runtime, tree.cluster, runtime.database_url,
+                                    timeout_s=self.settings.admin_client_timeout_s)
             self.link.start()
         self.admin = AdminActor.start(tree.tracker, AdminWiring(
             supervisor=tree.supervisor, approvals=tree.approvals, bus=tree.bus, timers=tree.timers,
@@ -277,12 +277,13 @@ class Daemon:
         seat = runtime.internals.cluster
         assert seat is not None
         seat.cluster.set_daemon_state(seat.daemon_id, DaemonState.DRAINING)
-        deadline = time.monotonic() + self.settings.shutdown_timeout_s / 2
-        while time.monotonic() < deadline:
+        clock = runtime.clock
+        deadline = clock.monotonic() + self.settings.shutdown_timeout_s / 2
+        while clock.monotonic() < deadline:
             busy = [sid for sid, info in runtime.session_info().items() if info.get("in_turn")]
             if not busy:
                 break
-            time.sleep(DRAIN_POLL_S)  # the daemon's shutdown thread: nothing else waits on it
+            clock.wait(DRAIN_POLL_S)  # the daemon's shutdown thread: nothing else waits on it
         logger.info("drain: handing {} session(s) over to the other daemons",
                     len(runtime.get_active_session_ids()))
 
