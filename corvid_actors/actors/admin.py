@@ -32,6 +32,7 @@ import pykka
 from corvid_actors.actors import _admin_commands as cmd
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
+from corvid_actors.actors._admin_cluster import ClusterRouter, RemoteEvents, route
 from corvid_actors.actors._admin_commands import ask_actor
 from corvid_actors.actors._admin_health import health_report, process_stats
 from corvid_actors.actors._admin_views import (
@@ -73,6 +74,8 @@ class AdminCommand:
 
     name: str
     args: Mapping[str, Any] = field(default_factory=dict)
+    #: forwarded by another daemon of the cluster: run here, never forwarded again
+    forwarded: bool = False
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,8 @@ class AdminWiring:
     settings: DaemonConfig = field(default_factory=DaemonConfig)
     about: Mapping[str, Any] = field(default_factory=dict)
     request_shutdown: Callable[[str], None] | None = None
+    #: several daemons: where a session's commands run (None: this daemon runs alone)
+    router: ClusterRouter | None = None
 
 
 class AdminActor(TrackedActor):
@@ -151,6 +156,8 @@ class AdminActor(TrackedActor):
         self._started = wiring.clock.monotonic()
         self._recent = RecentEvents(self.s.recent_events, self.s.recent_event_sessions, self._agent_of)
         self._followers: dict[Any, Callable[[str, Event], None]] = {}
+        #: each follower's session (None: all), for the events of other daemons
+        self._wanted: dict[Any, str | None] = {}
         self._stopping = False
         broker, bank = wiring.approvals, wiring.credits
         self._commands: dict[str, Callable[[Mapping[str, Any]], Any]] = {
@@ -187,16 +194,21 @@ class AdminActor(TrackedActor):
 
     def on_receive(self, message: Any) -> Any:
         match message:
-            case AdminCommand(name, args):
+            case AdminCommand(name, args, forwarded):
                 handler = self._commands.get(name)
                 if handler is None:
                     raise AdminError(BAD_REQUEST, f"the admin actor has no command {name!r}")
                 if self._stopping and name in MUTATING_COMMANDS:
                     raise AdminError(SHUTTING_DOWN, "the daemon is shutting down and accepts no new work")
+                if self.w.router is not None and not forwarded:
+                    return route(self.w.router, name, args, handler, self._sid)
                 return handler(args)
+            case RemoteEvents(events):
+                self._remote_events(events)
             case Follow(session_id, sink):
                 return self._follow(session_id, sink)
             case Unfollow(sink):
+                self._wanted.pop(sink, None)
                 callback = self._followers.pop(sink, None)
                 if callback is not None:
                     tell(self.w.bus, UnsubscribeAll(callback))
@@ -374,6 +386,7 @@ class AdminActor(TrackedActor):
                 sink(sid, iso_utc(clock.now()), to_dict(event))
 
         self._followers[sink] = callback
+        self._wanted[sink] = wanted
         ask_actor(self.w.bus, SubscribeAll(callback), "event bus")
         ref = self.actor_ref
 
@@ -381,6 +394,16 @@ class AdminActor(TrackedActor):
             tell(ref, Unfollow(sink))
 
         return unfollow
+
+    def _remote_events(self, events: tuple[Mapping[str, Any], ...]) -> None:
+        """Other daemons' events: recorded and streamed to the followers as local ones are."""
+        for item in events:
+            sid, at, event = str(item["s"]), str(item["t"]), dict(item["e"])
+            if event.get("type") not in UNRECORDED_EVENTS:
+                self._recent.record(sid, at, event)
+            for sink, wanted in list(self._wanted.items()):
+                if wanted is None or wanted == sid:
+                    sink(sid, at, event)
 
     def _agent_of(self, session_id: str) -> str:
         row = self.w.store.get_session(session_id)

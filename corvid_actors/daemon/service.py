@@ -34,7 +34,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -54,6 +53,7 @@ from corvid_actors.actors.admin import (
 from corvid_actors.actors.base import tell
 from corvid_actors.clock import io_clock
 from corvid_actors.config import Config
+from corvid_actors.daemon.cluster_link import ClusterLink
 from corvid_actors.daemon.model_server import ModelServer, start_model_server
 from corvid_actors.daemon.process import (
     DAEMON_LOG,
@@ -102,6 +102,7 @@ class Daemon:
         self.admin: pykka.ActorRef[AdminActor] | None = None
         self.server: AdminSocketServer | None = None
         self.models: ModelServer | None = None
+        self.link: ClusterLink | None = None
         self._shutdown_reason = "signal"
         self._exit_code = 0
         self.about: dict[str, Any] = {}
@@ -163,12 +164,19 @@ class Daemon:
             about["daemon_id"] = runtime.internals.cluster.daemon_id
         # the admin actor is one more actor of the runtime's tree: its wiring alone uses the internals
         tree = runtime.internals
+        if tree.cluster is not None:  # several daemons: commands and events cross through the database
+            self.link = ClusterLink(runtime, tree.cluster, runtime.database_url,
+                                    timeout_s=self.settings.admin_client_timeout_s)
+            self.link.start()
         self.admin = AdminActor.start(tree.tracker, AdminWiring(
             supervisor=tree.supervisor, approvals=tree.approvals, bus=tree.bus, timers=tree.timers,
             slot_pool=tree.slot_pool, credits=tree.credits, store=tree.store,
             providers=tree.providers, clock=runtime.clock, settings=self.settings, about=about,
             request_shutdown=self._request_shutdown,
+            router=self.link.router if self.link is not None else None,
         ))
+        if self.link is not None:
+            self.link.bind(self.admin)
         self.admin.ask(Ready())  # subscribed to the bus before any session is resumed
         runtime.watch(self.admin, "admin")
         runtime.add_fatal_listener(lambda failure: self.wake.post(_FATAL))
@@ -269,12 +277,13 @@ class Daemon:
         seat = runtime.internals.cluster
         assert seat is not None
         seat.cluster.set_daemon_state(seat.daemon_id, DaemonState.DRAINING)
-        deadline = time.monotonic() + self.settings.shutdown_timeout_s / 2
-        while time.monotonic() < deadline:
+        clock = runtime.clock
+        deadline = clock.monotonic() + self.settings.shutdown_timeout_s / 2
+        while clock.monotonic() < deadline:
             busy = [sid for sid, info in runtime.session_info().items() if info.get("in_turn")]
             if not busy:
                 break
-            time.sleep(DRAIN_POLL_S)  # the daemon's shutdown thread: nothing else waits on it
+            clock.wait(DRAIN_POLL_S)  # the daemon's shutdown thread: nothing else waits on it
         logger.info("drain: handing {} session(s) over to the other daemons",
                     len(runtime.get_active_session_ids()))
 
@@ -288,6 +297,8 @@ class Daemon:
             steps.append(self.admin.stop)
         if self.runtime is not None:
             steps.append(functools.partial(self.runtime.shutdown, "server_shutdown"))
+        if self.link is not None:
+            steps.append(self.link.stop)
         if self.models is not None:
             steps.append(self.models.close)
         for step in steps:

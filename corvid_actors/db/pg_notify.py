@@ -22,12 +22,23 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import psycopg2
 from loguru import logger
 
 from corvid_actors.clock import Clock
 from corvid_actors.db.faults import one_line, says_connection_lost
 from corvid_actors.errors import RuntimeStoppedError, StoreError, StoreUnavailableError
+
+try:
+    import psycopg2
+except ImportError:  # pragma: no cover - the plain install: one daemon, no bus (_psycopg2 says so)
+    psycopg2 = None
+
+
+def _psycopg2() -> Any:
+    """psycopg2, or a clear error: the cross-daemon bus needs the ``postgres`` extra."""
+    if psycopg2 is None:
+        raise StoreError("several daemons need psycopg2: pip install 'corvid-actors[postgres]'")
+    return psycopg2
 
 #: libpq settings of both connections: a refused connect fails fast, and TCP keepalives
 #: find a peer that vanished without closing (else select() would wait on it forever)
@@ -105,7 +116,7 @@ class PgListener:
         self._on_connected = on_connected
         self._on_notify = on_notify
         self._backoff_first, self._backoff_max = reconnect_backoff_s
-        self._connect = connect or psycopg2.connect
+        self._connect = connect or _psycopg2().connect
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -263,7 +274,7 @@ class PgSender:
     def __init__(self, url: str, *, name: str, connect: Connect | None = None) -> None:
         self.url = url
         self.name = name
-        self._connect = connect or psycopg2.connect
+        self._connect = connect or _psycopg2().connect
         self._lock = threading.Lock()
         self._conn: Any = None
         self._closed = False

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from corvid_actors.db.cluster import ClusterStore
 from corvid_actors.db.store import Store
+from tests.cluster.conftest import wait_for
 from tests.e2e.test_daemon import WAIT_S, Daemon
 
 pytestmark = pytest.mark.postgres
@@ -36,8 +36,10 @@ LEASE_S, SWEEP_S = 1.0, 0.25
 def start_daemon(name: str, url: str, tmp: Path) -> Daemon:
     data_dir = tmp / name
     data_dir.mkdir()
+    # each daemon's stub model answers in its own words: a reply says who streamed it
     daemon = Daemon(data_dir, env={"CORVID_DB_URL": url, "CORVID_CLUSTER": "1", "CORVID_DAEMON_ID": name},
-                    extra_config=CLUSTER_CONFIG, chunk_delay_s=0.05)
+                    extra_config=CLUSTER_CONFIG, chunk_delay_s=0.05,
+                    reply=" ".join(f"{name}word{i}" for i in range(100)))
     return daemon.start()
 
 
@@ -55,14 +57,6 @@ def running_on(daemon: Daemon) -> set[str]:
     return {s["id"] for s in daemon.call("sessions") if s["here"]}
 
 
-def wait_for(check: Any, what: str, timeout_s: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout_s}s: {what}")
 
 
 @pytest.fixture
@@ -81,13 +75,11 @@ def cluster_of(pg_url: str, tmp_path: Path) -> Any:
 
 def test_killed_daemon_sessions_move_and_a_drained_daemon_exits(cluster_of, pg_url):
     a, b, c = cluster_of("a", "b", "c")
-    placed: dict[str, str] = {}
-    for daemon, name in ((a, "a"), (b, "b"), (c, "c")):
-        for i in range(2):
-            started = daemon.call("start", agent=f"agent-{name}{i}", prompt="hello")
-            placed[started["session"]] = name
-    # each session is owned by exactly the daemon it was started on: the database says so...
-    wait_for(lambda: owners(pg_url) == placed, "leases as placed")
+    sids = [a.call("start", agent=f"agent-{i}", prompt="hello")["session"] for i in range(6)]
+    placed = owners(pg_url)
+    # every start asked of a went to the least-loaded live daemon: two each
+    assert set(placed) == set(sids) and sorted(placed.values()) == ["a", "a", "b", "b", "c", "c"]
+    # each session is owned by exactly one daemon: the database says so...
     # ... and so does each daemon's own view
     for daemon, name in ((a, "a"), (b, "b"), (c, "c")):
         assert running_on(daemon) == {sid for sid, owner in placed.items() if owner == name}
@@ -125,3 +117,82 @@ def test_killed_daemon_sessions_move_and_a_drained_daemon_exits(cluster_of, pg_u
     sampler.join(WAIT_S)
     assert all(set(s) == set(placed) for s in samples)  # one lease row each, all along
     assert owners(pg_url) == {sid: "c" for sid in placed}
+
+
+def test_commands_and_events_cross_daemons(cluster_of, pg_url):
+    from tests.e2e.test_daemon import Follower
+
+    a, b = cluster_of("a", "b")
+    follower = Follower(a)  # a follows every session, b's included
+    try:
+        first = a.call("start", agent="chatty", prompt="hello")["session"]
+        wait_for(lambda: owners(pg_url).get(first) == "a", "the first on a")
+        # placed on the least-loaded live daemon: b has none, so b runs it, though asked of a
+        second = a.call("start", agent="careful", prompt="please list the files")["session"]
+        assert owners(pg_url)[second] == "b"
+        assert second in running_on(b) and second not in running_on(a)
+
+        # b's events reach a's follower; b's approval is resolved through a
+        [asked] = follower.wait(lambda: follower.events(second, "approval_request"))
+        assert a.call("approve", approval=asked["id"])["behavior"] == "allow"
+        follower.wait(lambda: [e for e in follower.events(second, "tool_status") if e["state"] == "completed"])
+
+        # a message and a stop for b's session, sent to a, run on b
+        assert a.call("send", session=second[:8], text="and now?")["delivered"] is True
+        assert "and now?" in [m["content"] for m in b.call("session", session=second)["messages"]]
+        stopped = a.call("stop", session=second)
+        assert stopped["was_running"] is True
+        follower.wait(lambda: follower.events(second, "session_stopped"))
+        wait_for(lambda: second not in running_on(b), "stopped on b")
+        assert owners(pg_url)[second] is None  # its lease ended with it
+    finally:
+        follower.close()
+
+
+def test_a_daemon_stopped_past_its_lease_is_fenced_when_it_wakes(cluster_of, pg_url):
+    import os
+    import signal
+
+    from tests.e2e.test_daemon import Follower
+
+    a, b = cluster_of("a", "b")
+    watchers = {"a": Follower(a), "b": Follower(b)}  # every session's events, on each daemon
+    try:
+        sid = a.call("start", agent="chatty", prompt="a long story")["session"]  # placed on a (the tie)
+        assert owners(pg_url)[sid] == "a"
+        watchers["b"].wait(lambda: [e for e in watchers["b"].events(sid, "content_block_delta")
+                                    if "aword" in e["text"]])  # a streams (b hears it through the database)
+        os.kill(a.pid, signal.SIGSTOP)  # paused mid-turn, past its lease
+        try:
+            wait_for(lambda: owners(pg_url).get(sid) == "b" and sid in running_on(b), "b took the session over",
+                     timeout_s=LEASE_S + WAIT_S)
+        finally:
+            os.kill(a.pid, signal.SIGCONT)
+        # a wakes: its heartbeat finds the lease gone, and it stops its stale incarnation
+        wait_for(lambda: sid not in running_on(a), "a stopped its stale incarnation", timeout_s=WAIT_S)
+        time.sleep(LEASE_S)  # whatever a would still have said, it has said by now
+        for name, watcher in watchers.items():
+            with watcher._cond:
+                items = [i for i in watcher.items if i.get("session_id") == sid]
+            types = [i["event"]["type"] for i in items]
+            # the last session_started is b's (a follower may have joined after a's)
+            started = [k for k, t in enumerate(types) if t == "session_started"]
+            assert started, (name, types)
+            after = items[started[-1]:]
+            stale = [i for i in after if "aword" in json_text(i["event"])]
+            assert not stale, f"{name} heard a's stale incarnation after b's session_started: {stale[:3]}"
+        # nothing a streamed was stored: its writes were refused
+        store = Store(pg_url)
+        try:
+            assert not [m for m in store.messages(sid) if m.role == "assistant" and "aword" in m.content]
+        finally:
+            store.close()
+    finally:
+        for watcher in watchers.values():
+            watcher.close()
+
+
+def json_text(event: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(event)

@@ -25,6 +25,7 @@ from corvid_actors.db.store import Store
 from corvid_actors.errors import ConfigError, FencedWrite
 from corvid_actors.testing import ScriptedProvider, Turn
 from corvid_actors.testing.tcp_proxy import TcpProxy
+from tests.cluster.conftest import wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -33,14 +34,6 @@ CLUSTER = {"enabled": True, "heartbeat_s": 0.05, "lease_s": 0.3, "sweep_interval
            "sweep_jitter_s": 0.01, "dead_daemon_grace_s": 0.6}
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError(f"not within {timeout_s}s: {what}")
 
 
 class Daemon:

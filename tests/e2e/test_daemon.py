@@ -64,13 +64,13 @@ class Daemon:
 
     def __init__(self, data_dir: Path, *, bound_s: float = 20.0, token: str = "", args: tuple[str, ...] = (),
                  detach: bool = False, chunk_delay_s: float = 0.1, env: dict[str, str] | None = None,
-                 extra_config: str = "") -> None:
+                 extra_config: str = "", reply: str = SLOW_REPLY) -> None:
         self.data_dir = data_dir
         self.detach = detach
         self.pid: int | None = None
         self.token = token
         self.config = data_dir.parent / f"{data_dir.name}.toml"
-        self.config.write_text(CONFIG.format(reply=SLOW_REPLY, bound=bound_s, delay=chunk_delay_s) + extra_config)
+        self.config.write_text(CONFIG.format(reply=reply, bound=bound_s, delay=chunk_delay_s) + extra_config)
         self.extra_env = env or {}
         self.script = data_dir.parent / f"{data_dir.name}-script.json"
         self.script.write_text(json.dumps(STUB_SCRIPT))

@@ -20,6 +20,7 @@ from datetime import datetime
 from loguru import logger
 
 from corvid_actors.actors.base import tell
+from corvid_actors.actors.cluster import AdoptSessions
 from corvid_actors.actors.supervisor._core import SupervisorCore
 from corvid_actors.actors.supervisor._resume import resume
 from corvid_actors.actors.supervisor._state import Paused, _RestartDue, _ResumeDue
@@ -28,9 +29,17 @@ from corvid_actors.clock import iso_utc
 from corvid_actors.errors import CorvidError
 
 
+#: sessions brought back per supervisor message: the rest is told again, so the first ones'
+#: ``Built`` (and everything else the supervisor hears) is not queued behind a thousand
+ADOPT_CHUNK = 16
+
+
 def adopt(core: SupervisorCore, sids: tuple[str, ...]) -> None:
     """Bring back each session this daemon has just claimed (see the module docstring)."""
     assert core.cluster is not None
+    if len(sids) > ADOPT_CHUNK:
+        tell(core.ref, AdoptSessions(sids[ADOPT_CHUNK:]))
+        sids = sids[:ADOPT_CHUNK]
     for sid in sids:
         if sid in core.running or sid in core.paused or core.shutting_down:
             continue

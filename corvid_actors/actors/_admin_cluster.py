@@ -1,0 +1,121 @@
+"""Operator commands for sessions other daemons own (issue 20: several daemons on one
+PostgreSQL). The AdminActor of any daemon can act on any session: a command for a session
+whose lease another live daemon holds is forwarded to it through the database
+(:class:`~corvid_actors.db.pg_bus.PgBus`: a ``cluster_commands`` row and a NOTIFY; the
+owner runs it as its own operator's and the result comes back the same way), a new
+session is started on the least-loaded live daemon, and an approval this daemon does not
+know is asked of the others. Forwarded, not answered with the owner's address: the
+operator's client needs no route to the other hosts and no second credential.
+
+The reply of a forwarded command is ``{"ok": true, "result": …}`` or ``{"ok": false,
+"code": …, "message": …}``: the owner's AdminError reaches the operator with its code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from corvid_actors.actors.cluster import ClusterSeat
+from corvid_actors.db.pg_bus import CommandFailed, CommandTimeout, PgBus
+from corvid_actors.errors import INTERNAL, NOT_FOUND, UNAVAILABLE, AdminError, CorvidError
+
+#: commands about one session (``args["session"]``): run by the daemon that owns it
+SESSION_COMMANDS = frozenset({"send", "stop", "resume", "extend"})
+#: commands about one approval (``args["approval"]``): run by the daemon that holds it
+APPROVAL_COMMANDS = frozenset({"approve", "deny"})
+
+
+@dataclass(frozen=True)
+class RemoteEvents:
+    """Events other daemons published (``{"s": session id, "t": at ISO, "e": event dict}``,
+    in order): the AdminActor hands them to its followers. Told by the daemon's cluster
+    link (its listener thread); handled on the AdminActor's thread."""
+
+    events: tuple[Mapping[str, Any], ...]
+
+
+class ClusterRouter:
+    """Where an operator command runs, and forwarding it there (the AdminActor's thread)."""
+
+    def __init__(self, seat: ClusterSeat, bus: PgBus, timeout_s: float) -> None:
+        self.seat = seat
+        self.bus = bus
+        self.timeout_s = timeout_s
+
+    @property
+    def daemon_id(self) -> str:
+        return self.seat.daemon_id
+
+    def owner_elsewhere(self, sid: str) -> str | None:
+        """The live daemon other than this one whose lease holds ``sid``, or None (this
+        daemon owns it, nobody does, or its owner's lease expired: whoever starts it
+        next claims it)."""
+        lease = self.seat.cluster.owner_of(sid)
+        if lease is None or lease.owner_id is None or lease.owner_id == self.daemon_id:
+            return None
+        if lease.lease_expires_at is None or lease.lease_expires_at <= self.seat.clock.now():
+            return None
+        return lease.owner_id
+
+    def place(self) -> str | None:
+        """The live daemon a new session starts on: the least loaded (ties: the smallest
+        id), within ``max_sessions``; None when no daemon has room."""
+        cfg = self.seat.config
+        return self.seat.cluster.place_new_session(self.seat.clock.now(), cfg.dead_daemon_grace_s, cfg.max_sessions)
+
+    def others(self) -> list[str]:
+        """The other live daemons, by id."""
+        live = self.seat.cluster.live_daemons(self.seat.clock.now(), self.seat.config.dead_daemon_grace_s)
+        return [d for d in live if d != self.daemon_id]
+
+    def forward(self, daemon_id: str, name: str, args: Mapping[str, Any]) -> Any:
+        """Run command ``name`` on daemon ``daemon_id`` and return its result (or raise its
+        AdminError); UNAVAILABLE when it does not answer within the admin timeout."""
+        try:
+            command_id = self.bus.forward(daemon_id, {"cmd": name, "args": dict(args)})
+            reply = self.bus.await_result(command_id, self.timeout_s)
+        except CommandTimeout as exc:
+            raise AdminError(UNAVAILABLE, f"daemon {daemon_id} did not answer {name!r} within "
+                                          f"{self.timeout_s:g}s ({exc})") from None
+        except CommandFailed as exc:
+            raise AdminError(INTERNAL, f"daemon {daemon_id} failed {name!r}: {exc}") from None
+        except CorvidError as exc:  # the database is unreachable: the command was not sent
+            raise AdminError(UNAVAILABLE, f"could not reach daemon {daemon_id}: {exc}") from None
+        if not isinstance(reply, Mapping) or "ok" not in reply:
+            raise AdminError(INTERNAL, f"daemon {daemon_id} answered {name!r} with {reply!r}")
+        if reply["ok"]:
+            return reply.get("result")
+        raise AdminError(str(reply.get("code") or INTERNAL), str(reply.get("message") or "failed"))
+
+
+def route(router: ClusterRouter, name: str, args: Mapping[str, Any], run_here: Any, session_of: Any) -> Any:
+    """Run operator command ``name`` where it belongs: ``run_here(args)`` on this daemon,
+    or forwarded (see the module docstring). ``session_of(args)`` resolves the session
+    argument (an id or a prefix) to an id."""
+    if name in SESSION_COMMANDS:
+        sid = session_of(args)
+        owner = router.owner_elsewhere(sid)
+        if owner is not None:
+            return router.forward(owner, name, {**args, "session": sid})
+        return run_here(args)
+    if name == "start":
+        target = router.place()
+        if target is not None and target != router.daemon_id:
+            return router.forward(target, name, args)
+        return run_here(args)
+    if name in APPROVAL_COMMANDS:
+        try:
+            return run_here(args)
+        except AdminError as exc:
+            if exc.code != NOT_FOUND:
+                raise
+            for daemon_id in router.others():  # the approval may be another daemon's
+                try:
+                    return router.forward(daemon_id, name, args)
+                except AdminError as elsewhere:
+                    if elsewhere.code != NOT_FOUND:
+                        raise
+            raise
+    return run_here(args)
