@@ -5,8 +5,8 @@ Start-up is what a daemon restart does: N sessions left ``running`` by a dead pr
 ``resume_pending_sessions()`` brings every one back (ready, no model call: none was
 mid-turn). Timed from constructing the runtime until every session runs and the runtime
 is idle. Shutdown is ``Runtime.shutdown()`` with the N sessions live, until every actor
-stopped; afterwards every row must be marked for resume. Also per level: the Timers
-actor's cost of one session's cleanup (``CancelTimers``) with 3 timers per session pending.
+stopped; afterwards every row must be marked for resume. Also per level: the timer
+table's cost of one session's cleanup (``CancelTimers``) with 3 timers per session pending.
 
 Side by side: "after" is this tree; "before" is a git ref (default ``main``) checked out
 into a temporary directory (``git archive``) and run with THIS bench code, each level in
@@ -81,7 +81,7 @@ def prepare(url: str, workdir: Path, n: int) -> list[str]:
 
 
 def timers_cleanup_cost(owners: int = 10000, kinds: int = 3, cleanups: int = 2000) -> dict[str, Any]:
-    """The Timers actor with ``owners × kinds`` pending timers (as many sessions' restart,
+    """The timer table with ``owners × kinds`` pending timers (as many sessions' restart,
     stable and slot-wait timers): the cost of one session's cleanup (``CancelTimers``),
     told ``cleanups`` times and timed to the last one's completion."""
     from corvid_actors.actors.base import ActivityTracker

@@ -1,6 +1,6 @@
 """The SessionActor on its own: driven with its public messages, observed from outside.
 
-One incarnation on the smallest wiring — a simulated clock, the Timers actor, the event
+One incarnation on the smallest wiring — a simulated clock, the timer table, the event
 bus, an in-memory store, a scripted provider and the plain conversation loop — with a
 probe in the supervisor's place. Each test sends the actor what the supervisor (or
 ``Runtime.send_message``, or another actor) sends it and checks only what anyone outside
@@ -70,7 +70,7 @@ class Cell:
     store: Store
     provider: ScriptedProvider
     bus: pykka.ActorRef[Any]
-    timers: pykka.ActorRef[Any]
+    timers: Timers
     supervisor: pykka.ActorRef[Any]
     sid: str
     workspace: Path
@@ -138,7 +138,7 @@ def cell(tmp_path: Path) -> Iterator[Cell]:
     store = Store("sqlite:///:memory:")
     sid = store.create_session(source="web", name="unit").id
     c = Cell(clock=clock, tracker=tracker, store=store, provider=ScriptedProvider(clock),
-             bus=EventBus.start(tracker), timers=Timers.start(tracker, clock),
+             bus=EventBus.start(tracker), timers=Timers(clock),
              supervisor=Probe.start(tracker), sid=sid, workspace=tmp_path)
 
     def record(session_id: str, event: Event) -> None:
