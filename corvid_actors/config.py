@@ -24,6 +24,7 @@ from typing import Any
 from corvid_actors.config_schema import build_section, default_toml_text, values_of
 from corvid_actors.config_sections import (
     ApprovalsConfig,
+    ClusterConfig,
     CreditsConfig,
     DaemonConfig,
     ProvidersConfig,
@@ -73,6 +74,7 @@ class Config:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     command_policy: CommandPolicyConfig = field(default_factory=CommandPolicyConfig)
     webhook: WebhookConfig = field(default_factory=WebhookConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     def replace(self, **sections: Mapping[str, Any]) -> Config:
         """A copy with some keys changed: ``cfg.replace(supervisor={"max_restarts": 5})``."""

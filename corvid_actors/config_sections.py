@@ -22,6 +22,7 @@ from corvid_actors.config_schema import (
     one_of,
     section,
 )
+from corvid_actors.errors import ConfigError
 
 
 @section("supervisor")
@@ -198,3 +199,26 @@ class WebhookConfig:
     read_timeout_s: float = field(metadata=POSITIVE)
     max_connections: int = field(metadata=AT_LEAST_ONE)
     send_timeout_s: float = field(metadata=POSITIVE)
+
+
+@section("cluster")
+class ClusterConfig:
+    """Several daemons on one PostgreSQL (``[cluster]``; :mod:`corvid_actors.db.cluster`):
+    heartbeats, session leases, the expired-lease sweep and the per-daemon bound."""
+
+    daemon_id: str
+    heartbeat_s: float = field(metadata=POSITIVE)
+    lease_s: float = field(metadata=POSITIVE)
+    sweep_interval_s: float = field(metadata=POSITIVE)
+    sweep_jitter_s: float = field(metadata=NON_NEGATIVE)
+    max_sessions: int = field(metadata=AT_LEAST_ONE)
+    dead_daemon_grace_s: float = field(metadata=POSITIVE)
+
+    def __post_init__(self) -> None:
+        # A lease shorter than a heartbeat expires between two renewals of a live owner.
+        if self.lease_s <= self.heartbeat_s:
+            raise ConfigError(f"config key cluster.lease_s = {self.lease_s} must be more than "
+                              f"cluster.heartbeat_s = {self.heartbeat_s} (leases would lapse between heartbeats)")
+        if self.dead_daemon_grace_s < self.lease_s:
+            raise ConfigError(f"config key cluster.dead_daemon_grace_s = {self.dead_daemon_grace_s} must be at "
+                              f"least cluster.lease_s = {self.lease_s} (a daemon is declared gone after its leases expired)")

@@ -10,6 +10,8 @@ all of them, and nothing else (bugs stay loud). The tree, in one place:
       down or restarting, the SQLite file deleted or made read-only). Nothing was
       written; sends raise it and are not acknowledged. ``admin health`` says
       ``degraded`` with the same reason until the store is back.
+    - :class:`FencedWrite` — a session incarnation's write was refused by the database
+      because another daemon has claimed the session since (a newer lease epoch).
   - :class:`NotFoundError` — a session, agent or project does not exist.
   - :class:`RuntimeStoppedError` — the runtime is shut down (or failed: a core actor died).
   - :class:`SettleTimeout` — ``Runtime.settle(timeout_s=…)`` gave up.
@@ -41,6 +43,34 @@ class StoreUnavailableError(StoreError):
     """The database cannot be reached (connection lost, server down, SQLite file gone or
     read-only). The message starts with ``store unavailable:`` and says why; the operation
     was not performed (or, for a commit cut off midway, may not have been: the message says so)."""
+
+
+class FencedWrite(StoreError):
+    """A write carrying a session's lease epoch was refused: another owner has claimed the
+    session since (its epoch is newer), so this incarnation is stale and must stop. Nothing
+    was written. Raised for the database's refusal (SQLSTATE :attr:`SQLSTATE`, raised by the
+    fencing triggers of :mod:`corvid_actors.db.fencing`) and for a daemon that was declared
+    gone. Writes that carry no epoch (one daemon, SQLite) are never refused."""
+
+    #: the SQLSTATE of the fencing triggers' refusal ("CV": a class PostgreSQL leaves free)
+    SQLSTATE = "CVF01"
+
+    @classmethod
+    def from_database_error(cls, exc: BaseException) -> FencedWrite | None:
+        """The FencedWrite behind a driver or peewee error ``exc`` (its SQLSTATE, looked up
+        along ``orig``/``__cause__``/``__context__``), or None if it is another error."""
+        seen: set[int] = set()
+        todo: list[BaseException | None] = [exc]
+        while todo:
+            err = todo.pop()
+            if err is None or id(err) in seen:
+                continue
+            seen.add(id(err))
+            if getattr(err, "pgcode", None) == cls.SQLSTATE:
+                first = str(err).strip().splitlines()
+                return cls(first[0] if first else "fenced: a newer owner has claimed the session")
+            todo += [getattr(err, "orig", None), err.__cause__, err.__context__]
+        return None
 
 
 class NotFoundError(CorvidError):

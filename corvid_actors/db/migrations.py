@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import peewee as pw
 
+from corvid_actors.db.fencing import install_fencing
 from corvid_actors.errors import StoreError
 
 Migration = Callable[[SimpleNamespace, pw.Database], None]
@@ -49,8 +50,29 @@ def _webhook_replays(models: SimpleNamespace, db: pw.Database) -> None:
     db.create_tables([models.WebhookReplay], safe=True)
 
 
+#: room left in each page of session_leases for heartbeat updates (PostgreSQL, percent filled)
+_LEASE_FILLFACTOR = 50
+
+
+def _cluster_leases(models: SimpleNamespace, db: pw.Database) -> None:
+    # Issue 20: the daemons sharing a database, the session leases with their fencing
+    # epoch and durable timers, the writer_epoch columns the fenced writes carry, and (on
+    # PostgreSQL) the fencing triggers. Only additions, so the previous version keeps
+    # running on this schema. A database made by this version's baseline has the tables
+    # and columns already.
+    db.create_tables([models.Daemon, models.SessionLease], safe=True)
+    for table in ("sessions", "session_messages", "credit_transactions"):
+        if "writer_epoch" not in {c.name for c in db.get_columns(table)}:
+            db.execute_sql(f'ALTER TABLE "{table}" ADD COLUMN "writer_epoch" BIGINT')
+    if isinstance(db, pw.PostgresqlDatabase):
+        # A heartbeat rewrites every lease of a daemon; with free room in the page (and no
+        # index on lease_expires_at) PostgreSQL updates them in place (HOT), no index writes.
+        db.execute_sql(f"ALTER TABLE session_leases SET (fillfactor = {_LEASE_FILLFACTOR})")
+        install_fencing(db)
+
+
 MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
-                               _session_open_turns, _webhook_replays]
+                               _session_open_turns, _webhook_replays, _cluster_leases]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

@@ -45,6 +45,14 @@ SESSION_STATUSES: tuple[str, ...] = (
 )
 
 
+class DaemonState:
+    """The values of ``daemons.state``: serving, handing its sessions over, declared dead."""
+
+    LIVE: Final = "live"
+    DRAINING: Final = "draining"
+    GONE: Final = "gone"
+
+
 def build_models(database: pw.Database) -> SimpleNamespace:
     """Model classes bound to ``database``. Returns a namespace of them plus ``all``."""
 
@@ -235,6 +243,48 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         class Meta:
             table_name = "webhook_replays"
 
+    class Daemon(Base):
+        """A daemon sharing the database (issue 20): registered at start, its heartbeat
+        renewed every ``[cluster] heartbeat_s``; see :mod:`corvid_actors.db.cluster`."""
+
+        id = pw.CharField(primary_key=True, max_length=200)
+        host = pw.CharField(default="", max_length=255)
+        pid = pw.IntegerField(null=True)
+        started_at = pw.DateTimeField(default=_now)
+        heartbeat_at = pw.DateTimeField(default=_now)
+        version = pw.CharField(default="", max_length=50)
+        state = pw.CharField(default=DaemonState.LIVE, max_length=20)
+
+        class Meta:
+            table_name = "daemons"
+
+    class SessionLease(Base):
+        """Who runs a session, until when, and its fencing epoch (issue 20). Its own table,
+        not columns of ``sessions``: every heartbeat rewrites the lease rows of a daemon,
+        and the hot session row (status, usage, read at every start) stays out of that
+        churn. The row outlives its owners so that ``epoch`` only ever grows; it carries
+        the session's durable timers, taken over with the session."""
+
+        session = pw.ForeignKeyField(Session, primary_key=True, on_delete="CASCADE", column_name="session_id")
+        owner = pw.ForeignKeyField(Daemon, null=True, on_delete="SET NULL", column_name="owner_id")
+        lease_expires_at = pw.DateTimeField(null=True)
+        #: +1 at every claim; the writes of an incarnation carry it (``writer_epoch``)
+        epoch = pw.BigIntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
+        #: durable timers: crash-restart due time, outage auto-resume due time, inactivity deadline
+        restart_due_at = pw.DateTimeField(null=True)
+        resume_due_at = pw.DateTimeField(null=True)
+        inactivity_due_at = pw.DateTimeField(null=True)
+
+        class Meta:
+            table_name = "session_leases"
+
+    # The lease epoch a session incarnation's write carries (issue 20 fencing; NULL: the
+    # write is not fenced, as with one daemon or SQLite). On ``sessions`` it only carries
+    # an UPDATE's epoch to the fencing trigger (which clears it); on messages and credit
+    # transactions it stays, saying which incarnation wrote the row.
+    for fenced in (Session, SessionMessage, CreditTransaction):
+        fenced._meta.add_field("writer_epoch", pw.BigIntegerField(null=True))
+
     models = [
         SchemaVersion,
         Project,
@@ -250,5 +300,7 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         CreditTransaction,
         McpServerConfig,
         WebhookReplay,
+        Daemon,
+        SessionLease,
     ]
     return SimpleNamespace(**{m.__name__: m for m in models}, all=models)

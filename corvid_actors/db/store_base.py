@@ -30,7 +30,7 @@ from corvid_actors.db.writer import MessageWriter
 from corvid_actors.db.message_batches import MessageRow
 from corvid_actors.db.migrations import migrate
 from corvid_actors.db.models import build_models
-from corvid_actors.errors import StoreError, StoreUnavailableError
+from corvid_actors.errors import FencedWrite, StoreError, StoreUnavailableError
 
 #: most append calls one group commit carries
 DEFAULT_MAX_MESSAGE_BATCH = 500
@@ -138,6 +138,9 @@ class StoreBase:
                         "that write may not have been saved") from exc
                 if self.is_sqlite and is_file_fault(exc):
                     raise self._mark_unavailable(f"the database file cannot be written ({one_line(exc)})") from exc
+                fenced = FencedWrite.from_database_error(exc)
+                if fenced is not None:  # a stale session incarnation's write (db/fencing.py)
+                    raise fenced from exc
                 # Locked, constraint violated, connection lost: one error type for callers.
                 raise StoreError(f"database error: {exc}") from exc
             finally:

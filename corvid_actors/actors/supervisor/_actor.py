@@ -59,7 +59,6 @@ from corvid_actors.actors.supervisor._state import (
     _Prune,
     _RestartDue,
     _ResumeDue,
-    _StableDue,
 )
 from corvid_actors.actors.timers import ScheduleTimer, Timers
 from corvid_actors.clock import Clock
@@ -221,8 +220,6 @@ class SessionSupervisor(TrackedActor):
                 _exits.timed_out(core, sid)
             case _RestartDue(sid, _):
                 _exits.restart_due(core, sid)
-            case _StableDue(sid, gen) if core.current(sid, gen):
-                _exits.stable_due(core, sid)
             case _ResumeDue(sid, seq):
                 _outage.resume_due(core, sid, seq)
             case _ProbeResult(sid, seq, healthy):

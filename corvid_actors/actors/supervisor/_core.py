@@ -144,7 +144,6 @@ class SupervisorCore:
         meta.turns, meta.cost_usd = inc.tally.turns, inc.tally.cost_usd
         if inc.tally.answered:
             meta.outage_attempts = 0  # a turn went well: the outage backoff starts over
-        tell(self.timers, CancelTimer((sid, "stable")))
         self.release_session_resources(sid)
         if not self.running and self.fallback_scheduled:
             # nothing left to check: the safety net is not kept waiting for nobody

@@ -41,6 +41,9 @@ def handle_exit(core: SupervisorCore, sid: str, code: int, error: str = "") -> N
     sup = core.sup
     meta = core.meta_of(sid)
     duration_s = core.clock.monotonic() - inc.started_at
+    # the stability reset, applied when it matters (no timer per incarnation): an
+    # incarnation that ran for the stable period crashes as if for the first time
+    meta.restart_count = restart_count_after_uptime(sup, meta.restart_count, duration_s)
     core.set_status(sid, "idle" if code == 0 else "error")
     note = completed_note(duration_s, meta.turns) if code == 0 else crashed_note(code, error, duration_s, meta.turns)
     core.write(sid, "the exit note", lambda: core.store.append_message(sid, "system", note))
@@ -82,14 +85,6 @@ def restart_due(core: SupervisorCore, sid: str) -> None:
         return
     meta.restart_pending = False
     resume(core, sid, None)
-
-
-def stable_due(core: SupervisorCore, sid: str) -> None:
-    """The running incarnation has been up for the stable period: its restart count resets."""
-    meta = core.meta.get(sid)
-    if meta is not None:
-        uptime = core.clock.monotonic() - core.running[sid].started_at
-        meta.restart_count = restart_count_after_uptime(core.sup, meta.restart_count, uptime)
 
 
 def timed_out(core: SupervisorCore, sid: str) -> None:

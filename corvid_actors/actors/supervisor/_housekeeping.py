@@ -17,6 +17,7 @@ from corvid_actors.actors.events import PruneSessions
 from corvid_actors.actors.session_messages import CheckTimeout
 from corvid_actors.actors.supervisor._core import SupervisorCore
 from corvid_actors.actors.timers import CancelTimer
+from corvid_actors.supervision import restart_count_after_uptime
 
 
 def fallback_check(core: SupervisorCore) -> None:
@@ -118,7 +119,9 @@ def info(core: SupervisorCore, sid: str | None) -> dict[str, Any]:
             "provider": inc.provider_name if inc else None,
             "uptime_s": round(now - inc.started_at, 3) if inc else 0.0,
             "timeout_s": inc.timeout_s if inc else None,
-            "restarts": meta.restart_count if meta else 0,
+            # the stability reset is applied at exit (see _exits.handle_exit): shown as it will be
+            "restarts": (restart_count_after_uptime(core.sup, meta.restart_count, now - inc.started_at)
+                         if meta and inc else meta.restart_count if meta else 0),
             "turns": inc.tally.turns if inc else (meta.turns if meta else 0),
             "cost_usd": inc.tally.cost_usd if inc else (meta.cost_usd if meta else 0.0),
             "paused_until": paused.resume_at_iso if paused else None,

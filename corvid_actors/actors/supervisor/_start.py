@@ -19,7 +19,7 @@ from corvid_actors.actors.session_messages import Begin, Ready
 from corvid_actors.actors.session_wiring import Lifeline, SessionWiring, TurnTally
 from corvid_actors.actors.supervisor._core import SupervisorCore
 from corvid_actors.actors.supervisor._messages import StartTicket
-from corvid_actors.actors.supervisor._state import Incarnation, Meta, _StableDue
+from corvid_actors.actors.supervisor._state import Incarnation, Meta
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
 from corvid_actors.content import UserContent, content_blocks, text_parts
 from corvid_actors.events import ErrorEvent, SessionError, SessionStarted, SystemEvent
@@ -108,7 +108,6 @@ def on_built(core: SupervisorCore, sid: str, built: Any) -> None:
         open_turns=1 if begin else 0))
     if restart_timer:
         tell(core.timers, CancelTimer((sid, "restart")))
-    tell(core.timers, ScheduleTimer((sid, "stable"), core.sup.stable_period_s, core.ref, _StableDue(sid, gen)))
     core.publish(sid, SessionStarted(pid=pid, generation=gen))
     core.publish(sid, SystemEvent(subtype="provider_selected", message=built.provider_selected
                                   or f"Provider: {built.provider_name} ({built.model})"))

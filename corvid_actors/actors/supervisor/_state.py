@@ -32,14 +32,6 @@ class _RestartDue:
 
 
 @dataclass(frozen=True)
-class _StableDue:
-    """Incarnation ``generation`` has run for the stable period: its restart count resets."""
-
-    session_id: str
-    generation: int
-
-
-@dataclass(frozen=True)
 class _ResumeDue:
     """A paused session is due for a health probe (``seq``: which pause it belongs to)."""
 

@@ -1,0 +1,346 @@
+"""Several daemons on one database (issue 20): daemon registry, session leases, claims.
+
+Each daemon registers a row in ``daemons`` and renews it every ``[cluster] heartbeat_s``
+(:meth:`ClusterStore.heartbeat`), which also renews every lease it owns, in one statement.
+A running session has one owner under a lease (``session_leases``: owner, expiry, fencing
+epoch, durable timers). :meth:`ClusterStore.claim` takes sessions (``SELECT … FOR UPDATE
+SKIP LOCKED`` on PostgreSQL, so claiming daemons never wait for each other) and adds one to
+each claimed lease's epoch; the writes of a session incarnation carry its epoch and the
+database refuses those of a stale one (:mod:`corvid_actors.db.fencing`,
+:class:`~corvid_actors.errors.FencedWrite`). :meth:`ClusterStore.claim_expired` is the
+failover sweep: a daemon takes expired leases, at most its fair share per sweep
+(:func:`fair_share`). The lease row outlives its owners, so an epoch never goes back.
+
+A lease row is in one of four states (``owner_id``, ``lease_expires_at``):
+
+- owned: an owner and an expiry in the future (renewed by the owner's heartbeat);
+- expired: an owner and an expiry in the past (the owner stopped renewing): swept;
+- released: no owner, an expiry (:meth:`~ClusterStore.release`, a draining daemon hands
+  the session over): swept at once;
+- ended: neither (:meth:`~ClusterStore.finish`, the session stopped running): not swept;
+  a new start claims it explicitly.
+
+Every time comes from the caller (its Clock's ``now()``): this module reads no clock, so
+simulated time governs leases as it governs everything else. SQLite stores run the same
+operations for one daemon (the multi-daemon mode needs PostgreSQL; with SQLite a second
+daemon on the file is refused, as before).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple
+
+import peewee as pw
+
+from corvid_actors.db.cluster_sql import statements
+from corvid_actors.db.models import DaemonState
+from corvid_actors.db.store import Store
+from corvid_actors.db.store_base import store_op
+from corvid_actors.errors import FencedWrite
+
+#: the durable timers of a lease (:meth:`ClusterStore.set_timers`)
+TIMER_COLUMNS = ("restart_due_at", "resume_due_at", "inactivity_due_at")
+#: ``place_new_session`` without a bound
+_NO_BOUND = 2**31 - 1
+
+
+class Claim(NamedTuple):
+    """A session claimed, and the epoch its new incarnation's writes carry."""
+
+    session_id: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A session's lease row; times are aware UTC (None: not set)."""
+
+    session_id: str
+    owner_id: str | None
+    epoch: int
+    lease_expires_at: datetime | None
+    restart_due_at: datetime | None
+    resume_due_at: datetime | None
+    inactivity_due_at: datetime | None
+
+
+def fair_share(expired: int, live_daemons: int, max_sessions: int, owned: int) -> int:
+    """How many expired leases one daemon claims in one sweep.
+
+    ``ceil(expired / live_daemons) + 1`` — its share, plus one so that rounding never leaves
+    a lease behind — but never more than there are, nor past ``max_sessions`` (counting the
+    ``owned`` leases it has). ``live_daemons`` counts the sweeper too (at least 1).
+    """
+    if expired <= 0:
+        return 0
+    share = math.ceil(expired / max(live_daemons, 1)) + 1
+    return max(0, min(share, expired, max_sessions - owned))
+
+
+def _naive(moment: datetime) -> datetime:
+    # the columns hold naive UTC (models._now); an aware time is converted, a naive one is UTC
+    return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
+
+
+def _aware(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):  # SQLite hands text back
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+class ClusterStore:
+    """The cluster tables of a :class:`~corvid_actors.db.store.Store` (its connection, lock
+    and reconnects). Each method is one transaction; thread-safe as the store is. Several
+    daemons each use their own store (their own connection) on one database."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._sql = statements(store.is_sqlite)
+
+    # --- daemons --------------------------------------------------------------------------
+
+    @store_op
+    def register_daemon(self, daemon_id: str, host: str, pid: int | None, version: str, now: datetime) -> list[str]:
+        """Register (or re-register) the daemon as live. A daemon id is one process: leases
+        still held under this id by an earlier life expire now (nothing of theirs runs
+        here), so any daemon — this one by an explicit :meth:`claim` — takes them over with
+        a new epoch. Returns those sessions' ids."""
+        at = _naive(now)
+        with self.store.transaction():
+            self._execute(self._sql.register, daemon_id, host, pid, at, at, version)
+            earlier = [row[0] for row in self._execute(self._sql.leases_of, at, daemon_id).fetchall()]
+            if earlier:
+                self._execute(self._sql.expire_leases_of, at, daemon_id, at)
+        return sorted(earlier)
+
+    @store_op
+    def heartbeat(self, daemon_id: str, now: datetime, lease_s: float) -> int:
+        """Renew the daemon's heartbeat and every lease it owns until ``now + lease_s``; the
+        number of leases renewed. One statement on PostgreSQL (two in one transaction on
+        SQLite). Leases another daemon claimed are no longer this one's and stay as they are.
+
+        Raises :class:`FencedWrite` if the daemon is not registered or was declared gone:
+        its sessions may be running elsewhere, so it must stop them and register again.
+        """
+        at, until = _naive(now), _naive(now + timedelta(seconds=lease_s))
+        with self.store.transaction():
+            if self.store.is_sqlite:
+                beats = self._execute(self._sql.heartbeat, at, daemon_id).rowcount
+                renewed = self._execute(self._sql.heartbeat_leases, until, daemon_id).rowcount if beats else 0
+            else:
+                beats, renewed = self._execute(self._sql.heartbeat, at, daemon_id, until).fetchone()
+        if not beats:
+            raise FencedWrite(f"daemon {daemon_id!r} is not registered or was declared gone (no heartbeat "
+                              "for too long): stop its sessions and register it again")
+        return int(renewed)
+
+    @store_op
+    def set_daemon_state(self, daemon_id: str, state: str) -> bool:
+        """Set the daemon's state (``DaemonState``: live, draining, gone); False if unknown."""
+        if state not in (DaemonState.LIVE, DaemonState.DRAINING, DaemonState.GONE):
+            raise ValueError(f"a daemon's state is live, draining or gone (got {state!r})")
+        D = self.store.m.Daemon
+        with self.store.transaction():
+            return bool(D.update(state=state).where(D.id == daemon_id).execute())
+
+    @store_op
+    def daemon_state(self, daemon_id: str) -> str | None:
+        """The daemon's state, or None if it is not registered."""
+        with self.store.transaction():
+            row = self._execute(self._sql.daemon_state, daemon_id).fetchone()
+        return None if row is None else str(row[0])
+
+    @store_op
+    def live_daemons(self, now: datetime, grace_s: float) -> list[str]:
+        """Ids of the live daemons whose heartbeat is at most ``grace_s`` old, sorted."""
+        cutoff = _naive(now - timedelta(seconds=grace_s))
+        with self.store.transaction():
+            return [row[0] for row in self._execute(self._sql.live_daemons, cutoff).fetchall()]
+
+    @store_op
+    def expire_dead_daemons(self, now: datetime, grace_s: float) -> list[str]:
+        """Declare gone every daemon whose heartbeat is older than ``grace_s``; their ids.
+        Their leases expired long before (``grace_s`` ≥ ``lease_s``) and are swept as any
+        expired lease; a gone daemon's next heartbeat raises :class:`FencedWrite`."""
+        cutoff = _naive(now - timedelta(seconds=grace_s))
+        with self.store.transaction():
+            if self.store.is_sqlite:
+                ids = [row[0] for row in self._execute(self._sql.dead_daemons, cutoff).fetchall()]
+                if ids:
+                    self._execute(self._sql.mark_gone, cutoff)
+            else:
+                ids = [row[0] for row in self._execute(self._sql.mark_gone, cutoff).fetchall()]
+        return sorted(ids)
+
+    # --- claims ---------------------------------------------------------------------------
+
+    @store_op
+    def claim(self, sessions: Sequence[str] | pw.SelectQuery, daemon_id: str, now: datetime, lease_s: float, *,
+              limit: int | None = None) -> list[Claim]:
+        """Claim sessions for ``daemon_id`` until ``now + lease_s``; what it got, with each
+        lease's new epoch (one more than before, at every claim).
+
+        ``sessions``: ids, or a query selecting session ids (``S.select(S.id).where(…)``).
+        A session is taken when it is not owned, owned by this daemon already (a new
+        incarnation), or its lease expired; a session another daemon's live lease holds, or
+        one a concurrent claim or write has locked (``SKIP LOCKED``), is left out, as are
+        unknown ids. A session without a lease row gets one (epoch 0, then claimed: 1).
+        A daemon that is not live claims nothing; one that is gone raises :class:`FencedWrite`.
+        """
+        if isinstance(sessions, (str, bytes)):
+            raise TypeError("claim takes a sequence of session ids or a query, not one id")
+        with self.store.transaction():
+            if not self._may_claim(daemon_id):
+                return []
+            candidates, args = self._candidates(sessions)
+            if not args and not isinstance(sessions, pw.SelectQuery):
+                return []
+            self._execute(self._sql.ensure_leases.format(candidates=candidates), *args)
+            return self._claim(f"session_id IN ({candidates})", args, self._sql.claimable, (daemon_id, _naive(now)),
+                               "session_id", limit, daemon_id, now, lease_s)
+
+    @store_op
+    def claim_expired(self, daemon_id: str, now: datetime, lease_s: float, live_daemons: int,
+                      max_sessions: int) -> list[Claim]:
+        """The failover sweep: claim expired and released leases of other daemons, oldest
+        first, at most ``fair_share(expired, live_daemons, max_sessions, owned)`` of them
+        (``live_daemons``: how many daemons sweep, this one included)."""
+        at = _naive(now)
+        with self.store.transaction():
+            if not self._may_claim(daemon_id):
+                return []
+            expired, owned = self._execute(self._sql.count_expired, daemon_id, at, daemon_id).fetchone()
+            take = fair_share(int(expired), live_daemons, max_sessions, int(owned))
+            if take <= 0:
+                return []
+            return self._claim("1 = 1", [], self._sql.expired, (daemon_id, at), "lease_expires_at, session_id", take,
+                               daemon_id, now, lease_s)
+
+    def _claim(self, scope: str, args: Sequence[Any], claimable: str, claimable_args: tuple[Any, ...],
+               order: str, limit: int | None, daemon_id: str, now: datetime, lease_s: float) -> list[Claim]:
+        until = _naive(now + timedelta(seconds=lease_s))
+        sql = self._sql.claim.format(scope=scope, claimable=claimable, order=order,
+                                     limit="" if limit is None else f"LIMIT {int(limit)}")
+        if not self.store.is_sqlite:
+            rows = self._execute(sql, *args, *claimable_args, daemon_id, until).fetchall()
+        else:
+            chosen = [row[0] for row in self._execute(sql, *args, *claimable_args).fetchall()]
+            if not chosen:
+                return []
+            ids = json.dumps(chosen)
+            self._execute(self._sql.claim_update.format(candidates=self._sql.ids_param), daemon_id, until, ids)
+            rows = self._execute(self._sql.claim_read.format(candidates=self._sql.ids_param), ids).fetchall()
+        return sorted(Claim(str(sid), int(epoch)) for sid, epoch in rows)
+
+    def _may_claim(self, daemon_id: str) -> bool:
+        row = self._execute(self._sql.daemon_state, daemon_id).fetchone()
+        if row is None or row[0] == DaemonState.GONE:
+            raise FencedWrite(f"daemon {daemon_id!r} is not registered or was declared gone: it may not "
+                              "claim sessions; register it again")
+        return bool(row[0] == DaemonState.LIVE)
+
+    # --- hand-over and end ----------------------------------------------------------------
+
+    @store_op
+    def release(self, daemon_id: str, session_ids: Sequence[str] | None = None) -> int:
+        """Hand sessions over (a draining daemon, after stopping their incarnations): their
+        leases lose their owner and any daemon's next sweep claims them. ``None``: all of
+        the daemon's leases. Leases it no longer owns are left alone. Returns how many."""
+        with self.store.transaction():
+            if session_ids is None:
+                return int(self._execute(self._sql.release_all, daemon_id).rowcount)
+            if not session_ids:
+                return 0
+            sql = self._sql.release.format(candidates=self._sql.ids_param)
+            return int(self._execute(sql, daemon_id, self._ids_arg(session_ids)).rowcount)
+
+    @store_op
+    def finish(self, daemon_id: str, session_ids: Sequence[str]) -> int:
+        """The sessions stopped running here: their leases end (no owner, no expiry, timers
+        cleared) and no sweep takes them; the rows stay, so the next claim's epoch is
+        higher still. Leases the daemon no longer owns are left alone. Returns how many."""
+        if not session_ids:
+            return 0
+        with self.store.transaction():
+            sql = self._sql.finish.format(candidates=self._sql.ids_param)
+            return int(self._execute(sql, daemon_id, self._ids_arg(session_ids)).rowcount)
+
+    @store_op
+    def set_timers(self, daemon_id: str, session_id: str, epoch: int, **due: datetime | None) -> bool:
+        """Store durable timers of a session (``restart_due_at``, ``resume_due_at``,
+        ``inactivity_due_at``; None clears one) in its lease, so a daemon that takes the
+        session over finds them. Guarded by owner and epoch: False (nothing written) when
+        the lease is no longer this incarnation's."""
+        unknown = set(due) - set(TIMER_COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown lease timers {sorted(unknown)}; use {', '.join(TIMER_COLUMNS)}")
+        if not due:
+            return True
+        L = self.store.m.SessionLease
+        values = {getattr(L, name): None if at is None else _naive(at) for name, at in due.items()}
+        with self.store.transaction():
+            query = L.update(values).where((L.session == session_id) & (L.owner == daemon_id) & (L.epoch == epoch))
+            return bool(query.execute())
+
+    # --- reads ----------------------------------------------------------------------------
+
+    @store_op
+    def owner_of(self, session_id: str) -> Lease | None:
+        """The session's lease (owner, epoch, expiry, timers), or None if it never had one."""
+        leases = self.leases([session_id])
+        return leases[0] if leases else None
+
+    @store_op
+    def leases(self, session_ids: Sequence[str]) -> list[Lease]:
+        """The lease rows of these sessions (those that have one), by session id."""
+        if not session_ids:
+            return []
+        with self.store.transaction():
+            sql = self._sql.leases.format(candidates=self._sql.ids_param)
+            rows = self._execute(sql, self._ids_arg(session_ids)).fetchall()
+        return [Lease(str(r[0]), r[1], int(r[2]), _aware(r[3]), _aware(r[4]), _aware(r[5]), _aware(r[6]))
+                for r in rows]
+
+    @store_op
+    def owned_by(self, daemon_id: str) -> list[str]:
+        """Ids of the sessions whose lease the daemon holds (expired or not), sorted."""
+        with self.store.transaction():
+            return [row[0] for row in self._execute(self._sql.owned_by, daemon_id).fetchall()]
+
+    @store_op
+    def place_new_session(self, now: datetime, grace_s: float, max_sessions: int | None = None) -> str | None:
+        """The live daemon (heartbeat at most ``grace_s`` old) with the fewest leases, below
+        ``max_sessions`` when given; ties go to the smallest id. None: no daemon has room."""
+        cutoff = _naive(now - timedelta(seconds=grace_s))
+        bound = _NO_BOUND if max_sessions is None else max_sessions
+        with self.store.transaction():
+            row = self._execute(self._sql.place, cutoff, bound).fetchone()
+        return None if row is None else str(row[0])
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _candidates(self, sessions: Sequence[str] | pw.SelectQuery) -> tuple[str, list[Any]]:
+        """The SQL selecting the candidate session ids, and its parameters."""
+        if isinstance(sessions, pw.SelectQuery):
+            sql, params = sessions.sql()
+            return sql, list(params)
+        ids = list(dict.fromkeys(str(sid) for sid in sessions))
+        return (self._sql.ids_param, [self._ids_arg(ids)]) if ids else ("", [])
+
+    def _ids_arg(self, ids: Sequence[str]) -> Any:
+        # one parameter for a list of ids: a text[] on PostgreSQL, JSON for SQLite's json_each
+        ids = [str(sid) for sid in ids]
+        return json.dumps(ids) if self.store.is_sqlite else ids
+
+    def _execute(self, sql: str, *params: Any) -> Any:
+        return self.store.db.execute_sql(sql, params)
+
+
+__all__ = ["Claim", "ClusterStore", "Lease", "TIMER_COLUMNS", "fair_share"]
