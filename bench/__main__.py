@@ -26,7 +26,7 @@ from bench._common import RESULT_MARKER, loadavg, machine
 from bench._paired import table
 
 BENCHMARKS = ("streaming", "messaging", "scale", "control", "simtime", "persistence", "sandbox", "soak", "lifecycle",
-              "streams")
+              "streams", "cluster", "failover")
 #: extra arguments in a ``python -m bench`` run (not with ``--full``): the time budget
 SUITE_ARGS: dict[str, list[str]] = {
     "soak": ["--sessions", "500", "--warm-up", "200", "--sample-every", "100"],

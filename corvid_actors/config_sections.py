@@ -206,6 +206,7 @@ class ClusterConfig:
     """Several daemons on one PostgreSQL (``[cluster]``; :mod:`corvid_actors.db.cluster`):
     heartbeats, session leases, the expired-lease sweep and the per-daemon bound."""
 
+    enabled: bool
     daemon_id: str
     heartbeat_s: float = field(metadata=POSITIVE)
     lease_s: float = field(metadata=POSITIVE)

@@ -140,8 +140,11 @@ class Runtime(RuntimeLifecycle):
         )
         builder.bind_store(store)
         self._stopped = False
-        #: the sessions this start-up found left ``running`` (reset and marked for resume)
-        self.stale_session_ids: list[str] = store.reset_stale_sessions() if reset_stale else []
+        #: the sessions this start-up found left ``running`` (reset and marked for resume);
+        #: with several daemons none are: a row left running may be another daemon's, and a
+        #: dead daemon's sessions come back through their expired leases (the cluster sweep)
+        self.stale_session_ids: list[str] = (store.reset_stale_sessions()
+                                             if reset_stale and not config.cluster.enabled else [])
 
         if isinstance(clock, ActivityAware):  # the simulated clock settles us after each timer
             clock.attach(tracker, self.settle)
@@ -300,7 +303,10 @@ class Runtime(RuntimeLifecycle):
 
     def take_restart_pending(self) -> list[str]:
         """The sessions marked for resume, unmarked: the caller resumes them (one by one,
-        as :meth:`resume_pending_sessions` does)."""
+        as :meth:`resume_pending_sessions` does). With several daemons, none: the sessions
+        a shutdown stopped are handed over by their released leases (the cluster sweep)."""
+        if self._internals.cluster is not None:
+            return []
         return list(self._internals.store.take_restart_pending())
 
     # --- agents and projects -------------------------------------------------------------------

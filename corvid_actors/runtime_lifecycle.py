@@ -85,9 +85,17 @@ class RuntimeLifecycle(RuntimeReads):
 
     def _session_stop_steps(self, reason: str, settle_timeout_s: float) -> tuple[tuple[str, Callable[[], Any]], ...]:
         """What stopping the sessions takes (shutdown's first half, and stop_sessions)."""
-        return (("stopping the sessions", lambda: self._internals.supervisor.ask(sv.Shutdown(reason))),
-                ("denying pending approvals", lambda: self._internals.approvals.ask(ap.DenyAll("Server shutting down"))),
-                ("settling", lambda: self._tracker.wait_idle(settle_timeout_s)))
+        steps: tuple[tuple[str, Callable[[], Any]], ...] = (
+            ("stopping the sessions", lambda: self._internals.supervisor.ask(sv.Shutdown(reason))),
+            ("denying pending approvals", lambda: self._internals.approvals.ask(ap.DenyAll("Server shutting down"))),
+            ("settling", lambda: self._tracker.wait_idle(settle_timeout_s)))
+        seat = self._internals.cluster
+        if seat is not None:
+            # several daemons: the stopped sessions' leases are handed over (others resume
+            # them at their next sweep) and this daemon leaves the cluster
+            steps += (("handing the sessions' leases over", seat.release_all),
+                      ("leaving the cluster", seat.leave))
+        return steps
 
     def shutdown(self, reason: str = "server_shutdown", *, settle_timeout_s: float = 10.0) -> None:
         """Stop every session (marked for resume), deny pending approvals, stop all actors."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import pykka
@@ -25,6 +26,7 @@ import pykka
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
 from corvid_actors.actors.base import ActivityTracker
+from corvid_actors.actors.cluster import ClusterMember, ClusterSeat, new_daemon_id
 from corvid_actors.actors.credits import BindSupervisor, CreditBank
 from corvid_actors.actors.events import EventBus
 from corvid_actors.actors.live import LiveSessions
@@ -33,7 +35,9 @@ from corvid_actors.actors.timers import Timers
 from corvid_actors.actors.watchdog import StoreWatch
 from corvid_actors.clock import Clock
 from corvid_actors.config import Config
+from corvid_actors.db.cluster import ClusterStore
 from corvid_actors.db.store import Store
+from corvid_actors.errors import ConfigError
 from corvid_actors.io_loop import IoLoop
 from corvid_actors.providers.base import Provider
 from corvid_actors.wiring import SessionBuilder
@@ -71,20 +75,25 @@ class RuntimeInternals:
     supervisor: pykka.ActorRef[Any]
     #: the one event loop every asynchronous model stream runs on (stopped after the actors)
     io_loop: IoLoop[Any]
+    #: several daemons on one PostgreSQL (``[cluster] enabled``): this daemon's seat and the
+    #: actor that keeps it (heartbeats, sweeps); None for one daemon
+    cluster: ClusterSeat | None = None
+    cluster_member: pykka.ActorRef[Any] | None = None
 
     def core_actors(self) -> Iterator[tuple[str, pykka.ActorRef[Any]]]:
         """The root policy's actors, by the name a failure report gives them (the timer
         table is none: it has no thread to lose)."""
         for name, ref in (("store watch", self.store_watch), ("event bus", self.bus),
                           ("slot pool", self.slot_pool), ("approval broker", self.approvals),
-                          ("credit bank", self.credits), ("supervisor", self.supervisor)):
+                          ("credit bank", self.credits), ("supervisor", self.supervisor),
+                          ("cluster member", self.cluster_member)):
             if ref is not None:
                 yield name, ref
 
     def stop_order(self) -> Iterator[pykka.ActorRef[Any]]:
         """The actors in the order shutdown stops them (the supervisor first, the store watch
         last); shutdown then closes the timer table (every timer cancelled)."""
-        for ref in (self.supervisor, self.credits, self.slot_pool, self.approvals, self.bus,
+        for ref in (self.cluster_member, self.supervisor, self.credits, self.slot_pool, self.approvals, self.bus,
                     self.store_watch):
             if ref is not None:
                 yield ref
@@ -151,12 +160,39 @@ def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, 
         credits = CreditBank.start(tracker, store=store, config=config.credits, bus=bus,
                                    is_owner=is_owner or (lambda participant: False), timers=timers)
     live = LiveSessions()
+    seat = cluster_seat(config, clock, store)
     supervisor = sv.SessionSupervisor.start(
         tracker, config=config, clock=clock, store=store, builder=builder, bus=bus, timers=timers,
-        slot_pool=slot_pool, approvals=approvals, credits=credits, live=live, io_loop=io_loop,
+        slot_pool=slot_pool, approvals=approvals, credits=credits, live=live, io_loop=io_loop, cluster=seat,
     )
     if credits is not None:
         credits.tell(BindSupervisor(supervisor))
+    member = (ClusterMember.start(tracker, seat=seat, timers=timers, supervisor=supervisor)
+              if seat is not None else None)
     return RuntimeInternals(store=store, tracker=tracker, builder=builder, providers=builder.providers, live=live,
                             timers=timers, store_watch=store_watch, bus=bus, slot_pool=slot_pool,
-                            approvals=approvals, credits=credits, supervisor=supervisor, io_loop=io_loop)
+                            approvals=approvals, credits=credits, supervisor=supervisor, io_loop=io_loop,
+                            cluster=seat, cluster_member=member)
+
+
+def cluster_seat(config: Config, clock: Clock, store: Store) -> ClusterSeat | None:
+    """This daemon's seat among several on the store's PostgreSQL (``[cluster] enabled``),
+    registered; None for one daemon. A SQLite store cannot be shared: ConfigError."""
+    cc = config.cluster
+    if not cc.enabled:
+        return None
+    if store.is_sqlite:
+        raise ConfigError("[cluster] enabled (CORVID_CLUSTER=1) needs a PostgreSQL store "
+                          "(CORVID_DB_URL=postgresql://…): a SQLite file serves one daemon")
+    seat = ClusterSeat(ClusterStore(store), store, cc.daemon_id or new_daemon_id(), cc, clock,
+                       version=package_version())
+    seat.register()
+    return seat
+
+
+def package_version() -> str:
+    """The installed corvid-actors version (``unknown`` when running from a source tree)."""
+    try:
+        return version("corvid-actors")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "unknown"

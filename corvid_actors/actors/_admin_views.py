@@ -57,6 +57,8 @@ def session_summary(row: Any, info: Mapping[str, Any] | None, pending_approvals:
         "source": row.source,
         "participant": row.participant,
         "uptime_s": info.get("uptime_s", 0.0) if info and info.get("running") else None,
+        #: an incarnation runs in this daemon (several daemons: the others run the rest)
+        "here": bool(info and info.get("running")),
         "restarts": info.get("restarts", 0) if info else 0,
         "paused_until": info.get("paused_until") if info else None,
         "pending_approvals": pending_approvals,

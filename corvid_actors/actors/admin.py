@@ -57,6 +57,7 @@ from corvid_actors.errors import (
     AdminError,
     ConflictError,
 )
+from corvid_actors.db.cluster import ClusterStore
 from corvid_actors.events import Event, to_dict
 
 #: commands refused once the daemon is shutting down (they start or change work)
@@ -161,7 +162,7 @@ class AdminActor(TrackedActor):
             "deny": partial(cmd.deny, broker), "mode": partial(cmd.mode, broker),
             "credits_balance": partial(cmd.credits_balance, bank),
             "credits_grant": partial(cmd.credits_grant, bank, self.s.max_credit_grant),
-            "shutdown": self._cmd_shutdown,
+            "shutdown": self._cmd_shutdown, "drain": self._cmd_drain,
         }
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -220,7 +221,13 @@ class AdminActor(TrackedActor):
         info = ask_actor(self.w.supervisor, sv.SessionInfo(None))
         pending = cmd.pending_counts(self.w.approvals)
         agents = {a.id: a.name for a in self.w.store.list_agents()}
-        return [session_summary(row, info.get(row.id), pending.get(row.id, 0), agents) for row in rows]
+        out = [session_summary(row, info.get(row.id), pending.get(row.id, 0), agents) for row in rows]
+        if self.w.about.get("daemon_id"):  # several daemons: which one owns each session
+            leases = {lease.session_id: lease.owner_id for lease in ClusterStore(self.w.store).leases(
+                [row.id for row in rows])}
+            for item in out:
+                item["owner"] = leases.get(item["id"])
+        return out
 
     def _cmd_session(self, args: Mapping[str, Any]) -> dict[str, Any]:
         sid = self._sid(args)
@@ -346,6 +353,16 @@ class AdminActor(TrackedActor):
         self.w.request_shutdown(args.get("reason", "admin_shutdown"))
         # The pid lets `admin shutdown --wait` return only once the process has exited.
         return {"shutting_down": True, "pid": self.w.about.get("pid")}
+
+    def _cmd_drain(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        if self.w.request_shutdown is None:
+            raise AdminError(UNAVAILABLE, "this runtime has no daemon to drain")
+        if not self.w.about.get("daemon_id"):
+            raise AdminError(BAD_REQUEST, "drain hands sessions over to other daemons: this one runs alone "
+                                          "([cluster] enabled is off); use shutdown")
+        self._stopping = True
+        self.w.request_shutdown("drain")
+        return {"draining": True, "daemon_id": self.w.about["daemon_id"], "pid": self.w.about.get("pid")}
 
     # --- events -------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from loguru import logger
 from corvid_actors.actors.base import tell
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer, Timers
 from corvid_actors.config_sections import RetrySchedule
+from corvid_actors.errors import FencedWrite
 from corvid_actors.events import ErrorEvent, SessionError
 
 
@@ -45,8 +46,12 @@ class PendingWrites:
     """An actor's queue of writes that failed and must still happen (its thread only)."""
 
     def __init__(self, *, timers: Timers, owner: pykka.ActorRef[Any] | None,
-                 publish: Callable[[str, Any], Any], key: Hashable, schedule: RetrySchedule) -> None:
+                 publish: Callable[[str, Any], Any], key: Hashable, schedule: RetrySchedule,
+                 on_fenced: Callable[[str], Any] | None = None) -> None:
         self._timers = timers
+        #: a write refused as fenced (issue 20: another daemon owns the session now) is
+        #: dropped, not retried, and ``on_fenced(session_id)`` says so to whoever stops it
+        self._on_fenced = on_fenced
         self._schedule = schedule
         self._owner = owner
         #: ``publish(session_id, event)``: how the owner tells people (a session: its lifeline)
@@ -70,6 +75,9 @@ class PendingWrites:
         try:
             write()
             return True
+        except FencedWrite:
+            self._fenced(session_id, what)
+            return False
         except Exception as exc:  # noqa: BLE001 - a failed write is retried, never fatal to the actor
             self._queue.append((session_id, what, write))
             self._failed(session_id, what, exc, first=True)
@@ -94,6 +102,10 @@ class PendingWrites:
             session_id, what, write = self._queue[0]
             try:
                 write()
+            except FencedWrite:
+                self._queue.popleft()
+                self._fenced(session_id, what)
+                continue
             except Exception as exc:  # noqa: BLE001 - retried, or given up with an event
                 self._attempt += 1
                 if self._attempt + 1 >= self._schedule.max_attempts:
@@ -111,6 +123,12 @@ class PendingWrites:
             self._attempt = 0
             logger.bind(session_id=session_id).info("pending write of {} done", what)
         tell(self._timers, CancelTimer(self.key))
+
+    def _fenced(self, session_id: str, what: str) -> None:
+        logger.bind(session_id=session_id).warning(
+            "write of {} refused: another daemon owns the session now", what)
+        if self._on_fenced is not None:
+            self._on_fenced(session_id)
 
     def _failed(self, session_id: str, what: str, exc: Exception, *, first: bool) -> None:
         delay = self._schedule.delay_s(self._attempt + 1)

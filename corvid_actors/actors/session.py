@@ -47,6 +47,7 @@ from typing import Any
 from loguru import logger
 
 from corvid_actors.actors.approvals import ApprovalAnswer, ApprovalAsked
+from corvid_actors.actors.cluster import SessionsLost
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.credits import CreditsExhausted
 from corvid_actors.actors.retry import PendingWrites, RetryWrites
@@ -126,7 +127,8 @@ class SessionActor(SessionEffects, TrackedActor):
         self._tally = wiring.tally
         self._writes = PendingWrites(timers=wiring.timers, owner=None, key=(self.sid, "write-retry", self.gen),
                                      publish=lambda _sid, event: self.w.lifeline.publish(event),
-                                     schedule=wiring.write_retry)
+                                     schedule=wiring.write_retry,
+                                     on_fenced=lambda sid: tell(self.w.supervisor, SessionsLost((sid,))))
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -209,6 +211,7 @@ class SessionActor(SessionEffects, TrackedActor):
                     self._cancel_idle()
                 # mid-turn, the loop queues it: its turn starts after TurnFinished
                 self._turns_open += 1
+                self._tally.in_turn = True
                 self._perform(self._loop.handle(fx.UserMessage(text, blocks)))
             case WorkerDone(seq, result):
                 if seq == self._worker_seq:
@@ -290,6 +293,7 @@ class SessionActor(SessionEffects, TrackedActor):
         self._cancel_idle()
         self._turn_started = self._clock.monotonic()
         self._turns_open = 1
+        self._tally.in_turn = True
         # a plain string unless multimodal: loops written for strings keep working
         self._perform(self._loop.start(fx.UserMessage(prompt, blocks) if blocks else prompt))
 

@@ -181,6 +181,7 @@ class SessionEffects:
 
     def _turn_finished(self) -> None:
         self._turns_open = max(self._turns_open - 1, 0)
+        self._tally.in_turn = self._turns_open > 0
         self._turn_seq += 1
         if self._turns_open:
             # the loop starts the next queued message's turn right after TurnFinished

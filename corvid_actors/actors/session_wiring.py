@@ -10,6 +10,7 @@ the same instance (the lifeline is thread-safe; the tally is written by the acto
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,10 +44,13 @@ class Lifeline:
     called from any thread (the actor's, a worker's, the I/O loop's).
     """
 
-    def __init__(self, session_id: str, bus: pykka.ActorRef[Any], *, coalesce: bool = True) -> None:
+    def __init__(self, session_id: str, bus: pykka.ActorRef[Any], *, coalesce: bool = True,
+                 gate: Callable[[], bool] | None = None) -> None:
         self.session_id = session_id
         self._bus = bus
         self._coalesce = coalesce
+        #: several daemons (issue 20): publish only while this daemon's lease is surely its own
+        self._gate = gate
         self._lock = threading.Lock()
         self._closed = False
         self._accepting_input = True
@@ -71,7 +75,7 @@ class Lifeline:
     def publish(self, event: Event) -> bool:
         """Hand ``event`` to the bus; False once the lifeline is closed (dropped)."""
         with self._lock:
-            if self._closed:
+            if self._closed or (self._gate is not None and not self._gate()):
                 return False
             if self._coalesce and type(event) is ContentBlockDelta:
                 buffer = self._open
@@ -102,6 +106,8 @@ class TurnTally:
     cost_usd: float = 0.0
     #: a turn of this incarnation succeeded (the supervisor resets the outage backoff)
     answered: bool = False
+    #: a turn is in flight now (a drain waits for it to end before handing the session over)
+    in_turn: bool = False
 
 
 @dataclass

@@ -48,7 +48,7 @@ def _admin(args: argparse.Namespace, out: TextIO | None = None) -> int:
         call_args["text"] = read_message_text(call_args["text"], sys.stdin)
     with _client(args) as client:
         result = client.call(args.cmd, **call_args)
-        if args.cmd == "shutdown" and wait:
+        if args.cmd in ("shutdown", "drain") and wait:
             client.wait_closed()
             _wait_exited(result.get("pid"), _shutdown_bound(args))
             result = {**result, "stopped": True}
@@ -219,6 +219,10 @@ def _admin_commands() -> list[tuple[str, str, str, Callable[[argparse.ArgumentPa
                        help="normal (requests time out), queued (wait for a human), paused (deny all); "
                             "omit to show the current mode")
 
+    def drain(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--wait", action="store_true",
+                       help="return only when the daemon has handed every session over and exited")
+
     def shutdown(p: argparse.ArgumentParser) -> None:
         p.add_argument("--reason", help="written to the daemon's log")
         p.add_argument("--wait", action="store_true",
@@ -241,6 +245,8 @@ def _admin_commands() -> list[tuple[str, str, str, Callable[[argparse.ArgumentPa
         ("stats", "stats", "memory and actor statistics", none),
         ("health", "health", "daemon, actor and provider health (probes the model servers)", none),
         ("shutdown", "shutdown", "stop the daemon gracefully (sessions are marked for resume)", shutdown),
+        ("drain", "drain", "several daemons: hand every session over to the others at a turn boundary, "
+                           "then exit", drain),
     ]
 
 

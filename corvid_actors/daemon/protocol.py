@@ -98,6 +98,7 @@ COMMANDS: Mapping[str, Mapping[str, Arg]] = {
     "credits_grant": {"participant": _text(required=True), "amount": _positive("int", high=MAX_CREDITS),
                       "reason": _note(MAX_NAME_CHARS)},
     "shutdown": {"reason": _text(max_chars=4000)},
+    "drain": {},
     "follow": {"session": _text()},
 }
 

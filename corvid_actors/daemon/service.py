@@ -34,6 +34,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -72,6 +73,7 @@ from corvid_actors.daemon.settings import (
     package_version,
 )
 from corvid_actors.daemon.socket_server import AdminSocketServer, SocketSettings
+from corvid_actors.db.models import DaemonState
 from corvid_actors.errors import SHUTTING_DOWN, AdminError, CorvidError
 from corvid_actors.runtime import Runtime
 
@@ -79,6 +81,8 @@ from corvid_actors.runtime import Runtime
 
 #: exit code after a core actor died and the runtime shut itself down (EX_SOFTWARE)
 EXIT_CORE_FAILURE = 70
+#: how often a drain looks for turns still in flight (seconds)
+DRAIN_POLL_S = 0.05
 #: Wakeup byte: the runtime failed (posted by its fatal listener)
 _FATAL = b"f"
 
@@ -155,6 +159,8 @@ class Daemon:
             "stub": models.stub_url is not None, "credits": credits, "version": package_version(),
             "sandbox": sandbox.as_dict(), "dumpable": _dumpable(),
         }
+        if runtime.internals.cluster is not None:  # one of several daemons on one PostgreSQL
+            about["daemon_id"] = runtime.internals.cluster.daemon_id
         # the admin actor is one more actor of the runtime's tree: its wiring alone uses the internals
         tree = runtime.internals
         self.admin = AdminActor.start(tree.tracker, AdminWiring(
@@ -243,13 +249,34 @@ class Daemon:
     def _graceful(self, runtime: Runtime) -> None:
         try:
             tell(self._live_admin(), BeginShutdown())
-            runtime.shutdown("server_shutdown", settle_timeout_s=self.settings.shutdown_timeout_s)
+            reason = "server_shutdown"
+            if self._shutdown_reason == "drain" and runtime.internals.cluster is not None:
+                reason = "drain"
+                self._drain(runtime)
+            runtime.shutdown(reason, settle_timeout_s=self.settings.shutdown_timeout_s)
             if self.server is not None:
                 self.server.close("daemon stopped")
         except Exception:  # noqa: BLE001 - the main thread must hear DONE whatever happened
             logger.exception("error during shutdown")
         finally:
             self.wake.post(Wakeup.DONE)
+
+    def _drain(self, runtime: Runtime) -> None:
+        """Several daemons: say so (no new session is placed here), then wait — at most half
+        the shutdown bound — for the turns in flight to end; the shutdown that follows hands
+        every session over at that turn boundary (a turn still running then is resumed once
+        by its new owner)."""
+        seat = runtime.internals.cluster
+        assert seat is not None
+        seat.cluster.set_daemon_state(seat.daemon_id, DaemonState.DRAINING)
+        deadline = time.monotonic() + self.settings.shutdown_timeout_s / 2
+        while time.monotonic() < deadline:
+            busy = [sid for sid, info in runtime.session_info().items() if info.get("in_turn")]
+            if not busy:
+                break
+            time.sleep(DRAIN_POLL_S)  # the daemon's shutdown thread: nothing else waits on it
+        logger.info("drain: handing {} session(s) over to the other daemons",
+                    len(runtime.get_active_session_ids()))
 
     def _close_quietly(self) -> None:
         if self.runtime is not None:

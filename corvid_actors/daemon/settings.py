@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from corvid_actors.config import Config, load_config
 from corvid_actors.errors import ConfigError
+from corvid_actors.runtime_tree import package_version  # noqa: F401 - re-exported for the CLI
 
 #: environment variables for the [daemon] section: variable -> (key, converter)
 DAEMON_ENV: Mapping[str, tuple[str, type]] = {
@@ -70,9 +70,3 @@ def data_dir_of(config: Config) -> Path:
     return Path(config.store.data_dir).expanduser()
 
 
-def package_version() -> str:
-    """The installed corvid-actors version (``unknown`` when running from a source tree)."""
-    try:
-        return version("corvid-actors")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "unknown"

@@ -48,7 +48,7 @@ def insert_messages(store: StoreBase, rows: Sequence[MessageRow]) -> list[int]:
 
 def _insert_chunk(store: StoreBase, rows: Sequence[MessageRow]) -> list[int]:
     M = store.m.SessionMessage
-    fields = (M.session, M.role, M.content, M.cost_usd, M.timestamp)
+    fields = (M.session, M.role, M.content, M.cost_usd, M.timestamp, M.writer_epoch)
     group = "(" + ", ".join([store.db.param] * len(fields)) + ")"
     columns = ", ".join(f'"{f.column_name}"' for f in fields)
     sql = f'INSERT INTO "{M._meta.table_name}" ({columns}) VALUES ' + ", ".join([group] * len(rows))
@@ -56,8 +56,9 @@ def _insert_chunk(store: StoreBase, rows: Sequence[MessageRow]) -> list[int]:
     # driver as they are, as peewee sends them.
     stamp = M.timestamp.db_value(M.timestamp.default())
     params: list[Any] = []
+    epoch_of = store.epoch_of  # the owner's lease epoch (issue 20 fencing), None in one daemon
     for sid, role, content, cost in rows:
-        params += (str(sid), str(role), str(content), float(cost), stamp)
+        params += (str(sid), str(role), str(content), float(cost), stamp, epoch_of(str(sid)))
     if not store.is_sqlite:
         cursor = store.db.execute_sql(sql + f' RETURNING "{M.id.column_name}"', params)
         # a sequence hands out ids in VALUES order: the sorted ids are the rows' ids

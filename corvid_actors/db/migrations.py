@@ -71,8 +71,16 @@ def _cluster_leases(models: SimpleNamespace, db: pw.Database) -> None:
         install_fencing(db)
 
 
+def _cluster_bus(models: SimpleNamespace, db: pw.Database) -> None:
+    # Issue 20: the cross-daemon transport's tables (commands forwarded to another daemon,
+    # events too large for one NOTIFY; see db/pg_bus.py). Only CREATE ... IF NOT EXISTS of
+    # its own tables, with no foreign keys: it may run before or after the other issue-20
+    # migrations, and a database made by this version's baseline has the tables already.
+    db.create_tables([models.ClusterCommand, models.ClusterEvent], safe=True)
+
+
 MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
-                               _session_open_turns, _webhook_replays, _cluster_leases]
+                               _session_open_turns, _webhook_replays, _cluster_leases, _cluster_bus]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

@@ -285,6 +285,40 @@ def build_models(database: pw.Database) -> SimpleNamespace:
     for fenced in (Session, SessionMessage, CreditTransaction):
         fenced._meta.add_field("writer_epoch", pw.BigIntegerField(null=True))
 
+    class ClusterCommand(Base):
+        """A command forwarded to another daemon (issue 20, :mod:`corvid_actors.db.pg_bus`).
+
+        ``state`` goes pending → taken (by the target, exactly once) → done | failed; a
+        caller that gave up deletes a pending row (it never runs) or marks a taken one
+        abandoned (the target deletes it when it finishes). The finished row is deleted
+        by the caller that reads its result."""
+
+        id = pw.CharField(primary_key=True, default=new_id, max_length=64)
+        origin = pw.CharField(max_length=200)  # the daemon that forwarded it (reply channel)
+        target = pw.CharField(max_length=200)
+        payload = pw.TextField()  # JSON object
+        state = pw.CharField(default="pending", max_length=20)
+        result = pw.TextField(null=True)  # JSON (an error message when failed)
+        created_at = pw.DateTimeField(default=_now)
+
+        class Meta:
+            table_name = "cluster_commands"
+            # the sweep at (re)connect: "my pending commands"
+            indexes = ((("target", "state"), False),)
+
+    class ClusterEvent(Base):
+        """An event too large for one NOTIFY payload: the NOTIFY carries this row's id
+        (issue 20, :mod:`corvid_actors.db.pg_bus`). Kept for a short retention, then
+        deleted by a later publisher."""
+
+        id = pw.BigAutoField()
+        origin = pw.CharField(max_length=200)
+        body = pw.TextField()  # the event, JSON
+        created_at = pw.DateTimeField(default=_now, index=True)
+
+        class Meta:
+            table_name = "cluster_events"
+
     models = [
         SchemaVersion,
         Project,
@@ -302,5 +336,7 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         WebhookReplay,
         Daemon,
         SessionLease,
+        ClusterCommand,
+        ClusterEvent,
     ]
     return SimpleNamespace(**{m.__name__: m for m in models}, all=models)

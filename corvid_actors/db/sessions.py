@@ -55,6 +55,9 @@ class SessionRows(StoreBase):
     def update_session(self, session_id: str, **fields: Any) -> int:
         S = self.m.Session
         fields.setdefault("updated_at", S.updated_at.default())
+        epoch = self.epoch_of(session_id)
+        if epoch is not None:  # fenced (issue 20): the trigger refuses it for a stale owner
+            fields.setdefault("writer_epoch", epoch)
         if any(isinstance(value, pw.Node) for value in fields.values()):
             with self.transaction():
                 return S.update(**fields).where(S.id == session_id).execute()
@@ -84,17 +87,23 @@ class SessionRows(StoreBase):
         (see :meth:`open_turn`) is closed."""
         # once per turn: written by hand (peewee generated this UPDATE anew at ~1 ms a call)
         S, p = self.m.Session, self.db.param
-        sql = self._sql_cache.get(("add_session_usage", answered))
+        epoch = self.epoch_of(session_id)
+        key = ("add_session_usage", answered, epoch is not None)
+        sql = self._sql_cache.get(key)
         if sql is None:
             close_turn = (', "open_turns" = CASE WHEN "open_turns" > 1 THEN "open_turns" - 1 ELSE 0 END'
                           if answered else "")
-            sql = self._sql_cache[("add_session_usage", answered)] = (
+            fenced = f', "writer_epoch" = {p}' if epoch is not None else ""
+            sql = self._sql_cache[key] = (
                 f'UPDATE "{S._meta.table_name}" SET "total_cost_usd" = ("total_cost_usd" + {p}), '
-                f'"cumulative_turns" = ("cumulative_turns" + {p}), "updated_at" = {p}{close_turn} '
+                f'"cumulative_turns" = ("cumulative_turns" + {p}), "updated_at" = {p}{close_turn}{fenced} '
                 f'WHERE "id" = {p}')
         stamp = S.updated_at.db_value(S.updated_at.default())
+        params: tuple[Any, ...] = (float(cost_usd), int(turns), stamp)
+        if epoch is not None:
+            params += (epoch,)
         with self.transaction():
-            self.db.execute_sql(sql, (float(cost_usd), int(turns), stamp, session_id))
+            self.db.execute_sql(sql, (*params, session_id))
 
     @store_op
     def list_sessions(self, *, statuses: Sequence[str] | None = None, limit: int = 500) -> list[Any]:
@@ -180,6 +189,10 @@ class SessionRows(StoreBase):
         """A user turn was delivered: count it open (until its result) and record the
         session's turn count."""
         S = self.m.Session
+        fields: dict[str, Any] = {"open_turns": S.open_turns + 1, "total_turns": total_turns,
+                                  "updated_at": S.updated_at.default()}
+        epoch = self.epoch_of(session_id)
+        if epoch is not None:  # fenced (issue 20)
+            fields["writer_epoch"] = epoch
         with self.transaction():
-            S.update(open_turns=S.open_turns + 1, total_turns=total_turns,
-                     updated_at=S.updated_at.default()).where(S.id == session_id).execute()
+            S.update(**fields).where(S.id == session_id).execute()

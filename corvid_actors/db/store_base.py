@@ -79,6 +79,8 @@ class StoreBase:
         #: update_session's statement per set of columns: (sql, the fields in parameter order)
         self._update_shapes: dict[Any, tuple[str, tuple[Any, ...]]] = {}
         self._sql_cache: dict[Any, str] = {}  # see _sql
+        #: session id -> the lease epoch this process's writes for it carry (issue 20; see fence)
+        self._epochs: dict[str, int] = {}
         #: (model, sql) -> how peewee maps that statement's columns to the model (see _rows)
         self._row_shapes: dict[Any, tuple[Any, ...]] = {}
         self._message_commits: GroupCommitter[tuple[MessageRow, ...], list[int]] = GroupCommitter(
@@ -347,6 +349,27 @@ class StoreBase:
         # fails at once with "database is locked" (SQLITE_BUSY_SNAPSHOT, no busy wait) when
         # another connection committed in between.
         return self.db.atomic("IMMEDIATE") if self.is_sqlite else self.db.atomic()
+
+    # --- fencing (issue 20: several daemons on one PostgreSQL) ---------------------------
+
+    def fence(self, session_id: str, epoch: int) -> None:
+        """From now on this store's writes for ``session_id`` (its messages, status and
+        usage) carry ``epoch``, the lease epoch its owner claimed: the database refuses
+        them with :class:`~corvid_actors.errors.FencedWrite` once a newer owner claimed
+        the session (:mod:`corvid_actors.db.fencing`). Thread-safe."""
+        self._epochs[session_id] = int(epoch)
+
+    def unfence(self, session_id: str) -> None:
+        """Writes for ``session_id`` carry no epoch again (its lease was finished here)."""
+        self._epochs.pop(session_id, None)
+
+    def fenced_sessions(self) -> list[str]:
+        """The sessions whose writes carry an epoch here (this daemon owns, or owned, them)."""
+        return list(self._epochs)
+
+    def epoch_of(self, session_id: str) -> int | None:
+        """The epoch this store's writes for ``session_id`` carry (None: none, never refused)."""
+        return self._epochs.get(session_id)
 
     def _sql(self, key: Any, build: Any) -> str:
         """The SQL of a query shape, generated once: ``build()`` returns the peewee query

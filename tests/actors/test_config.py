@@ -135,6 +135,8 @@ ENV_CASES = [
     ("CORVID_DB_URL", "postgresql://corvid@db/corvid", "store", "url",
      "postgresql://corvid@db/corvid"),
     ("CORVID_DATA_DIR", "/var/lib/corvid", "store", "data_dir", "/var/lib/corvid"),
+    ("CORVID_CLUSTER", "1", "cluster", "enabled", True),
+    ("CORVID_DAEMON_ID", "host-a", "cluster", "daemon_id", "host-a"),
 ]
 
 

@@ -84,8 +84,13 @@ def test_cut_drops_every_open_connection_and_new_ones_still_pass(echo_server: tu
 def test_refuse_closes_new_connections_until_admitted(echo_server: tuple[str, int]) -> None:
     with TcpProxy(*echo_server) as proxy:
         proxy.refuse()
-        with _client(proxy) as refused:
-            assert _dropped(refused)
+        try:
+            refused = _client(proxy)
+        except OSError:
+            pass  # reset before connect() returned (a loaded machine): refused all the same
+        else:
+            with refused:
+                assert _dropped(refused)
         proxy.admit()
         with _client(proxy) as sock:
             assert _roundtrip(sock, b"back") == b"back"

@@ -63,13 +63,15 @@ class Daemon:
     """One ``serve`` subprocess; its stderr is read on a thread (so it never blocks on a full pipe)."""
 
     def __init__(self, data_dir: Path, *, bound_s: float = 20.0, token: str = "", args: tuple[str, ...] = (),
-                 detach: bool = False, chunk_delay_s: float = 0.1) -> None:
+                 detach: bool = False, chunk_delay_s: float = 0.1, env: dict[str, str] | None = None,
+                 extra_config: str = "") -> None:
         self.data_dir = data_dir
         self.detach = detach
         self.pid: int | None = None
         self.token = token
         self.config = data_dir.parent / f"{data_dir.name}.toml"
-        self.config.write_text(CONFIG.format(reply=SLOW_REPLY, bound=bound_s, delay=chunk_delay_s))
+        self.config.write_text(CONFIG.format(reply=SLOW_REPLY, bound=bound_s, delay=chunk_delay_s) + extra_config)
+        self.extra_env = env or {}
         self.script = data_dir.parent / f"{data_dir.name}-script.json"
         self.script.write_text(json.dumps(STUB_SCRIPT))
         self.args = args
@@ -79,7 +81,7 @@ class Daemon:
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self) -> Daemon:
-        env = _env()
+        env = {**_env(), **self.extra_env}
         if self.token:
             env["CORVID_ADMIN_TOKEN"] = self.token
         command = [sys.executable, "-m", "corvid_actors", "serve", "--data-dir", str(self.data_dir), "--provider",

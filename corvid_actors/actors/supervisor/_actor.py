@@ -16,6 +16,7 @@ import pykka
 from loguru import logger
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
+from corvid_actors.actors.cluster import AdoptSessions, ClusterSeat, SessionsLost
 from corvid_actors.actors.credits import CreditsExhausted
 from corvid_actors.actors.live import LiveSessions
 from corvid_actors.actors.retry import RetryWrites
@@ -31,7 +32,7 @@ from corvid_actors.actors.session_messages import (
     TimedOut,
     WritesHandedOver,
 )
-from corvid_actors.actors.supervisor import _exits, _housekeeping, _outage, _resume, _start
+from corvid_actors.actors.supervisor import _exits, _housekeeping, _outage, _resume, _start, _takeover
 from corvid_actors.actors.supervisor._core import SupervisorCore
 from corvid_actors.actors.supervisor._messages import (
     REQUESTS,
@@ -95,12 +96,13 @@ class SessionSupervisor(TrackedActor):
         credits: pykka.ActorRef[Any] | None = None,
         live: LiveSessions | None = None,
         io_loop: IoLoop[Any] | None = None,
+        cluster: ClusterSeat | None = None,
     ) -> None:
         super().__init__(tracker)
         self.core = SupervisorCore(
             tracker, config=config, clock=clock, store=store, builder=builder, bus=bus, timers=timers,
             slot_pool=slot_pool, approvals=approvals, credits=credits,
-            live=live if live is not None else LiveSessions(), io_loop=io_loop,
+            live=live if live is not None else LiveSessions(), io_loop=io_loop, cluster=cluster,
         )
 
     def on_start(self) -> None:
@@ -228,6 +230,11 @@ class SessionSupervisor(TrackedActor):
                 _housekeeping.fallback_check(core)
             case _Prune():
                 _housekeeping.prune(core)
+            case AdoptSessions(sids):
+                _takeover.adopt(core, sids)
+            case SessionsLost(sids):
+                for sid in sids:
+                    core.lost(sid)
 
     def _start_process(self, sid: str, prompt: UserContent | None) -> StartTicket | None:
         core = self.core

@@ -19,6 +19,7 @@ import pykka
 
 from corvid_actors.actors.approvals import CancelSession
 from corvid_actors.actors.base import ActivityTracker, tell
+from corvid_actors.actors.cluster import ClusterSeat, SessionsLost
 from corvid_actors.actors.events import Publish, RemoveSession
 from corvid_actors.actors.live import LiveSessions
 from corvid_actors.actors.retry import PendingWrites
@@ -55,10 +56,13 @@ class SupervisorCore:
         credits: pykka.ActorRef[Any] | None,
         live: LiveSessions,
         io_loop: IoLoop[Any] | None = None,
+        cluster: ClusterSeat | None = None,
     ) -> None:
         self.tracker = tracker
         #: the runtime's I/O loop: model calls of providers that stream asynchronously
         self.io_loop = io_loop
+        #: this daemon's seat among several on one PostgreSQL (issue 20); None: one daemon
+        self.cluster = cluster
         self.cfg = config
         self.sup = config.supervisor
         self.clock = clock
@@ -73,7 +77,8 @@ class SupervisorCore:
         self.live = live
         self.me: pykka.ActorRef[Any] | None = None
         self.writes = PendingWrites(timers=timers, owner=None, key=("supervisor", "write-retry"),
-                                    publish=self.publish, schedule=config.store.write_retry)
+                                    publish=self.publish, schedule=config.store.write_retry,
+                                    on_fenced=self._fenced_write)
         self.running: dict[str, Incarnation] = {}
         self.meta: dict[str, Meta] = {}
         self.paused: dict[str, Paused] = {}
@@ -110,8 +115,26 @@ class SupervisorCore:
     # --- effects ------------------------------------------------------------------------------
 
     def publish(self, sid: str, event: Event) -> None:
-        """Tell the EventBus ``event`` of ``sid``."""
+        """Tell the EventBus ``event`` of ``sid`` (several daemons: not while this daemon's
+        leases may be another's — a paused daemon says nothing until a heartbeat)."""
+        if self.cluster is not None and not self.cluster.lease_valid():
+            return
         tell(self.bus, Publish(sid, event))
+
+    def _fenced_write(self, sid: str) -> None:
+        if self.me is not None:
+            tell(self.me, SessionsLost((sid,)))
+
+    def lost(self, sid: str) -> None:
+        """Another daemon claimed ``sid`` (issue 20): end its incarnation and forget it here,
+        without a write (it would be refused) or an event (the new owner speaks for it)."""
+        if self.cluster is not None:
+            self.cluster.lose(sid)
+        self.kill(sid)
+        self.meta.pop(sid, None)
+        self.paused.pop(sid, None)
+        tell(self.timers, CancelTimers(sid))
+        self.release_session_resources(sid)
 
     def write(self, sid: str, what: str, write: Callable[[], Any]) -> None:
         """A write that must happen: now, or retried with backoff (never raises)."""
@@ -182,6 +205,10 @@ class SupervisorCore:
         tell(self.timers, CancelTimers(sid))
         if killed is None:  # else kill() has just released them, in this same handler
             self.release_session_resources(sid)
+        if self.cluster is not None and not self.shutting_down:
+            # it no longer runs here and nobody is to resume it (a shutdown releases the
+            # leases instead: other daemons resume those sessions at once)
+            self.cluster.finish(sid)
         tell(self.bus, RemoveSession(sid))
 
     # --- housekeeping timers ------------------------------------------------------------------

@@ -123,6 +123,7 @@ def info(core: SupervisorCore, sid: str | None) -> dict[str, Any]:
             "restarts": (restart_count_after_uptime(core.sup, meta.restart_count, now - inc.started_at)
                          if meta and inc else meta.restart_count if meta else 0),
             "turns": inc.tally.turns if inc else (meta.turns if meta else 0),
+            "in_turn": bool(inc and inc.tally.in_turn),
             "cost_usd": inc.tally.cost_usd if inc else (meta.cost_usd if meta else 0.0),
             "paused_until": paused.resume_at_iso if paused else None,
             "restart_pending": meta.restart_pending if meta else False,

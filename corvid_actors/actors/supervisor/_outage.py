@@ -36,6 +36,8 @@ def pause_for_outage(core: SupervisorCore, sid: str, reason: str) -> None:
                                  message=f"Session paused due to API outage — auto-resume in {delay_s / 60:g}min"))
     core.publish(sid, SessionPaused(resume_at=resume_iso, attempt=meta.outage_attempts + 1))
     tell(core.timers, ScheduleTimer((sid, "resume"), delay_s, core.ref, _ResumeDue(sid, core.seq)))
+    if core.cluster is not None:  # durable: a daemon taking the session over resumes it then
+        core.cluster.set_due(sid, resume_in_s=delay_s)
     core.ensure_housekeeping()
 
 
@@ -83,6 +85,8 @@ def probe_result(core: SupervisorCore, sid: str, seq: int, healthy: bool) -> Non
     paused.seq = core.seq
     paused.resume_at_iso = iso_after(core.clock, delay_s)
     tell(core.timers, ScheduleTimer((sid, "resume"), delay_s, core.ref, _ResumeDue(sid, core.seq)))
+    if core.cluster is not None:
+        core.cluster.set_due(sid, resume_in_s=delay_s)
 
 
 def _exhausted(core: SupervisorCore, sid: str, attempts: int) -> None:

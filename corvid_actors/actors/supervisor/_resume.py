@@ -167,3 +167,4 @@ def cold_send(core: SupervisorCore, sid: str, text: UserContent) -> bool:
     cold-starts with it (resume with history), so it is not lost."""
     _warm_path_failed(core, sid)
     return resume(core, sid, text) is not None
+

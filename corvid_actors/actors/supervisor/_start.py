@@ -44,12 +44,18 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
     if session.project_id and ctx.project is None:
         core.publish(sid, ErrorEvent(error_type="not_found", message=f"Project {session.project_id} not found"))
         return None
+    if core.cluster is not None and not core.cluster.owns(sid) and core.cluster.claim(sid) is None:
+        owner = core.cluster.cluster.owner_of(sid)
+        where = f" on daemon {owner.owner_id}" if owner is not None and owner.owner_id else " elsewhere"
+        core.publish(sid, ErrorEvent(error_type="owned_elsewhere", message=f"Session is running{where}"))
+        return None
     blocks = content_blocks(prompt) if prompt is not None else ()
     text = text_parts(blocks) if blocks else (prompt if isinstance(prompt, str) else session.initial_prompt or "")
     core.generation += 1
     gen = core.generation
     sup = core.sup
-    lifeline = Lifeline(sid, core.bus, coalesce=sup.coalesce_deltas)
+    lifeline = Lifeline(sid, core.bus, coalesce=sup.coalesce_deltas,
+                        gate=core.cluster.lease_valid if core.cluster is not None else None)
     timeout_s = sup.session_timeout_s
     meta = core.meta.setdefault(sid, Meta(source=session.source))
     meta.source = session.source
@@ -108,6 +114,8 @@ def on_built(core: SupervisorCore, sid: str, built: Any) -> None:
         open_turns=1 if begin else 0))
     if restart_timer:
         tell(core.timers, CancelTimer((sid, "restart")))
+    if core.cluster is not None:
+        core.cluster.clear_due(sid)
     core.publish(sid, SessionStarted(pid=pid, generation=gen))
     core.publish(sid, SystemEvent(subtype="provider_selected", message=built.provider_selected
                                   or f"Provider: {built.provider_name} ({built.model})"))
