@@ -91,8 +91,9 @@ class RuntimeInternals:
                 yield name, ref
 
     def stop_order(self) -> Iterator[pykka.ActorRef[Any]]:
-        """The actors in the order shutdown stops them (the supervisor first, the store watch
-        last); shutdown then closes the timer table (every timer cancelled)."""
+        """The actors in the order shutdown stops them (the cluster member and the supervisor
+        first, the store watch last); shutdown then closes the timer table (every timer
+        cancelled)."""
         for ref in (self.cluster_member, self.supervisor, self.credits, self.slot_pool, self.approvals, self.bus,
                     self.store_watch):
             if ref is not None:
