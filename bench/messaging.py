@@ -113,7 +113,7 @@ class SlotCycles:
         from corvid_actors.config_sections import SlotsConfig
 
         self.tracker, self.clock = ActivityTracker(), RealClock()
-        self.timers = Timers.start(self.tracker, self.clock)
+        self.timers = Timers(self.clock)
         self.pool = SlotPool.start(self.tracker, config=SlotsConfig(max_parallel=1, wait_timeout_s=300.0),
                                    timers=self.timers)
 
@@ -148,7 +148,7 @@ class SlotCycles:
 
     def close(self) -> None:
         self.pool.stop()
-        self.timers.stop()
+        self.timers.close()
         self.clock.stop()
 
 

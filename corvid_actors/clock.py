@@ -1,7 +1,7 @@
 """Time, the only module of the runtime that may read the wall clock or wait.
 
-Every delay in corvid-actors goes through a :class:`Clock`: the runtime's ``Timers``
-actor schedules on it, and workers that must wait (scripted latency, retry sleeps in
+Every delay in corvid-actors goes through a :class:`Clock`: the runtime's timer
+table (``actors/timers.py``) schedules on it, and workers that must wait (scripted latency, retry sleeps in
 tools) call :meth:`Clock.wait`. :class:`RealClock` runs ONE timer thread over a heap —
 never a ``threading.Timer`` per timer. The simulated clock lives in
 ``corvid_actors.testing.clock`` and fires timers only when a test advances it.

@@ -112,7 +112,7 @@ class ApprovalsConfig:
 @section("store.write_retry")
 class RetrySchedule:
     """Waits between the tries of something that must happen (a store write, a credit
-    charge), scheduled through the Timers actor: ``delays_s[n]`` before retry ``n + 1``,
+    charge), scheduled through the timer table: ``delays_s[n]`` before retry ``n + 1``,
     the last delay repeating, at most ``max_attempts`` tries in all (the first included).
     The same type is the ``[store.write_retry]`` and ``[credits.charge_retry]`` tables."""
 

@@ -4,8 +4,9 @@
 it, and every facade call's gate (``_ask``: RuntimeStoppedError once it is stopped).
 
 Root policy (issue 16): the core actors (supervisor, slot pool, approval broker, credit
-bank, event bus, timers, store watch — and whatever a host adds with :meth:`RuntimeLifecycle.watch`,
-e.g. the daemon's admin actor) survive a bad message each (``actors/base.py``). If one
+bank, event bus, store watch — and whatever a host adds with :meth:`RuntimeLifecycle.watch`,
+e.g. the daemon's admin actor) survive a bad message each (``actors/base.py``); the timer
+table is no actor and cannot die (``actors/timers.py``). If one
 dies anyway — a bug, or someone stopped its ref — the runtime does not go on half alive:
 it logs the failure, shuts down cleanly (sessions stopped and marked for resume, the same
 rows the next start-up resumes: the state is rebuilt from the store by a restart), and
@@ -114,6 +115,7 @@ class RuntimeLifecycle(RuntimeReads):
                 ref.stop(block=True)
             except pykka.ActorDeadError:
                 logger.debug("shutdown: {} was already stopped", ref.actor_class.__name__)
+        self._internals.timers.close()  # every timer cancelled, once no actor can schedule one
         self._internals.io_loop.stop()  # cancels any stream still open, closes the HTTP clients
         if self.failure is not None:
             # The supervisor may be the one that died: sessions it could not stop are marked

@@ -19,7 +19,6 @@ from corvid_actors.actors import supervisor as sv
 from corvid_actors.actors.credits import GetBalance, GetTransactions
 from corvid_actors.actors.events import BusStats
 from corvid_actors.actors.slots import SlotStats
-from corvid_actors.actors.timers import TimerStats
 from corvid_actors.clock import Clock
 from corvid_actors.config import Config
 from corvid_actors.db.messages import StoredMessage
@@ -155,7 +154,7 @@ class RuntimeReads:
     def get_memory_stats(self) -> dict[str, int]:
         stats = dict(self._ask(sv.SupervisorStats()))
         stats.update(self._ask(BusStats(), self._internals.bus))
-        timers = self._ask(TimerStats(), self._internals.timers)
+        timers = self._internals.timers.stats()  # the table answers on this thread
         stats["timers"] = timers["timers"]
         stats["session_timeouts"] = timers["by_kind"].get("timeout", 0)
         stats["stable_timers"] = timers["by_kind"].get("stable", 0)

@@ -54,7 +54,9 @@ class RuntimeInternals:
 
     ``store``: the persistence API; ``tracker``: the activity count ``settle()`` waits on;
     ``builder``: makes session incarnations; ``providers``: name → Provider; ``live``: the
-    registry of running incarnations (the supervisor writes it). The actor refs: ``timers``,
+    registry of running incarnations (the supervisor writes it); ``timers``: the timer
+    table (a thread-safe object, not an actor: it cannot die, so the root policy does not
+    watch it; shutdown closes it after every actor stopped). The actor refs:
     ``store_watch``, ``bus`` (EventBus), ``slot_pool``, ``approvals`` (ApprovalBroker),
     ``credits`` (CreditBank, None unless ``with_credits``) and ``supervisor``.
     """
@@ -64,7 +66,7 @@ class RuntimeInternals:
     builder: SessionBuilder
     providers: Mapping[str, Provider]
     live: LiveSessions
-    timers: pykka.ActorRef[Any]
+    timers: Timers
     store_watch: pykka.ActorRef[Any]
     bus: pykka.ActorRef[Any]
     slot_pool: pykka.ActorRef[Any]
@@ -79,8 +81,9 @@ class RuntimeInternals:
     cluster_member: pykka.ActorRef[Any] | None = None
 
     def core_actors(self) -> Iterator[tuple[str, pykka.ActorRef[Any]]]:
-        """The root policy's actors, by the name a failure report gives them."""
-        for name, ref in (("timers", self.timers), ("store watch", self.store_watch), ("event bus", self.bus),
+        """The root policy's actors, by the name a failure report gives them (the timer
+        table is none: it has no thread to lose)."""
+        for name, ref in (("store watch", self.store_watch), ("event bus", self.bus),
                           ("slot pool", self.slot_pool), ("approval broker", self.approvals),
                           ("credit bank", self.credits), ("supervisor", self.supervisor),
                           ("cluster member", self.cluster_member)):
@@ -88,9 +91,11 @@ class RuntimeInternals:
                 yield name, ref
 
     def stop_order(self) -> Iterator[pykka.ActorRef[Any]]:
-        """The actors in the order shutdown stops them (the supervisor first, the timers last)."""
+        """The actors in the order shutdown stops them (the cluster member and the supervisor
+        first, the store watch last); shutdown then closes the timer table (every timer
+        cancelled)."""
         for ref in (self.cluster_member, self.supervisor, self.credits, self.slot_pool, self.approvals, self.bus,
-                    self.store_watch, self.timers):
+                    self.store_watch):
             if ref is not None:
                 yield ref
 
@@ -137,13 +142,14 @@ def open_store(config: Config, clock: Clock, store_url: str | None = None) -> St
 def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, store: Store,
                      builder: SessionBuilder, with_credits: bool,
                      is_owner: Callable[[str], bool] | None) -> RuntimeInternals:
-    """Start the core actors on ``tracker``, each given the refs it talks to.
+    """Make the timer table and start the core actors on ``tracker``, each given the refs
+    (and the table) it talks to.
 
     The tracker's failure hooks must be set before: an actor may end as soon as it starts."""
     sc = config.store
     io_loop: IoLoop[Any] = IoLoop(begin=tracker.begin, end=tracker.end)
     io_loop.start()
-    timers = Timers.start(tracker, clock)
+    timers = Timers(clock)
     store_watch = StoreWatch.start(tracker, store=store, timers=timers,
                                    backoff_s=(sc.reconnect_backoff_initial_s, sc.reconnect_backoff_max_s))
     bus = EventBus.start(tracker)

@@ -4,7 +4,8 @@ Each command of :data:`corvid_actors.daemon.protocol.COMMANDS` arrives as an
 :class:`AdminCommand` (ask) with checked arguments; the actor answers with JSON-ready
 data, or raises :class:`~corvid_actors.errors.AdminError` (the asker gets it). It
 reaches the rest of the tree by messages only — the supervisor, the ApprovalBroker, the
-EventBus, the Timers, the SlotPool and the CreditBank — and reads rows from the store.
+EventBus, the SlotPool and the CreditBank — reads the timer table's counts (no actor: it
+answers on this thread) and reads rows from the store.
 ``health`` probes providers on a worker thread and replies with a Future the asker waits
 on, so a slow provider never blocks this mailbox. The commands that only relay to the
 ApprovalBroker or the CreditBank are functions in ``_admin_commands`` (with the ask every
@@ -45,7 +46,7 @@ from corvid_actors.actors._admin_views import (
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.events import BusStats, SubscribeAll, UnsubscribeAll
 from corvid_actors.actors.slots import SlotStats
-from corvid_actors.actors.timers import TimerStats
+from corvid_actors.actors.timers import Timers
 from corvid_actors.clock import Clock, iso_utc
 from corvid_actors.config_sections import DaemonConfig
 from corvid_actors.errors import (
@@ -132,7 +133,7 @@ class AdminWiring:
     supervisor: pykka.ActorRef[Any]
     approvals: pykka.ActorRef[Any]
     bus: pykka.ActorRef[Any]
-    timers: pykka.ActorRef[Any]
+    timers: Timers
     slot_pool: pykka.ActorRef[Any] | None
     credits: pykka.ActorRef[Any] | None
     store: Any
@@ -326,7 +327,7 @@ class AdminActor(TrackedActor):
     def _cmd_stats(self, args: Mapping[str, Any]) -> dict[str, Any]:
         stats: dict[str, Any] = {"supervisor": ask_actor(self.w.supervisor, sv.SupervisorStats()),
                                  "event_bus": ask_actor(self.w.bus, BusStats(), "event bus"),
-                                 "timers": ask_actor(self.w.timers, TimerStats(), "timers")}
+                                 "timers": self.w.timers.stats()}
         if self.w.slot_pool is not None:
             stats["slots"] = ask_actor(self.w.slot_pool, SlotStats(), "slot pool")
         stats["admin"] = {"followers": len(self._followers), "sessions_with_recent_events": len(self._recent)}
@@ -335,8 +336,10 @@ class AdminActor(TrackedActor):
         return stats
 
     def _cmd_health(self, args: Mapping[str, Any]) -> pykka.Future[dict[str, Any]]:
-        actors = {"supervisor": self.w.supervisor, "approvals": self.w.approvals, "event_bus": self.w.bus,
-                  "timers": self.w.timers, "slot_pool": self.w.slot_pool, "credits": self.w.credits}
+        # the timer table is no actor, but answers is_alive() as one (until shutdown closes it)
+        actors: dict[str, pykka.ActorRef[Any] | Timers | None] = {
+            "supervisor": self.w.supervisor, "approvals": self.w.approvals, "event_bus": self.w.bus,
+            "timers": self.w.timers, "slot_pool": self.w.slot_pool, "credits": self.w.credits}
         alive = {name: ref.is_alive() for name, ref in actors.items() if ref is not None}
         running = paused = 0
         if alive.get("supervisor"):

@@ -158,7 +158,7 @@ class GetMode:
 
 @dataclass(frozen=True)
 class _Expired:
-    """A pending request timed out (told by the Timers actor; the broker's thread)."""
+    """A pending request timed out (told by the timer table; handled on the broker's thread)."""
 
     approval_id: str
 
@@ -166,7 +166,7 @@ class _Expired:
 class ApprovalBroker(TrackedActor):
     survive_errors = True  # one bad told message never kills it (actors/base.py)
 
-    def __init__(self, tracker: ActivityTracker, *, clock: Clock, timers: pykka.ActorRef[Timers],
+    def __init__(self, tracker: ActivityTracker, *, clock: Clock, timers: Timers,
                  mode: str = "normal") -> None:
         super().__init__(tracker)
         self.clock = clock

@@ -9,8 +9,8 @@ counting while it is parked on the simulated clock. ``settle()`` waits for zero.
 The inbox hook is Pykka's ``_create_actor_inbox`` (internal: pykka is pinned to 4.5.x).
 
 Supervision (issue 16): Pykka stops an actor whose *told* message raised. A core actor
-(``survive_errors = True``: slot pool, approval broker, credit bank, event bus, timers,
-admin) instead logs the error and goes on with its next message — one bad message never
+(``survive_errors = True``: slot pool, approval broker, credit bank, event bus, store
+watch, admin) instead logs the error and goes on with its next message — one bad message never
 kills it (:meth:`TrackedActor.on_message_error` is its hook). An *asked* message that
 raises still hands the exception to the asker, as in Pykka. Whatever ends an actor's
 thread (a stop, a failure), the tracker's ``on_actor_exit`` hears of it: the Runtime's
@@ -355,7 +355,7 @@ class TrackedActor(pykka.ThreadingActor):
     def on_message_error(self, message: Any, error: Exception) -> None:
         """A told ``message`` raised ``error`` (only for ``survive_errors`` actors): log it
         and hand it to the tracker's ``on_message_error`` (the runtime publishes an event on
-        the session the message names). Override to do more (a retry through Timers)."""
+        the session the message names). Override to do more (a retry through the timer table)."""
         logger.opt(exception=error).error("{} could not handle {}: {}; the actor goes on",
                                           type(self).__name__, type(message).__name__, error)
         hook = self._tracker.on_message_error
@@ -373,7 +373,14 @@ class TrackedActor(pykka.ThreadingActor):
             self._report_exit()
 
 
-def tell(ref: pykka.ActorRef[Any] | None, message: Any) -> bool:
+class Tellable(Protocol):
+    """What :func:`tell` sends to: a Pykka actor ref, or an object that handles the message
+    synchronously behind the same method (the timer table, ``actors/timers.py``)."""
+
+    def tell(self, message: Any) -> None: ...
+
+
+def tell(ref: Tellable | None, message: Any) -> bool:
     """Send ``message`` if ``ref`` is alive; False (not an error) when it is gone.
 
     A message dropped because its target is dead is logged: a warning when the target is
@@ -385,9 +392,10 @@ def tell(ref: pykka.ActorRef[Any] | None, message: Any) -> bool:
     try:
         ref.tell(message)
         return True
-    except pykka.ActorDeadError:
+    except pykka.ActorDeadError:  # only an actor ref raises it
+        actor_class: type = getattr(ref, "actor_class", type(ref))
         tracker = getattr(getattr(ref, "_actor", None), "_tracker", None)
-        core = bool(getattr(ref.actor_class, "survive_errors", False)) and not getattr(tracker, "stopping", False)
+        core = bool(getattr(actor_class, "survive_errors", False)) and not getattr(tracker, "stopping", False)
         logger.log("WARNING" if core else "DEBUG", "{} to the dead {} dropped",
-                   type(message).__name__, ref.actor_class.__name__)
+                   type(message).__name__, actor_class.__name__)
         return False

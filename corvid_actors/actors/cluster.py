@@ -35,7 +35,7 @@ import pykka
 from loguru import logger
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
-from corvid_actors.actors.timers import ScheduleTimer
+from corvid_actors.actors.timers import ScheduleTimer, Timers
 from corvid_actors.clock import Clock
 from corvid_actors.config_sections import ClusterConfig
 from corvid_actors.db.cluster import ClusterStore
@@ -76,12 +76,12 @@ class ClusterStats:
 
 @dataclass(frozen=True)
 class _Heartbeat:
-    """Time to renew (told by the Timers; the member's thread)."""
+    """Time to renew (told by the timer table; handled on the member's thread)."""
 
 
 @dataclass(frozen=True)
 class _Sweep:
-    """Time to sweep expired leases (told by the Timers; the member's thread)."""
+    """Time to sweep expired leases (told by the timer table; handled on the member's thread)."""
 
 
 @dataclass
@@ -211,7 +211,7 @@ class ClusterMember(TrackedActor):
 
     survive_errors = True  # one bad told message never kills it (actors/base.py)
 
-    def __init__(self, tracker: ActivityTracker, *, seat: ClusterSeat, timers: pykka.ActorRef[Any],
+    def __init__(self, tracker: ActivityTracker, *, seat: ClusterSeat, timers: Timers,
                  supervisor: pykka.ActorRef[Any]) -> None:
         super().__init__(tracker)
         self.seat = seat

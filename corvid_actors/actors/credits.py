@@ -15,7 +15,7 @@ when the session's source is charged (``credits.charged_sources``: ``chat``) and
 
 A charge that cannot be written (the store is unavailable) is not dropped: the bank
 publishes a ``session_error`` (``store_unavailable``, a warning) on the session and tries
-again through the Timers actor on the ``[credits.charge_retry]`` schedule (1 s, doubling,
+again through the timer table on the ``[credits.charge_retry]`` schedule (1 s, doubling,
 at most 30 s between tries, 10 tries); only then it gives up with an ``error`` event. An
 *asked* charge (``Runtime.charge_turn``) raises the StoreError to the asker instead.
 
@@ -46,7 +46,7 @@ from loguru import logger
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.events import Publish
-from corvid_actors.actors.timers import ScheduleTimer
+from corvid_actors.actors.timers import ScheduleTimer, Timers
 from corvid_actors.config_sections import CreditsConfig
 from corvid_actors.db.ledger import Account, Deduction, Ledger
 from corvid_actors.errors import StoreError
@@ -73,7 +73,7 @@ class ChargeTurn:
     ``attempt`` counts the bank's own retries of a charge the store refused.
 
     Told by a session actor (``session_effects``, on its thread) after each ``result``, and
-    by the Timers actor for a retry; asked by ``Runtime.charge_turn`` (on the caller's
+    by the timer table for a retry; asked by ``Runtime.charge_turn`` (on the caller's
     thread). Handled on the bank's thread. An ask replies with the :class:`Deduction`, or
     None when the turn was not charged; a tell has no reply.
     """
@@ -179,7 +179,7 @@ class CreditBank(TrackedActor):
     def __init__(self, tracker: ActivityTracker, *, store: Any, config: CreditsConfig,
                  bus: pykka.ActorRef[Any] | None = None,
                  is_owner: Callable[[str], bool] | None = None,
-                 timers: pykka.ActorRef[Any] | None = None) -> None:
+                 timers: Timers | None = None) -> None:
         super().__init__(tracker)
         self.timers = timers
         self._retries = 0
@@ -224,7 +224,7 @@ class CreditBank(TrackedActor):
 
     def _charge_refused(self, session_id: str, source: str, reply_to: pykka.ActorRef[Any] | None,
                         attempt: int, exc: StoreError) -> None:
-        """The store refused a charge: try again later through the Timers, or give up."""
+        """The store refused a charge: try again later through the timer table, or give up."""
         log = logger.bind(session_id=session_id)
         schedule = self.cfg.charge_retry
         if attempt + 1 >= schedule.max_attempts or self.timers is None:

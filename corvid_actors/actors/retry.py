@@ -1,4 +1,4 @@
-"""Writes that must happen, retried with backoff through the Timers actor.
+"""Writes that must happen, retried with backoff through the timer table.
 
 A told handler of the supervisor or a session actor that cannot write to the store
 (the server restarted, SQLite busy past its timeout, disk full) must not die of it —
@@ -25,7 +25,7 @@ import pykka
 from loguru import logger
 
 from corvid_actors.actors.base import tell
-from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
+from corvid_actors.actors.timers import CancelTimer, ScheduleTimer, Timers
 from corvid_actors.config_sections import RetrySchedule
 from corvid_actors.errors import FencedWrite
 from corvid_actors.events import ErrorEvent, SessionError
@@ -35,7 +35,7 @@ from corvid_actors.events import ErrorEvent, SessionError
 class RetryWrites:
     """Timer message to the owner of a :class:`PendingWrites`: flush the queue now.
 
-    Scheduled by ``PendingWrites`` (on its owner's thread) and told by the Timers actor
+    Scheduled by ``PendingWrites`` (on its owner's thread) and told by the timer table
     to the owner (the supervisor or a session actor); handled on the owner's thread.
     Reply: none (told)."""
 
@@ -45,7 +45,7 @@ class RetryWrites:
 class PendingWrites:
     """An actor's queue of writes that failed and must still happen (its thread only)."""
 
-    def __init__(self, *, timers: pykka.ActorRef[Any], owner: pykka.ActorRef[Any] | None,
+    def __init__(self, *, timers: Timers, owner: pykka.ActorRef[Any] | None,
                  publish: Callable[[str, Any], Any], key: Hashable, schedule: RetrySchedule,
                  on_fenced: Callable[[str], Any] | None = None) -> None:
         self._timers = timers

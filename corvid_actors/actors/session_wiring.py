@@ -19,6 +19,7 @@ import pykka
 
 from corvid_actors.actors.base import tell
 from corvid_actors.actors.events import DeltaBuffer, Publish, PublishDeltas
+from corvid_actors.actors.timers import Timers
 from corvid_actors.clock import Clock
 from corvid_actors.config_sections import RetrySchedule
 from corvid_actors.events import ContentBlockDelta, Event
@@ -117,7 +118,7 @@ class SessionWiring:
     generation: int
     lifeline: Lifeline
     supervisor: pykka.ActorRef[Any]
-    timers: pykka.ActorRef[Any]
+    timers: Timers
     clock: Clock
     store: Any
     provider: Provider

@@ -29,7 +29,7 @@ import pykka
 from loguru import logger
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
-from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
+from corvid_actors.actors.timers import CancelTimer, ScheduleTimer, Timers
 from corvid_actors.config_sections import SlotsConfig
 
 
@@ -93,7 +93,7 @@ class SlotQueued:
 
 @dataclass(frozen=True)
 class _WaitExpired:
-    """A waiter's ``wait_timeout_s`` passed (told by the Timers actor; SlotPool's thread)."""
+    """A waiter's ``wait_timeout_s`` passed (told by the timer table; handled on SlotPool's thread)."""
 
     session_id: str
     request_id: int
@@ -120,7 +120,7 @@ def admit(capacity: int, in_use: int, queue_weights: Iterable[int]) -> int:
 class SlotPool(TrackedActor):
     survive_errors = True  # one bad told message never kills it (actors/base.py)
 
-    def __init__(self, tracker: ActivityTracker, *, config: SlotsConfig, timers: pykka.ActorRef[Any]) -> None:
+    def __init__(self, tracker: ActivityTracker, *, config: SlotsConfig, timers: Timers) -> None:
         super().__init__(tracker)
         self.capacity = config.max_parallel
         self.wait_timeout_s = config.wait_timeout_s

@@ -2,7 +2,7 @@
 
 The store notices an outage itself, at use (a lost connection, a SQLite file gone or
 read-only: :mod:`corvid_actors.db.store`), and tells its listeners; this actor is one.
-While the store is down it probes it through the Timers actor — first after
+While the store is down it probes it through the timer table — first after
 ``store.reconnect_backoff_initial_s``, then doubling up to ``store.reconnect_backoff_max_s``
 — so the store comes back (and ``admin health`` says ``ok`` again) within one backoff step
 of its server, even when nothing else uses it meanwhile. No polling thread, no wall-clock
@@ -42,7 +42,7 @@ class _StoreChanged:
 
 @dataclass(frozen=True)
 class _Probe:
-    """Time to probe the store (told by the Timers actor; StoreWatch thread)."""
+    """Time to probe the store (told by the timer table on the clock's thread; handled on the StoreWatch thread)."""
 
 
 class StoreWatch(TrackedActor):
@@ -50,7 +50,7 @@ class StoreWatch(TrackedActor):
 
     survive_errors = True  # one bad told message never kills it (actors/base.py)
 
-    def __init__(self, tracker: ActivityTracker, *, store: Store, timers: pykka.ActorRef[Timers],
+    def __init__(self, tracker: ActivityTracker, *, store: Store, timers: Timers,
                  backoff_s: tuple[float, float] = (0.5, 5.0)) -> None:
         super().__init__(tracker)
         self.store = store

@@ -37,7 +37,7 @@ class Inbox(TrackedActor):
 def env():
     clock = SimClock()
     tracker = ActivityTracker()
-    timers = Timers.start(tracker, clock)
+    timers = Timers(clock)
     broker = ApprovalBroker.start(tracker, clock=clock, timers=timers)
     inbox = Inbox.start(tracker)
     clock.attach(tracker, lambda: tracker.wait_idle(5))

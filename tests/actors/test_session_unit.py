@@ -1,6 +1,6 @@
 """The SessionActor on its own: driven with its public messages, observed from outside.
 
-One incarnation on the smallest wiring — a simulated clock, the Timers actor, the event
+One incarnation on the smallest wiring — a simulated clock, the timer table, the event
 bus, an in-memory store, a scripted provider and the plain conversation loop — with a
 probe in the supervisor's place. Each test sends the actor what the supervisor (or
 ``Runtime.send_message``, or another actor) sends it and checks only what anyone outside
@@ -30,13 +30,16 @@ from corvid_actors.actors.session_messages import (
     BuildFailed,
     Built,
     ExtendTimeout,
+    IdleDue,
     InjectedCrash,
+    LoopTimerDue,
     OutageReported,
     Ready,
     SessionCrashed,
     SessionEnded,
     StopRequested,
     TimedOut,
+    TimeoutDue,
     UserInput,
 )
 from corvid_actors.actors.session_wiring import Lifeline, SessionWiring
@@ -70,7 +73,7 @@ class Cell:
     store: Store
     provider: ScriptedProvider
     bus: pykka.ActorRef[Any]
-    timers: pykka.ActorRef[Any]
+    timers: Timers
     supervisor: pykka.ActorRef[Any]
     sid: str
     workspace: Path
@@ -138,7 +141,7 @@ def cell(tmp_path: Path) -> Iterator[Cell]:
     store = Store("sqlite:///:memory:")
     sid = store.create_session(source="web", name="unit").id
     c = Cell(clock=clock, tracker=tracker, store=store, provider=ScriptedProvider(clock),
-             bus=EventBus.start(tracker), timers=Timers.start(tracker, clock),
+             bus=EventBus.start(tracker), timers=Timers(clock),
              supervisor=Probe.start(tracker), sid=sid, workspace=tmp_path)
 
     def record(session_id: str, event: Event) -> None:
@@ -301,6 +304,17 @@ def test_no_events_for_the_timeout_is_reported_as_timed_out(cell):
     assert cell.told() == []
     cell.advance(1)
     assert cell.told() == [TimedOut(cell.sid, GEN)]
+
+
+def test_late_timer_messages_of_another_generation_are_ignored(cell):
+    # The timer table does not recall a message it told already (a fire that won the race
+    # with a cancel): a timer message of another incarnation must change nothing.
+    cell.start(cell.wiring(idle_timeout_s=None))
+    cell.tell(Begin("hi"))
+    before = cell.types()
+    for late in (TimeoutDue(GEN - 1), IdleDue(GEN - 1, 0), IdleDue(GEN + 1, 0), LoopTimerDue(GEN - 1, "t")):
+        cell.tell(late)
+    assert cell.alive() and cell.told() == [] and cell.types() == before
 
 
 def test_extend_timeout_holds_off_the_timeout_until_the_extension_runs_out(cell):

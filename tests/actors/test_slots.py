@@ -56,7 +56,7 @@ class Pool:
     clock: SimClock
     tracker: ActivityTracker
     pool: pykka.ActorRef
-    timers: pykka.ActorRef
+    timers: Timers
     inboxes: dict[str, pykka.ActorRef] = field(default_factory=dict)
 
     def settle(self):
@@ -85,7 +85,7 @@ class Pool:
 def pool():
     clock = SimClock()
     tracker = ActivityTracker()
-    timers = Timers.start(tracker, clock)
+    timers = Timers(clock)
     ref = SlotPool.start(tracker, config=SlotsConfig(max_parallel=3, wait_timeout_s=300), timers=timers)
     p = Pool(clock, tracker, ref, timers)
     clock.attach(tracker, p.settle)
@@ -195,7 +195,7 @@ def test_a_request_heavier_than_the_pool_runs_alone_and_counts_as_the_whole_pool
     # max_parallel = 1 was admitted alone, as designed, but counted at its full weight.
     clock = SimClock()
     tracker = ActivityTracker()
-    timers = Timers.start(tracker, clock)
+    timers = Timers(clock)
     p = Pool(clock, tracker, SlotPool.start(tracker, config=SlotsConfig(max_parallel=1, wait_timeout_s=300), timers=timers), timers)
     clock.attach(tracker, p.settle)
     try:

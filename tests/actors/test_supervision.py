@@ -1,6 +1,8 @@
 """Issue 16: every core actor survives a bad message; writes that must happen are retried
-through the Timers; a store fault refuses a send (never acknowledged-then-lost); a core
-actor that dies anyway shuts the runtime down cleanly (the root policy). Simulated time."""
+through the timer table; a store fault refuses a send (never acknowledged-then-lost); a core
+actor that dies anyway shuts the runtime down cleanly (the root policy). The timer table is
+no actor (issue 18): it cannot die, and a failing timer target leaves it whole. Simulated
+time."""
 
 from __future__ import annotations
 
@@ -10,14 +12,16 @@ import pykka
 import pytest
 from loguru import logger
 
+from corvid_actors.actors.base import TrackedActor, tell
 from corvid_actors.actors.events import Publish
 from corvid_actors.actors.slots import SlotStats
-from corvid_actors.actors.timers import ScheduleTimer, TimerStats
+from corvid_actors.actors.timers import ScheduleTimer, TimerIndexCheck, TimerStats
 from corvid_actors.config import Config
 from corvid_actors.errors import CorvidError, RuntimeStoppedError, StoreUnavailableError
 from corvid_actors.events import Thinking
 from corvid_actors.providers.base import ErrorKind, ProviderError
 from corvid_actors.testing import EventRecorder, StoreFault, sim_runtime
+from tests.actors.recording import Inbox
 
 WAIT_S = 10
 
@@ -50,7 +54,7 @@ def _unlog(sink: int) -> None:
 
 def test_core_actors_survive_a_told_message_that_raises(runtime):
     class Boom:
-        def __hash__(self):  # ScheduleTimer keys are hashed: this one blows up in the actor
+        def __hash__(self):  # ScheduleTimer keys are hashed: this one blows up in the table
             raise RuntimeError("bad key")
 
     lines, sink = _logged("ERROR")
@@ -209,7 +213,7 @@ def test_store_faults_stack_and_clear_in_any_order(runtime):
 # --- the root policy ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("victim", ["bus", "timers", "slot_pool", "approvals", "store_watch"])
+@pytest.mark.parametrize("victim", ["bus", "slot_pool", "approvals", "store_watch"])
 def test_a_core_actor_stopped_mid_run_shuts_the_runtime_down_cleanly(sim_clock, scripted, tmp_path, victim):
     # a file store: the rows are read after the failure closed the runtime's store
     rt = sim_runtime(sim_clock, scripted, workspace_dir=tmp_path / "ws", store_url=f"sqlite:///{tmp_path}/c.db")
@@ -239,6 +243,39 @@ def test_a_core_actor_stopped_mid_run_shuts_the_runtime_down_cleanly(sim_clock, 
             rt.send_message(s.id, "anyone?")
     finally:
         rt.shutdown()
+
+
+def test_the_timer_table_is_not_under_the_root_policy(runtime):
+    # it has no thread to lose; only actors are watched
+    assert "timers" not in dict(runtime.internals.core_actors())
+    assert runtime.internals.timers not in list(runtime.internals.stop_order())
+
+
+def test_a_failing_timer_target_does_not_break_the_timer_table(runtime):
+    """What replaces killing the Timers actor: the table cannot be stopped, but a timer's
+    target can fail — raise on the timer's message (and die of it), or be dead already.
+    Neither touches the table (nor the runtime): the other timers fire, new ones are taken."""
+
+    class Fragile(TrackedActor):
+        def on_receive(self, message):
+            raise RuntimeError("a bug in the target")
+
+    tracker, timers = runtime.internals.tracker, runtime.internals.timers
+    fragile, dead, inbox = Fragile.start(tracker), Inbox.start(tracker), Inbox.start(tracker)
+    dead.stop()
+    tell(timers, ScheduleTimer(("t", "fragile"), 1.0, fragile, "boom"))
+    tell(timers, ScheduleTimer(("t", "dead"), 1.0, dead, "too late"))
+    tell(timers, ScheduleTimer(("t", "ok"), 2.0, inbox, "fired"))
+    runtime.clock.advance(1.0)
+    assert not fragile.is_alive()
+    assert timers.is_alive()
+    assert timers.ask(TimerIndexCheck())["by_owner"] == {"t": {("t", "ok")}}
+    runtime.clock.advance(1.0)
+    assert inbox.ask("dump") == ["fired"]
+    tell(timers, ScheduleTimer(("t", "again"), 1.0, inbox, "again"))
+    runtime.clock.advance(1.0)
+    assert inbox.ask("dump") == ["fired", "again"]
+    assert runtime.failure is None
 
 
 def test_the_supervisor_dying_marks_running_sessions_for_resume(sim_clock, scripted, tmp_path):

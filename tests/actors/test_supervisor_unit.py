@@ -47,6 +47,7 @@ from corvid_actors.actors.supervisor import (
     SupervisorStats,
     started_pid,
 )
+from corvid_actors.actors.supervisor._state import _RestartDue, _ResumeDue
 from corvid_actors.actors.timers import CancelTimer, CancelTimers
 from corvid_actors.config import Config
 from corvid_actors.db.store import Store
@@ -219,6 +220,23 @@ def test_reports_of_an_old_generation_are_ignored(runtime, scripted, rec):
     assert runtime.internals.supervisor.ask(IsRunning(sid)) is True
     runtime.settle()
     assert rec.of(sid, "session_exited") == [] and rec.of(sid, "session_stopped") == []
+
+
+def test_late_timer_messages_are_ignored(runtime, scripted, rec):
+    # The timer table does not recall a message it told already (a fire that won the race
+    # with a cancel): a restart that is no longer pending, a resume of a pause that is not
+    # (or no longer) the current one, change nothing.
+    scripted.reply("thinking", latency_s=60)
+    sid = runtime.create_session(source="web").id
+    pid = _start(runtime, sid)
+    sup = runtime.internals.supervisor
+    sup.tell(_RestartDue(sid, 1))
+    sup.tell(_ResumeDue(sid, 99))
+    runtime.settle()
+    assert sup.ask(IsRunning(sid)) is True and sup.ask(IsPaused(sid)) is False
+    assert sup.ask(SessionInfo(sid))[sid]["pid"] == pid
+    assert rec.of(sid, "session_exited") == [] and rec.of(sid, "session_stopped") == []
+    assert len(rec.of(sid, "session_started")) == 1
 
 
 def test_a_clean_exit_writes_the_row_and_the_exit_note(runtime, scripted, rec):

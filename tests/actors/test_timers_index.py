@@ -27,7 +27,7 @@ from tests.actors.recording import Inbox
 def rig():
     clock = SimClock()
     tracker = ActivityTracker()
-    timers = Timers.start(tracker, clock)
+    timers = Timers(clock)  # a table, not an actor: nothing to start or stop
     inbox = Inbox.start(tracker)
     clock.attach(tracker, lambda: tracker.wait_idle(5))
     yield clock, tracker, timers, inbox
@@ -35,8 +35,8 @@ def rig():
     clock.close()
 
 
-def _index(ref: pykka.ActorRef) -> dict[str, Any]:
-    return ref.ask(TimerIndexCheck())
+def _index(timers: Timers) -> dict[str, Any]:
+    return timers.ask(TimerIndexCheck())
 
 
 def test_cancel_timers_cancels_only_that_owners_keys(rig):
@@ -71,7 +71,7 @@ def test_a_rescheduled_key_fires_once_with_the_new_message(rig):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_index_is_exact_under_random_operations(rig, seed):
-    """A model of what should be pending, checked against the actor after every step: the
+    """A model of what should be pending, checked against the table after every step: the
     count, the index, and exactly which messages fired (and none that were cancelled)."""
     clock, tracker, timers, inbox = rig
     rnd = random.Random(seed)

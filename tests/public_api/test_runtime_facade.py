@@ -147,7 +147,7 @@ def test_credits_enabled_with_the_bank(sim_clock):
 def test_mark_stopping_makes_an_actor_stop_no_failure(sim_clock):
     with sim_runtime(sim_clock) as runtime:
         runtime.mark_stopping()
-        runtime.internals.timers.stop(block=True)
+        runtime.internals.bus.stop(block=True)
         assert runtime.failure is None
 
 

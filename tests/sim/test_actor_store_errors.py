@@ -1,6 +1,6 @@
 """Issue 16 (per-message errors of the supervisor and the session actor): a store error in
 a told handler never kills the actor; the session concerned hears of it; writes that must
-happen are retried with backoff through the Timers actor (first retry after 1 s)."""
+happen are retried with backoff through the timer table (first retry after 1 s)."""
 
 from __future__ import annotations
 

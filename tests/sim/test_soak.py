@@ -139,7 +139,7 @@ def test_every_per_session_table_is_bounded_by_the_live_sessions(churn):
     assert stats["event_bus"]["subscribers"] <= live
     assert stats["admin"]["sessions_with_recent_events"] == RECENT_EVENT_SESSIONS
     assert stats["slots"]["in_use"] == 0 and stats["slots"]["held"] == {}
-    # the Timers actor's table is exact: a live session's timers, and the supervisor's own
+    # the timer table is exact: a live session's timers, and the supervisor's own
     timers = stats["timers"]
     by_kind = dict(timers["by_kind"])
     assert all(by_kind.pop(kind, 0) <= 1 for kind in SUPERVISOR_TIMERS)

@@ -61,7 +61,7 @@ from corvid_actors.actors.supervisor._state import (
     _RestartDue,
     _ResumeDue,
 )
-from corvid_actors.actors.timers import ScheduleTimer
+from corvid_actors.actors.timers import ScheduleTimer, Timers
 from corvid_actors.clock import Clock
 from corvid_actors.config import Config
 from corvid_actors.content import UserContent
@@ -90,7 +90,7 @@ class SessionSupervisor(TrackedActor):
         store: Any,
         builder: Any,
         bus: pykka.ActorRef[Any],
-        timers: pykka.ActorRef[Any],
+        timers: Timers,
         slot_pool: pykka.ActorRef[Any] | None = None,
         approvals: pykka.ActorRef[Any] | None = None,
         credits: pykka.ActorRef[Any] | None = None,

@@ -26,7 +26,7 @@ from corvid_actors.actors.retry import PendingWrites
 from corvid_actors.actors.session_messages import Abort
 from corvid_actors.actors.slots import ReleaseSlot
 from corvid_actors.actors.supervisor._state import Incarnation, Meta, Paused, _FallbackCheck, _Prune
-from corvid_actors.actors.timers import CancelTimer, CancelTimers, ScheduleTimer
+from corvid_actors.actors.timers import CancelTimer, CancelTimers, ScheduleTimer, Timers
 from corvid_actors.clock import Clock
 from corvid_actors.config import Config
 from corvid_actors.errors import RuntimeStoppedError
@@ -50,7 +50,7 @@ class SupervisorCore:
         store: Any,
         builder: Any,
         bus: pykka.ActorRef[Any],
-        timers: pykka.ActorRef[Any],
+        timers: Timers,
         slot_pool: pykka.ActorRef[Any] | None,
         approvals: pykka.ActorRef[Any] | None,
         credits: pykka.ActorRef[Any] | None,
