@@ -49,6 +49,7 @@ from corvid_actors.actors.slots import SlotStats
 from corvid_actors.actors.timers import Timers
 from corvid_actors.clock import Clock, iso_utc
 from corvid_actors.config_sections import DaemonConfig
+from corvid_actors.db.cluster import ClusterStore
 from corvid_actors.errors import (
     BAD_REQUEST,
     CONFLICT,
@@ -58,7 +59,6 @@ from corvid_actors.errors import (
     AdminError,
     ConflictError,
 )
-from corvid_actors.db.cluster import ClusterStore
 from corvid_actors.events import Event, to_dict
 
 #: commands refused once the daemon is shutting down (they start or change work)

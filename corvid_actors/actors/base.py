@@ -38,7 +38,6 @@ from pykka import messages as pykka_messages
 from corvid_actors.actors.inline import InlineDispatcher, _InlineInbox, _PumpFuture, _Setup
 from corvid_actors.errors import SettleTimeout
 
-
 DispatcherKind = Literal["threads", "inline"]
 
 

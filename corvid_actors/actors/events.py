@@ -24,7 +24,13 @@ from dataclasses import dataclass
 from loguru import logger
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor
-from corvid_actors.events import TERMINAL_EVENT_TYPES, ContentBlockDelta, Event, SessionStarted, Thinking
+from corvid_actors.events import (
+    TERMINAL_EVENT_TYPES,
+    ContentBlockDelta,
+    Event,
+    SessionStarted,
+    Thinking,
+)
 
 EventCallback = Callable[[str, Event], None]
 

@@ -47,8 +47,8 @@ from typing import Any
 from loguru import logger
 
 from corvid_actors.actors.approvals import ApprovalAnswer, ApprovalAsked
-from corvid_actors.actors.cluster import SessionsLost
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
+from corvid_actors.actors.cluster import SessionsLost
 from corvid_actors.actors.credits import CreditsExhausted
 from corvid_actors.actors.retry import PendingWrites, RetryWrites
 from corvid_actors.actors.session_effects import SessionEffects
@@ -75,7 +75,7 @@ from corvid_actors.actors.session_messages import (
 from corvid_actors.actors.session_wiring import SessionWiring
 from corvid_actors.actors.session_work import ExitRequested
 from corvid_actors.actors.slots import SlotAnswer, SlotQueued
-from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
+from corvid_actors.actors.timers import ScheduleTimer
 from corvid_actors.clock import iso_after
 from corvid_actors.events import ApprovalRequestEvent, ApprovalResolved, QueueStatus, Thinking
 from corvid_actors.loop import effects as fx

@@ -208,7 +208,7 @@ def approval_id_for(session_id: str, generation: int, seq: int) -> str:
 @dataclass(frozen=True)
 class LoopTimerDue:
     """A timer the loop asked for (``Schedule``) fired; fed to the loop as ``TimerFired``.
-    Told by the Timers actor; handled on the session actor's thread."""
+    Told by the Timers table (from the clock's callback); handled on the session actor's thread."""
 
     generation: int
     token: str
@@ -217,7 +217,7 @@ class LoopTimerDue:
 @dataclass(frozen=True)
 class IdleDue:
     """The idle timeout armed after turn ``turn_seq`` fired (ignored if a turn ran since).
-    Told by the Timers actor; handled on the session actor's thread."""
+    Told by the Timers table (from the clock's callback); handled on the session actor's thread."""
 
     generation: int
     turn_seq: int
@@ -225,7 +225,7 @@ class IdleDue:
 
 @dataclass(frozen=True)
 class TimeoutDue:
-    """Time to check the inactivity deadline (told by the Timers actor; handled on the
+    """Time to check the inactivity deadline (told by the Timers table; handled on the
     session actor's thread)."""
 
     generation: int

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pykka
 from loguru import logger
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell

@@ -39,8 +39,10 @@ class PidLock:
     never blocks a restart.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, busy: str | None = None) -> None:
         self.path = path
+        #: what a refusal says after "another corvid-actors daemon (pid N) …" (default: the data directory's)
+        self._busy = busy
         self._fd: int | None = None
 
     def _open_locked(self) -> int:
@@ -54,10 +56,9 @@ class PidLock:
         except BlockingIOError:
             other = os.read(fd, 32).decode(errors="replace").strip() or "?"
             os.close(fd)
-            raise DaemonError(
-                f"another corvid-actors daemon (pid {other}) is serving {self.path.parent}; stop it with "
-                "`corvid-actors admin shutdown`, or use another data directory (--data-dir / CORVID_DATA_DIR)"
-            ) from None
+            raise DaemonError(f"another corvid-actors daemon (pid {other}) " + (self._busy or (
+                f"is serving {self.path.parent}; stop it with `corvid-actors admin shutdown`, or use another "
+                "data directory (--data-dir / CORVID_DATA_DIR)"))) from None
         return fd
 
     def check(self) -> None:
@@ -82,6 +83,21 @@ class PidLock:
                 pass
             os.close(self._fd)
             self._fd = None
+
+
+def store_lock(url: str) -> PidLock | None:
+    """The lock that keeps a SQLite database file to one daemon (``<file>.daemon-lock``),
+    whatever data directory each daemon runs in; None for PostgreSQL (several daemons may
+    share it: ``[cluster] enabled``) and an in-memory database."""
+    if not url.startswith("sqlite:///"):
+        return None
+    path = url[len("sqlite:///"):].split("?", 1)[0]
+    if not path or path == ":memory:":
+        return None
+    database = Path(path).expanduser()
+    return PidLock(database.with_name(database.name + ".daemon-lock"), busy=(
+        f"uses the SQLite database {database}: a SQLite file serves one daemon. Stop that daemon, or run "
+        "several daemons on PostgreSQL (CORVID_DB_URL=postgresql://… and CORVID_CLUSTER=1)"))
 
 
 def human_format(record: Any) -> str:

@@ -35,6 +35,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
@@ -64,6 +65,7 @@ from corvid_actors.daemon.process import (
     detach,
     prepare_data_dir,
     redacted,
+    store_lock,
 )
 from corvid_actors.daemon.protocol import Request
 from corvid_actors.daemon.settings import (
@@ -369,7 +371,7 @@ def serve(options: ServeOptions, out: TextIO | None = None) -> int:
     configure_logging(config)
     forbid_memory_access()
     prepare_data_dir(data_dir)
-    with PidLock(data_dir / config.daemon.pid_file_name):
+    with PidLock(data_dir / config.daemon.pid_file_name), _store_lock(config):
         return Daemon(config, data_dir, options.stub_script).run()
 
 
@@ -377,6 +379,9 @@ def _detach(config: Config, data_dir: Path, options: ServeOptions, out: TextIO) 
     """The daemon in the background; prints where it runs once it is ready."""
     prepare_data_dir(data_dir)
     PidLock(data_dir / config.daemon.pid_file_name).check()  # before the fork: nothing written anywhere
+    lock = store_lock(config.store.resolved_url())
+    if lock is not None:
+        lock.check()
     log_path = data_dir / DAEMON_LOG
     try:
         os.close(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
@@ -386,7 +391,7 @@ def _detach(config: Config, data_dir: Path, options: ServeOptions, out: TextIO) 
 
     def run(ready: Callable[[dict[str, Any]], None]) -> int:
         forbid_memory_access()
-        with PidLock(data_dir / config.daemon.pid_file_name):
+        with PidLock(data_dir / config.daemon.pid_file_name), _store_lock(config):
             return Daemon(config, data_dir, options.stub_script, on_ready=ready).run()
 
     about = detach(log_path, run, lambda: configure_logging(config))
@@ -402,3 +407,8 @@ def _detach(config: Config, data_dir: Path, options: ServeOptions, out: TextIO) 
         out.write("  NOTE: no model provider is configured, so sessions get canned replies from the STUB model;\n"
                   "  set OLLAMA_HOST (a running Ollama) or ANTHROPIC_API_KEY and restart for real answers.\n")
     return 0
+
+
+def _store_lock(config: Config) -> AbstractContextManager[Any]:
+    """One daemon per SQLite file (see ``process.store_lock``); nothing for PostgreSQL."""
+    return store_lock(config.store.resolved_url()) or nullcontext()

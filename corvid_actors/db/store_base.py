@@ -26,10 +26,10 @@ from corvid_actors.db.faults import (
     says_connection_lost,
 )
 from corvid_actors.db.group_commit import GroupCommitter
-from corvid_actors.db.writer import MessageWriter
 from corvid_actors.db.message_batches import MessageRow
 from corvid_actors.db.migrations import migrate
 from corvid_actors.db.models import build_models
+from corvid_actors.db.writer import MessageWriter
 from corvid_actors.errors import FencedWrite, StoreError, StoreUnavailableError
 
 #: most append calls one group commit carries

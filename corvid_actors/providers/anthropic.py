@@ -30,6 +30,7 @@ from typing import Any
 import anthropic
 import httpx2
 
+from corvid_actors.io_loop import IoLoop
 from corvid_actors.providers._anthropic_errors import classify_anthropic_error
 from corvid_actors.providers._anthropic_pricing import (
     ModelPrice,
@@ -47,7 +48,6 @@ from corvid_actors.providers.base import (
     ProviderTraits,
     StreamCallback,
 )
-from corvid_actors.io_loop import IoLoop
 from corvid_actors.vocabulary import CancelToken, StreamCancelled
 
 __all__ = ["AnthropicProvider", "ModelPrice", "classify_anthropic_error", "cost_usd"]

@@ -26,6 +26,7 @@ import httpx
 import ollama
 from loguru import logger
 
+from corvid_actors.io_loop import IoLoop
 from corvid_actors.providers._ollama_errors import classify_ollama_error, classify_text
 from corvid_actors.providers._ollama_reply import (
     ReplyCollector,
@@ -43,9 +44,7 @@ from corvid_actors.providers.base import (
     StreamCallback,
 )
 from corvid_actors.providers.text_tools import DEFAULT_TEXT_TOOL_FAMILIES, uses_text_tools
-from corvid_actors.io_loop import IoLoop
 from corvid_actors.vocabulary import CancelToken, StreamCancelled
-
 
 #: idle connections the async client keeps open for the next call
 ASYNC_KEEPALIVE = 64

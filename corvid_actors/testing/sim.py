@@ -21,7 +21,6 @@ from corvid_actors.testing.clock import SimClock
 from corvid_actors.testing.ollama_stub import OllamaStubServer
 from corvid_actors.testing.scripted import ScriptedProvider
 
-
 #: the dispatcher ``sim_runtime`` uses unless told (``CORVID_SIM_DISPATCHER`` overrides it,
 #: so a whole suite can run under the other one)
 DEFAULT_DISPATCHER: DispatcherKind = "inline" if os.environ.get("CORVID_SIM_DISPATCHER", "inline") == "inline" \

@@ -26,7 +26,7 @@ Failures: a told handler that raises (a store error, a bug) does not stop this a
 the session concerned gets a ``session_error`` event and the error is logged; the
 writes that must happen (session status, exit notes) go through
 :class:`~corvid_actors.actors.retry.PendingWrites` and are retried with backoff through
-the Timers actor. An asked request that raises replies with the exception.
+the Timers table. An asked request that raises replies with the exception.
 
 Layout (private modules, one concern each; the public names are this ``__all__``):
 ``_messages`` (requests, :class:`StartTicket`), ``_actor`` (the mailbox and message

@@ -32,7 +32,14 @@ from corvid_actors.actors.session_messages import (
     TimedOut,
     WritesHandedOver,
 )
-from corvid_actors.actors.supervisor import _exits, _housekeeping, _outage, _resume, _start, _takeover
+from corvid_actors.actors.supervisor import (
+    _exits,
+    _housekeeping,
+    _outage,
+    _resume,
+    _start,
+    _takeover,
+)
 from corvid_actors.actors.supervisor._core import SupervisorCore
 from corvid_actors.actors.supervisor._messages import (
     REQUESTS,

@@ -20,7 +20,7 @@ from corvid_actors.actors.session_wiring import Lifeline, SessionWiring, TurnTal
 from corvid_actors.actors.supervisor._core import SupervisorCore
 from corvid_actors.actors.supervisor._messages import StartTicket
 from corvid_actors.actors.supervisor._state import Incarnation, Meta
-from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
+from corvid_actors.actors.timers import CancelTimer
 from corvid_actors.content import UserContent, content_blocks, text_parts
 from corvid_actors.events import ErrorEvent, SessionError, SessionStarted, SystemEvent
 from corvid_actors.loop.payload_guard import snapshot_dir

@@ -3,7 +3,7 @@
 Plain records, no behaviour: one :class:`Incarnation` per running session, one
 :class:`Meta` per session it knows (what survives between incarnations, the seed's
 sessionMeta), one :class:`Paused` per session paused by an outage. The timer messages
-are scheduled on the Timers actor and come back to the supervisor's own mailbox.
+are scheduled on the Timers table and come back to the supervisor's own mailbox.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from corvid_actors.actors.session_messages import Begin, Ready
 from corvid_actors.actors.session_wiring import Lifeline, TurnTally
 from corvid_actors.actors.supervisor._messages import StartTicket
 
-# --- timer messages (the supervisor tells itself through the Timers actor) ------------------
+# --- timer messages (the supervisor tells itself through the Timers table) ------------------
 # Underscored: nobody else sends them, and their names appear in the ``session_error`` a
 # handler that raised publishes ("could not handle _RestartDue"), as they always have.
 

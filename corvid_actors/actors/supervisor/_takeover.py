@@ -28,7 +28,6 @@ from corvid_actors.actors.timers import ScheduleTimer
 from corvid_actors.clock import iso_utc
 from corvid_actors.errors import CorvidError
 
-
 #: sessions brought back per supervisor message: the rest is told again, so the first ones'
 #: ``Built`` (and everything else the supervisor hears) is not queued behind a thousand
 ADOPT_CHUNK = 16
