@@ -215,6 +215,29 @@ def _lifecycle(r: dict[str, Any]) -> list[str]:
             "SQLite WAL file, one after the other.", "", *_table(header, rows)]
 
 
+def _cluster(r: dict[str, Any]) -> list[str]:
+    hb, claim, fence = r["heartbeat"], r["claim"], r["fencing"]
+    rows = [[name, f"{v['leases_renewed']:,}", v["statement_ms"]["median"], v["statement_ms"]["p99"],
+             v["call_with_commit_ms"]["median"]] for name, v in (("one daemon", hb["one_daemon"]),
+                                                                  ("one of 4 daemons", hb["4_daemons"]))]
+    fo = claim["failover"]
+    return [f"PostgreSQL {r.get('postgresql', '?')}. Heartbeat (lease renewal), {r['runs']} runs; "
+            f"{hb.get('hot_update_share', 0):.0%} of the lease updates were HOT.", "",
+            *_table(["heartbeat of", "leases", "statement p50 ms", "p99 ms", "call with commit p50 ms"], rows),
+            f"Claims: {claim['single_claims_per_s']:,}/s one at a time, {claim['batch_100_claims_per_s']:,}/s in "
+            f"batches of 100; failover: {fo['sweepers']} daemons swept {fo['expired_leases']:,} expired leases at "
+            f"{fo['claims_per_s']:,} claims/s, {fo['claimed_twice']} claimed twice. The fencing trigger adds "
+            f"{fence['trigger_us_per_row']} µs per row to a {fence['rows_per_statement']}-row message INSERT.", ""]
+
+
+def _failover(r: dict[str, Any]) -> list[str]:
+    d = r["downtime_s"]
+    return [f"{r['sessions']:,} sessions of a daemon cut off from the database; lease {r['lease_s']} s, "
+            f"heartbeat {r['heartbeat_s']} s, sweep every {r['sweep_interval_s']} s; one surviving daemon.", "",
+            *_table(["first back s", "p50 s", "p99 s", "max s", "spread of the resumes s", "turns given"],
+                    [[d["first"], d["p50"], d["p99"], d["max"], r["resume_spread_s"], r["turns_given_on_b"]]])]
+
+
 SECTIONS = {
     "streaming": ("1. Streaming overhead", _streaming),
     "messaging": ("2. Actor messaging", _messaging),
@@ -226,6 +249,8 @@ SECTIONS = {
     "sandbox": ("7. Sandbox cost", _sandbox),
     "soak": ("8. Soak", _soak),
     "lifecycle": ("9. Start-up and shutdown", _lifecycle),
+    "cluster": ("11. Leases on PostgreSQL", _cluster),
+    "failover": ("12. Failover", _failover),
 }
 
 
@@ -275,6 +300,15 @@ def _headline(name: str, r: dict[str, Any]) -> str:
         return "; ".join(f"{x['provider']}: RSS {x['rss_mib_per_1000']} MiB per 1,000 sessions over "
                          f"{x['sessions']:,} (after {x['warm_up']:,}), threads {x['threads_min_max']}, "
                          f"fds {x['fds_min_max']}" for x in r["runs"])
+    if name == "cluster":
+        hb = r["heartbeat"]["one_daemon"]
+        return (f"one heartbeat renewing {hb['leases_renewed']:,} leases: p50 {hb['statement_ms']['median']} ms, "
+                f"p99 {hb['statement_ms']['p99']} ms; failover sweep {r['claim']['failover']['claims_per_s']:,} "
+                f"claims/s, none twice")
+    if name == "failover":
+        d = r["downtime_s"]
+        return (f"{r['sessions']:,} sessions back on another daemon: p50 {d['p50']} s, p99 {d['p99']} s "
+                f"(lease {r['lease_s']} s); {r['turns_given_on_b']} turns given")
     if name == "lifecycle":
         return "; ".join(
             f"{lv['sessions']:,}: start-up " + " → ".join(f"{lv[s].get('startup_s', '?')} s" for s in ("before", "after")

@@ -180,9 +180,12 @@ class Ledger:
 
     def _append(self, participant: str, type: str, amount: int, balance_after: int, reference: str,
                 session_id: str | None) -> None:
+        # a turn's charge carries its session's lease epoch (several daemons: the fencing
+        # trigger refuses a stale owner's charge, and the whole deduction rolls back)
+        epoch = self.store.epoch_of(session_id) if session_id is not None else None
         self.m.CreditTransaction.insert(
             participant=participant, type=type, amount=amount, balance_after=balance_after,
-            reference=reference, session_id=session_id,
+            reference=reference, session_id=session_id, writer_epoch=epoch,
         ).execute()
 
 

@@ -91,7 +91,9 @@ class SimClock:
         self._lock = threading.RLock()
         self._heap = TimerHeap(self._lock)  # cancelled timers are released (see TimerHeap)
         self._tracker: ActivityTracker | None = None
-        self._settle: Callable[[], None] = lambda: None
+        #: every runtime on this clock: (its tracker, its settle), in attach order
+        self._attached: list[tuple[ActivityTracker, Callable[[], None]]] = []
+        self._stops = 0
         _import_sdks()
         _begin_freeze()
         try:
@@ -113,15 +115,25 @@ class SimClock:
 
     def attach(self, tracker: ActivityTracker, settle: Callable[[], None]) -> None:
         """Take the runtime's work accounting (``ActivityAware``): ``tracker`` to stop
-        counting a parked worker, ``settle`` to run after each timer fires."""
-        self._tracker = tracker
-        self._settle = settle
+        counting a parked worker, ``settle`` to run after each timer fires. Several
+        runtimes may share one clock (daemons of a cluster in one simulation): each is
+        settled in turn after each timer, and the clock closes when the last one stops."""
+        if self._tracker is None:
+            self._tracker = tracker
+        self._attached.append((tracker, settle))
+
+    def _settle(self) -> None:
+        for _tracker, settle in self._attached:
+            settle()
 
     def start(self) -> None:
         pass
 
     def stop(self) -> None:
-        self.close()
+        """A runtime on this clock stopped: the last one closes it."""
+        self._stops += 1
+        if self._stops >= len(self._attached):
+            self.close()
 
     def call_later(self, delay_s: float, fn: Callable[[], None]) -> TimerHandle:
         with self._lock:
@@ -129,7 +141,8 @@ class SimClock:
 
     def wait(self, delay_s: float, cancel: Cancellable | None = None) -> bool:
         """Park the calling worker until simulated time reaches now + ``delay_s``."""
-        tracker = self._tracker
+        # the waiting worker's runtime (several may share the clock)
+        tracker = next((t for t, _ in self._attached if t.on_worker), self._tracker)
         woken = threading.Event()
         once = threading.Lock()
         # a running worker stops counting as one while parked (the inline dispatcher waits

@@ -21,6 +21,7 @@ from corvid_actors import Runtime
 from corvid_actors.clock import RealClock
 from corvid_actors.config import Config
 from corvid_actors.db.cluster import ClusterStore
+from corvid_actors.db.ledger import Ledger
 from corvid_actors.db.store import Store
 from corvid_actors.errors import ConfigError, FencedWrite
 from corvid_actors.testing import ScriptedProvider, Turn
@@ -215,6 +216,10 @@ def test_store_writes_of_a_stale_owner_are_refused(pg_url, open_store):
         one.store.update_session(sid, status="idle")
     with pytest.raises(FencedWrite):
         one.store.add_session_usage(sid, cost_usd=1.0, turns=1, answered=True)
+    Ledger(one.store).credit("alice", 10)
+    with pytest.raises(FencedWrite):  # the stale owner's turn charge, refused whole
+        Ledger(one.store).deduct("alice", 3, low_threshold=0, session_id=sid)
+    assert Ledger(two.store).balance("alice") == 10
     two.store.fence(sid, newer.epoch)
     two.store.append_message(sid, "assistant", "fresh")
     assert [m.content for m in two.store.messages(sid)] == ["accepted", "fresh"]

@@ -1,0 +1,58 @@
+"""Durable timers in simulated time (issue 20, item 4): two runtimes ("daemons") on one
+simulated clock and one PostgreSQL. A session paused by an outage on daemon A is due for
+its auto-resume at 300 s; A is cut off from the database at 10 s; daemon B claims the
+session once A's lease has expired and resumes it at 300 s exactly — the instant A would
+have — not at the takeover. The whole scenario is simulated: no real wait but the
+database round trips."""
+
+from __future__ import annotations
+
+import pytest
+
+from corvid_actors.testing import EventRecorder, ScriptedProvider, SimClock, Turn, sim_runtime
+from corvid_actors.testing.tcp_proxy import TcpProxy
+
+pytestmark = pytest.mark.postgres
+
+MICROSECOND = 1e-6
+CLUSTER = {"enabled": True, "heartbeat_s": 5.0, "lease_s": 15.0, "sweep_interval_s": 5.0,
+           "sweep_jitter_s": 1.0, "dead_daemon_grace_s": 60.0}
+
+
+def daemon(name: str, clock: SimClock, url: str) -> tuple[object, ScriptedProvider, EventRecorder]:
+    model = ScriptedProvider(clock)
+    runtime = sim_runtime(clock, model, store_url=url, config={"cluster": {**CLUSTER, "daemon_id": name}})
+    return runtime, model, EventRecorder.attach(runtime)
+
+
+def test_an_outage_resume_due_on_a_dead_daemon_happens_at_that_instant_on_another(pg_url):
+    clock = SimClock()
+    proxy = TcpProxy("127.0.0.1", 5432).start()
+    a, a_model, a_events = daemon("a", clock, proxy.url(pg_url))
+    b, b_model, b_events = daemon("b", clock, pg_url)
+    try:
+        sid = a.create_session(source="web").id
+        a_model.for_session(sid, Turn.outage("503"))
+        b_model.for_session(sid, Turn.reply("back again"))
+        a.start_process(sid, "hi")
+        clock.advance(1)
+        assert a.is_paused(sid) and a_events.last("session_paused", sid).resume_at
+        clock.advance_to(10)
+        proxy.cut()
+        proxy.refuse()  # a is gone, for the database and for b
+        clock.advance_to(60)  # a's lease (15 s past its last heartbeat) expired; b swept
+        assert b.is_paused(sid) and not b.is_running(sid)
+        assert b_model.health_probes == 0
+        clock.advance_to(299.9)
+        assert b.is_paused(sid) and b_model.health_probes == 0
+        # the lease holds the due time to the microsecond (PostgreSQL's precision)
+        clock.advance_to(300.0 + MICROSECOND)
+        assert b_events.times("session_resumed", sid) == [pytest.approx(300.0, abs=MICROSECOND)]
+        assert b_model.health_probes == 1 and b.is_running(sid)
+        assert b_events.last("result", sid) is not None
+        assert [r.session_id for r in b_model.requests] == [sid]  # the interrupted turn, once
+    finally:
+        proxy.close()
+        b.shutdown()
+        a.shutdown()
+        clock.close()
