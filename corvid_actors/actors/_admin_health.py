@@ -29,10 +29,12 @@ def health_report(base: Mapping[str, Any], alive: Mapping[str, bool], store: Any
         except Exception as exc:  # noqa: BLE001 - a probe that raises means "not healthy"
             healthy, results[name] = False, {"error": str(exc)}
         results.setdefault(name, {})["healthy"] = healthy
-    ok = reason is None and all(alive.values()) and all(r["healthy"] for r in results.values())
+    cluster_problems = list(base.get("cluster", {}).get("problems", ()))  # several daemons (issue 20)
+    ok = (reason is None and all(alive.values()) and all(r["healthy"] for r in results.values())
+          and not cluster_problems)
     reasons = ([f"store unavailable: {reason}"] if reason else []) + [
         f"the {name} actor is dead" for name, up in alive.items() if not up] + [
-        f"model provider {name} is not healthy" for name, r in results.items() if not r["healthy"]]
+        f"model provider {name} is not healthy" for name, r in results.items() if not r["healthy"]] + cluster_problems
     return {"status": "ok" if ok else "degraded", **({"reasons": reasons} if reasons else {}),
             **base, "store": store_health, "providers": results}
 

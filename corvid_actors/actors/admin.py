@@ -348,6 +348,8 @@ class AdminActor(TrackedActor):
         base = {"daemon": {**self.w.about, "uptime_s": round(self.w.clock.monotonic() - self._started, 3),
                            "shutting_down": self._stopping},
                 "actors": alive, "sessions": {"running": running, "paused": paused}}
+        if self.w.router is not None:
+            base["cluster"] = self.w.router.health()
         future: pykka.Future[dict[str, Any]] = pykka.ThreadingFuture()
         providers = dict(self.w.providers)
         store = self.w.store

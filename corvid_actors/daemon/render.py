@@ -98,12 +98,14 @@ def show_sessions(rows: list[dict[str, Any]], out: TextIO) -> None:
     if not rows:
         out.write("no sessions\n")
         return
+    # several daemons: which one owns each session (its lease), "-" for none
+    cluster = any("owner" in r for r in rows)
     render_table(
-        ["ID", "NAME", "STATUS", "AGENT", "SOURCE", "UPTIME", "RESTARTS", "PAUSED UNTIL", "APPROVALS", "COST $",
-         "TURNS"],
+        ["ID", "NAME", "STATUS", "AGENT", "SOURCE", *(["OWNER"] if cluster else []), "UPTIME", "RESTARTS",
+         "PAUSED UNTIL", "APPROVALS", "COST $", "TURNS"],
         [[r["id"][:8], _short(r["name"], 24), r["status"] + ("*" if r.get("restart_pending") else ""), r["agent"],
-          r["source"], _duration(r["uptime_s"]), r["restarts"], _when(r["paused_until"]),
-          r["pending_approvals"], f"{r['cost_usd']:.4f}", r["turns"]] for r in rows],
+          r["source"], *([r.get("owner") or "-"] if cluster else []), _duration(r["uptime_s"]), r["restarts"],
+          _when(r["paused_until"]), r["pending_approvals"], f"{r['cost_usd']:.4f}", r["turns"]] for r in rows],
         out, keep=("ID", "AGENT"),
     )
 

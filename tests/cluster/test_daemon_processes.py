@@ -9,6 +9,7 @@ Timings: heartbeat 0.2 s, lease 1 s, sweep every 0.2 s; every wait is bounded.
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from corvid_actors.daemon.render import show_sessions
 from corvid_actors.db.store import Store
 from tests.cluster.conftest import wait_for
 from tests.e2e.test_daemon import WAIT_S, Daemon
@@ -130,6 +132,13 @@ def test_commands_and_events_cross_daemons(cluster_of, pg_url):
     try:
         first = a.call("start", agent="chatty", prompt="hello")["session"]
         wait_for(lambda: owners(pg_url).get(first) == "a", "the first on a")
+        health = a.call("health")
+        assert health["cluster"]["daemon_id"] == "a" and health["cluster"]["live_daemons"] == ["a", "b"]
+        assert health["cluster"]["bus"] == "ok" and health["cluster"]["owned_sessions"] == 1
+        assert health["cluster"]["leases_valid"] is True and health["cluster"]["problems"] == []
+        listing = io.StringIO()
+        show_sessions(a.call("sessions"), listing)
+        assert "OWNER" in listing.getvalue() and first[:8] in listing.getvalue()
         # placed on the least-loaded live daemon: b has none, so b runs it, though asked of a
         second = a.call("start", agent="careful", prompt="please list the files")["session"]
         assert owners(pg_url)[second] == "b"
