@@ -22,6 +22,9 @@ all of them, and nothing else (bugs stay loud). The tree, in one place:
   - :class:`AdminError` — an admin request refused, with one of the error codes below
     (the AdminActor raises it; the admin socket, :mod:`corvid_actors.daemon.protocol`,
     sends it as an error reply).
+  - :class:`CommandTimeout` — a command forwarded to another daemon of a cluster got no
+    answer in time (:mod:`corvid_actors.db.pg_bus`); ``taken`` says whether it may still run.
+  - :class:`CommandFailed` — the other daemon ran a forwarded command and it failed.
 """
 
 from __future__ import annotations
@@ -120,3 +123,17 @@ class AdminError(CorvidError):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class CommandTimeout(CorvidError):
+    """:meth:`corvid_actors.db.pg_bus.PgBus.await_result` gave up. ``taken`` False: the target never took the command
+    and it was withdrawn (it will not run); True: the target took it and may still run it
+    to its end (its result is then discarded)."""
+
+    def __init__(self, message: str, *, taken: bool) -> None:
+        super().__init__(message)
+        self.taken = taken
+
+
+class CommandFailed(CorvidError):
+    """The target ran the forwarded command and it failed; the message carries the target's."""

@@ -18,8 +18,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from corvid_actors.actors.cluster import ClusterSeat
-from corvid_actors.db.pg_bus import CommandFailed, CommandTimeout, PgBus
-from corvid_actors.errors import INTERNAL, NOT_FOUND, UNAVAILABLE, AdminError, CorvidError
+from corvid_actors.db.pg_bus import PgBus
+from corvid_actors.errors import (
+    INTERNAL,
+    NOT_FOUND,
+    UNAVAILABLE,
+    AdminError,
+    CommandFailed,
+    CommandTimeout,
+    CorvidError,
+)
 
 #: commands about one session (``args["session"]``): run by the daemon that owns it
 SESSION_COMMANDS = frozenset({"send", "stop", "resume", "extend"})

@@ -61,7 +61,14 @@ from corvid_actors.db.pg_notify import (
     PgSender,
     WakeSignal,
 )
-from corvid_actors.errors import CorvidError, NotFoundError, RuntimeStoppedError, StoreError
+from corvid_actors.errors import (
+    CommandFailed,
+    CommandTimeout,
+    CorvidError,
+    NotFoundError,
+    RuntimeStoppedError,
+    StoreError,
+)
 from corvid_actors.jsontypes import JsonObject, JsonValue
 
 #: how long a ``cluster_events`` row (one oversized event) is kept for late readers
@@ -78,20 +85,6 @@ _NOTIFY_STORED_EVENT = (
 CommandHandler = Callable[[str, JsonObject, "Reply"], None]
 #: ``handler(origin daemon, events in order)``, on the listener thread: must return promptly
 EventsHandler = Callable[[str, list[JsonObject]], None]
-
-
-class CommandTimeout(CorvidError):
-    """:meth:`PgBus.await_result` gave up. ``taken`` False: the target never took the command
-    and it was withdrawn (it will not run); True: the target took it and may still run it
-    to its end (its result is then discarded)."""
-
-    def __init__(self, message: str, *, taken: bool) -> None:
-        super().__init__(message)
-        self.taken = taken
-
-
-class CommandFailed(CorvidError):
-    """The target ran the forwarded command and it failed; the message carries the target's."""
 
 
 @dataclass(frozen=True)
