@@ -88,6 +88,16 @@ class Config:
 
 # --- environment -------------------------------------------------------------------------
 
+def _truthy(value: str) -> bool:
+    """An environment switch: 1/true/yes/on or 0/false/no/off."""
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected 1/0, true/false, yes/no or on/off")
+
+
 #: env var -> (section, key, converter). The seed's names where the seed has one.
 ENV_OVERRIDES: dict[str, tuple[str, str, typing.Callable[[str], Any]]] = {
     "AGENT_TIMEOUT_MS": ("supervisor", "session_timeout_s", lambda v: float(v) / 1000),
@@ -108,18 +118,9 @@ ENV_OVERRIDES: dict[str, tuple[str, str, typing.Callable[[str], Any]]] = {
     "FREE_CREDITS_ON_FIRST_MESSAGE": ("credits", "free_credits_on_first_message", int),
     "CORVID_DB_URL": ("store", "url", str),
     "CORVID_DATA_DIR": ("store", "data_dir", str),
-    "CORVID_CLUSTER": ("cluster", "enabled", lambda v: _truthy(v)),
+    "CORVID_CLUSTER": ("cluster", "enabled", _truthy),
     "CORVID_DAEMON_ID": ("cluster", "daemon_id", str),
 }
-
-
-def _truthy(value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ValueError("expected 1/0, true/false, yes/no or on/off")
 
 
 def _env_layer(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:

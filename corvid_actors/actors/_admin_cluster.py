@@ -67,6 +67,10 @@ class ClusterRouter:
             return None
         return lease.owner_id
 
+    def owners(self, sids: list[str]) -> dict[str, str | None]:
+        """The daemon holding each session's lease (sessions without a lease row are left out)."""
+        return {lease.session_id: lease.owner_id for lease in self.seat.cluster.leases(sids)}
+
     def place(self) -> str | None:
         """The live daemon a new session starts on: the least loaded (ties: the smallest
         id), within ``max_sessions``; None when no daemon has room."""

@@ -49,7 +49,6 @@ from corvid_actors.actors.slots import SlotStats
 from corvid_actors.actors.timers import Timers
 from corvid_actors.clock import Clock, iso_utc
 from corvid_actors.config_sections import DaemonConfig
-from corvid_actors.db.cluster import ClusterStore
 from corvid_actors.errors import (
     BAD_REQUEST,
     CONFLICT,
@@ -234,11 +233,10 @@ class AdminActor(TrackedActor):
         pending = cmd.pending_counts(self.w.approvals)
         agents = {a.id: a.name for a in self.w.store.list_agents()}
         out = [session_summary(row, info.get(row.id), pending.get(row.id, 0), agents) for row in rows]
-        if self.w.about.get("daemon_id"):  # several daemons: which one owns each session
-            leases = {lease.session_id: lease.owner_id for lease in ClusterStore(self.w.store).leases(
-                [row.id for row in rows])}
+        if self.w.router is not None:  # several daemons: which one owns each session
+            owners = self.w.router.owners([row.id for row in rows])
             for item in out:
-                item["owner"] = leases.get(item["id"])
+                item["owner"] = owners.get(item["id"])
         return out
 
     def _cmd_session(self, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -371,12 +369,12 @@ class AdminActor(TrackedActor):
     def _cmd_drain(self, args: Mapping[str, Any]) -> dict[str, Any]:
         if self.w.request_shutdown is None:
             raise AdminError(UNAVAILABLE, "this runtime has no daemon to drain")
-        if not self.w.about.get("daemon_id"):
+        if self.w.router is None:
             raise AdminError(BAD_REQUEST, "drain hands sessions over to other daemons: this one runs alone "
                                           "([cluster] enabled is off); use shutdown")
         self._stopping = True
         self.w.request_shutdown("drain")
-        return {"draining": True, "daemon_id": self.w.about["daemon_id"], "pid": self.w.about.get("pid")}
+        return {"draining": True, "daemon_id": self.w.router.daemon_id, "pid": self.w.about.get("pid")}
 
     # --- events -------------------------------------------------------------------------------
 

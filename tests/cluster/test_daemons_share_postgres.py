@@ -103,6 +103,9 @@ def test_a_running_session_has_one_owner_and_another_daemon_cannot_start_it(clus
     assert b.runtime.start_process(sid, "me too") is None
     refused = wait_for(lambda: [e for e in b.events_of(sid) if e.type == "error"], "b's refusal")
     assert refused[0].error_type == "owned_elsewhere" and "daemon a" in refused[0].message
+    assert b.runtime.resume_process(sid, "and me") is None
+    # refused before anything was written: the other daemon's conversation is untouched
+    assert not {"me too", "and me"} & {m.content for m in b.store.messages(sid)}
     assert sid in a.running() and sid not in b.running()
     assert owners(pg_url, [sid]) == {sid: "a"}
 

@@ -248,6 +248,8 @@ class SessionSupervisor(TrackedActor):
         core.refuse_if_stopping()
         if prompt:
             core.store.require_session(sid)
+            if not _start.claim_here(core, sid):  # another daemon runs it: the prompt is not stored here
+                return None
             core.store.append_message(sid, "user", prompt)
         return _start.start(core, sid, prompt or None)
 

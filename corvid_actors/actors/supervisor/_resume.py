@@ -18,7 +18,7 @@ from loguru import logger
 from corvid_actors.actors.session_messages import Begin, UserInput
 from corvid_actors.actors.supervisor._core import SupervisorCore
 from corvid_actors.actors.supervisor._messages import StartTicket
-from corvid_actors.actors.supervisor._start import start
+from corvid_actors.actors.supervisor._start import claim_here, start
 from corvid_actors.content import UserContent, content_blocks, image_blocks, text_parts
 from corvid_actors.events import SessionError, SystemEvent
 from corvid_actors.loop.prompts import build_resume_prompt, with_context_summary
@@ -51,6 +51,8 @@ def resume(core: SupervisorCore, sid: str, prompt: UserContent | None) -> StartT
         else:
             # the incarnation refused the message (it is ending): send evicted it
             _warm_path_failed(core, sid)
+    if not claim_here(core, sid):  # another daemon runs it: nothing is written here
+        return None
     session = core.store.require_session(sid)
     # Decided before the breaker may delete the history: a turn in flight at the end of
     # the last incarnation, or a user message nobody answered. Only then does a resume

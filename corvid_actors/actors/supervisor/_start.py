@@ -26,6 +26,18 @@ from corvid_actors.events import ErrorEvent, SessionError, SessionStarted, Syste
 from corvid_actors.loop.payload_guard import snapshot_dir
 
 
+def claim_here(core: SupervisorCore, sid: str) -> bool:
+    """Several daemons: this daemon holds ``sid``'s lease (claimed now if need be); False,
+    with an ``owned_elsewhere`` error event, when another live daemon holds it. Called
+    before anything is written for the session (a prompt included). One daemon: True."""
+    if core.cluster is None or core.cluster.owns(sid) or core.cluster.claim(sid) is not None:
+        return True
+    owner = core.cluster.cluster.owner_of(sid)
+    where = f" on daemon {owner.owner_id}" if owner is not None and owner.owner_id else " elsewhere"
+    core.publish(sid, ErrorEvent(error_type="owned_elsewhere", message=f"Session is running{where}"))
+    return False
+
+
 def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: bool = True,
           turns: int | None = None, session: Any | None = None) -> StartTicket | None:
     """Start an incarnation. ``begin``: its first turn is ``prompt`` (or the initial
@@ -44,10 +56,7 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
     if session.project_id and ctx.project is None:
         core.publish(sid, ErrorEvent(error_type="not_found", message=f"Project {session.project_id} not found"))
         return None
-    if core.cluster is not None and not core.cluster.owns(sid) and core.cluster.claim(sid) is None:
-        owner = core.cluster.cluster.owner_of(sid)
-        where = f" on daemon {owner.owner_id}" if owner is not None and owner.owner_id else " elsewhere"
-        core.publish(sid, ErrorEvent(error_type="owned_elsewhere", message=f"Session is running{where}"))
+    if not claim_here(core, sid):
         return None
     blocks = content_blocks(prompt) if prompt is not None else ()
     text = text_parts(blocks) if blocks else (prompt if isinstance(prompt, str) else session.initial_prompt or "")
