@@ -26,11 +26,11 @@ from corvid_actors.db.store import Store
 from corvid_actors.errors import ConfigError, FencedWrite
 from corvid_actors.testing import ScriptedProvider, Turn
 from corvid_actors.testing.tcp_proxy import TcpProxy
-from tests.cluster.conftest import wait_for
+from tests.cluster.conftest import WAIT_S, wait_for
 
 pytestmark = pytest.mark.postgres
 
-WAIT_S = 5.0
+
 CLUSTER = {"enabled": True, "heartbeat_s": 0.05, "lease_s": 0.3, "sweep_interval_s": 0.05,
            "sweep_jitter_s": 0.01, "dead_daemon_grace_s": 0.6}
 
