@@ -228,12 +228,16 @@ class ClusterMember(TrackedActor):
     def on_receive(self, message: Any) -> Any:
         match message:
             case _Heartbeat():
-                self._heartbeat()
-                self._schedule(_Heartbeat(), self.seat.config.heartbeat_s)
+                try:
+                    self._heartbeat()
+                finally:  # whatever went wrong, the daemon keeps beating
+                    self._schedule(_Heartbeat(), self.seat.config.heartbeat_s)
             case _Sweep():
-                self._sweep()
                 cfg = self.seat.config
-                self._schedule(_Sweep(), cfg.sweep_interval_s + self._rng.uniform(0.0, cfg.sweep_jitter_s))
+                try:
+                    self._sweep()
+                finally:
+                    self._schedule(_Sweep(), cfg.sweep_interval_s + self._rng.uniform(0.0, cfg.sweep_jitter_s))
             case ClusterStats():
                 return {"daemon_id": self.seat.daemon_id, **self._stats, "owned": len(self.seat.believed())}
         return None
@@ -283,7 +287,7 @@ class ClusterMember(TrackedActor):
         seat, cfg = self.seat, self.seat.config
         now = seat.clock.now()
         try:
-            seat.cluster.expire_dead_daemons(now, cfg.dead_daemon_grace_s)
+            seat.cluster.expire_dead_daemons(now, cfg.dead_daemon_grace_s, sparing=seat.daemon_id)
             live = seat.cluster.live_daemons(now, cfg.dead_daemon_grace_s)
             claims = seat.cluster.claim_expired(seat.daemon_id, now, cfg.lease_s, max(len(live), 1),
                                                 cfg.max_sessions)

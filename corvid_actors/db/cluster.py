@@ -108,16 +108,18 @@ class ClusterStore:
 
     @store_op
     def register_daemon(self, daemon_id: str, host: str, pid: int | None, version: str, now: datetime) -> list[str]:
-        """Register (or re-register) the daemon as live. A daemon id is one process: leases
-        still held under this id by an earlier life expire now (nothing of theirs runs
-        here), so any daemon — this one by an explicit :meth:`claim` — takes them over with
-        a new epoch. Returns those sessions' ids."""
+        """Register (or re-register) the daemon as live. A daemon id is one process: every
+        lease still held under this id by an earlier life (a restart, or a life that was
+        declared gone and stopped its sessions) loses its owner and expires now at the
+        latest — nothing of theirs runs here — so any daemon's sweep, this one's included,
+        or an explicit :meth:`claim` takes them over with a new epoch. (Kept under this id,
+        an expired lease would be renewed by the next heartbeat with nothing running.)
+        Returns the ids of those whose lease had not expired yet."""
         at = _naive(now)
         with self.store.transaction():
             self._execute(self._sql.register, daemon_id, host, pid, at, at, version)
             earlier = [row[0] for row in self._execute(self._sql.leases_of, at, daemon_id).fetchall()]
-            if earlier:
-                self._execute(self._sql.expire_leases_of, at, daemon_id, at)
+            self._execute(self._sql.release_leases_of, at, at, daemon_id)
         return sorted(earlier)
 
     @store_op
@@ -165,18 +167,22 @@ class ClusterStore:
             return [row[0] for row in self._execute(self._sql.live_daemons, cutoff).fetchall()]
 
     @store_op
-    def expire_dead_daemons(self, now: datetime, grace_s: float) -> list[str]:
+    def expire_dead_daemons(self, now: datetime, grace_s: float, *, sparing: str = "") -> list[str]:
         """Declare gone every daemon whose heartbeat is older than ``grace_s``; their ids.
         Their leases expired long before (``grace_s`` ≥ ``lease_s``) and are swept as any
-        expired lease; a gone daemon's next heartbeat raises :class:`FencedWrite`."""
+        expired lease; a gone daemon's next heartbeat raises :class:`FencedWrite`.
+
+        ``sparing``: the sweeping daemon's id. A daemon that sweeps is alive, however late
+        its own heartbeat is (a loaded host): declaring itself gone would only make it stop
+        and restart every session it holds."""
         cutoff = _naive(now - timedelta(seconds=grace_s))
         with self.store.transaction():
             if self.store.is_sqlite:
-                ids = [row[0] for row in self._execute(self._sql.dead_daemons, cutoff).fetchall()]
+                ids = [row[0] for row in self._execute(self._sql.dead_daemons, cutoff, sparing).fetchall()]
                 if ids:
-                    self._execute(self._sql.mark_gone, cutoff)
+                    self._execute(self._sql.mark_gone, cutoff, sparing)
             else:
-                ids = [row[0] for row in self._execute(self._sql.mark_gone, cutoff).fetchall()]
+                ids = [row[0] for row in self._execute(self._sql.mark_gone, cutoff, sparing).fetchall()]
         return sorted(ids)
 
     # --- claims ---------------------------------------------------------------------------

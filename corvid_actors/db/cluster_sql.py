@@ -42,13 +42,14 @@ class Statements:
     register: str
     #: (now, daemon): leases of the daemon that are still running; to expire at registration
     leases_of: str
-    #: (now, daemon, now): the leases of an earlier life of the daemon expire now
-    expire_leases_of: str
+    #: (now, now, daemon): the leases of an earlier life of the daemon lose their owner and
+    #: expire now at the latest, so any daemon's sweep (its own included) takes them
+    release_leases_of: str
     #: PostgreSQL: (now, daemon, expires) -> (daemons renewed, leases renewed), one statement;
     #: SQLite: the daemon's row, then its leases (two statements, one transaction)
     heartbeat: str
     heartbeat_leases: str
-    #: (cutoff) -> ids of daemons whose heartbeat is older: declared gone
+    #: (cutoff, spared) -> ids of daemons other than ``spared`` whose heartbeat is older: declared gone
     dead_daemons: str
     mark_gone: str
     #: (cutoff) -> live daemon ids
@@ -86,8 +87,8 @@ _PG = Statements(
         "host = excluded.host, pid = excluded.pid, started_at = excluded.started_at, "
         "heartbeat_at = excluded.heartbeat_at, version = excluded.version, state = excluded.state"),
     leases_of="SELECT session_id FROM session_leases WHERE lease_expires_at > %s AND owner_id = %s",
-    expire_leases_of=("UPDATE session_leases SET lease_expires_at = %s "
-                      "WHERE owner_id = %s AND lease_expires_at > %s"),
+    release_leases_of=("UPDATE session_leases SET owner_id = NULL, lease_expires_at = "
+                       "CASE WHEN lease_expires_at > %s THEN %s ELSE lease_expires_at END WHERE owner_id = %s"),
     heartbeat=(
         "WITH beat AS (UPDATE daemons SET heartbeat_at = %s "
         f"WHERE id = %s AND state <> '{DaemonState.GONE}' RETURNING id), "
@@ -97,7 +98,7 @@ _PG = Statements(
     heartbeat_leases="",
     dead_daemons="",
     mark_gone=(f"UPDATE daemons SET state = '{DaemonState.GONE}' "
-               f"WHERE state <> '{DaemonState.GONE}' AND heartbeat_at < %s RETURNING id"),
+               f"WHERE state <> '{DaemonState.GONE}' AND heartbeat_at < %s AND id <> %s RETURNING id"),
     live_daemons=(f"SELECT id FROM daemons WHERE state = '{DaemonState.LIVE}' AND heartbeat_at >= %s "
                   "ORDER BY id"),
     ensure_leases=("INSERT INTO session_leases (session_id, epoch) SELECT id, 0 FROM sessions "
@@ -131,9 +132,9 @@ _SQLITE = Statements(
                          "claim", "claim_update", "claim_read", "count_expired")},
     heartbeat=f"UPDATE daemons SET heartbeat_at = %s WHERE id = %s AND state <> '{DaemonState.GONE}'",
     heartbeat_leases="UPDATE session_leases SET lease_expires_at = %s WHERE owner_id = %s",
-    dead_daemons=f"SELECT id FROM daemons WHERE state <> '{DaemonState.GONE}' AND heartbeat_at < %s",
+    dead_daemons=f"SELECT id FROM daemons WHERE state <> '{DaemonState.GONE}' AND heartbeat_at < %s AND id <> %s",
     mark_gone=(f"UPDATE daemons SET state = '{DaemonState.GONE}' "
-               f"WHERE state <> '{DaemonState.GONE}' AND heartbeat_at < %s"),
+               f"WHERE state <> '{DaemonState.GONE}' AND heartbeat_at < %s AND id <> %s"),
     ids_param="SELECT value FROM json_each(%s)",
     claim="SELECT session_id FROM session_leases WHERE {scope} AND {claimable} ORDER BY {order} {limit}",
     claim_update=("UPDATE session_leases SET owner_id = %s, epoch = epoch + 1, lease_expires_at = %s "

@@ -164,6 +164,43 @@ def test_a_daemon_cut_off_loses_its_sessions_to_another_which_resumes_only_the_i
         proxy.close()
 
 
+def test_a_daemon_declared_gone_gets_its_sessions_running_again(cluster, pg_url):
+    # Under load a daemon's heartbeat can stall past the grace; another daemon's sweep (or
+    # an operator) declares it gone. Its next heartbeat is refused, it stops its sessions
+    # and registers again: nobody claimed them, so they must run again (here or elsewhere),
+    # not stay leased to it with nothing running (the flake of the takeover tests).
+    a = cluster("a")
+    sids = [a.runtime.create_session(source="web").id for _ in range(3)]
+    for sid in sids:
+        a.runtime.start_process(sid, "hi")
+    wait_for(lambda: all(any(e.type == "result" for e in a.events_of(s)) for s in sids), "turns on a")
+    before = {lease.session_id: lease.epoch for lease in leases_of(pg_url, sids)}
+    declare_gone(pg_url, "a")
+    wait_for(lambda: all(len([e for e in a.events_of(s) if e.type == "session_started"]) == 2 for s in sids),
+             "each session started again")
+    wait_for(lambda: a.running() >= set(sids), "a runs them again")
+    after = {lease.session_id: lease for lease in leases_of(pg_url, sids)}
+    assert {sid: lease.owner_id for sid, lease in after.items()} == {sid: "a" for sid in sids}
+    assert all(after[sid].epoch > before[sid] for sid in sids)  # new incarnations, fenced anew
+    assert a.model.requests and len(a.model.requests) == len(sids)  # none was mid-turn: no new turn
+
+
+def leases_of(url: str, sids: list[str]) -> list[Any]:
+    store = Store(url)
+    try:
+        return ClusterStore(store).leases(sids)
+    finally:
+        store.close()
+
+
+def declare_gone(url: str, daemon_id: str) -> None:
+    store = Store(url)
+    try:
+        assert ClusterStore(store).set_daemon_state(daemon_id, "gone")
+    finally:
+        store.close()
+
+
 def test_a_shutdown_hands_the_sessions_over_at_once(cluster, pg_url):
     a, b = cluster("a"), cluster("b")
     sids = [a.runtime.create_session(source="web").id for _ in range(3)]

@@ -290,8 +290,19 @@ def test_a_daemon_declared_gone_is_fenced_until_it_registers_again(daemons) -> N
     assert a.owner_of(sids[0]).lease_expires_at == at(LEASE_S)  # the heartbeat renewed nothing
 
     assert sorted(a.register_daemon("a", "host-a", 2000, "test", at(63))) == []  # its leases had expired
-    assert a.heartbeat("a", at(64), LEASE_S) == 2  # still its own: nobody claimed them
     assert a.daemon_state("a") == DaemonState.LIVE
+    # it stopped their incarnations when it was refused: the leases are nobody's now, not
+    # renewed with nothing running, and the next sweep (its own here) takes them
+    assert a.heartbeat("a", at(64), LEASE_S) == 0
+    assert {lease.owner_id for lease in a.leases(sids)} == {None}
+    assert sorted(c.session_id for c in a.claim_expired("a", at(64), LEASE_S, 2, 100)) == sorted(sids)
+
+
+def test_a_sweeping_daemon_never_declares_itself_gone(daemons) -> None:
+    a, b = daemons("a", "b")  # both last beat at T0
+    assert a.expire_dead_daemons(at(61), 60.0, sparing="a") == ["b"]  # a, late but sweeping, is alive
+    assert a.daemon_state("a") == DaemonState.LIVE
+    assert a.heartbeat("a", at(62), LEASE_S) == 0
 
 
 def test_registering_again_expires_the_earlier_lifes_leases(daemons) -> None:
