@@ -38,8 +38,7 @@ def test_an_outage_resume_due_on_a_dead_daemon_happens_at_that_instant_on_anothe
         clock.advance(1)
         assert a.is_paused(sid) and a_events.last("session_paused", sid).resume_at
         clock.advance_to(10)
-        proxy.cut()
-        proxy.refuse()  # a is gone, for the database and for b
+        proxy.partition()  # a is gone, for the database and for b
         clock.advance_to(60)  # a's lease (15 s past its last heartbeat) expired; b swept
         assert b.is_paused(sid) and not b.is_running(sid)
         assert b_model.health_probes == 0
