@@ -129,6 +129,21 @@ class ClusterSeat:
         self.adopt(sid, claims[0].epoch)
         return claims[0].epoch
 
+    def claim_unleased_resumes(self) -> list[str]:
+        """At start-up: claim the sessions a run without leases left to resume (marked for
+        resume, or left running, with no lease: ``ClusterStore.claim_unleased_resumes``),
+        at most ``max_sessions`` minus those held here. Their ids, fenced here; the caller
+        resumes them. Called on the starting thread, before the sessions are resumed."""
+        room = max(self.config.max_sessions - len(self.believed()), 0)
+        claims = self.cluster.claim_unleased_resumes(self.daemon_id, self.clock.now(), self.config.lease_s,
+                                                     limit=room)
+        for claim in claims:
+            self.adopt(claim.session_id, claim.epoch)
+        if claims and len(claims) == room:
+            logger.warning("cluster: claimed {} session(s) left to resume, as many as max_sessions allows; "
+                           "another daemon's start-up takes the rest", room)
+        return [claim.session_id for claim in claims]
+
     def adopt(self, sid: str, epoch: int) -> None:
         """``sid`` is this daemon's under ``epoch`` (claimed by a start or a sweep)."""
         with self._lock:

@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 import peewee as pw
 
 from corvid_actors.db.cluster_sql import statements
-from corvid_actors.db.models import DaemonState
+from corvid_actors.db.models import DaemonState, SessionStatus
 from corvid_actors.db.store import Store
 from corvid_actors.db.store_base import store_op
 from corvid_actors.errors import FencedWrite
@@ -222,6 +222,36 @@ class ClusterStore:
                 return []
             return self._claim("1 = 1", [], self._sql.expired, (daemon_id, at), "lease_expires_at, session_id", take,
                                daemon_id, now, lease_s)
+
+    @store_op
+    def claim_unleased_resumes(self, daemon_id: str, now: datetime, lease_s: float, *,
+                               limit: int | None = None) -> list[Claim]:
+        """Claim the sessions whose row says they must be resumed — marked for resume
+        (``restart_pending``), or left ``running``/``loading`` by a dead run — but that no
+        lease covers: no lease row, or an ended one (no owner, no expiry). Such rows come
+        from runs without leases (one daemon, before the cluster mode was enabled): no
+        sweep ever sees them. A released or expired lease is the sweep's; a live one is
+        its owner's. The claimed rows are reset as a one-daemon start-up resets them (mark
+        taken, a row left running → idle, no pid), in the same transaction, so two daemons
+        starting at once resume each session once. At most ``limit``; oldest id first."""
+        S, L = self.store.m.Session, self.store.m.SessionLease
+        covered = L.select(L.session).where((L.session == S.id) & (L.owner.is_null(False)
+                                                                   | L.lease_expires_at.is_null(False)))
+        left_running = S.status.in_([SessionStatus.RUNNING, SessionStatus.LOADING])
+        pending = S.select(S.id).where(((S.restart_pending == True) | left_running)  # noqa: E712
+                                       & ~pw.fn.EXISTS(covered))
+        with self.store.transaction():
+            if not self._may_claim(daemon_id):
+                return []
+            candidates, args = self._candidates(pending)
+            self._execute(self._sql.ensure_leases.format(candidates=candidates), *args)
+            claims = self._claim(f"session_id IN ({candidates})", args, self._sql.claimable,
+                                 (daemon_id, _naive(now)), "session_id", limit, daemon_id, now, lease_s)
+            ids = [claim.session_id for claim in claims]
+            if ids:
+                S.update(restart_pending=False).where(S.id.in_(ids)).execute()
+                S.update(status=SessionStatus.IDLE, pid=None).where(S.id.in_(ids) & left_running).execute()
+        return claims
 
     def _claim(self, scope: str, args: Sequence[Any], claimable: str, claimable_args: tuple[Any, ...],
                order: str, limit: int | None, daemon_id: str, now: datetime, lease_s: float) -> list[Claim]:

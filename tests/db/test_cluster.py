@@ -112,3 +112,17 @@ def test_one_daemon_runs_the_cluster_operations_on_sqlite(sqlite_store: Store) -
     assert cluster.place_new_session(at(6), 30.0) == "only"
     assert cluster.expire_dead_daemons(at(100), 60.0) == ["only"]
     assert cluster.live_daemons(at(100), 60.0) == []
+
+
+def test_one_daemon_claims_the_sessions_left_to_resume_on_sqlite(sqlite_store: Store) -> None:
+    cluster = ClusterStore(sqlite_store)
+    cluster.register_daemon("only", "h", 1, "test", T0)
+    marked, stale, plain = (sqlite_store.create_session(name=f"s{i}").id for i in range(3))
+    sqlite_store.mark_for_resume([marked], stopped=True)
+    sqlite_store.update_session(stale, status="running", pid=4)
+
+    claims = cluster.claim_unleased_resumes("only", at(0), LEASE_S)
+    assert sorted(claims) == sorted([(marked, 1), (stale, 1)])
+    assert [sqlite_store.get_session(s).restart_pending for s in (marked, stale, plain)] == [False] * 3
+    assert (sqlite_store.get_session(stale).status, sqlite_store.get_session(stale).pid) == ("idle", None)
+    assert cluster.claim_unleased_resumes("only", at(1), LEASE_S) == []

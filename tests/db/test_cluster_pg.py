@@ -353,6 +353,48 @@ def test_concurrent_sweeps_take_disjoint_shares(daemons) -> None:
     assert all(len(mine) <= 11 for mine in got.values())  # ceil(30 / 3) + 1
 
 
+def test_sessions_to_resume_without_a_lease_are_claimed_once_by_daemons_starting_together(daemons) -> None:
+    # rows from a run without leases (one daemon, before the cluster mode), and leased ones
+    a, b, c = daemons("a", "b", "c")
+    sids = new_sessions(a, 60)
+    marked, stale, plain = sids[:20], sids[20:40], sids[40:50]
+    held, ended, released = sids[50:53], sids[53:56], sids[56:]
+    a.store.mark_for_resume(marked + held + ended + released, stopped=True)  # a shutdown's marks
+    for sid in stale:  # a crash left them running
+        a.store.update_session(sid, status="running", pid=7)
+    c.claim(held + ended + released, "c", at(0), LEASE_S)
+    c.finish("c", ended)
+    c.set_daemon_state("c", DaemonState.DRAINING)
+    c.release("c", released)
+    got: dict[str, list[tuple[str, int]]] = {}
+
+    def start_up(cluster: ClusterStore, name: str) -> Callable[[], None]:
+        def run() -> None:
+            got[name] = [tuple(x) for x in cluster.claim_unleased_resumes(name, at(1), LEASE_S)]
+        return run
+
+    assert run_together([start_up(a, "a"), start_up(b, "b")]) == []
+    taken = [sid for mine in got.values() for sid, _ in mine]
+    assert sorted(taken) == sorted(marked + stale + ended)  # each once; held and released are not
+    assert {epoch for mine in got.values() for _, epoch in mine} == {1, 2}  # ended: its second claim
+    assert all(a.owner_of(sid).owner_id in ("a", "b") for sid in taken)
+    assert a.leases(plain) == []  # nothing to resume: no lease row either
+    rows = {sid: a.store.get_session(sid) for sid in sids}
+    assert [sid for sid in sids if rows[sid].restart_pending] == held + released  # the sweep's
+    assert {rows[sid].status for sid in stale} == {"idle"} and {rows[sid].pid for sid in stale} == {None}
+    assert {rows[sid].status for sid in marked} == {"stopped"}
+    assert a.claim_unleased_resumes("a", at(2), LEASE_S) == []  # nothing left
+    assert [x.session_id for x in b.claim_expired("b", at(2), LEASE_S, 1, 100)] == sorted(released)
+
+
+def test_claiming_sessions_to_resume_stops_at_the_limit(daemons) -> None:
+    a, = daemons("a")
+    sids = sorted(new_sessions(a, 5))
+    a.store.mark_for_resume(sids)
+    assert [x.session_id for x in a.claim_unleased_resumes("a", at(0), LEASE_S, limit=2)] == sids[:2]
+    assert [x.session_id for x in a.claim_unleased_resumes("a", at(0), LEASE_S)] == sids[2:]
+
+
 def test_released_sessions_are_swept_at_once_and_finished_ones_never(daemons) -> None:
     a, b = daemons("a", "b")
     sids = new_sessions(a, 4)
