@@ -56,6 +56,15 @@ class Claim(NamedTuple):
     epoch: int
 
 
+class Deadline(NamedTuple):
+    """A running session's inactivity deadline (None: none, a turn is running), stored by
+    the incarnation of ``epoch`` (:meth:`ClusterStore.set_inactivity_deadlines`)."""
+
+    session_id: str
+    epoch: int
+    due: datetime | None
+
+
 @dataclass(frozen=True)
 class Lease:
     """A session's lease row; times are aware UTC (None: not set)."""
@@ -319,6 +328,24 @@ class ClusterStore:
             query = L.update(values).where((L.session == session_id) & (L.owner == daemon_id) & (L.epoch == epoch))
             return bool(query.execute())
 
+    @store_op
+    def set_inactivity_deadlines(self, daemon_id: str, deadlines: Sequence[Deadline]) -> int:
+        """Store the inactivity deadlines of several running sessions (None clears one) in
+        their leases, each guarded by owner and epoch as :meth:`set_timers` is: a lease no
+        longer this incarnation's is left alone. One statement on PostgreSQL whatever the
+        count (the heartbeat's flush, :class:`~corvid_actors.actors.cluster.ClusterSeat`);
+        one per row on SQLite (one daemon). Returns how many leases were written."""
+        if not deadlines:
+            return 0
+        with self.store.transaction():
+            if self.store.is_sqlite:
+                return sum(self._execute(self._sql.inactivity_deadlines, None if due is None else _naive(due),
+                                         sid, epoch, daemon_id).rowcount for sid, epoch, due in deadlines)
+            ids = [str(sid) for sid, _, _ in deadlines]
+            epochs = [int(epoch) for _, epoch, _ in deadlines]
+            dues = [None if due is None else _naive(due) for _, _, due in deadlines]
+            return int(self._execute(self._sql.inactivity_deadlines, ids, epochs, dues, daemon_id).rowcount)
+
     # --- reads ----------------------------------------------------------------------------
 
     @store_op
@@ -373,4 +400,4 @@ class ClusterStore:
         return self.store.db.execute_sql(sql, params)
 
 
-__all__ = ["Claim", "ClusterStore", "Lease", "TIMER_COLUMNS", "fair_share"]
+__all__ = ["Claim", "ClusterStore", "Deadline", "Lease", "TIMER_COLUMNS", "fair_share"]

@@ -18,7 +18,7 @@ import peewee as pw
 import psycopg2
 import pytest
 
-from corvid_actors.db.cluster import ClusterStore
+from corvid_actors.db.cluster import ClusterStore, Deadline
 from corvid_actors.db.fencing import TRIGGER_NAME
 from corvid_actors.db.ledger import Ledger
 from corvid_actors.db.models import DaemonState
@@ -427,6 +427,36 @@ def test_durable_timers_move_with_the_session(daemons) -> None:
     assert not a.set_timers("a", sid, epoch, restart_due_at=at(99))  # a's incarnation is stale
     assert b.set_timers("b", sid, new_epoch, restart_due_at=None)
     assert b.owner_of(sid).restart_due_at is None
+
+
+def test_inactivity_deadlines_are_stored_in_one_statement_guarded_by_owner_and_epoch(daemons, monkeypatch) -> None:
+    a, b = daemons("a", "b")
+    sids = new_sessions(a, 5)
+    epochs = dict(a.claim(sids, "a", at(0), LEASE_S))
+    a.set_timers("a", sids[3], epochs[sids[3]], inactivity_due_at=at(50))
+    (_, b_epoch), = b.claim(sids[4:], "b", at(16), LEASE_S)  # a's lease expired and b took it
+    statements: list[str] = []
+    execute = a.store.db.execute_sql
+
+    def counting(sql: str, params: Any = None, *args: Any, **kwargs: Any) -> Any:
+        statements.append(sql)
+        return execute(sql, params, *args, **kwargs)
+
+    monkeypatch.setattr(a.store.db, "execute_sql", counting)
+    written = a.set_inactivity_deadlines("a", [
+        Deadline(sids[0], epochs[sids[0]], at(1800)),
+        Deadline(sids[1], epochs[sids[1]], at(1801.5)),
+        Deadline(sids[2], epochs[sids[2]] - 1, at(99)),  # a stale incarnation's: refused
+        Deadline(sids[3], epochs[sids[3]], None),  # a turn started: cleared
+        Deadline(sids[4], epochs[sids[4]], at(99)),  # b's now: refused
+    ])
+    assert (written, len(statements)) == (3, 1)
+    monkeypatch.undo()
+    due = {lease.session_id: lease.inactivity_due_at for lease in a.leases(sids)}
+    assert [due[sid] for sid in sids] == [at(1800), at(1801.5), None, None, None]
+    assert a.set_inactivity_deadlines("a", []) == 0
+    assert b.set_inactivity_deadlines("b", [Deadline(sids[4], b_epoch, at(7))]) == 1
+    assert b.owner_of(sids[4]).inactivity_due_at == at(7)
 
 
 def test_a_new_session_goes_to_the_least_loaded_live_daemon(daemons) -> None:

@@ -11,6 +11,7 @@ to a running session reach it here only when the runtime's fast path does not ap
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from loguru import logger
@@ -34,9 +35,12 @@ def _warm_path_failed(core: SupervisorCore, sid: str) -> None:
     core.publish(sid, SystemEvent(subtype="warm_path_failed", message="Warm path failed, falling back to cold start"))
 
 
-def resume(core: SupervisorCore, sid: str, prompt: UserContent | None) -> StartTicket | int | None:
+def resume(core: SupervisorCore, sid: str, prompt: UserContent | None, *,
+           idle_deadline: datetime | None = None) -> StartTicket | int | None:
     """Deliver ``prompt`` to the running incarnation, or start one with the history.
-    Replies as :class:`~corvid_actors.actors.supervisor.ResumeProcess` says."""
+    Replies as :class:`~corvid_actors.actors.supervisor.ResumeProcess` says.
+    ``idle_deadline``: a session taken over from another daemon — if it comes up waiting
+    for its user, it keeps this inactivity deadline (the one its old owner stored)."""
     session_cfg = core.cfg.session
     inc = core.running.get(sid)
     if inc is not None:
@@ -66,7 +70,7 @@ def resume(core: SupervisorCore, sid: str, prompt: UserContent | None) -> StartT
         core.store.append_message(sid, "user", prompt)
     turns = active_turns(history, new_prompt=bool(prompt))
     if not prompt and (unanswered is None or not (history or unanswered)):
-        return start(core, sid, None, begin=False, turns=turns, session=session)
+        return start(core, sid, None, begin=False, turns=turns, session=session, inherited_deadline=idle_deadline)
     blocks = content_blocks(prompt) if prompt else ()
     new_text = text_parts(blocks) if blocks else str(prompt or "")
     if history:
