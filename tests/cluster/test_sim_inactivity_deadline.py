@@ -58,6 +58,32 @@ def test_a_waiting_session_taken_over_times_out_at_its_old_owners_deadline(pg_ur
         clock.close()
 
 
+def test_a_turn_ended_after_the_last_heartbeat_still_sets_the_deadline_taken_over(pg_url):
+    # the heartbeat at 30 stored 120 (the first turn's); the turn at 31 set 151, and a is
+    # cut off before its heartbeat at 35 could store it: b still ends the session at 151
+    clock = SimClock()
+    proxy = TcpProxy("127.0.0.1", 5432).start()
+    a, _, _ = daemon("a", clock, proxy.url(pg_url))
+    b, _, b_events = daemon("b", clock, pg_url)
+    try:
+        sid = a.create_session(source="web").id
+        a.start_process(sid, "hi")
+        clock.advance_to(31)
+        assert a.send_message(sid, "one more")
+        clock.advance_to(33)
+        proxy.cut()
+        proxy.refuse()
+        clock.advance_to(150.9)
+        assert b.is_running(sid) and b_events.times("session_stopped", sid) == []
+        clock.advance_to(151.0 + MICROSECOND)
+        assert b_events.times("session_stopped", sid) == [pytest.approx(151.0, abs=MICROSECOND)]
+    finally:
+        proxy.close()
+        b.shutdown()
+        a.shutdown()
+        clock.close()
+
+
 def test_an_extended_deadline_moves_with_the_session(pg_url):
     clock = SimClock()
     proxy = TcpProxy("127.0.0.1", 5432).start()
