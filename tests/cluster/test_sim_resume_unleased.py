@@ -85,3 +85,30 @@ def test_a_one_daemon_runtime_still_resumes_its_marked_sessions(tmp_path, open_s
     finally:
         runtime.shutdown()
         clock.close()
+
+
+def test_the_orphan_pruner_leaves_the_rows_of_another_daemons_sessions_alone(pg_url, open_store):
+    # b's session runs; a's orphan pruner (every 300 s) must not take its row for a ghost
+    # and mark it for resume: once stopped, the next daemon to start would resume it
+    clock = SimClock()
+    store = open_store(pg_url)
+    runtimes = [sim_runtime(clock, ScriptedProvider(clock), store_url=pg_url,
+                            config={"cluster": {**CLUSTER, "daemon_id": name}}) for name in ("a", "b")]
+    a, b = runtimes
+    try:
+        sid = b.create_session(source="web").id
+        b.start_process(sid, "hi")
+        a.start_process(a.create_session(source="web").id, "a session of a's own")
+        clock.advance(301)
+        row = store.get_session(sid)
+        assert b.is_running(sid) and (row.status, row.restart_pending) == ("running", False)
+        b.stop_process(sid)
+        clock.advance(1)
+        late = sim_runtime(clock, ScriptedProvider(clock), store_url=pg_url,
+                           config={"cluster": {**CLUSTER, "daemon_id": "late"}})
+        runtimes.append(late)
+        assert late.resume_pending_sessions() == []
+    finally:
+        for runtime in runtimes:
+            runtime.shutdown()
+        clock.close()
