@@ -12,6 +12,9 @@ lifeline publishes nothing until a heartbeat says otherwise).
 renews the daemon's row and all its leases in one statement; when fewer leases were
 renewed than the store writes for, the missing ones were claimed by another daemon and the
 supervisor is told :class:`SessionsLost` (it stops those incarnations without a word).
+After a heartbeat it stores the inactivity deadlines its sessions reported to the seat
+since the last one, those that changed only, in one more statement (none when nothing
+changed): :meth:`ClusterSeat.flush_deadlines`.
 Every ``sweep_interval_s`` (plus jitter) it declares dead daemons gone and claims its fair
 share of expired or released leases; the supervisor is told :class:`AdoptSessions` and
 resumes them as a start-up after a crash does (a turn only for a session that was mid-turn).
