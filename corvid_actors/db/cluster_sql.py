@@ -69,6 +69,9 @@ class Statements:
     release: str
     release_all: str
     finish: str
+    #: PostgreSQL: (ids, epochs, deadlines, daemon): the inactivity deadlines of several
+    #: leases in one statement, each guarded by owner and epoch; SQLite: one row per statement
+    inactivity_deadlines: str
     #: (ids param) -> lease rows
     leases: str
     #: (daemon) -> ids
@@ -118,6 +121,10 @@ _PG = Statements(
     finish=("UPDATE session_leases SET owner_id = NULL, lease_expires_at = NULL, restart_due_at = NULL, "
             "resume_due_at = NULL, inactivity_due_at = NULL "
             "WHERE owner_id = %s AND session_id IN ({candidates})"),
+    inactivity_deadlines=(
+        "UPDATE session_leases AS l SET inactivity_due_at = d.due "
+        "FROM unnest(%s::text[], %s::bigint[], %s::timestamp[]) AS d(session_id, epoch, due) "
+        "WHERE l.session_id = d.session_id AND l.epoch = d.epoch AND l.owner_id = %s"),
     leases=f"SELECT {_LEASE_COLUMNS} FROM session_leases WHERE session_id IN ({{candidates}}) ORDER BY session_id",
     owned_by="SELECT session_id FROM session_leases WHERE owner_id = %s ORDER BY session_id",
     place=(
@@ -129,7 +136,7 @@ _PG = Statements(
 _SQLITE = Statements(
     **{f.name: getattr(_PG, f.name) for f in fields(Statements)
        if f.name not in ("heartbeat", "heartbeat_leases", "dead_daemons", "mark_gone", "ids_param",
-                         "claim", "claim_update", "claim_read", "count_expired")},
+                         "claim", "claim_update", "claim_read", "count_expired", "inactivity_deadlines")},
     heartbeat=f"UPDATE daemons SET heartbeat_at = %s WHERE id = %s AND state <> '{DaemonState.GONE}'",
     heartbeat_leases="UPDATE session_leases SET lease_expires_at = %s WHERE owner_id = %s",
     dead_daemons=f"SELECT id FROM daemons WHERE state <> '{DaemonState.GONE}' AND heartbeat_at < %s AND id <> %s",
@@ -142,6 +149,8 @@ _SQLITE = Statements(
     claim_read="SELECT session_id, epoch FROM session_leases WHERE session_id IN ({candidates})",
     count_expired=(f"SELECT coalesce(sum(CASE WHEN {EXPIRED} THEN 1 ELSE 0 END), 0), "
                    "coalesce(sum(CASE WHEN owner_id = %s THEN 1 ELSE 0 END), 0) FROM session_leases"),
+    inactivity_deadlines=("UPDATE session_leases SET inactivity_due_at = %s "
+                          "WHERE session_id = %s AND epoch = %s AND owner_id = %s"),
 )
 
 
