@@ -201,6 +201,17 @@ class WebhookConfig:
     send_timeout_s: float = field(metadata=POSITIVE)
 
 
+@section("cluster.bus")
+class ClusterBusConfig:
+    """``[cluster.bus]``: the purge of the daemon-to-daemon bus's tables
+    (:mod:`corvid_actors.db.pg_bus_purge`)."""
+
+    purge_interval_s: float = field(metadata=POSITIVE)
+    finished_retention_s: float = field(metadata=POSITIVE)
+    unanswered_retention_s: float = field(metadata=POSITIVE)
+    purge_batch: int = field(metadata=AT_LEAST_ONE)
+
+
 @section("cluster")
 class ClusterConfig:
     """Several daemons on one PostgreSQL (``[cluster]``; :mod:`corvid_actors.db.cluster`):
@@ -214,6 +225,7 @@ class ClusterConfig:
     sweep_jitter_s: float = field(metadata=NON_NEGATIVE)
     max_sessions: int = field(metadata=AT_LEAST_ONE)
     dead_daemon_grace_s: float = field(metadata=POSITIVE)
+    bus: ClusterBusConfig
 
     def __post_init__(self) -> None:
         # A lease shorter than a heartbeat expires between two renewals of a live owner.

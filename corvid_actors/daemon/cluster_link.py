@@ -6,7 +6,8 @@ each: the bus's listener must return at once), and answered with ``{"ok": …}``
 :mod:`corvid_actors.actors._admin_cluster`); every event of this daemon's sessions is
 published for the others (batched by a publisher thread: whatever queued while the last
 batch was sent goes in the next NOTIFYs), and theirs are handed to the AdminActor, so
-``corvid-actors events`` on any daemon shows every session.
+``corvid-actors events`` on any daemon shows every session. The bus purges its stale
+rows every ``[cluster.bus] purge_interval_s`` (:func:`purge_policy`).
 """
 
 from __future__ import annotations
@@ -24,14 +25,27 @@ from corvid_actors.actors.admin import AdminCommand
 from corvid_actors.actors.base import tell
 from corvid_actors.actors.cluster import ClusterSeat
 from corvid_actors.clock import iso_utc
+from corvid_actors.config_sections import ClusterBusConfig
 from corvid_actors.db.pg_bus import PgBus, Reply
-from corvid_actors.errors import INTERNAL, AdminError
+from corvid_actors.db.pg_bus_purge import PurgePolicy
+from corvid_actors.errors import INTERNAL, AdminError, ConfigError
 from corvid_actors.events import Event, to_dict
 from corvid_actors.runtime import Runtime
 
 #: most events one publish call carries (the bus splits them into NOTIFYs under 8000 bytes)
 PUBLISH_BATCH = 200
 _STOP = object()
+
+
+def purge_policy(cfg: ClusterBusConfig, command_timeout_s: float) -> PurgePolicy:
+    """The bus's purge from ``[cluster.bus]``; ConfigError if it could delete the row of a
+    command whose caller still waits (``command_timeout_s``, the admin's timeout)."""
+    if cfg.unanswered_retention_s <= command_timeout_s:
+        raise ConfigError(f"config key cluster.bus.unanswered_retention_s = {cfg.unanswered_retention_s:g} must "
+                          f"be more than daemon.admin_client_timeout_s = {command_timeout_s:g} (a command "
+                          "still awaited would lose its row): raise it")
+    return PurgePolicy(interval_s=cfg.purge_interval_s, finished_retention_s=cfg.finished_retention_s,
+                       unanswered_retention_s=cfg.unanswered_retention_s, batch=cfg.purge_batch)
 
 
 class ClusterLink:
@@ -42,7 +56,7 @@ class ClusterLink:
         self._runtime = runtime
         self._admin: pykka.ActorRef[Any] | None = None
         self.bus = PgBus(url, seat.daemon_id, clock=runtime.clock, on_command=self._command,
-                         on_events=self._events)
+                         on_events=self._events, purge=purge_policy(seat.config.bus, timeout_s))
         self.router = ClusterRouter(seat, self.bus, timeout_s)
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._publisher = threading.Thread(target=self._publish_loop, name="corvid-cluster-events", daemon=True)

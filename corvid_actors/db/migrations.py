@@ -79,8 +79,15 @@ def _cluster_bus(models: SimpleNamespace, db: pw.Database) -> None:
     db.create_tables([models.ClusterCommand, models.ClusterEvent], safe=True)
 
 
+def _cluster_commands_created_at(models: SimpleNamespace, db: pw.Database) -> None:
+    # The bus's purge (db/pg_bus_purge.py) takes old command rows by created_at: a range
+    # scan of this index, not a scan of the table. The name is the one the baseline gives it.
+    db.execute_sql("CREATE INDEX IF NOT EXISTS cluster_commands_created_at ON cluster_commands (created_at)")
+
+
 MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
-                               _session_open_turns, _webhook_replays, _cluster_leases, _cluster_bus]
+                               _session_open_turns, _webhook_replays, _cluster_leases, _cluster_bus,
+                               _cluster_commands_created_at]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

@@ -299,7 +299,7 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         payload = pw.TextField()  # JSON object
         state = pw.CharField(default="pending", max_length=20)
         result = pw.TextField(null=True)  # JSON (an error message when failed)
-        created_at = pw.DateTimeField(default=_now)
+        created_at = pw.DateTimeField(default=_now, index=True)  # the purge's range (pg_bus_purge)
 
         class Meta:
             table_name = "cluster_commands"
