@@ -84,21 +84,22 @@ class ClusterRouter:
 
     def health(self) -> dict[str, Any]:
         """This daemon's standing in the cluster, for ``admin health``: its id, the live
-        daemons, how many sessions it owns, whether its leases are surely its own and the
-        bus's state; ``problems`` (empty when all is well) make health ``degraded``."""
+        daemons and the version each runs (two during a rolling upgrade), how many sessions
+        it owns, whether its leases are surely its own and the bus's state; ``problems``
+        (empty when all is well) make health ``degraded``."""
         seat, problems = self.seat, []
         try:
-            live = self.seat.cluster.live_daemons(seat.clock.now(), seat.config.dead_daemon_grace_s)
+            versions = self.seat.cluster.live_daemon_versions(seat.clock.now(), seat.config.dead_daemon_grace_s)
         except CorvidError as exc:
-            live, problems = [], [f"cluster: the daemons table cannot be read ({exc})"]
+            versions, problems = {}, [f"cluster: the daemons table cannot be read ({exc})"]
         if not seat.lease_valid():
             problems.append(f"cluster: no heartbeat for {seat.config.lease_s:g}s — this daemon's leases may "
                             "have been taken over (it publishes nothing until a heartbeat succeeds)")
         if self.bus.status != "ok":
             problems.append(f"cluster: the bus to the other daemons is {self.bus.status}"
                             + (f" ({self.bus.unavailable_reason})" if self.bus.unavailable_reason else ""))
-        return {"daemon_id": seat.daemon_id, "live_daemons": live, "owned_sessions": len(seat.believed()),
-                "leases_valid": seat.lease_valid(), "bus": self.bus.status,
+        return {"daemon_id": seat.daemon_id, "live_daemons": sorted(versions), "daemon_versions": versions,
+                "owned_sessions": len(seat.believed()), "leases_valid": seat.lease_valid(), "bus": self.bus.status,
                 "missed_event_notifications": self.bus.missed_notifications, "problems": problems}
 
     def forward(self, daemon_id: str, name: str, args: Mapping[str, Any]) -> Any:

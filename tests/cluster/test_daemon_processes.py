@@ -134,6 +134,8 @@ def test_commands_and_events_cross_daemons(cluster_of, pg_url):
         wait_for(lambda: owners(pg_url).get(first) == "a", "the first on a")
         health = a.call("health")
         assert health["cluster"]["daemon_id"] == "a" and health["cluster"]["live_daemons"] == ["a", "b"]
+        version = health["daemon"]["version"]
+        assert health["cluster"]["daemon_versions"] == {"a": version, "b": version}
         assert health["cluster"]["bus"] == "ok" and health["cluster"]["owned_sessions"] == 1
         assert health["cluster"]["leases_valid"] is True and health["cluster"]["problems"] == []
         listing = io.StringIO()
