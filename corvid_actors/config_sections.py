@@ -204,12 +204,14 @@ class WebhookConfig:
 @section("cluster.bus")
 class ClusterBusConfig:
     """``[cluster.bus]``: the purge of the daemon-to-daemon bus's tables
-    (:mod:`corvid_actors.db.pg_bus_purge`)."""
+    (:mod:`corvid_actors.db.pg_bus_purge`) and how long a read waits for a session's owner
+    (:mod:`corvid_actors.actors._admin_cluster`)."""
 
     purge_interval_s: float = field(metadata=POSITIVE)
     finished_retention_s: float = field(metadata=POSITIVE)
     unanswered_retention_s: float = field(metadata=POSITIVE)
     purge_batch: int = field(metadata=AT_LEAST_ONE)
+    owner_query_timeout_s: float = field(metadata=POSITIVE)
 
 
 @section("cluster")

@@ -12,6 +12,7 @@ rows every ``[cluster.bus] purge_interval_s`` (:func:`purge_policy`).
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 from collections.abc import Mapping
@@ -37,6 +38,16 @@ PUBLISH_BATCH = 200
 _STOP = object()
 
 
+def owner_query_timeout(cfg: ClusterBusConfig, command_timeout_s: float) -> float:
+    """How long ``admin session`` waits for a session's owner; ConfigError unless shorter
+    than the admin's timeout (the client would give up before the database answers)."""
+    if cfg.owner_query_timeout_s >= command_timeout_s:
+        raise ConfigError(f"config key cluster.bus.owner_query_timeout_s = {cfg.owner_query_timeout_s:g} must be "
+                          f"less than daemon.admin_client_timeout_s = {command_timeout_s:g} (the operator's client "
+                          "would give up before the fallback answer): lower it")
+    return cfg.owner_query_timeout_s
+
+
 def purge_policy(cfg: ClusterBusConfig, command_timeout_s: float) -> PurgePolicy:
     """The bus's purge from ``[cluster.bus]``; ConfigError if it could delete the row of a
     command whose caller still waits (``command_timeout_s``, the admin's timeout)."""
@@ -57,7 +68,7 @@ class ClusterLink:
         self._admin: pykka.ActorRef[Any] | None = None
         self.bus = PgBus(url, seat.daemon_id, clock=runtime.clock, on_command=self._command,
                          on_events=self._events, purge=purge_policy(seat.config.bus, timeout_s))
-        self.router = ClusterRouter(seat, self.bus, timeout_s)
+        self.router = ClusterRouter(seat, self.bus, timeout_s, owner_query_timeout(seat.config.bus, timeout_s))
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._publisher = threading.Thread(target=self._publish_loop, name="corvid-cluster-events", daemon=True)
 
@@ -126,7 +137,8 @@ class ClusterLink:
             result = self._admin.ask(AdminCommand(name, args, forwarded=True))
             if isinstance(result, pykka.Future):
                 result = result.get()
-            answer: dict[str, Any] = {"ok": True, "result": result}
+            # JSON as the admin socket sends it (a datetime or a path becomes its text)
+            answer: dict[str, Any] = {"ok": True, "result": json.loads(json.dumps(result, default=str))}
         except AdminError as exc:
             answer = {"ok": False, "code": exc.code, "message": exc.message}
         except Exception as exc:  # noqa: BLE001 - the caller must hear something
