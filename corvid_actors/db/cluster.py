@@ -176,6 +176,17 @@ class ClusterStore:
             return [row[0] for row in self._execute(self._sql.live_daemons, cutoff).fetchall()]
 
     @store_op
+    def live_daemon_versions(self, now: datetime, grace_s: float) -> dict[str, str]:
+        """The software version each live daemon registered with (as :meth:`live_daemons`),
+        by id: during a rolling upgrade, two releases run side by side."""
+        D = self.store.m.Daemon
+        cutoff = _naive(now - timedelta(seconds=grace_s))
+        with self.store.transaction():
+            query = (D.select(D.id, D.version).where((D.state == DaemonState.LIVE) & (D.heartbeat_at >= cutoff))
+                     .order_by(D.id).tuples())
+            return {daemon_id: version for daemon_id, version in query}
+
+    @store_op
     def expire_dead_daemons(self, now: datetime, grace_s: float, *, sparing: str = "") -> list[str]:
         """Declare gone every daemon whose heartbeat is older than ``grace_s``; their ids.
         Their leases expired long before (``grace_s`` ≥ ``lease_s``) and are swept as any
