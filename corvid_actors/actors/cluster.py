@@ -209,6 +209,22 @@ class ClusterSeat:
             if self.store.epoch_of(sid) is not None:
                 self._lost.add(sid)
 
+    def release(self, sid: str) -> None:
+        """Hand ``sid`` over without running it here (its adoption failed): the lease loses
+        its owner and any daemon's next sweep, this one's included, claims it again. Its
+        writes from here carry no epoch again. A store error is logged: the lease then
+        expires as it would have anyway, since this daemon stops believing it owns it."""
+        with self._lock:
+            self._forget_deadline(sid)
+            self._lost.discard(sid)
+            had = self.store.epoch_of(sid) is not None
+            self.store.unfence(sid)
+        if had:
+            try:
+                self.cluster.release(self.daemon_id, [sid])
+            except StoreError as exc:
+                logger.bind(session_id=sid).warning("could not hand the session's lease over ({})", exc)
+
     def finish(self, sid: str) -> None:
         """``sid`` stopped running here: its lease ends (nobody resumes it) and its writes
         carry no epoch again. A lost session's lease is not this daemon's to end."""

@@ -29,7 +29,7 @@ from corvid_actors.actors.supervisor._resume import resume
 from corvid_actors.actors.supervisor._state import Paused, _RestartDue, _ResumeDue
 from corvid_actors.actors.timers import ScheduleTimer
 from corvid_actors.clock import iso_utc
-from corvid_actors.errors import CorvidError
+from corvid_actors.errors import CorvidError, StoreError
 
 #: sessions brought back per supervisor message: the rest is told again, so the first ones'
 #: ``Built`` (and everything else the supervisor hears) is not queued behind a thousand
@@ -53,8 +53,13 @@ def adopt(core: SupervisorCore, sids: tuple[str, ...]) -> None:
                 _restart_at(core, sid, lease.restart_due_at)
             else:
                 resume(core, sid, None, idle_deadline=lease.inactivity_due_at if lease is not None else None)
-        except CorvidError as exc:  # a deleted row, a store error: its lease expires again
+        except StoreError as exc:  # perhaps passing: hand it over, a sweep (maybe ours) tries again
+            logger.bind(session_id=sid).warning("could not resume a session claimed from another daemon ({}); "
+                                                "handing its lease over", exc)
+            core.cluster.release(sid)
+        except CorvidError as exc:  # it cannot run (a deleted row): its lease ends, as a stopped session's
             logger.bind(session_id=sid).warning("could not resume a session claimed from another daemon: {}", exc)
+            core.cluster.finish(sid)
 
 
 def _delay_until(core: SupervisorCore, due: datetime) -> float:
