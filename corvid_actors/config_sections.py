@@ -201,6 +201,19 @@ class WebhookConfig:
     send_timeout_s: float = field(metadata=POSITIVE)
 
 
+@section("cluster.bus")
+class ClusterBusConfig:
+    """``[cluster.bus]``: the purge of the daemon-to-daemon bus's tables
+    (:mod:`corvid_actors.db.pg_bus_purge`) and how long a read waits for a session's owner
+    (:mod:`corvid_actors.actors._admin_cluster`)."""
+
+    purge_interval_s: float = field(metadata=POSITIVE)
+    finished_retention_s: float = field(metadata=POSITIVE)
+    unanswered_retention_s: float = field(metadata=POSITIVE)
+    purge_batch: int = field(metadata=AT_LEAST_ONE)
+    owner_query_timeout_s: float = field(metadata=POSITIVE)
+
+
 @section("cluster")
 class ClusterConfig:
     """Several daemons on one PostgreSQL (``[cluster]``; :mod:`corvid_actors.db.cluster`):
@@ -214,6 +227,7 @@ class ClusterConfig:
     sweep_jitter_s: float = field(metadata=NON_NEGATIVE)
     max_sessions: int = field(metadata=AT_LEAST_ONE)
     dead_daemon_grace_s: float = field(metadata=POSITIVE)
+    bus: ClusterBusConfig
 
     def __post_init__(self) -> None:
         # A lease shorter than a heartbeat expires between two renewals of a live owner.

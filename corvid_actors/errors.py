@@ -12,6 +12,8 @@ all of them, and nothing else (bugs stay loud). The tree, in one place:
       ``degraded`` with the same reason until the store is back.
     - :class:`FencedWrite` — a session incarnation's write was refused by the database
       because another daemon has claimed the session since (a newer lease epoch).
+    - :class:`SchemaTooNew` — the database was migrated by a newer release, further than
+      this one can run on (more than one schema version ahead, or a breaking migration).
   - :class:`NotFoundError` — a session, agent or project does not exist.
   - :class:`RuntimeStoppedError` — the runtime is shut down (or failed: a core actor died).
   - :class:`SettleTimeout` — ``Runtime.settle(timeout_s=…)`` gave up.
@@ -74,6 +76,12 @@ class FencedWrite(StoreError):
                 return cls(first[0] if first else "fenced: a newer owner has claimed the session")
             todo += [getattr(err, "orig", None), err.__cause__, err.__context__]
         return None
+
+
+class SchemaTooNew(StoreError):
+    """The database's schema is newer than this code can run on: more than one version
+    ahead, or the next version is a breaking migration (:mod:`corvid_actors.db.migrations`).
+    Nothing was changed; upgrade corvid-actors to the release that migrated the database."""
 
 
 class NotFoundError(CorvidError):

@@ -303,10 +303,13 @@ class Runtime(RuntimeLifecycle):
 
     def take_restart_pending(self) -> list[str]:
         """The sessions marked for resume, unmarked: the caller resumes them (one by one,
-        as :meth:`resume_pending_sessions` does). With several daemons, none: the sessions
-        a shutdown stopped are handed over by their released leases (the cluster sweep)."""
-        if self._internals.cluster is not None:
-            return []
+        as :meth:`resume_pending_sessions` does). With several daemons, those a run without
+        leases left to resume (marked, or left running), claimed here — each by one daemon
+        only; the sessions a cluster daemon's shutdown stopped are handed over by their
+        released leases instead (the cluster sweep)."""
+        seat = self._internals.cluster
+        if seat is not None:
+            return seat.claim_unleased_resumes()
         return list(self._internals.store.take_restart_pending())
 
     # --- agents and projects -------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from corvid_actors.config_sections import SupervisorConfig
 from corvid_actors.errors import StoreError
@@ -67,6 +68,25 @@ def overdue_after(cfg: SupervisorConfig, timeout_s: float) -> float:
     overdue: an extension may be shorter than the default, and the default is back after
     the session's next event."""
     return min(timeout_s, cfg.session_timeout_s)
+
+
+def inherited_inactivity_deadline(stored: datetime | None, last_write: datetime | None,
+                                  timeout_s: float) -> datetime | None:
+    """The inactivity deadline a waiting session keeps when another daemon takes it over
+    (issue 20), or None for a full timeout from now.
+
+    ``stored``: the deadline the old owner's heartbeat stored in the lease (None: none
+    stored, e.g. it died before its first heartbeat of that incarnation); ``last_write``:
+    when the session's row was last updated (aware UTC; a turn's end writes it). The
+    heartbeat stores a deadline within ``heartbeat_s`` of a turn's end: an owner that died
+    in between leaves the deadline from before that turn, which ``last_write + timeout_s``
+    moves up to the one the turn set — so the session never ends earlier than its last
+    turn allows. Aware times in, aware times out; no clock is read."""
+    if stored is None:
+        return None
+    if last_write is None:
+        return stored
+    return max(stored, last_write + timedelta(seconds=timeout_s))
 
 
 def fallback_check_delay(cfg: SupervisorConfig, now: float, earliest_due: float) -> float:

@@ -9,6 +9,11 @@ operator's client needs no route to the other hosts and no second credential.
 
 The reply of a forwarded command is ``{"ok": true, "result": …}`` or ``{"ok": false,
 "code": …, "message": …}``: the owner's AdminError reaches the operator with its code.
+
+``admin session ID`` of a session another daemon owns is asked of its owner too: only the
+owner knows its live facts (running, in turn, uptime, pending approvals, recent events).
+A read must not hang the operator, so it waits ``[cluster.bus] owner_query_timeout_s``;
+then this daemon answers from the database, saying so (:func:`database_view`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,10 @@ from corvid_actors.errors import (
 SESSION_COMMANDS = frozenset({"send", "stop", "resume", "extend"})
 #: commands about one approval (``args["approval"]``): run by the daemon that holds it
 APPROVAL_COMMANDS = frozenset({"approve", "deny"})
+#: reads about one session: its owner answers with its live facts, or the database does
+QUERY_COMMANDS = frozenset({"session"})
+#: the owner's AdminError codes after which a read is answered from the database instead
+_FALL_BACK_CODES = frozenset({UNAVAILABLE, INTERNAL})
 
 
 @dataclass(frozen=True)
@@ -47,10 +56,12 @@ class RemoteEvents:
 class ClusterRouter:
     """Where an operator command runs, and forwarding it there (the AdminActor's thread)."""
 
-    def __init__(self, seat: ClusterSeat, bus: PgBus, timeout_s: float) -> None:
+    def __init__(self, seat: ClusterSeat, bus: PgBus, timeout_s: float, query_timeout_s: float) -> None:
         self.seat = seat
         self.bus = bus
         self.timeout_s = timeout_s
+        #: how long a read (QUERY_COMMANDS) waits for the owner before the database answers
+        self.query_timeout_s = query_timeout_s
 
     @property
     def daemon_id(self) -> str:
@@ -84,32 +95,35 @@ class ClusterRouter:
 
     def health(self) -> dict[str, Any]:
         """This daemon's standing in the cluster, for ``admin health``: its id, the live
-        daemons, how many sessions it owns, whether its leases are surely its own and the
-        bus's state; ``problems`` (empty when all is well) make health ``degraded``."""
+        daemons and the version each runs (two during a rolling upgrade), how many sessions
+        it owns, whether its leases are surely its own and the bus's state; ``problems``
+        (empty when all is well) make health ``degraded``."""
         seat, problems = self.seat, []
         try:
-            live = self.seat.cluster.live_daemons(seat.clock.now(), seat.config.dead_daemon_grace_s)
+            versions = self.seat.cluster.live_daemon_versions(seat.clock.now(), seat.config.dead_daemon_grace_s)
         except CorvidError as exc:
-            live, problems = [], [f"cluster: the daemons table cannot be read ({exc})"]
+            versions, problems = {}, [f"cluster: the daemons table cannot be read ({exc})"]
         if not seat.lease_valid():
             problems.append(f"cluster: no heartbeat for {seat.config.lease_s:g}s — this daemon's leases may "
                             "have been taken over (it publishes nothing until a heartbeat succeeds)")
         if self.bus.status != "ok":
             problems.append(f"cluster: the bus to the other daemons is {self.bus.status}"
                             + (f" ({self.bus.unavailable_reason})" if self.bus.unavailable_reason else ""))
-        return {"daemon_id": seat.daemon_id, "live_daemons": live, "owned_sessions": len(seat.believed()),
-                "leases_valid": seat.lease_valid(), "bus": self.bus.status,
+        return {"daemon_id": seat.daemon_id, "live_daemons": sorted(versions), "daemon_versions": versions,
+                "owned_sessions": len(seat.believed()), "leases_valid": seat.lease_valid(), "bus": self.bus.status,
                 "missed_event_notifications": self.bus.missed_notifications, "problems": problems}
 
-    def forward(self, daemon_id: str, name: str, args: Mapping[str, Any]) -> Any:
+    def forward(self, daemon_id: str, name: str, args: Mapping[str, Any], timeout_s: float | None = None) -> Any:
         """Run command ``name`` on daemon ``daemon_id`` and return its result (or raise its
-        AdminError); UNAVAILABLE when it does not answer within the admin timeout."""
+        AdminError); UNAVAILABLE when it does not answer within ``timeout_s`` (default: the
+        admin timeout)."""
+        wait_s = self.timeout_s if timeout_s is None else timeout_s
         try:
             command_id = self.bus.forward(daemon_id, {"cmd": name, "args": dict(args)})
-            reply = self.bus.await_result(command_id, self.timeout_s)
+            reply = self.bus.await_result(command_id, wait_s)
         except CommandTimeout as exc:
             raise AdminError(UNAVAILABLE, f"daemon {daemon_id} did not answer {name!r} within "
-                                          f"{self.timeout_s:g}s ({exc})") from None
+                                          f"{wait_s:g}s ({exc})") from None
         except CommandFailed as exc:
             raise AdminError(INTERNAL, f"daemon {daemon_id} failed {name!r}: {exc}") from None
         except CorvidError as exc:  # the database is unreachable: the command was not sent
@@ -121,10 +135,42 @@ class ClusterRouter:
         raise AdminError(str(reply.get("code") or INTERNAL), str(reply.get("message") or "failed"))
 
 
+def owner_view(answer: Mapping[str, Any], owner: str) -> dict[str, Any]:
+    """A session read as its owner ``owner`` answered it (its live facts)."""
+    return {**answer, "owner": owner, "answered_by": owner}
+
+
+def database_view(local: Mapping[str, Any], owner: str, why: str) -> dict[str, Any]:
+    """A session read answered from the database because its owner did not answer (``why``):
+    the stored facts are current, the live ones (running, in turn, approvals) unknown."""
+    return {**local, "owner": owner, "answered_by": "database", "here": False, "in_turn": None,
+            "owner_unreachable": (f"the owner, daemon {owner}, did not answer ({why}); shown: what the "
+                                  "database holds (status, turns, cost, messages) and the events this daemon "
+                                  "heard; whether it runs, is in a turn or waits for approvals is unknown")}
+
+
+def _read_session(router: ClusterRouter, name: str, args: Mapping[str, Any], run_here: Any, sid: str) -> Any:
+    owner = router.owner_elsewhere(sid)
+    if owner is None:
+        local = dict(run_here(args))
+        return {**local, "owner": router.owners([sid]).get(sid), "answered_by": router.daemon_id}
+    try:
+        answer = router.forward(owner, name, {**args, "session": sid}, timeout_s=router.query_timeout_s)
+    except AdminError as exc:
+        if exc.code not in _FALL_BACK_CODES:
+            raise
+        return database_view(run_here(args), owner, exc.message)
+    if not isinstance(answer, Mapping):
+        raise AdminError(INTERNAL, f"daemon {owner} answered {name!r} with {answer!r}")
+    return owner_view(answer, owner)
+
+
 def route(router: ClusterRouter, name: str, args: Mapping[str, Any], run_here: Any, session_of: Any) -> Any:
     """Run operator command ``name`` where it belongs: ``run_here(args)`` on this daemon,
     or forwarded (see the module docstring). ``session_of(args)`` resolves the session
     argument (an id or a prefix) to an id."""
+    if name in QUERY_COMMANDS:
+        return _read_session(router, name, args, run_here, session_of(args))
     if name in SESSION_COMMANDS:
         sid = session_of(args)
         owner = router.owner_elsewhere(sid)

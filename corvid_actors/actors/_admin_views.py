@@ -78,6 +78,7 @@ def session_detail(summary: Mapping[str, Any], row: Any, info: Mapping[str, Any]
         "pid": info.get("pid") if info else None,
         "provider": info.get("provider") if info else None,
         "timeout_s": info.get("timeout_s") if info else None,
+        "in_turn": bool(info.get("in_turn")) if info else None,
         "restart_pending": bool(row.restart_pending),
         "initial_prompt": row.initial_prompt,
         "created_at": iso_utc(row.created_at),

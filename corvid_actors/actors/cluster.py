@@ -12,6 +12,9 @@ lifeline publishes nothing until a heartbeat says otherwise).
 renews the daemon's row and all its leases in one statement; when fewer leases were
 renewed than the store writes for, the missing ones were claimed by another daemon and the
 supervisor is told :class:`SessionsLost` (it stops those incarnations without a word).
+After a heartbeat it stores the inactivity deadlines its sessions reported to the seat
+since the last one, those that changed only, in one more statement (none when nothing
+changed): :meth:`ClusterSeat.flush_deadlines`.
 Every ``sweep_interval_s`` (plus jitter) it declares dead daemons gone and claims its fair
 share of expired or released leases; the supervisor is told :class:`AdoptSessions` and
 resumes them as a start-up after a crash does (a turn only for a session that was mid-turn).
@@ -38,12 +41,16 @@ from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.timers import ScheduleTimer, Timers
 from corvid_actors.clock import Clock
 from corvid_actors.config_sections import ClusterConfig
-from corvid_actors.db.cluster import ClusterStore
+from corvid_actors.db.cluster import ClusterStore, Deadline
 from corvid_actors.db.models import DaemonState
 from corvid_actors.db.store import Store
 from corvid_actors.errors import FencedWrite, StoreError
 
 __all__ = ["AdoptSessions", "ClusterMember", "ClusterSeat", "ClusterStats", "SessionsLost", "new_daemon_id"]
+
+
+#: a deadline the lease may hold, not written from here (written at the next change)
+_UNKNOWN = object()
 
 
 def new_daemon_id() -> str:
@@ -102,6 +109,10 @@ class ClusterSeat:
     _lost: set[str] = field(default_factory=set)
     #: sessions whose lease holds a durable timer set from here (cleared when it is done)
     _timed: set[str] = field(default_factory=set)
+    #: inactivity deadlines reported since the last flush (latest per session; None: a
+    #: turn is running) and the ones the leases hold as written from here
+    _deadlines: dict[str, datetime | None] = field(default_factory=dict)
+    _stored_deadlines: dict[str, datetime | None] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def register(self) -> None:
@@ -129,23 +140,96 @@ class ClusterSeat:
         self.adopt(sid, claims[0].epoch)
         return claims[0].epoch
 
+    def claim_unleased_resumes(self) -> list[str]:
+        """At start-up: claim the sessions a run without leases left to resume (marked for
+        resume, or left running, with no lease: ``ClusterStore.claim_unleased_resumes``),
+        at most ``max_sessions`` minus those held here. Their ids, fenced here; the caller
+        resumes them. Called on the starting thread, before the sessions are resumed."""
+        room = max(self.config.max_sessions - len(self.believed()), 0)
+        claims = self.cluster.claim_unleased_resumes(self.daemon_id, self.clock.now(), self.config.lease_s,
+                                                     limit=room)
+        for claim in claims:
+            self.adopt(claim.session_id, claim.epoch)
+        if claims and len(claims) == room:
+            logger.warning("cluster: claimed {} session(s) left to resume, as many as max_sessions allows; "
+                           "another daemon's start-up takes the rest", room)
+        return [claim.session_id for claim in claims]
+
     def adopt(self, sid: str, epoch: int) -> None:
         """``sid`` is this daemon's under ``epoch`` (claimed by a start or a sweep)."""
         with self._lock:
             self._lost.discard(sid)
+            self._forget_deadline(sid)  # what the lease holds was written by another incarnation
             self.store.fence(sid, epoch)
+
+    def note_deadline(self, sid: str, due: datetime | None) -> None:
+        """The session's inactivity deadline is now ``due`` (None: a turn is running, the
+        deadline is re-armed by its events). Kept in memory only; the next heartbeat
+        stores the changed ones (:meth:`flush_deadlines`). Called by the session actor on
+        its thread when it starts waiting for its user, starts a turn, or is extended."""
+        with self._lock:
+            self._deadlines[sid] = due
+
+    def flush_deadlines(self) -> int:
+        """Store the inactivity deadlines that changed since the last flush in their leases,
+        in one statement (none when nothing changed), so a daemon that takes a waiting
+        session over ends it at the same instant this one would have. Returns how many
+        were written. Called by the ClusterMember after each heartbeat, on its thread;
+        on a store error the deadlines are kept for the next one (and it raises)."""
+        with self._lock:
+            pending, self._deadlines = self._deadlines, {}
+            rows = [Deadline(sid, epoch, due) for sid, due in sorted(pending.items(), key=lambda item: item[0])
+                    if (epoch := self.store.epoch_of(sid)) is not None and sid not in self._lost
+                    and self._stored_deadlines.get(sid, _UNKNOWN) != due]
+        if not rows:
+            return 0
+        try:
+            written = self.cluster.set_inactivity_deadlines(self.daemon_id, rows)
+        except StoreError:
+            with self._lock:
+                for row in rows:
+                    self._deadlines.setdefault(row.session_id, row.due)  # unless a newer one came
+            raise
+        with self._lock:
+            for row in rows:
+                if self.store.epoch_of(row.session_id) == row.epoch:
+                    self._stored_deadlines[row.session_id] = row.due
+        return written
+
+    def _forget_deadline(self, sid: str) -> None:
+        # with the lock held
+        self._deadlines.pop(sid, None)
+        self._stored_deadlines.pop(sid, None)
 
     def lose(self, sid: str) -> None:
         """``sid`` was claimed elsewhere: its writes from here stay refused (the old epoch
         is kept) and it no longer counts as owned."""
         with self._lock:
+            self._forget_deadline(sid)
             if self.store.epoch_of(sid) is not None:
                 self._lost.add(sid)
+
+    def release(self, sid: str) -> None:
+        """Hand ``sid`` over without running it here (its adoption failed): the lease loses
+        its owner and any daemon's next sweep, this one's included, claims it again. Its
+        writes from here carry no epoch again. A store error is logged: the lease then
+        expires as it would have anyway, since this daemon stops believing it owns it."""
+        with self._lock:
+            self._forget_deadline(sid)
+            self._lost.discard(sid)
+            had = self.store.epoch_of(sid) is not None
+            self.store.unfence(sid)
+        if had:
+            try:
+                self.cluster.release(self.daemon_id, [sid])
+            except StoreError as exc:
+                logger.bind(session_id=sid).warning("could not hand the session's lease over ({})", exc)
 
     def finish(self, sid: str) -> None:
         """``sid`` stopped running here: its lease ends (nobody resumes it) and its writes
         carry no epoch again. A lost session's lease is not this daemon's to end."""
         with self._lock:
+            self._forget_deadline(sid)  # the lease's end clears its deadline
             lost = sid in self._lost
             self._lost.discard(sid)
             had = self.store.epoch_of(sid) is not None
@@ -203,6 +287,8 @@ class ClusterSeat:
         """Hand every lease over (an orderly shutdown): other daemons claim them at once."""
         with self._lock:
             self._lost.clear()
+            self._deadlines.clear()
+            self._stored_deadlines.clear()
         return self.cluster.release(self.daemon_id)
 
 
@@ -228,12 +314,16 @@ class ClusterMember(TrackedActor):
     def on_receive(self, message: Any) -> Any:
         match message:
             case _Heartbeat():
-                self._heartbeat()
-                self._schedule(_Heartbeat(), self.seat.config.heartbeat_s)
+                try:
+                    self._heartbeat()
+                finally:  # whatever went wrong, the daemon keeps beating
+                    self._schedule(_Heartbeat(), self.seat.config.heartbeat_s)
             case _Sweep():
-                self._sweep()
                 cfg = self.seat.config
-                self._schedule(_Sweep(), cfg.sweep_interval_s + self._rng.uniform(0.0, cfg.sweep_jitter_s))
+                try:
+                    self._sweep()
+                finally:
+                    self._schedule(_Sweep(), cfg.sweep_interval_s + self._rng.uniform(0.0, cfg.sweep_jitter_s))
             case ClusterStats():
                 return {"daemon_id": self.seat.daemon_id, **self._stats, "owned": len(self.seat.believed())}
         return None
@@ -262,6 +352,10 @@ class ClusterMember(TrackedActor):
             return
         self._stats["heartbeats"] += 1
         seat.valid_until = started + cfg.lease_s
+        try:
+            seat.flush_deadlines()
+        except StoreError as exc:  # kept: the next heartbeat writes them
+            logger.warning("cluster: could not store the sessions' inactivity deadlines ({})", exc)
         if renewed < len(believed):
             try:
                 owned = set(seat.cluster.owned_by(seat.daemon_id))
@@ -283,7 +377,7 @@ class ClusterMember(TrackedActor):
         seat, cfg = self.seat, self.seat.config
         now = seat.clock.now()
         try:
-            seat.cluster.expire_dead_daemons(now, cfg.dead_daemon_grace_s)
+            seat.cluster.expire_dead_daemons(now, cfg.dead_daemon_grace_s, sparing=seat.daemon_id)
             live = seat.cluster.live_daemons(now, cfg.dead_daemon_grace_s)
             claims = seat.cluster.claim_expired(seat.daemon_id, now, cfg.lease_s, max(len(live), 1),
                                                 cfg.max_sessions)

@@ -42,6 +42,7 @@ retried with backoff (``corvid_actors.actors.retry``), never fatal to the actor.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from loguru import logger
@@ -198,8 +199,11 @@ class SessionActor(SessionEffects, TrackedActor):
                 # no turn: wait for the first message as after a finished turn (a late
                 # subscriber hears "not thinking", as between turns)
                 self._touch()
+                if self.w.inherited_deadline is not None:
+                    self._inherit_deadline(self.w.inherited_deadline)
                 self.w.lifeline.publish(Thinking(thinking=False))
                 self._schedule_idle()
+                self._note_deadline()
             case UserInput(text, blocks) if not self._begun:
                 self._count_turn()
                 self._begin(text, blocks)  # the supervisor sends Begin first; never lose a message
@@ -209,6 +213,7 @@ class SessionActor(SessionEffects, TrackedActor):
                 if not self._turns_open:
                     self._turn_started = self._clock.monotonic()
                     self._cancel_idle()
+                    self._note_deadline(busy=True)
                 # mid-turn, the loop queues it: its turn starts after TurnFinished
                 self._turns_open += 1
                 self._tally.in_turn = True
@@ -270,6 +275,8 @@ class SessionActor(SessionEffects, TrackedActor):
             case ExtendTimeout(timeout_s):
                 self._extension = (self._activity_seq, self._clock.monotonic() + max(timeout_s, 0.0))
                 self._schedule_timeout(min(timeout_s, self._timeout_s))
+                if not self._turns_open:
+                    self._note_deadline()
             case Abort():
                 self._abort()
             case CreditsExhausted(sid) if sid == self.sid:
@@ -291,6 +298,7 @@ class SessionActor(SessionEffects, TrackedActor):
         self._begun = True
         self._touch()
         self._cancel_idle()
+        self._note_deadline(busy=True)
         self._turn_started = self._clock.monotonic()
         self._turns_open = 1
         self._tally.in_turn = True
@@ -309,6 +317,26 @@ class SessionActor(SessionEffects, TrackedActor):
         if extension is not None and extension[0] == self._activity_seq:
             return extension[1]
         return self._last_activity + self._timeout_s
+
+    def _inherit_deadline(self, due: datetime) -> None:
+        """Wait until ``due`` (the deadline another daemon stored for this waiting session)
+        instead of a full timeout; held as an extension is: the next event re-arms the
+        default. A deadline already past ends the session at once, as it would have there."""
+        remaining = (due - self._clock.now()).total_seconds()
+        self._extension = (self._activity_seq, self._clock.monotonic() + remaining)
+        self._schedule_timeout(max(min(remaining, self._timeout_s), 0.0))
+
+    def _note_deadline(self, *, busy: bool = False) -> None:
+        """Several daemons: tell the seat the wall-clock inactivity deadline while the
+        session waits for its user, or None when a turn starts (``busy``): kept in memory,
+        stored by the next heartbeat. Called at those transitions only, never per event."""
+        sink = self.w.deadline_sink
+        if sink is None:
+            return
+        if busy:
+            sink(self.sid, None)
+        else:
+            sink(self.sid, self._clock.now() + timedelta(seconds=self._deadline() - self._clock.monotonic()))
 
     def _schedule_timeout(self, delay_s: float) -> None:
         tell(self.w.timers, ScheduleTimer((self.sid, "timeout", self.gen), max(delay_s, 0.0),

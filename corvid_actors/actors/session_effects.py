@@ -99,6 +99,8 @@ class SessionEffects:
 
         def _touch(self) -> None: ...
 
+        def _note_deadline(self, *, busy: bool = False) -> None: ...
+
         def _write(self, what: str, write: Any) -> None: ...
 
     # --- effects --------------------------------------------------------------------------
@@ -188,6 +190,7 @@ class SessionEffects:
             self._turn_started = self._clock.monotonic()
             return
         self._schedule_idle()
+        self._note_deadline()
 
     def _schedule_idle(self) -> None:
         """Between turns: waiting ``idle_timeout_s`` for a user message ends the session."""

@@ -6,11 +6,13 @@ each: the bus's listener must return at once), and answered with ``{"ok": …}``
 :mod:`corvid_actors.actors._admin_cluster`); every event of this daemon's sessions is
 published for the others (batched by a publisher thread: whatever queued while the last
 batch was sent goes in the next NOTIFYs), and theirs are handed to the AdminActor, so
-``corvid-actors events`` on any daemon shows every session.
+``corvid-actors events`` on any daemon shows every session. The bus purges its stale
+rows every ``[cluster.bus] purge_interval_s`` (:func:`purge_policy`).
 """
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 from collections.abc import Mapping
@@ -24,14 +26,37 @@ from corvid_actors.actors.admin import AdminCommand
 from corvid_actors.actors.base import tell
 from corvid_actors.actors.cluster import ClusterSeat
 from corvid_actors.clock import iso_utc
+from corvid_actors.config_sections import ClusterBusConfig
 from corvid_actors.db.pg_bus import PgBus, Reply
-from corvid_actors.errors import INTERNAL, AdminError
+from corvid_actors.db.pg_bus_purge import PurgePolicy
+from corvid_actors.errors import INTERNAL, AdminError, ConfigError
 from corvid_actors.events import Event, to_dict
 from corvid_actors.runtime import Runtime
 
 #: most events one publish call carries (the bus splits them into NOTIFYs under 8000 bytes)
 PUBLISH_BATCH = 200
 _STOP = object()
+
+
+def owner_query_timeout(cfg: ClusterBusConfig, command_timeout_s: float) -> float:
+    """How long ``admin session`` waits for a session's owner; ConfigError unless shorter
+    than the admin's timeout (the client would give up before the database answers)."""
+    if cfg.owner_query_timeout_s >= command_timeout_s:
+        raise ConfigError(f"config key cluster.bus.owner_query_timeout_s = {cfg.owner_query_timeout_s:g} must be "
+                          f"less than daemon.admin_client_timeout_s = {command_timeout_s:g} (the operator's client "
+                          "would give up before the fallback answer): lower it")
+    return cfg.owner_query_timeout_s
+
+
+def purge_policy(cfg: ClusterBusConfig, command_timeout_s: float) -> PurgePolicy:
+    """The bus's purge from ``[cluster.bus]``; ConfigError if it could delete the row of a
+    command whose caller still waits (``command_timeout_s``, the admin's timeout)."""
+    if cfg.unanswered_retention_s <= command_timeout_s:
+        raise ConfigError(f"config key cluster.bus.unanswered_retention_s = {cfg.unanswered_retention_s:g} must "
+                          f"be more than daemon.admin_client_timeout_s = {command_timeout_s:g} (a command "
+                          "still awaited would lose its row): raise it")
+    return PurgePolicy(interval_s=cfg.purge_interval_s, finished_retention_s=cfg.finished_retention_s,
+                       unanswered_retention_s=cfg.unanswered_retention_s, batch=cfg.purge_batch)
 
 
 class ClusterLink:
@@ -42,8 +67,8 @@ class ClusterLink:
         self._runtime = runtime
         self._admin: pykka.ActorRef[Any] | None = None
         self.bus = PgBus(url, seat.daemon_id, clock=runtime.clock, on_command=self._command,
-                         on_events=self._events)
-        self.router = ClusterRouter(seat, self.bus, timeout_s)
+                         on_events=self._events, purge=purge_policy(seat.config.bus, timeout_s))
+        self.router = ClusterRouter(seat, self.bus, timeout_s, owner_query_timeout(seat.config.bus, timeout_s))
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._publisher = threading.Thread(target=self._publish_loop, name="corvid-cluster-events", daemon=True)
 
@@ -112,7 +137,8 @@ class ClusterLink:
             result = self._admin.ask(AdminCommand(name, args, forwarded=True))
             if isinstance(result, pykka.Future):
                 result = result.get()
-            answer: dict[str, Any] = {"ok": True, "result": result}
+            # JSON as the admin socket sends it (a datetime or a path becomes its text)
+            answer: dict[str, Any] = {"ok": True, "result": json.loads(json.dumps(result, default=str))}
         except AdminError as exc:
             answer = {"ok": False, "code": exc.code, "message": exc.message}
         except Exception as exc:  # noqa: BLE001 - the caller must hear something

@@ -112,9 +112,14 @@ def show_sessions(rows: list[dict[str, Any]], out: TextIO) -> None:
 
 def show_session(s: dict[str, Any], out: TextIO) -> None:
     """``admin session ID``: its fields, pending approvals, recent messages and events."""
+    # Several daemons: the owner answered, or (it did not) the database, and this says so.
+    if s.get("owner_unreachable"):
+        out.write(f"note: {safe_text(s['owner_unreachable'])}\n\n")
     # The pid is the runtime's own counter, not an OS process: it stays in --json only.
-    for key in ("id", "name", "status", "agent", "source", "participant", "provider", "uptime_s",
-                "timeout_s", "restarts", "paused_until", "restart_pending", "cost_usd", "turns", "created_at"):
+    keys = ("id", "name", "status", "agent", "source", "participant", *(("owner",) if "owner" in s else ()),
+            "provider", "uptime_s", "timeout_s", "in_turn", "restarts", "paused_until", "restart_pending",
+            "cost_usd", "turns", "created_at")
+    for key in keys:
         value = s.get(key)
         if key.endswith("_s"):
             key, value = key[:-2], _duration(value)

@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 import peewee as pw
 
 from corvid_actors.db.cluster_sql import statements
-from corvid_actors.db.models import DaemonState
+from corvid_actors.db.models import DaemonState, SessionStatus
 from corvid_actors.db.store import Store
 from corvid_actors.db.store_base import store_op
 from corvid_actors.errors import FencedWrite
@@ -54,6 +54,15 @@ class Claim(NamedTuple):
 
     session_id: str
     epoch: int
+
+
+class Deadline(NamedTuple):
+    """A running session's inactivity deadline (None: none, a turn is running), stored by
+    the incarnation of ``epoch`` (:meth:`ClusterStore.set_inactivity_deadlines`)."""
+
+    session_id: str
+    epoch: int
+    due: datetime | None
 
 
 @dataclass(frozen=True)
@@ -108,16 +117,18 @@ class ClusterStore:
 
     @store_op
     def register_daemon(self, daemon_id: str, host: str, pid: int | None, version: str, now: datetime) -> list[str]:
-        """Register (or re-register) the daemon as live. A daemon id is one process: leases
-        still held under this id by an earlier life expire now (nothing of theirs runs
-        here), so any daemon — this one by an explicit :meth:`claim` — takes them over with
-        a new epoch. Returns those sessions' ids."""
+        """Register (or re-register) the daemon as live. A daemon id is one process: every
+        lease still held under this id by an earlier life (a restart, or a life that was
+        declared gone and stopped its sessions) loses its owner and expires now at the
+        latest — nothing of theirs runs here — so any daemon's sweep, this one's included,
+        or an explicit :meth:`claim` takes them over with a new epoch. (Kept under this id,
+        an expired lease would be renewed by the next heartbeat with nothing running.)
+        Returns the ids of those whose lease had not expired yet."""
         at = _naive(now)
         with self.store.transaction():
             self._execute(self._sql.register, daemon_id, host, pid, at, at, version)
             earlier = [row[0] for row in self._execute(self._sql.leases_of, at, daemon_id).fetchall()]
-            if earlier:
-                self._execute(self._sql.expire_leases_of, at, daemon_id, at)
+            self._execute(self._sql.release_leases_of, at, at, daemon_id)
         return sorted(earlier)
 
     @store_op
@@ -165,18 +176,33 @@ class ClusterStore:
             return [row[0] for row in self._execute(self._sql.live_daemons, cutoff).fetchall()]
 
     @store_op
-    def expire_dead_daemons(self, now: datetime, grace_s: float) -> list[str]:
+    def live_daemon_versions(self, now: datetime, grace_s: float) -> dict[str, str]:
+        """The software version each live daemon registered with (as :meth:`live_daemons`),
+        by id: during a rolling upgrade, two releases run side by side."""
+        D = self.store.m.Daemon
+        cutoff = _naive(now - timedelta(seconds=grace_s))
+        with self.store.transaction():
+            query = (D.select(D.id, D.version).where((D.state == DaemonState.LIVE) & (D.heartbeat_at >= cutoff))
+                     .order_by(D.id).tuples())
+            return {daemon_id: version for daemon_id, version in query}
+
+    @store_op
+    def expire_dead_daemons(self, now: datetime, grace_s: float, *, sparing: str = "") -> list[str]:
         """Declare gone every daemon whose heartbeat is older than ``grace_s``; their ids.
         Their leases expired long before (``grace_s`` ≥ ``lease_s``) and are swept as any
-        expired lease; a gone daemon's next heartbeat raises :class:`FencedWrite`."""
+        expired lease; a gone daemon's next heartbeat raises :class:`FencedWrite`.
+
+        ``sparing``: the sweeping daemon's id. A daemon that sweeps is alive, however late
+        its own heartbeat is (a loaded host): declaring itself gone would only make it stop
+        and restart every session it holds."""
         cutoff = _naive(now - timedelta(seconds=grace_s))
         with self.store.transaction():
             if self.store.is_sqlite:
-                ids = [row[0] for row in self._execute(self._sql.dead_daemons, cutoff).fetchall()]
+                ids = [row[0] for row in self._execute(self._sql.dead_daemons, cutoff, sparing).fetchall()]
                 if ids:
-                    self._execute(self._sql.mark_gone, cutoff)
+                    self._execute(self._sql.mark_gone, cutoff, sparing)
             else:
-                ids = [row[0] for row in self._execute(self._sql.mark_gone, cutoff).fetchall()]
+                ids = [row[0] for row in self._execute(self._sql.mark_gone, cutoff, sparing).fetchall()]
         return sorted(ids)
 
     # --- claims ---------------------------------------------------------------------------
@@ -222,6 +248,36 @@ class ClusterStore:
                 return []
             return self._claim("1 = 1", [], self._sql.expired, (daemon_id, at), "lease_expires_at, session_id", take,
                                daemon_id, now, lease_s)
+
+    @store_op
+    def claim_unleased_resumes(self, daemon_id: str, now: datetime, lease_s: float, *,
+                               limit: int | None = None) -> list[Claim]:
+        """Claim the sessions whose row says they must be resumed — marked for resume
+        (``restart_pending``), or left ``running``/``loading`` by a dead run — but that no
+        lease covers: no lease row, or an ended one (no owner, no expiry). Such rows come
+        from runs without leases (one daemon, before the cluster mode was enabled): no
+        sweep ever sees them. A released or expired lease is the sweep's; a live one is
+        its owner's. The claimed rows are reset as a one-daemon start-up resets them (mark
+        taken, a row left running → idle, no pid), in the same transaction, so two daemons
+        starting at once resume each session once. At most ``limit``; oldest id first."""
+        S, L = self.store.m.Session, self.store.m.SessionLease
+        covered = L.select(L.session).where((L.session == S.id) & (L.owner.is_null(False)
+                                                                   | L.lease_expires_at.is_null(False)))
+        left_running = S.status.in_([SessionStatus.RUNNING, SessionStatus.LOADING])
+        pending = S.select(S.id).where(((S.restart_pending == True) | left_running)  # noqa: E712
+                                       & ~pw.fn.EXISTS(covered))
+        with self.store.transaction():
+            if not self._may_claim(daemon_id):
+                return []
+            candidates, args = self._candidates(pending)
+            self._execute(self._sql.ensure_leases.format(candidates=candidates), *args)
+            claims = self._claim(f"session_id IN ({candidates})", args, self._sql.claimable,
+                                 (daemon_id, _naive(now)), "session_id", limit, daemon_id, now, lease_s)
+            ids = [claim.session_id for claim in claims]
+            if ids:
+                S.update(restart_pending=False).where(S.id.in_(ids)).execute()
+                S.update(status=SessionStatus.IDLE, pid=None).where(S.id.in_(ids) & left_running).execute()
+        return claims
 
     def _claim(self, scope: str, args: Sequence[Any], claimable: str, claimable_args: tuple[Any, ...],
                order: str, limit: int | None, daemon_id: str, now: datetime, lease_s: float) -> list[Claim]:
@@ -289,6 +345,24 @@ class ClusterStore:
             query = L.update(values).where((L.session == session_id) & (L.owner == daemon_id) & (L.epoch == epoch))
             return bool(query.execute())
 
+    @store_op
+    def set_inactivity_deadlines(self, daemon_id: str, deadlines: Sequence[Deadline]) -> int:
+        """Store the inactivity deadlines of several running sessions (None clears one) in
+        their leases, each guarded by owner and epoch as :meth:`set_timers` is: a lease no
+        longer this incarnation's is left alone. One statement on PostgreSQL whatever the
+        count (the heartbeat's flush, :class:`~corvid_actors.actors.cluster.ClusterSeat`);
+        one per row on SQLite (one daemon). Returns how many leases were written."""
+        if not deadlines:
+            return 0
+        with self.store.transaction():
+            if self.store.is_sqlite:
+                return sum(self._execute(self._sql.inactivity_deadlines, None if due is None else _naive(due),
+                                         sid, epoch, daemon_id).rowcount for sid, epoch, due in deadlines)
+            ids = [str(sid) for sid, _, _ in deadlines]
+            epochs = [int(epoch) for _, epoch, _ in deadlines]
+            dues = [None if due is None else _naive(due) for _, _, due in deadlines]
+            return int(self._execute(self._sql.inactivity_deadlines, ids, epochs, dues, daemon_id).rowcount)
+
     # --- reads ----------------------------------------------------------------------------
 
     @store_op
@@ -343,4 +417,4 @@ class ClusterStore:
         return self.store.db.execute_sql(sql, params)
 
 
-__all__ = ["Claim", "ClusterStore", "Lease", "TIMER_COLUMNS", "fair_share"]
+__all__ = ["Claim", "ClusterStore", "Deadline", "Lease", "TIMER_COLUMNS", "fair_share"]

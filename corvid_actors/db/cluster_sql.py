@@ -42,13 +42,14 @@ class Statements:
     register: str
     #: (now, daemon): leases of the daemon that are still running; to expire at registration
     leases_of: str
-    #: (now, daemon, now): the leases of an earlier life of the daemon expire now
-    expire_leases_of: str
+    #: (now, now, daemon): the leases of an earlier life of the daemon lose their owner and
+    #: expire now at the latest, so any daemon's sweep (its own included) takes them
+    release_leases_of: str
     #: PostgreSQL: (now, daemon, expires) -> (daemons renewed, leases renewed), one statement;
     #: SQLite: the daemon's row, then its leases (two statements, one transaction)
     heartbeat: str
     heartbeat_leases: str
-    #: (cutoff) -> ids of daemons whose heartbeat is older: declared gone
+    #: (cutoff, spared) -> ids of daemons other than ``spared`` whose heartbeat is older: declared gone
     dead_daemons: str
     mark_gone: str
     #: (cutoff) -> live daemon ids
@@ -68,6 +69,9 @@ class Statements:
     release: str
     release_all: str
     finish: str
+    #: PostgreSQL: (ids, epochs, deadlines, daemon): the inactivity deadlines of several
+    #: leases in one statement, each guarded by owner and epoch; SQLite: one row per statement
+    inactivity_deadlines: str
     #: (ids param) -> lease rows
     leases: str
     #: (daemon) -> ids
@@ -86,8 +90,8 @@ _PG = Statements(
         "host = excluded.host, pid = excluded.pid, started_at = excluded.started_at, "
         "heartbeat_at = excluded.heartbeat_at, version = excluded.version, state = excluded.state"),
     leases_of="SELECT session_id FROM session_leases WHERE lease_expires_at > %s AND owner_id = %s",
-    expire_leases_of=("UPDATE session_leases SET lease_expires_at = %s "
-                      "WHERE owner_id = %s AND lease_expires_at > %s"),
+    release_leases_of=("UPDATE session_leases SET owner_id = NULL, lease_expires_at = "
+                       "CASE WHEN lease_expires_at > %s THEN %s ELSE lease_expires_at END WHERE owner_id = %s"),
     heartbeat=(
         "WITH beat AS (UPDATE daemons SET heartbeat_at = %s "
         f"WHERE id = %s AND state <> '{DaemonState.GONE}' RETURNING id), "
@@ -97,7 +101,7 @@ _PG = Statements(
     heartbeat_leases="",
     dead_daemons="",
     mark_gone=(f"UPDATE daemons SET state = '{DaemonState.GONE}' "
-               f"WHERE state <> '{DaemonState.GONE}' AND heartbeat_at < %s RETURNING id"),
+               f"WHERE state <> '{DaemonState.GONE}' AND heartbeat_at < %s AND id <> %s RETURNING id"),
     live_daemons=(f"SELECT id FROM daemons WHERE state = '{DaemonState.LIVE}' AND heartbeat_at >= %s "
                   "ORDER BY id"),
     ensure_leases=("INSERT INTO session_leases (session_id, epoch) SELECT id, 0 FROM sessions "
@@ -117,6 +121,10 @@ _PG = Statements(
     finish=("UPDATE session_leases SET owner_id = NULL, lease_expires_at = NULL, restart_due_at = NULL, "
             "resume_due_at = NULL, inactivity_due_at = NULL "
             "WHERE owner_id = %s AND session_id IN ({candidates})"),
+    inactivity_deadlines=(
+        "UPDATE session_leases AS l SET inactivity_due_at = d.due "
+        "FROM unnest(%s::text[], %s::bigint[], %s::timestamp[]) AS d(session_id, epoch, due) "
+        "WHERE l.session_id = d.session_id AND l.epoch = d.epoch AND l.owner_id = %s"),
     leases=f"SELECT {_LEASE_COLUMNS} FROM session_leases WHERE session_id IN ({{candidates}}) ORDER BY session_id",
     owned_by="SELECT session_id FROM session_leases WHERE owner_id = %s ORDER BY session_id",
     place=(
@@ -128,12 +136,12 @@ _PG = Statements(
 _SQLITE = Statements(
     **{f.name: getattr(_PG, f.name) for f in fields(Statements)
        if f.name not in ("heartbeat", "heartbeat_leases", "dead_daemons", "mark_gone", "ids_param",
-                         "claim", "claim_update", "claim_read", "count_expired")},
+                         "claim", "claim_update", "claim_read", "count_expired", "inactivity_deadlines")},
     heartbeat=f"UPDATE daemons SET heartbeat_at = %s WHERE id = %s AND state <> '{DaemonState.GONE}'",
     heartbeat_leases="UPDATE session_leases SET lease_expires_at = %s WHERE owner_id = %s",
-    dead_daemons=f"SELECT id FROM daemons WHERE state <> '{DaemonState.GONE}' AND heartbeat_at < %s",
+    dead_daemons=f"SELECT id FROM daemons WHERE state <> '{DaemonState.GONE}' AND heartbeat_at < %s AND id <> %s",
     mark_gone=(f"UPDATE daemons SET state = '{DaemonState.GONE}' "
-               f"WHERE state <> '{DaemonState.GONE}' AND heartbeat_at < %s"),
+               f"WHERE state <> '{DaemonState.GONE}' AND heartbeat_at < %s AND id <> %s"),
     ids_param="SELECT value FROM json_each(%s)",
     claim="SELECT session_id FROM session_leases WHERE {scope} AND {claimable} ORDER BY {order} {limit}",
     claim_update=("UPDATE session_leases SET owner_id = %s, epoch = epoch + 1, lease_expires_at = %s "
@@ -141,6 +149,8 @@ _SQLITE = Statements(
     claim_read="SELECT session_id, epoch FROM session_leases WHERE session_id IN ({candidates})",
     count_expired=(f"SELECT coalesce(sum(CASE WHEN {EXPIRED} THEN 1 ELSE 0 END), 0), "
                    "coalesce(sum(CASE WHEN owner_id = %s THEN 1 ELSE 0 END), 0) FROM session_leases"),
+    inactivity_deadlines=("UPDATE session_leases SET inactivity_due_at = %s "
+                          "WHERE session_id = %s AND epoch = %s AND owner_id = %s"),
 )
 
 

@@ -4,20 +4,67 @@ Migration 1 creates the baseline schema. A later migration is a function appende
 :data:`MIGRATIONS`; it receives the store's models and database and runs inside a
 transaction. Opening a store applies every migration newer than the recorded version,
 all in one transaction under an exclusive lock (see :func:`migrate`).
+
+**Rolling upgrades (issue 20): one version of skew.** Several daemons share one PostgreSQL,
+and they are upgraded one at a time: the first daemon of a newer release migrates the
+database while the older ones keep running on it. So every migration is *additive* — it
+adds tables, nullable (or defaulted) columns, indexes, triggers that pass the older code's
+writes — and the code of schema version N runs on a database at N + 1 unchanged (no
+migration, a warning in the log). It refuses, with :class:`~corvid_actors.errors.SchemaTooNew`,
+a database more than :data:`SCHEMA_VERSIONS_AHEAD` ahead, or one whose next migration is
+marked :func:`breaking` (recorded in ``schema_version.breaking``): such a database needs
+every daemon upgraded before it starts again. ``tests/db/test_migration_contract.py``
+checks that every migration not marked breaking only adds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import SimpleNamespace
 
 import peewee as pw
+from loguru import logger
 
 from corvid_actors.db.fencing import install_fencing
-from corvid_actors.errors import StoreError
+from corvid_actors.errors import SchemaTooNew, StoreError
 
 Migration = Callable[[SimpleNamespace, pw.Database], None]
+
+#: how many schema versions a database may be ahead of the code that runs on it
+SCHEMA_VERSIONS_AHEAD = 1
+#: the attribute :func:`breaking` sets on a migration function
+_BREAKING = "breaks_previous_version"
+
+
+def breaking(migration: Migration) -> Migration:
+    """Mark ``migration`` as one the code of the previous schema version cannot run on
+    (it drops, renames or tightens something). The database records it, and that code
+    then refuses to open it (:func:`schema_verdict`): upgrade every daemon before it starts."""
+    setattr(migration, _BREAKING, True)
+    return migration
+
+
+def is_breaking(migration: Migration) -> bool:
+    """Was ``migration`` marked with :func:`breaking`?"""
+    return bool(getattr(migration, _BREAKING, False))
+
+
+def schema_verdict(known: int, found: int, breaking_ahead: bool) -> str | None:
+    """Whether code that knows ``known`` migrations may run on a database at version
+    ``found``; None if it may (migrating it first when ``found < known``), else why not.
+    ``breaking_ahead``: one of the migrations past ``known`` is marked breaking."""
+    if found <= known:
+        return None
+    if found - known > SCHEMA_VERSIONS_AHEAD:
+        return (f"the database's schema is at version {found}, {found - known} versions ahead of this "
+                f"corvid-actors (it knows {known}; it runs on at most {SCHEMA_VERSIONS_AHEAD} ahead): "
+                "upgrade corvid-actors to the release of the daemons that migrated it")
+    if breaking_ahead:
+        return (f"the database's schema is at version {found}, and migration {found} is breaking: this "
+                f"corvid-actors (schema {known}) cannot run on it; upgrade corvid-actors to the release of "
+                "the daemons that migrated it")
+    return None
 
 
 def _baseline(models: SimpleNamespace, db: pw.Database) -> None:
@@ -79,8 +126,15 @@ def _cluster_bus(models: SimpleNamespace, db: pw.Database) -> None:
     db.create_tables([models.ClusterCommand, models.ClusterEvent], safe=True)
 
 
+def _cluster_commands_created_at(models: SimpleNamespace, db: pw.Database) -> None:
+    # The bus's purge (db/pg_bus_purge.py) takes old command rows by created_at: a range
+    # scan of this index, not a scan of the table. The name is the one the baseline gives it.
+    db.execute_sql("CREATE INDEX IF NOT EXISTS cluster_commands_created_at ON cluster_commands (created_at)")
+
+
 MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
-                               _session_open_turns, _webhook_replays, _cluster_leases, _cluster_bus]
+                               _session_open_turns, _webhook_replays, _cluster_leases, _cluster_bus,
+                               _cluster_commands_created_at]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes
@@ -109,17 +163,23 @@ def _exclusive_transaction(db: pw.Database) -> Iterator[None]:
         yield
 
 
-def migrate(models: SimpleNamespace, db: pw.Database) -> int:
+def migrate(models: SimpleNamespace, db: pw.Database, migrations: Sequence[Migration] | None = None) -> int:
     """Apply pending migrations; returns the schema version afterwards.
 
     All pending migrations run in one transaction under an exclusive lock: concurrent
     openers apply each migration exactly once, and a failing migration leaves the
-    schema at its previous version.
+    schema at its previous version. ``migrations`` (default :data:`MIGRATIONS`) is what
+    this code knows: a database ahead of it is run on unchanged or refused (see the
+    module docstring: SchemaTooNew).
     """
+    known = list(MIGRATIONS if migrations is None else migrations)
     with _exclusive_transaction(db):
         db.create_tables([models.SchemaVersion], safe=True)
+        _ensure_breaking_column(db)
         version = start = current_version(models)
-        for number, migration in enumerate(MIGRATIONS, start=1):
+        if version > len(known):
+            return _run_ahead(models, len(known), version)
+        for number, migration in enumerate(known, start=1):
             if number <= version:
                 continue
             try:
@@ -132,6 +192,24 @@ def migrate(models: SimpleNamespace, db: pw.Database) -> int:
                     f"schema migration {number} ({name}) failed: {exc}; the database "
                     f"stays at version {start}"
                 ) from exc
-            models.SchemaVersion.create(version=number)
+            models.SchemaVersion.create(version=number, breaking=is_breaking(migration))
             version = number
     return version
+
+
+def _ensure_breaking_column(db: pw.Database) -> None:
+    # The migration table's own bookkeeping, before any numbered migration: a database of
+    # an earlier release lacks the column (a nullable one: that release's inserts omit it).
+    if "breaking" not in {c.name for c in db.get_columns("schema_version")}:
+        db.execute_sql("ALTER TABLE schema_version ADD COLUMN breaking BOOLEAN")
+
+
+def _run_ahead(models: SimpleNamespace, known: int, found: int) -> int:
+    V = models.SchemaVersion
+    breaking_ahead = V.select().where((V.version > known) & (V.breaking == True)).exists()  # noqa: E712
+    refusal = schema_verdict(known, found, breaking_ahead)
+    if refusal is not None:
+        raise SchemaTooNew(refusal)
+    logger.warning("the database's schema is at version {} and this corvid-actors knows {}: running on it "
+                   "unchanged (a newer release migrated it; upgrade this daemon soon)", found, known)
+    return found

@@ -63,8 +63,12 @@ def build_models(database: pw.Database) -> SimpleNamespace:
     Base._meta.database = database
 
     class SchemaVersion(Base):
+        """One applied migration (:mod:`corvid_actors.db.migrations`). ``breaking``: code of
+        the previous schema version cannot run on it (NULL in rows older than the column)."""
+
         version = pw.IntegerField(primary_key=True)
         applied_at = pw.DateTimeField(default=_now)
+        breaking = pw.BooleanField(null=True)
 
         class Meta:
             table_name = "schema_version"
@@ -299,7 +303,7 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         payload = pw.TextField()  # JSON object
         state = pw.CharField(default="pending", max_length=20)
         result = pw.TextField(null=True)  # JSON (an error message when failed)
-        created_at = pw.DateTimeField(default=_now)
+        created_at = pw.DateTimeField(default=_now, index=True)  # the purge's range (pg_bus_purge)
 
         class Meta:
             table_name = "cluster_commands"

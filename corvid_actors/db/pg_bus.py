@@ -24,7 +24,8 @@ in :mod:`corvid_actors.db.pg_bus_wire`.
 
 The bus's connections commit without waiting for the WAL flush (``SESSION_SETUP`` in
 pg_notify): its rows are transient coordination, and a flush per commit was most of a
-command's round trip. Needs psycopg2 (``pip install 'corvid-actors[postgres]'``) and the
+command's round trip. Rows left behind by a daemon that died mid-command are purged
+(:mod:`corvid_actors.db.pg_bus_purge`). Needs psycopg2 (``pip install 'corvid-actors[postgres]'``) and the
 store's ``_cluster_bus`` migration (the ``cluster_commands`` and ``cluster_events`` tables).
 """
 
@@ -41,6 +42,7 @@ from loguru import logger
 
 from corvid_actors.clock import Clock
 from corvid_actors.db.models import new_id
+from corvid_actors.db.pg_bus_purge import BusPurger, PurgePolicy, PurgeResult, purge_bus_tables
 from corvid_actors.db.pg_bus_wire import (
     Oversized,
     Packed,
@@ -124,20 +126,25 @@ class PgBus:
 
     ``clock`` paces the listener's reconnect backoff and bounds :meth:`await_result`;
     ``connect(url, **CONNECTION_PARAMS)`` opens a connection (psycopg2's by default).
-    ``namespace`` prefixes the channels: daemons of one cluster share it.
+    ``namespace`` prefixes the channels: daemons of one cluster share it. With ``purge``,
+    a worker thread deletes stale rows of the bus tables every ``purge.interval_s``
+    (:mod:`corvid_actors.db.pg_bus_purge`); :meth:`purge` runs one pass on demand.
     """
 
     def __init__(self, url: str, daemon_id: str, *, clock: Clock, on_command: CommandHandler,
                  on_events: EventsHandler, namespace: str = "corvid",
                  reconnect_backoff_s: tuple[float, float] = DEFAULT_RECONNECT_BACKOFF_S,
                  event_retention_s: float = DEFAULT_EVENT_RETENTION_S,
-                 connect: Connect | None = None) -> None:
+                 purge: PurgePolicy | None = None, connect: Connect | None = None) -> None:
         self.daemon_id = daemon_id
         self.namespace = check_namespace(namespace)
         self._clock = clock
         self._on_command = on_command
         self._on_events = on_events
         self._retention = timedelta(seconds=event_retention_s)
+        self.purge_policy = purge
+        self.purger = None if purge is None else BusPurger(
+            self.purge, clock=clock, interval_s=purge.interval_s, name=f"corvid-pgbus-purge-{daemon_id}")
         self._cmd_channel = command_channel(namespace, daemon_id)
         self._reply_channel = reply_channel(namespace, daemon_id)
         self._events_channel = events_channel(namespace)
@@ -159,12 +166,16 @@ class PgBus:
         """Start listening; returns once the first connection attempt succeeded (pending
         commands swept) or failed (the bus is then degraded and keeps retrying)."""
         self.listener.start()
+        if self.purger is not None:
+            self.purger.start()
 
     def stop(self) -> None:
         """Stop the listener (at once) and close both connections; callers waiting in
         :meth:`await_result` raise RuntimeStoppedError. Idempotent."""
         with self._lock:
             self._stopped = True
+        if self.purger is not None:
+            self.purger.stop()
         self.listener.stop()
         self._sender.close()
         self._wake_waiters()
@@ -184,6 +195,14 @@ class PgBus:
     def unavailable_reason(self) -> str | None:
         """Why the bus is degraded, or None."""
         return self.listener.unavailable_reason
+
+    def purge(self) -> PurgeResult:
+        """Delete the bus rows past their retention now (one pass; see
+        :mod:`corvid_actors.db.pg_bus_purge`); the rows deleted. Any thread."""
+        if self.purge_policy is None:
+            raise RuntimeError(f"bus {self.daemon_id} has no purge policy")
+        return purge_bus_tables(self._sender.run, self._clock.now(), self.purge_policy,
+                                self._retention.total_seconds())
 
     # --- commands -------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlparse
@@ -27,7 +27,7 @@ from corvid_actors.db.faults import (
 )
 from corvid_actors.db.group_commit import GroupCommitter
 from corvid_actors.db.message_batches import MessageRow
-from corvid_actors.db.migrations import migrate
+from corvid_actors.db.migrations import Migration, migrate
 from corvid_actors.db.models import build_models
 from corvid_actors.db.writer import MessageWriter
 from corvid_actors.errors import FencedWrite, StoreError, StoreUnavailableError
@@ -57,7 +57,10 @@ class StoreBase:
     def __init__(self, url: str = "sqlite:///:memory:", *, busy_timeout_ms: int = 30000,
                  message_writes: str = "writer", max_message_batch: int = DEFAULT_MAX_MESSAGE_BATCH,
                  reconnect_backoff_s: tuple[float, float] = DEFAULT_RECONNECT_BACKOFF_S,
-                 monotonic: Callable[[], float] | None = None) -> None:
+                 monotonic: Callable[[], float] | None = None,
+                 migrations: Sequence[Migration] | None = None) -> None:
+        # ``migrations``: the schema this code knows (default: all of them). A seam for the
+        # rolling-upgrade tests, which open a database as the previous release would.
         self.url = url
         self._lock = threading.RLock()
         # Availability (see the module docstring): why the store is down, or None.
@@ -98,7 +101,7 @@ class StoreBase:
                 self._file_id = (st.st_dev, st.st_ino)
             self.m = build_models(self.db)
             with self._lock:
-                self.schema_version = migrate(self.m, self.db)
+                self.schema_version = migrate(self.m, self.db, migrations)
         except pw.OperationalError as exc:
             self.db.close()
             raise StoreError(f"cannot open database {self._safe_url()}: {exc}") from exc

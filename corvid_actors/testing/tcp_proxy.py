@@ -115,6 +115,13 @@ class TcpProxy:
             pipe.close(reset=True)
         return len(pipes)
 
+    def partition(self) -> int:
+        """Cut the client off: refuse new connections, then reset the open ones (in that
+        order, so a reconnect racing the cut cannot slip through); how many were cut.
+        :meth:`admit` ends it."""
+        self.refuse()
+        return self.cut()
+
     def refuse(self) -> None:
         """Close every new connection as soon as it is accepted (open ones stay: :meth:`cut`)."""
         with self._lock:

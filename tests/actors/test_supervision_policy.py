@@ -1,5 +1,7 @@
 """Table tests of the supervision policies (pure functions)."""
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from corvid_actors.config_sections import SupervisorConfig
@@ -13,6 +15,7 @@ from corvid_actors.supervision import (
     extended_timeout,
     failure_kind,
     fallback_check_delay,
+    inherited_inactivity_deadline,
     needs_context_reset,
     overdue_after,
     restart_after_crash,
@@ -129,6 +132,25 @@ def test_an_incarnation_may_be_overdue_after_the_shorter_of_its_timeout_and_the_
 ])
 def test_the_safety_net_waits_for_the_first_incarnation_that_could_be_overdue(now, earliest_due, delay):
     assert fallback_check_delay(CFG, now, earliest_due) == delay
+
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def _t(seconds: float | None) -> datetime | None:
+    return None if seconds is None else T0 + timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize(("stored", "last_write", "inherited"), [
+    (140, 20, 140),  # stored after the last turn: kept to the microsecond
+    (310, 0, 310),  # an extension stored: kept
+    (120, 31, 151),  # the owner died before storing the last turn's deadline: that turn's
+    (None, 31, None),  # nothing stored: a full timeout from the takeover
+    (140, None, 140),
+])
+def test_a_session_taken_over_keeps_its_deadline_but_never_ends_before_its_last_turn_allows(
+        stored, last_write, inherited):
+    assert inherited_inactivity_deadline(_t(stored), _t(last_write), 120.0) == _t(inherited)
 
 
 class _DriverError(Exception):

@@ -37,12 +37,12 @@ LEASE_S, SWEEP_S = 1.0, 0.25
 SESSIONS = 60
 
 
-def start_daemon(name: str, url: str, tmp: Path) -> Daemon:
+def start_daemon(name: str, url: str, tmp: Path, config: str = CLUSTER_CONFIG) -> Daemon:
     data_dir = tmp / name
     data_dir.mkdir()
     # each daemon's stub model answers in its own words: a reply says who streamed it
     daemon = Daemon(data_dir, env={"CORVID_DB_URL": url, "CORVID_CLUSTER": "1", "CORVID_DAEMON_ID": name},
-                    extra_config=CLUSTER_CONFIG, chunk_delay_s=0.05,
+                    extra_config=config, chunk_delay_s=0.05,
                     reply=" ".join(f"{name}word{i}" for i in range(100)))
     return daemon.start()
 
@@ -67,8 +67,8 @@ def running_on(daemon: Daemon) -> set[str]:
 def cluster_of(pg_url: str, tmp_path: Path) -> Any:
     made: list[Daemon] = []
 
-    def make(*names: str) -> list[Daemon]:
-        out = [start_daemon(name, pg_url, tmp_path) for name in names]
+    def make(*names: str, config: str = CLUSTER_CONFIG) -> list[Daemon]:
+        out = [start_daemon(name, pg_url, tmp_path, config) for name in names]
         made.extend(out)
         return out
 
@@ -134,6 +134,8 @@ def test_commands_and_events_cross_daemons(cluster_of, pg_url):
         wait_for(lambda: owners(pg_url).get(first) == "a", "the first on a")
         health = a.call("health")
         assert health["cluster"]["daemon_id"] == "a" and health["cluster"]["live_daemons"] == ["a", "b"]
+        version = health["daemon"]["version"]
+        assert health["cluster"]["daemon_versions"] == {"a": version, "b": version}
         assert health["cluster"]["bus"] == "ok" and health["cluster"]["owned_sessions"] == 1
         assert health["cluster"]["leases_valid"] is True and health["cluster"]["problems"] == []
         listing = io.StringIO()
@@ -146,6 +148,11 @@ def test_commands_and_events_cross_daemons(cluster_of, pg_url):
 
         # b's events reach a's follower; b's approval is resolved through a
         [asked] = follower.wait(lambda: follower.events(second, "approval_request"))
+        # `admin session` on a: b, the owner, answers with its live facts (in a turn, its approval)
+        detail = a.call("session", session=second[:8])
+        assert (detail["owner"], detail["answered_by"], detail["here"]) == ("b", "b", True)
+        assert detail["in_turn"] is True and [x["id"] for x in detail["approvals"]] == [asked["id"]]
+        assert "owner_unreachable" not in detail
         assert a.call("approve", approval=asked["id"])["behavior"] == "allow"
         follower.wait(lambda: [e for e in follower.events(second, "tool_status") if e["state"] == "completed"])
 
@@ -159,6 +166,37 @@ def test_commands_and_events_cross_daemons(cluster_of, pg_url):
         assert owners(pg_url)[second] is None  # its lease ended with it
     finally:
         follower.close()
+
+
+def test_admin_session_falls_back_to_the_database_when_the_owner_does_not_answer(cluster_of, pg_url):
+    import os
+    import signal
+
+    from corvid_actors.daemon.render import show_session
+
+    # leases long enough that the paused owner still holds its session while b asks it
+    a, b = cluster_of("a", "b", config=CLUSTER_CONFIG.replace("lease_s = 1.0", "lease_s = 5.0").replace(
+        "dead_daemon_grace_s = 2.0", "dead_daemon_grace_s = 10.0") + "[cluster.bus]\nowner_query_timeout_s = 0.3\n")
+    sid = a.call("start", agent="chatty", prompt="hello")["session"]  # placed on a (the tie)
+    wait_for(lambda: b.call("session", session=sid)["messages"][-1]["role"] == "assistant", "a replied")
+    assert b.call("session", session=sid)["answered_by"] == "a"
+
+    os.kill(a.pid, signal.SIGSTOP)  # a holds the lease but answers nothing
+    try:
+        started = time.monotonic()
+        detail = b.call("session", session=sid)
+        waited = time.monotonic() - started
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    assert (detail["owner"], detail["answered_by"], detail["here"], detail["in_turn"]) == ("a", "database", False, None)
+    assert "the owner, daemon a, did not answer" in detail["owner_unreachable"]
+    assert [m["content"] for m in detail["messages"]][0] == "hello"  # the stored facts are there
+    assert 0.3 <= waited < 0.3 + WAIT_S
+    shown = io.StringIO()
+    show_session(detail, shown)
+    assert shown.getvalue().startswith("note: the owner, daemon a, did not answer")
+    # a is back: it answers again
+    assert b.call("session", session=sid)["answered_by"] == "a"
 
 
 def test_a_daemon_stopped_past_its_lease_is_fenced_when_it_wakes(cluster_of, pg_url):

@@ -139,16 +139,19 @@ def test_a_daemon_cut_off_loses_its_sessions_to_another_which_resumes_only_the_i
         b = cluster("b")
         b.model.for_session(busy, Turn.reply("answered by b"))
 
-        proxy.cut()
-        proxy.refuse()  # a can no longer reach the database: as dead, for the others
+        proxy.partition()  # a can no longer reach the database: as dead, for the others
         everything = [*idle, busy]
         wait_for(lambda: b.running() >= set(everything), "b runs every session of a", timeout_s=WAIT_S)
         assert owners(pg_url, everything) == {sid: "b" for sid in everything}
         # the interrupted turn is answered once on b; the idle sessions were given no turn
         wait_for(lambda: any(e.type == "result" for e in b.events_of(busy)), "busy answered on b")
         assert [r.session_id for r in b.model.requests] == [busy]
-        started_on_b = {sid: [e for e in b.events_of(sid) if e.type == "session_started"] for sid in everything}
-        assert all(len(v) == 1 for v in started_on_b.values())
+        def started_on_b() -> dict[str, list[Any]]:
+            return {sid: [e for e in b.events_of(sid) if e.type == "session_started"] for sid in everything}
+
+        # running is the supervisor's word; the event reaches the subscriber a moment later
+        wait_for(lambda: all(started_on_b().values()), "b's session_started of each")
+        assert all(len(v) == 1 for v in started_on_b().values())
         # a's lease ran out: nothing of its incarnations is published any more
         quiet_from = len(a.events)
         proxy.admit()
@@ -162,6 +165,43 @@ def test_a_daemon_cut_off_loses_its_sessions_to_another_which_resumes_only_the_i
         assert "stale" not in [m.content for m in b.store.messages(busy)]
     finally:
         proxy.close()
+
+
+def test_a_daemon_declared_gone_gets_its_sessions_running_again(cluster, pg_url):
+    # Under load a daemon's heartbeat can stall past the grace; another daemon's sweep (or
+    # an operator) declares it gone. Its next heartbeat is refused, it stops its sessions
+    # and registers again: nobody claimed them, so they must run again (here or elsewhere),
+    # not stay leased to it with nothing running (the flake of the takeover tests).
+    a = cluster("a")
+    sids = [a.runtime.create_session(source="web").id for _ in range(3)]
+    for sid in sids:
+        a.runtime.start_process(sid, "hi")
+    wait_for(lambda: all(any(e.type == "result" for e in a.events_of(s)) for s in sids), "turns on a")
+    before = {lease.session_id: lease.epoch for lease in leases_of(pg_url, sids)}
+    declare_gone(pg_url, "a")
+    wait_for(lambda: all(len([e for e in a.events_of(s) if e.type == "session_started"]) == 2 for s in sids),
+             "each session started again")
+    wait_for(lambda: a.running() >= set(sids), "a runs them again")
+    after = {lease.session_id: lease for lease in leases_of(pg_url, sids)}
+    assert {sid: lease.owner_id for sid, lease in after.items()} == {sid: "a" for sid in sids}
+    assert all(after[sid].epoch > before[sid] for sid in sids)  # new incarnations, fenced anew
+    assert a.model.requests and len(a.model.requests) == len(sids)  # none was mid-turn: no new turn
+
+
+def leases_of(url: str, sids: list[str]) -> list[Any]:
+    store = Store(url)
+    try:
+        return ClusterStore(store).leases(sids)
+    finally:
+        store.close()
+
+
+def declare_gone(url: str, daemon_id: str) -> None:
+    store = Store(url)
+    try:
+        assert ClusterStore(store).set_daemon_state(daemon_id, "gone")
+    finally:
+        store.close()
 
 
 def test_a_shutdown_hands_the_sessions_over_at_once(cluster, pg_url):
@@ -187,8 +227,7 @@ def test_an_outage_pause_is_resumed_by_the_new_owner_at_its_due_time(cluster, pg
         a.runtime.start_process(sid, "hi")
         paused = wait_for(lambda: [e for e in a.events_of(sid) if e.type == "session_paused"], "paused on a")
         due = datetime.fromisoformat(paused[0].resume_at)
-        proxy.cut()
-        proxy.refuse()  # a dies while the session waits for its auto-resume
+        proxy.partition()  # a dies while the session waits for its auto-resume
         wait_for(lambda: sid in b.runtime.get_paused_session_ids(), "b holds the pause")
         resumed = wait_for(lambda: [e for e in b.events_of(sid) if e.type == "session_resumed"], "resumed on b")
         at = datetime.now(UTC)

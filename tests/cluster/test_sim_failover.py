@@ -7,8 +7,13 @@ database round trips."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from corvid_actors.db.cluster import ClusterStore
+from corvid_actors.db.store import Store
+from corvid_actors.errors import StoreError
 from corvid_actors.testing import EventRecorder, ScriptedProvider, SimClock, Turn, sim_runtime
 from corvid_actors.testing.tcp_proxy import TcpProxy
 
@@ -38,8 +43,7 @@ def test_an_outage_resume_due_on_a_dead_daemon_happens_at_that_instant_on_anothe
         clock.advance(1)
         assert a.is_paused(sid) and a_events.last("session_paused", sid).resume_at
         clock.advance_to(10)
-        proxy.cut()
-        proxy.refuse()  # a is gone, for the database and for b
+        proxy.partition()  # a is gone, for the database and for b
         clock.advance_to(60)  # a's lease (15 s past its last heartbeat) expired; b swept
         assert b.is_paused(sid) and not b.is_running(sid)
         assert b_model.health_probes == 0
@@ -56,3 +60,52 @@ def test_an_outage_resume_due_on_a_dead_daemon_happens_at_that_instant_on_anothe
         b.shutdown()
         a.shutdown()
         clock.close()
+
+
+class FailsOnce(Store):
+    """A store whose first ``require_session`` of ``sid`` raises (a connection lost mid-adoption)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.fail_for: str | None = None
+
+    def require_session(self, session_id: str) -> Any:
+        if session_id == self.fail_for:
+            self.fail_for = None
+            raise StoreError("injected: the connection was lost")
+        return super().require_session(session_id)
+
+
+def test_a_session_whose_adoption_failed_is_handed_over_not_kept_leased(pg_url):
+    # The sweep claimed it, the resume failed: the lease is released for the next sweep,
+    # not renewed by this daemon's heartbeats with nothing running.
+    clock = SimClock()
+    proxy = TcpProxy("127.0.0.1", 5432).start()
+    a, a_model, _ = daemon("a", clock, proxy.url(pg_url))
+    b_store = FailsOnce(pg_url)
+    b_model = ScriptedProvider(clock)
+    b = sim_runtime(clock, b_model, store=b_store, config={"cluster": {**CLUSTER, "daemon_id": "b"}})
+    b_events = EventRecorder.attach(b)
+    try:
+        sid = a.create_session(source="web").id
+        a.start_process(sid, "hi")
+        clock.advance(1)
+        assert a_events_done(a, sid)
+        b_store.fail_for = sid
+        proxy.partition()
+        clock.advance_to(60)  # a's lease expired; b claimed it, failed once, released, claimed again
+        assert b_store.fail_for is None  # the failure happened
+        assert b.is_running(sid)
+        assert len(b_events.of(sid, "session_started")) == 1
+        lease = ClusterStore(b_store).owner_of(sid)
+        assert lease is not None and lease.owner_id == "b" and lease.epoch == 3  # a's 1, b's failed 2, b's 3
+        assert b_model.requests == []  # it was waiting for its user: no turn
+    finally:
+        proxy.close()
+        b.shutdown()
+        a.shutdown()
+        clock.close()
+
+
+def a_events_done(runtime: Any, sid: str) -> bool:
+    return sid in runtime.get_active_session_ids() and not runtime.is_paused(sid)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from corvid_actors.db.cluster import ClusterStore, fair_share
+from corvid_actors.db.cluster import ClusterStore, Deadline, fair_share
 from corvid_actors.db.ledger import Ledger
 from corvid_actors.db.migrations import MIGRATIONS
 from corvid_actors.db.store import Store
@@ -110,5 +110,31 @@ def test_one_daemon_runs_the_cluster_operations_on_sqlite(sqlite_store: Store) -
     assert [c.session_id for c in cluster.claim_expired("only", at(6), LEASE_S, 1, 10)] == sids[:1]
     assert cluster.finish("only", sids[1:2]) == 1
     assert cluster.place_new_session(at(6), 30.0) == "only"
+    assert cluster.expire_dead_daemons(at(100), 60.0, sparing="only") == []  # it sweeps: alive
     assert cluster.expire_dead_daemons(at(100), 60.0) == ["only"]
     assert cluster.live_daemons(at(100), 60.0) == []
+
+
+def test_one_daemon_claims_the_sessions_left_to_resume_on_sqlite(sqlite_store: Store) -> None:
+    cluster = ClusterStore(sqlite_store)
+    cluster.register_daemon("only", "h", 1, "test", T0)
+    marked, stale, plain = (sqlite_store.create_session(name=f"s{i}").id for i in range(3))
+    sqlite_store.mark_for_resume([marked], stopped=True)
+    sqlite_store.update_session(stale, status="running", pid=4)
+
+    claims = cluster.claim_unleased_resumes("only", at(0), LEASE_S)
+    assert sorted(claims) == sorted([(marked, 1), (stale, 1)])
+    assert [sqlite_store.get_session(s).restart_pending for s in (marked, stale, plain)] == [False] * 3
+    assert (sqlite_store.get_session(stale).status, sqlite_store.get_session(stale).pid) == ("idle", None)
+    assert cluster.claim_unleased_resumes("only", at(1), LEASE_S) == []
+
+
+def test_one_daemon_stores_inactivity_deadlines_on_sqlite(sqlite_store: Store) -> None:
+    cluster = ClusterStore(sqlite_store)
+    cluster.register_daemon("only", "h", 1, "test", T0)
+    sids = [sqlite_store.create_session(name=f"s{i}").id for i in range(2)]
+    epochs = dict(cluster.claim(sids, "only", at(0), LEASE_S))
+    assert cluster.set_inactivity_deadlines("only", [Deadline(sids[0], epochs[sids[0]], at(1800)),
+                                                     Deadline(sids[1], epochs[sids[1]] + 1, at(5))]) == 1
+    assert [lease.inactivity_due_at for lease in cluster.leases(sids)] == [
+        at(1800) if lease.session_id == sids[0] else None for lease in cluster.leases(sids)]

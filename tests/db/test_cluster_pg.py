@@ -18,7 +18,7 @@ import peewee as pw
 import psycopg2
 import pytest
 
-from corvid_actors.db.cluster import ClusterStore
+from corvid_actors.db.cluster import ClusterStore, Deadline
 from corvid_actors.db.fencing import TRIGGER_NAME
 from corvid_actors.db.ledger import Ledger
 from corvid_actors.db.models import DaemonState
@@ -290,8 +290,19 @@ def test_a_daemon_declared_gone_is_fenced_until_it_registers_again(daemons) -> N
     assert a.owner_of(sids[0]).lease_expires_at == at(LEASE_S)  # the heartbeat renewed nothing
 
     assert sorted(a.register_daemon("a", "host-a", 2000, "test", at(63))) == []  # its leases had expired
-    assert a.heartbeat("a", at(64), LEASE_S) == 2  # still its own: nobody claimed them
     assert a.daemon_state("a") == DaemonState.LIVE
+    # it stopped their incarnations when it was refused: the leases are nobody's now, not
+    # renewed with nothing running, and the next sweep (its own here) takes them
+    assert a.heartbeat("a", at(64), LEASE_S) == 0
+    assert {lease.owner_id for lease in a.leases(sids)} == {None}
+    assert sorted(c.session_id for c in a.claim_expired("a", at(64), LEASE_S, 2, 100)) == sorted(sids)
+
+
+def test_a_sweeping_daemon_never_declares_itself_gone(daemons) -> None:
+    a, b = daemons("a", "b")  # both last beat at T0
+    assert a.expire_dead_daemons(at(61), 60.0, sparing="a") == ["b"]  # a, late but sweeping, is alive
+    assert a.daemon_state("a") == DaemonState.LIVE
+    assert a.heartbeat("a", at(62), LEASE_S) == 0
 
 
 def test_registering_again_expires_the_earlier_lifes_leases(daemons) -> None:
@@ -353,6 +364,48 @@ def test_concurrent_sweeps_take_disjoint_shares(daemons) -> None:
     assert all(len(mine) <= 11 for mine in got.values())  # ceil(30 / 3) + 1
 
 
+def test_sessions_to_resume_without_a_lease_are_claimed_once_by_daemons_starting_together(daemons) -> None:
+    # rows from a run without leases (one daemon, before the cluster mode), and leased ones
+    a, b, c = daemons("a", "b", "c")
+    sids = new_sessions(a, 60)
+    marked, stale, plain = sids[:20], sids[20:40], sids[40:50]
+    held, ended, released = sids[50:53], sids[53:56], sids[56:]
+    a.store.mark_for_resume(marked + held + ended + released, stopped=True)  # a shutdown's marks
+    for sid in stale:  # a crash left them running
+        a.store.update_session(sid, status="running", pid=7)
+    c.claim(held + ended + released, "c", at(0), LEASE_S)
+    c.finish("c", ended)
+    c.set_daemon_state("c", DaemonState.DRAINING)
+    c.release("c", released)
+    got: dict[str, list[tuple[str, int]]] = {}
+
+    def start_up(cluster: ClusterStore, name: str) -> Callable[[], None]:
+        def run() -> None:
+            got[name] = [tuple(x) for x in cluster.claim_unleased_resumes(name, at(1), LEASE_S)]
+        return run
+
+    assert run_together([start_up(a, "a"), start_up(b, "b")]) == []
+    taken = [sid for mine in got.values() for sid, _ in mine]
+    assert sorted(taken) == sorted(marked + stale + ended)  # each once; held and released are not
+    assert {epoch for mine in got.values() for _, epoch in mine} == {1, 2}  # ended: its second claim
+    assert all(a.owner_of(sid).owner_id in ("a", "b") for sid in taken)
+    assert a.leases(plain) == []  # nothing to resume: no lease row either
+    rows = {sid: a.store.get_session(sid) for sid in sids}
+    assert [sid for sid in sids if rows[sid].restart_pending] == held + released  # the sweep's
+    assert {rows[sid].status for sid in stale} == {"idle"} and {rows[sid].pid for sid in stale} == {None}
+    assert {rows[sid].status for sid in marked} == {"stopped"}
+    assert a.claim_unleased_resumes("a", at(2), LEASE_S) == []  # nothing left
+    assert [x.session_id for x in b.claim_expired("b", at(2), LEASE_S, 1, 100)] == sorted(released)
+
+
+def test_claiming_sessions_to_resume_stops_at_the_limit(daemons) -> None:
+    a, = daemons("a")
+    sids = sorted(new_sessions(a, 5))
+    a.store.mark_for_resume(sids)
+    assert [x.session_id for x in a.claim_unleased_resumes("a", at(0), LEASE_S, limit=2)] == sids[:2]
+    assert [x.session_id for x in a.claim_unleased_resumes("a", at(0), LEASE_S)] == sids[2:]
+
+
 def test_released_sessions_are_swept_at_once_and_finished_ones_never(daemons) -> None:
     a, b = daemons("a", "b")
     sids = new_sessions(a, 4)
@@ -385,6 +438,36 @@ def test_durable_timers_move_with_the_session(daemons) -> None:
     assert not a.set_timers("a", sid, epoch, restart_due_at=at(99))  # a's incarnation is stale
     assert b.set_timers("b", sid, new_epoch, restart_due_at=None)
     assert b.owner_of(sid).restart_due_at is None
+
+
+def test_inactivity_deadlines_are_stored_in_one_statement_guarded_by_owner_and_epoch(daemons, monkeypatch) -> None:
+    a, b = daemons("a", "b")
+    sids = new_sessions(a, 5)
+    epochs = dict(a.claim(sids, "a", at(0), LEASE_S))
+    a.set_timers("a", sids[3], epochs[sids[3]], inactivity_due_at=at(50))
+    (_, b_epoch), = b.claim(sids[4:], "b", at(16), LEASE_S)  # a's lease expired and b took it
+    statements: list[str] = []
+    execute = a.store.db.execute_sql
+
+    def counting(sql: str, params: Any = None, *args: Any, **kwargs: Any) -> Any:
+        statements.append(sql)
+        return execute(sql, params, *args, **kwargs)
+
+    monkeypatch.setattr(a.store.db, "execute_sql", counting)
+    written = a.set_inactivity_deadlines("a", [
+        Deadline(sids[0], epochs[sids[0]], at(1800)),
+        Deadline(sids[1], epochs[sids[1]], at(1801.5)),
+        Deadline(sids[2], epochs[sids[2]] - 1, at(99)),  # a stale incarnation's: refused
+        Deadline(sids[3], epochs[sids[3]], None),  # a turn started: cleared
+        Deadline(sids[4], epochs[sids[4]], at(99)),  # b's now: refused
+    ])
+    assert (written, len(statements)) == (3, 1)
+    monkeypatch.undo()
+    due = {lease.session_id: lease.inactivity_due_at for lease in a.leases(sids)}
+    assert [due[sid] for sid in sids] == [at(1800), at(1801.5), None, None, None]
+    assert a.set_inactivity_deadlines("a", []) == 0
+    assert b.set_inactivity_deadlines("b", [Deadline(sids[4], b_epoch, at(7))]) == 1
+    assert b.owner_of(sids[4]).inactivity_due_at == at(7)
 
 
 def test_a_new_session_goes_to_the_least_loaded_live_daemon(daemons) -> None:

@@ -96,6 +96,27 @@ def test_refuse_closes_new_connections_until_admitted(echo_server: tuple[str, in
             assert _roundtrip(sock, b"back") == b"back"
 
 
+def test_partition_cuts_the_open_connections_and_refuses_new_ones_until_admitted(
+        echo_server: tuple[str, int]) -> None:
+    with TcpProxy(*echo_server) as proxy:
+        open_one = _client(proxy)
+        assert _roundtrip(open_one, b"a") == b"a"
+        assert proxy.partition() == 1
+        with open_one:
+            assert _dropped(open_one)
+        try:
+            again = _client(proxy)
+        except OSError:
+            pass  # reset before connect() returned: refused all the same
+        else:
+            with again:
+                assert _dropped(again)
+        assert proxy.connections == 0
+        proxy.admit()
+        with _client(proxy) as sock:
+            assert _roundtrip(sock, b"back") == b"back"
+
+
 def test_hold_keeps_bytes_waiting_until_release(echo_server: tuple[str, int]) -> None:
     with TcpProxy(*echo_server) as proxy, _client(proxy) as sock:
         proxy.hold()

@@ -55,11 +55,11 @@ def handle_exit(core: SupervisorCore, sid: str, code: int, error: str = "") -> N
     if decision.restart:
         meta.restart_count = decision.attempt
         meta.restart_pending = True
+        if core.cluster is not None:  # durable before announced: a daemon taking the session over restarts it then
+            core.cluster.set_due(sid, restart_in_s=decision.delay_s)
         core.publish(sid, SessionRestarting(attempt=decision.attempt, delay_s=decision.delay_s))
         tell(core.timers, ScheduleTimer((sid, "restart"), decision.delay_s, core.ref,
                                         _RestartDue(sid, decision.attempt)))
-        if core.cluster is not None:  # durable: a daemon taking the session over restarts it then
-            core.cluster.set_due(sid, restart_in_s=decision.delay_s)
         core.ensure_housekeeping()
         return
     if code != 0 and meta.source in sup.auto_restart_sources:

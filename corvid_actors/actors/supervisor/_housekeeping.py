@@ -35,11 +35,15 @@ def prune(core: SupervisorCore) -> None:
     """Repair ghost rows, forget the meta of sessions nothing waits for, and drop the
     subscribers of sessions no longer known here."""
     core.prune_scheduled = False
-    try:
-        ghosts = core.store.reset_ghost_sessions(list(core.running))
-    except Exception:  # noqa: BLE001 - a told handler must not die of a store error; next sweep retries
-        logger.opt(exception=True).warning("orphan pruner could not repair ghost session rows")
-        ghosts = []
+    ghosts: list[str] = []
+    # Several daemons: a row running with no incarnation here may be another daemon's (its
+    # lease says so), and marking it for resume would have the next daemon to start resume
+    # it, even once stopped. A dead daemon's rows come back through its expired leases.
+    if core.cluster is None:
+        try:
+            ghosts = core.store.reset_ghost_sessions(list(core.running))
+        except Exception:  # noqa: BLE001 - a told handler must not die of a store error; next sweep retries
+            logger.opt(exception=True).warning("orphan pruner could not repair ghost session rows")
     for sid in ghosts:
         # "running" with no live incarnation: reset as at start-up (idle, marked for resume)
         logger.bind(session_id=sid).warning("ghost session row (running, no incarnation) reset to idle")

@@ -31,13 +31,13 @@ def pause_for_outage(core: SupervisorCore, sid: str, reason: str) -> None:
     core.seq += 1
     resume_iso = iso_after(core.clock, delay_s)
     core.paused[sid] = Paused(core.seq, resume_iso)
+    if core.cluster is not None:  # durable before announced: a daemon taking the session over resumes it then
+        core.cluster.set_due(sid, resume_in_s=delay_s)
     logger.bind(session_id=sid, event="api_outage").warning("session paused by an API outage: {}", reason)
     core.publish(sid, ErrorEvent(error_type="api_outage",
                                  message=f"Session paused due to API outage — auto-resume in {delay_s / 60:g}min"))
     core.publish(sid, SessionPaused(resume_at=resume_iso, attempt=meta.outage_attempts + 1))
     tell(core.timers, ScheduleTimer((sid, "resume"), delay_s, core.ref, _ResumeDue(sid, core.seq)))
-    if core.cluster is not None:  # durable: a daemon taking the session over resumes it then
-        core.cluster.set_due(sid, resume_in_s=delay_s)
     core.ensure_housekeeping()
 
 

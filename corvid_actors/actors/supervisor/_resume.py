@@ -11,6 +11,7 @@ to a running session reach it here only when the runtime's fast path does not ap
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from loguru import logger
@@ -24,7 +25,12 @@ from corvid_actors.events import SessionError, SystemEvent
 from corvid_actors.loop.prompts import build_resume_prompt, with_context_summary
 from corvid_actors.loop.summaries import summarize_conversation
 from corvid_actors.providers.base import ChatMessage
-from corvid_actors.supervision import active_turns, needs_context_reset, zero_turn_breaker_trips
+from corvid_actors.supervision import (
+    active_turns,
+    inherited_inactivity_deadline,
+    needs_context_reset,
+    zero_turn_breaker_trips,
+)
 
 #: how many of a session's latest system messages the zero-turn breaker reads
 BREAKER_NOTES_WINDOW = 50
@@ -34,9 +40,12 @@ def _warm_path_failed(core: SupervisorCore, sid: str) -> None:
     core.publish(sid, SystemEvent(subtype="warm_path_failed", message="Warm path failed, falling back to cold start"))
 
 
-def resume(core: SupervisorCore, sid: str, prompt: UserContent | None) -> StartTicket | int | None:
+def resume(core: SupervisorCore, sid: str, prompt: UserContent | None, *,
+           idle_deadline: datetime | None = None) -> StartTicket | int | None:
     """Deliver ``prompt`` to the running incarnation, or start one with the history.
-    Replies as :class:`~corvid_actors.actors.supervisor.ResumeProcess` says."""
+    Replies as :class:`~corvid_actors.actors.supervisor.ResumeProcess` says.
+    ``idle_deadline``: a session taken over from another daemon — if it comes up waiting
+    for its user, it keeps this inactivity deadline (the one its old owner stored)."""
     session_cfg = core.cfg.session
     inc = core.running.get(sid)
     if inc is not None:
@@ -66,7 +75,9 @@ def resume(core: SupervisorCore, sid: str, prompt: UserContent | None) -> StartT
         core.store.append_message(sid, "user", prompt)
     turns = active_turns(history, new_prompt=bool(prompt))
     if not prompt and (unanswered is None or not (history or unanswered)):
-        return start(core, sid, None, begin=False, turns=turns, session=session)
+        inherited = inherited_inactivity_deadline(idle_deadline, _aware(session.updated_at),
+                                                  core.sup.session_timeout_s)
+        return start(core, sid, None, begin=False, turns=turns, session=session, inherited_deadline=inherited)
     blocks = content_blocks(prompt) if prompt else ()
     new_text = text_parts(blocks) if blocks else str(prompt or "")
     if history:
@@ -82,6 +93,11 @@ def resume(core: SupervisorCore, sid: str, prompt: UserContent | None) -> StartT
         return start(core, sid, ({"type": "text", "text": text}, *image_blocks(blocks)), turns=turns,
                      session=session)
     return start(core, sid, text, turns=turns, session=session)
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    # the store's columns hold naive UTC
+    return moment if moment is None or moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def unanswered_request(core: SupervisorCore, sid: str, session: Any) -> str | None:

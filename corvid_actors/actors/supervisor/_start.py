@@ -10,6 +10,7 @@ in the incarnation's ``held`` list. All functions run on the supervisor's thread
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from corvid_actors.actors.base import tell
@@ -39,7 +40,8 @@ def claim_here(core: SupervisorCore, sid: str) -> bool:
 
 
 def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: bool = True,
-          turns: int | None = None, session: Any | None = None) -> StartTicket | None:
+          turns: int | None = None, session: Any | None = None,
+          inherited_deadline: datetime | None = None) -> StartTicket | None:
     """Start an incarnation. ``begin``: its first turn is ``prompt`` (or the initial
     prompt); otherwise it comes up ready and waits for a message. ``turns``: the turn
     count it starts with (default, as the original's start: at least 1, the prompt).
@@ -48,7 +50,9 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
     :class:`StartTicket` that gets the pid when it reports ``Built`` (see
     :func:`on_built`), or None when the build fails or it is stopped first. None: it
     could not start (an unknown project; an ``error`` event says so). ``session``: the
-    session's row if the caller has just read it."""
+    session's row if the caller has just read it. ``inherited_deadline``: a session taken
+    over while it waited for its user (``begin=False``) keeps the inactivity deadline its
+    old owner stored (issue 20)."""
     if sid in core.running:
         core.stop_session(sid, "replaced")
     ctx = core.store.session_context(sid, session)  # NotFoundError goes to the asker
@@ -78,6 +82,8 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
         snapshot_dir=snapshot_dir(core.cfg.store.data_dir, core.cfg.payload_guard.snapshot_dir),
         tally=tally, source=session.source, credits=core.credits, write_retry=core.cfg.store.write_retry,
         io_loop=core.io_loop,
+        deadline_sink=core.cluster.note_deadline if core.cluster is not None else None,
+        inherited_deadline=None if begin else inherited_deadline,
     )
     builder, slot_pool = core.builder, core.slot_pool
 

@@ -8,7 +8,10 @@ old owner stored in the lease honoured at the same instant it would have honoure
   at that time as it would have there);
 - a crash-restart due: restarted then (``restart_pending`` until it is);
 - otherwise resumed now: a turn only for a session that was mid-turn (the resume's own
-  rule), a ready incarnation for one that was waiting for its user.
+  rule), a ready incarnation for one that was waiting for its user — which keeps the
+  inactivity deadline the old owner stored (its heartbeat flushes it: ``ClusterSeat``),
+  so it times out at the same instant (at once if that instant has passed). A mid-turn
+  session re-runs its turn, whose events re-arm the deadline anyway.
 
 What lived only in the old daemon's memory starts over: the restart and outage counters.
 """
@@ -26,7 +29,7 @@ from corvid_actors.actors.supervisor._resume import resume
 from corvid_actors.actors.supervisor._state import Paused, _RestartDue, _ResumeDue
 from corvid_actors.actors.timers import ScheduleTimer
 from corvid_actors.clock import iso_utc
-from corvid_actors.errors import CorvidError
+from corvid_actors.errors import CorvidError, StoreError
 
 #: sessions brought back per supervisor message: the rest is told again, so the first ones'
 #: ``Built`` (and everything else the supervisor hears) is not queued behind a thousand
@@ -49,9 +52,14 @@ def adopt(core: SupervisorCore, sids: tuple[str, ...]) -> None:
             elif lease is not None and lease.restart_due_at is not None:
                 _restart_at(core, sid, lease.restart_due_at)
             else:
-                resume(core, sid, None)
-        except CorvidError as exc:  # a deleted row, a store error: its lease expires again
+                resume(core, sid, None, idle_deadline=lease.inactivity_due_at if lease is not None else None)
+        except StoreError as exc:  # perhaps passing: hand it over, a sweep (maybe ours) tries again
+            logger.bind(session_id=sid).warning("could not resume a session claimed from another daemon ({}); "
+                                                "handing its lease over", exc)
+            core.cluster.release(sid)
+        except CorvidError as exc:  # it cannot run (a deleted row): its lease ends, as a stopped session's
             logger.bind(session_id=sid).warning("could not resume a session claimed from another daemon: {}", exc)
+            core.cluster.finish(sid)
 
 
 def _delay_until(core: SupervisorCore, due: datetime) -> float:
