@@ -1,0 +1,74 @@
+"""What one turn costs in messages, timer firings and SQL statements (issue 18 item 4):
+counted, not timed. Each test is one session's life under the inline dispatcher, whose
+trace lists every message handled; a count that grows again is a regression of the
+simulated day's per-turn cost (``python -m bench.simtime``).
+
+Given a chat session that answers one message and then waits for the next,
+When it is stopped (or times out) and its incarnation ends,
+Then each collaborator hears of it once, and no timer fires that has nothing to do.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corvid_actors.testing import EventRecorder
+from corvid_actors.testing.clock import SimClock
+from corvid_actors.testing.scripted import ScriptedProvider
+from corvid_actors.testing.sim import sim_runtime
+
+MIN = 60.0
+
+
+@pytest.fixture
+def traced(tmp_path: Path) -> Iterator[tuple[Any, ScriptedProvider, Counter[tuple[str, str]]]]:
+    """An inline-dispatched runtime whose handled messages are counted by (actor, message)."""
+    clock = SimClock()
+    model = ScriptedProvider(clock)
+    rt = sim_runtime(clock, model, workspace_dir=tmp_path / "workspace", dispatcher="inline")
+    inline = rt.internals.tracker.inline
+    assert inline is not None
+    inline.trace = []
+    counts: Counter[tuple[str, str]] = Counter()
+    try:
+        yield rt, model, counts
+    finally:
+        rt.shutdown()
+        clock.close()
+
+
+def _count(rt: Any, counts: Counter[tuple[str, str]]) -> Counter[tuple[str, str]]:
+    rt.settle()
+    counts.clear()
+    counts.update(rt.internals.tracker.inline.trace)
+    return counts
+
+
+def test_a_stop_releases_the_slot_and_the_approvals_once(traced):
+    rt, model, counts = traced
+    model.reply("hello", latency_s=5)
+    sid = rt.create_session(source="chat", participant="alice").id
+    rt.start_process(sid, "hi")
+    rt.clock.advance(10)
+    rt.stop_process(sid)
+    _count(rt, counts)
+    assert counts[("SlotPool", "ReleaseSlot")] == 1
+    assert counts[("ApprovalBroker", "CancelSession")] == 1
+
+
+def test_a_session_that_times_out_is_released_once(traced):
+    rt, model, counts = traced
+    recorder = EventRecorder.attach(rt)
+    model.reply("hello", latency_s=5)
+    sid = rt.create_session(source="chat", participant="alice").id
+    rt.start_process(sid, "hi")
+    rt.clock.advance(40 * MIN)
+    assert recorder.last("session_stopped", sid).reason == "timeout"
+    _count(rt, counts)
+    assert counts[("SlotPool", "ReleaseSlot")] == 1
+    assert counts[("ApprovalBroker", "CancelSession")] == 1
