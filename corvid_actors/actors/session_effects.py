@@ -101,6 +101,8 @@ class SessionEffects:
 
         def _write(self, what: str, write: Any) -> None: ...
 
+        def _rearm_timeout(self) -> None: ...
+
     # --- effects --------------------------------------------------------------------------
 
     def _perform(self, effects: list[fx.Effect]) -> None:
@@ -187,6 +189,7 @@ class SessionEffects:
             # the loop starts the next queued message's turn right after TurnFinished
             self._turn_started = self._clock.monotonic()
             return
+        self._rearm_timeout()
         self._schedule_idle()
 
     def _schedule_idle(self) -> None:

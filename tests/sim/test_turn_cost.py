@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from corvid_actors.actors.supervisor import SessionInfo
 from corvid_actors.testing import EventRecorder
 from corvid_actors.testing.clock import SimClock
 from corvid_actors.testing.scripted import ScriptedProvider
@@ -72,3 +73,54 @@ def test_a_session_that_times_out_is_released_once(traced):
     _count(rt, counts)
     assert counts[("SlotPool", "ReleaseSlot")] == 1
     assert counts[("ApprovalBroker", "CancelSession")] == 1
+
+
+def test_the_inactivity_timer_fires_once_when_the_session_is_due(traced):
+    # the turn's activity moved the deadline past the timer armed at the start: the timer
+    # is moved when the turn ends, not found early and re-armed then
+    rt, model, counts = traced
+    recorder = EventRecorder.attach(rt)
+    model.reply("hello", latency_s=20)
+    sid = rt.create_session(source="chat", participant="alice").id
+    rt.start_process(sid, "hi")
+    rt.clock.advance(40 * MIN)
+    assert recorder.times("session_stopped", sid) == [20 + 30 * MIN]
+    _count(rt, counts)
+    # one check, by its own timer: the safety net (a poll period later) found nothing to wait for
+    assert counts[("SessionActor", "TimeoutDue")] == 1
+    assert counts[("SessionActor", "CheckTimeout")] == 0
+    assert counts[("SessionSupervisor", "_FallbackCheck")] == 0
+
+
+def test_a_message_after_the_turn_still_moves_the_deadline(traced):
+    rt, model, counts = traced
+    recorder = EventRecorder.attach(rt)
+    model.reply("one", latency_s=5)
+    model.reply("two", latency_s=5)
+    sid = rt.create_session(source="chat", participant="alice").id
+    rt.start_process(sid, "hi")
+    rt.clock.advance(10 * MIN)
+    assert rt.send_message(sid, "again")
+    rt.clock.advance(40 * MIN)
+    assert recorder.times("session_stopped", sid) == [10 * MIN + 5 + 30 * MIN]
+    _count(rt, counts)
+    # its own timer once (the safety net polls it every 60 s from 31 min on: it is old
+    # enough to be overdue, as far as the supervisor can tell)
+    assert counts[("SessionActor", "TimeoutDue")] == 1
+
+
+def test_the_safety_net_still_stops_a_session_whose_own_timer_is_lost(traced):
+    # seed invariant 10: the 60 s fallback behind each incarnation's own timeout
+    rt, model, counts = traced
+    recorder = EventRecorder.attach(rt)
+    model.reply("hello", latency_s=5)
+    sid = rt.create_session(source="chat", participant="alice").id
+    rt.start_process(sid, "hi")
+    rt.clock.advance(MIN)
+    gen = rt.internals.supervisor.ask(SessionInfo(sid))[sid]["generation"]
+    assert rt.internals.timers.cancel((sid, "timeout", gen))  # the session's own timer is gone
+    rt.clock.advance(40 * MIN)
+    # overdue at 5 s + 30 min; the net, a check interval after the first possible deadline
+    # (30 min), finds it overdue
+    assert recorder.times("session_stopped", sid) == [31 * MIN]
+    assert recorder.last("session_stopped", sid).reason == "timeout"

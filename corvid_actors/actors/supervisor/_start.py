@@ -96,8 +96,9 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
     entry = LiveSession(sid, gen, ref, lifeline, tally, begun=begin)
     ticket = StartTicket(core.tracker.inline)
     first: Begin | Ready = Begin(text, blocks) if begin else Ready()
-    core.running[sid] = Incarnation(gen, ref, lifeline, 0, core.clock.monotonic(), "", timeout_s, entry,
-                                    tally, ticket=ticket, first=first)
+    inc = core.running[sid] = Incarnation(gen, ref, lifeline, 0, core.clock.monotonic(), "", timeout_s, entry,
+                                          tally, ticket=ticket, first=first)
+    core.track_due(sid, inc)
     core.ensure_housekeeping()
     return ticket
 
@@ -111,6 +112,7 @@ def on_built(core: SupervisorCore, sid: str, built: Any) -> None:
     core.next_pid[kind] += 1
     inc.pid, inc.provider_name, inc.resources = pid, built.provider_name, tuple(built.resources)
     inc.started_at = core.clock.monotonic()
+    core.track_due(sid, inc)
     inc.building = False
     restart_timer = meta.restart_pending  # a restart may still be scheduled: cancelled below
     meta.restart_pending = False
