@@ -97,7 +97,9 @@ def safe_env(
     ``None`` values are dropped.
     """
     source = os.environ if base is None else base
-    env = {name: str(source[name]) for name in allowlist if source.get(name) is not None}
+    # one lookup per name (every session build makes this environment: ~40 names, and
+    # each os.environ lookup encodes its key)
+    env = {name: str(value) for name in allowlist if (value := source.get(name)) is not None}
     for name, value in (project_env or {}).items():
         if value is not None:
             env[str(name)] = str(value)
