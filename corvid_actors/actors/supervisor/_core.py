@@ -34,6 +34,7 @@ from corvid_actors.config import Config
 from corvid_actors.errors import RuntimeStoppedError
 from corvid_actors.events import Event, SessionStopped
 from corvid_actors.io_loop import IoLoop
+from corvid_actors.loop.payload_guard import snapshot_dir
 from corvid_actors.supervision import fallback_check_at, overdue_after
 from corvid_actors.wiring import close_resources
 
@@ -77,6 +78,8 @@ class SupervisorCore:
         self.credits = credits
         #: the registry of live incarnations the send path reads (written here only)
         self.live = live
+        #: where the payload guard's snapshots go (resolved once: every start passes it on)
+        self.snapshot_dir = snapshot_dir(config.store.data_dir, config.payload_guard.snapshot_dir)
         self.me: pykka.ActorRef[Any] | None = None
         self.writes = PendingWrites(timers=timers, owner=None, key=("supervisor", "write-retry"),
                                     publish=self.publish, schedule=config.store.write_retry,

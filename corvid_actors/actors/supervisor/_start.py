@@ -23,7 +23,6 @@ from corvid_actors.actors.supervisor._state import Incarnation, Meta
 from corvid_actors.actors.timers import CancelTimer
 from corvid_actors.content import UserContent, content_blocks, text_parts
 from corvid_actors.events import ErrorEvent, SessionError, SessionStarted, SystemEvent
-from corvid_actors.loop.payload_guard import snapshot_dir
 
 
 def claim_here(core: SupervisorCore, sid: str) -> bool:
@@ -75,7 +74,7 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
         timers=core.timers, clock=core.clock, store=core.store, provider=None,  # type: ignore[arg-type]
         loop=None, tools=None, tool_context=None,  # type: ignore[arg-type]
         timeout_s=timeout_s, idle_timeout_s=None, approvals=core.approvals,
-        snapshot_dir=snapshot_dir(core.cfg.store.data_dir, core.cfg.payload_guard.snapshot_dir),
+        snapshot_dir=core.snapshot_dir,
         tally=tally, source=session.source, credits=core.credits, write_retry=core.cfg.store.write_retry,
         io_loop=core.io_loop,
     )
