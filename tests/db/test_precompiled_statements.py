@@ -108,3 +108,33 @@ def test_rows_read_with_the_cached_column_mapping_equal_peewees_raw_rows(store: 
     assert (row.status, row.pid, row.restart_pending, row.agent_id, row.agent.name) == (
         "running", 800001, True, agent.id, "a")
     assert store.get_session("no-such-session") is None
+
+
+def test_create_session_writes_the_row_session_create_writes(store: Store, tmp_path) -> None:
+    project = store.create_project("p", tmp_path)
+    agent = store.create_agent("a")
+    S = store.m.Session
+    rnd = random.Random(11)
+    for i in range(20):
+        kwargs = {"agent": rnd.choice([agent.id, None]), "project": rnd.choice([project.id, None]),
+                  "source": rnd.choice(["web", "chat", "agent"]), "name": rnd.choice(["", "ünïcode 'q' %s ?"]),
+                  "initial_prompt": rnd.choice(["", "hi"]), "participant": rnd.choice(["", "alice"]),
+                  "channel": rnd.choice(["", "c"]), "council_role": rnd.choice([None, "lead"]),
+                  "depth": rnd.randint(1, 3)}
+        fast = store.create_session(session_id=f"fast-{i}", agent_id=kwargs["agent"], project_id=kwargs["project"],
+                                    **{k: v for k, v in kwargs.items() if k not in ("agent", "project")})
+        with store.transaction():
+            slow = S.create(id=f"slow-{i}", **kwargs)
+        assert not fast.is_dirty() and not slow.is_dirty()
+        written = {f.name: getattr(store.get_session(fast.id), f.name) for f in S._meta.sorted_fields}
+        expected = {f.name: getattr(store.get_session(slow.id), f.name) for f in S._meta.sorted_fields}
+        for name in ("id", "created_at", "updated_at"):
+            written.pop(name), expected.pop(name)
+        assert written == expected
+        # the returned row holds what Session.create's holds (what callers read from it)
+        returned = {f.name: getattr(fast, f.name) for f in S._meta.sorted_fields}
+        created = {f.name: getattr(slow, f.name) for f in S._meta.sorted_fields}
+        for name in ("id", "created_at", "updated_at"):
+            returned.pop(name), created.pop(name)
+        assert returned == created
+    assert store.create_session().id  # a generated id
