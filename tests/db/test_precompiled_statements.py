@@ -138,3 +138,17 @@ def test_create_session_writes_the_row_session_create_writes(store: Store, tmp_p
             returned.pop(name), created.pop(name)
         assert returned == created
     assert store.create_session().id  # a generated id
+
+
+def test_recent_messages_of_gives_what_each_recent_messages_read_gives(store: Store) -> None:
+    rnd = random.Random(5)
+    sid = store.create_session(source="web").id
+    other = store.create_session(source="web").id
+    for i in range(60):
+        store.append_message(rnd.choice([sid, other]), rnd.choice(["user", "assistant", "system", "tool"]), f"m{i}")
+    reads = [(("system",), 50), (("user", "assistant"), 20), (("user",), 1), (("tool", "system", "user"), 7),
+             (("assistant",), 0), (("nobody",), 5)]
+    for session in (sid, other, "no-such-session"):
+        assert store.recent_messages_of(session, reads) == [
+            store.recent_messages(session, limit, roles=roles) for roles, limit in reads]
+    assert store.recent_messages_of(sid, []) == []
