@@ -174,6 +174,15 @@ class SessionRows(StoreBase):
         keep = set(live)
         # every prune sweep: the SELECT is generated once
         running = self._sql("running_ids", lambda: S.select(S.id).where(S.status.in_(["", ""])))
+        # Nearly every sweep finds no ghost: a plain read then, not a write transaction (on
+        # SQLite BEGIN IMMEDIATE takes the write lock); with candidates, read again and reset
+        # them atomically as before.
+        with self._lock:
+            self.check_writable()  # a sweep notices a deleted or read-only file, as before
+            candidates = [row[0] for row in self.db.execute_sql(running, (SessionStatus.RUNNING, SessionStatus.LOADING))
+                          if row[0] not in keep]
+        if not candidates:
+            return []
         with self.transaction():
             ids = [row[0] for row in self.db.execute_sql(running, (SessionStatus.RUNNING, SessionStatus.LOADING))
                    if row[0] not in keep]
