@@ -48,8 +48,7 @@ class SessionRows(StoreBase):
             shape = self._update_shapes[key] = (sql, tuple(by_column[c] for c in columns))
         sql, ordered = shape
         args = [field.db_value(data[field.name]) for field in ordered]
-        with self.transaction():
-            self.db.execute_sql(sql, args)
+        self.write_statement(sql, args)
         row._dirty.clear()  # saved, as create leaves it
         return row
 
@@ -96,8 +95,7 @@ class SessionRows(StoreBase):
         sql, ordered = shape
         values = {S._meta.combined[name].column_name: value for name, value in fields.items()}
         args = [field.db_value(values[field.column_name]) for field in ordered]
-        with self.transaction():
-            return self.db.execute_sql(sql, (*args, session_id)).rowcount
+        return int(self.write_statement(sql, (*args, session_id)).rowcount)
 
     @store_op
     def add_session_usage(self, session_id: str, *, cost_usd: float = 0.0, turns: int = 0,
@@ -121,8 +119,7 @@ class SessionRows(StoreBase):
         params: tuple[Any, ...] = (float(cost_usd), int(turns), stamp)
         if epoch is not None:
             params += (epoch,)
-        with self.transaction():
-            self.db.execute_sql(sql, (*params, session_id))
+        self.write_statement(sql, (*params, session_id))
 
     @store_op
     def list_sessions(self, *, statuses: Sequence[str] | None = None, limit: int = 500) -> list[Any]:

@@ -6,7 +6,10 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime
 
+import pytest
+
 from corvid_actors.db.store import Store
+from corvid_actors.errors import StoreError
 from corvid_actors.loop.prompts import compose_persona_prompt
 
 _VALUES = {
@@ -152,3 +155,28 @@ def test_recent_messages_of_gives_what_each_recent_messages_read_gives(store: St
         assert store.recent_messages_of(session, reads) == [
             store.recent_messages(session, limit, roles=roles) for roles, limit in reads]
     assert store.recent_messages_of(sid, []) == []
+
+
+def test_single_statement_writes_commit_join_a_transaction_and_fail_as_transactions_do(store: Store, tmp_path) -> None:
+    sid = store.create_session(source="web").id
+    assert store.update_session(sid, status="running", pid=800001) == 1
+    if store.is_sqlite and store.url != "sqlite:///:memory:":
+        other = Store(store.url)  # committed: another connection sees it at once
+        try:
+            assert (other.get_session(sid).status, other.get_session(sid).pid) == ("running", 800001)
+        finally:
+            other.close()
+    # inside a transaction the statement is part of it: undone with it
+    with pytest.raises(RuntimeError), store.transaction():
+        store.update_session(sid, status="stopped")
+        store.add_session_usage(sid, cost_usd=1.5, turns=1)
+        raise RuntimeError("roll back")
+    row = store.get_session(sid)
+    assert (row.status, row.total_cost_usd, row.cumulative_turns) == ("running", 0.0, 0)
+    store.add_session_usage(sid, cost_usd=1.5, turns=1)
+    assert store.get_session(sid).cumulative_turns == 1
+    # a constraint violation is a StoreError, as from a transaction
+    with pytest.raises(StoreError):
+        store.update_session(sid, agent="no-such-agent")
+    with pytest.raises(StoreError):
+        store.create_session(session_id=sid)
