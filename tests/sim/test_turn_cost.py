@@ -124,3 +124,32 @@ def test_the_safety_net_still_stops_a_session_whose_own_timer_is_lost(traced):
     # (30 min), finds it overdue
     assert recorder.times("session_stopped", sid) == [31 * MIN]
     assert recorder.last("session_stopped", sid).reason == "timeout"
+
+
+def test_a_cold_resumed_turn_costs_a_bounded_number_of_sql_statements(traced):
+    # the simulated day's turn: a chat session resumed with a message long after its last
+    # incarnation timed out, answered, stopped by the inactivity timeout
+    rt, model, counts = traced
+    model.reply("one", latency_s=5)
+    model.reply("two", latency_s=5)
+    sid = rt.create_session(source="chat", participant="alice").id
+    rt.start_process(sid, "hi")
+    rt.clock.advance(40 * MIN)
+    statements: list[str] = []
+    connection = rt.internals.store.db.connection()  # the inline dispatcher's thread is this one
+    connection.set_trace_callback(statements.append)
+    try:
+        assert not rt.send_message(sid, "again")
+        rt.resume_process(sid, "again")
+        rt.clock.advance(40 * MIN)
+    finally:
+        connection.set_trace_callback(None)
+    kinds = Counter(" ".join(s.split()[:3]) for s in statements)
+    sweeps = kinds.pop('SELECT "t1"."id" FROM', 0)  # the orphan pruner's, every 5 minutes
+    assert sweeps == 7
+    assert kinds == {
+        'SELECT * FROM': 1,  # the session row, read once
+        'SELECT 0 AS': 1,  # history and exit notes, one read
+        'INSERT INTO "session_messages"': 2,  # the user's message, the reply
+        'UPDATE "sessions" SET': 3,  # running; the turn's usage; stopped
+    }, statements
