@@ -334,6 +334,7 @@ class SessionEffects:
         approval_id = approval_id_for(self.sid, self.gen, self._approval_seq)
         # approval_request is published when the broker says a human is asked (ApprovalAsked)
         self._approval_details[call.id] = (call, description, kind)
+        self._tally.asked_slots_or_approvals = True
         tell(self.w.approvals, RequestApproval(
             approval_id=approval_id, session_id=self.sid, call_id=call.id, tool_name=call.name,
             description=description, kind=kind, timeout_s=self.w.approval_timeout_s,
@@ -350,6 +351,7 @@ class SessionEffects:
             self._perform(self._loop.handle(fx.SlotGranted()))
             return
         self._slot_state = "waiting"
+        self._tally.asked_slots_or_approvals = True
         tell(self.w.slot_pool, AcquireSlot(self.sid, self._slot_request, model, self.w.slot_weight,
                                            self.actor_ref))
 

@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
+from corvid_actors.actors.slots import SlotStats
 from corvid_actors.actors.supervisor import SessionInfo
+from corvid_actors.providers.base import ProviderTraits
 from corvid_actors.testing import EventRecorder
 from corvid_actors.testing.clock import SimClock
 from corvid_actors.testing.scripted import ScriptedProvider
@@ -50,29 +52,51 @@ def _count(rt: Any, counts: Counter[tuple[str, str]]) -> Counter[tuple[str, str]
     return counts
 
 
-def test_a_stop_releases_the_slot_and_the_approvals_once(traced):
-    rt, model, counts = traced
-    model.reply("hello", latency_s=5)
-    sid = rt.create_session(source="chat", participant="alice").id
-    rt.start_process(sid, "hi")
-    rt.clock.advance(10)
-    rt.stop_process(sid)
-    _count(rt, counts)
-    assert counts[("SlotPool", "ReleaseSlot")] == 1
-    assert counts[("ApprovalBroker", "CancelSession")] == 1
-
-
-def test_a_session_that_times_out_is_released_once(traced):
+def test_a_session_that_asked_for_no_slot_and_no_approval_is_not_released_there(traced):
+    # the scripted provider takes no slots and the reply calls no tool: the SlotPool and
+    # the ApprovalBroker never heard of this session, so its end tells them nothing
     rt, model, counts = traced
     recorder = EventRecorder.attach(rt)
     model.reply("hello", latency_s=5)
     sid = rt.create_session(source="chat", participant="alice").id
     rt.start_process(sid, "hi")
-    rt.clock.advance(40 * MIN)
-    assert recorder.last("session_stopped", sid).reason == "timeout"
+    rt.clock.advance(10)
+    rt.stop_process(sid)
+    rt.start_process(sid, "again")
+    rt.clock.advance(40 * MIN)  # the second incarnation times out
+    assert [r.event.reason for r in recorder.of(sid, "session_stopped")] == ["user_stop", "timeout"]
     _count(rt, counts)
-    assert counts[("SlotPool", "ReleaseSlot")] == 1
-    assert counts[("ApprovalBroker", "CancelSession")] == 1
+    assert counts[("SlotPool", "ReleaseSlot")] == 0
+    assert counts[("ApprovalBroker", "CancelSession")] == 0
+
+
+@pytest.mark.parametrize("end", ["stop", "timeout"])
+def test_a_session_that_holds_a_slot_is_released_once_by_the_supervisor(tmp_path, end):
+    clock = SimClock()
+    model = ScriptedProvider(clock, traits=ProviderTraits(uses_slots=True, pid_kind="direct"))
+    rt = sim_runtime(clock, model, workspace_dir=tmp_path / "workspace", dispatcher="inline",
+                     loop_for_provider={"scripted": "direct"})  # the direct loop asks for slots
+    try:
+        inline = rt.internals.tracker.inline
+        inline.trace = []
+        model.reply("slow", latency_s=45 * MIN if end == "timeout" else 60)
+        sid = rt.create_session(source="chat", participant="alice").id
+        rt.start_process(sid, "hi")
+        rt.clock.advance(10)
+        assert rt.internals.slot_pool.ask(SlotStats())["in_use"] > 0  # mid-call: held
+        if end == "stop":
+            rt.stop_process(sid)
+        rt.clock.advance(40 * MIN)
+        rt.settle()
+        stats = rt.internals.slot_pool.ask(SlotStats())
+        assert stats["in_use"] == 0 and sid not in stats["held"]
+        told = Counter(inline.trace)
+        # once by the session giving it back, once by the supervisor's release at the end
+        assert told[("SlotPool", "ReleaseSlot")] == 2
+        assert told[("ApprovalBroker", "CancelSession")] == 1
+    finally:
+        rt.shutdown()
+        clock.close()
 
 
 def test_the_inactivity_timer_fires_once_when_the_session_is_due(traced):

@@ -178,7 +178,12 @@ class SupervisorCore:
         meta.turns, meta.cost_usd = inc.tally.turns, inc.tally.cost_usd
         if inc.tally.answered:
             meta.outage_attempts = 0  # a turn went well: the outage backoff starts over
-        self.release_session_resources(sid)
+        if inc.tally.asked_slots_or_approvals:
+            # An incarnation that never asked the SlotPool or the ApprovalBroker holds
+            # nothing there (what an earlier one held went when it ended): two messages
+            # fewer per session end. One that asked is released here even if it released
+            # itself (a crash, or a request still on its way, is covered).
+            self.release_session_resources(sid)
         if not self.running and self.fallback_scheduled:
             # nothing left to check: the safety net is not kept waiting for nobody
             self.fallback_scheduled = False
