@@ -84,7 +84,9 @@ class InlineDispatcher:
                     return
                 # while a worker runs, its tells are still coming: wait for it to end or park
                 # (a worker waiting for an answer itself does not hold the others up)
-                workers_running = self._tracker.workers - (1 if self._tracker.on_worker else 0)
+                workers_running = self._tracker.workers
+                if workers_running and self._tracker.on_worker:  # (a thread-local read: only if any)
+                    workers_running -= 1
                 actor = self._pick() if self._owner in (None, me) and workers_running <= 0 else None
                 if actor is None:
                     # nothing this thread may run now: another thread drains, or only
