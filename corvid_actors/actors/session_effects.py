@@ -60,11 +60,12 @@ from corvid_actors.loop.plan import plan_to_json
 from corvid_actors.providers.base import (
     AsyncStreaming,
     CallDone,
-    ClockStreaming,
     ModelRequest,
     StreamEvent,
     TextDelta,
     ToolCall,
+    streams_async,
+    streams_on_clock,
 )
 from corvid_actors.vocabulary import CancelToken, StreamCancelled
 
@@ -263,11 +264,11 @@ class SessionEffects:
                 lifeline.publish(ContentBlockDelta(text=event.text))
 
         provider, io_loop = self.w.provider, self.w.io_loop
-        if self._tracker.inline is not None and isinstance(provider, ClockStreaming):
+        if self._tracker.inline is not None and streams_on_clock(provider):
             cancel, on_done = self._new_call(request)
             if provider.stream_soon(request, on_event, cancel, on_done):
                 return
-        if io_loop is not None and isinstance(provider, AsyncStreaming):
+        if io_loop is not None and streams_async(provider):
             self._run_on_io_loop(io_loop, provider, request, on_event)
         else:
             self._run_on_worker(model_call(provider, request, on_event, self.sid), f"model-{self.sid[:8]}")
