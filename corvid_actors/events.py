@@ -268,8 +268,11 @@ def to_dict(event: Event) -> dict[str, Any]:
     data: dict[str, Any] = {"type": event.type}
     for name in names:
         value = getattr(event, name)
-        if type(value) not in _SCALARS:
-            # a nested value (blocks, steps, usage): asdict's deep conversion, as before
+        if type(value) in _SCALARS:
+            data[name] = value
+        elif type(value) is dict and all(type(k) in _SCALARS and type(v) in _SCALARS for k, v in value.items()):
+            data[name] = dict(value)  # a flat dict (usage, metrics): asdict's copy, done directly
+        else:
+            # a nested value (blocks, steps): asdict's deep conversion, as before
             return {"type": event.type, **dataclasses.asdict(event)}
-        data[name] = value
     return data

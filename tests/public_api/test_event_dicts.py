@@ -29,9 +29,10 @@ def test_nested_values_are_copied_deeply_as_asdict_copies_them():
     assert plan == {"type": "plan", "steps": ({"step": "read", "status": "done", "notes": ["a"]},)}
     plan["steps"][0]["notes"].append("b")
     assert steps[0]["notes"] == ["a"]  # the event is not changed through its dict
-    result = Result(usage={"input_tokens": 3})
+    result = Result(usage={"input_tokens": 3}, metrics={"tiers": {"a": 1}, "n": 2})
     assert to_dict(result) == {"type": "result", **dataclasses.asdict(result)}
-    assert to_dict(result)["usage"] is not result.usage
+    assert to_dict(result)["usage"] is not result.usage  # flat dicts are copies too
+    assert to_dict(result)["metrics"]["tiers"] is not result.metrics["tiers"]
 
 
 def test_scalar_events_give_their_values():
