@@ -7,7 +7,12 @@ from __future__ import annotations
 import pytest
 
 from corvid_actors.providers.anthropic import AnthropicProvider
-from corvid_actors.providers.base import AsyncStreaming, ClockStreaming, streams_async, streams_on_clock
+from corvid_actors.providers.base import (
+    AsyncStreaming,
+    ClockStreaming,
+    streams_async,
+    streams_on_clock,
+)
 from corvid_actors.providers.ollama import OllamaProvider
 from corvid_actors.testing.scripted import ScriptedProvider
 
