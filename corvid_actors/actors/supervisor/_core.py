@@ -275,6 +275,12 @@ class SupervisorCore:
             if inc is not None and inc.generation == gen and inc.started_at + self.due_after(inc) == due:
                 return due
             heapq.heappop(heap)
+        if self.running:
+            # an incarnation not noted (a path that changed one without track_due): the
+            # heap is rebuilt rather than the safety net left unscheduled
+            for sid, inc in self.running.items():
+                self.track_due(sid, inc)
+            return heap[0][0]
         return None
 
     def due_after(self, inc: Incarnation) -> float:
