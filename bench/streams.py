@@ -10,8 +10,10 @@ Both sides run in this process, in paired rounds (``bench._paired``: a short war
 of each, then per rate, interleaved rounds): the ratio is the runtime's delivered
 tokens/s over the raw client's, in wall time and in CPU time per token (the stub's CPU is
 its own process's, not counted). Per trial: delivered tokens/s over the steady window
-(every stream open, none finished), stub → reader latency p50/p99 of every chunk (the stub
-stamps each chunk with CLOCK_MONOTONIC). A side *sustains* a rate when it delivers ≥ 90 %
+(every stream open, none finished), stub → reader latency p50/p99 of the chunks that
+arrived in it (the stub stamps each chunk with CLOCK_MONOTONIC); the p99 of every chunk,
+the ramp's included (opening 1,000 connections; the runtime also stores 1,000 messages),
+is reported beside it. A side *sustains* a rate when it delivers ≥ 90 %
 of the offered tokens/s in the steady window with p99 ≤ 100 ms; the highest rate each side
 sustains is reported. This is the baseline issue 18's one I/O loop is measured against.
 
@@ -86,13 +88,18 @@ class Readings:
         end = min((s[1] for s in self.spans.values()), default=t0)
         window = [a for a in self.arrivals if start <= a <= end]
         steady_per_s = len(window) / (end - start) if end > start else 0.0
-        p99 = percentile(self.latencies_ms, 99)
+        # streaming latency: of the chunks that arrived in the steady window (every stream
+        # open); the ramp (1,000 connections opened, 1,000 messages stored) is reported apart
+        steady_ms = [lat for at, lat in zip(self.arrivals, self.latencies_ms, strict=True) if start <= at <= end]
+        p99 = percentile(steady_ms, 99) if steady_ms else float("inf")
         tokens = len(self.latencies_ms)
         return Outcome(tokens, {
             "tokens": tokens, "expected": expected, "steady_s": round(max(0.0, end - start), 2),
             "steady_tokens_per_s": round(steady_per_s), "offered_tokens_per_s": round(offered_per_s),
             "delivered_share": round(steady_per_s / offered_per_s, 3) if offered_per_s else 0.0,
-            "latency_ms_p50": round(percentile(self.latencies_ms, 50), 1), "latency_ms_p99": round(p99, 1),
+            "latency_ms_p50": round(percentile(steady_ms, 50), 1) if steady_ms else float("nan"),
+            "latency_ms_p99": round(p99, 1) if steady_ms else float("nan"),
+            "all_chunks_latency_ms_p99": round(percentile(self.latencies_ms, 99), 1),
             "sustained": bool(tokens == expected and steady_per_s >= SUSTAIN_SHARE * offered_per_s
                               and p99 <= SUSTAIN_P99_MS),
         }, wall_s=last - t0, cpu_s=cpu)
@@ -146,9 +153,12 @@ class RuntimeSide:
         cpu0, t0 = cpu_seconds(), time.monotonic()
         for sid in self.sids:
             self.runtime.send_message(sid, text)
+        sent_s = time.monotonic() - t0
         if not self.waiter.wait("result", results + len(self.sids), TRIAL_TIMEOUT_S):
             raise RuntimeError("the runtime's streams did not finish")
-        return readings.outcome(t0, cpu0, len(self.sids) * rate, len(self.sids) * chunks)
+        outcome = readings.outcome(t0, cpu0, len(self.sids) * rate, len(self.sids) * chunks)
+        outcome.extra["sent_s"] = round(sent_s, 2)  # every message stored and handed to its session
+        return outcome
 
     def close(self) -> None:
         self.runtime.shutdown(settle_timeout_s=600)
@@ -184,6 +194,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "delivered_share": spread([f["delivered_share"] for f in figures], 3),
                         "latency_ms_p50": spread([f["latency_ms_p50"] for f in figures], 1),
                         "latency_ms_p99": spread([f["latency_ms_p99"] for f in figures], 1),
+                        "all_chunks_latency_ms_p99": spread([f["all_chunks_latency_ms_p99"] for f in figures], 1),
                         "cpu_us_per_token": round(sorted(t.per_unit("cpu") for t in trials_)[len(trials_) // 2]
                                                   * 1e6, 1),
                         "sustained": all(f["sustained"] for f in figures),

@@ -253,7 +253,26 @@ class PlanEvent(Event):
 TERMINAL_EVENT_TYPES = frozenset({"session_exited", "session_stopped", "session_paused"})
 
 
+#: field values ``dataclasses.asdict`` would return as they are (immutable scalars)
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+#: the field names of each event class, in order (dataclasses.fields per call is a cost)
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def to_dict(event: Event) -> dict[str, Any]:
     """The JSON-ready form of ``event``: ``{"type": ..., **fields}``."""
-    data = dataclasses.asdict(event)
-    return {"type": event.type, **data}
+    cls = type(event)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(event))
+    data: dict[str, Any] = {"type": event.type}
+    for name in names:
+        value = getattr(event, name)
+        if type(value) in _SCALARS:
+            data[name] = value
+        elif type(value) is dict and all(type(k) in _SCALARS and type(v) in _SCALARS for k, v in value.items()):
+            data[name] = dict(value)  # a flat dict (usage, metrics): asdict's copy, done directly
+        else:
+            # a nested value (blocks, steps): asdict's deep conversion, as before
+            return {"type": event.type, **dataclasses.asdict(event)}
+    return data

@@ -89,10 +89,14 @@ def inherited_inactivity_deadline(stored: datetime | None, last_write: datetime 
     return max(stored, last_write + timedelta(seconds=timeout_s))
 
 
-def fallback_check_delay(cfg: SupervisorConfig, now: float, earliest_due: float) -> float:
-    """When the timeout safety net (seed invariant 10) next runs: not before the first
-    incarnation could be overdue, and never sooner than every ``timeout_fallback_check_s``."""
-    return max(cfg.timeout_fallback_check_s, earliest_due - now)
+def fallback_check_at(cfg: SupervisorConfig, earliest_due: float, last_check: float) -> float:
+    """When (monotonic) the timeout safety net (seed invariant 10) next runs: one check
+    interval after the first incarnation could be overdue — its own timer fires at its
+    deadline, so an incarnation that ends on time never needs the net — and never sooner
+    than one ``timeout_fallback_check_s`` after the last run (a 60 s poll while any
+    incarnation is old enough to be overdue, as the seed's)."""
+    interval = cfg.timeout_fallback_check_s
+    return max(earliest_due + interval, last_check + interval)
 
 
 #: the database drivers whose exceptions are store failures even when not wrapped

@@ -236,7 +236,8 @@ class SessionBuilder:
         if loop_kind not in self.loops:
             raise ConfigError(f"unknown loop {loop_kind!r} for provider {provider_name!r}")
         project_dir = Path(ctx.project.working_dir) if ctx.project is not None else self.workspace_dir
-        project_dir.mkdir(parents=True, exist_ok=True)
+        if not project_dir.is_dir():  # one stat per build (mkdir of an existing dir raises inside)
+            project_dir.mkdir(parents=True, exist_ok=True)
 
         tools = ToolRegistry()
         if loop_kind != "conversation" and session.council_role not in COUNCIL_DELIBERATION_ROLES:

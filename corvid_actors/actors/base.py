@@ -52,7 +52,14 @@ class ActivityTracker:
 
     def __init__(self, dispatcher: DispatcherKind = "threads", *, seed: int | None = None,
                  explore: bool = False) -> None:
-        self._cond = threading.Condition()
+        # The lock is entered directly on the hot paths (a C call; the Condition's own
+        # ``with`` is a Python-level wrapper), and the condition is notified only when a
+        # thread waits on it: under the inline dispatcher every message took and
+        # notified it several times with nobody waiting (issue 18 item 4).
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        #: threads waiting on ``_cond`` now (changed and read under ``_lock``)
+        self._waiting = 0
         self._busy = 0
         #: worker threads running now (not parked on the simulated clock): the inline
         #: dispatcher runs no message meanwhile, so what a worker tells lands in order
@@ -79,17 +86,32 @@ class ActivityTracker:
         return self._busy
 
     def begin(self, n: int = 1) -> None:
-        with self._cond:
+        with self._lock:
             self._busy += n
 
     def end(self, n: int = 1) -> None:
-        with self._cond:
+        with self._lock:
             self._busy -= n
             if self._busy < 0:  # pragma: no cover - a bookkeeping bug; make it loud
                 logger.error("activity tracker went negative ({})", self._busy)
                 self._busy = 0
-            if self._busy == 0:
+            if self._busy == 0 and self._waiting:
                 self._cond.notify_all()
+
+    def wake(self) -> None:
+        """Wake every thread waiting for a change (call with ``_lock`` held): none is
+        woken when none waits, which is the rule under the inline dispatcher."""
+        if self._waiting:
+            self._cond.notify_all()
+
+    def wait_for_change(self, timeout_s: float | None) -> bool:
+        """Wait (with ``_lock`` held) until :meth:`wake` or ``timeout_s`` real seconds;
+        False on the timeout."""
+        self._waiting += 1
+        try:
+            return self._cond.wait(timeout_s)
+        finally:
+            self._waiting -= 1
 
     def wait_idle(self, timeout_s: float | None = None) -> None:
         """Block until nothing is in flight. ``timeout_s`` is real seconds (a safety net).
@@ -100,8 +122,13 @@ class ActivityTracker:
         if self.inline is not None:
             self.inline.run_until(lambda: self._busy == 0, timeout_s, what="settle")
             return
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._busy == 0, timeout=timeout_s):
+        with self._lock:
+            self._waiting += 1
+            try:
+                idle = self._cond.wait_for(lambda: self._busy == 0, timeout=timeout_s)
+            finally:
+                self._waiting -= 1
+            if not idle:
                 raise SettleTimeout(f"runtime still busy after {timeout_s}s ({self._busy} items in flight)")
 
     @property
@@ -113,16 +140,16 @@ class ActivityTracker:
         """The calling thread stops counting while parked on the simulated clock; returns
         whether it was a running worker (give it to :meth:`unpark`)."""
         worker = self.on_worker
-        with self._cond:
+        with self._lock:
             if worker:
                 self.workers -= 1
-            self._cond.notify_all()
+            self.wake()
         self.end()
         return worker
 
     def unpark(self, worker: bool) -> None:
         """A parked thread is woken (called on the thread that wakes it)."""
-        with self._cond:
+        with self._lock:
             self._busy += 1
             if worker:
                 self.workers += 1
@@ -141,7 +168,7 @@ class ActivityTracker:
             except Exception:  # noqa: BLE001 - as a worker's last resort below
                 logger.exception("worker {} failed", name)
             return None
-        with self._cond:
+        with self._lock:
             self._busy += 1
             self.workers += 1
 
@@ -152,9 +179,9 @@ class ActivityTracker:
             except Exception:  # noqa: BLE001 - workers report their own errors; this is a last resort
                 logger.exception("worker {} failed", name)
             finally:
-                with self._cond:
+                with self._lock:
                     self.workers -= 1
-                    self._cond.notify_all()
+                    self.wake()
                 self.end()
 
         thread = threading.Thread(target=body, name=name, daemon=True)
@@ -250,7 +277,7 @@ class TrackedActor(pykka.ThreadingActor):
             super()._start_actor_loop()
             return
         inbox.items.appendleft(_Setup())  # on_start runs first, on the draining thread
-        with self._tracker._cond:
+        with self._tracker._lock:
             self._tracker._busy += 1
             assert self._tracker.inline is not None
             self._tracker.inline.make_ready(self)
@@ -265,7 +292,7 @@ class TrackedActor(pykka.ThreadingActor):
         """Handle this actor's next message (Pykka's actor loop, one message at a time)."""
         inbox = self.actor_inbox
         assert isinstance(inbox, _InlineInbox)
-        with self._tracker._cond:
+        with self._tracker._lock:
             if not inbox.items or inbox.closed:
                 return
             envelope = inbox.items.popleft()
@@ -307,7 +334,7 @@ class TrackedActor(pykka.ThreadingActor):
     def _inline_teardown(self) -> None:
         inbox = self.actor_inbox
         assert isinstance(inbox, _InlineInbox)
-        with self._tracker._cond:
+        with self._tracker._lock:
             if inbox.closed:
                 return
             inbox.closed = True

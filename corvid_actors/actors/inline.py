@@ -51,7 +51,7 @@ class InlineDispatcher:
 
     def __init__(self, tracker: ActivityTracker, *, seed: int | None = None, explore: bool = False) -> None:
         self._tracker = tracker
-        self._cond = tracker._cond  # one lock for the work count and the run queue
+        self._lock = tracker._lock  # one lock for the work count and the run queue
         self._ready: deque[TrackedActor] = deque()
         self._on_stack: set[int] = set()
         self._owner: threading.Thread | None = None
@@ -72,24 +72,26 @@ class InlineDispatcher:
         if not actor._inline_queued:
             actor._inline_queued = True
             self._ready.append(actor)
-        self._cond.notify_all()
+        self._tracker.wake()
 
     def run_until(self, done: Callable[[], bool], timeout_s: float | None = None, *, what: str = "wait") -> None:
         """Handle ready actors' messages on this thread until ``done()`` (checked under the
         tracker's lock). ``timeout_s``: real seconds without any progress → SettleTimeout."""
         me = threading.current_thread()
         while True:
-            with self._cond:
+            with self._lock:
                 if done():
                     return
                 # while a worker runs, its tells are still coming: wait for it to end or park
                 # (a worker waiting for an answer itself does not hold the others up)
-                workers_running = self._tracker.workers - (1 if self._tracker.on_worker else 0)
+                workers_running = self._tracker.workers
+                if workers_running and self._tracker.on_worker:  # (a thread-local read: only if any)
+                    workers_running -= 1
                 actor = self._pick() if self._owner in (None, me) and workers_running <= 0 else None
                 if actor is None:
                     # nothing this thread may run now: another thread drains, or only
                     # workers are busy; both notify when something changes
-                    if not self._cond.wait(timeout_s):
+                    if not self._tracker.wait_for_change(timeout_s):
                         raise SettleTimeout(f"runtime still busy after {timeout_s}s without progress "
                                             f"({self._tracker._busy} items in flight, {what})")
                     continue
@@ -99,7 +101,7 @@ class InlineDispatcher:
             try:
                 actor._inline_step()
             finally:
-                with self._cond:
+                with self._lock:
                     self._on_stack.discard(id(actor))
                     self._depth -= 1
                     if self._depth == 0:
@@ -108,7 +110,7 @@ class InlineDispatcher:
                         self._ready.append(actor)
                     else:
                         actor._inline_queued = False
-                    self._cond.notify_all()
+                    self._tracker.wake()
 
     def _pick(self) -> TrackedActor | None:
         # under the lock
@@ -159,7 +161,7 @@ class _InlineInbox:
         reply_to = getattr(item, "reply_to", None)
         if isinstance(reply_to, _PumpFuture):
             reply_to.dispatcher = self._dispatcher
-        with self._tracker._cond:
+        with self._tracker._lock:
             self.items.append(item)
             if self.closed:
                 # the actor is gone: nothing will handle it (an ask gets ActorDeadError now)

@@ -103,6 +103,9 @@ class SessionActor(SessionEffects, TrackedActor):
         self._timeout_s = wiring.timeout_s
         #: (activity_seq when granted, monotonic deadline) of the last extend_timeout
         self._extension: tuple[int, float] | None = None
+        #: when the inactivity timer is due (monotonic): re-armed when a turn ends only if
+        #: activity moved the deadline past it (see :meth:`_rearm_timeout`)
+        self._timeout_at = 0.0
         self._worker_seq = 0
         #: an idle timer is scheduled (cancel it only then: one message fewer per turn)
         self._idle_armed = False
@@ -339,8 +342,21 @@ class SessionActor(SessionEffects, TrackedActor):
             sink(self.sid, self._clock.now() + timedelta(seconds=self._deadline() - self._clock.monotonic()))
 
     def _schedule_timeout(self, delay_s: float) -> None:
-        tell(self.w.timers, ScheduleTimer((self.sid, "timeout", self.gen), max(delay_s, 0.0),
+        delay_s = max(delay_s, 0.0)
+        self._timeout_at = self._clock.monotonic() + delay_s
+        tell(self.w.timers, ScheduleTimer((self.sid, "timeout", self.gen), delay_s,
                                           self.actor_ref, TimeoutDue(self.gen)))
+
+    def _rearm_timeout(self) -> None:
+        """The session goes quiet (its last turn finished): move the inactivity timer to
+        the deadline, so that it fires once, when the session is due, instead of firing at
+        the old time to find the deadline moved and re-arm then (a timer firing and a
+        message per incarnation). The deadline is the one :meth:`_check_timeout` would
+        compute; activity only moves it later, and the check still re-arms if it has."""
+        now = self._clock.monotonic()
+        due = min(self._deadline(), now + self._timeout_s)
+        if due > self._timeout_at:
+            self._schedule_timeout(due - now)
 
     def _check_timeout(self) -> None:
         now = self._clock.monotonic()

@@ -60,11 +60,12 @@ from corvid_actors.loop.plan import plan_to_json
 from corvid_actors.providers.base import (
     AsyncStreaming,
     CallDone,
-    ClockStreaming,
     ModelRequest,
     StreamEvent,
     TextDelta,
     ToolCall,
+    streams_async,
+    streams_on_clock,
 )
 from corvid_actors.vocabulary import CancelToken, StreamCancelled
 
@@ -102,6 +103,8 @@ class SessionEffects:
         def _note_deadline(self, *, busy: bool = False) -> None: ...
 
         def _write(self, what: str, write: Any) -> None: ...
+
+        def _rearm_timeout(self) -> None: ...
 
     # --- effects --------------------------------------------------------------------------
 
@@ -189,6 +192,7 @@ class SessionEffects:
             # the loop starts the next queued message's turn right after TurnFinished
             self._turn_started = self._clock.monotonic()
             return
+        self._rearm_timeout()
         self._schedule_idle()
         self._note_deadline()
 
@@ -263,11 +267,11 @@ class SessionEffects:
                 lifeline.publish(ContentBlockDelta(text=event.text))
 
         provider, io_loop = self.w.provider, self.w.io_loop
-        if self._tracker.inline is not None and isinstance(provider, ClockStreaming):
+        if self._tracker.inline is not None and streams_on_clock(provider):
             cancel, on_done = self._new_call(request)
             if provider.stream_soon(request, on_event, cancel, on_done):
                 return
-        if io_loop is not None and isinstance(provider, AsyncStreaming):
+        if io_loop is not None and streams_async(provider):
             self._run_on_io_loop(io_loop, provider, request, on_event)
         else:
             self._run_on_worker(model_call(provider, request, on_event, self.sid), f"model-{self.sid[:8]}")
@@ -334,6 +338,7 @@ class SessionEffects:
         approval_id = approval_id_for(self.sid, self.gen, self._approval_seq)
         # approval_request is published when the broker says a human is asked (ApprovalAsked)
         self._approval_details[call.id] = (call, description, kind)
+        self._tally.asked_slots_or_approvals = True
         tell(self.w.approvals, RequestApproval(
             approval_id=approval_id, session_id=self.sid, call_id=call.id, tool_name=call.name,
             description=description, kind=kind, timeout_s=self.w.approval_timeout_s,
@@ -350,6 +355,7 @@ class SessionEffects:
             self._perform(self._loop.handle(fx.SlotGranted()))
             return
         self._slot_state = "waiting"
+        self._tally.asked_slots_or_approvals = True
         tell(self.w.slot_pool, AcquireSlot(self.sid, self._slot_request, model, self.w.slot_weight,
                                            self.actor_ref))
 

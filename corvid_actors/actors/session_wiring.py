@@ -109,6 +109,10 @@ class TurnTally:
     answered: bool = False
     #: a turn is in flight now (a drain waits for it to end before handing the session over)
     in_turn: bool = False
+    #: the incarnation asked the SlotPool for a slot or the ApprovalBroker for an approval
+    #: (set before the request is told): only then can either hold anything of it, so only
+    #: then does the supervisor release both when the incarnation ends
+    asked_slots_or_approvals: bool = False
 
 
 @dataclass

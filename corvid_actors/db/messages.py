@@ -162,6 +162,34 @@ class MessageRows(StoreBase):
         return [(role, content) for role, content in reversed(rows)]
 
     @store_op
+    def recent_messages_of(self, session_id: str, reads: Sequence[tuple[Sequence[str], int]]
+                           ) -> list[list[tuple[str, str]]]:
+        """Several :meth:`recent_messages` reads in one statement (a resume's history and
+        its exit notes): for each ``(roles, limit)``, the last ``limit`` messages with those
+        roles, oldest first, as (role, content) — from one snapshot of the table."""
+        if not reads:
+            return []
+        M, p = self.m.SessionMessage, self.db.param
+        shape = tuple(len(tuple(roles)) for roles, _ in reads)
+        sql = self._sql_cache.get(("recent_messages_of", shape))
+        if sql is None:
+            table, sid, rid = M._meta.table_name, M.session.column_name, M.id.column_name
+            role, content = M.role.column_name, M.content.column_name
+            parts = [f'SELECT {i} AS "k", "{rid}", "{role}", "{content}" FROM (SELECT "{rid}", "{role}", "{content}" '
+                     f'FROM "{table}" WHERE "{sid}" = {p} AND "{role}" IN ({", ".join([p] * n)}) '
+                     f'ORDER BY "{rid}" DESC LIMIT {p}) AS "q{i}"' for i, n in enumerate(shape)]
+            sql = self._sql_cache[("recent_messages_of", shape)] = " UNION ALL ".join(parts)
+        params: list[Any] = []
+        for roles, limit in reads:
+            params += (session_id, *roles, int(limit))
+        with self._lock:
+            rows = self.db.execute_sql(sql, params).fetchall()
+        out: list[list[tuple[int, str, str]]] = [[] for _ in reads]
+        for k, row_id, role_, content_ in rows:
+            out[k].append((row_id, role_, content_))
+        return [[(r, c) for _, r, c in sorted(group)] for group in out]
+
+    @store_op
     def last_message_role(self, session_id: str, roles: Sequence[str] = ("user", "assistant")) -> str | None:
         """The role of the session's newest message among ``roles`` (None: there is none)."""
         M = self.m.SessionMessage

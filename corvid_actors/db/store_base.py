@@ -136,20 +136,40 @@ class StoreBase:
                     yield
                     committing = outer
             except (pw.DatabaseError, pw.InterfaceError) as exc:
-                if committing and self._is_lost(exc):
-                    # Cut off in COMMIT: the server may have committed or not. Never replay.
-                    raise self._mark_unavailable(
-                        f"the connection was lost while committing ({one_line(exc)}); "
-                        "that write may not have been saved") from exc
-                if self.is_sqlite and is_file_fault(exc):
-                    raise self._mark_unavailable(f"the database file cannot be written ({one_line(exc)})") from exc
-                fenced = FencedWrite.from_database_error(exc)
-                if fenced is not None:  # a stale session incarnation's write (db/fencing.py)
-                    raise fenced from exc
-                # Locked, constraint violated, connection lost: one error type for callers.
-                raise StoreError(f"database error: {exc}") from exc
+                raise self._write_error(exc, committing) from exc
             finally:
                 self._local.depth -= 1
+
+    def _write_error(self, exc: pw.DatabaseError | pw.InterfaceError, committing: bool) -> Exception:
+        """The error a failed write raises to its caller (see :meth:`transaction`)."""
+        if committing and self._is_lost(exc):
+            # Cut off in COMMIT: the server may have committed or not. Never replay.
+            return self._mark_unavailable(
+                f"the connection was lost while committing ({one_line(exc)}); "
+                "that write may not have been saved")
+        if self.is_sqlite and is_file_fault(exc):
+            return self._mark_unavailable(f"the database file cannot be written ({one_line(exc)})")
+        fenced = FencedWrite.from_database_error(exc)
+        if fenced is not None:  # a stale session incarnation's write (db/fencing.py)
+            return fenced
+        # Locked, constraint violated, connection lost: one error type for callers.
+        return StoreError(f"database error: {exc}")
+
+    def write_statement(self, sql: str, params: Sequence[Any]) -> Any:
+        """Execute one write statement atomically; its cursor. On SQLite outside a
+        transaction the statement commits by itself (autocommit: no BEGIN IMMEDIATE and
+        COMMIT around it — a single statement takes the write lock when it starts, and
+        the busy timeout applies); otherwise it runs in :meth:`transaction`. Errors are
+        :meth:`transaction`'s."""
+        if not self.is_sqlite or self.in_transaction():
+            with self.transaction():
+                return self.db.execute_sql(sql, params)
+        with self._lock:
+            self.check_writable()
+            try:
+                return self.db.execute_sql(sql, params)
+            except (pw.DatabaseError, pw.InterfaceError) as exc:
+                raise self._write_error(exc, True) from exc
 
     # --- availability: the store survives its server ----------------------------------------
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeGuard, runtime_checkable
 
 from corvid_actors.errors import CorvidError
 from corvid_actors.vocabulary import CancelToken, ToolSpec
@@ -290,3 +290,15 @@ class ClockStreaming(Protocol):
     def stream_soon(self, request: ModelRequest, on_event: StreamCallback, cancel: CancelToken,
                     done: CallDone) -> bool:
         ...
+
+
+def streams_async(provider: object) -> TypeGuard[AsyncStreaming]:
+    """``isinstance(provider, AsyncStreaming)`` at the cost of one attribute read: the
+    runtime protocol check (about as costly as a message) ran for every model call."""
+    return getattr(provider, "astream", None) is not None
+
+
+def streams_on_clock(provider: object) -> TypeGuard[ClockStreaming]:
+    """``isinstance(provider, ClockStreaming)`` at the cost of one attribute read (see
+    :func:`streams_async`)."""
+    return getattr(provider, "stream_soon", None) is not None

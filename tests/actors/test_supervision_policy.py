@@ -1,5 +1,6 @@
 """Table tests of the supervision policies (pure functions)."""
 
+import math
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,7 +15,7 @@ from corvid_actors.supervision import (
     crashed_note,
     extended_timeout,
     failure_kind,
-    fallback_check_delay,
+    fallback_check_at,
     inherited_inactivity_deadline,
     needs_context_reset,
     overdue_after,
@@ -125,13 +126,13 @@ def test_an_incarnation_may_be_overdue_after_the_shorter_of_its_timeout_and_the_
     assert overdue_after(CFG, timeout_s) == after
 
 
-@pytest.mark.parametrize(("now", "earliest_due", "delay"), [
-    (0, 1800, 1800),  # nobody can be overdue before then
-    (1790, 1800, 60),  # never sooner than the check interval
-    (5000, 1800, 60),  # overdue already: the next regular check
+@pytest.mark.parametrize(("earliest_due", "last_check", "at"), [
+    (1800, -math.inf, 1860),  # a check interval after the first incarnation could be overdue
+    (1800, 1790, 1860),
+    (1800, 5000, 5060),  # an old incarnation runs: every check interval
 ])
-def test_the_safety_net_waits_for_the_first_incarnation_that_could_be_overdue(now, earliest_due, delay):
-    assert fallback_check_delay(CFG, now, earliest_due) == delay
+def test_the_safety_net_waits_a_check_interval_past_the_first_possible_deadline(earliest_due, last_check, at):
+    assert fallback_check_at(CFG, earliest_due, last_check) == at
 
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -57,6 +57,20 @@ def owners(url: str) -> dict[str, str | None]:
         store.close()
 
 
+def conversations(url: str, sids: set[str], *, complete: bool = False) -> dict[str, list[tuple[str, str]]] | None:
+    """Each session's user and assistant messages (role, content), oldest first; with
+    ``complete``, None until every one of them has an assistant reply."""
+    store = Store(url)
+    try:
+        out = {sid: [(m.role, m.content) for m in store.messages(sid) if m.role in ("user", "assistant")]
+               for sid in sids}
+    finally:
+        store.close()
+    if complete and not all(any(role == "assistant" for role, _ in messages) for messages in out.values()):
+        return None
+    return out
+
+
 def running_on(daemon: Daemon) -> set[str]:
     return {s["id"] for s in daemon.call("sessions") if s["here"]}
 
@@ -92,11 +106,14 @@ def test_killed_daemon_sessions_move_and_a_drained_daemon_exits(cluster_of, pg_u
 
     # sample ownership continuously: never a session without exactly one owner row
     samples: list[dict[str, str | None]] = []
-    stop_sampling = threading.Event()
+    on_both: list[set[str]] = []  # sessions b and c both said they ran, sampled together
+    stop_sampling, b_leaving = threading.Event(), threading.Event()
 
     def sample() -> None:
         while not stop_sampling.is_set():
             samples.append(owners(pg_url))
+            if not b_leaving.is_set():
+                on_both.append(running_on(b) & running_on(c))
             time.sleep(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -112,15 +129,25 @@ def test_killed_daemon_sessions_move_and_a_drained_daemon_exits(cluster_of, pg_u
     final = owners(pg_url)
     assert {final[sid] for sid in a_sessions} <= {"b", "c"}
     assert not (running_on(b) & running_on(c))  # no session runs on both
+    # every interrupted turn is answered once, by its new owner; every acknowledged
+    # message is there (the prompt, once); nothing a streamed before it died was kept
+    answered = wait_for(lambda: conversations(pg_url, a_sessions, complete=True), "a's turns answered elsewhere",
+                        timeout_s=WAIT_S * 2)
+    for sid, messages in answered.items():
+        assert [content for role, content in messages if role == "user"] == ["hello"], sid
+        [reply] = [content for role, content in messages if role == "assistant"]
+        assert reply.split()[0] in ("bword0", "cword0") and reply.split()[-1][1:] == "word99", sid
 
     # drain b: its sessions go to c, and b exits 0
     b_sessions = {sid for sid, owner in final.items() if owner == "b"}
+    b_leaving.set()
     assert b.call("drain")["draining"] is True
     assert b.wait_exit(WAIT_S * 3) == 0
     wait_for(lambda: b_sessions <= running_on(c), "b's sessions run on c", timeout_s=LEASE_S + WAIT_S)
     stop_sampling.set()
     sampler.join(WAIT_S)
     assert all(set(s) == set(placed) for s in samples)  # one lease row each, all along
+    assert on_both and not any(on_both)  # never running on two daemons at once
     assert owners(pg_url) == {sid: "c" for sid in placed}
 
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime
 
+import pytest
+
 from corvid_actors.db.store import Store
+from corvid_actors.errors import StoreError
 from corvid_actors.loop.prompts import compose_persona_prompt
 
 _VALUES = {
@@ -108,3 +111,72 @@ def test_rows_read_with_the_cached_column_mapping_equal_peewees_raw_rows(store: 
     assert (row.status, row.pid, row.restart_pending, row.agent_id, row.agent.name) == (
         "running", 800001, True, agent.id, "a")
     assert store.get_session("no-such-session") is None
+
+
+def test_create_session_writes_the_row_session_create_writes(store: Store, tmp_path) -> None:
+    project = store.create_project("p", tmp_path)
+    agent = store.create_agent("a")
+    S = store.m.Session
+    rnd = random.Random(11)
+    for i in range(20):
+        kwargs = {"agent": rnd.choice([agent.id, None]), "project": rnd.choice([project.id, None]),
+                  "source": rnd.choice(["web", "chat", "agent"]), "name": rnd.choice(["", "ünïcode 'q' %s ?"]),
+                  "initial_prompt": rnd.choice(["", "hi"]), "participant": rnd.choice(["", "alice"]),
+                  "channel": rnd.choice(["", "c"]), "council_role": rnd.choice([None, "lead"]),
+                  "depth": rnd.randint(1, 3)}
+        fast = store.create_session(session_id=f"fast-{i}", agent_id=kwargs["agent"], project_id=kwargs["project"],
+                                    **{k: v for k, v in kwargs.items() if k not in ("agent", "project")})
+        with store.transaction():
+            slow = S.create(id=f"slow-{i}", **kwargs)
+        assert not fast.is_dirty() and not slow.is_dirty()
+        written = {f.name: getattr(store.get_session(fast.id), f.name) for f in S._meta.sorted_fields}
+        expected = {f.name: getattr(store.get_session(slow.id), f.name) for f in S._meta.sorted_fields}
+        for name in ("id", "created_at", "updated_at"):
+            written.pop(name), expected.pop(name)
+        assert written == expected
+        # the returned row holds what Session.create's holds (what callers read from it)
+        returned = {f.name: getattr(fast, f.name) for f in S._meta.sorted_fields}
+        created = {f.name: getattr(slow, f.name) for f in S._meta.sorted_fields}
+        for name in ("id", "created_at", "updated_at"):
+            returned.pop(name), created.pop(name)
+        assert returned == created
+    assert store.create_session().id  # a generated id
+
+
+def test_recent_messages_of_gives_what_each_recent_messages_read_gives(store: Store) -> None:
+    rnd = random.Random(5)
+    sid = store.create_session(source="web").id
+    other = store.create_session(source="web").id
+    for i in range(60):
+        store.append_message(rnd.choice([sid, other]), rnd.choice(["user", "assistant", "system", "tool"]), f"m{i}")
+    reads = [(("system",), 50), (("user", "assistant"), 20), (("user",), 1), (("tool", "system", "user"), 7),
+             (("assistant",), 0), (("nobody",), 5)]
+    for session in (sid, other, "no-such-session"):
+        assert store.recent_messages_of(session, reads) == [
+            store.recent_messages(session, limit, roles=roles) for roles, limit in reads]
+    assert store.recent_messages_of(sid, []) == []
+
+
+def test_single_statement_writes_commit_join_a_transaction_and_fail_as_transactions_do(store: Store, tmp_path) -> None:
+    sid = store.create_session(source="web").id
+    assert store.update_session(sid, status="running", pid=800001) == 1
+    if store.is_sqlite and store.url != "sqlite:///:memory:":
+        other = Store(store.url)  # committed: another connection sees it at once
+        try:
+            assert (other.get_session(sid).status, other.get_session(sid).pid) == ("running", 800001)
+        finally:
+            other.close()
+    # inside a transaction the statement is part of it: undone with it
+    with pytest.raises(RuntimeError), store.transaction():
+        store.update_session(sid, status="stopped")
+        store.add_session_usage(sid, cost_usd=1.5, turns=1)
+        raise RuntimeError("roll back")
+    row = store.get_session(sid)
+    assert (row.status, row.total_cost_usd, row.cumulative_turns) == ("running", 0.0, 0)
+    store.add_session_usage(sid, cost_usd=1.5, turns=1)
+    assert store.get_session(sid).cumulative_turns == 1
+    # a constraint violation is a StoreError, as from a transaction
+    with pytest.raises(StoreError):
+        store.update_session(sid, agent="no-such-agent")
+    with pytest.raises(StoreError):
+        store.create_session(session_id=sid)

@@ -78,3 +78,19 @@ def test_run_command_env_has_no_secrets_in_every_mode(monkeypatch, tmp_path, mod
         assert value not in result.output
     assert variables["PATH"] and variables["HOME"] == str(tmp_path)
     assert variables["PROJECT_VAR"] == "present"
+
+
+def test_safe_env_is_the_allowlisted_names_the_base_has_with_the_project_on_top():
+    base = {"PATH": "/bin", "HOME": "/h", "AWS_SECRET_ACCESS_KEY": "x", "LANG": None, "TERM": "xterm"}
+    for allowlist in (["PATH", "LANG", "TERM", "NOT_SET"], ("PATH",), frozenset({"HOME", "TERM"}), set()):
+        expected = {n: base[n] for n in allowlist if base.get(n) is not None}
+        assert safe_env(None, base=base, allowlist=allowlist) == expected
+        assert safe_env({"TERM": "dumb", "X": "1"}, base=base, allowlist=allowlist) == {**expected, "TERM": "dumb",
+                                                                                        "X": "1"}
+
+
+def test_safe_env_reads_the_process_environment_as_it_is_now(monkeypatch):
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    assert safe_env(None)["LANG"] == "C.UTF-8"
+    monkeypatch.delenv("LANG")
+    assert "LANG" not in safe_env(None)

@@ -258,6 +258,7 @@ class SessionSupervisor(TrackedActor):
         if inc is None:
             return False
         inc.timeout_s = extended_timeout(self.core.sup, additional_s)
+        self.core.track_due(sid, inc)
         tell(inc.ref, ExtendTimeout(inc.timeout_s))
         return True
 

@@ -12,6 +12,8 @@ incarnation's resources) goes to a tracked worker.
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +34,8 @@ from corvid_actors.config import Config
 from corvid_actors.errors import RuntimeStoppedError
 from corvid_actors.events import Event, SessionStopped
 from corvid_actors.io_loop import IoLoop
-from corvid_actors.supervision import fallback_check_delay, overdue_after
+from corvid_actors.loop.payload_guard import snapshot_dir
+from corvid_actors.supervision import fallback_check_at, overdue_after
 from corvid_actors.wiring import close_resources
 
 
@@ -75,6 +78,8 @@ class SupervisorCore:
         self.credits = credits
         #: the registry of live incarnations the send path reads (written here only)
         self.live = live
+        #: where the payload guard's snapshots go (resolved once: every start passes it on)
+        self.snapshot_dir = snapshot_dir(config.store.data_dir, config.payload_guard.snapshot_dir)
         self.me: pykka.ActorRef[Any] | None = None
         self.writes = PendingWrites(timers=timers, owner=None, key=("supervisor", "write-retry"),
                                     publish=self.publish, schedule=config.store.write_retry,
@@ -86,6 +91,12 @@ class SupervisorCore:
         self.seq = 0
         self.next_pid = {"sdk": self.sup.sdk_pid_base, "direct": self.sup.direct_pid_base}
         self.fallback_scheduled = False
+        #: when the scheduled safety net runs, and when it last ran (monotonic)
+        self.fallback_at = 0.0
+        self.last_fallback = -math.inf
+        #: (when it could first be overdue, generation, sid) per incarnation start, build or
+        #: extension: a heap whose stale entries :meth:`earliest_due` drops as it meets them
+        self.due_heap: list[tuple[float, int, str]] = []
         self.prune_scheduled = False
         self.shutting_down = False
 
@@ -167,11 +178,21 @@ class SupervisorCore:
         meta.turns, meta.cost_usd = inc.tally.turns, inc.tally.cost_usd
         if inc.tally.answered:
             meta.outage_attempts = 0  # a turn went well: the outage backoff starts over
-        self.release_session_resources(sid)
+        if inc.tally.asked_slots_or_approvals:
+            # An incarnation that never asked the SlotPool or the ApprovalBroker holds
+            # nothing there (what an earlier one held went when it ended): two messages
+            # fewer per session end. One that asked is released here even if it released
+            # itself (a crash, or a request still on its way, is covered).
+            self.release_session_resources(sid)
         if not self.running and self.fallback_scheduled:
             # nothing left to check: the safety net is not kept waiting for nobody
             self.fallback_scheduled = False
+            self.due_heap.clear()
             tell(self.timers, CancelTimer(("supervisor", "fallback")))
+        elif self.fallback_scheduled and not self.shutting_down:
+            # the net waited for this incarnation, which ended on time: it waits for the
+            # next one instead of firing to find nobody overdue
+            self.schedule_fallback(only_later=True)
         self.close_later(sid, inc.resources)
         return inc
 
@@ -184,11 +205,11 @@ class SupervisorCore:
     def stop_session(self, sid: str, reason: str, *, write: bool = True) -> None:
         """Stop: row ``stopped``, ``session_stopped``, cleanup. ``write=False``: the row was
         stopped already (the shutdown's batched marking)."""
-        self.kill(sid)
+        released = self.kill(sid) is not None
         if write:
             self.set_status(sid, "stopped")
         self.publish(sid, SessionStopped(reason=reason))
-        self.cleanup(sid)
+        self.cleanup(sid, released=released)
 
     def release_session_resources(self, sid: str) -> None:
         """The session's slot and pending approvals go (told, not asked)."""
@@ -197,13 +218,15 @@ class SupervisorCore:
         if self.approvals is not None:
             tell(self.approvals, CancelSession(sid, "Session stopped"))
 
-    def cleanup(self, sid: str) -> None:
-        """The single, idempotent cleanup path (seed invariant 14)."""
+    def cleanup(self, sid: str, *, released: bool = False) -> None:
+        """The single, idempotent cleanup path (seed invariant 14). ``released``: the caller
+        has just killed the incarnation in this same handler, so its slot and approvals
+        were released then (not told twice: two messages fewer per session end)."""
         killed = self.kill(sid)
         self.meta.pop(sid, None)
         self.paused.pop(sid, None)
         tell(self.timers, CancelTimers(sid))
-        if killed is None:  # else kill() has just released them, in this same handler
+        if killed is None and not released:  # else kill() has released them, in this same handler
             self.release_session_resources(sid)
         if self.cluster is not None and not self.shutting_down:
             # it no longer runs here and nobody is to resume it (a shutdown releases the
@@ -217,15 +240,48 @@ class SupervisorCore:
         """Schedule the timeout safety net and the orphan pruner when there is work for them."""
         if self.running and not self.fallback_scheduled:
             self.fallback_scheduled = True
-            # The safety net has nothing to do before the first incarnation could be overdue:
-            # schedule it for then, and every 60 s from then on.
-            earliest_due = min(inc.started_at + self.due_after(inc) for inc in self.running.values())
-            delay = fallback_check_delay(self.sup, self.clock.monotonic(), earliest_due)
-            tell(self.timers, ScheduleTimer(("supervisor", "fallback"), delay, self.ref, _FallbackCheck()))
+            self.schedule_fallback()
         if (self.running or self.meta or self.paused) and not self.prune_scheduled:
             self.prune_scheduled = True
             tell(self.timers, ScheduleTimer(("supervisor", "prune"), self.sup.orphan_prune_interval_s,
                                             self.ref, _Prune()))
+
+    def schedule_fallback(self, *, only_later: bool = False) -> None:
+        """(Re)schedule the safety net for ``supervision.fallback_check_at`` of the running
+        incarnations; ``only_later``: only if that is later than it is scheduled now."""
+        earliest = self.earliest_due()
+        if earliest is None:
+            return
+        now = self.clock.monotonic()
+        at = max(fallback_check_at(self.sup, earliest, self.last_fallback), now)
+        if only_later and at <= self.fallback_at:
+            return
+        self.fallback_at = at
+        tell(self.timers, ScheduleTimer(("supervisor", "fallback"), at - now, self.ref, _FallbackCheck()))
+
+    def track_due(self, sid: str, inc: Incarnation) -> None:
+        """``inc`` started, was built or had its timeout changed: note when it could first
+        be overdue (see :meth:`earliest_due`)."""
+        heapq.heappush(self.due_heap, (inc.started_at + self.due_after(inc), inc.generation, sid))
+
+    def earliest_due(self) -> float | None:
+        """When the first running incarnation could be overdue (None: none runs).
+        Amortised O(log n): entries of ended incarnations, and ones a later build or
+        extension replaced, are dropped when they come to the top."""
+        heap = self.due_heap
+        while heap:
+            due, gen, sid = heap[0]
+            inc = self.running.get(sid)
+            if inc is not None and inc.generation == gen and inc.started_at + self.due_after(inc) == due:
+                return due
+            heapq.heappop(heap)
+        if self.running:
+            # an incarnation not noted (a path that changed one without track_due): the
+            # heap is rebuilt rather than the safety net left unscheduled
+            for sid, inc in self.running.items():
+                self.track_due(sid, inc)
+            return heap[0][0]
+        return None
 
     def due_after(self, inc: Incarnation) -> float:
         """The least uptime after which ``inc`` may be overdue (``supervision.overdue_after``)."""

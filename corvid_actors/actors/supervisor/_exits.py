@@ -67,7 +67,7 @@ def handle_exit(core: SupervisorCore, sid: str, code: int, error: str = "") -> N
             error_type="max_restarts_exceeded",
             message=f"Session crashed {meta.restart_count + 1} times; giving up after {sup.max_restarts} restarts",
         ))
-    core.cleanup(sid)
+    core.cleanup(sid, released=True)  # kill() above released its slot and approvals
 
 
 def crashed(core: SupervisorCore, sid: str, error: str) -> None:

@@ -23,7 +23,7 @@ from corvid_actors.supervision import restart_count_after_uptime
 def fallback_check(core: SupervisorCore) -> None:
     """Ask every incarnation that may be overdue to check its own deadline."""
     core.fallback_scheduled = False
-    now = core.clock.monotonic()
+    now = core.last_fallback = core.clock.monotonic()
     for inc in core.running.values():
         # an incarnation younger than its timeout cannot be overdue: leave it be
         if now - inc.started_at >= core.due_after(inc):

@@ -68,9 +68,12 @@ def resume(core: SupervisorCore, sid: str, prompt: UserContent | None, *,
     # without a new message call the model (a restart spends no turn on a session that
     # was waiting for its user).
     unanswered = unanswered_request(core, sid, session) if not prompt else None
-    if zero_turn_breaker(core, sid, session):
+    # the exit notes the breaker reads and the history, in one read
+    notes, history = core.store.recent_messages_of(sid, ((("system",), BREAKER_NOTES_WINDOW),
+                                                         (("user", "assistant"), session_cfg.resume_history_messages)))
+    if zero_turn_breaker(core, sid, session, [content for _, content in notes]):
         session = core.store.require_session(sid)  # its summary and counts were rewritten
-    history = core.store.recent_messages(sid, session_cfg.resume_history_messages)
+        history = core.store.recent_messages(sid, session_cfg.resume_history_messages)  # deleted
     if prompt:
         core.store.append_message(sid, "user", prompt)
     turns = active_turns(history, new_prompt=bool(prompt))
@@ -113,12 +116,12 @@ def unanswered_request(core: SupervisorCore, sid: str, session: Any) -> str | No
     return None
 
 
-def zero_turn_breaker(core: SupervisorCore, sid: str, session: Any) -> bool:
+def zero_turn_breaker(core: SupervisorCore, sid: str, session: Any, notes: list[str]) -> bool:
     """Reference §Resume 3: the last N exit notes all say ``Turns: 0`` — every resume dies
     before a turn. Summarise the history, store the summary, delete the messages,
-    say so (``context_exhausted``) and let the resume start fresh. True if it tripped."""
+    say so (``context_exhausted``) and let the resume start fresh. True if it tripped.
+    ``notes``: the session's last ``BREAKER_NOTES_WINDOW`` system messages, oldest first."""
     store = core.store
-    notes = [c for _, c in store.recent_messages(sid, BREAKER_NOTES_WINDOW, roles=("system",))]
     if not zero_turn_breaker_trips(notes, core.cfg.session.zero_turn_breaker_threshold):
         return False
     messages = [ChatMessage(role=m.role, content=m.content)

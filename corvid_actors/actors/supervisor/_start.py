@@ -24,7 +24,6 @@ from corvid_actors.actors.supervisor._state import Incarnation, Meta
 from corvid_actors.actors.timers import CancelTimer
 from corvid_actors.content import UserContent, content_blocks, text_parts
 from corvid_actors.events import ErrorEvent, SessionError, SessionStarted, SystemEvent
-from corvid_actors.loop.payload_guard import snapshot_dir
 
 
 def claim_here(core: SupervisorCore, sid: str) -> bool:
@@ -79,7 +78,7 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
         timers=core.timers, clock=core.clock, store=core.store, provider=None,  # type: ignore[arg-type]
         loop=None, tools=None, tool_context=None,  # type: ignore[arg-type]
         timeout_s=timeout_s, idle_timeout_s=None, approvals=core.approvals,
-        snapshot_dir=snapshot_dir(core.cfg.store.data_dir, core.cfg.payload_guard.snapshot_dir),
+        snapshot_dir=core.snapshot_dir,
         tally=tally, source=session.source, credits=core.credits, write_retry=core.cfg.store.write_retry,
         io_loop=core.io_loop,
         deadline_sink=core.cluster.note_deadline if core.cluster is not None else None,
@@ -102,8 +101,9 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
     entry = LiveSession(sid, gen, ref, lifeline, tally, begun=begin)
     ticket = StartTicket(core.tracker.inline)
     first: Begin | Ready = Begin(text, blocks) if begin else Ready()
-    core.running[sid] = Incarnation(gen, ref, lifeline, 0, core.clock.monotonic(), "", timeout_s, entry,
-                                    tally, ticket=ticket, first=first)
+    inc = core.running[sid] = Incarnation(gen, ref, lifeline, 0, core.clock.monotonic(), "", timeout_s, entry,
+                                          tally, ticket=ticket, first=first)
+    core.track_due(sid, inc)
     core.ensure_housekeeping()
     return ticket
 
@@ -117,6 +117,7 @@ def on_built(core: SupervisorCore, sid: str, built: Any) -> None:
     core.next_pid[kind] += 1
     inc.pid, inc.provider_name, inc.resources = pid, built.provider_name, tuple(built.resources)
     inc.started_at = core.clock.monotonic()
+    core.track_due(sid, inc)
     inc.building = False
     restart_timer = meta.restart_pending  # a restart may still be scheduled: cancelled below
     meta.restart_pending = False
