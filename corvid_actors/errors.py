@@ -13,7 +13,7 @@ all of them, and nothing else (bugs stay loud). The tree, in one place:
     - :class:`FencedWrite` — a session incarnation's write was refused by the database
       because another daemon has claimed the session since (a newer lease epoch).
     - :class:`SchemaTooNew` — the database was migrated by a newer release, further than
-      this one can run on (more than one schema version ahead, or a breaking migration).
+      this one can run on (migrated by more than one newer release, or a breaking migration).
   - :class:`NotFoundError` — a session, agent or project does not exist.
   - :class:`RuntimeStoppedError` — the runtime is shut down (or failed: a core actor died).
   - :class:`SettleTimeout` — ``Runtime.settle(timeout_s=…)`` gave up.

@@ -14,13 +14,22 @@ The reply of a forwarded command is ``{"ok": true, "result": …}`` or ``{"ok": 
 owner knows its live facts (running, in turn, uptime, pending approvals, recent events).
 A read must not hang the operator, so it waits ``[cluster.bus] owner_query_timeout_s``;
 then this daemon answers from the database, saying so (:func:`database_view`).
+
+Waiting for another daemon never holds the AdminActor: where a command goes is decided on
+its thread (a lease read), and a forwarded command is awaited on a thread of its own, the
+actor replying with a future the admin socket's connection thread waits on. Other
+operators' commands are served meanwhile, however long the owner takes to answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import sys
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import pykka
 
 from corvid_actors.actors.cluster import ClusterSeat
 from corvid_actors.db.pg_bus import PgBus
@@ -149,38 +158,72 @@ def database_view(local: Mapping[str, Any], owner: str, why: str) -> dict[str, A
                                   "heard; whether it runs, is in a turn or waits for approvals is unknown")}
 
 
-def _read_session(router: ClusterRouter, name: str, args: Mapping[str, Any], run_here: Any, sid: str) -> Any:
+def off_actor(work: Callable[[], Any], name: str) -> pykka.Future[Any]:
+    """Run ``work`` (a wait for another daemon) on a thread of its own; its result, or its
+    error, in the future returned at once. The thread ends when ``work`` does (each wait
+    is bounded by a timeout)."""
+    future: pykka.Future[Any] = pykka.ThreadingFuture()
+
+    def run() -> None:
+        try:
+            future.set(work())
+        except BaseException:  # noqa: BLE001 - handed to whoever waits on the future
+            future.set_exception(sys.exc_info())
+
+    threading.Thread(target=run, name=f"corvid-admin-{name}", daemon=True).start()
+    return future
+
+
+def _read_session(router: ClusterRouter, name: str, args: Mapping[str, Any], run_here: Any,
+                  local_view: Callable[[], Any], sid: str) -> Any:
     owner = router.owner_elsewhere(sid)
     if owner is None:
         local = dict(run_here(args))
         return {**local, "owner": router.owners([sid]).get(sid), "answered_by": router.daemon_id}
-    try:
-        answer = router.forward(owner, name, {**args, "session": sid}, timeout_s=router.query_timeout_s)
-    except AdminError as exc:
-        if exc.code not in _FALL_BACK_CODES:
-            raise
-        return database_view(run_here(args), owner, exc.message)
-    if not isinstance(answer, Mapping):
-        raise AdminError(INTERNAL, f"daemon {owner} answered {name!r} with {answer!r}")
-    return owner_view(answer, owner)
+
+    def ask_owner() -> Any:
+        try:
+            answer = router.forward(owner, name, {**args, "session": sid}, timeout_s=router.query_timeout_s)
+        except AdminError as exc:
+            if exc.code not in _FALL_BACK_CODES:
+                raise
+            return database_view(local_view(), owner, exc.message)
+        if not isinstance(answer, Mapping):
+            raise AdminError(INTERNAL, f"daemon {owner} answered {name!r} with {answer!r}")
+        return owner_view(answer, owner)
+
+    return off_actor(ask_owner, name)
 
 
-def route(router: ClusterRouter, name: str, args: Mapping[str, Any], run_here: Any, session_of: Any) -> Any:
+def _ask_others(router: ClusterRouter, name: str, args: Mapping[str, Any], unknown_here: AdminError) -> Any:
+    for daemon_id in router.others():  # the approval may be another daemon's
+        try:
+            return router.forward(daemon_id, name, args)
+        except AdminError as elsewhere:
+            if elsewhere.code != NOT_FOUND:
+                raise
+    raise unknown_here
+
+
+def route(router: ClusterRouter, name: str, args: Mapping[str, Any], run_here: Any, session_of: Any,
+          local_view: Callable[[], Any]) -> Any:
     """Run operator command ``name`` where it belongs: ``run_here(args)`` on this daemon,
-    or forwarded (see the module docstring). ``session_of(args)`` resolves the session
-    argument (an id or a prefix) to an id."""
+    or forwarded (see the module docstring): then the reply is a future, awaited off the
+    AdminActor. ``session_of(args)`` resolves the session argument (an id or a prefix) to
+    an id; ``local_view()`` runs the command here from any thread (through the actor's
+    mailbox), for a read whose owner did not answer."""
     if name in QUERY_COMMANDS:
-        return _read_session(router, name, args, run_here, session_of(args))
+        return _read_session(router, name, args, run_here, local_view, session_of(args))
     if name in SESSION_COMMANDS:
         sid = session_of(args)
         owner = router.owner_elsewhere(sid)
         if owner is not None:
-            return router.forward(owner, name, {**args, "session": sid})
+            return off_actor(lambda: router.forward(owner, name, {**args, "session": sid}), name)
         return run_here(args)
     if name == "start":
         target = router.place()
         if target is not None and target != router.daemon_id:
-            return router.forward(target, name, args)
+            return off_actor(lambda: router.forward(target, name, args), name)
         return run_here(args)
     if name in APPROVAL_COMMANDS:
         try:
@@ -188,11 +231,6 @@ def route(router: ClusterRouter, name: str, args: Mapping[str, Any], run_here: A
         except AdminError as exc:
             if exc.code != NOT_FOUND:
                 raise
-            for daemon_id in router.others():  # the approval may be another daemon's
-                try:
-                    return router.forward(daemon_id, name, args)
-                except AdminError as elsewhere:
-                    if elsewhere.code != NOT_FOUND:
-                        raise
-            raise
+            unknown_here = exc
+        return off_actor(lambda: _ask_others(router, name, args, unknown_here), name)
     return run_here(args)

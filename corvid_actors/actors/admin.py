@@ -201,7 +201,9 @@ class AdminActor(TrackedActor):
                 if self._stopping and name in MUTATING_COMMANDS:
                     raise AdminError(SHUTTING_DOWN, "the daemon is shutting down and accepts no new work")
                 if self.w.router is not None and not forwarded:
-                    return route(self.w.router, name, args, handler, self._sid)
+                    me = self.actor_ref
+                    return route(self.w.router, name, args, handler, self._sid,
+                                 lambda: me.ask(AdminCommand(name, args, forwarded=True)))
                 return handler(args)
             case RemoteEvents(events):
                 self._remote_events(events)

@@ -5,22 +5,25 @@ Migration 1 creates the baseline schema. A later migration is a function appende
 transaction. Opening a store applies every migration newer than the recorded version,
 all in one transaction under an exclusive lock (see :func:`migrate`).
 
-**Rolling upgrades (issue 20): one version of skew.** Several daemons share one PostgreSQL,
+**Rolling upgrades (issue 20): one release of skew.** Several daemons share one PostgreSQL,
 and they are upgraded one at a time: the first daemon of a newer release migrates the
 database while the older ones keep running on it. So every migration is *additive* — it
 adds tables, nullable (or defaulted) columns, indexes, triggers that pass the older code's
-writes — and the code of schema version N runs on a database at N + 1 unchanged (no
-migration, a warning in the log). It refuses, with :class:`~corvid_actors.errors.SchemaTooNew`,
-a database more than :data:`SCHEMA_VERSIONS_AHEAD` ahead, or one whose next migration is
-marked :func:`breaking` (recorded in ``schema_version.breaking``): such a database needs
-every daemon upgraded before it starts again. ``tests/db/test_migration_contract.py``
-checks that every migration not marked breaking only adds.
+writes — and code runs unchanged (no migration, a warning in the log) on a database that
+migrations of at most :data:`RELEASES_AHEAD` newer release have moved ahead, however many
+migrations that release added: each applied migration records the release that applied it
+(``schema_version.release``). The code refuses, with
+:class:`~corvid_actors.errors.SchemaTooNew`, a database migrated by more newer releases, or
+one where a migration it does not know is marked :func:`breaking` (``schema_version.breaking``):
+such a database needs every daemon upgraded before it starts again.
+``tests/db/test_migration_contract.py`` checks that every migration not marked breaking only adds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from importlib.metadata import PackageNotFoundError, version
 from types import SimpleNamespace
 
 import peewee as pw
@@ -31,8 +34,8 @@ from corvid_actors.errors import SchemaTooNew, StoreError
 
 Migration = Callable[[SimpleNamespace, pw.Database], None]
 
-#: how many schema versions a database may be ahead of the code that runs on it
-SCHEMA_VERSIONS_AHEAD = 1
+#: how many newer releases may have migrated a database the code still runs on
+RELEASES_AHEAD = 1
 #: the attribute :func:`breaking` sets on a migration function
 _BREAKING = "breaks_previous_version"
 
@@ -50,18 +53,27 @@ def is_breaking(migration: Migration) -> bool:
     return bool(getattr(migration, _BREAKING, False))
 
 
-def schema_verdict(known: int, found: int, breaking_ahead: bool) -> str | None:
+def current_release() -> str:
+    """The installed corvid-actors release (recorded with each migration it applies)."""
+    try:
+        return version("corvid-actors")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+def schema_verdict(known: int, found: int, breaking_ahead: bool, releases_ahead: int) -> str | None:
     """Whether code that knows ``known`` migrations may run on a database at version
     ``found``; None if it may (migrating it first when ``found < known``), else why not.
-    ``breaking_ahead``: one of the migrations past ``known`` is marked breaking."""
+    ``breaking_ahead``: one of the migrations past ``known`` is marked breaking;
+    ``releases_ahead``: how many releases applied the migrations past ``known``."""
     if found <= known:
         return None
-    if found - known > SCHEMA_VERSIONS_AHEAD:
-        return (f"the database's schema is at version {found}, {found - known} versions ahead of this "
-                f"corvid-actors (it knows {known}; it runs on at most {SCHEMA_VERSIONS_AHEAD} ahead): "
+    if releases_ahead > RELEASES_AHEAD:
+        return (f"the database's schema is at version {found} (this corvid-actors knows {known}), migrated by "
+                f"{releases_ahead} newer releases; it runs on a database at most {RELEASES_AHEAD} release ahead: "
                 "upgrade corvid-actors to the release of the daemons that migrated it")
     if breaking_ahead:
-        return (f"the database's schema is at version {found}, and migration {found} is breaking: this "
+        return (f"the database's schema is at version {found}, and a migration past {known} is breaking: this "
                 f"corvid-actors (schema {known}) cannot run on it; upgrade corvid-actors to the release of "
                 "the daemons that migrated it")
     return None
@@ -163,19 +175,22 @@ def _exclusive_transaction(db: pw.Database) -> Iterator[None]:
         yield
 
 
-def migrate(models: SimpleNamespace, db: pw.Database, migrations: Sequence[Migration] | None = None) -> int:
+def migrate(models: SimpleNamespace, db: pw.Database, migrations: Sequence[Migration] | None = None,
+            release: str | None = None) -> int:
     """Apply pending migrations; returns the schema version afterwards.
 
     All pending migrations run in one transaction under an exclusive lock: concurrent
     openers apply each migration exactly once, and a failing migration leaves the
     schema at its previous version. ``migrations`` (default :data:`MIGRATIONS`) is what
     this code knows: a database ahead of it is run on unchanged or refused (see the
-    module docstring: SchemaTooNew).
+    module docstring: SchemaTooNew). ``release``: recorded with each migration applied
+    (default: the installed release; a seam for the rolling-upgrade tests).
     """
     known = list(MIGRATIONS if migrations is None else migrations)
+    release = release or current_release()
     with _exclusive_transaction(db):
         db.create_tables([models.SchemaVersion], safe=True)
-        _ensure_breaking_column(db)
+        _ensure_bookkeeping_columns(db)
         version = start = current_version(models)
         if version > len(known):
             return _run_ahead(models, len(known), version)
@@ -192,22 +207,28 @@ def migrate(models: SimpleNamespace, db: pw.Database, migrations: Sequence[Migra
                     f"schema migration {number} ({name}) failed: {exc}; the database "
                     f"stays at version {start}"
                 ) from exc
-            models.SchemaVersion.create(version=number, breaking=is_breaking(migration))
+            models.SchemaVersion.create(version=number, breaking=is_breaking(migration), release=release)
             version = number
     return version
 
 
-def _ensure_breaking_column(db: pw.Database) -> None:
+def _ensure_bookkeeping_columns(db: pw.Database) -> None:
     # The migration table's own bookkeeping, before any numbered migration: a database of
-    # an earlier release lacks the column (a nullable one: that release's inserts omit it).
-    if "breaking" not in {c.name for c in db.get_columns("schema_version")}:
+    # an earlier release lacks the columns (nullable: that release's inserts omit them).
+    columns = {c.name for c in db.get_columns("schema_version")}
+    if "breaking" not in columns:
         db.execute_sql("ALTER TABLE schema_version ADD COLUMN breaking BOOLEAN")
+    if "release" not in columns:
+        db.execute_sql("ALTER TABLE schema_version ADD COLUMN release VARCHAR(64)")
 
 
 def _run_ahead(models: SimpleNamespace, known: int, found: int) -> int:
     V = models.SchemaVersion
-    breaking_ahead = V.select().where((V.version > known) & (V.breaking == True)).exists()  # noqa: E712
-    refusal = schema_verdict(known, found, breaking_ahead)
+    ahead = list(V.select(V.version, V.breaking, V.release).where(V.version > known))
+    breaking_ahead = any(row.breaking for row in ahead)
+    # a row without its release (applied by a release before the column) counts as one of its own
+    releases_ahead = len({row.release or f"before-release-column:{row.version}" for row in ahead})
+    refusal = schema_verdict(known, found, breaking_ahead, releases_ahead)
     if refusal is not None:
         raise SchemaTooNew(refusal)
     logger.warning("the database's schema is at version {} and this corvid-actors knows {}: running on it "

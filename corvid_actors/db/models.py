@@ -64,11 +64,13 @@ def build_models(database: pw.Database) -> SimpleNamespace:
 
     class SchemaVersion(Base):
         """One applied migration (:mod:`corvid_actors.db.migrations`). ``breaking``: code of
-        the previous schema version cannot run on it (NULL in rows older than the column)."""
+        the previous release cannot run on it; ``release``: the corvid-actors release that
+        applied it (both NULL in rows older than the columns)."""
 
         version = pw.IntegerField(primary_key=True)
         applied_at = pw.DateTimeField(default=_now)
         breaking = pw.BooleanField(null=True)
+        release = pw.CharField(max_length=64, null=True)
 
         class Meta:
             table_name = "schema_version"

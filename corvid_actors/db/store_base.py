@@ -58,9 +58,10 @@ class StoreBase:
                  message_writes: str = "writer", max_message_batch: int = DEFAULT_MAX_MESSAGE_BATCH,
                  reconnect_backoff_s: tuple[float, float] = DEFAULT_RECONNECT_BACKOFF_S,
                  monotonic: Callable[[], float] | None = None,
-                 migrations: Sequence[Migration] | None = None) -> None:
-        # ``migrations``: the schema this code knows (default: all of them). A seam for the
-        # rolling-upgrade tests, which open a database as the previous release would.
+                 migrations: Sequence[Migration] | None = None, release: str | None = None) -> None:
+        # ``migrations``: the schema this code knows (default: all of them); ``release``:
+        # which release this code is (default: the installed one). Seams for the
+        # rolling-upgrade tests, which open a database as another release would.
         self.url = url
         self._lock = threading.RLock()
         # Availability (see the module docstring): why the store is down, or None.
@@ -101,7 +102,7 @@ class StoreBase:
                 self._file_id = (st.st_dev, st.st_ino)
             self.m = build_models(self.db)
             with self._lock:
-                self.schema_version = migrate(self.m, self.db, migrations)
+                self.schema_version = migrate(self.m, self.db, migrations, release)
         except pw.OperationalError as exc:
             self.db.close()
             raise StoreError(f"cannot open database {self._safe_url()}: {exc}") from exc

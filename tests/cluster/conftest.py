@@ -4,9 +4,14 @@ schema per test; skipped locally when the server is unreachable, FAILED in CI)."
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
+from corvid_actors.db.store import Store
+from corvid_actors.testing import EventRecorder, ScriptedProvider, SimClock, sim_runtime
+from corvid_actors.testing.tcp_proxy import TcpProxy
 from tests.db.conftest import open_store, pg_database_url, pg_url  # noqa: F401 - fixtures
 
 #: anything a daemon does on request, on a loaded machine (seconds)
@@ -22,3 +27,57 @@ def wait_for(check: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> 
             return value
         time.sleep(0.02)
     raise AssertionError(f"not within {timeout_s}s: {what}")
+
+
+#: short simulated timings for two runtimes sharing one clock (heartbeat, lease, sweep)
+SIM_CLUSTER = {"enabled": True, "heartbeat_s": 5.0, "lease_s": 15.0, "sweep_interval_s": 5.0,
+               "sweep_jitter_s": 1.0, "dead_daemon_grace_s": 60.0}
+
+
+@dataclass
+class SimDaemon:
+    """One runtime ("daemon") on the shared simulated clock: its scripted model, its events."""
+
+    runtime: Any
+    model: ScriptedProvider
+    events: EventRecorder
+
+
+@dataclass
+class SimPair:
+    """Daemon ``a`` reaches PostgreSQL through ``proxy`` (``proxy.partition()`` cuts it off);
+    daemon ``b`` directly. Both run on ``clock``."""
+
+    clock: SimClock
+    proxy: TcpProxy
+    a: SimDaemon
+    b: SimDaemon
+
+
+@contextmanager
+def sim_pair(url: str, *, supervisor: dict[str, Any] | None = None, b_store: Store | None = None
+             ) -> Iterator[SimPair]:
+    """Two daemons on one simulated clock and one PostgreSQL at ``url`` (see
+    :class:`SimPair`), shut down on exit. ``b_store``: b's store (default: its own on ``url``)."""
+    clock = SimClock()
+    proxy = TcpProxy("127.0.0.1", 5432).start()
+    made: list[Any] = []
+
+    def daemon(name: str, store_args: dict[str, Any]) -> SimDaemon:
+        model = ScriptedProvider(clock, default_reply=f"reply from {name}")
+        config: dict[str, Any] = {"cluster": {**SIM_CLUSTER, "daemon_id": name}}
+        if supervisor:
+            config["supervisor"] = supervisor
+        runtime = sim_runtime(clock, model, config=config, **store_args)
+        made.append(runtime)
+        return SimDaemon(runtime, model, EventRecorder.attach(runtime))
+
+    try:
+        a = daemon("a", {"store_url": proxy.url(url)})
+        b = daemon("b", {"store": b_store} if b_store is not None else {"store_url": url})
+        yield SimPair(clock, proxy, a, b)
+    finally:
+        proxy.close()
+        for runtime in reversed(made):
+            runtime.shutdown()
+        clock.close()

@@ -226,6 +226,41 @@ def test_admin_session_falls_back_to_the_database_when_the_owner_does_not_answer
     assert b.call("session", session=sid)["answered_by"] == "a"
 
 
+def test_a_command_waiting_for_a_silent_owner_does_not_hold_the_other_commands(cluster_of, pg_url):
+    import os
+    import signal
+
+    a, b = cluster_of("a", "b", config=CLUSTER_CONFIG.replace("lease_s = 1.0", "lease_s = 5.0").replace(
+        "dead_daemon_grace_s = 2.0", "dead_daemon_grace_s = 10.0"))
+    sid = a.call("start", agent="patient", prompt="hello")["session"]  # placed on a (the tie)
+    wait_for(lambda: b.call("session", session=sid)["messages"][-1]["role"] == "assistant", "a replied")
+
+    forwarded: dict[str, Any] = {}
+
+    def send_through_b() -> None:
+        try:
+            forwarded["result"] = b.call("send", session=sid, text="are you there?")
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            forwarded["error"] = exc
+
+    os.kill(a.pid, signal.SIGSTOP)  # a holds the lease and answers nothing
+    try:
+        sender = threading.Thread(target=send_through_b, daemon=True)
+        sender.start()
+        time.sleep(0.3)  # the send is forwarded and waits for a
+        assert sender.is_alive()
+        started = time.monotonic()
+        listed = b.call("sessions")  # b's admin is not held by the waiting send
+        assert time.monotonic() - started < 2.0
+        assert {s["id"]: s["owner"] for s in listed}[sid] == "a"
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    sender.join(WAIT_S)
+    assert not sender.is_alive() and "error" not in forwarded, forwarded  # a answered once it woke
+    wait_for(lambda: any(m["content"] == "are you there?" for m in b.call("session", session=sid)["messages"]),
+             "the message reached a's session")
+
+
 def test_a_daemon_stopped_past_its_lease_is_fenced_when_it_wakes(cluster_of, pg_url):
     import os
     import signal

@@ -14,56 +14,41 @@ import pytest
 from corvid_actors.db.cluster import ClusterStore
 from corvid_actors.db.store import Store
 from corvid_actors.errors import StoreError
-from corvid_actors.testing import EventRecorder, ScriptedProvider, SimClock, Turn, sim_runtime
-from corvid_actors.testing.tcp_proxy import TcpProxy
+from corvid_actors.testing import Turn
+from tests.cluster.conftest import sim_pair
 
 pytestmark = pytest.mark.postgres
 
 MICROSECOND = 1e-6
-CLUSTER = {"enabled": True, "heartbeat_s": 5.0, "lease_s": 15.0, "sweep_interval_s": 5.0,
-           "sweep_jitter_s": 1.0, "dead_daemon_grace_s": 60.0}
-
-
-def daemon(name: str, clock: SimClock, url: str) -> tuple[object, ScriptedProvider, EventRecorder]:
-    model = ScriptedProvider(clock)
-    runtime = sim_runtime(clock, model, store_url=url, config={"cluster": {**CLUSTER, "daemon_id": name}})
-    return runtime, model, EventRecorder.attach(runtime)
 
 
 def test_an_outage_resume_due_on_a_dead_daemon_happens_at_that_instant_on_another(pg_url):
-    clock = SimClock()
-    proxy = TcpProxy("127.0.0.1", 5432).start()
-    a, a_model, a_events = daemon("a", clock, proxy.url(pg_url))
-    b, b_model, b_events = daemon("b", clock, pg_url)
-    try:
+    with sim_pair(pg_url) as sim:
+        clock, a, b = sim.clock, sim.a.runtime, sim.b.runtime
         sid = a.create_session(source="web").id
-        a_model.for_session(sid, Turn.outage("503"))
-        b_model.for_session(sid, Turn.reply("back again"))
+        sim.a.model.for_session(sid, Turn.outage("503"))
+        sim.b.model.for_session(sid, Turn.reply("back again"))
         a.start_process(sid, "hi")
         clock.advance(1)
-        assert a.is_paused(sid) and a_events.last("session_paused", sid).resume_at
+        assert a.is_paused(sid) and sim.a.events.last("session_paused", sid).resume_at
         clock.advance_to(10)
-        proxy.partition()  # a is gone, for the database and for b
+        sim.proxy.partition()  # a is gone, for the database and for b
         clock.advance_to(60)  # a's lease (15 s past its last heartbeat) expired; b swept
         assert b.is_paused(sid) and not b.is_running(sid)
-        assert b_model.health_probes == 0
+        assert sim.b.model.health_probes == 0
         clock.advance_to(299.9)
-        assert b.is_paused(sid) and b_model.health_probes == 0
+        assert b.is_paused(sid) and sim.b.model.health_probes == 0
         # the lease holds the due time to the microsecond (PostgreSQL's precision)
         clock.advance_to(300.0 + MICROSECOND)
-        assert b_events.times("session_resumed", sid) == [pytest.approx(300.0, abs=MICROSECOND)]
-        assert b_model.health_probes == 1 and b.is_running(sid)
-        assert b_events.last("result", sid) is not None
-        assert [r.session_id for r in b_model.requests] == [sid]  # the interrupted turn, once
-    finally:
-        proxy.close()
-        b.shutdown()
-        a.shutdown()
-        clock.close()
+        assert sim.b.events.times("session_resumed", sid) == [pytest.approx(300.0, abs=MICROSECOND)]
+        assert sim.b.model.health_probes == 1 and b.is_running(sid)
+        assert sim.b.events.last("result", sid) is not None
+        assert [r.session_id for r in sim.b.model.requests] == [sid]  # the interrupted turn, once
 
 
 class FailsOnce(Store):
-    """A store whose first ``require_session`` of ``sid`` raises (a connection lost mid-adoption)."""
+    """A store whose first ``require_session`` of ``fail_for`` raises (a connection lost
+    mid-adoption)."""
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
@@ -79,33 +64,19 @@ class FailsOnce(Store):
 def test_a_session_whose_adoption_failed_is_handed_over_not_kept_leased(pg_url):
     # The sweep claimed it, the resume failed: the lease is released for the next sweep,
     # not renewed by this daemon's heartbeats with nothing running.
-    clock = SimClock()
-    proxy = TcpProxy("127.0.0.1", 5432).start()
-    a, a_model, _ = daemon("a", clock, proxy.url(pg_url))
     b_store = FailsOnce(pg_url)
-    b_model = ScriptedProvider(clock)
-    b = sim_runtime(clock, b_model, store=b_store, config={"cluster": {**CLUSTER, "daemon_id": "b"}})
-    b_events = EventRecorder.attach(b)
-    try:
+    with sim_pair(pg_url, b_store=b_store) as sim:
+        clock, a, b = sim.clock, sim.a.runtime, sim.b.runtime
         sid = a.create_session(source="web").id
         a.start_process(sid, "hi")
         clock.advance(1)
-        assert a_events_done(a, sid)
+        assert a.is_running(sid)
         b_store.fail_for = sid
-        proxy.partition()
+        sim.proxy.partition()
         clock.advance_to(60)  # a's lease expired; b claimed it, failed once, released, claimed again
         assert b_store.fail_for is None  # the failure happened
         assert b.is_running(sid)
-        assert len(b_events.of(sid, "session_started")) == 1
+        assert len(sim.b.events.of(sid, "session_started")) == 1
         lease = ClusterStore(b_store).owner_of(sid)
         assert lease is not None and lease.owner_id == "b" and lease.epoch == 3  # a's 1, b's failed 2, b's 3
-        assert b_model.requests == []  # it was waiting for its user: no turn
-    finally:
-        proxy.close()
-        b.shutdown()
-        a.shutdown()
-        clock.close()
-
-
-def a_events_done(runtime: Any, sid: str) -> bool:
-    return sid in runtime.get_active_session_ids() and not runtime.is_paused(sid)
+        assert sim.b.model.requests == []  # it was waiting for its user: no turn

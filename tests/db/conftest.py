@@ -186,3 +186,21 @@ def run_together(targets: list[Callable[[], None]]) -> list[BaseException]:
         thread.join(JOIN_TIMEOUT_S)
         assert not thread.is_alive(), "a store call is stuck"
     return errors
+
+
+@pytest.fixture
+def bus_url(pg_url: str) -> str:
+    """A PostgreSQL schema migrated for the bus (cluster_commands, cluster_events, their indexes)."""
+    Store(pg_url).close()
+    return pg_url
+
+
+@pytest.fixture
+def admin(bus_url: str) -> Iterator[Any]:
+    """A plain autocommit connection to ``bus_url``, to look at the bus's tables."""
+    import psycopg2  # optional: only the bus tests, which skip without it, ask for this
+
+    conn = psycopg2.connect(bus_url)
+    conn.autocommit = True
+    yield conn
+    conn.close()

@@ -61,6 +61,19 @@ def insert_message(store: Store, session_id: str, epoch: int | None, content: st
         M.insert(session=session_id, role="assistant", content=content, writer_epoch=epoch).execute()
 
 
+def counted_statements(monkeypatch: pytest.MonkeyPatch, store: Store) -> list[str]:
+    """The SQL ``store`` executes from now on (the list fills as it runs)."""
+    statements: list[str] = []
+    execute = store.db.execute_sql
+
+    def counting(sql: str, params: Any = None, *args: Any, **kwargs: Any) -> Any:
+        statements.append(sql)
+        return execute(sql, params, *args, **kwargs)
+
+    monkeypatch.setattr(store.db, "execute_sql", counting)
+    return statements
+
+
 # --- claims ---------------------------------------------------------------------------------
 
 
@@ -257,14 +270,7 @@ def test_heartbeat_is_one_statement_and_renews_only_its_own_leases(daemons, monk
     a.claim(sids[:4], "a", at(0), LEASE_S)
     b.claim(sids[4:], "b", at(0), LEASE_S)
     b.claim(sids[:1], "b", at(16), LEASE_S)  # a's first lease expired and was taken
-    statements: list[str] = []
-    execute = a.store.db.execute_sql
-
-    def counting(sql: str, params: Any = None, *args: Any, **kwargs: Any) -> Any:
-        statements.append(sql)
-        return execute(sql, params, *args, **kwargs)
-
-    monkeypatch.setattr(a.store.db, "execute_sql", counting)
+    statements = counted_statements(monkeypatch, a.store)
     assert a.heartbeat("a", at(17), LEASE_S) == 3
     assert len(statements) == 1
 
@@ -446,14 +452,7 @@ def test_inactivity_deadlines_are_stored_in_one_statement_guarded_by_owner_and_e
     epochs = dict(a.claim(sids, "a", at(0), LEASE_S))
     a.set_timers("a", sids[3], epochs[sids[3]], inactivity_due_at=at(50))
     (_, b_epoch), = b.claim(sids[4:], "b", at(16), LEASE_S)  # a's lease expired and b took it
-    statements: list[str] = []
-    execute = a.store.db.execute_sql
-
-    def counting(sql: str, params: Any = None, *args: Any, **kwargs: Any) -> Any:
-        statements.append(sql)
-        return execute(sql, params, *args, **kwargs)
-
-    monkeypatch.setattr(a.store.db, "execute_sql", counting)
+    statements = counted_statements(monkeypatch, a.store)
     written = a.set_inactivity_deadlines("a", [
         Deadline(sids[0], epochs[sids[0]], at(1800)),
         Deadline(sids[1], epochs[sids[1]], at(1801.5)),

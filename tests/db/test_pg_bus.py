@@ -22,9 +22,9 @@ import psycopg2  # noqa: E402 - after the skip
 from corvid_actors.clock import Cancellable, RealClock  # noqa: E402
 from corvid_actors.db.pg_bus import CommandFailed, CommandTimeout, PgBus, Reply  # noqa: E402
 from corvid_actors.db.pg_bus_wire import MAX_NOTIFY_PAYLOAD_BYTES  # noqa: E402
-from corvid_actors.db.store import Store  # noqa: E402
 from corvid_actors.errors import NotFoundError, RuntimeStoppedError  # noqa: E402
 from corvid_actors.jsontypes import JsonObject  # noqa: E402
+from tests.db.pg_bus_fixtures import sql  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 
@@ -82,12 +82,6 @@ class Daemon:
 
 
 @pytest.fixture
-def bus_url(pg_url: str) -> str:
-    Store(pg_url).close()  # migrated: cluster_commands, cluster_events
-    return pg_url
-
-
-@pytest.fixture
 def namespace() -> str:
     return f"t{uuid.uuid4().hex[:10]}"
 
@@ -111,20 +105,6 @@ def daemons(bus_url: str, namespace: str) -> Iterator[Callable[..., Daemon]]:
     yield make
     for daemon in made:
         daemon.bus.stop()
-
-
-@pytest.fixture
-def admin(bus_url: str) -> Iterator[Any]:
-    conn = psycopg2.connect(bus_url)
-    conn.autocommit = True
-    yield conn
-    conn.close()
-
-
-def sql(conn: Any, statement: str, *params: Any) -> list[tuple[Any, ...]]:
-    with conn.cursor() as cur:
-        cur.execute(statement, params)
-        return list(cur.fetchall()) if cur.description else []
 
 
 def terminate(admin: Any, pid: int | None) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,16 +15,15 @@ import pytest
 
 pytest.importorskip("psycopg2")
 
-import psycopg2  # noqa: E402 - after the skip
 
 from corvid_actors.clock import RealClock  # noqa: E402
 from corvid_actors.config_sections import ClusterBusConfig  # noqa: E402
 from corvid_actors.daemon.cluster_link import purge_policy  # noqa: E402
 from corvid_actors.db.pg_bus import PgBus, Reply  # noqa: E402
 from corvid_actors.db.pg_bus_purge import PurgePolicy, purge_cutoffs  # noqa: E402
-from corvid_actors.db.store import Store  # noqa: E402
 from corvid_actors.errors import ConfigError  # noqa: E402
 from corvid_actors.jsontypes import JsonObject  # noqa: E402
+from tests.db.pg_bus_fixtures import sql  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 
@@ -33,26 +31,6 @@ WAIT_S = 1.0
 #: finished rows go after 10 minutes, unanswered ones after an hour
 POLICY = PurgePolicy(interval_s=3600.0, finished_retention_s=600.0, unanswered_retention_s=3600.0, batch=2)
 EVENTS_RETENTION_S = 60.0
-
-
-@pytest.fixture
-def bus_url(pg_url: str) -> str:
-    Store(pg_url).close()  # migrated: cluster_commands, cluster_events and their created_at indexes
-    return pg_url
-
-
-@pytest.fixture
-def admin(bus_url: str) -> Iterator[Any]:
-    conn = psycopg2.connect(bus_url)
-    conn.autocommit = True
-    yield conn
-    conn.close()
-
-
-def sql(conn: Any, statement: str, *params: Any) -> list[tuple[Any, ...]]:
-    with conn.cursor() as cur:
-        cur.execute(statement, params)
-        return list(cur.fetchall()) if cur.description else []
 
 
 def _ignore(origin: str, command: JsonObject, reply: Reply) -> None:

@@ -1,8 +1,10 @@
-"""Rolling upgrades (issue 20): code of schema version N runs on a database at N + 1 and
-refuses N + 2 or a breaking N + 1, on a real PostgreSQL.
+"""Rolling upgrades (issue 20): code runs on a database that one newer release migrated
+(however many migrations it added) and refuses one migrated by two newer releases, or
+with a breaking migration it does not know, on a real PostgreSQL.
 
 "The previous release" is a Store that knows fewer migrations: the ``migrations`` seam of
-Store truncates the list it applies and checks against. Its models are this release's
+Store truncates the list it applies and checks against, and its ``release`` seam names
+the release recorded with what it applies. Its models are this release's
 (the seam cannot bring back an older models module), which is faithful while the newer
 migrations only add what the older code never names — the rule these tests and
 test_migration_contract.py hold the migrations to.
@@ -18,7 +20,7 @@ import peewee as pw
 import pytest
 
 from corvid_actors.db.cluster import ClusterStore
-from corvid_actors.db.migrations import MIGRATIONS, SCHEMA_VERSIONS_AHEAD, breaking, schema_verdict
+from corvid_actors.db.migrations import MIGRATIONS, RELEASES_AHEAD, breaking, schema_verdict
 from corvid_actors.db.store import Store
 from corvid_actors.errors import SchemaTooNew
 
@@ -55,16 +57,18 @@ def _drop_session_names(models: SimpleNamespace, db: pw.Database) -> None:
 
 # --- the rule, by table ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("known", "found", "breaking_ahead", "runs"), [
-    (8, 3, False, True),   # older database: migrated first
-    (8, 8, False, True),
-    (8, 9, False, True),   # one ahead, additive: runs unchanged
-    (8, 9, True, False),   # one ahead, breaking
-    (8, 10, False, False),  # two ahead
+@pytest.mark.parametrize(("known", "found", "breaking_ahead", "releases_ahead", "runs"), [
+    (8, 3, False, 0, True),   # older database: migrated first
+    (8, 8, False, 0, True),
+    (8, 9, False, 1, True),   # one release ahead, additive: runs unchanged
+    (8, 10, False, 1, True),  # one release that added two migrations: runs unchanged
+    (8, 9, True, 1, False),   # one ahead, breaking
+    (8, 10, False, 2, False),  # two releases ahead
 ])
-def test_code_runs_on_a_database_at_most_one_additive_version_ahead(known, found, breaking_ahead, runs) -> None:
-    assert SCHEMA_VERSIONS_AHEAD == 1
-    assert (schema_verdict(known, found, breaking_ahead) is None) == runs
+def test_code_runs_on_a_database_at_most_one_additive_release_ahead(known, found, breaking_ahead, releases_ahead,
+                                                                     runs) -> None:
+    assert RELEASES_AHEAD == 1
+    assert (schema_verdict(known, found, breaking_ahead, releases_ahead) is None) == runs
 
 
 # --- on PostgreSQL ------------------------------------------------------------------------------
@@ -103,18 +107,35 @@ def test_an_older_daemon_already_running_goes_on_while_a_newer_one_migrates(pg_u
 
 
 @pg
-def test_a_release_two_versions_behind_is_refused_and_changes_nothing(pg_url: str) -> None:
-    Store(pg_url).close()
+def test_a_release_two_releases_behind_is_refused_and_changes_nothing(pg_url: str) -> None:
+    Store(pg_url, migrations=MIGRATIONS[:-1], release="0.9").close()
+    Store(pg_url, release="1.0").close()  # two releases migrated it past schema N - 2
 
-    with pytest.raises(SchemaTooNew, match=rf"schema is at version {N}, 2 versions ahead of this corvid-actors "
-                                           rf"\(it knows {N - 2}.*upgrade corvid-actors"):
-        Store(pg_url, migrations=MIGRATIONS[:-2])
+    with pytest.raises(SchemaTooNew, match=rf"schema is at version {N} \(this corvid-actors knows {N - 2}\), "
+                                           r"migrated by 2 newer releases.*upgrade corvid-actors"):
+        Store(pg_url, migrations=MIGRATIONS[:-2], release="0.8")
 
     current = Store(pg_url)
     try:
         assert [v for v, _ in recorded(current)] == list(range(1, N + 1))
     finally:
         current.close()
+
+
+@pg
+def test_one_release_that_added_two_migrations_is_run_on_by_the_previous(pg_url: str) -> None:
+    Store(pg_url, migrations=MIGRATIONS[:-2], release="0.9").close()
+    Store(pg_url, release="1.0").close()  # one release, two migrations
+
+    previous = Store(pg_url, migrations=MIGRATIONS[:-2], release="0.9")
+    try:
+        assert previous.schema_version == N
+        works(previous, "old")
+        V = previous.m.SchemaVersion
+        assert [(r.version, r.release) for r in V.select().where(V.version >= N - 2).order_by(V.version)] == [
+            (N - 2, "0.9"), (N - 1, "1.0"), (N, "1.0")]
+    finally:
+        previous.close()
 
 
 @pg
@@ -125,7 +146,7 @@ def test_a_breaking_migration_is_recorded_and_refused_by_the_previous_release(pg
     finally:
         newest.close()
 
-    with pytest.raises(SchemaTooNew, match=rf"migration {N + 1} is breaking"):
+    with pytest.raises(SchemaTooNew, match=rf"a migration past {N} is breaking"):
         Store(pg_url)
 
 
@@ -142,16 +163,22 @@ def test_an_additive_migration_ahead_is_run_on(pg_url: str) -> None:
 
 
 @pg
-def test_a_database_of_a_release_before_the_breaking_column_gets_it(pg_url: str) -> None:
+def test_a_database_of_a_release_before_the_bookkeeping_columns_gets_them(pg_url: str) -> None:
     first = Store(pg_url)
     first.db.execute_sql("ALTER TABLE schema_version DROP COLUMN breaking")
+    first.db.execute_sql("ALTER TABLE schema_version DROP COLUMN release")
     first.close()
 
-    store = Store(pg_url, migrations=[*MIGRATIONS, _notes_table])
+    store = Store(pg_url, migrations=[*MIGRATIONS, _notes_table], release="1.1")
     try:
         assert recorded(store)[-2:] == [(N, None), (N + 1, False)]
+        V = store.m.SchemaVersion
+        assert [r.release for r in V.select().where(V.version >= N).order_by(V.version)] == [None, "1.1"]
     finally:
         store.close()
+    # code of schema N - 1 counts the row without a release as a release of its own: with 1.1, two
+    with pytest.raises(SchemaTooNew, match="2 newer releases"):
+        Store(pg_url, migrations=MIGRATIONS[:-1], release="0.9")
 
 
 @pg
