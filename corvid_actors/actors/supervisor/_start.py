@@ -101,6 +101,7 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
     entry = LiveSession(sid, gen, ref, lifeline, tally, begun=begin)
     ticket = StartTicket(core.tracker.inline)
     first: Begin | Ready = Begin(text, blocks) if begin else Ready()
+    core.live.starting(sid, gen)
     inc = core.running[sid] = Incarnation(gen, ref, lifeline, 0, core.clock.monotonic(), "", timeout_s, entry,
                                           tally, ticket=ticket, first=first)
     core.track_due(sid, inc)
