@@ -201,3 +201,21 @@ def test_a_message_to_a_session_with_no_incarnation_is_refused_without_the_super
     stored = [text for role, text in rt.internals.store.recent_messages(sid, 20) if role == "user"]
     assert "never started" not in stored and "too late" not in stored
     assert stored[-1] == "and more"
+
+
+def test_a_handlers_run_of_events_reaches_the_bus_as_one_message(traced):
+    # a session's life: started + provider notice (the supervisor, once built), thinking,
+    # the reply's delta, assistant + result + thinking (one handler of the session), the
+    # timeout's warning + session_stopped (the supervisor): five messages for nine events
+    rt, model, counts = traced
+    recorder = EventRecorder.attach(rt)
+    model.reply("hello", latency_s=5)
+    sid = rt.create_session(source="chat", participant="alice").id
+    rt.start_process(sid, "hi")
+    rt.clock.advance(40 * MIN)
+    assert recorder.types(sid) == [
+        "session_started", "system", "thinking", "content_block_delta", "assistant", "result", "thinking",
+        "session_error", "session_stopped"]
+    _count(rt, counts)
+    assert counts[("EventBus", "PublishMany")] == 3
+    assert counts[("EventBus", "Publish")] + counts[("EventBus", "PublishDeltas")] == 2
