@@ -190,14 +190,19 @@ class Runtime(RuntimeLifecycle):
 
         A running session gets the message without the supervisor: it is persisted on this
         thread (the acknowledgement) and told to the incarnation found in the live
-        registry. The supervisor is asked only when that does not apply (no incarnation,
-        a resumed one's first message, a context reset, an incarnation that is ending),
+        registry. A session with no incarnation at all (none building, none live) gets
+        False at once, from the same registry. The supervisor is asked only when neither
+        applies (an incarnation building, a resumed one's first message, a context reset,
+        an incarnation that is ending),
         or when the incarnation ended between the lookup and the delivery: then the
         message is taken back and the supervisor cold-starts the session with it."""
         checked = content if isinstance(content, str) else content_blocks(content)
         if self._stopped:
             raise RuntimeStoppedError(self._stopped_message())
-        entry = self._internals.live.get(session_id)
+        live = self._internals.live
+        entry = live.get(session_id)
+        if entry is None and not live.has_incarnation(session_id):
+            return False  # no incarnation, building or live: the supervisor's answer too
         if entry is None or not entry.fast_path(self._config.session.max_turns_before_context_reset):
             return bool(self._ask(sv.SendMessage(session_id, checked)))
         blocks = content_blocks(checked)

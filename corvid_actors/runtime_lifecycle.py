@@ -17,6 +17,7 @@ exits non-zero for its process supervisor to restart it. Every later call raises
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Callable
 from typing import Any, Self
@@ -32,7 +33,7 @@ from corvid_actors.errors import RuntimeStoppedError, StoreError
 from corvid_actors.events import ErrorEvent, SessionError
 from corvid_actors.runtime_reads import RuntimeReads
 
-__all__ = ["RuntimeLifecycle"]
+__all__ = ["RuntimeLifecycle", "freeze_startup_heap"]
 
 
 class RuntimeLifecycle(RuntimeReads):
@@ -199,3 +200,24 @@ class RuntimeLifecycle(RuntimeReads):
         if self.failure is not None:
             return f"the runtime is shut down: {self.failure} (see the log; restart to resume)"
         return "the runtime is shut down"
+
+
+def freeze_startup_heap() -> int:
+    """Move everything the start-up made (modules, config, the actor tree, every resumed
+    session) out of the cyclic garbage collector's reach; returns how many objects.
+
+    Why: a full (generation 2) collection walks every tracked object, and a daemon with
+    10,000 live sessions holds millions of them that live until shutdown. Two full
+    collections cost 17 s of a 90 s streaming phase at 10,000 sessions (bench/scale: every
+    thread stops while one runs). Frozen objects are still freed by reference counting;
+    only cycles among them wait for the process to end. One collection first, so that the
+    start-up's own cyclic garbage is freed rather than frozen. ``gc.set_threshold`` is left
+    at its defaults: no measurement here showed a better setting.
+
+    Called by the daemon once it has started, and by ``sim_runtime`` the first time it
+    runs in a process (the imported modules: a simulation's full collections walk what
+    the simulations made, not the ~190,000 objects of the imports).
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()

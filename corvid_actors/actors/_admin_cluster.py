@@ -105,7 +105,8 @@ class ClusterRouter:
     def health(self) -> dict[str, Any]:
         """This daemon's standing in the cluster, for ``admin health``: its id, the live
         daemons and the version each runs (two during a rolling upgrade), how many sessions
-        it owns, whether its leases are surely its own and the bus's state; ``problems``
+        it owns, whether its leases are surely its own, the bus's state and its purge's
+        counters (``bus_purge``: None when the purge is off); ``problems``
         (empty when all is well) make health ``degraded``."""
         seat, problems = self.seat, []
         try:
@@ -120,7 +121,8 @@ class ClusterRouter:
                             + (f" ({self.bus.unavailable_reason})" if self.bus.unavailable_reason else ""))
         return {"daemon_id": seat.daemon_id, "live_daemons": sorted(versions), "daemon_versions": versions,
                 "owned_sessions": len(seat.believed()), "leases_valid": seat.lease_valid(), "bus": self.bus.status,
-                "missed_event_notifications": self.bus.missed_notifications, "problems": problems}
+                "missed_event_notifications": self.bus.missed_notifications,
+                "bus_purge": None if self.bus.purger is None else self.bus.purger.stats(), "problems": problems}
 
     def forward(self, daemon_id: str, name: str, args: Mapping[str, Any], timeout_s: float | None = None) -> Any:
         """Run command ``name`` on daemon ``daemon_id`` and return its result (or raise its

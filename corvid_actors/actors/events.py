@@ -10,8 +10,9 @@ growing until the bus took it, and subscribers see one delta carrying their text
 order (see :class:`~corvid_actors.actors.session_wiring.Lifeline`). Under load a
 subscriber therefore sees fewer, larger deltas; the concatenated text is the same.
 
-Messages: :class:`Publish` / :class:`PublishDeltas` (tell), :class:`Subscribe` / :class:`Unsubscribe` /
-:class:`SubscribeAll` / :class:`UnsubscribeAll` (ask or tell), :class:`RemoveSession`,
+Messages: :class:`Publish` / :class:`PublishMany` / :class:`PublishDeltas` (tell),
+:class:`Subscribe` / :class:`Unsubscribe` / :class:`SubscribeAll` / :class:`UnsubscribeAll`
+(ask or tell), :class:`RemoveSession`,
 :class:`PruneSessions` (keep only the given ids), ``ask(BusStats())`` → dict.
 """
 
@@ -73,6 +74,19 @@ class DeltaBuffer:
             self._taken = True
             parts = self._parts
         return (parts[0] if len(parts) == 1 else "".join(parts)), len(parts)
+
+
+@dataclass(frozen=True)
+class PublishMany:
+    """Deliver ``events`` of one session, in order, as consecutive :class:`Publish`
+    messages would: one message for a handler's run of events (a reply's ``assistant``,
+    ``result`` and ``thinking``; ``session_started`` and its ``system`` notice).
+
+    Told by a session's Lifeline (:meth:`~corvid_actors.actors.session_wiring.Lifeline.hold`)
+    and the supervisor (on their threads); handled on the EventBus thread. Reply: none (told)."""
+
+    session_id: str
+    events: tuple[Event, ...]
 
 
 @dataclass(frozen=True)
@@ -178,6 +192,10 @@ class EventBus(TrackedActor):
             case Publish(session_id, event):
                 self._track(session_id, event)
                 self._fan_out(session_id, event)
+            case PublishMany(session_id, events):
+                for event in events:
+                    self._track(session_id, event)
+                    self._fan_out(session_id, event)
             case Subscribe(session_id, callback):
                 self._session_subs.setdefault(session_id, []).append(callback)
                 thinking = self._running.get(session_id)

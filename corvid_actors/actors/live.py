@@ -81,11 +81,16 @@ class LiveSession:
 
 
 class LiveSessions:
-    """session id → :class:`LiveSession`; written by the supervisor only."""
+    """session id → :class:`LiveSession`; written by the supervisor only. It also knows
+    which sessions have an incarnation at all (building, or live), so that a message to a
+    session with none is refused without asking the supervisor."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_id: dict[str, LiveSession] = {}
+        #: session id -> the generation of its incarnation in the supervisor (from its
+        #: start to its end)
+        self._incarnated: dict[str, int] = {}
 
     def get(self, session_id: str) -> LiveSession | None:
         with self._lock:
@@ -95,9 +100,22 @@ class LiveSessions:
         with self._lock:
             self._by_id[entry.session_id] = entry
 
-    def remove(self, session_id: str, generation: int) -> None:
-        """Remove the entry of that incarnation (a newer one stays)."""
+    def starting(self, session_id: str, generation: int) -> None:
+        """The supervisor starts an incarnation of the session (it is building)."""
         with self._lock:
+            self._incarnated[session_id] = generation
+
+    def has_incarnation(self, session_id: str) -> bool:
+        """Does the supervisor hold an incarnation of the session (building or live)?"""
+        with self._lock:
+            return session_id in self._incarnated
+
+    def remove(self, session_id: str, generation: int) -> None:
+        """The incarnation of that generation ended: it and its entry go (a newer
+        incarnation's stay)."""
+        with self._lock:
+            if self._incarnated.get(session_id) == generation:
+                del self._incarnated[session_id]
             entry = self._by_id.get(session_id)
             if entry is not None and entry.generation == generation:
                 del self._by_id[session_id]

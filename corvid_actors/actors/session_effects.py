@@ -109,42 +109,61 @@ class SessionEffects:
     # --- effects --------------------------------------------------------------------------
 
     def _perform(self, effects: list[fx.Effect]) -> None:
-        for effect in effects:
-            if self._ended or self.w.lifeline.closed:
-                return
-            match effect:
-                case fx.Emit(event):
-                    self._emit(event)
-                case fx.CallModel(request, purpose):
-                    self._start_model_call(request, purpose)
-                case fx.RunTool(call):
-                    self._start_tool(call)
-                case fx.AskApproval(call, description, kind):
-                    self._ask_approval(call, description, kind)
-                case fx.AcquireSlot(model):
-                    self._acquire_slot(model)
-                case fx.ReleaseSlot():
-                    self._give_back_slot()
-                case fx.Schedule(delay_s, token):
-                    tell(self.w.timers, ScheduleTimer((self.sid, f"loop:{token}", self.gen), delay_s,
-                                                      self.actor_ref, LoopTimerDue(self.gen, token)))
-                case fx.ReportOutage(text):
-                    self.w.lifeline.refuse_input()
-                    self._release_everything()
-                    self._ended = True
-                    tell(self.w.supervisor, OutageReported(self.sid, self.gen, text))
-                case fx.TurnFinished():
-                    self._turn_finished()
-                case fx.Exit(code):
-                    self._end(code)
-                case fx.PersistMessage(role, content) if role == SNAPSHOT_ROLE:
-                    self._write_snapshot(content)
-                case fx.PersistMessage(role, content):
-                    # Assistant replies are persisted from their Assistant events already.
-                    if role != "assistant":
-                        self._write(f"a {role} message",
-                                    lambda role=role, content=content: self.w.store.append_message(
-                                        self.sid, role, content))
+        # A run of consecutive Emit effects (a reply's assistant, result and thinking)
+        # reaches the bus as one message: the lifeline holds what is published until the
+        # run ends, and before anything of the run tells another actor (_turn_completed).
+        lifeline = self.w.lifeline
+        holding = False
+        try:
+            for effect in effects:
+                if self._ended or lifeline.closed:
+                    return
+                if type(effect) is fx.Emit:
+                    if not holding:
+                        lifeline.hold()
+                        holding = True
+                    self._emit(effect.event)
+                    continue
+                if holding:
+                    lifeline.flush()
+                    holding = False
+                self._perform_one(effect)
+        finally:
+            if holding:
+                lifeline.flush()
+
+    def _perform_one(self, effect: fx.Effect) -> None:
+        match effect:
+            case fx.CallModel(request, purpose):
+                self._start_model_call(request, purpose)
+            case fx.RunTool(call):
+                self._start_tool(call)
+            case fx.AskApproval(call, description, kind):
+                self._ask_approval(call, description, kind)
+            case fx.AcquireSlot(model):
+                self._acquire_slot(model)
+            case fx.ReleaseSlot():
+                self._give_back_slot()
+            case fx.Schedule(delay_s, token):
+                tell(self.w.timers, ScheduleTimer((self.sid, f"loop:{token}", self.gen), delay_s,
+                                                  self.actor_ref, LoopTimerDue(self.gen, token)))
+            case fx.ReportOutage(text):
+                self.w.lifeline.refuse_input()
+                self._release_everything()
+                self._ended = True
+                tell(self.w.supervisor, OutageReported(self.sid, self.gen, text))
+            case fx.TurnFinished():
+                self._turn_finished()
+            case fx.Exit(code):
+                self._end(code)
+            case fx.PersistMessage(role, content) if role == SNAPSHOT_ROLE:
+                self._write_snapshot(content)
+            case fx.PersistMessage(role, content):
+                # Assistant replies are persisted from their Assistant events already.
+                if role != "assistant":
+                    self._write(f"a {role} message",
+                                lambda role=role, content=content: self.w.store.append_message(
+                                    self.sid, role, content))
 
     def _write_snapshot(self, content: str) -> None:
         """The payload-growth failsafe's diagnostic snapshot → a file in the data directory."""
@@ -182,6 +201,7 @@ class SessionEffects:
         self._write("the turn's usage", lambda: self.w.store.add_session_usage(
             self.sid, cost_usd=cost, turns=1, answered=answered))
         if self.w.credits is not None:
+            self.w.lifeline.flush(keep_holding=True)  # the result is out before the charge
             tell(self.w.credits, ChargeTurn(self.sid, self.w.source, self.actor_ref))
 
     def _turn_finished(self) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import pykka
 
 from corvid_actors.actors.base import tell
-from corvid_actors.actors.events import DeltaBuffer, Publish, PublishDeltas
+from corvid_actors.actors.events import DeltaBuffer, Publish, PublishDeltas, PublishMany
 from corvid_actors.actors.timers import Timers
 from corvid_actors.clock import Clock
 from corvid_actors.config_sections import RetrySchedule
@@ -57,6 +57,8 @@ class Lifeline:
         self._accepting_input = True
         #: the delta buffer told to the bus and not yet taken by it (None: sealed)
         self._open: DeltaBuffer | None = None
+        #: events published while the actor holds them (see :meth:`hold`), else None
+        self._held: list[Event] | None = None
         self.cancel = CancelToken()
 
     @property
@@ -78,6 +80,9 @@ class Lifeline:
         with self._lock:
             if self._closed or (self._gate is not None and not self._gate()):
                 return False
+            if self._held is not None:
+                self._held.append(event)
+                return True
             if self._coalesce and type(event) is ContentBlockDelta:
                 buffer = self._open
                 if buffer is not None and buffer.append(event.text):
@@ -89,11 +94,37 @@ class Lifeline:
             tell(self._bus, Publish(self.session_id, event))
             return True
 
+    def hold(self) -> None:
+        """From now on, what is published (from any path: an event, a write's error) is
+        gathered, in order, until :meth:`flush`: the session actor holds a handler's run
+        of events and tells them to the bus as one message. It flushes before it tells
+        another actor anything, so no event of another actor's that follows from that
+        message can overtake the held ones."""
+        with self._lock:
+            if self._held is None:
+                self._held = []
+
+    def flush(self, *, keep_holding: bool = False) -> None:
+        """Tell the bus what is held (one :class:`PublishMany`, or a :class:`Publish` for
+        one event); dropped if the lifeline was closed meanwhile (as a publish after the
+        close would be). ``keep_holding``: go on gathering afterwards."""
+        with self._lock:
+            held = self._held
+            if held is None:
+                return
+            self._held = [] if keep_holding else None
+            if not held or self._closed or (self._gate is not None and not self._gate()):
+                return
+            self._open = None
+            tell(self._bus, Publish(self.session_id, held[0]) if len(held) == 1
+                 else PublishMany(self.session_id, tuple(held)))
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
             self._accepting_input = False
             self._open = None
+            self._held = None
         self.cancel.cancel()
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import gc
 import importlib.util
 import json
 import os
@@ -78,6 +77,7 @@ from corvid_actors.daemon.socket_server import AdminSocketServer, SocketSettings
 from corvid_actors.db.models import DaemonState
 from corvid_actors.errors import SHUTTING_DOWN, AdminError, CorvidError
 from corvid_actors.runtime import Runtime
+from corvid_actors.runtime_lifecycle import freeze_startup_heap
 
 # --- the daemon ----------------------------------------------------------------------------
 
@@ -308,23 +308,6 @@ class Daemon:
                 step()
             except Exception:  # noqa: BLE001 - best effort on the way out
                 logger.opt(exception=True).debug("cleanup step failed")
-
-
-def freeze_startup_heap() -> int:
-    """Move everything the start-up made (modules, config, the actor tree, every resumed
-    session) out of the cyclic garbage collector's reach; returns how many objects.
-
-    Why: a full (generation 2) collection walks every tracked object, and a daemon with
-    10,000 live sessions holds millions of them that live until shutdown. Two full
-    collections cost 17 s of a 90 s streaming phase at 10,000 sessions (bench/scale: every
-    thread stops while one runs). Frozen objects are still freed by reference counting;
-    only cycles among them wait for the process to end. One collection first, so that the
-    start-up's own cyclic garbage is freed rather than frozen. ``gc.set_threshold`` is left
-    at its defaults: no measurement here showed a better setting.
-    """
-    gc.collect()
-    gc.freeze()
-    return gc.get_freeze_count()
 
 
 def _credits_available() -> bool:

@@ -137,14 +137,20 @@ class BusPurger:
         self._name = name
         self._stop = WakeSignal()
         self._thread: threading.Thread | None = None
-        #: passes run, and rows deleted by them (for tests and health)
+        #: passes run, and rows deleted by them; the last failed pass's error, None once
+        #: one succeeds (for tests and ``admin health``)
         self.passes = 0
         self.deleted = 0
+        self.last_error: str | None = None
 
     def start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
             self._thread.start()
+
+    def stats(self) -> dict[str, Any]:
+        """Passes run, rows deleted, the last failed pass's error (None: the last one worked)."""
+        return {"passes": self.passes, "deleted_rows": self.deleted, "last_error": self.last_error}
 
     def stop(self) -> None:
         """Wake the thread and join it (after its statement, if it runs one). Idempotent."""
@@ -160,7 +166,9 @@ class BusPurger:
             except CorvidError as exc:
                 logger.warning("{}: purging the bus tables failed ({}); next try in {:g}s",
                                self._name, exc, self._interval_s)
+                self.last_error = str(exc)
                 continue
+            self.last_error = None
             self.passes += 1
             self.deleted += result.commands + result.events
             if result.commands or result.events:

@@ -165,6 +165,7 @@ def test_commands_and_events_cross_daemons(cluster_of, pg_url):
         assert health["cluster"]["daemon_versions"] == {"a": version, "b": version}
         assert health["cluster"]["bus"] == "ok" and health["cluster"]["owned_sessions"] == 1
         assert health["cluster"]["leases_valid"] is True and health["cluster"]["problems"] == []
+        assert health["cluster"]["bus_purge"]["last_error"] is None  # its counters are there
         listing = io.StringIO()
         show_sessions(a.call("sessions"), listing)
         assert "OWNER" in listing.getvalue() and first[:8] in listing.getvalue()

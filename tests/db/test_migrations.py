@@ -156,3 +156,35 @@ def test_a_version_3_database_gets_the_open_turns_column(tmp_path) -> None:
         assert (store.get_session(session.id).open_turns, store.get_session(session.id).total_turns) == (0, 2)
     finally:
         store.close()
+
+
+def _schema(store: Store) -> tuple[list[tuple], list[tuple]]:
+    master = store.db.execute_sql("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name").fetchall()
+    versions = store.db.execute_sql("SELECT version, breaking FROM schema_version ORDER BY version").fetchall()
+    return master, versions
+
+
+def test_an_in_memory_store_gets_the_schema_migrate_makes() -> None:
+    # in-memory stores copy a database migrated once per process (every simulation opens
+    # one); passing the migrations explicitly runs them on the new database itself
+    copied, migrated = Store(), Store(migrations=migrations.MIGRATIONS)
+    try:
+        assert _schema(copied) == _schema(migrated)
+        assert copied.schema_version == migrated.schema_version == len(migrations.MIGRATIONS)
+        session = copied.create_session(name="works")  # and it is a database of its own
+        assert copied.get_session(session.id).name == "works" and migrated.get_session(session.id) is None
+        assert Store().get_session(session.id) is None
+    finally:
+        copied.close()
+        migrated.close()
+
+
+def test_an_appended_migration_reaches_in_memory_stores_too(monkeypatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(migrations, "MIGRATIONS", [*migrations.MIGRATIONS, _add_notes_table(calls)])
+    store = Store()
+    try:
+        assert store.schema_version == len(migrations.MIGRATIONS)
+        store.db.execute_sql("INSERT INTO notes (body) VALUES ('n1')")
+    finally:
+        store.close()

@@ -20,8 +20,8 @@ from corvid_actors.clock import RealClock  # noqa: E402
 from corvid_actors.config_sections import ClusterBusConfig  # noqa: E402
 from corvid_actors.daemon.cluster_link import purge_policy  # noqa: E402
 from corvid_actors.db.pg_bus import PgBus, Reply  # noqa: E402
-from corvid_actors.db.pg_bus_purge import PurgePolicy, purge_cutoffs  # noqa: E402
-from corvid_actors.errors import ConfigError  # noqa: E402
+from corvid_actors.db.pg_bus_purge import BusPurger, PurgePolicy, PurgeResult, purge_cutoffs  # noqa: E402
+from corvid_actors.errors import ConfigError, StoreError  # noqa: E402
 from corvid_actors.jsontypes import JsonObject  # noqa: E402
 from tests.db.pg_bus_fixtures import sql  # noqa: E402
 
@@ -123,11 +123,14 @@ def test_a_daemons_bus_purges_on_its_own_every_interval(bus_url, admin) -> None:
                                         unanswered_retention_s=3600.0, batch=100))
     bus.start()
     try:
+        assert bus.purger is not None
         deadline = time.monotonic() + WAIT_S
-        while stale in command_ids(admin) and time.monotonic() < deadline:
+        # the pass counts what it deleted once its statement returns: a moment after the row is gone
+        while (stale in command_ids(admin) or bus.purger.deleted < 1) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert command_ids(admin) == {fresh}
-        assert bus.purger is not None and bus.purger.deleted >= 1
+        stats = bus.purger.stats()  # what admin health shows
+        assert stats["deleted_rows"] >= 1 and stats["passes"] >= 1 and stats["last_error"] is None
     finally:
         started = time.monotonic()
         bus.stop()
@@ -151,3 +154,30 @@ def test_a_retention_shorter_than_the_admin_timeout_is_refused() -> None:
                                           r"daemon.admin_client_timeout_s = 30"):
         purge_policy(cfg, 30.0)
     assert purge_policy(ClusterBusConfig(), 30.0).unanswered_retention_s == 3600.0
+
+
+
+def test_a_failed_purge_pass_is_reported_until_one_succeeds() -> None:
+    seen_before_success: list[str | None] = []
+    calls = 0
+
+    def purge() -> PurgeResult:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise StoreError("the database is unreachable")
+        if calls == 2:
+            seen_before_success.append(purger.stats()["last_error"])
+        return PurgeResult(commands=2, events=1, statements=1)
+
+    purger = BusPurger(purge, clock=RealClock(), interval_s=0.01, name="test-purger")
+    purger.start()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while purger.passes < 1 and time.monotonic() < deadline:
+            time.sleep(0.002)
+    finally:
+        purger.stop()
+    assert seen_before_success == ["the database is unreachable"]  # health showed the failure
+    stats = purger.stats()
+    assert stats["passes"] >= 1 and stats["deleted_rows"] >= 3 and stats["last_error"] is None

@@ -177,3 +177,45 @@ def test_a_cold_resumed_turn_costs_a_bounded_number_of_sql_statements(traced):
         'INSERT INTO "session_messages"': 2,  # the user's message, the reply
         'UPDATE "sessions" SET': 3,  # running; the turn's usage; stopped
     }, statements
+
+
+def test_a_message_to_a_session_with_no_incarnation_is_refused_without_the_supervisor(traced):
+    # the live registry knows which sessions have an incarnation (building or live): with
+    # none, send_message answers False itself, as the supervisor would, and stores nothing
+    rt, model, counts = traced
+    model.reply("hello", latency_s=5)
+    sid = rt.create_session(source="chat", participant="alice").id
+    assert rt.send_message(sid, "never started") is False
+    rt.start_process(sid, "hi")
+    rt.clock.advance(40 * MIN)  # answered, then timed out
+    assert not rt.is_running(sid)
+    assert rt.send_message(sid, "too late") is False
+    # a new incarnation takes messages again (the registry follows its start)
+    model.reply("again", latency_s=5)
+    assert rt.resume_process(sid, "back") is not None
+    rt.clock.advance(10)
+    assert rt.send_message(sid, "and more") is True
+    rt.clock.advance(10)
+    _count(rt, counts)
+    assert counts[("SessionSupervisor", "SendMessage")] == 0
+    stored = [text for role, text in rt.internals.store.recent_messages(sid, 20) if role == "user"]
+    assert "never started" not in stored and "too late" not in stored
+    assert stored[-1] == "and more"
+
+
+def test_a_handlers_run_of_events_reaches_the_bus_as_one_message(traced):
+    # a session's life: started + provider notice (the supervisor, once built), thinking,
+    # the reply's delta, assistant + result + thinking (one handler of the session), the
+    # timeout's warning + session_stopped (the supervisor): five messages for nine events
+    rt, model, counts = traced
+    recorder = EventRecorder.attach(rt)
+    model.reply("hello", latency_s=5)
+    sid = rt.create_session(source="chat", participant="alice").id
+    rt.start_process(sid, "hi")
+    rt.clock.advance(40 * MIN)
+    assert recorder.types(sid) == [
+        "session_started", "system", "thinking", "content_block_delta", "assistant", "result", "thinking",
+        "session_error", "session_stopped"]
+    _count(rt, counts)
+    assert counts[("EventBus", "PublishMany")] == 3
+    assert counts[("EventBus", "Publish")] + counts[("EventBus", "PublishDeltas")] == 2

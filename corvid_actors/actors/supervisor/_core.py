@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pykka
@@ -22,7 +22,7 @@ import pykka
 from corvid_actors.actors.approvals import CancelSession
 from corvid_actors.actors.base import ActivityTracker, tell
 from corvid_actors.actors.cluster import ClusterSeat, SessionsLost
-from corvid_actors.actors.events import Publish, RemoveSession
+from corvid_actors.actors.events import Publish, PublishMany, RemoveSession
 from corvid_actors.actors.live import LiveSessions
 from corvid_actors.actors.retry import PendingWrites
 from corvid_actors.actors.session_messages import Abort
@@ -132,6 +132,13 @@ class SupervisorCore:
             return
         tell(self.bus, Publish(sid, event))
 
+    def publish_all(self, sid: str, events: Sequence[Event]) -> None:
+        """:meth:`publish` each of ``events``, in order, as one message to the EventBus."""
+        if len(events) == 1:
+            self.publish(sid, events[0])
+        elif events and (self.cluster is None or self.cluster.lease_valid()):
+            tell(self.bus, PublishMany(sid, tuple(events)))
+
     def _fenced_write(self, sid: str) -> None:
         if self.me is not None:
             tell(self.me, SessionsLost((sid,)))
@@ -202,13 +209,15 @@ class SupervisorCore:
         self.kill(sid)
         self.set_status(sid, "idle")
 
-    def stop_session(self, sid: str, reason: str, *, write: bool = True) -> None:
+    def stop_session(self, sid: str, reason: str, *, write: bool = True, notice: Event | None = None) -> None:
         """Stop: row ``stopped``, ``session_stopped``, cleanup. ``write=False``: the row was
-        stopped already (the shutdown's batched marking)."""
+        stopped already (the shutdown's batched marking). ``notice``: an event that says
+        why, published just before ``session_stopped`` (one message with it)."""
         released = self.kill(sid) is not None
         if write:
             self.set_status(sid, "stopped")
-        self.publish(sid, SessionStopped(reason=reason))
+        stopped = SessionStopped(reason=reason)
+        self.publish_all(sid, (notice, stopped) if notice is not None else (stopped,))
         self.cleanup(sid, released=released)
 
     def release_session_resources(self, sid: str) -> None:

@@ -90,9 +90,10 @@ def restart_due(core: SupervisorCore, sid: str) -> None:
 
 
 def timed_out(core: SupervisorCore, sid: str) -> None:
-    """The incarnation saw no activity for its timeout: a warning, then a stop."""
+    """The incarnation saw no activity for its timeout: a warning, then a stop (the two
+    events reach the bus as one message, once the incarnation is ended and its row
+    stopped)."""
     timeout_s = core.running[sid].timeout_s
-    core.publish(sid, SessionError(
+    core.stop_session(sid, "timeout", notice=SessionError(
         error_type="timeout", severity="warning", recoverable=True,
         message=f"Session stopped after {timeout_s:g}s without activity. Send a message to resume."))
-    core.stop_session(sid, "timeout")

@@ -101,6 +101,7 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
     entry = LiveSession(sid, gen, ref, lifeline, tally, begun=begin)
     ticket = StartTicket(core.tracker.inline)
     first: Begin | Ready = Begin(text, blocks) if begin else Ready()
+    core.live.starting(sid, gen)
     inc = core.running[sid] = Incarnation(gen, ref, lifeline, 0, core.clock.monotonic(), "", timeout_s, entry,
                                           tally, ticket=ticket, first=first)
     core.track_due(sid, inc)
@@ -132,11 +133,12 @@ def on_built(core: SupervisorCore, sid: str, built: Any) -> None:
         tell(core.timers, CancelTimer((sid, "restart")))
     if core.cluster is not None:
         core.cluster.clear_due(sid)
-    core.publish(sid, SessionStarted(pid=pid, generation=gen))
-    core.publish(sid, SystemEvent(subtype="provider_selected", message=built.provider_selected
-                                  or f"Provider: {built.provider_name} ({built.model})"))
-    for notice in built.notices:
-        core.publish(sid, notice)
+    # one message to the bus, before the incarnation hears of its first turn
+    core.publish_all(sid, (
+        SessionStarted(pid=pid, generation=gen),
+        SystemEvent(subtype="provider_selected", message=built.provider_selected
+                    or f"Provider: {built.provider_name} ({built.model})"),
+        *built.notices))
     tell(inc.ref, inc.first)
     # messages sent while it was building, in their order
     held, inc.held, inc.first = inc.held, [], None
