@@ -75,18 +75,31 @@ class Lifeline:
 
     def publish(self, event: Event) -> bool:
         """Hand ``event`` to the bus; False once the lifeline is closed (dropped)."""
+        if self._coalesce and type(event) is ContentBlockDelta:
+            return self.publish_text(event.text)
         with self._lock:
             if self._closed or (self._gate is not None and not self._gate()):
                 return False
-            if self._coalesce and type(event) is ContentBlockDelta:
-                buffer = self._open
-                if buffer is not None and buffer.append(event.text):
-                    return True
-                self._open = buffer = DeltaBuffer(event.text)
-                tell(self._bus, PublishDeltas(self.session_id, buffer))
-                return True
             self._open = None
             tell(self._bus, Publish(self.session_id, event))
+            return True
+
+    def publish_text(self, text: str) -> bool:
+        """Publish streamed text (a ``content_block_delta``): what :meth:`publish` does
+        with ``ContentBlockDelta(text=text)``, without making the event — the bus makes
+        one per buffer it takes. Called once per streamed chunk, so it takes one lock (the
+        open buffer shares it) and builds nothing while the bus is behind."""
+        if not self._coalesce:
+            return self.publish(ContentBlockDelta(text=text))
+        with self._lock:
+            if self._closed or (self._gate is not None and not self._gate()):
+                return False
+            buffer = self._open
+            if buffer is not None and not buffer.taken:
+                buffer.parts.append(text)
+                return True
+            self._open = DeltaBuffer(text, self._lock)
+            tell(self._bus, PublishDeltas(self.session_id, self._open))
             return True
 
     def close(self) -> None:

@@ -64,12 +64,17 @@ class ReplyCollector:
 
     def add(self, part: ollama.ChatResponse) -> None:
         """Take one streamed line."""
-        if part.message.content:
-            self._text.append(part.message.content)
-            self._show(part.message.content)
-        if part.message.thinking:
-            self._thinking.append(part.message.thinking)
-        for native in part.message.tool_calls or ():
+        message = part.message  # (one line per streamed token: read each field once)
+        content = message.content
+        if content:
+            self._text.append(content)
+            if self._gate is None:
+                self._on_event(TextDelta(content))
+            else:
+                self._gate.feed(content)
+        if message.thinking:
+            self._thinking.append(message.thinking)
+        for native in message.tool_calls or ():
             # the client drops tool-call ids: number them per reply
             call = ToolCall(
                 id=f"call_{len(self._calls)}",
