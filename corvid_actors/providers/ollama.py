@@ -158,7 +158,8 @@ class OllamaProvider:
         own_client = loop is None  # a plain asyncio program awaiting astream itself
         client = self._new_async_client() if loop is None else loop.resource(
             ("ollama", id(self)), self._new_async_client, _close_ollama)
-        reply = ReplyCollector(request, on_event, text_mode=text_mode)
+        # the lines of one network chunk are shown as one delta (see ReplyCollector)
+        reply = ReplyCollector(request, on_event, text_mode=text_mode, soon=asyncio.get_running_loop().call_soon)
         try:
             stream: Any = await client.chat(**self._chat_args(request, text_mode, images))
             try:
@@ -167,6 +168,7 @@ class OllamaProvider:
                     if cancel.cancelled:
                         raise StreamCancelled()
             finally:
+                reply.flush_text()  # every line read is shown, however the stream ends
                 await stream.aclose()  # leaves the response's ``async with``: the socket is closed
             return reply.finish()
         except asyncio.CancelledError:
