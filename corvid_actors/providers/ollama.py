@@ -9,7 +9,9 @@ server sees the disconnect and stops generating.
 :meth:`OllamaProvider.astream` is the same call on the runtime's I/O loop
 (:mod:`corvid_actors.io_loop`) through ``ollama.AsyncClient``: one client (one connection
 pool) per provider and loop, made on the loop; cancelling the task closes the stream at
-its current read, so the server sees the disconnect.
+its current read, so the server sees the disconnect. The lines of one network chunk reach
+``on_event`` as one ``TextDelta`` (``ReplyCollector``'s deferred mode): per line, only the
+client's parse is paid.
 
 Request building lives in ``_ollama_request``, reply reading in ``_ollama_reply``.
 Errors are classified once, in :func:`classify_ollama_error` (module
