@@ -6,6 +6,9 @@ The same stub (in its own process) streams the same reply of N one-word chunks t
 - ``runtime``: supervisor → session actor → worker (OllamaProvider) → lifeline → EventBus →
   a subscriber callback, counting the tokens in ``content_block_delta`` events (deltas are
   coalesced while the bus is behind, so the events may be fewer than the tokens).
+Each side keeps one client (one connection pool) for all its trials, as the runtime keeps
+its I/O loop's ``AsyncClient``: building an httpx client loads the TLS trust store (~17 ms
+of CPU), which once cost every raw and ceiling trial, not the runtime's.
 After one warm-up of each path, the trials are interleaved rounds (ceiling, raw, runtime,
 then runtime, raw, ceiling, …; ``bench._paired``): each ratio is a paired ratio of two
 trials run next to each other, reported as min/median/max, in wall time and in this
@@ -39,11 +42,11 @@ def _outcome(count: int, first: float, last: float, t0: float) -> Outcome:
     return Outcome(count, {"total_s": last - t0, "steady_s": last - first})
 
 
-def ceiling_trial(url: str, n: int) -> Outcome:
+def ceiling_trial(client: httpx.Client, url: str, n: int) -> Outcome:
     t0 = now()
     count, first, last = 0, 0.0, 0.0
     body = {"model": BENCH_MODEL, "messages": [{"role": "user", "content": prompt(n)}]}
-    with httpx.stream("POST", f"{url}/api/chat", json=body, timeout=None) as response:
+    with client.stream("POST", f"{url}/api/chat", json=body) as response:
         for line in response.iter_lines():
             if '"done": false' in line:
                 count += 1
@@ -52,16 +55,14 @@ def ceiling_trial(url: str, n: int) -> Outcome:
     return _outcome(count, first, last, t0)
 
 
-def raw_trial(url: str, n: int) -> Outcome:
+def raw_trial(client: ollama.Client, n: int) -> Outcome:
     t0 = now()
-    client = ollama.Client(host=url)
     count, first, last = 0, 0.0, 0.0
     for part in client.chat(model=BENCH_MODEL, messages=[{"role": "user", "content": prompt(n)}], stream=True):
         if part.message.content:
             count += 1
             last = now()
             first = first or last
-    client.close()
     return _outcome(count, first, last, t0)
 
 
@@ -110,11 +111,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     n = args.tokens or (5000 if args.quick else 30000)
     trials = args.trials or (3 if args.quick else 7)
     load_before = loadavg()
-    with StubProcess() as url, tempfile.TemporaryDirectory() as tmp:
+    with StubProcess() as url, tempfile.TemporaryDirectory() as tmp, httpx.Client(timeout=None) as http, \
+            ollama.Client(host=url) as raw_client:
         runtime = real_runtime(url, Path(tmp), max_parallel=4)
         try:
             side = RuntimeSide(runtime, create_sessions(runtime, Path(tmp), trials + WARMUP))
-            rows = interleave({"ceiling": lambda: ceiling_trial(url, n), "raw": lambda: raw_trial(url, n),
+            rows = interleave({"ceiling": lambda: ceiling_trial(http, url, n), "raw": lambda: raw_trial(raw_client, n),
                                "runtime": lambda: side.trial(n)},
                               trials=trials, warmup=WARMUP, between=side.cleanup)
         finally:

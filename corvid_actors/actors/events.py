@@ -51,28 +51,31 @@ class Publish:
 class DeltaBuffer:
     """Streamed text of one incarnation on its way to the bus: the deltas published while
     the bus had not yet taken it. Appended to by the session's Lifeline (any thread), taken
-    once by the EventBus (its thread); after :meth:`take` nothing more is appended."""
+    once by the EventBus (its thread); after :meth:`take` nothing more is appended.
 
-    __slots__ = ("_parts", "_taken", "_lock")
+    ``parts`` and ``taken`` are guarded by ``lock``: the Lifeline passes its own lock, so
+    that a delta costs it one lock (it appends to ``parts`` itself while holding it)."""
 
-    def __init__(self, text: str) -> None:
-        self._parts = [text]
-        self._taken = False
-        self._lock = threading.Lock()
+    __slots__ = ("parts", "taken", "lock")
+
+    def __init__(self, text: str, lock: threading.Lock | None = None) -> None:
+        self.parts = [text]
+        self.taken = False
+        self.lock = lock if lock is not None else threading.Lock()
 
     def append(self, text: str) -> bool:
         """Add ``text``; False when the bus has taken the buffer already (start a new one)."""
-        with self._lock:
-            if self._taken:
+        with self.lock:
+            if self.taken:
                 return False
-            self._parts.append(text)
+            self.parts.append(text)
             return True
 
     def take(self) -> tuple[str, int]:
         """The text gathered so far and how many deltas it joins; seals the buffer."""
-        with self._lock:
-            self._taken = True
-            parts = self._parts
+        with self.lock:
+            self.taken = True
+            parts = self.parts
         return (parts[0] if len(parts) == 1 else "".join(parts)), len(parts)
 
 

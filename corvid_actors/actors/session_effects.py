@@ -45,7 +45,6 @@ from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
 from corvid_actors.clock import Clock, iso_after
 from corvid_actors.events import (
     Assistant,
-    ContentBlockDelta,
     ErrorEvent,
     Event,
     PlanEvent,
@@ -284,7 +283,7 @@ class SessionEffects:
         def on_event(event: StreamEvent) -> None:
             actor._touch()
             if stream_text and isinstance(event, TextDelta) and event.text:
-                lifeline.publish(ContentBlockDelta(text=event.text))
+                lifeline.publish_text(event.text)
 
         provider, io_loop = self.w.provider, self.w.io_loop
         if self._tracker.inline is not None and streams_on_clock(provider):

@@ -5,7 +5,7 @@ and the model facts read from ``/api/show``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import ollama
@@ -45,13 +45,26 @@ class ReplyCollector:
 
     In text-tools mode the text goes through a :class:`CallTextGate` so that call text
     is never shown, and the calls are parsed out at the end.
+
+    ``soon`` (the I/O loop's ``call_soon``; not in text-tools mode) defers the text: the
+    lines read in one network chunk (hundreds while the reader is behind the server) are
+    shown as one ``TextDelta`` when the loop next runs its callbacks — right after this
+    chunk, before the next read — instead of one per line. Anything else shown (a tool
+    call, the end) shows the pending text first, so the order is kept and the text is the
+    same; the owner calls :meth:`flush_text` when the stream ends early (an error, a
+    cancel), so every line read is shown as before.
     """
 
-    def __init__(self, request: ModelRequest, on_event: StreamCallback, *, text_mode: bool) -> None:
+    def __init__(self, request: ModelRequest, on_event: StreamCallback, *, text_mode: bool,
+                 soon: Callable[[Callable[[], None]], object] | None = None) -> None:
         self._request = request
         self._on_event = on_event
         self._gate = CallTextGate(on_event, [t.name for t in request.tools]) if text_mode else None
+        self._soon = None if text_mode else soon
         self._text: list[str] = []
+        #: ``_text[:_shown]`` has been shown (deferred mode); a flush is scheduled
+        self._shown = 0
+        self._flush_due = False
         self._thinking: list[str] = []
         self._calls: list[ToolCall] = []
         self._final: ollama.ChatResponse | None = None
@@ -64,12 +77,22 @@ class ReplyCollector:
 
     def add(self, part: ollama.ChatResponse) -> None:
         """Take one streamed line."""
-        if part.message.content:
-            self._text.append(part.message.content)
-            self._show(part.message.content)
-        if part.message.thinking:
-            self._thinking.append(part.message.thinking)
-        for native in part.message.tool_calls or ():
+        message = part.message  # (one line per streamed token: read each field once)
+        content = message.content
+        if content:
+            self._text.append(content)
+            if self._soon is not None:
+                if not self._flush_due:
+                    self._flush_due = True
+                    self._soon(self.flush_text)
+            elif self._gate is None:
+                self._on_event(TextDelta(content))
+            else:
+                self._gate.feed(content)
+        if message.thinking:
+            self._thinking.append(message.thinking)
+        for native in message.tool_calls or ():
+            self.flush_text()  # the text before the call is shown before it
             # the client drops tool-call ids: number them per reply
             call = ToolCall(
                 id=f"call_{len(self._calls)}",
@@ -81,8 +104,20 @@ class ReplyCollector:
         if part.done:
             self._final = part
 
+    def flush_text(self) -> None:
+        """Show the text added since the last flush as one ``TextDelta`` (deferred mode;
+        a no-op otherwise, or when nothing is pending)."""
+        self._flush_due = False
+        text, start = self._text, self._shown
+        end = len(text)
+        if self._soon is None or start == end:
+            return
+        self._shown = end
+        self._on_event(TextDelta(text[start] if end - start == 1 else "".join(text[start:end])))
+
     def finish(self) -> ModelResponse:
         """The whole reply; a stream without its ``done`` line counts as a drop."""
+        self.flush_text()
         final = self._final
         if final is None:
             raise ProviderError(ErrorKind.RETRYABLE, "ollama: stream ended before the final chunk")

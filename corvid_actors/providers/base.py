@@ -259,7 +259,8 @@ class AsyncStreaming(Protocol):
     task on the runtime's one asyncio loop (:mod:`corvid_actors.io_loop`) instead of on a
     worker thread. It must not block the loop (no synchronous I/O; a rare blocking lookup
     goes to ``run_in_executor``); cancelling its task must close the HTTP stream and raise
-    :class:`StreamCancelled`; ``on_event`` is called on the loop's thread. A provider
+    :class:`StreamCancelled`; ``on_event`` is called on the loop's thread, and may get the
+    text of the chunks read together as one :class:`TextDelta` (same text, same order). A provider
     without it (the scripted provider, a host's own) keeps running on worker threads.
     """
 

@@ -9,7 +9,9 @@ server sees the disconnect and stops generating.
 :meth:`OllamaProvider.astream` is the same call on the runtime's I/O loop
 (:mod:`corvid_actors.io_loop`) through ``ollama.AsyncClient``: one client (one connection
 pool) per provider and loop, made on the loop; cancelling the task closes the stream at
-its current read, so the server sees the disconnect.
+its current read, so the server sees the disconnect. The lines of one network chunk reach
+``on_event`` as one ``TextDelta`` (``ReplyCollector``'s deferred mode): per line, only the
+client's parse is paid.
 
 Request building lives in ``_ollama_request``, reply reading in ``_ollama_reply``.
 Errors are classified once, in :func:`classify_ollama_error` (module
@@ -158,7 +160,8 @@ class OllamaProvider:
         own_client = loop is None  # a plain asyncio program awaiting astream itself
         client = self._new_async_client() if loop is None else loop.resource(
             ("ollama", id(self)), self._new_async_client, _close_ollama)
-        reply = ReplyCollector(request, on_event, text_mode=text_mode)
+        # the lines of one network chunk are shown as one delta (see ReplyCollector)
+        reply = ReplyCollector(request, on_event, text_mode=text_mode, soon=asyncio.get_running_loop().call_soon)
         try:
             stream: Any = await client.chat(**self._chat_args(request, text_mode, images))
             try:
@@ -167,6 +170,7 @@ class OllamaProvider:
                     if cancel.cancelled:
                         raise StreamCancelled()
             finally:
+                reply.flush_text()  # every line read is shown, however the stream ends
                 await stream.aclose()  # leaves the response's ``async with``: the socket is closed
             return reply.finish()
         except asyncio.CancelledError:

@@ -65,6 +65,22 @@ def test_held_events_reach_the_bus_in_publish_order_as_one_message(bus):
                     Thinking(thinking=False), ContentBlockDelta(text="after")]
 
 
+def test_streamed_text_published_while_held_keeps_its_place_among_the_held_events(bus):
+    # publish_text (the I/O loop's path for streamed chunks) must not overtake what the
+    # actor holds: a chunk streamed after a held event arrives after it
+    ref, tracker, _everyone, mine = bus
+    lifeline = Lifeline(SID, ref)
+    lifeline.publish_text("before ")
+    lifeline.hold()
+    lifeline.publish(Thinking(thinking=True))
+    assert lifeline.publish_text("during")
+    lifeline.flush()
+    lifeline.publish_text(" after")
+    tracker.wait_idle(5)
+    assert mine == [ContentBlockDelta(text="before "), Thinking(thinking=True), ContentBlockDelta(text="during"),
+                    ContentBlockDelta(text=" after")]
+
+
 def test_a_flush_that_keeps_holding_delivers_what_came_so_far(bus):
     ref, tracker, _everyone, mine = bus
     lifeline = Lifeline(SID, ref)

@@ -161,3 +161,41 @@ def test_deltas_from_several_threads_keep_each_threads_order(bus: Any) -> None:
     tracker.wait_idle(WAIT_S)
     expected = "".join(f"{i} " for i in range(2000))
     assert "".join(seen["a"]) == expected and "".join(seen["b"]) == expected
+
+
+def test_publish_text_is_publish_of_a_delta_and_keeps_the_order(bus: Any) -> None:
+    """``publish_text`` (the streamed-chunk path: no event object per chunk) merges into
+    the same buffer as ``publish(ContentBlockDelta)``, and other events still seal it."""
+    ref, tracker = bus
+    gate, lifeline = behind(ref)
+    assert lifeline.publish_text("b") is True
+    lifeline.publish(ContentBlockDelta(text="c"))
+    lifeline.publish_text("d")
+    lifeline.publish(Thinking(thinking=False))
+    lifeline.publish_text("e")
+    lifeline.publish_text("f")
+    lifeline.publish(SessionStopped())
+    gate.release()
+    assert gate.done.wait(WAIT_S)
+    tracker.wait_idle(WAIT_S)
+    assert [(e.type, getattr(e, "text", None)) for e in gate.seen] == [
+        ("content_block_delta", "a"), ("content_block_delta", "bcd"), ("thinking", None),
+        ("content_block_delta", "ef"), ("session_stopped", None)]
+    lifeline.close()
+    assert lifeline.publish_text("late") is False
+
+
+def test_without_coalescing_publish_text_delivers_every_chunk(bus: Any) -> None:
+    ref, tracker = bus
+    gate = Gate()
+    ref.ask(Subscribe(SID, gate))
+    lifeline = Lifeline(SID, ref, coalesce=False)
+    lifeline.publish_text("a")
+    assert gate.blocked.wait(WAIT_S)
+    for text in ("b", "c"):
+        lifeline.publish_text(text)
+    lifeline.publish(SessionStopped())
+    gate.release()
+    assert gate.done.wait(WAIT_S)
+    tracker.wait_idle(WAIT_S)
+    assert [e.text for e in deltas(gate.seen)] == ["a", "b", "c"]
