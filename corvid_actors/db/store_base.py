@@ -17,7 +17,6 @@ import peewee as pw
 from loguru import logger
 
 from corvid_actors.clock import RealClock
-from corvid_actors.db import migrations as schema_migrations
 from corvid_actors.db.connect import enable_wal, open_database
 from corvid_actors.db.faults import (
     drop_connection,
@@ -27,6 +26,7 @@ from corvid_actors.db.faults import (
     says_connection_lost,
 )
 from corvid_actors.db.group_commit import GroupCommitter
+from corvid_actors.db.memory_schema import copy_memory_schema
 from corvid_actors.db.message_batches import MessageRow
 from corvid_actors.db.migrations import Migration, migrate
 from corvid_actors.db.models import build_models
@@ -49,33 +49,6 @@ def store_op(fn: Callable[..., Any]) -> Callable[..., Any]:
         return store.run(fn, self, *args, **kwargs)
 
     return op
-
-
-#: (the migrations it was made with, a migrated in-memory database) — see _copy_memory_schema
-_memory_template: tuple[tuple[Migration, ...], pw.Database] | None = None
-_memory_template_lock = threading.Lock()
-
-
-def _copy_memory_schema(models: Any, db: pw.SqliteDatabase) -> None:
-    """Give a new in-memory SQLite database the migrated schema by copying it (SQLite's
-    backup API) from one migrated once per process: every simulation opens one, and
-    peewee generating the DDL of every table was about 4 ms of each (bench/simtime). The
-    copy is the database ``migrate`` makes (tables, indexes, triggers, the recorded
-    versions; a test that appends a migration gets a template of its own); each
-    version's ``applied_at`` is set to now, as a migration run now would set it."""
-    global _memory_template
-    known = tuple(schema_migrations.MIGRATIONS)
-    with _memory_template_lock:
-        if _memory_template is None or _memory_template[0] != known:
-            template = open_database("sqlite:///:memory:")
-            template.connect()
-            migrate(build_models(template), template, known)
-            if _memory_template is not None:
-                _memory_template[1].close()
-            _memory_template = (known, template)
-        _memory_template[1].connection().backup(db.connection())
-    version = models.SchemaVersion
-    version.update(applied_at=version.applied_at.default()).execute()
 
 
 class StoreBase:
@@ -131,7 +104,7 @@ class StoreBase:
             self.m = build_models(self.db)
             with self._lock:
                 if migrations is None and isinstance(self.db, pw.SqliteDatabase) and self.db.database == ":memory:":
-                    _copy_memory_schema(self.m, self.db)  # then migrate finds nothing to apply
+                    copy_memory_schema(self.m, self.db)  # then migrate finds nothing to apply
                 self.schema_version = migrate(self.m, self.db, migrations, release)
         except pw.OperationalError as exc:
             self.db.close()
