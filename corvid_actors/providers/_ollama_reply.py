@@ -65,6 +65,9 @@ class ReplyCollector:
         #: ``_text[:_shown]`` has been shown (deferred mode); a flush is scheduled
         self._shown = 0
         self._flush_due = False
+        #: what the subscriber raised in a deferred flush (a loop callback, where asyncio
+        #: would only log it): raised by the next line or the end instead
+        self._failed: BaseException | None = None
         self._thinking: list[str] = []
         self._calls: list[ToolCall] = []
         self._final: ollama.ChatResponse | None = None
@@ -77,6 +80,7 @@ class ReplyCollector:
 
     def add(self, part: ollama.ChatResponse) -> None:
         """Take one streamed line."""
+        self._raise_failed()
         message = part.message  # (one line per streamed token: read each field once)
         content = message.content
         if content:
@@ -84,7 +88,7 @@ class ReplyCollector:
             if self._soon is not None:
                 if not self._flush_due:
                     self._flush_due = True
-                    self._soon(self.flush_text)
+                    self._soon(self._flush_soon)
             elif self._gate is None:
                 self._on_event(TextDelta(content))
             else:
@@ -104,6 +108,17 @@ class ReplyCollector:
         if part.done:
             self._final = part
 
+    def _flush_soon(self) -> None:
+        try:
+            self.flush_text()
+        except BaseException as exc:  # noqa: BLE001 - kept for the stream to raise (see _failed)
+            self._failed = exc
+
+    def _raise_failed(self) -> None:
+        failed, self._failed = self._failed, None
+        if failed is not None:
+            raise failed
+
     def flush_text(self) -> None:
         """Show the text added since the last flush as one ``TextDelta`` (deferred mode;
         a no-op otherwise, or when nothing is pending)."""
@@ -117,6 +132,7 @@ class ReplyCollector:
 
     def finish(self) -> ModelResponse:
         """The whole reply; a stream without its ``done`` line counts as a drop."""
+        self._raise_failed()
         self.flush_text()
         final = self._final
         if final is None:

@@ -147,3 +147,22 @@ def test_astream_shows_every_line_read_before_a_mid_stream_drop(stub: OllamaStub
     with pytest.raises(ProviderError):
         astream(stub, events)
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "a b c "
+
+
+def test_a_subscriber_failing_in_a_deferred_flush_ends_the_stream_as_it_would_undeferred() -> None:
+    # the deferred flush runs as a loop callback, where an exception would be logged and
+    # lost: it is kept and raised by the stream's next line (or its end) instead
+    def on_event(event: StreamEvent) -> None:
+        raise RuntimeError("the subscriber failed")
+
+    soon = Soon()
+    reply = ReplyCollector(REQUEST, on_event, text_mode=False, soon=soon)
+    reply.add(line("Hello"))
+    soon.run()  # the loop runs its callbacks: the flush fails there
+    with pytest.raises(RuntimeError, match="the subscriber failed"):
+        reply.add(line(" world"))
+    reply = ReplyCollector(REQUEST, on_event, text_mode=False, soon=soon)
+    reply.add(line("Hello"))
+    soon.run()
+    with pytest.raises(RuntimeError, match="the subscriber failed"):
+        reply.finish()
