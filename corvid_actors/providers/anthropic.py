@@ -138,14 +138,19 @@ class AnthropicProvider:
         own_client = loop is None  # a plain asyncio program awaiting astream itself
         client = self._new_async_client() if loop is None else loop.resource(
             ("anthropic", id(self)), self._new_async_client, _close_anthropic)
-        turn = TurnAccumulator(request.model, on_event)
+        # the text deltas of one network chunk are shown as one (see TurnAccumulator)
+        turn = TurnAccumulator(request.model, on_event, soon=asyncio.get_running_loop().call_soon)
         try:
             stream = await client.messages.create(**params)
             async with stream:
-                async for event in stream:
-                    turn.feed(event)
-                    if cancel.cancelled:
-                        raise StreamCancelled()
+                try:
+                    async for event in stream:
+                        turn.feed(event)
+                        if cancel.cancelled:
+                            raise StreamCancelled()
+                finally:
+                    turn.flush_text()  # every delta read is shown, however the stream ends
+            turn.raise_failed()
         except asyncio.CancelledError:
             raise StreamCancelled() from None
         except CallbackFailed as failed:
