@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import socket
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import httpx2
 
 from corvid_actors.providers._anthropic_pricing import ModelPrice, cost_usd
+from corvid_actors.providers._deferred_text import DeferredText, Soon
 from corvid_actors.providers.base import (
     ModelResponse,
     StreamCallback,
@@ -62,18 +63,12 @@ class TurnAccumulator:
     """Folds raw stream events into a :class:`ModelResponse` (one per call)."""
 
     def __init__(self, model: str, on_event: StreamCallback, *,
-                 soon: Callable[[Callable[[], None]], object] | None = None) -> None:
+                 soon: Soon | None = None) -> None:
         self.model = model
         self.on_event = on_event
-        #: the I/O loop's ``call_soon``: text deltas read in one network chunk are shown
-        #: as one ``TextDelta`` when the loop next runs its callbacks (as the Ollama
-        #: provider's ReplyCollector does); None: one per delta, at once
-        self._soon = soon
-        self._pending: list[str] = []
-        self._flush_due = False
-        #: what the subscriber raised in a deferred flush (a loop callback, where asyncio
-        #: would only log it): raised by the next event fed or by :meth:`raise_failed`
-        self._failed: BaseException | None = None
+        #: text deltas read in one network chunk are one ``TextDelta`` when ``soon`` (the
+        #: I/O loop's ``call_soon``) is given; else one per delta, at once
+        self._text = DeferredText(lambda text: self._emit(TextDelta(text)), soon)
         self.texts: dict[int, list[str]] = {}
         self.tools: dict[int, _ToolBlock] = {}
         self.usage: dict[str, int] = {}
@@ -86,33 +81,13 @@ class TurnAccumulator:
         except Exception as exc:
             raise CallbackFailed(exc) from exc
 
-    def _text(self, text: str) -> None:
-        if self._soon is None:
-            self._emit(TextDelta(text))
-            return
-        self._pending.append(text)
-        if not self._flush_due:
-            self._flush_due = True
-            self._soon(self._flush_soon)
-
     def flush_text(self) -> None:
         """Show the text deferred so far as one ``TextDelta`` (nothing when none is)."""
-        self._flush_due = False
-        pending, self._pending = self._pending, []
-        if pending:
-            self._emit(TextDelta(pending[0] if len(pending) == 1 else "".join(pending)))
-
-    def _flush_soon(self) -> None:
-        try:
-            self.flush_text()
-        except BaseException as exc:  # noqa: BLE001 - kept for the stream to raise (see _failed)
-            self._failed = exc
+        self._text.flush()
 
     def raise_failed(self) -> None:
         """Raise what the subscriber raised in a deferred flush, if it did."""
-        failed, self._failed = self._failed, None
-        if failed is not None:
-            raise failed
+        self._text.raise_failed()
 
     def _merge_usage(self, usage: Any) -> None:
         # message_delta usage is cumulative and may omit fields: keep the latest non-null.
@@ -123,7 +98,7 @@ class TurnAccumulator:
                 self.usage[name] = value
 
     def feed(self, event: Any) -> None:
-        self.raise_failed()
+        self._text.raise_failed()
         kind = event.type
         if kind == "message_start":
             self.model = event.message.model or self.model
@@ -133,7 +108,7 @@ class TurnAccumulator:
             if block.type == "text":
                 self.texts[event.index] = [block.text] if block.text else []
                 if block.text:
-                    self._text(block.text)
+                    self._text.add(block.text)
             elif block.type == "tool_use":
                 self.tools[event.index] = _ToolBlock(block.id, block.name, dict(block.input or {}), [])
                 self.flush_text()  # the text before the call is shown before it
@@ -142,7 +117,7 @@ class TurnAccumulator:
             delta = event.delta
             if delta.type == "text_delta" and delta.text:
                 self.texts.setdefault(event.index, []).append(delta.text)
-                self._text(delta.text)
+                self._text.add(delta.text)
             elif delta.type == "input_json_delta" and event.index in self.tools:
                 self.tools[event.index].chunks.append(delta.partial_json)
         elif kind == "message_delta":

@@ -5,11 +5,12 @@ and the model facts read from ``/api/show``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import ollama
 
+from corvid_actors.providers._deferred_text import DeferredText, Soon
 from corvid_actors.providers.base import (
     ErrorKind,
     ModelInfo,
@@ -56,18 +57,14 @@ class ReplyCollector:
     """
 
     def __init__(self, request: ModelRequest, on_event: StreamCallback, *, text_mode: bool,
-                 soon: Callable[[Callable[[], None]], object] | None = None) -> None:
+                 soon: Soon | None = None) -> None:
         self._request = request
         self._on_event = on_event
         self._gate = CallTextGate(on_event, [t.name for t in request.tools]) if text_mode else None
-        self._soon = None if text_mode else soon
         self._text: list[str] = []
-        #: ``_text[:_shown]`` has been shown (deferred mode); a flush is scheduled
-        self._shown = 0
-        self._flush_due = False
-        #: what the subscriber raised in a deferred flush (a loop callback, where asyncio
-        #: would only log it): raised by the next line or the end instead
-        self._failed: BaseException | None = None
+        # deferred (one delta per network chunk) only outside text-tools mode
+        self._deferred = None if text_mode or soon is None else DeferredText(
+            lambda text: on_event(TextDelta(text)), soon)
         self._thinking: list[str] = []
         self._calls: list[ToolCall] = []
         self._final: ollama.ChatResponse | None = None
@@ -80,15 +77,15 @@ class ReplyCollector:
 
     def add(self, part: ollama.ChatResponse) -> None:
         """Take one streamed line."""
-        self._raise_failed()
+        deferred = self._deferred
+        if deferred is not None:
+            deferred.raise_failed()
         message = part.message  # (one line per streamed token: read each field once)
         content = message.content
         if content:
             self._text.append(content)
-            if self._soon is not None:
-                if not self._flush_due:
-                    self._flush_due = True
-                    self._soon(self._flush_soon)
+            if deferred is not None:
+                deferred.add(content)
             elif self._gate is None:
                 self._on_event(TextDelta(content))
             else:
@@ -108,31 +105,16 @@ class ReplyCollector:
         if part.done:
             self._final = part
 
-    def _flush_soon(self) -> None:
-        try:
-            self.flush_text()
-        except BaseException as exc:  # noqa: BLE001 - kept for the stream to raise (see _failed)
-            self._failed = exc
-
-    def _raise_failed(self) -> None:
-        failed, self._failed = self._failed, None
-        if failed is not None:
-            raise failed
-
     def flush_text(self) -> None:
         """Show the text added since the last flush as one ``TextDelta`` (deferred mode;
         a no-op otherwise, or when nothing is pending)."""
-        self._flush_due = False
-        text, start = self._text, self._shown
-        end = len(text)
-        if self._soon is None or start == end:
-            return
-        self._shown = end
-        self._on_event(TextDelta(text[start] if end - start == 1 else "".join(text[start:end])))
+        if self._deferred is not None:
+            self._deferred.flush()
 
     def finish(self) -> ModelResponse:
         """The whole reply; a stream without its ``done`` line counts as a drop."""
-        self._raise_failed()
+        if self._deferred is not None:
+            self._deferred.raise_failed()
         self.flush_text()
         final = self._final
         if final is None:

@@ -6,7 +6,6 @@ text first; a subscriber's failure in the deferred flush still fails the call.""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,21 +13,7 @@ import pytest
 
 from corvid_actors.providers._anthropic_stream import CallbackFailed, TurnAccumulator
 from corvid_actors.providers.base import StreamEvent, TextDelta, ToolCallStarted
-
-
-class Soon:
-    """The loop's ``call_soon``, run by hand: callbacks wait until :meth:`run`."""
-
-    def __init__(self) -> None:
-        self.pending: list[Callable[[], None]] = []
-
-    def __call__(self, callback: Callable[[], None]) -> None:
-        self.pending.append(callback)
-
-    def run(self) -> None:
-        pending, self.pending = self.pending, []
-        for callback in pending:
-            callback()
+from tests.providers.manual_soon import Soon
 
 
 def text_start(index: int, text: str = "") -> Any:

@@ -6,7 +6,7 @@ the same order."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import ollama
@@ -23,6 +23,7 @@ from corvid_actors.providers.base import (
 from corvid_actors.providers.ollama import OllamaProvider
 from corvid_actors.testing.ollama_stub import OllamaStubServer, Turn
 from corvid_actors.vocabulary import CancelToken, ToolSpec
+from tests.providers.manual_soon import Soon
 
 MODEL = "llama3.2:1b"
 REQUEST = ModelRequest(model=MODEL, system="", messages=())
@@ -35,21 +36,6 @@ def line(text: str = "", *, done: bool = False,
         message["tool_calls"] = [{"function": {"name": n, "arguments": a}} for n, a in calls]
     return ollama.ChatResponse(model=MODEL, message=message, done=done,
                                done_reason="stop" if done else None)
-
-
-class Soon:
-    """The loop's ``call_soon``, run by hand: callbacks wait until :meth:`run`."""
-
-    def __init__(self) -> None:
-        self.pending: list[Callable[[], None]] = []
-
-    def __call__(self, callback: Callable[[], None]) -> None:
-        self.pending.append(callback)
-
-    def run(self) -> None:
-        pending, self.pending = self.pending, []
-        for callback in pending:
-            callback()
 
 
 def shown(events: list[StreamEvent]) -> list[Any]:
