@@ -23,7 +23,8 @@ from typing import Any, ClassVar, TypeAlias
 
 import ollama
 
-#: a key the line did not have (a null is not the same: the model says which it was given)
+#: a key the line did not have (not the same as a null: a pydantic model records which
+#: fields it was given)
 _ABSENT: Any = object()
 
 
@@ -32,7 +33,7 @@ class TextMessage:
     fields of ``ollama.Message`` that the provider reads are None."""
 
     __slots__ = ("role", "content")
-    thinking: ClassVar[str | None] = None
+    thinking: ClassVar[None] = None
     images: ClassVar[None] = None
     tool_calls: ClassVar[None] = None
 
