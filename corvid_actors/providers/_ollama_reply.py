@@ -11,6 +11,7 @@ from typing import Any
 import ollama
 
 from corvid_actors.providers._deferred_text import DeferredText, Soon
+from corvid_actors.providers._ollama_lean import ChatPart
 from corvid_actors.providers.base import (
     ErrorKind,
     ModelInfo,
@@ -75,8 +76,9 @@ class ReplyCollector:
         else:
             self._on_event(TextDelta(text))
 
-    def add(self, part: ollama.ChatResponse) -> None:
-        """Take one streamed line."""
+    def add(self, part: ChatPart) -> None:
+        """Take one streamed line: the client's ``ChatResponse``, or a ``TextPart`` for a
+        plain text line (``_ollama_lean``)."""
         deferred = self._deferred
         if deferred is not None:
             deferred.raise_failed()
@@ -102,7 +104,7 @@ class ReplyCollector:
             )
             self._calls.append(repair_native_call(call, self._request.tools))
             self._on_event(ToolCallStarted(self._calls[-1].id, self._calls[-1].name))
-        if part.done:
+        if part.done and isinstance(part, ollama.ChatResponse):  # (a TextPart is never done)
             self._final = part
 
     def flush_text(self) -> None:

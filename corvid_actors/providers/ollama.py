@@ -11,7 +11,9 @@ server sees the disconnect and stops generating.
 pool) per provider and loop, made on the loop; cancelling the task closes the stream at
 its current read, so the server sees the disconnect. The lines of one network chunk reach
 ``on_event`` as one ``TextDelta`` (``ReplyCollector``'s deferred mode): per line, only the
-client's parse is paid.
+client's parse is paid — and for a plain text line not even its pydantic model: both chat
+clients are the ``_ollama_lean`` subclasses, which read such a line into a slotted
+``TextPart`` (every other line is the client's own ``ChatResponse``).
 
 Request building lives in ``_ollama_request``, reply reading in ``_ollama_reply``.
 Errors are classified once, in :func:`classify_ollama_error` (module
@@ -30,6 +32,7 @@ from loguru import logger
 
 from corvid_actors.io_loop import IoLoop
 from corvid_actors.providers._ollama_errors import classify_ollama_error, classify_text
+from corvid_actors.providers._ollama_lean import LeanAsyncChatClient, LeanChatClient
 from corvid_actors.providers._ollama_reply import (
     ReplyCollector,
     info_from_show,
@@ -101,7 +104,7 @@ class OllamaProvider:
         cancel.raise_if_cancelled()
         text_mode = bool(request.tools) and self.uses_text_tools(request.model)
         transport = AbortableTransport()
-        client = ollama.Client(host=self.host, timeout=self.request_timeout_s, transport=transport)
+        client = self._new_chat_client(transport)
         unregister = cancel.on_cancel(transport.abort)
         try:
             return self._run_chat(client, request, on_event, text_mode)
@@ -120,6 +123,10 @@ class OllamaProvider:
         finally:
             unregister()
             client.close()
+
+    def _new_chat_client(self, transport: AbortableTransport) -> ollama.Client:
+        # one per call (see the module docstring); the lean client for the per-line parse
+        return LeanChatClient(host=self.host, timeout=self.request_timeout_s, transport=transport)
 
     def _chat_args(self, request: ModelRequest, text_mode: bool, images: bool) -> dict[str, Any]:
         """The ``chat`` arguments of one turn (the same for the sync and async clients)."""
@@ -195,8 +202,8 @@ class OllamaProvider:
         # One per provider and I/O loop (its connection pool), made on the loop's thread.
         # No cap on connections (httpx's default is 100, so the 101st stream would wait for
         # a free one and time out): the slot pool bounds how many calls run at once.
-        return ollama.AsyncClient(host=self.host, timeout=self.request_timeout_s,
-                                  limits=httpx.Limits(max_connections=None, max_keepalive_connections=ASYNC_KEEPALIVE))
+        return LeanAsyncChatClient(host=self.host, timeout=self.request_timeout_s,
+                                   limits=httpx.Limits(max_connections=None, max_keepalive_connections=ASYNC_KEEPALIVE))
 
     def _takes_images(self, request: ModelRequest) -> bool:
         """Send images only to a model whose ``/api/show`` lists ``vision`` (others get
