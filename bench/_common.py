@@ -6,16 +6,21 @@ import argparse
 import json
 import os
 import platform
+import shutil
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 #: a line that starts the machine-readable result on a benchmark's stdout
 RESULT_MARKER = "BENCH-RESULT "
+#: the repository this bench/ belongs to
+ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("pykka", "ollama", "anthropic", "peewee", "httpx", "freezegun")
 
 
@@ -149,3 +154,15 @@ def quiet_logs() -> None:
 
     logger.remove()
     logger.add(sys.stderr, level="ERROR")
+
+
+def checkout_tree(ref: str, into: Path) -> str:
+    """``ref``'s tree in ``into`` with this tree's bench/ on top (so an old commit is
+    measured by today's benchmark code); returns the commit."""
+    commit = subprocess.run(["git", "rev-parse", ref], cwd=ROOT, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    shutil.rmtree(into / "bench", ignore_errors=True)
+    shutil.copytree(ROOT / "bench", into / "bench", ignore=shutil.ignore_patterns("__pycache__", "results.json"))
+    return commit

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import RESULT_MARKER, cli, loadavg, machine, now, quiet_logs
+from bench._common import RESULT_MARKER, checkout_tree, cli, loadavg, machine, now, quiet_logs
 from bench._paired import Outcome, compare, interleave, retimed, spread
 
 LEVELS = (1000,)
@@ -163,17 +162,6 @@ def measure_level(n: int) -> dict[str, Any]:
     return out
 
 
-def _checkout(ref: str, into: Path) -> str:
-    """``ref``'s tree in ``into`` with this tree's bench/ on top; returns the commit."""
-    commit = subprocess.run(["git", "rev-parse", ref], cwd=ROOT, capture_output=True, text=True,
-                            check=True).stdout.strip()
-    archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    shutil.rmtree(into / "bench", ignore_errors=True)
-    shutil.copytree(ROOT / "bench", into / "bench", ignore=shutil.ignore_patterns("__pycache__", "results.json"))
-    return commit
-
-
 def _run_level(tree: Path, n: int) -> dict[str, Any]:
     done = subprocess.run([sys.executable, "-m", "bench.lifecycle", "--level", str(n)], cwd=tree,
                           capture_output=True, text=True, timeout=LEVEL_TIMEOUT_S + 600)
@@ -192,7 +180,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     paired: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="corvid-before-") as tmp:
-        before_commit = _checkout(before_ref, Path(tmp)) if before_ref else None
+        before_commit = checkout_tree(before_ref, Path(tmp)) if before_ref else None
         for n in levels:
             def level(tree: Path, n: int = n) -> Outcome:
                 result = _run_level(tree, n)

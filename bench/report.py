@@ -139,6 +139,15 @@ def _simtime(r: dict[str, Any]) -> list[str]:
                   "wall ms / simulated h"],
                  [[x["sessions"], f"{x['hours']:g} h + 1 h", x["wall_s"], x.get("cpu_s", ""), x.get("cpu_ms_per_turn", ""),
                    x["events"], x["simulated_hours_per_s"], x["wall_ms_per_simulated_hour"]] for x in r["runs"]])
+    base = r.get("against_issue_baseline")
+    if base:
+        pair = base["pair"]
+        out += [f"Against issue 18's baseline ({base['commit'][:7]}, the day the issue measured), each day in a "
+                f"fresh process, {pair['pairs']} interleaved rounds: this tree / baseline ×{pair['wall']['median']:g} "
+                f"wall (×{pair['cpu']['median']:g} CPU; min {pair['wall']['min']:g}, max {pair['wall']['max']:g}); "
+                f"medians {base['wall_s']['issue_baseline']} s → {base['wall_s']['this_tree']} s wall "
+                f"({base['events']['issue_baseline']} → {base['events']['this_tree']} events: later releases "
+                "publish fewer, coalesced deltas). Goal: ≤ 0.1.", ""]
     if "per_turn_24h" in r:
         out += [f"Medians of {r['trials']} paired rounds. Per simulated turn of the 24 h day (one untimed run with "
                 "counters): " + ", ".join(f"{v:g} {k}" for k, v in r["per_turn_24h"].items()) + ".", ""]
@@ -286,7 +295,10 @@ def _headline(name: str, r: dict[str, Any]) -> str:
                 + (f" (at {1 / b['delay_s']:g} chunk/s: p99 {b['delivered_ms']['p99']} ms)" if b is not a else ""))
     if name == "simtime":
         base = r.get("baseline", {})
-        return (f"{r['runs'][0]['simulated_hours_per_s']} simulated h / wall s; the day: {base.get('day_wall_s')} s wall, "
+        vs = r.get("against_issue_baseline")
+        versus = f" (×{vs['pair']['wall']['median']:g} of issue 18's day, paired; goal ≤ 0.1)" if vs else ""
+        return (f"{r['runs'][0]['simulated_hours_per_s']} simulated h / wall s; the day: {base.get('day_wall_s')} s wall"
+                f"{versus}, "
                 f"{base.get('cpu_ms_per_turn')} ms CPU per turn, {base.get('actor messages per turn')} actor messages "
                 f"and {base.get('sql statements per turn')} SQL statements per turn")
     if name == "sandbox":
