@@ -213,11 +213,19 @@ class SessionRows(StoreBase):
     def open_turn(self, session_id: str, *, total_turns: int) -> None:
         """A user turn was delivered: count it open (until its result) and record the
         session's turn count."""
-        S = self.m.Session
-        fields: dict[str, Any] = {"open_turns": S.open_turns + 1, "total_turns": total_turns,
-                                  "updated_at": S.updated_at.default()}
+        # once per user turn of a running session: written by hand, as add_session_usage
+        # (peewee generated this UPDATE anew: 15 % of a turn's CPU in a simulated day of
+        # sessions that stay running)
+        S, p = self.m.Session, self.db.param
         epoch = self.epoch_of(session_id)
-        if epoch is not None:  # fenced (issue 20)
-            fields["writer_epoch"] = epoch
-        with self.transaction():
-            S.update(**fields).where(S.id == session_id).execute()
+        key = ("open_turn", epoch is not None)
+        sql = self._sql_cache.get(key)
+        if sql is None:
+            fenced = f', "writer_epoch" = {p}' if epoch is not None else ""
+            sql = self._sql_cache[key] = (
+                f'UPDATE "{S._meta.table_name}" SET "open_turns" = ("open_turns" + 1), "total_turns" = {p}, '
+                f'"updated_at" = {p}{fenced} WHERE "id" = {p}')
+        params: tuple[Any, ...] = (int(total_turns), S.updated_at.db_value(S.updated_at.default()))
+        if epoch is not None:
+            params += (epoch,)
+        self.write_statement(sql, (*params, session_id))

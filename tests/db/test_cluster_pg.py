@@ -181,6 +181,12 @@ def test_a_stale_owner_cannot_write_once_another_claimed(daemons) -> None:
     with pytest.raises(FencedWrite):  # the turn's usage
         with a.store.transaction():
             S.update(total_cost_usd=S.total_cost_usd + 1.0, writer_epoch=epoch_a).where(S.id == sid).execute()
+    a.store.fence(sid, epoch_a)  # the store's own statements carry the fenced epoch
+    with pytest.raises(FencedWrite):  # a user turn opened
+        a.store.open_turn(sid, total_turns=1)
+    with pytest.raises(FencedWrite):  # the turn's usage, as the store writes it
+        a.store.add_session_usage(sid, cost_usd=1.0, turns=1)
+    a.store.unfence(sid)
 
     insert_message(b.store, sid, epoch_b, "from b")  # the new owner writes
     b.store.update_session(sid, status="running", writer_epoch=epoch_b)

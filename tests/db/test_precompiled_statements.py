@@ -58,6 +58,30 @@ def test_update_session_with_expressions_still_works(store: Store) -> None:
     assert (row.open_turns, row.status) == (3, "running")
 
 
+def test_open_turn_writes_what_the_peewee_update_wrote(store: Store) -> None:
+    """open_turn's hand-written UPDATE: one more open turn, the turn count, updated_at and,
+    once fenced, the writer epoch — the row the generated statement left."""
+    S = store.m.Session
+    fast = store.create_session(source="web").id
+    slow = store.create_session(source="web").id
+    for total in (1, 2, 5):
+        store.open_turn(fast, total_turns=total)
+        with store.transaction():
+            S.update(open_turns=S.open_turns + 1, total_turns=total,
+                     updated_at=S.updated_at.default()).where(S.id == slow).execute()
+        a, b = store.get_session(fast), store.get_session(slow)
+        assert (a.open_turns, a.total_turns, a.writer_epoch) == (b.open_turns, b.total_turns, b.writer_epoch)
+    store.fence(fast, 7)  # fenced: the statement carries the epoch (PostgreSQL's trigger checks it)
+    store.open_turn(fast, total_turns=6)
+    with store.transaction():
+        S.update(open_turns=S.open_turns + 1, total_turns=6, updated_at=S.updated_at.default(),
+                 writer_epoch=7).where(S.id == slow).execute()
+    a, b = store.get_session(fast), store.get_session(slow)
+    assert (a.open_turns, a.total_turns, a.writer_epoch) == (b.open_turns, b.total_turns, b.writer_epoch)
+    assert (a.open_turns, a.total_turns) == (4, 6)
+    store.open_turn("no-such-session", total_turns=1)  # no row: nothing written, no error
+
+
 def test_session_start_reads_match_the_rows(store: Store, tmp_path) -> None:
     project = store.create_project("p", tmp_path, env_vars={"K": "v"})
     agent = store.create_agent("a", tool_permissions=["read_file"])
