@@ -34,7 +34,7 @@ _frozen_at_first_runtime: int | None = None
 def sim_runtime(clock: SimClock | None = None, provider: Provider | None = None, *,
                 config: Config | Mapping[str, Mapping[str, object]] | None = None,
                 store_url: str = "sqlite:///:memory:", workspace_dir: str | Path | None = None,
-                dispatcher: DispatcherKind = DEFAULT_DISPATCHER, seed: int | None = None, explore: bool = False,
+                dispatcher: DispatcherKind | None = None, seed: int | None = None, explore: bool = False,
                 **runtime_kwargs: Any) -> Runtime:
     """A Runtime for simulations: simulated clock, in-memory SQLite, scripted provider.
 
@@ -46,9 +46,11 @@ def sim_runtime(clock: SimClock | None = None, provider: Provider | None = None,
     ``dispatcher``: ``"inline"`` runs every actor's messages on the thread that advances
     the clock or settles (no actor threads; deterministic order; see
     :class:`~corvid_actors.actors.inline.InlineDispatcher`), ``"threads"`` gives each actor
-    its Pykka thread as a real runtime does. ``explore=True`` (inline only) picks the next
-    ready actor with ``random.Random(seed)`` instead of in order: run a scenario under
-    many seeds to check it under many interleavings, and replay a failing one by its seed.
+    its Pykka thread as a real runtime does; unset, it is ``"inline"`` (or what
+    ``CORVID_SIM_DISPATCHER`` says), and always ``"inline"`` with ``explore=True``, which
+    picks the next ready actor with ``random.Random(seed)`` instead of in order: run a
+    scenario under many seeds to check it under many interleavings, and replay a failing
+    one by its seed.
 
     Streamed deltas are not coalesced in a simulation (``supervisor.coalesce_deltas`` is
     off unless the overrides turn it on, or a ``Config`` is given): a scripted reply of
@@ -62,6 +64,10 @@ def sim_runtime(clock: SimClock | None = None, provider: Provider | None = None,
     collectable. Frozen objects are still freed by reference counting.
     """
     global _frozen_at_first_runtime
+    if dispatcher is None:
+        dispatcher = "inline" if explore else DEFAULT_DISPATCHER
+    elif explore and dispatcher != "inline":
+        raise ValueError(f"explore=True needs the inline dispatcher (got dispatcher={dispatcher!r})")
     if _frozen_at_first_runtime is None:
         _frozen_at_first_runtime = freeze_startup_heap()
     clock = clock or SimClock()

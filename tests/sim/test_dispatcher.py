@@ -18,6 +18,7 @@ import pytest
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor
 from corvid_actors.testing import SimClock, sim_runtime
+from corvid_actors.testing import sim as sim_module
 
 from .test_determinism import run_day
 
@@ -31,7 +32,7 @@ def actor_threads() -> list[str]:
 
 def test_an_inline_runtime_runs_its_actors_without_threads():
     clock = SimClock()
-    runtime = sim_runtime(clock)
+    runtime = sim_runtime(clock, dispatcher="inline")
     try:
         before = set(actor_threads())
         s = runtime.create_session(source="web")
@@ -64,6 +65,28 @@ def test_a_sim_runtime_chooses_its_dispatcher():
         clock.close()
     with pytest.raises(ValueError, match="explore"):
         ActivityTracker("threads", explore=True)
+    with pytest.raises(ValueError, match="explore"):
+        sim_runtime(clock, dispatcher="threads", explore=True)  # asked for both: refused
+
+
+def test_exploring_is_inline_even_when_the_suite_runs_under_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    # CORVID_SIM_DISPATCHER=threads (CI runs tests/sim so) sets the default dispatcher;
+    # explore=True without a dispatcher still gets the inline one it needs
+    monkeypatch.setattr(sim_module, "DEFAULT_DISPATCHER", "threads")
+    clock = SimClock()
+    try:
+        plain = sim_runtime(clock)
+        try:
+            assert plain.work_tracker().inline is None
+        finally:
+            plain.shutdown()
+        exploring = sim_runtime(clock, seed=3, explore=True)
+        try:
+            assert exploring.work_tracker().inline is not None and exploring.work_tracker().inline.explores
+        finally:
+            exploring.shutdown()
+    finally:
+        clock.close()
     with pytest.raises(ValueError, match="dispatcher"):
         ActivityTracker("fibres")  # type: ignore[arg-type]
 

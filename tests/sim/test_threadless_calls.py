@@ -40,7 +40,7 @@ def _events(runtime: Any, sid: str) -> list[Any]:
 def test_a_scripted_turn_with_latency_starts_no_thread_and_waits_in_simulated_time(started_threads):
     clock = SimClock()
     model = ScriptedProvider(clock)
-    runtime = sim_runtime(clock, model)
+    runtime = sim_runtime(clock, model, dispatcher="inline")
     try:
         s = runtime.create_session(source="web")
         model.for_session(s.id, Turn.reply("hello there", deltas=3, latency_s=30))
@@ -62,7 +62,7 @@ def test_a_scripted_turn_with_latency_starts_no_thread_and_waits_in_simulated_ti
 def test_a_stop_during_the_latency_cancels_the_timer_and_nothing_of_the_turn_follows():
     clock = SimClock()
     model = ScriptedProvider(clock)
-    runtime = sim_runtime(clock, model)
+    runtime = sim_runtime(clock, model, dispatcher="inline")
     try:
         s = runtime.create_session(source="web")
         model.for_session(s.id, Turn.reply("too late", latency_s=60))
@@ -85,7 +85,7 @@ def test_a_stop_during_the_latency_cancels_the_timer_and_nothing_of_the_turn_fol
 def test_errors_and_exits_of_a_threadless_call_take_their_usual_paths():
     clock = SimClock()
     model = ScriptedProvider(clock)
-    runtime = sim_runtime(clock, model)
+    runtime = sim_runtime(clock, model, dispatcher="inline")
     try:
         crashing, leaving = runtime.create_session(source="web"), runtime.create_session(source="web")
         model.for_session(crashing.id, Turn.crash("boom", latency_s=5))
@@ -113,7 +113,7 @@ class _OwnStream(ScriptedProvider):
 def test_a_provider_that_overrides_stream_still_runs_it_on_a_worker():
     clock = SimClock()
     model = _OwnStream(clock, default_reply="mine")
-    runtime = sim_runtime(clock, model)
+    runtime = sim_runtime(clock, model, dispatcher="inline")
     try:
         s = runtime.create_session(source="web")
         seen = _events(runtime, s.id)
