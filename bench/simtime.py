@@ -57,6 +57,9 @@ ISSUE_BASELINE = "bd9c9ab"
 GOAL_RATIO = 0.1
 #: one day in a fresh process: imports, a warm-up day and the timed day
 ONE_DAY_TIMEOUT_S = 600
+#: rounds of the pair against the baseline (each a fresh process a side: ~13 s a round on a
+#: slow machine; the ratio is ×4, far from noise)
+BEFORE_TRIALS = 3
 
 
 def day(sessions: int, hours: float, dispatcher: str = "inline") -> Callable[[], Outcome]:
@@ -196,7 +199,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               compare(rows, "day_24h", "day_240h", kind="cost",
                       label=f"{sessions} sessions' {turns} turns over 240 h / over 24 h (time per turn)")]
     best = runs[0]["simulated_hours_per_s"]
-    baseline = None if args.no_before else against_baseline(args.before, sessions, trials)
+    baseline = None if args.no_before else against_baseline(
+        args.before, sessions, args.before_trials or (2 if args.quick else BEFORE_TRIALS))
     if baseline is not None:
         paired.insert(0, baseline["pair"])
     ratio = baseline["pair"]["wall"]["median"] if baseline is not None else None
@@ -221,6 +225,8 @@ def _flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--before", default=ISSUE_BASELINE,
                         help=f"the commit the day is paired against (default {ISSUE_BASELINE}, issue 18's)")
     parser.add_argument("--no-before", action="store_true", help="measure this tree only")
+    parser.add_argument("--before-trials", type=int, default=0,
+                        help=f"rounds of the pair against --before (default {BEFORE_TRIALS})")
     parser.add_argument("--one-day", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--sessions", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--hours", type=float, default=24.0, help=argparse.SUPPRESS)

@@ -169,6 +169,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     streams = args.streams or (100 if args.quick else STREAMS)
     rates = tuple(args.rates) if args.rates else RATES
     trials = args.trials or (1 if args.quick else TRIALS)
+    seconds = args.seconds or STREAM_S
     load_before = loadavg()
     per_rate: list[dict[str, Any]] = []
     paired: list[dict[str, Any]] = []
@@ -178,7 +179,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         setup_s = time.monotonic() - t0
         try:
             for i, rate in enumerate(rates):
-                chunks = max(2, round(rate * STREAM_S))
+                chunks = max(2, round(rate * seconds))
                 if i == 0:  # warm-up: connection paths, thread stacks, the stub's threads
                     raw_trial(url, streams, rate, WARMUP_CHUNKS)
                     side.trial(rate, WARMUP_CHUNKS)
@@ -216,7 +217,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                    <= SUSTAIN_P99_MS)
     return {
         "name": "streams", "machine": machine(), "load_before": load_before, "streams": streams,
-        "stream_s": STREAM_S, "trials": trials, "session_setup_s": round(setup_s, 1), "rates": per_rate,
+        "stream_s": seconds, "trials": trials, "session_setup_s": round(setup_s, 1), "rates": per_rate,
         "paired": paired, "highest_sustained_tokens_per_s": highest,
         "goal": f"{STREAMS:,} streams at 50 tok/s each: runtime ≥ {GOAL_RATIO:.0%} of the raw AsyncClient "
                 f"(paired median), stub → subscriber p99 ≤ {SUSTAIN_P99_MS:g} ms",
@@ -228,6 +229,9 @@ def _flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--streams", type=int, default=0, help=f"concurrent streams (default {STREAMS})")
     parser.add_argument("--rates", type=float, nargs="*", help=f"tokens/s per stream (default {RATES})")
     parser.add_argument("--trials", type=int, default=0, help=f"rounds per rate (default {TRIALS})")
+    parser.add_argument("--seconds", type=float, default=0.0,
+                        help=f"how long each stream lasts (default {STREAM_S:g}; longer leaves a steady window "
+                             "after a slow ramp)")
 
 
 if __name__ == "__main__":
