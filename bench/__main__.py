@@ -6,7 +6,8 @@ by :mod:`bench.report`. The analysis part of RESULTS.md (outside the markers) is
 end a summary table of every paired ratio (min / median / max, wall and CPU) is printed.
 
 The whole run fits in about ten minutes on a 2-core machine: each benchmark's default sizes
-are chosen for that, and ``SUITE_ARGS`` shortens the soak (a smoke run there, not judged).
+are chosen for that, and ``SUITE_ARGS`` shortens the soak (a smoke run there, not judged)
+and runs one round of the concurrent streams.
 ``--full`` runs every benchmark at its standalone default sizes instead (the soak then
 churns 20,000 sessions per model server: hours). Larger sizes are opt-in per benchmark:
 ``python -m bench.scale --levels 100 1000 10000``, ``python -m bench.control --delays 1 0.2``,
@@ -30,6 +31,9 @@ BENCHMARKS = ("streaming", "messaging", "scale", "control", "simtime", "persiste
 #: extra arguments in a ``python -m bench`` run (not with ``--full``): the time budget
 SUITE_ARGS: dict[str, list[str]] = {
     "soak": ["--sessions", "500", "--warm-up", "200", "--sample-every", "100"],
+    # one round (standalone: two): each round opens 1,000 streams twice, ~45 s a side on a
+    # slow machine, the biggest part of the run
+    "streams": ["--trials", "1"],
 }
 TIMEOUT_S = 3600
 ROOT = Path(__file__).resolve().parent.parent
