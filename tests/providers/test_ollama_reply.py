@@ -74,12 +74,18 @@ def test_deferred_lines_of_one_chunk_are_one_delta_and_the_text_is_the_same() ->
     assert len(events) == 3
 
 
-def test_a_tool_call_shows_the_pending_text_before_it() -> None:
+def with_read_file_tool(*, text_mode: bool) -> tuple[ReplyCollector, list[StreamEvent], Soon]:
+    """A collector for a request offering one tool, its events and its manual ``call_soon``."""
     events: list[StreamEvent] = []
     soon = Soon()
     tools = (ToolSpec(name="read_file", description="read"),)
     reply = ReplyCollector(ModelRequest(model=MODEL, system="", messages=(), tools=tools), events.append,
-                           text_mode=False, soon=soon)
+                           text_mode=text_mode, soon=soon)
+    return reply, events, soon
+
+
+def test_a_tool_call_shows_the_pending_text_before_it() -> None:
+    reply, events, soon = with_read_file_tool(text_mode=False)
     reply.add(line("let me "))
     reply.add(line("look"))
     reply.add(line(calls=(("read_file", {"path": "a.txt"}),)))
@@ -90,11 +96,7 @@ def test_a_tool_call_shows_the_pending_text_before_it() -> None:
 
 
 def test_text_tools_mode_ignores_soon_and_filters_as_before() -> None:
-    events: list[StreamEvent] = []
-    soon = Soon()
-    tools = (ToolSpec(name="read_file", description="read"),)
-    reply = ReplyCollector(ModelRequest(model=MODEL, system="", messages=(), tools=tools), events.append,
-                           text_mode=True, soon=soon)
+    reply, events, soon = with_read_file_tool(text_mode=True)
     reply.add(line("plain text"))
     reply.add(line(done=True))
     assert soon.pending == []
