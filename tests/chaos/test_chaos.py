@@ -44,8 +44,11 @@ STOPPED_SHARE = 50
 OLLAMA_MODEL = "llama3.1:8b"
 ANTHROPIC_MODEL = "claude-sonnet-4-6"
 API_KEY = "chaos-key"
-#: real seconds: a slow stream lasts ~0.3 s, a tool timeout 0.2 s
-CHUNK_DELAY_S = 0.01
+#: real seconds: a slow stream lasts ~0.1 s, a reply ~35 ms, a tool timeout 0.2 s. Sessions
+#: waiting on an approval keep their slot, so most calls of the first settle stream one
+#: after another: at 0.01 s a chunk that settle alone took ~7 s of the test's ~10 (stops
+#: still land mid-stream as often: 2 streams cut with the default seed at either delay)
+CHUNK_DELAY_S = 0.003
 TOOL_TIMEOUT_S = 0.2
 SETTLE_S = 60.0
 THREAD_EXIT_S = 5.0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +36,25 @@ dead_daemon_grace_s = 2.0
 LEASE_S, SWEEP_S = 1.0, 0.25
 #: sessions placed across the three daemons (issue 20: 60)
 SESSIONS = 60
+#: a reply streamed in 100 pieces 0.05 s apart: a turn lasts ~5 s, so a kill lands mid-turn
+CHUNK_DELAY_S = 0.05
+#: a test that only needs a session with a reply gets it at once
+FAST_CHUNK_DELAY_S = 0.0
 
 
-def start_daemon(name: str, url: str, tmp: Path, config: str = CLUSTER_CONFIG) -> Daemon:
+def reply_of(name: str, words: int = 100, end: str = "") -> str:
+    """Daemon ``name``'s stub reply: its own words, so a reply says who streamed it."""
+    return " ".join(f"{name}word{i}" for i in range(words)) + end
+
+
+def launch_daemon(name: str, url: str, tmp: Path, config: str = CLUSTER_CONFIG, *,
+                  chunk_delay_s: float = CHUNK_DELAY_S, reply: Callable[[str], str] = reply_of) -> Daemon:
+    """A ``serve`` process started (:meth:`Daemon.ready` waits for it)."""
     data_dir = tmp / name
     data_dir.mkdir()
-    # each daemon's stub model answers in its own words: a reply says who streamed it
     daemon = Daemon(data_dir, env={"CORVID_DB_URL": url, "CORVID_CLUSTER": "1", "CORVID_DAEMON_ID": name},
-                    extra_config=config, chunk_delay_s=0.05,
-                    reply=" ".join(f"{name}word{i}" for i in range(100)))
-    return daemon.start()
+                    extra_config=config, chunk_delay_s=chunk_delay_s, reply=reply(name))
+    return daemon.launch()
 
 
 def owners(url: str) -> dict[str, str | None]:
@@ -81,18 +91,29 @@ def running_on(daemon: Daemon) -> set[str]:
 def cluster_of(pg_url: str, tmp_path: Path) -> Any:
     made: list[Daemon] = []
 
-    def make(*names: str, config: str = CLUSTER_CONFIG) -> list[Daemon]:
-        out = [start_daemon(name, pg_url, tmp_path, config) for name in names]
+    def make(*names: str, config: str = CLUSTER_CONFIG, **daemon_args: Any) -> list[Daemon]:
+        # started together, then waited for: placement ties go to the smallest id, not the first up
+        out = [launch_daemon(name, pg_url, tmp_path, config, **daemon_args) for name in names]
         made.extend(out)
-        return out
+        return [daemon.ready() for daemon in out]
 
     yield make
     for daemon in made:
         daemon.kill()
 
 
+#: a reply of 30 words and a full stop (230 characters): a text-only reply over 300
+#: characters gets the loop's "wrote but didn't act" nudge and a second model call, so every
+#: turn would stream twice (~10 s) and end with two replies
+KILL_WORDS = 30
+
+
+def kill_reply(name: str) -> str:
+    return reply_of(name, KILL_WORDS, ".")
+
+
 def test_killed_daemon_sessions_move_and_a_drained_daemon_exits(cluster_of, pg_url):
-    a, b, c = cluster_of("a", "b", "c")
+    a, b, c = cluster_of("a", "b", "c", reply=kill_reply)
     sids = [a.call("start", agent=f"agent-{i % 3}", prompt="hello")["session"] for i in range(SESSIONS)]
     placed = owners(pg_url)
     # every start asked of a went to the least-loaded live daemon: a third each
@@ -136,7 +157,7 @@ def test_killed_daemon_sessions_move_and_a_drained_daemon_exits(cluster_of, pg_u
     for sid, messages in answered.items():
         assert [content for role, content in messages if role == "user"] == ["hello"], sid
         [reply] = [content for role, content in messages if role == "assistant"]
-        assert reply.split()[0] in ("bword0", "cword0") and reply.split()[-1][1:] == "word99", sid
+        assert reply.split()[0] in ("bword0", "cword0") and reply.split()[-1][1:] == f"word{KILL_WORDS - 1}.", sid
 
     # drain b: its sessions go to c, and b exits 0
     b_sessions = {sid for sid, owner in final.items() if owner == "b"}
@@ -149,6 +170,7 @@ def test_killed_daemon_sessions_move_and_a_drained_daemon_exits(cluster_of, pg_u
     assert all(set(s) == set(placed) for s in samples)  # one lease row each, all along
     assert on_both and not any(on_both)  # never running on two daemons at once
     assert owners(pg_url) == {sid: "c" for sid in placed}
+    assert conversations(pg_url, a_sessions) == answered  # answered once: nothing since
 
 
 def test_commands_and_events_cross_daemons(cluster_of, pg_url):
@@ -204,7 +226,8 @@ def test_admin_session_falls_back_to_the_database_when_the_owner_does_not_answer
 
     # leases long enough that the paused owner still holds its session while b asks it
     a, b = cluster_of("a", "b", config=CLUSTER_CONFIG.replace("lease_s = 1.0", "lease_s = 5.0").replace(
-        "dead_daemon_grace_s = 2.0", "dead_daemon_grace_s = 10.0") + "[cluster.bus]\nowner_query_timeout_s = 0.3\n")
+        "dead_daemon_grace_s = 2.0", "dead_daemon_grace_s = 10.0") + "[cluster.bus]\nowner_query_timeout_s = 0.3\n",
+        chunk_delay_s=FAST_CHUNK_DELAY_S)  # a's reply need not take seconds
     sid = a.call("start", agent="chatty", prompt="hello")["session"]  # placed on a (the tie)
     wait_for(lambda: b.call("session", session=sid)["messages"][-1]["role"] == "assistant", "a replied")
     assert b.call("session", session=sid)["answered_by"] == "a"
@@ -232,7 +255,7 @@ def test_a_command_waiting_for_a_silent_owner_does_not_hold_the_other_commands(c
     import signal
 
     a, b = cluster_of("a", "b", config=CLUSTER_CONFIG.replace("lease_s = 1.0", "lease_s = 5.0").replace(
-        "dead_daemon_grace_s = 2.0", "dead_daemon_grace_s = 10.0"))
+        "dead_daemon_grace_s = 2.0", "dead_daemon_grace_s = 10.0"), chunk_delay_s=FAST_CHUNK_DELAY_S)
     sid = a.call("start", agent="patient", prompt="hello")["session"]  # placed on a (the tie)
     wait_for(lambda: b.call("session", session=sid)["messages"][-1]["role"] == "assistant", "a replied")
 

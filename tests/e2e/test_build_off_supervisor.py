@@ -20,10 +20,13 @@ OLLAMA_MODEL = "llama3.1:8b"
 CONNECT_S = 4.0
 #: what a call of another session may take while that build hangs (real seconds)
 QUICK_S = 1.0
+#: the stop test needs the build hanging only until one stop (< QUICK_S) has come, and then
+#: waits for the build to time out: a shorter wait, with room for the server's start-up
+STOP_CONNECT_S = 2.5 * QUICK_S
 
 
-def _e2e(make_e2e, stub):
-    cfg = Config().replace(slots={"max_parallel": 4}, mcp={"connect_timeout_s": CONNECT_S})
+def _e2e(make_e2e, stub, connect_s=CONNECT_S):
+    cfg = Config().replace(slots={"max_parallel": 4}, mcp={"connect_timeout_s": connect_s})
     return make_e2e({"ollama": OllamaProvider(stub.url)}, cfg)
 
 
@@ -92,11 +95,11 @@ def test_other_sessions_are_served_while_one_build_hangs(make_e2e):
 def test_a_stop_during_the_build_is_honoured_at_once(make_e2e):
     with OllamaStubServer() as ollama:
         tag = new_tag()
-        e2e = _e2e(make_e2e, ollama)
+        e2e = _e2e(make_e2e, ollama, STOP_CONNECT_S)
         rt = e2e.runtime
         stuck = _hanging_session(e2e, tag)
         starter, started = _start_in_thread(rt, stuck.id, "hi")
-        _wait_for(lambda: live_processes(tag), CONNECT_S)
+        _wait_for(lambda: live_processes(tag), STOP_CONNECT_S)
         _, stop_s = _timed(rt.stop_process, stuck.id)
         assert stop_s < QUICK_S
         starter.join(QUICK_S)
@@ -105,7 +108,7 @@ def test_a_stop_during_the_build_is_honoured_at_once(make_e2e):
         # the event reaches the recorder on the bus thread: wait for it (bounded)
         _wait_for(lambda: [r.type for r in e2e.recorder.of(stuck.id)][-1:] == ["session_stopped"], QUICK_S)
         assert rt.internals.store.get_session(stuck.id).status == "stopped"
-        rt.settle(CONNECT_S * 3)  # the build finishes (times out) and closes what it made
+        rt.settle(STOP_CONNECT_S * 3)  # the build finishes (times out) and closes what it made
         assert live_processes(tag) == []
         assert not rt.is_running(stuck.id)
         assert e2e.events(stuck.id, "session_started") == []

@@ -81,6 +81,12 @@ class Daemon:
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self) -> Daemon:
+        if self.detach:
+            return self.launch()
+        return self.launch().ready()
+
+    def launch(self) -> Daemon:
+        """Start the process; without ``detach``, return at once (:meth:`ready` waits)."""
         env = {**_env(), **self.extra_env}
         if self.token:
             env["CORVID_ADMIN_TOKEN"] = self.token
@@ -96,6 +102,10 @@ class Daemon:
                                      stderr=subprocess.PIPE, text=True)
         self.pid = self.proc.pid
         threading.Thread(target=self._read, daemon=True).start()
+        return self
+
+    def ready(self) -> Daemon:
+        """Wait (bounded) until the launched daemon says it is ready."""
         self.wait_log("daemon ready", READY_S)
         return self
 
