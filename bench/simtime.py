@@ -121,8 +121,9 @@ def against_baseline(ref: str, sessions: int, trials: int) -> dict[str, Any]:
         commit = checkout_tree(ref, Path(tmp))
         rows = interleave({"issue_baseline": lambda: day_in(Path(tmp), sessions, 24.0),
                            "this_tree": lambda: day_in(ROOT, sessions, 24.0)}, trials=trials, warmup=0)
+    against = "issue 18's baseline" if ref == ISSUE_BASELINE else ref
     pair = compare(rows, "issue_baseline", "this_tree", kind="cost", digits=3,
-                   label=f"the {sessions}-session day: this tree / issue 18's baseline {commit[:7]} "
+                   label=f"the {sessions}-session day: this tree / {against} {commit[:7]} "
                          "(time per turn, fresh processes)",
                    goal=f"≤ {GOAL_RATIO:g} (≥ 10× the issue's day)")
     return {"ref": ref, "commit": commit, "pair": pair,
