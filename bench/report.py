@@ -135,10 +135,11 @@ def _control(r: dict[str, Any]) -> list[str]:
 
 
 def _simtime(r: dict[str, Any]) -> list[str]:
-    out = _table(["sessions", "simulated span", "wall s", "CPU s", "CPU ms / turn", "events", "simulated h / wall s",
-                  "wall ms / simulated h"],
-                 [[x["sessions"], f"{x['hours']:g} h + 1 h", x["wall_s"], x.get("cpu_s", ""), x.get("cpu_ms_per_turn", ""),
-                   x["events"], x["simulated_hours_per_s"], x["wall_ms_per_simulated_hour"]] for x in r["runs"]])
+    out = _table(["run", "sessions", "simulated span", "wall s", "CPU s", "CPU ms / turn", "events", "incarnations",
+                  "simulated h / wall s", "wall ms / simulated h"],
+                 [[x.get("run", ""), x["sessions"], f"{x['hours']:g} h + 1 h", x["wall_s"], x.get("cpu_s", ""),
+                   x.get("cpu_ms_per_turn", ""), x["events"], x.get("incarnations", ""), x["simulated_hours_per_s"],
+                   x["wall_ms_per_simulated_hour"]] for x in r["runs"]])
     base = r.get("against_issue_baseline")
     if base:
         pair = base["pair"]

@@ -3,7 +3,9 @@
 The scenario is ``run_day`` of ``tests/sim/test_determinism.py``: chat sessions on a
 SimClock, three user turns each at random times, 15 % of model calls crashing (backoff
 restarts) and 10 % outages (pause, health probe, auto-resume). The same 300 turns are
-spread over 24 h and over 240 h, as a paired comparison (``bench._paired``: a warm-up of
+spread over 24 h and over 240 h, and the 24 h day with no inactivity stops (every turn
+after a quiet spell reaches a running incarnation instead of starting one: what the
+incarnations' starts and stops cost), as paired comparisons (``bench._paired``: a warm-up of
 each, then interleaved rounds): the ratio shows what quiet hours cost (cost should follow
 events, not hours).
 
@@ -60,14 +62,23 @@ ONE_DAY_TIMEOUT_S = 600
 #: rounds of the pair against the baseline (each a fresh process a side: ~13 s a round on a
 #: slow machine; the ratio is ×4, far from noise)
 BEFORE_TRIALS = 3
+#: the no-idle-exit day's inactivity timeout: longer than the day (it can be at most 24 h)
+NO_EXIT_TIMEOUT_S = 86400.0
 
 
-def day(sessions: int, hours: float, dispatcher: str = "inline") -> Callable[[], Outcome]:
+def day(sessions: int, hours: float, dispatcher: str = "inline", *, idle_exits: bool = True) -> Callable[[], Outcome]:
+    """The day; ``idle_exits=False``: the same turns, but no session is stopped for
+    inactivity (``session_timeout_s`` longer than the day), so a turn after a quiet
+    spell goes to the running incarnation instead of starting a new one."""
+    from corvid_actors.config import Config
     from tests.sim.test_determinism import run_day
 
+    config = None if idle_exits else Config().replace(supervisor={"session_timeout_s": NO_EXIT_TIMEOUT_S})
+
     def go() -> Outcome:
-        log, _final = run_day(sessions, hours, seed=SEED, dispatcher=dispatcher)
-        return Outcome(sessions * TURNS_PER_SESSION, {"events": len(log)})
+        log, _final = run_day(sessions, hours, seed=SEED, dispatcher=dispatcher, config=config)
+        return Outcome(sessions * TURNS_PER_SESSION, {
+            "events": len(log), "incarnations": sum(e["type"] == "session_started" for e in log)})
     return go
 
 
@@ -110,8 +121,9 @@ def against_baseline(ref: str, sessions: int, trials: int) -> dict[str, Any]:
         commit = checkout_tree(ref, Path(tmp))
         rows = interleave({"issue_baseline": lambda: day_in(Path(tmp), sessions, 24.0),
                            "this_tree": lambda: day_in(ROOT, sessions, 24.0)}, trials=trials, warmup=0)
+    against = "issue 18's baseline" if ref == ISSUE_BASELINE else ref
     pair = compare(rows, "issue_baseline", "this_tree", kind="cost", digits=3,
-                   label=f"the {sessions}-session day: this tree / issue 18's baseline {commit[:7]} "
+                   label=f"the {sessions}-session day: this tree / {against} {commit[:7]} "
                          "(time per turn, fresh processes)",
                    goal=f"≤ {GOAL_RATIO:g} (≥ 10× the issue's day)")
     return {"ref": ref, "commit": commit, "pair": pair,
@@ -173,14 +185,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     trials = args.trials or (2 if args.quick else TRIALS)
     load_before = loadavg()
     rows = interleave({"day_24h": day(sessions, 24.0), "day_240h": day(sessions, 240.0),
-                       "threads_24h": day(sessions, 24.0, "threads")}, trials=trials, warmup=1)
+                       "threads_24h": day(sessions, 24.0, "threads"),
+                       "no_exits_24h": day(sessions, 24.0, idle_exits=False)}, trials=trials, warmup=1)
     with counters() as counts:
         day(sessions, 24.0)()
     with counters() as thread_counts:
         day(sessions, 24.0, "threads")()
     turns = sessions * TURNS_PER_SESSION
     runs = []
-    for name, hours in (("day_24h", 24.0), ("day_240h", 240.0), ("threads_24h", 24.0)):
+    for name, hours in (("day_24h", 24.0), ("day_240h", 240.0), ("threads_24h", 24.0), ("no_exits_24h", 24.0)):
         s = summary(rows[name])
         wall = s["wall_us_per_unit"] * turns / 1e6
         runs.append({"run": name, "dispatcher": "threads" if name.startswith("threads") else "inline",
@@ -189,6 +202,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                      "wall_ms_per_turn": round(s["wall_us_per_unit"] / 1e3, 2),
                      "cpu_ms_per_turn": round(s["cpu_us_per_unit"] / 1e3, 2),
                      "events": rows[name][0].extra["events"],
+                     "incarnations": rows[name][0].extra["incarnations"],
                      "simulated_hours_per_s": round((hours + EXTRA_HOURS) / wall, 1),
                      "wall_ms_per_simulated_hour": round(wall / (hours + EXTRA_HOURS) * 1e3, 2)})
     per_turn = {k.replace("_", " "): round(v / turns, 1) for k, v in counts.items()}
@@ -197,7 +211,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                       label=f"the {sessions}-session day: inline dispatcher / thread dispatcher (time per turn)",
                       goal=f"wall ≤ {GOAL_DAY_WALL_S} s (≥ 10× the thread dispatcher)"),
               compare(rows, "day_24h", "day_240h", kind="cost",
-                      label=f"{sessions} sessions' {turns} turns over 240 h / over 24 h (time per turn)")]
+                      label=f"{sessions} sessions' {turns} turns over 240 h / over 24 h (time per turn)"),
+              compare(rows, "day_24h", "no_exits_24h", kind="cost",
+                      label=f"the {sessions}-session day with no inactivity stops / the day (time per turn: "
+                            "what starting and stopping incarnations costs)")]
     best = runs[0]["simulated_hours_per_s"]
     baseline = None if args.no_before else against_baseline(
         args.before, sessions, args.before_trials or (2 if args.quick else BEFORE_TRIALS))

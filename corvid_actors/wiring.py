@@ -272,10 +272,16 @@ class SessionBuilder:
             compose_persona_prompt(ctx.personas),
             ctx.skill_prompt,
         )
+        # the OpenAgent rules' inputs (agent, mode, command tools, stored plan) are in the
+        # spec the policy factories get; their policies are laid on top
         spec = LoopSpec(model, system_prompt, tools, permission_check, info.context_window,
-                        session.council_role, self.config, provider_name)
-        spec = replace(spec, sandboxed=self.sandbox.active, project_dir=project_dir)
-        spec = self._with_policies(spec, ctx, mode)
+                        session.council_role, self.config, provider_name,
+                        agent_name=ctx.agent.name if ctx.agent is not None else "", permission_mode=mode or "default",
+                        command_tools=tuple(t.name for t in tools if t.kind is ToolKind.COMMAND),
+                        initial_plan=tuple(plan_from_json(getattr(session, "plan", ""))),
+                        sandboxed=self.sandbox.active, project_dir=project_dir)
+        spec = replace(spec, approval_policy=self.approval_policy_factory(spec),
+                       history_policy=self.history_policy_factory(spec))
         loop = self.loops[loop_kind](spec)
 
         agent_name = ctx.agent.name if ctx.agent is not None else ""
@@ -353,19 +359,6 @@ class SessionBuilder:
 
         logger.bind(session_id=session_id).warning(message)
         return [SystemEvent(subtype="sandbox_unavailable", message=message)]
-
-    def _with_policies(self, spec: LoopSpec, ctx: SessionContext, mode: str) -> LoopSpec:
-        """The spec with the OpenAgent rules' inputs: agent, mode, command tools, stored
-        plan, and the policies the injected factories make from it."""
-
-
-        spec = replace(
-            spec, agent_name=ctx.agent.name if ctx.agent is not None else "", permission_mode=mode or "default",
-            command_tools=tuple(t.name for t in spec.tools if t.kind is ToolKind.COMMAND),
-            initial_plan=tuple(plan_from_json(getattr(ctx.session, "plan", ""))),
-        )
-        return replace(spec, approval_policy=self.approval_policy_factory(spec),
-                       history_policy=self.history_policy_factory(spec))
 
     def _permission_check(self, mode: str, tools: ToolRegistry, project_dir: Path,
                           protected: tuple[str, ...]) -> PermissionCheck:

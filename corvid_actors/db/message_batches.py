@@ -25,6 +25,8 @@ MessageRow = tuple[str, str, str, float]
 
 #: rows per INSERT statement: 5 bound values each stays far below SQLite's 32,766 limit
 MAX_ROWS_PER_STATEMENT = 1000
+#: INSERT statements of up to this many rows are built once per store, then reused
+CACHED_INSERT_ROWS = 16
 
 
 def insert_messages(store: StoreBase, rows: Sequence[MessageRow]) -> list[int]:
@@ -46,12 +48,25 @@ def insert_messages(store: StoreBase, rows: Sequence[MessageRow]) -> list[int]:
     return ids
 
 
+def _insert_sql(store: StoreBase, n: int) -> str:
+    """The INSERT of ``n`` message rows (cached per store for the small batches that most
+    commits are: a lone message, a turn)."""
+    key = ("insert_messages", n)
+    sql = store._sql_cache.get(key)
+    if sql is None:
+        M = store.m.SessionMessage
+        fields = (M.session, M.role, M.content, M.cost_usd, M.timestamp, M.writer_epoch)
+        group = "(" + ", ".join([store.db.param] * len(fields)) + ")"
+        columns = ", ".join(f'"{f.column_name}"' for f in fields)
+        sql = f'INSERT INTO "{M._meta.table_name}" ({columns}) VALUES ' + ", ".join([group] * n)
+        if n <= CACHED_INSERT_ROWS:
+            store._sql_cache[key] = sql
+    return sql
+
+
 def _insert_chunk(store: StoreBase, rows: Sequence[MessageRow]) -> list[int]:
     M = store.m.SessionMessage
-    fields = (M.session, M.role, M.content, M.cost_usd, M.timestamp, M.writer_epoch)
-    group = "(" + ", ".join([store.db.param] * len(fields)) + ")"
-    columns = ", ".join(f'"{f.column_name}"' for f in fields)
-    sql = f'INSERT INTO "{M._meta.table_name}" ({columns}) VALUES ' + ", ".join([group] * len(rows))
+    sql = _insert_sql(store, len(rows))
     # The rows of a batch share one timestamp (their commit's); text and numbers go to the
     # driver as they are, as peewee sends them.
     stamp = M.timestamp.db_value(M.timestamp.default())

@@ -204,3 +204,33 @@ def test_single_statement_writes_commit_join_a_transaction_and_fail_as_transacti
         store.update_session(sid, agent="no-such-agent")
     with pytest.raises(StoreError):
         store.create_session(session_id=sid)
+
+
+def test_a_row_read_is_the_object_peewee_makes(store: Store) -> None:
+    # Store._rows makes a plain row's object from its values (no per-column assignment):
+    # the same fields, nothing dirty, no cached relation, and it saves and reloads as
+    # peewee's own object does
+    agent = store.create_agent("a")
+    sid = store.create_session(source="web", agent_id=agent.id).id
+    store.update_session(sid, status="running", pid=800001, plan='[{"id": 1}]')
+    S = store.m.Session
+    fast = store.get_session(sid)
+    slow = S.get_by_id(sid)
+    assert fast.__data__ == slow.__data__ and isinstance(fast, S)
+    assert fast._dirty == set() and fast.__rel__ == {}
+    assert (fast.agent_id, fast.agent.name) == (agent.id, "a")  # the relation resolves on demand
+    fast.name = "renamed"
+    assert fast._dirty == {"name"}
+    fast.save()
+    assert store.get_session(sid).name == "renamed"
+
+
+def test_a_row_with_a_column_the_model_does_not_know_is_read_the_peewee_way(store: Store) -> None:
+    # an extra column (a newer release's, or an alias) is not one of the model's fields:
+    # peewee's constructor sets it as a plain attribute, and so does the read
+    sid = store.create_session(source="web").id
+    S = store.m.Session
+    with store.lock:
+        row = store._rows(S, f'SELECT *, 42 AS "future_column" FROM "sessions" WHERE "id" = {store.db.param}', sid)[0]
+    assert row.future_column == 42 and "future_column" not in row.__data__
+    assert row.id == sid and row._dirty == set()

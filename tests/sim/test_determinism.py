@@ -11,15 +11,15 @@ HOUR = 3600.0
 
 
 def run_day(n_sessions: int, hours: float, seed: int, dispatcher: str = "inline",
-            explore_seed: int | None = None) -> tuple[list[dict], dict]:
+            explore_seed: int | None = None, config: Config | None = None) -> tuple[list[dict], dict]:
     """n chat sessions chatting over ``hours``, with crashes and outages drawn from ``seed``
     (``dispatcher``: how the actors run; ``explore_seed``: explore interleavings with that
-    seed — see ``sim_runtime``)."""
+    seed — see ``sim_runtime``; ``config``: default ``Config()``)."""
     rng = random.Random(seed)
     clock = SimClock()
     model = ScriptedProvider(clock, default_reply="fine")
     model.health_results = [False, True] * 1000
-    runtime = sim_runtime(clock, model, config=Config(), dispatcher=dispatcher,  # type: ignore[arg-type]
+    runtime = sim_runtime(clock, model, config=config or Config(), dispatcher=dispatcher,  # type: ignore[arg-type]
                           seed=explore_seed, explore=explore_seed is not None)
     recorder = EventRecorder.attach(runtime)
     try:
