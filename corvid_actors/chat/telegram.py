@@ -64,6 +64,7 @@ from corvid_actors.jsontypes import WireJson
 try:
     import telegram
     from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
+    from telegram.request import HTTPXRequest
 except ImportError as exc:  # pragma: no cover - the optional extra
     raise ImportError("the Telegram transport needs python-telegram-bot: "
                       "pip install 'corvid-actors[telegram]'") from exc
@@ -99,7 +100,9 @@ class TelegramTransport:
         typing_max_s: the longest ``typing`` is shown without a new sign of thinking.
         parse_mode: ``MarkdownV2`` (text escaped) or None (plain text).
         sleep: the coroutine that waits out retry delays (tests record them).
-        bot: a ready ``telegram.Bot`` instead of one built from ``token``/``base_url``.
+        bot: a ready ``telegram.Bot`` instead of one built from ``token``/``base_url``. A
+            stop that cancels a poll in flight gives the transport's own Bot a fresh
+            ``getUpdates`` client (see :meth:`stop_receiving`); a Bot passed in keeps its own.
         offset_path: a file keeping the next update's id across crashes (see above).
         clock: dates the offset file (default: the real clock).
     """
@@ -118,7 +121,14 @@ class TelegramTransport:
         if mode not in ("polling", "webhook"):
             raise ValueError("mode must be 'polling' or 'webhook'")
         self.mode = mode
-        self.bot = bot or (telegram.Bot(token, base_url=base_url) if base_url else telegram.Bot(token))
+        #: the getUpdates request of the Bot this transport built (None for a Bot passed in):
+        #: python-telegram-bot's default for it, one connection, kept to be started afresh
+        self._updates_request: HTTPXRequest | None = None
+        if bot is None:
+            self._updates_request = HTTPXRequest(connection_pool_size=1)
+            bot = (telegram.Bot(token, base_url=base_url, get_updates_request=self._updates_request) if base_url
+                   else telegram.Bot(token, get_updates_request=self._updates_request))
+        self.bot = bot
         self.webhook_url = webhook_url
         self.listen = listen
         self.webhook_path = webhook_path
@@ -177,9 +187,12 @@ class TelegramTransport:
         if poller is not None:
             # Cancel a poll that waits for updates; an update being handled is finished first
             # (its offset must move past it, or the next start would handle it again).
-            if self._waiting_for_updates:
+            cancelled = self._waiting_for_updates
+            if cancelled:
                 poller.cancel()
             await asyncio.gather(poller, return_exceptions=True)
+            if cancelled:
+                await self._fresh_updates_client()
             if self.offset > self._confirmed:
                 try:  # what PTB's Application does too: one short call with the next offset
                     await self._api(lambda: self.bot.get_updates(offset=self.offset, limit=1, timeout=0))
@@ -191,6 +204,23 @@ class TelegramTransport:
         if server is not None:
             server.close()
             await server.wait_closed()
+
+    async def _fresh_updates_client(self) -> None:
+        """After a poll was cancelled in flight: close the getUpdates client and open a new one.
+
+        httpcore can leave a request cancelled at the wrong moment holding its pool's
+        connection (encode/httpcore#1093, open in httpcore 1.0.9); the getUpdates pool has
+        one, so every later getUpdates — the confirmation first — waited for it in vain (1 s
+        of pool timeout per attempt) and the handled updates went unconfirmed. Closing the
+        client closes its connections, whatever state they were left in."""
+        request = self._updates_request
+        if request is None:
+            return
+        try:
+            await request.shutdown()
+            await request.initialize()
+        except Exception as exc:  # noqa: BLE001 - the confirmation then reports what is wrong
+            logger.warning("telegram: could not reopen the polling client ({})", exc)
 
     async def stop(self) -> None:
         """Stop receiving, stop the typing indicators, close the client. Idempotent."""
