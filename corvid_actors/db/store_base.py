@@ -30,6 +30,7 @@ from corvid_actors.db.memory_schema import copy_memory_schema
 from corvid_actors.db.message_batches import MessageRow
 from corvid_actors.db.migrations import Migration, migrate
 from corvid_actors.db.models import build_models
+from corvid_actors.db.row_reads import RowReader
 from corvid_actors.db.writer import MessageWriter
 from corvid_actors.errors import FencedWrite, StoreError, StoreUnavailableError
 
@@ -87,7 +88,7 @@ class StoreBase:
         #: session id -> the lease epoch this process's writes for it carry (issue 20; see fence)
         self._epochs: dict[str, int] = {}
         #: (model, sql) -> how peewee maps that statement's columns to the model (see _rows)
-        self._row_shapes: dict[Any, tuple[Any, ...]] = {}
+        self._row_reader = RowReader()
         self._message_commits: GroupCommitter[tuple[MessageRow, ...], list[int]] = GroupCommitter(
             self._commit_message_groups, max_batch=max_message_batch)
         #: the writer thread (``message_writes == "writer"``; it starts with the first write)
@@ -409,39 +410,9 @@ class StoreBase:
         return sql
 
     def _rows(self, model: Any, sql: str, *params: Any) -> list[Any]:
-        """``list(model.raw(sql, *params))``, with peewee's column resolution (which field
-        each column is, its converter) done once per statement rather than per call: that
-        resolution was most of a one-row read's cost (80 µs of a get_session, 5 µs the
-        statement). Call with the store lock held.
-
-        When every column is one of the model's plain fields (and the model keeps peewee's
-        constructor), a row's object is made with its values as they are (``__data__``),
-        not through one attribute assignment per column that peewee's constructor makes
-        and then forgets (the dirty marks): the same object, for half a one-row read's
-        Python cost. Any other column (one this code does not know, an alias) takes
-        peewee's way."""
-        cursor = self.db.execute_sql(sql, params)
-        shape = self._row_shapes.get((model, sql))
-        if shape is None:
-            wrapper = pw.ModelObjectCursorWrapper(cursor, model, [], model)
-            wrapper.initialize()  # reads cursor.description only
-            shape = self._row_shapes[(model, sql)] = (
-                tuple(wrapper.unique_columns), tuple(wrapper.no_convert), tuple(wrapper.convert),
-                tuple(wrapper.converters), _plain_columns(model, wrapper.unique_columns))
-        columns, no_convert, convert, converters, plain = shape
-        out = []
-        for row in cursor.fetchall():
-            data = {columns[i]: row[i] for i in no_convert}
-            for i in convert:
-                data[columns[i]] = converters[i](row[i])
-            if plain:
-                obj = model.__new__(model)
-                obj.__data__, obj._dirty, obj.__rel__ = data, set(), {}
-            else:
-                obj = model(__no_default__=1, **data)
-                obj._dirty.clear()
-            out.append(obj)
-        return out
+        """``list(model.raw(sql, *params))`` at a fraction of its cost (see
+        :class:`~corvid_actors.db.row_reads.RowReader`). Call with the store lock held."""
+        return self._row_reader.read(self.db.execute_sql(sql, params), model, sql)
 
     def close(self) -> None:
         self.writer.close()  # commits what is queued first: nothing acknowledged is lost
@@ -456,18 +427,3 @@ class StoreBase:
 
     def _commit_message_groups(self, groups: Any) -> list[list[int]]:
         raise NotImplementedError  # the messages mixin commits the groups
-
-
-def _plain_columns(model: Any, columns: Sequence[str]) -> bool:
-    """Whether peewee's constructor would only store each of ``columns`` in the row's
-    ``__data__`` under its own name: the model keeps ``Model.__init__``, and every column
-    is a field whose accessor is peewee's plain one or its foreign key one (given an id,
-    not a model instance, which a row's value always is)."""
-    if model.__init__ is not pw.Model.__init__:
-        return False
-    for name in columns:
-        accessor = model.__dict__.get(name)
-        if type(accessor) not in (pw.FieldAccessor, pw.ForeignKeyAccessor) or accessor.name != name:
-            return False
-    return True
-
