@@ -272,11 +272,12 @@ class SessionBuilder:
             compose_persona_prompt(ctx.personas),
             ctx.skill_prompt,
         )
+        agent_name = agent.name if agent is not None else ""
         # the OpenAgent rules' inputs (agent, mode, command tools, stored plan) are in the
         # spec the policy factories get; their policies are laid on top
         spec = LoopSpec(model, system_prompt, tools, permission_check, info.context_window,
                         session.council_role, self.config, provider_name,
-                        agent_name=ctx.agent.name if ctx.agent is not None else "", permission_mode=mode or "default",
+                        agent_name=agent_name, permission_mode=mode or "default",
                         command_tools=tuple(t.name for t in tools if t.kind is ToolKind.COMMAND),
                         initial_plan=tuple(plan_from_json(getattr(session, "plan", ""))),
                         sandboxed=self.sandbox.active, project_dir=project_dir)
@@ -284,7 +285,6 @@ class SessionBuilder:
                        history_policy=self.history_policy_factory(spec))
         loop = self.loops[loop_kind](spec)
 
-        agent_name = ctx.agent.name if ctx.agent is not None else ""
         tool_context = self.tool_context(project_dir, mode, agent_name, project_env=ctx.project_env,
                                          session_id=session.id,
                                          extra={"depth": session.depth, "source": session.source})

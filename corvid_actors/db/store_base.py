@@ -87,7 +87,7 @@ class StoreBase:
         self._sql_cache: dict[Any, str] = {}  # see _sql
         #: session id -> the lease epoch this process's writes for it carry (issue 20; see fence)
         self._epochs: dict[str, int] = {}
-        #: (model, sql) -> how peewee maps that statement's columns to the model (see _rows)
+        #: the hand-written reads' rows as model objects, each statement's column mapping kept (see _rows)
         self._row_reader = RowReader()
         self._message_commits: GroupCommitter[tuple[MessageRow, ...], list[int]] = GroupCommitter(
             self._commit_message_groups, max_batch=max_message_batch)
