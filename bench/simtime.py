@@ -64,6 +64,16 @@ ONE_DAY_TIMEOUT_S = 600
 BEFORE_TRIALS = 3
 #: the no-idle-exit day's inactivity timeout: longer than the day (it can be at most 24 h)
 NO_EXIT_TIMEOUT_S = 86400.0
+#: the cold-resume pair: stored messages of the long session, and cold turns timed
+LONG_HISTORY = 20_000
+COLD_TURNS = 100
+
+
+class _RealTime:
+    # freezegun rewrites module-level references to the time functions while a SimClock
+    # is open; a class attribute keeps the real ones
+    perf_counter = time.perf_counter
+    process_time = time.process_time
 
 
 def day(sessions: int, hours: float, dispatcher: str = "inline", *, idle_exits: bool = True) -> Callable[[], Outcome]:
@@ -79,6 +89,35 @@ def day(sessions: int, hours: float, dispatcher: str = "inline", *, idle_exits: 
         log, _final = run_day(sessions, hours, seed=SEED, dispatcher=dispatcher, config=config)
         return Outcome(sessions * TURNS_PER_SESSION, {
             "events": len(log), "incarnations": sum(e["type"] == "session_started" for e in log)})
+    return go
+
+
+def cold_turns(history: int) -> Callable[[], Outcome]:
+    """One session with ``history`` stored messages, a turn every two simulated hours: each
+    is a cold resume (history read, exit notes, start, reply, inactivity stop). Only the
+    turns are timed, not filling the history."""
+    from corvid_actors.config import Config
+    from corvid_actors.testing import ScriptedProvider, SimClock, sim_runtime
+
+    def go() -> Outcome:
+        clock = SimClock()
+        model = ScriptedProvider(clock, default_reply="fine")
+        runtime = sim_runtime(clock, model, config=Config())
+        try:
+            runtime.create_session(source="chat", name="long", session_id="long")
+            store = runtime.internals.store
+            for _ in range(history // 1000):
+                store.append_messages([("long", "user", "question " * 8), ("long", "assistant", "answer " * 30)] * 500)
+            cpu0, t0 = _RealTime.process_time(), _RealTime.perf_counter()
+            for i in range(COLD_TURNS):
+                if not runtime.send_message("long", f"message {i}"):
+                    runtime.resume_process("long", f"message {i}")
+                clock.advance(7200)
+            wall, cpu = _RealTime.perf_counter() - t0, _RealTime.process_time() - cpu0
+        finally:
+            runtime.shutdown()
+            clock.close()
+        return Outcome(COLD_TURNS, {"history": history}, wall_s=wall, cpu_s=cpu)
     return go
 
 
@@ -187,6 +226,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows = interleave({"day_24h": day(sessions, 24.0), "day_240h": day(sessions, 240.0),
                        "threads_24h": day(sessions, 24.0, "threads"),
                        "no_exits_24h": day(sessions, 24.0, idle_exits=False)}, trials=trials, warmup=1)
+    cold = interleave({"cold_no_history": cold_turns(0), "cold_long_history": cold_turns(LONG_HISTORY)},
+                      trials=trials, warmup=1)
     with counters() as counts:
         day(sessions, 24.0)()
     with counters() as thread_counts:
@@ -214,7 +255,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                       label=f"{sessions} sessions' {turns} turns over 240 h / over 24 h (time per turn)"),
               compare(rows, "day_24h", "no_exits_24h", kind="cost",
                       label=f"the {sessions}-session day with no inactivity stops / the day (time per turn: "
-                            "what starting and stopping incarnations costs)")]
+                            "what starting and stopping incarnations costs)"),
+              compare(cold, "cold_no_history", "cold_long_history", kind="cost",
+                      label=f"a cold resume of a session with {LONG_HISTORY:,} stored messages / with none "
+                            "(time per turn)", goal="≈ 1 (the history read does not grow with the session)")]
     best = runs[0]["simulated_hours_per_s"]
     baseline = None if args.no_before else against_baseline(
         args.before, sessions, args.before_trials or (2 if args.quick else BEFORE_TRIALS))

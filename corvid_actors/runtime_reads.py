@@ -116,18 +116,8 @@ class RuntimeReads:
     def find_session(self, *, source: str, channel: str, agent_id: str | None = None, name: str | None = None,
                      participant: str | None = None) -> str | None:
         """The id of the newest stored session with these fields (those given), or None."""
-        store = self._internals.store
-        S = store.m.Session
-        where = (S.source == source) & (S.channel == channel)
-        if agent_id is not None:
-            where &= S.agent == agent_id
-        if name is not None:
-            where &= S.name == name
-        if participant is not None:
-            where &= S.participant == participant
-        with store.transaction():
-            row = S.select(S.id).where(where).order_by(S.created_at.desc()).first()
-        return None if row is None else str(row.id)
+        return self._internals.store.newest_session_id(source=source, channel=channel, agent_id=agent_id,
+                                                       name=name, participant=participant)
 
     def history(self, session_id: str) -> list[StoredMessage]:
         """Every stored message of the session (every role), in write order."""

@@ -4,15 +4,19 @@ A bridge's sessions are the rows with ``source = 'chat'``, ``name = 'chat:<bridg
 and the conversation's ``channel`` and ``participant``, so a restarted bot finds its
 conversations again. The directory caches both directions in memory, and remembers
 sessions that are *not* the bridge's, so the EventBus thread can drop their events
-without a database read. What it remembers per session is bounded (the most recently seen
-:data:`REMEMBERED_SESSIONS`): a daemon churns through sessions for months, and a forgotten
-one costs a single store read when it is next seen.
+without a database read. What it remembers is bounded (the most recently seen
+:data:`REMEMBERED_SESSIONS` sessions, and their conversations): a daemon churns through
+sessions and meets new users for months, and a forgotten one costs a single store read
+(an index range) when it is next seen. A conversation's lock exists while someone holds
+or waits for it.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from corvid_actors.runtime import Runtime
@@ -30,6 +34,14 @@ class Conversation:
     session_id: str
 
 
+class _HeldLock:
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0  # holding or waiting
+
+
 class ConversationDirectory:
     """Thread-safe; the store reads happen on the calling thread (never the EventBus's)."""
 
@@ -40,7 +52,8 @@ class ConversationDirectory:
         self.agent_id = agent_id
         self.project_id = project_id
         self._lock = threading.Lock()
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        #: conversation -> its lock and how many hold or wait for it (dropped at zero)
+        self._locks: dict[tuple[str, str], _HeldLock] = {}
         self._by_key: dict[tuple[str, str], Conversation] = {}
         # None: not one of ours. Bounded, least recently seen first (see the module docstring).
         self._by_session: OrderedDict[str, Conversation | None] = OrderedDict()
@@ -82,10 +95,37 @@ class ConversationDirectory:
         with self._lock:
             return session_id in self._by_session and self._by_session[session_id] is None
 
-    def lock_for(self, channel: str, participant: str) -> threading.Lock:
-        """One message of a conversation at a time: two at once must not create two sessions."""
+    @contextmanager
+    def lock_for(self, channel: str, participant: str) -> Iterator[None]:
+        """Hold the conversation's lock: one message of a conversation at a time (two at
+        once must not create two sessions). The lock is kept only while someone holds or
+        waits for it."""
+        key = (channel, participant)
         with self._lock:
-            return self._locks.setdefault((channel, participant), threading.Lock())
+            entry = self._locks.get(key)
+            if entry is None:
+                entry = self._locks[key] = _HeldLock()
+            entry.users += 1
+        try:
+            with entry.lock:
+                yield
+        finally:
+            with self._lock:
+                entry.users -= 1
+                if entry.users == 0:
+                    del self._locks[key]
+
+    @property
+    def conversation_locks(self) -> int:
+        """How many conversations' locks are held or waited for right now."""
+        with self._lock:
+            return len(self._locks)
+
+    @property
+    def remembered_conversations(self) -> int:
+        """How many conversations the directory remembers by (channel, participant)."""
+        with self._lock:
+            return len(self._by_key)
 
     @property
     def remembered_sessions(self) -> int:
@@ -104,4 +144,8 @@ class ConversationDirectory:
         self._by_session[session_id] = conv
         self._by_session.move_to_end(session_id)
         while len(self._by_session) > self._remembered_sessions:
-            self._by_session.popitem(last=False)
+            _, forgotten = self._by_session.popitem(last=False)
+            if forgotten is not None:
+                key = (forgotten.channel, forgotten.participant)
+                if self._by_key.get(key) == forgotten:
+                    del self._by_key[key]

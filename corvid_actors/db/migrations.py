@@ -144,9 +144,26 @@ def _cluster_commands_created_at(models: SimpleNamespace, db: pw.Database) -> No
     db.execute_sql("CREATE INDEX IF NOT EXISTS cluster_commands_created_at ON cluster_commands (created_at)")
 
 
+def _session_message_role_index(models: SimpleNamespace, db: pw.Database) -> None:
+    # "The last N messages of a session with these roles" (a resume's exit notes, the last
+    # user message): index (session_id, role, id). Through (session_id, id) alone, a role
+    # the session has few or none of walked its whole history backwards on every resume.
+    db.execute_sql("CREATE INDEX IF NOT EXISTS session_messages_session_id_role_id "
+                   "ON session_messages (session_id, role, id)")
+
+
+def _session_channel_index(models: SimpleNamespace, db: pw.Database) -> None:
+    # "The newest session of this channel" (a chat bridge's conversation on a cache miss,
+    # an agent's session for a sender): index (channel, source, created_at). Without it
+    # the read scanned every session row.
+    db.execute_sql("CREATE INDEX IF NOT EXISTS sessions_channel_source_created_at "
+                   "ON sessions (channel, source, created_at)")
+
+
 MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
                                _session_open_turns, _webhook_replays, _cluster_leases, _cluster_bus,
-                               _cluster_commands_created_at]
+                               _cluster_commands_created_at, _session_message_role_index,
+                               _session_channel_index]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes
