@@ -13,6 +13,10 @@ their WAL flush as a daemon's do):
   batches of 100 ids (10,000 sessions); and a failover: 10,000 expired leases swept by 4
   daemons at once, each on its own connection and thread, ``claim_expired`` until none is
   left (claims/s over all of them, and a check that no session was claimed twice).
+- ``sweep``: a failover sweep that finds nothing to take (the common case: every daemon
+  every ``sweep_interval_s``), median of 50, with no ended sessions' leases in the table and
+  with ``ENDED`` of them (a lease row stays when its session ends): the sweep must read the
+  held leases only.
 - ``fencing``: what the fencing trigger adds to the message writer's statement: one
   multi-row INSERT of 500 messages over 100 leased sessions, rows carrying their epoch
   (checked by the trigger, one lease lock per session) against rows carrying none.
@@ -44,6 +48,10 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 #: the fencing measurement: rows of one INSERT (the writer's batch) over this many sessions
 FENCED_BATCH = 500
 FENCED_SESSIONS = 100
+#: lease rows of ended sessions in the sweep measurement (quick: a tenth)
+ENDED = 100_000
+#: sweeps timed per table size
+SWEEP_RUNS = 50
 #: the goal of issue 20 for one heartbeat at 10,000 leases (ms, median of the statement)
 GOAL_HEARTBEAT_MS = 50.0
 
@@ -214,6 +222,38 @@ def claim_bench(url: str, sessions: int, single: int) -> dict[str, Any]:
         store.close()
 
 
+def sweep_bench(url: str, ended: int) -> dict[str, Any]:
+    """A sweep that finds nothing: with no ended leases, then with ``ended`` of them."""
+    from corvid_actors.db.cluster import ClusterStore
+    from corvid_actors.db.store import Store
+
+    store = Store(url)
+    cluster = ClusterStore(store)
+    try:
+        cluster.register_daemon("held", "bench", os.getpid(), "bench", T0)
+        cluster.register_daemon("sweeper", "bench", os.getpid(), "bench", T0)
+        cluster.claim(make_sessions(store, 1000), "held", T0, LEASE_S)  # a live daemon's leases
+        out: dict[str, Any] = {}
+        for label, rows in (("none", 0), ("ended", ended)):
+            if rows:
+                ids = make_sessions(store, rows)
+                L = store.m.SessionLease
+                with store.transaction():
+                    for start in range(0, rows, 1000):
+                        L.insert_many([{"session": sid, "epoch": 3} for sid in ids[start:start + 1000]]).execute()
+            store.db.execute_sql("ANALYZE session_leases")
+            times = []
+            for _ in range(SWEEP_RUNS):
+                t0 = now()
+                assert cluster.claim_expired("sweeper", at(1), LEASE_S, 2, MAX_SESSIONS) == []
+                times.append((now() - t0) * 1000)
+            out[label] = {"ended_leases": rows, "sweep_ms": {"median": round(median(times), 3),
+                                                            "p99": round(percentile(times, 99), 3)}}
+        return out
+    finally:
+        store.close()
+
+
 def fencing_bench(url: str, runs: int) -> dict[str, Any]:
     from corvid_actors.db.cluster import ClusterStore
     from corvid_actors.db.store import Store
@@ -253,7 +293,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     base = pg_url()
     load_before = loadavg()
     results: dict[str, Any] = {}
-    for part in ("heartbeat", "claim", "fencing"):
+    for part in ("heartbeat", "claim", "sweep", "fencing"):
         schema = f"bench_cluster_{uuid.uuid4().hex[:10]}"
         _admin(base, f'CREATE SCHEMA "{schema}"')
         try:
@@ -262,6 +302,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 results[part] = heartbeat_bench(url, sessions, runs)
             elif part == "claim":
                 results[part] = claim_bench(url, sessions, single)
+            elif part == "sweep":
+                results[part] = sweep_bench(url, ENDED // 10 if args.quick else ENDED)
             else:
                 results[part] = fencing_bench(url, runs)
         finally:

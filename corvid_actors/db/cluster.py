@@ -246,8 +246,8 @@ class ClusterStore:
             take = fair_share(int(expired), live_daemons, max_sessions, int(owned))
             if take <= 0:
                 return []
-            return self._claim("1 = 1", [], self._sql.expired, (daemon_id, at), "lease_expires_at, session_id", take,
-                               daemon_id, now, lease_s)
+            return self._claim(self._sql.held, [], self._sql.expired, (daemon_id, at), "lease_expires_at, session_id",
+                               take, daemon_id, now, lease_s)
 
     @store_op
     def claim_unleased_resumes(self, daemon_id: str, now: datetime, lease_s: float, *,

@@ -36,6 +36,9 @@ class Statements:
     #: conditions on a lease row: CLAIMABLE and EXPIRED (see there)
     claimable: str
     expired: str
+    #: a held lease (an expiry set), as its partial index states it (migration 11): the
+    #: scope of a sweep, which must not read the ended sessions' rows
+    held: str
     #: (daemon) -> state, or no row
     daemon_state: str
     #: upsert the daemon's row as live: (id, host, pid, now, now, version)
@@ -83,6 +86,7 @@ class Statements:
 _PG = Statements(
     claimable=CLAIMABLE,
     expired=EXPIRED,
+    held="held",
     daemon_state="SELECT state FROM daemons WHERE id = %s",
     register=(
         "INSERT INTO daemons (id, host, pid, started_at, heartbeat_at, version, state) "
@@ -114,8 +118,8 @@ _PG = Statements(
         "FROM chosen WHERE l.session_id = chosen.session_id RETURNING l.session_id, l.epoch"),
     claim_update="",
     claim_read="",
-    count_expired=(f"SELECT count(*) FILTER (WHERE {EXPIRED}), count(*) FILTER (WHERE owner_id = %s) "
-                   "FROM session_leases"),
+    count_expired=(f"SELECT (SELECT count(*) FROM session_leases WHERE held AND {EXPIRED}), "
+                   "(SELECT count(*) FROM session_leases WHERE owner_id = %s)"),
     release="UPDATE session_leases SET owner_id = NULL WHERE owner_id = %s AND session_id IN ({candidates})",
     release_all="UPDATE session_leases SET owner_id = NULL WHERE owner_id = %s",
     finish=("UPDATE session_leases SET owner_id = NULL, lease_expires_at = NULL, restart_due_at = NULL, "
@@ -136,7 +140,9 @@ _PG = Statements(
 _SQLITE = Statements(
     **{f.name: getattr(_PG, f.name) for f in fields(Statements)
        if f.name not in ("heartbeat", "heartbeat_leases", "dead_daemons", "mark_gone", "ids_param",
-                         "claim", "claim_update", "claim_read", "count_expired", "inactivity_deadlines")},
+                         "claim", "claim_update", "claim_read", "count_expired", "inactivity_deadlines",
+                         "held")},
+    held="lease_expires_at IS NOT NULL",
     heartbeat=f"UPDATE daemons SET heartbeat_at = %s WHERE id = %s AND state <> '{DaemonState.GONE}'",
     heartbeat_leases="UPDATE session_leases SET lease_expires_at = %s WHERE owner_id = %s",
     dead_daemons=f"SELECT id FROM daemons WHERE state <> '{DaemonState.GONE}' AND heartbeat_at < %s AND id <> %s",
@@ -147,8 +153,8 @@ _SQLITE = Statements(
     claim_update=("UPDATE session_leases SET owner_id = %s, epoch = epoch + 1, lease_expires_at = %s "
                   "WHERE session_id IN ({candidates})"),
     claim_read="SELECT session_id, epoch FROM session_leases WHERE session_id IN ({candidates})",
-    count_expired=(f"SELECT coalesce(sum(CASE WHEN {EXPIRED} THEN 1 ELSE 0 END), 0), "
-                   "coalesce(sum(CASE WHEN owner_id = %s THEN 1 ELSE 0 END), 0) FROM session_leases"),
+    count_expired=(f"SELECT (SELECT count(*) FROM session_leases WHERE {EXPIRED}), "
+                   "(SELECT count(*) FROM session_leases WHERE owner_id = %s)"),
     inactivity_deadlines=("UPDATE session_leases SET inactivity_due_at = %s "
                           "WHERE session_id = %s AND epoch = %s AND owner_id = %s"),
 )

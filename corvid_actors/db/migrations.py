@@ -160,10 +160,29 @@ def _session_channel_index(models: SimpleNamespace, db: pw.Database) -> None:
                    "ON sessions (channel, source, created_at)")
 
 
+def _session_lease_held_index(models: SimpleNamespace, db: pw.Database) -> None:
+    # A failover sweep counts and claims held leases (an expiry set). Ended sessions keep
+    # their lease rows (epochs only grow), so the table holds every session the cluster
+    # ever ran, and the sweep, every few seconds on every daemon, read all of them: index
+    # the held ones, and only them.
+    if isinstance(db, pw.PostgresqlDatabase):
+        # The heartbeat rewrites every held lease's expiry every few seconds: an index that
+        # names the expiry (in its key or its condition) would make those updates leave the
+        # heap page (no HOT). A stored generated column, which changes only when a lease
+        # is taken or ended, carries the condition instead.
+        if "held" not in {c.name for c in db.get_columns("session_leases")}:
+            db.execute_sql("ALTER TABLE session_leases ADD COLUMN held BOOLEAN "
+                           "GENERATED ALWAYS AS (lease_expires_at IS NOT NULL) STORED")
+        db.execute_sql("CREATE INDEX IF NOT EXISTS session_leases_held ON session_leases (session_id) WHERE held")
+    else:
+        db.execute_sql("CREATE INDEX IF NOT EXISTS session_leases_held ON session_leases (session_id) "
+                       "WHERE lease_expires_at IS NOT NULL")
+
+
 MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
                                _session_open_turns, _webhook_replays, _cluster_leases, _cluster_bus,
                                _cluster_commands_created_at, _session_message_role_index,
-                               _session_channel_index]
+                               _session_channel_index, _session_lease_held_index]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes
