@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from corvid_actors.db.store import Store
+from tests.db.db_work import sqlite_steps
 
 SHORT, LONG = 200, 20_000
 #: the resume's read: (roles, limit) for the exit notes, then for the history
@@ -32,20 +33,7 @@ def _fill(store: Store, session_id: str, n: int) -> None:
 
 def _sqlite_steps(store: Store, session_id: str) -> int:
     """SQLite VM instructions (in units of 100) the read takes."""
-    steps = 0
-
-    def count() -> int:
-        nonlocal steps
-        steps += 1
-        return 0
-
-    conn = store.db.connection()
-    conn.set_progress_handler(count, 100)
-    try:
-        store.recent_messages_of(session_id, READS)
-    finally:
-        conn.set_progress_handler(None, 0)
-    return steps
+    return sqlite_steps(store, lambda: store.recent_messages_of(session_id, READS))[1]
 
 
 def _postgres_filtered_rows(store: Store, session_id: str) -> int:

@@ -19,6 +19,7 @@ import pytest
 
 from corvid_actors.db.cluster import ClusterStore
 from corvid_actors.db.store import Store
+from tests.db.db_work import sqlite_steps
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 LEASE_S = 15.0
@@ -45,19 +46,7 @@ def _sweep_work(cluster: ClusterStore, sweeper: str, now: datetime) -> tuple[int
     """(sessions claimed, work) of one sweep."""
     store = cluster.store
     if store.is_sqlite:
-        steps = 0
-
-        def count() -> int:
-            nonlocal steps
-            steps += 1
-            return 0
-
-        conn = store.db.connection()
-        conn.set_progress_handler(count, 100)
-        try:
-            claims = cluster.claim_expired(sweeper, now, LEASE_S, 1, 1000)
-        finally:
-            conn.set_progress_handler(None, 0)
+        claims, steps = sqlite_steps(store, lambda: cluster.claim_expired(sweeper, now, LEASE_S, 1, 1000))
         return len(claims), steps
     store.db.execute_sql("ANALYZE session_leases")  # as autovacuum has, long before a table is large
     reads = ("SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables "

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from corvid_actors.db.store import Store
+from tests.db.db_work import sqlite_steps
 
 SHORT, LONG = 200, 5_000
 
@@ -30,23 +31,6 @@ def _crowd(store: Store, n: int, prefix: str, fields: dict[str, Any]) -> None:
     with store.transaction():
         for start in range(0, n, 500):
             S.insert_many(rows[start:start + 500]).execute()
-
-
-def _sqlite_steps(store: Store, read: Any) -> int:
-    steps = 0
-
-    def count() -> int:
-        nonlocal steps
-        steps += 1
-        return 0
-
-    conn = store.db.connection()
-    conn.set_progress_handler(count, 100)
-    try:
-        read()
-    finally:
-        conn.set_progress_handler(None, 0)
-    return steps
 
 
 def _postgres_rows_read(store: Store, sql: str, params: list[Any]) -> int:
@@ -75,7 +59,7 @@ def test_a_channel_lookup_does_not_read_every_session(store: Store, kind: str) -
         newest = store.create_session(channel=f"{prefix}-subject", **fields)
         assert store.newest_session_id(channel=f"{prefix}-subject", **lookup) == newest.id
         if store.is_sqlite:
-            work[prefix] = _sqlite_steps(store, lambda: store.newest_session_id(channel="few-subject", **lookup))
+            work[prefix] = sqlite_steps(store, lambda: store.newest_session_id(channel="few-subject", **lookup))[1]
     assert store.newest_session_id(channel="nobody", **lookup) is None
     if store.is_sqlite:
         assert work["many"] <= 2 * work["few"] + 5, work
