@@ -52,9 +52,13 @@ class SessionRows(StoreBase):
         row._dirty.clear()  # saved, as create leaves it
         return row
 
-    def newest_session_sql(self, *, source: str, channel: str, agent_id: str | None = None,
-                           name: str | None = None, participant: str | None = None) -> tuple[str, list[Any]]:
-        """The statement of :meth:`newest_session_id` and its parameters."""
+    @store_op
+    def newest_session_id(self, *, source: str, channel: str, agent_id: str | None = None,
+                          name: str | None = None, participant: str | None = None) -> str | None:
+        """The id of the newest session of ``channel`` and ``source`` with the other fields
+        given (a chat bridge's conversation, an agent's session for a sender), or None.
+        A range of the index on (channel, source, created_at): the other channels' sessions
+        are never read."""
         S = self.m.Session
         where = (S.channel == channel) & (S.source == source)
         if agent_id is not None:
@@ -64,17 +68,6 @@ class SessionRows(StoreBase):
         if participant is not None:
             where &= S.participant == participant
         sql, params = S.select(S.id).where(where).order_by(S.created_at.desc()).limit(1).sql()
-        return sql, list(params)
-
-    @store_op
-    def newest_session_id(self, *, source: str, channel: str, agent_id: str | None = None,
-                          name: str | None = None, participant: str | None = None) -> str | None:
-        """The id of the newest session of ``channel`` and ``source`` with the other fields
-        given (a chat bridge's conversation, an agent's session for a sender), or None.
-        A range of the index on (channel, source, created_at): the other channels' sessions
-        are never read."""
-        sql, params = self.newest_session_sql(source=source, channel=channel, agent_id=agent_id,
-                                              name=name, participant=participant)
         with self._lock:
             row = self.db.execute_sql(sql, params).fetchone()
         return None if row is None else str(row[0])

@@ -19,7 +19,7 @@ import pytest
 
 from corvid_actors.db.cluster import ClusterStore
 from corvid_actors.db.store import Store
-from tests.db.db_work import sqlite_steps
+from tests.db.db_work import work
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 LEASE_S = 15.0
@@ -42,36 +42,22 @@ def _ended_leases(store: Store, n: int, prefix: str) -> None:
             L.insert_many([{"session": sid, "epoch": 3} for sid in chunk]).execute()
 
 
-def _sweep_work(cluster: ClusterStore, sweeper: str, now: datetime) -> tuple[int, int]:
-    """(sessions claimed, work) of one sweep."""
-    store = cluster.store
-    if store.is_sqlite:
-        claims, steps = sqlite_steps(store, lambda: cluster.claim_expired(sweeper, now, LEASE_S, 1, 1000))
-        return len(claims), steps
-    store.db.execute_sql("ANALYZE session_leases")  # as autovacuum has, long before a table is large
-    reads = ("SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables "
-             "WHERE relname = 'session_leases' AND schemaname = current_schema()")
-    with store.transaction():  # the backend's counts not yet reported, this transaction's included
-        [[before]] = store.db.execute_sql(reads).fetchall()
-        claims = cluster.claim_expired(sweeper, now, LEASE_S, 1, 1000)
-        [[after]] = store.db.execute_sql(reads).fetchall()
-    return len(claims), int(after) - int(before)
-
-
 def test_a_sweep_reads_held_leases_not_every_ended_one(store: Store) -> None:
     cluster = ClusterStore(store)
     cluster.register_daemon("sweeper", "host", 1, "test", T0)
-    work = {}
+    done = {}
     for round_, (prefix, n) in enumerate((("few", FEW), ("many", MANY - FEW))):
         _ended_leases(store, n, prefix)
         dead = f"dead-{prefix}"
         cluster.register_daemon(dead, "host", 2, "test", at(100 * round_))
         held = [store.create_session(name=f"{prefix}-held-{i}").id for i in range(3)]
         assert len(cluster.claim(held, dead, at(100 * round_), LEASE_S)) == 3
-        cluster.heartbeat("sweeper", at(100 * round_ + 20), LEASE_S)
-        claimed, work[prefix] = _sweep_work(cluster, "sweeper", at(100 * round_ + 20))
-        assert claimed == 3  # the dead daemon's three, nothing of the ended sessions
-    assert work["many"] <= 2 * work["few"] + 20, work
+        sweep_at = at(100 * round_ + 20)
+        cluster.heartbeat("sweeper", sweep_at, LEASE_S)
+        claims, done[prefix] = work(store, "session_leases",
+                                    lambda t=sweep_at: cluster.claim_expired("sweeper", t, LEASE_S, 1, 1000))
+        assert len(claims) == 3  # the dead daemon's three, nothing of the ended sessions
+    assert done["many"] <= 2 * done["few"] + 20, done
 
 
 @pytest.mark.postgres

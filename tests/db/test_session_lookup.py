@@ -6,18 +6,17 @@ contact, or the first message after a restart) both ask the store for the newest
 of a channel (``Store.newest_session_id``). With no index on the channel that read
 scanned every session row (SQLite ``SCAN`` and a sort; PostgreSQL a sequential scan): a
 bot with a million conversations paid for all of them on every new one. Work is measured
-in the database's units, not seconds (see test_history_reads.py).
+in the database's units, not seconds (``tests/db/db_work.py``).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
 from corvid_actors.db.store import Store
-from tests.db.db_work import sqlite_steps
+from tests.db.db_work import work
 
 SHORT, LONG = 200, 5_000
 
@@ -33,39 +32,22 @@ def _crowd(store: Store, n: int, prefix: str, fields: dict[str, Any]) -> None:
             S.insert_many(rows[start:start + 500]).execute()
 
 
-def _postgres_rows_read(store: Store, sql: str, params: list[Any]) -> int:
-    """Rows PostgreSQL's plan read (scanned or thrown away by a filter)."""
-    store.db.execute_sql("ANALYZE sessions")
-    [[plan]] = store.db.execute_sql("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchall()
-    plan = json.loads(plan) if isinstance(plan, str) else plan
-
-    def read(node: dict[str, Any]) -> int:
-        scanned = int(node.get("Actual Rows", 0)) if node.get("Node Type") == "Seq Scan" else 0
-        return scanned + int(node.get("Rows Removed by Filter", 0)) + sum(read(c) for c in node.get("Plans", ()))
-
-    return read(plan[0]["Plan"])
-
-
 @pytest.mark.parametrize("kind", ["chat", "agent"])
 def test_a_channel_lookup_does_not_read_every_session(store: Store, kind: str) -> None:
     agent = store.create_agent(name="recipient") if kind == "agent" else None
     fields: dict[str, Any] = ({"source": "chat", "name": "tg", "participant": "alice"} if kind == "chat"
                               else {"source": "agent", "agent_id": agent.id})
     lookup = {k: v for k, v in fields.items()}
-    work = {}
+    done = {}
     for prefix, n in (("few", SHORT), ("many", LONG)):  # the table grows from ~200 rows to ~5,200
         _crowd(store, n, prefix, fields)
         store.create_session(channel=f"{prefix}-subject", **fields)
         newest = store.create_session(channel=f"{prefix}-subject", **fields)
         assert store.newest_session_id(channel=f"{prefix}-subject", **lookup) == newest.id
-        if store.is_sqlite:
-            work[prefix] = sqlite_steps(store, lambda: store.newest_session_id(channel="few-subject", **lookup))[1]
+        found, done[prefix] = work(store, "sessions", lambda: store.newest_session_id(channel="few-subject", **lookup))
+        assert found is not None
     assert store.newest_session_id(channel="nobody", **lookup) is None
-    if store.is_sqlite:
-        assert work["many"] <= 2 * work["few"] + 5, work
-    else:
-        sql, params = store.newest_session_sql(channel="many-subject", **lookup)
-        assert _postgres_rows_read(store, sql, params) < 1000
+    assert done["many"] <= 2 * done["few"] + 20, done
 
 
 def test_the_newest_session_of_a_channel_is_the_last_created_matching_every_field(store: Store) -> None:
