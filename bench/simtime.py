@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import RESULT_MARKER, ROOT, checkout_tree, cli, loadavg, machine, quiet_logs
-from bench._paired import Outcome, compare, interleave, summary
+from bench._paired import Outcome, compare, cpu_seconds, interleave, summary
 
 GOAL_HOURS_PER_S = 1000.0
 #: issue 18: the 100-session day in at most this much wall time (inline dispatcher)
@@ -69,13 +69,6 @@ LONG_HISTORY = 20_000
 COLD_TURNS = 100
 
 
-class _RealTime:
-    # freezegun rewrites module-level references to the time functions while a SimClock
-    # is open; a class attribute keeps the real ones
-    perf_counter = time.perf_counter
-    process_time = time.process_time
-
-
 def day(sessions: int, hours: float, dispatcher: str = "inline", *, idle_exits: bool = True) -> Callable[[], Outcome]:
     """The day; ``idle_exits=False``: the same turns, but no session is stopped for
     inactivity (``session_timeout_s`` longer than the day), so a turn after a quiet
@@ -96,8 +89,11 @@ def cold_turns(history: int) -> Callable[[], Outcome]:
     """One session with ``history`` stored messages, a turn every two simulated hours: each
     is a cold resume (history read, exit notes, start, reply, inactivity stop). Only the
     turns are timed, not filling the history."""
+    from corvid_actors.clock import RealClock
     from corvid_actors.config import Config
     from corvid_actors.testing import ScriptedProvider, SimClock, sim_runtime
+
+    real = RealClock()  # its monotonic stays real while the SimClock freezes time
 
     def go() -> Outcome:
         clock = SimClock()
@@ -108,12 +104,12 @@ def cold_turns(history: int) -> Callable[[], Outcome]:
             store = runtime.internals.store
             for _ in range(history // 1000):
                 store.append_messages([("long", "user", "question " * 8), ("long", "assistant", "answer " * 30)] * 500)
-            cpu0, t0 = _RealTime.process_time(), _RealTime.perf_counter()
+            cpu0, t0 = cpu_seconds(), real.monotonic()
             for i in range(COLD_TURNS):
                 if not runtime.send_message("long", f"message {i}"):
                     runtime.resume_process("long", f"message {i}")
                 clock.advance(7200)
-            wall, cpu = _RealTime.perf_counter() - t0, _RealTime.process_time() - cpu0
+            wall, cpu = real.monotonic() - t0, cpu_seconds() - cpu0
         finally:
             runtime.shutdown()
             clock.close()
