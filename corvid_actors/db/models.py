@@ -2,13 +2,15 @@
 
 Models are built per database by :func:`build_models`, so two stores in one process
 (two runtimes in a test, a daemon and its benchmark) never share a binding.
-Timestamps are written from Python (``clock.wall_now()``), which the simulated clock
-freezes, so database times follow simulated time.
+Timestamps are written from Python: a store's models date their rows by the runtime's clock
+(``build_models(database, now=clock.now)``), so database times follow simulated time in a
+simulation without going through freezegun's patched ``datetime``.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from types import SimpleNamespace
 from typing import Final
@@ -25,6 +27,14 @@ def new_id() -> str:
 def _now() -> datetime:
     # Naive UTC: portable across SQLite and PostgreSQL columns.
     return wall_now().replace(tzinfo=None)
+
+
+def naive_stamps(now: Callable[[], datetime]) -> Callable[[], datetime]:
+    """The stored form (naive UTC, as :func:`_now`) of the aware times ``now`` returns."""
+
+    def stamp() -> datetime:
+        return now().replace(tzinfo=None)
+    return stamp
 
 
 class SessionStatus:
@@ -53,8 +63,10 @@ class DaemonState:
     GONE: Final = "gone"
 
 
-def build_models(database: pw.Database) -> SimpleNamespace:
-    """Model classes bound to ``database``. Returns a namespace of them plus ``all``."""
+def build_models(database: pw.Database, now: Callable[[], datetime] | None = None) -> SimpleNamespace:
+    """Model classes bound to ``database``, their timestamps from ``now`` (aware UTC, a
+    Clock's ``now``; default: the wall clock). Returns a namespace of them plus ``all``."""
+    stamp = _now if now is None else naive_stamps(now)
 
     class Base(pw.Model):
         class Meta:
@@ -68,7 +80,7 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         applied it (both NULL in rows older than the columns)."""
 
         version = pw.IntegerField(primary_key=True)
-        applied_at = pw.DateTimeField(default=_now)
+        applied_at = pw.DateTimeField(default=stamp)
         breaking = pw.BooleanField(null=True)
         release = pw.CharField(max_length=64, null=True)
 
@@ -81,8 +93,8 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         description = pw.TextField(default="")
         working_dir = pw.TextField()
         env_vars = pw.TextField(default="{}")  # JSON object
-        created_at = pw.DateTimeField(default=_now)
-        updated_at = pw.DateTimeField(default=_now)
+        created_at = pw.DateTimeField(default=stamp)
+        updated_at = pw.DateTimeField(default=stamp)
 
         class Meta:
             table_name = "projects"
@@ -121,8 +133,8 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         # JSON list of tool names, or NULL for the defaults (seed invariant 4)
         tool_permissions = pw.TextField(null=True)
         default_project = pw.ForeignKeyField(Project, null=True, on_delete="SET NULL")
-        created_at = pw.DateTimeField(default=_now)
-        updated_at = pw.DateTimeField(default=_now)
+        created_at = pw.DateTimeField(default=stamp)
+        updated_at = pw.DateTimeField(default=stamp)
 
         class Meta:
             table_name = "agents"
@@ -181,8 +193,8 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         #: user turns delivered and not yet answered by a result: > 0 means a restart finds
         #: the session mid-turn (only such a session calls the model on resume)
         open_turns = pw.IntegerField(default=0)
-        created_at = pw.DateTimeField(default=_now)
-        updated_at = pw.DateTimeField(default=_now)
+        created_at = pw.DateTimeField(default=stamp)
+        updated_at = pw.DateTimeField(default=stamp)
 
         class Meta:
             table_name = "sessions"
@@ -193,7 +205,7 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         role = pw.CharField(max_length=20)
         content = pw.TextField()
         cost_usd = pw.FloatField(default=0.0)
-        timestamp = pw.DateTimeField(default=_now)
+        timestamp = pw.DateTimeField(default=stamp)
         #: multimodal content as given (JSON list of text/image blocks); ``content`` then
         #: holds its text (images as placeholders). NULL for plain-text messages.
         content_blocks = pw.TextField(null=True)
@@ -206,8 +218,8 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         credits = pw.IntegerField(default=0)
         total_purchased = pw.IntegerField(default=0)
         total_consumed = pw.IntegerField(default=0)
-        created_at = pw.DateTimeField(default=_now)
-        updated_at = pw.DateTimeField(default=_now)
+        created_at = pw.DateTimeField(default=stamp)
+        updated_at = pw.DateTimeField(default=stamp)
 
         class Meta:
             table_name = "credit_ledger"
@@ -221,7 +233,7 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         balance_after = pw.IntegerField()
         reference = pw.CharField(default="", max_length=200)
         session_id = pw.CharField(null=True, max_length=64)
-        created_at = pw.DateTimeField(default=_now)
+        created_at = pw.DateTimeField(default=stamp)
 
         class Meta:
             table_name = "credit_transactions"
@@ -256,8 +268,8 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         id = pw.CharField(primary_key=True, max_length=200)
         host = pw.CharField(default="", max_length=255)
         pid = pw.IntegerField(null=True)
-        started_at = pw.DateTimeField(default=_now)
-        heartbeat_at = pw.DateTimeField(default=_now)
+        started_at = pw.DateTimeField(default=stamp)
+        heartbeat_at = pw.DateTimeField(default=stamp)
         version = pw.CharField(default="", max_length=50)
         state = pw.CharField(default=DaemonState.LIVE, max_length=20)
 
@@ -305,7 +317,7 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         payload = pw.TextField()  # JSON object
         state = pw.CharField(default="pending", max_length=20)
         result = pw.TextField(null=True)  # JSON (an error message when failed)
-        created_at = pw.DateTimeField(default=_now, index=True)  # the purge's range (pg_bus_purge)
+        created_at = pw.DateTimeField(default=stamp, index=True)  # the purge's range (pg_bus_purge)
 
         class Meta:
             table_name = "cluster_commands"
@@ -320,7 +332,7 @@ def build_models(database: pw.Database) -> SimpleNamespace:
         id = pw.BigAutoField()
         origin = pw.CharField(max_length=200)
         body = pw.TextField()  # the event, JSON
-        created_at = pw.DateTimeField(default=_now, index=True)
+        created_at = pw.DateTimeField(default=stamp, index=True)
 
         class Meta:
             table_name = "cluster_events"

@@ -10,6 +10,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlparse
 
@@ -59,11 +60,13 @@ class StoreBase:
     def __init__(self, url: str = "sqlite:///:memory:", *, busy_timeout_ms: int = 30000,
                  message_writes: str = "writer", max_message_batch: int = DEFAULT_MAX_MESSAGE_BATCH,
                  reconnect_backoff_s: tuple[float, float] = DEFAULT_RECONNECT_BACKOFF_S,
-                 monotonic: Callable[[], float] | None = None,
+                 monotonic: Callable[[], float] | None = None, now: Callable[[], datetime] | None = None,
                  migrations: Sequence[Migration] | None = None, release: str | None = None) -> None:
         # ``migrations``: the schema this code knows (default: all of them); ``release``:
         # which release this code is (default: the installed one). Seams for the
         # rolling-upgrade tests, which open a database as another release would.
+        # ``monotonic`` and ``now``: the runtime's clock (reconnect backoff; the stored
+        # timestamps, aware UTC: a simulation's rows carry simulated times); default: real.
         self.url = url
         self._lock = threading.RLock()
         # Availability (see the module docstring): why the store is down, or None.
@@ -102,7 +105,7 @@ class StoreBase:
                 self._file = str(self.db.database)
                 st = os.stat(self._file)
                 self._file_id = (st.st_dev, st.st_ino)
-            self.m = build_models(self.db)
+            self.m = build_models(self.db, now)
             with self._lock:
                 if migrations is None and isinstance(self.db, pw.SqliteDatabase) and self.db.database == ":memory:":
                     copy_memory_schema(self.m, self.db)  # then migrate finds nothing to apply

@@ -7,7 +7,7 @@ runs are marked ``postgres``.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from freezegun import freeze_time
@@ -162,6 +162,31 @@ def test_timestamps_follow_frozen_time(store: Store) -> None:
     assert store.get_session(session.id).created_at == FROZEN
     message = store.m.SessionMessage.get(store.m.SessionMessage.session == session.id)
     assert message.timestamp == FROZEN
+
+
+def test_a_store_given_a_clock_dates_every_row_by_it(store: Store) -> None:
+    """A runtime's store dates rows by the runtime's clock (``now``), not by ``datetime.now``:
+    a simulation's rows carry simulated times even where freezegun is not running."""
+    at = [FROZEN]
+    dated = Store(store.url, now=lambda: at[0].replace(tzinfo=UTC))  # the same backend
+    try:
+        session = dated.create_session()
+        at[0] += timedelta(minutes=1)
+        dated.append_message(session.id, "user", "hi")
+        at[0] += timedelta(minutes=1)
+        dated.update_session(session.id, status="running")
+        updated = dated.get_session(session.id).updated_at
+        at[0] += timedelta(minutes=1)
+        dated.add_session_usage(session.id, cost_usd=0.5, turns=1)
+        row = dated.get_session(session.id)
+        message = dated.m.SessionMessage.get(dated.m.SessionMessage.session == session.id)
+    finally:
+        dated.close()
+    assert row.created_at == FROZEN
+    assert message.timestamp == FROZEN + timedelta(minutes=1)
+    assert updated == FROZEN + timedelta(minutes=2)
+    assert row.updated_at == FROZEN + timedelta(minutes=3)
+    assert abs(datetime.now() - FROZEN) > timedelta(days=1)  # the wall clock says otherwise
 
 
 def test_add_session_usage_accumulates(store: Store) -> None:
