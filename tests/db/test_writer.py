@@ -45,11 +45,19 @@ class GatedCommit:
         return [f"id-{item}" for item in items]
 
 
-def test_requests_queued_behind_a_commit_share_the_next_one_and_complete_after_it():
-    commit = GatedCommit()
-    writer: MessageWriter[object, object] = MessageWriter(commit, max_batch=100)
-    first = writer.submit_async(0)
+def held_writer(first: object, max_batch: int, *, bad: object = None
+                ) -> tuple[GatedCommit, MessageWriter[object, object], WriteAck[object]]:
+    """A writer whose thread is inside the commit of ``first``, held there until
+    ``commit.open`` is set: what is submitted now queues behind it."""
+    commit = GatedCommit(bad)
+    writer: MessageWriter[object, object] = MessageWriter(commit, max_batch=max_batch)
+    ack = writer.submit_async(first)
     assert commit.entered.wait(WAIT_S)
+    return commit, writer, ack
+
+
+def test_requests_queued_behind_a_commit_share_the_next_one_and_complete_after_it():
+    commit, writer, first = held_writer(0, 100)
     queued = [writer.submit_async(i) for i in range(1, 6)]
     assert not any(f.done() for f in [first, *queued])  # nothing acknowledged before its commit
     commit.open.set()
@@ -61,10 +69,7 @@ def test_requests_queued_behind_a_commit_share_the_next_one_and_complete_after_i
 
 
 def test_one_bad_request_fails_alone():
-    commit = GatedCommit(bad=3)
-    writer: MessageWriter[object, object] = MessageWriter(commit, max_batch=100)
-    blocker = writer.submit_async(0)
-    assert commit.entered.wait(WAIT_S)
+    commit, writer, blocker = held_writer(0, 100, bad=3)
     futures = [writer.submit_async(i) for i in range(1, 6)]
     commit.open.set()
     wait([blocker, *futures], timeout=WAIT_S)
@@ -75,10 +80,8 @@ def test_one_bad_request_fails_alone():
 
 
 def test_a_batch_is_bounded_by_max_batch():
-    commit = GatedCommit()
-    writer: MessageWriter[object, object] = MessageWriter(commit, max_batch=2)
-    futures = [writer.submit_async(0)]
-    assert commit.entered.wait(WAIT_S)
+    commit, writer, ack = held_writer(0, 2)
+    futures = [ack]
     futures += [writer.submit_async(i) for i in range(1, 6)]
     commit.open.set()
     wait(futures, timeout=WAIT_S)
@@ -196,10 +199,7 @@ def test_submits_racing_close_are_each_committed_once_or_refused_never_lost():
 
 
 def test_several_threads_may_wait_for_one_write():
-    commit = GatedCommit()
-    writer: MessageWriter[object, object] = MessageWriter(commit, max_batch=10)
-    ack = writer.submit_async(3)
-    assert commit.entered.wait(WAIT_S)
+    commit, writer, ack = held_writer(3, 10)
     got: list[object] = []
     ready = threading.Barrier(4, timeout=WAIT_S)
 
@@ -220,10 +220,7 @@ def test_several_threads_may_wait_for_one_write():
 
 
 def test_an_ack_tells_its_callbacks_and_waiters_once_committed():
-    commit = GatedCommit()
-    writer: MessageWriter[object, object] = MessageWriter(commit, max_batch=10)
-    ack = writer.submit_async(7)
-    assert commit.entered.wait(WAIT_S)
+    commit, writer, ack = held_writer(7, 10)
     heard: list[object] = []
     ack.add_done_callback(lambda a: heard.append((threading.current_thread() is writer.thread, a.result())))
     with pytest.raises(WriteTimeout):
@@ -251,10 +248,7 @@ def test_a_lone_blocking_caller_commits_on_its_own_thread():
 
 def test_a_blocking_caller_queues_behind_pending_async_writes():
     """Order: a thread's async write still queued is committed before its next blocking one."""
-    commit = GatedCommit()
-    writer: MessageWriter[object, object] = MessageWriter(commit, max_batch=10)
-    first = writer.submit_async("a")
-    assert commit.entered.wait(WAIT_S)
+    commit, writer, first = held_writer("a", 10)
     second = writer.submit_async("b")
     answer: list[object] = []
     blocking = threading.Thread(target=lambda: answer.append(writer.submit("c")))
