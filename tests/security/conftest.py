@@ -4,8 +4,10 @@ with a live admin socket, and a real OS sandbox (never skipped: CI makes sure bw
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from corvid_actors.tools.base import ToolContext
 from corvid_actors.tools.coding import coding_tools
 from corvid_actors.tools.env import safe_env
 from corvid_actors.tools.sandbox import Sandbox, SandboxSettings
+from tests.security.as_user import Daemon, chown_tree, shared_dir
 
 # the end-to-end fixtures (a runtime on a simulated clock, the real clients over stubs)
 from tests.e2e.conftest import _scrub_provider_env, make_e2e, project_dir  # noqa: F401
@@ -113,3 +116,61 @@ def host_processes_with(marker: str) -> list[int]:
         if marker.encode() in cmdline and state != "Z":
             found.append(int(pid))
     return found
+
+
+# --- as root and as an unprivileged user (tests/security/as_user.py) --------------------
+
+
+def make_project(root: Path) -> Path:
+    """The project of the attacks: secrets in ``.env`` files, a ``.git``, a README."""
+    (root / "sub").mkdir(parents=True)
+    (root / ".git").mkdir()
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (root / ".env").write_text(f"ANTHROPIC_API_KEY={SECRET}\n")
+    (root / "sub" / ".env.local").write_text(f"TOKEN={SECRET}\n")
+    (root / "README.md").write_text("hello\n")
+    return root
+
+
+@pytest.fixture(params=["root", "nobody"])
+def daemon_user(request) -> str:
+    """The uid the daemon side runs as: each test that takes it runs once for each."""
+    return request.param
+
+
+@pytest.fixture
+def daemon_factory(daemon_user: str):
+    """Build :class:`Daemon`\\ s as ``daemon_user`` over a fresh project and data directory
+    (``settings``: ``[tools.sandbox]`` overrides); stopped and removed after the test."""
+    made: list[Daemon] = []
+    dirs: list[Path] = []
+
+    def build(settings: dict | None = None, network: bool = False,
+              arrange: Callable[[Path], None] | None = None) -> Daemon:
+        base = shared_dir("corvid-sec-")
+        dirs.append(base)
+        project = make_project(base / "project")
+        if arrange is not None:
+            arrange(project)
+        data = base / "data"
+        data.mkdir()
+        (data / "corvid.db").write_text("db")
+        daemon = Daemon(daemon_user, project, data, settings or {}, network)
+        if daemon.uid:
+            chown_tree(project, daemon.uid)
+        made.append(daemon)
+        daemon.start()
+        assert daemon.status.get("active"), f"the OS sandbox must work here: {daemon.status}"
+        return daemon
+
+    yield build
+    for daemon in made:
+        daemon.stop()
+    for base in dirs:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def daemon(daemon_factory) -> Daemon:
+    """A daemon side with the default sandbox, as root and as uid 65534 (two runs)."""
+    return daemon_factory()

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
+
+from tests.security.as_user import setpriv_argv, unprivileged_env
 
 PROBE = textwrap.dedent("""
     import os, subprocess
@@ -24,14 +25,13 @@ PROBE = textwrap.dedent("""
 
 
 def test_after_start_up_a_same_uid_process_cannot_read_the_environ():
-    argv = [sys.executable, "-c", PROBE]
+    argv = [os.path.realpath(sys.executable), "-s", "-c", PROBE]
     if os.geteuid() == 0:
-        # root may read anything: run the daemon side and the reader as one ordinary user
-        setpriv = shutil.which("setpriv")
-        assert setpriv, "setpriv (util-linux) is needed to test as an ordinary user"
-        argv = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-                "--bounding-set=-all", *argv]
-    env = {**os.environ, "CORVID_TEST_SECRET": "s3cret", "PYTHONPATH": os.getcwd()}
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, cwd=os.getcwd())
+        # root may read anything: run the daemon side and the reader as one ordinary user,
+        # on a copy of the package it can read wherever the checkout lies
+        argv = [*setpriv_argv(), *argv]
+    env = unprivileged_env(CORVID_TEST_SECRET="s3cret")
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60,
+                          cwd=env["PYTHONPATH"])
     lines = [line for line in done.stdout.splitlines() if line.strip()]
     assert lines == ["True read", "True False unreadable"], (done.stdout, done.stderr[-500:])
