@@ -16,10 +16,10 @@ from corvid_actors.tools.base import ToolContext
 from corvid_actors.tools.coding import coding_tools
 from corvid_actors.tools.env import safe_env
 from corvid_actors.tools.sandbox import Sandbox, SandboxSettings
-from tests.security.as_user import Daemon, chown_tree, shared_dir
 
 # the end-to-end fixtures (a runtime on a simulated clock, the real clients over stubs)
 from tests.e2e.conftest import _scrub_provider_env, make_e2e, project_dir  # noqa: F401
+from tests.security.as_user import Daemon, chown_tree, shared_dir
 
 SECRET = "sk-ant-SECRET-do-not-leak"
 #: a computed ".env": the guard cannot see it, only the kernel stops it
