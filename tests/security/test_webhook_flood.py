@@ -94,6 +94,15 @@ def deliver(transport: WebhookTransport, source: str, text: str) -> tuple[int, d
         return read_answer(sock)
 
 
+def redeliver(transport: WebhookTransport, source: str, text: str) -> int:
+    """:func:`deliver`'s status, where a reset counts as 429: a refusal closes the connection
+    with the body unread, and the kernel's reset may overtake the 429 it sent."""
+    try:
+        return deliver(transport, source, text)[0]
+    except ConnectionResetError:
+        return 429
+
+
 def flood(transport: WebhookTransport, stack: ExitStack, count: int) -> list[socket.socket]:
     """``count`` idle connections from the flooder, closed when ``stack`` closes."""
     return [stack.enter_context(connect(transport, FLOODER)) for _ in range(count)]
@@ -123,7 +132,7 @@ def test_a_client_over_its_cap_gets_429_until_its_connections_close(served):
         assert deliver(transport, PLATFORM, "other client")[0] == 202
     # the flood is closed: its slots come back as the server threads see the connections end
     deadline = time.monotonic() + WAIT_S
-    while (status := deliver(transport, FLOODER, "flooder again")[0]) == 429 and time.monotonic() < deadline:
+    while (status := redeliver(transport, FLOODER, "flooder again")) == 429 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert status == 202
     assert recorder.texts == ["other client", "flooder again"]
