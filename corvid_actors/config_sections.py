@@ -198,7 +198,14 @@ class WebhookConfig:
     max_body_bytes: int = field(metadata=AT_LEAST_ONE)
     read_timeout_s: float = field(metadata=POSITIVE)
     max_connections: int = field(metadata=AT_LEAST_ONE)
+    max_connections_per_client: int = field(metadata=AT_LEAST_ONE)
     send_timeout_s: float = field(metadata=POSITIVE)
+
+    def __post_init__(self) -> None:
+        if self.max_connections_per_client > self.max_connections:
+            raise ConfigError(f"config key webhook.max_connections_per_client = {self.max_connections_per_client} "
+                              f"must be at most webhook.max_connections = {self.max_connections} "
+                              "(one client cannot hold more than every connection)")
 
 
 @section("cluster.bus")

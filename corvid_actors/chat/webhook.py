@@ -9,8 +9,10 @@ bridge has dealt with the message (persisted it, or answered a command):
 ``Content-Length``), ``401`` (missing, malformed, wrong or expired signature), ``404``
 (other path), ``408`` (the request did not arrive within ``read_timeout_s``), ``409``
 (a replay: this signature was already accepted), ``413`` (body too large), ``429`` (too
-many connections at once), ``503`` (the bot is shutting down, or the replay store is
-unreachable), ``500`` (anything else). ``GET /healthz`` answers ``200``.
+many connections at once: over ``max_connections`` in all, or over
+``max_connections_per_client`` from one client address), ``503`` (the bot is shutting
+down, or the replay store is unreachable), ``500`` (anything else). ``GET /healthz``
+answers ``200``.
 
 Signatures (with a ``secret``), in the style of Stripe and Slack::
 
@@ -81,6 +83,9 @@ DEFAULT_SEND_TIMEOUT_S = 10.0
 DEFAULT_READ_TIMEOUT_S = 10.0
 #: connections served at once
 DEFAULT_MAX_CONNECTIONS = 64
+#: connections served at once from one client address: a quarter of the global cap, so
+#: one client's idle flood leaves room for the others
+DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 16
 #: how often the server loop checks for stop() (bounds how long stop() takes)
 _SERVE_POLL_S = 0.05
 
@@ -98,6 +103,10 @@ class ReplayGuard(Protocol):
 class WebhookTransport:
     """See the module docstring. ``port=0`` picks a free port (read :attr:`url`).
 
+    ``max_connections`` bounds the connections served at once, ``max_connections_per_client``
+    those from one client address (behind a proxy every request comes from the proxy's
+    address: raise it to ``max_connections`` there, and let the proxy limit its clients).
+
     ``replays`` remembers accepted signatures; by default the bridge binds the runtime's
     store to it (:meth:`bind_runtime`), else it is in memory (not durable, with a warning).
     ``clock`` tells the time signatures are checked against (the runtime's, once bound).
@@ -109,8 +118,12 @@ class WebhookTransport:
                  secret: str = "", send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, signature_tolerance_s: float = DEFAULT_TOLERANCE_S,
                  allow_legacy_signatures: bool = False, read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
-                 max_connections: int = DEFAULT_MAX_CONNECTIONS, replays: ReplayGuard | None = None,
-                 clock: Clock | None = None) -> None:
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+                 replays: ReplayGuard | None = None, clock: Clock | None = None) -> None:
+        if max_connections < 1 or max_connections_per_client < 1:
+            raise ValueError(f"max_connections ({max_connections}) and max_connections_per_client "
+                             f"({max_connections_per_client}) must be at least 1")
         self.callback_url = callback_url
         self.host = host
         self.port = port
@@ -122,6 +135,7 @@ class WebhookTransport:
         self.allow_legacy_signatures = allow_legacy_signatures
         self.read_timeout_s = read_timeout_s
         self.max_connections = max_connections
+        self.max_connections_per_client = max_connections_per_client
         self.replays = replays
         self.clock = clock
         #: deadlines of socket reads: real time even while a simulation freezes the clock
@@ -137,6 +151,7 @@ class WebhookTransport:
         settings = {"signature_tolerance_s": w.signature_tolerance_s,
                     "allow_legacy_signatures": w.allow_legacy_signatures, "max_body_bytes": w.max_body_bytes,
                     "read_timeout_s": w.read_timeout_s, "max_connections": w.max_connections,
+                    "max_connections_per_client": w.max_connections_per_client,
                     "send_timeout_s": w.send_timeout_s}
         return cls(callback_url, **{**settings, **kwargs})
 
@@ -171,7 +186,8 @@ class WebhookTransport:
                 logger.warning("webhook: legacy body-only signatures (sha256=) are accepted: they carry no "
                                "timestamp; upgrade the platform to t=…,v1=… and turn allow_legacy_signatures off")
         self._handler = handler
-        server = CappedServer((self.host, self.port), make_handler(self), self.max_connections)
+        server = CappedServer((self.host, self.port), make_handler(self), self.max_connections,
+                              self.max_connections_per_client)
         server.daemon_threads = True
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, args=(_SERVE_POLL_S,),

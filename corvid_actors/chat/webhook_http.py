@@ -1,5 +1,6 @@
-"""The webhook transport's HTTP side: a threading server capped at ``max_connections``
-(more are answered 429 at once) and the request handler that checks each POST's
+"""The webhook transport's HTTP side: a threading server capped at ``max_connections``,
+and at ``max_connections_per_client`` from any one client address (more are answered 429
+at once), and the request handler that checks each POST's
 length, path and signature header before reading its body against a deadline, then
 hands the body to :class:`~corvid_actors.chat.webhook.WebhookTransport`. Stdlib only."""
 
@@ -37,50 +38,80 @@ class RequestError(Exception):
 
 
 class CappedServer(ThreadingHTTPServer):
-    """At most ``max_connections`` served at once; more are answered 429 at once."""
+    """At most ``max_connections`` served at once, and at most ``max_connections_per_client``
+    from one client address (so one client's idle flood cannot take every slot); more are
+    answered 429 at once. A slot is released when its connection's thread ends."""
 
     # a burst of connections must reach accept() to be answered (429 or served), not wait
     # in SYN retries behind socketserver's default backlog of 5
     request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
-                 max_connections: int) -> None:
+                 max_connections: int, max_connections_per_client: int) -> None:
         super().__init__(address, handler)
         self.max_connections = max_connections
+        self.max_connections_per_client = max_connections_per_client
         self._active = 0
+        #: connections served per client address (an address leaves when its last closes)
+        self._active_by_client: dict[str, int] = {}
         self._count_lock = threading.Lock()
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        client = _client_of(client_address)
         with self._count_lock:
-            full = self._active >= self.max_connections
-            if not full:
+            refusal = self._refusal(client)
+            if refusal is None:
                 self._active += 1
-        if full:
-            body = json.dumps({"error": f"too many connections (at most {self.max_connections}); "
-                                        "retry shortly"}).encode()
-            head = (f"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n").encode()
-            try:
-                request.send(head + body, socket.MSG_DONTWAIT)  # never wait on the accept thread
-            except OSError:
-                pass
+                self._active_by_client[client] = self._active_by_client.get(client, 0) + 1
+        if refusal is not None:
+            _refuse(request, refusal)
             self.shutdown_request(request)
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._release()
+            self._release(client)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._release()
+            self._release(_client_of(client_address))
 
-    def _release(self) -> None:
+    def _refusal(self, client: str) -> str | None:
+        """Why a new connection from ``client`` is refused, or None (under the count lock)."""
+        if self._active >= self.max_connections:
+            return f"too many connections (at most {self.max_connections}); retry shortly"
+        if self._active_by_client.get(client, 0) >= self.max_connections_per_client:
+            return (f"too many connections from your address (at most {self.max_connections_per_client}); "
+                    "retry shortly")
+        return None
+
+    def _release(self, client: str) -> None:
         with self._count_lock:
             self._active -= 1
+            left = self._active_by_client[client] - 1
+            if left:
+                self._active_by_client[client] = left
+            else:
+                del self._active_by_client[client]
+
+
+def _client_of(client_address: Any) -> str:
+    """The client's address without its port: what the per-client cap counts."""
+    return str(client_address[0])
+
+
+def _refuse(request: Any, message: str) -> None:
+    """Answer 429 with ``message`` without waiting: this runs on the accept thread."""
+    body = json.dumps({"error": message}).encode()
+    head = (f"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n").encode()
+    try:
+        request.send(head + body, socket.MSG_DONTWAIT)  # never wait on the accept thread
+    except OSError:
+        pass
 
 
 def make_handler(transport: WebhookTransport) -> type[BaseHTTPRequestHandler]:

@@ -246,6 +246,9 @@ INVALID_FILES = [
     ("[tools.sandbox]\nmax_processes = 0\n", "tools.sandbox.max_processes", "must be >= 1"),
     ("[tools.sandbox]\nnetwork = true\n", "tools.sandbox.network", "unknown config key"),
     ("[tools]\nsandbox = \"auto\"\n", "tools.sandbox", "must be a table"),
+    ("[webhook]\nmax_connections_per_client = 0\n", "webhook.max_connections_per_client", "must be >= 1"),
+    ("[webhook]\nmax_connections = 8\nmax_connections_per_client = 9\n", "webhook.max_connections_per_client",
+     "must be at most webhook.max_connections = 8"),
 ]
 
 
