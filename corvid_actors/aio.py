@@ -150,8 +150,8 @@ class AsyncRuntime:
         return cls(runtime, max_workers=max_workers)
 
     async def run_blocking(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        """``fn(*args, **kwargs)`` on this runtime's threads: for blocking work without an
-        awaitable here (a store read such as ``runtime.ensure_agent``, your own I/O).
+        """``fn(*args, **kwargs)`` on this runtime's threads: for blocking work without a
+        twin here (your own I/O, a ``ChatBridge``'s methods).
         Cancelling the caller stops the waiting only, as for every method."""
         return await self._call(fn, *args, **kwargs)
 

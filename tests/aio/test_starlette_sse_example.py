@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -129,3 +130,14 @@ async def test_a_reply_that_does_not_come_in_time_ends_the_stream_and_not_the_se
                 assert (await client.post(f"{base_url}/chat/other", content="")).status_code == 400  # still serving
     finally:
         await rt.aclose()
+
+
+def test_the_readme_shows_the_examples_own_lines():
+    readme = (EXAMPLE.parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### A web chat over SSE (Starlette)", 1)[1].split("\n### ", 1)[0]
+    [block] = re.findall(r"```python\n(.*?)```", section, re.S)
+    source = EXAMPLE.read_text(encoding="utf-8")
+    shown = [line for line in block.splitlines() if line.strip() and line.strip() != "..."]
+    assert len(shown) > 5
+    for line in shown:
+        assert line.strip() in source, f"the README shows a line the example does not have: {line!r}"
