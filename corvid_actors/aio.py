@@ -9,11 +9,15 @@
                     break
 
 How it relates to :class:`~corvid_actors.runtime.Runtime`: it *is* the same runtime. Every
-method of :class:`AsyncRuntime` is the Runtime method of the same name, run on a small
-thread pool of its own (``run_in_executor``), because each one is an actor ``ask`` that
-blocks its caller until the actor replies. The event loop never waits on an actor, a lock
-or the store; a threaded part of the program (an admin socket, a threaded chat transport)
-may keep using the Runtime directly at the same time.
+public Runtime method has an awaitable twin of the same name, signature and docstring, run
+on a small thread pool of its own (``run_in_executor``), because each one is an actor
+``ask`` or a store query that blocks its caller. The event loop never waits on an actor, a
+lock or the store; a threaded part of the program (an admin socket, a threaded chat
+transport) may keep using the Runtime directly at the same time. The few methods without a
+twin are listed in :data:`WITHOUT_TWIN` with what to do instead (event subscriptions are
+:meth:`AsyncRuntime.events` streams; ``shutdown`` is :meth:`AsyncRuntime.aclose`); the
+Runtime's properties (``config``, ``clock``, ``failure``, …) never block: read them on
+``rt.runtime``.
 
 Cancellation: cancelling a task that awaits a method stops the *waiting*, nothing else.
 The request was already handed to the actor and completes (a cancelled ``start_process``
@@ -41,21 +45,21 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import threading
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, ParamSpec, TypeVar
+from types import MappingProxyType
+from typing import Any, ClassVar, Concatenate, Generic, ParamSpec, TypeVar
 
-from corvid_actors.content import UserContent
-from corvid_actors.db.ledger import Account, Deduction
 from corvid_actors.errors import RuntimeStoppedError
 from corvid_actors.events import ContentBlockDelta, Event
-from corvid_actors.jsontypes import WireJson
 from corvid_actors.runtime import Runtime
 
-__all__ = ["AsyncRuntime", "EventStream", "StreamOverflow", "DEFAULT_MAX_PENDING", "DEFAULT_WORKERS"]
+__all__ = ["AsyncRuntime", "EventStream", "StreamOverflow", "WITHOUT_TWIN", "DEFAULT_MAX_PENDING",
+           "DEFAULT_WORKERS"]
 
 #: items an event stream buffers for a slow reader before it overflows and ends
 DEFAULT_MAX_PENDING = 1000
@@ -81,8 +85,44 @@ class StreamOverflow(Event):
     message: str = ""
 
 
+#: The public Runtime methods AsyncRuntime has no twin for, each with what an asyncio program
+#: does instead. Every other public Runtime method has one (tests/aio/test_twins.py).
+WITHOUT_TWIN: Mapping[str, str] = MappingProxyType({
+    "subscribe": "callbacks run on the EventBus thread: read `async with rt.events(session_id)` instead",
+    "unsubscribe": "an events() stream unsubscribes itself when its `async with` block ends",
+    "subscribe_all": "callbacks run on the EventBus thread: read `async with rt.all_events()` instead",
+    "unsubscribe_all": "an all_events() stream unsubscribes itself when its `async with` block ends",
+    "shutdown": "`await rt.aclose(...)` (the same parameters) shuts down off the loop and releases the threads",
+})
+
+
+def _twin(method: Callable[Concatenate[Runtime, P], R]) -> Callable[Concatenate[AsyncRuntime, P], Coroutine[Any, Any, R]]:
+    """The awaitable twin of a Runtime method: the same signature and docstring (for
+    ``inspect``, ``help()`` and mypy), its call made on the AsyncRuntime's threads."""
+    name = method.__name__
+
+    async def call(self: AsyncRuntime, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        bound: Callable[P, R] = getattr(self.runtime, name)  # by name: a Runtime subclass's override
+        return await self._call(bound, *args, **kwargs)
+
+    # __wrapped__ (set here) gives inspect.signature and typing.get_type_hints the Runtime's
+    # parameters, resolved in the Runtime's module
+    functools.update_wrapper(call, method)
+    call.__module__ = __name__
+    call.__qualname__ = f"AsyncRuntime.{name}"
+    summary = (f"Awaitable twin of ``Runtime.{name}``: the call runs on this AsyncRuntime's threads,\n"
+               "off the event loop; cancelling the awaiting task stops the waiting only.")
+    call.__doc__ = f"{inspect.cleandoc(method.__doc__)}\n\n{summary}" if method.__doc__ else summary
+    return call
+
+
 class AsyncRuntime:
     """An awaitable face over a :class:`~corvid_actors.runtime.Runtime` (see the module docstring).
+
+    Its twins are one line each, ``name = _twin(Runtime.name)``: the Runtime method is the
+    single source of the signature (mypy and ``inspect.signature`` see the same one) and of
+    the docstring. ``tests/aio/test_twins.py`` fails when a public Runtime method has
+    neither a twin nor an entry in :data:`WITHOUT_TWIN`.
 
     Args:
         runtime: the runtime to drive (also usable directly from other threads).
@@ -110,8 +150,8 @@ class AsyncRuntime:
         return cls(runtime, max_workers=max_workers)
 
     async def run_blocking(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        """``fn(*args, **kwargs)`` on this runtime's threads: for blocking work without an
-        awaitable here (a store read such as ``runtime.ensure_agent``, your own I/O).
+        """``fn(*args, **kwargs)`` on this runtime's threads: for blocking work without a
+        twin here (your own I/O, a ``ChatBridge``'s methods).
         Cancelling the caller stops the waiting only, as for every method."""
         return await self._call(fn, *args, **kwargs)
 
@@ -125,93 +165,66 @@ class AsyncRuntime:
         call.add_done_callback(_retrieve)  # a caller that stopped waiting leaves no "never retrieved" noise
         return await asyncio.shield(call)
 
-    # --- sessions (the seed's ProcessManager API) --------------------------------------------
-
-    async def create_session(self, **fields: Any) -> Any:  # the store's session row (peewee)
-        return await self._call(self.runtime.create_session, **fields)
-
-    async def start_process(self, session_id: str, prompt: UserContent | None = None) -> int | None:
-        return await self._call(self.runtime.start_process, session_id, prompt)
-
-    async def resume_process(self, session_id: str, prompt: UserContent | None = None) -> int | None:
-        return await self._call(self.runtime.resume_process, session_id, prompt)
-
-    async def stop_process(self, session_id: str, reason: str = "user_stop") -> None:
-        await self._call(self.runtime.stop_process, session_id, reason)
-
-    async def send_message(self, session_id: str, content: UserContent) -> bool:
-        return bool(await self._call(self.runtime.send_message, session_id, content))
-
-    async def is_running(self, session_id: str) -> bool:
-        return bool(await self._call(self.runtime.is_running, session_id))
-
-    async def get_active_session_ids(self) -> list[str]:
-        return list(await self._call(self.runtime.get_active_session_ids))
-
-    async def resume_session(self, session_id: str) -> bool:
-        return bool(await self._call(self.runtime.resume_session, session_id))
-
-    async def is_paused(self, session_id: str) -> bool:
-        return bool(await self._call(self.runtime.is_paused, session_id))
-
-    async def get_paused_session_ids(self) -> list[str]:
-        return list(await self._call(self.runtime.get_paused_session_ids))
-
-    async def extend_timeout(self, session_id: str, additional_s: float) -> bool:
-        return bool(await self._call(self.runtime.extend_timeout, session_id, additional_s))
-
-    async def get_memory_stats(self) -> dict[str, int]:
-        return dict(await self._call(self.runtime.get_memory_stats))
-
-    async def cleanup_session_state(self, session_id: str) -> None:
-        await self._call(self.runtime.cleanup_session_state, session_id)
-
-    async def session_info(self, session_id: str | None = None) -> dict[str, object]:
-        return dict(await self._call(self.runtime.session_info, session_id))
-
-    async def get_plan(self, session_id: str) -> list[dict[str, object]]:
-        return list(await self._call(self.runtime.get_plan, session_id))
-
-    async def resume_pending_sessions(self) -> list[str]:
-        return list(await self._call(self.runtime.resume_pending_sessions))
-
-    async def settle(self, timeout_s: float | None = 30.0) -> None:
-        """``Runtime.settle`` without blocking the loop (tests, graceful hand-offs)."""
-        await self._call(self.runtime.settle, timeout_s)
-
-    # --- approvals ------------------------------------------------------------------------
-
-    async def list_approvals(self, session_id: str | None = None) -> list[dict[str, object]]:
-        return list(await self._call(self.runtime.list_approvals, session_id))
-
-    async def resolve_approval(self, approval_id: str, behavior: str, message: str = "",
-                               updated_input: dict[str, WireJson] | None = None) -> dict[str, str] | None:
-        return await self._call(self.runtime.resolve_approval, approval_id, behavior, message, updated_input)
-
-    async def set_approval_mode(self, mode: str) -> str:
-        return str(await self._call(self.runtime.set_approval_mode, mode))
-
-    async def approval_mode(self) -> str:
-        return str(await self._call(self.runtime.approval_mode))
-
-    # --- credits (Runtime(with_credits=True)) ------------------------------------------------
-
-    async def grant_credits(self, participant: str, amount: int, *, type: str = "grant",
-                            reference: str = "") -> int:
-        return int(await self._call(self.runtime.grant_credits, participant, amount, type=type,
-                                    reference=reference))
-
-    async def credit_balance(self, participant: str) -> int:
-        return int(await self._call(self.runtime.credit_balance, participant))
-
-    async def credit_transactions(self, participant: str, limit: int = 10) -> list[dict[str, object]]:
-        return list(await self._call(self.runtime.credit_transactions, participant, limit))
-
-    async def open_credit_account(self, participant: str) -> Account:
-        return await self._call(self.runtime.open_credit_account, participant)
-
-    async def charge_turn(self, session_id: str) -> Deduction | None:
-        return await self._call(self.runtime.charge_turn, session_id)
+    # --- the twins: one line per public Runtime method (tests/aio/test_twins.py) --------------
+    # sessions (the seed's ProcessManager API)
+    create_session = _twin(Runtime.create_session)
+    start_process = _twin(Runtime.start_process)
+    resume_process = _twin(Runtime.resume_process)
+    stop_process = _twin(Runtime.stop_process)
+    send_message = _twin(Runtime.send_message)
+    is_running = _twin(Runtime.is_running)
+    get_active_session_ids = _twin(Runtime.get_active_session_ids)
+    resume_session = _twin(Runtime.resume_session)
+    is_paused = _twin(Runtime.is_paused)
+    get_paused_session_ids = _twin(Runtime.get_paused_session_ids)
+    extend_timeout = _twin(Runtime.extend_timeout)
+    get_memory_stats = _twin(Runtime.get_memory_stats)
+    cleanup_session_state = _twin(Runtime.cleanup_session_state)
+    session_info = _twin(Runtime.session_info)
+    get_plan = _twin(Runtime.get_plan)
+    get_tool_outputs = _twin(Runtime.get_tool_outputs)
+    resume_pending_sessions = _twin(Runtime.resume_pending_sessions)
+    take_restart_pending = _twin(Runtime.take_restart_pending)
+    # stored agents, projects, sessions and messages
+    create_agent = _twin(Runtime.create_agent)
+    ensure_agent = _twin(Runtime.ensure_agent)
+    update_agent = _twin(Runtime.update_agent)
+    agent = _twin(Runtime.agent)
+    agents = _twin(Runtime.agents)
+    add_mcp_server = _twin(Runtime.add_mcp_server)
+    create_project = _twin(Runtime.create_project)
+    project = _twin(Runtime.project)
+    session = _twin(Runtime.session)
+    find_session = _twin(Runtime.find_session)
+    history = _twin(Runtime.history)
+    message_count = _twin(Runtime.message_count)
+    # one tool run
+    run_tool = _twin(Runtime.run_tool)
+    # approvals, slots
+    list_approvals = _twin(Runtime.list_approvals)
+    resolve_approval = _twin(Runtime.resolve_approval)
+    set_approval_mode = _twin(Runtime.set_approval_mode)
+    approval_mode = _twin(Runtime.approval_mode)
+    slot_stats = _twin(Runtime.slot_stats)
+    # credits (Runtime(with_credits=True))
+    grant_credits = _twin(Runtime.grant_credits)
+    credit_balance = _twin(Runtime.credit_balance)
+    credit_transactions = _twin(Runtime.credit_transactions)
+    open_credit_account = _twin(Runtime.open_credit_account)
+    charge_turn = _twin(Runtime.charge_turn)
+    # providers, sandbox, hosts' hooks
+    route = _twin(Runtime.route)
+    has_provider = _twin(Runtime.has_provider)
+    provider = _twin(Runtime.provider)
+    sandbox_status = _twin(Runtime.sandbox_status)
+    replay_store = _twin(Runtime.replay_store)
+    work_tracker = _twin(Runtime.work_tracker)
+    # lifecycle and root policy (shutdown's twin is aclose)
+    settle = _twin(Runtime.settle)
+    stop_sessions = _twin(Runtime.stop_sessions)
+    mark_stopping = _twin(Runtime.mark_stopping)
+    watch = _twin(Runtime.watch)
+    add_fatal_listener = _twin(Runtime.add_fatal_listener)
 
     # --- events ------------------------------------------------------------------------------
 
@@ -226,13 +239,15 @@ class AsyncRuntime:
 
     # --- lifecycle -------------------------------------------------------------------------
 
-    async def aclose(self, reason: str = "server_shutdown") -> None:
-        """Shut the runtime down (when owned) off the loop, then release the threads. Idempotent."""
+    async def aclose(self, reason: str = "server_shutdown", *, settle_timeout_s: float = 10.0) -> None:
+        """``Runtime.shutdown`` off the loop (when the runtime is owned), then release the
+        threads. Idempotent."""
         if self._closed:
             return
         if self._owns_runtime:
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._executor, self.runtime.shutdown, reason)
+            await loop.run_in_executor(self._executor, functools.partial(
+                self.runtime.shutdown, reason, settle_timeout_s=settle_timeout_s))
         self._closed = True
         self._executor.shutdown(wait=False)
 

@@ -39,8 +39,8 @@ async def main(args: argparse.Namespace) -> None:
     data_dir = tempfile.mkdtemp(prefix="corvid-telegram-")
     rt = await AsyncRuntime.create(load_config(environ=environ), store_url=f"sqlite:///{data_dir}/bot.db",
                                    workspace_dir=f"{data_dir}/workspace")
-    agent = await rt.run_blocking(rt.runtime.ensure_agent, "telegram-bot", provider="ollama", model=args.model,
-                           system_prompt="You are a helpful assistant in Telegram. Answer briefly.")
+    agent = await rt.ensure_agent("telegram-bot", provider="ollama", model=args.model,
+                                  system_prompt="You are a helpful assistant in Telegram. Answer briefly.")
     transport = TelegramTransport(token, base_url=base_url, poll_timeout_s=1 if args.stub else 30)
     try:
         async with AsyncChatBridge(rt, transport, agent_id=agent.id, settings=BridgeSettings(name="telegram")):

@@ -279,3 +279,27 @@ async def test_create_builds_the_runtime_off_the_loop(scripted, tmp_path):
         assert await art.get_active_session_ids() == []
     finally:
         await art.aclose()
+
+
+async def test_agents_projects_sessions_and_messages_are_awaitable(art, scripted, tmp_path):
+    agent = await art.create_agent("helper", provider=scripted.name, model="m")
+    assert (await art.ensure_agent("HELPER")).id == agent.id  # case-insensitive, not created twice
+    assert (await art.update_agent(agent.id, system_prompt="be brief")).system_prompt == "be brief"
+    assert (await art.agent("helper")).id == agent.id
+    assert [a.name for a in await art.agents()] == ["helper"]
+    project = await art.create_project("proj", tmp_path / "proj")
+    assert (await art.project("proj")).id == project.id
+    session = await art.create_session(agent_id=agent.id, project_id=project.id, source="web", channel="c1")
+    assert await art.find_session(source="web", channel="c1") == session.id
+    scripted.reply("an answer")
+    async with art.events(session.id) as stream:
+        await art.start_process(session.id, "a question")
+        await until(stream, "result")
+    await art.settle()
+    assert (await art.session(session.id)).channel == "c1"
+    assert [(m.role, m.content) for m in await art.history(session.id)] == [
+        ("user", "a question"), ("assistant", "an answer")]
+    assert await art.message_count(session.id) == 2
+    assert await art.get_tool_outputs(session.id) == []
+    assert await art.route(agent) == scripted.name and await art.has_provider(scripted.name)
+    assert await art.take_restart_pending() == []
