@@ -118,8 +118,9 @@ def strip_conversation_history(text: str) -> str:
 
     Nested blocks are removed whole (depth counting, unlike a non-greedy regex that stops
     at the first closing tag); an unclosed block is dropped to the end of the text (it was
-    cut by a length cap); a stray closing tag is dropped. Whitespace after a removed block
-    goes with it, and the result is stripped.
+    cut by a length cap); a stray closing tag is dropped with the whitespace around it
+    collapsed to one space (``"a </conversation_history> b"`` becomes ``"a b"``).
+    Whitespace after a removed block goes with it, and the result is stripped.
     """
     out: list[str] = []
     depth = 0
@@ -127,9 +128,19 @@ def strip_conversation_history(text: str) -> str:
     for match in _HISTORY_TAG.finditer(text):
         closing = match.group(1) == "/"
         block_ended = False
+        if depth == 0 and closing:  # a stray closing tag
+            before = text[pos : match.start()]
+            pos = match.end()
+            after = pos
+            while after < len(text) and text[after].isspace():
+                after += 1
+            spaced = before != before.rstrip() or after > pos
+            out.append(before.rstrip() + (" " if spaced else ""))
+            pos = after
+            continue
         if depth == 0:
             out.append(text[pos : match.start()])
-            depth = 0 if closing else 1
+            depth = 1
         else:
             depth += -1 if closing else 1
             block_ended = depth == 0
