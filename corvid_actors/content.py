@@ -32,8 +32,8 @@ UserContent = str | Sequence[Mapping[str, object]]
 #: image media types the Messages API accepts for base64 sources
 IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
-#: what an image becomes in the stored text of a message (history, resume prompts, views)
-IMAGE_PLACEHOLDER = "[image attachment]"
+#: the stored text of a message of images only (history, resume prompts, views), the original's
+IMAGE_PLACEHOLDER = "[image attachment(s)]"
 
 
 def content_blocks(content: UserContent) -> tuple[dict[str, WireJson], ...]:
@@ -96,9 +96,11 @@ def text_parts(blocks: Sequence[Mapping[str, object]]) -> str:
 
 
 def stored_text(blocks: Sequence[Mapping[str, object]]) -> str:
-    """The text kept in ``session_messages.content`` for blocks: their text, each image
-    as :data:`IMAGE_PLACEHOLDER` in its place (history and views say an image was sent)."""
-    return "\n".join(str(b["text"]) if b.get("type") == "text" else IMAGE_PLACEHOLDER for b in blocks)
+    """The text kept in ``session_messages.content`` for blocks, as the original's
+    ``sendMessage`` persists it: the text parts joined by newlines, or
+    :data:`IMAGE_PLACEHOLDER` when there is no text. The images themselves are kept in
+    ``content_blocks``."""
+    return text_parts(blocks) or IMAGE_PLACEHOLDER
 
 
 def image_blocks(blocks: Sequence[Mapping[str, object]]) -> list[Mapping[str, object]]:
