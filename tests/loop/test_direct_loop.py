@@ -463,11 +463,18 @@ def test_third_hallucinated_reply_ends_the_turn_as_a_normal_assistant_text() -> 
     assert d.tail(2) == [ReleaseSlot(), TurnFinished()]
 
 
-def test_hallucination_before_any_tool_use_is_stripped_not_nudged() -> None:
+@pytest.mark.parametrize("marker", ["[Tool Result]", "«tool_output»", "<<tool_output>>"])
+def test_tool_output_markers_before_any_tool_call_are_an_ordinary_reply(marker: str) -> None:
+    # issue 34 item 1, seed 000 invariant 8 ("after tools have been called"): kept whole,
+    # published, no mid-chain nudge and no "too short" nudge for a cut-off remnant
     d = make()
-    d.start("hi", text("The answer is 4. [Tool Result] 4"))
-    assert d.result().metrics["mid_chain_nudges"] == 0
-    assert d.loop.history[-1].content == "The answer is 4."
+    reply = f"Here it is:\n{marker}\nThe config file sets PORT=8080 and nothing else needs changing."
+    d.start("what port does it use?", text(reply))
+    assert len(d.calls()) == 1
+    assert d.loop.history[-1] == ChatMessage(role="assistant", content=reply)
+    assert d.events(Assistant) == [Assistant(content=reply)]
+    assert d.result().result == reply
+    assert d.result().metrics["mid_chain_nudges"] == 0 and d.result().metrics["nudges"] == 0
 
 
 def test_promised_action_is_nudged_then_the_model_acts() -> None:
