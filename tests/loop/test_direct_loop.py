@@ -54,6 +54,7 @@ from corvid_actors.loop.effects import (
     UserMessage,
 )
 from corvid_actors.loop.nudges import HALLUCINATION_NUDGE, NudgeReason, nudge_message
+from corvid_actors.loop.rules import LoopRules
 from corvid_actors.loop.settings import DirectLoopSettings
 from corvid_actors.loop.summaries import CONTEXT_SUMMARY_HEADER
 from corvid_actors.providers.base import (
@@ -627,6 +628,36 @@ def test_tool_results_are_capped_to_the_context() -> None:
     assert len(content) < 2500 and content.endswith("chars omitted]")
     preview = d.events(ToolStatus)[-1].output
     assert len(preview) < 2100
+
+
+def test_the_context_cap_and_the_observation_cap_are_one_cut_stating_the_tools_own_length() -> None:
+    # issue 34 item 2: the 30 % cap (2400 chars here) counts the tool's own output — the
+    # observation's notice states the output's lines and bytes, and no second marker
+    # counts the observation
+    d = make(context_window=2000, rules=LoopRules())
+    d.run_tool = lambda c: ToolResult("line of output\n" * 1000)  # 15,000 bytes
+    d.start("go", tools(call("run_command", command="cat big")), text(FINAL))
+    content = tool_messages(d.loop.history)[0].content
+    notice = ("[Output truncated: showing the last 119 of 1000 lines (1785 of 15000 bytes). The full "
+              "output is kept for the operator, not shown to you. To read other parts, run the command "
+              "again with tail_lines=N for the last N lines (at most 2400 bytes are shown), or narrow it: "
+              "grep, head -n, sed -n 'A,Bp'.]")
+    assert content == notice + "\n" + "line of output\n" * 119
+    assert "chars omitted" not in content
+
+
+def test_a_capped_json_result_keeps_the_outputs_real_tail() -> None:
+    d = make(context_window=2000, rules=LoopRules())
+    output = '{"rows": ["' + "a" * 19_962 + '"], "end": "END-OF-OUTPUT"}'
+    assert len(output) == 20_000
+    d.run_tool = lambda c: ToolResult(output)
+    d.start("go", tools(call("search_files", pattern="x")), text(FINAL))
+    content = tool_messages(d.loop.history)[0].content
+    notice = ("[Output truncated: showing the first 1 and the last 1 of 1 lines (1800 of 20000 bytes) of "
+              "this JSON. The full output is kept for the operator, not shown to you. To read more, "
+              "narrow it (jq, grep) or ask for less at a time.]")
+    assert content == output[:1400] + "\n" + notice + "\n" + output[-400:]
+    assert content.endswith('"end": "END-OF-OUTPUT"}')
 
 
 def test_lone_surrogates_in_tool_output_are_replaced() -> None:
