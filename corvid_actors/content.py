@@ -32,8 +32,8 @@ UserContent = str | Sequence[Mapping[str, object]]
 #: image media types the Messages API accepts for base64 sources
 IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
-#: what an image becomes in the stored text of a message (history, resume prompts, views)
-IMAGE_PLACEHOLDER = "[image attachment]"
+#: the stored text of a message of images only (history, resume prompts, views), the original's
+IMAGE_PLACEHOLDER = "[image attachment(s)]"
 
 
 def content_blocks(content: UserContent) -> tuple[dict[str, WireJson], ...]:
@@ -96,9 +96,11 @@ def text_parts(blocks: Sequence[Mapping[str, object]]) -> str:
 
 
 def stored_text(blocks: Sequence[Mapping[str, object]]) -> str:
-    """The text kept in ``session_messages.content`` for blocks: their text, each image
-    as :data:`IMAGE_PLACEHOLDER` in its place (history and views say an image was sent)."""
-    return "\n".join(str(b["text"]) if b.get("type") == "text" else IMAGE_PLACEHOLDER for b in blocks)
+    """The text kept in ``session_messages.content`` for blocks, as the original's
+    ``sendMessage`` persists it: the text parts joined by newlines, or
+    :data:`IMAGE_PLACEHOLDER` when there is no text. The images themselves are kept in
+    ``content_blocks``."""
+    return text_parts(blocks) or IMAGE_PLACEHOLDER
 
 
 def image_blocks(blocks: Sequence[Mapping[str, object]]) -> list[Mapping[str, object]]:
@@ -118,8 +120,9 @@ def strip_conversation_history(text: str) -> str:
 
     Nested blocks are removed whole (depth counting, unlike a non-greedy regex that stops
     at the first closing tag); an unclosed block is dropped to the end of the text (it was
-    cut by a length cap); a stray closing tag is dropped. Whitespace after a removed block
-    goes with it, and the result is stripped.
+    cut by a length cap); a stray closing tag is dropped with the whitespace around it
+    collapsed to one space (``"a </conversation_history> b"`` becomes ``"a b"``).
+    Whitespace after a removed block goes with it, and the result is stripped.
     """
     out: list[str] = []
     depth = 0
@@ -127,9 +130,19 @@ def strip_conversation_history(text: str) -> str:
     for match in _HISTORY_TAG.finditer(text):
         closing = match.group(1) == "/"
         block_ended = False
+        if depth == 0 and closing:  # a stray closing tag
+            before = text[pos : match.start()]
+            pos = match.end()
+            after = pos
+            while after < len(text) and text[after].isspace():
+                after += 1
+            spaced = before != before.rstrip() or after > pos
+            out.append(before.rstrip() + (" " if spaced else ""))
+            pos = after
+            continue
         if depth == 0:
             out.append(text[pos : match.start()])
-            depth = 0 if closing else 1
+            depth = 1
         else:
             depth += -1 if closing else 1
             block_ended = depth == 0

@@ -147,7 +147,6 @@ class RuntimeReads:
         timers = self._internals.timers.stats()  # the table answers on this thread
         stats["timers"] = timers["timers"]
         stats["session_timeouts"] = timers["by_kind"].get("timeout", 0)
-        stats["stable_timers"] = timers["by_kind"].get("stable", 0)
         return stats
 
     def session_info(self, session_id: str | None = None) -> dict[str, Any]:

@@ -242,6 +242,7 @@ class SessionBuilder:
         tools = ToolRegistry()
         if loop_kind != "conversation" and session.council_role not in COUNCIL_DELIBERATION_ROLES:
             registry = self.tool_registry_factory()
+            coding = set(registry.names())
             if self.extra_tools is not None:
 
                 token = current_sandbox.set(self.sandbox)  # MCP servers start through it
@@ -255,7 +256,12 @@ class SessionBuilder:
                 notices.extend(getattr(extra, "notices", ()))
                 for tool in extra:
                     registry.add(tool)
-            allowed = ctx.tool_permissions(defaults=registry.names())
+            # The default core tools — what a session gets besides the coding registry: the
+            # runtime's corvid_* tools, its MCP servers', a host's — are where skill bundles
+            # start from when the agent has no explicit list (seed 001 invariant 4; the
+            # original's DEFAULT_CORE_TOOLS). No list and no bundle: every tool.
+            core = [name for name in registry.names() if name not in coding]
+            allowed = ctx.tool_permissions(defaults=core)
             tools = registry.filtered(allowed)
             if session.source == "agent" and self.config.corvid_tools.restrict_agent_sessions:
                 tools = tools.filtered([n for n in tools.names() if n not in AGENT_RESTRICTED_TOOLS])

@@ -32,7 +32,8 @@ class SessionContext:
     project_env: dict[str, str]
 
     def tool_permissions(self, defaults: Sequence[str]) -> tuple[str, ...] | None:
-        """The resolved tool list (seed invariant 4); None means "all defaults"."""
+        """The resolved tool list (seed invariant 4) from ``defaults``, the default core tools
+        bundles extend; None means "no list and no bundle: every tool"."""
         return resolve_tool_permissions(
             self.agent_tool_base, self.agent_bundle_tools, self.project_bundle_tools, defaults
         )
@@ -92,7 +93,8 @@ def resolve_tool_permissions(
 ) -> tuple[str, ...] | None:
     """Seed invariant 4: agent base → ∪ agent bundle tools → ∪ project bundle tools
     (the latter only when the agent has no explicit list). With no explicit list, bundle
-    tools extend ``defaults``. None means "the defaults, unchanged"."""
+    tools extend ``defaults`` (the default core tools) and the result is only those. None
+    means "no list and no bundle: every tool"."""
     result: list[str] | None = list(agent_base) if agent_base is not None else None
 
     def merge(tools: Sequence[str]) -> None:

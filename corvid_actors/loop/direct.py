@@ -15,8 +15,9 @@ is :mod:`corvid_actors.loop.effects`; the rules live in pure modules beside this
   iteration cap ends the turn with a summary epilogue: one more call, tools disabled,
   its reply emitted as ``assistant``. A summary call that fails (after the usual retries)
   ends the turn normally with what was already produced, as the original does.
-- text-only replies may be nudged (:mod:`.nudges`); made-up tool output is not kept
-  while mid-chain nudges are left; once they are spent the reply ends the turn as a
+- text-only replies may be nudged (:mod:`.nudges`); made-up tool output after tools
+  were called is not kept while mid-chain nudges are left (before any tool call the
+  markers are an ordinary reply); once they are spent the reply ends the turn as a
   normal ``assistant`` text, as in the original.
 - council roles (member, discusser, reviewer) get no tools and a reasoning-only prompt.
 - provider errors: context overflow → summary + last 4 messages, retried once; tools

@@ -128,10 +128,11 @@ class DirectReplies:
             turn.metrics.mid_chain_nudges += 1
             self._history.append(ChatMessage(role="user", content=HALLUCINATION_NUDGE))
             return [Emit(MessageStop())] + self._next_iteration()
-        # Before any tool ran, made-up output is cut off; once the mid-chain nudges are
-        # spent the reply ends the turn as it is (the original keeps and emits it whole).
-        clean = strip_hallucination(text) if hallucinated and not turn.tools_used else text
-        effects = self._keep_text(clean)
+        # The rule is about tool chains only (seed invariant 8: "after tools have been
+        # called"): before any tool ran, markers are an ordinary reply, kept whole; once
+        # the mid-chain nudges are spent the reply ends the turn as it is (the original
+        # keeps and emits it whole).
+        effects = self._keep_text(text)
         nudgeable = (
             bool(self._tools)
             and not self._tools_disabled
@@ -140,7 +141,7 @@ class DirectReplies:
             and turn.iteration < caps.max_tool_iterations  # never on the final iteration
         )
         reason = (
-            detect_nudge_reason(clean, turn.iteration, False, self._settings.nudge_rules)
+            detect_nudge_reason(text, turn.iteration, False, self._settings.nudge_rules)
             if nudgeable
             else None
         )

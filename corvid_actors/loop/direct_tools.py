@@ -3,7 +3,9 @@
 The walk itself — checks, permission gate, status texts — is :mod:`.tool_walk`, shared
 with the SDK loop. What is the direct loop's own: every check's failure (unknown tool,
 bad arguments, a denial, a human's "no") is a text result and the loop goes on, and a
-result is capped to what the context can take (:mod:`.tool_results`) before it is kept.
+result is capped to what the context can take (:mod:`.tool_results`) before it is kept —
+by the observation caps when they are on (the context cap is their byte cap for that
+result: one cut, stating the tool output's own size), else by the seed's own cut.
 :class:`DirectToolCalls` is the part of :class:`~corvid_actors.loop.direct.DirectLoop`
 that does this; it holds no state of its own.
 """
@@ -93,13 +95,16 @@ class DirectToolCalls:
         """Cap ``result`` of the current call, append it as a tool message, publish its
         status and move the walk on."""
         self._turn.walk.advance()
-        result, kept = self._rules.observe(call, result)
         settings = self._settings
         used = estimate_messages_tokens(self._history, self._system, settings.token_settings)
         limit = max_tool_result_chars(self._context_window, used, settings)
+        # The seed's cap counts the tool's own output: with the observation caps on, it is
+        # their byte cap for this result (one cut, whose notice states the output's lines
+        # and bytes, JSON keeping its real tail); with them off, the seed's own cut.
+        result, kept = self._rules.observe(call, result, max_chars=limit)
         # lone surrogates (undecodable bytes) would break the client's JSON encoding
         output = result.output.encode("utf-8", "replace").decode("utf-8")
-        output = cap_tool_result(output, limit, settings.truncation_shape)
+        output = cap_tool_result(output, limit, settings.truncation_shape)  # a no-op after an observation
         self._history.append(
             ChatMessage(
                 role="tool",

@@ -20,7 +20,7 @@ for the operator (a ``tool`` message in the store, see :func:`operator_record`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 #: ``PersistMessage.role`` under which a full tool output is kept for the operator
@@ -86,9 +86,13 @@ def parse_tail_lines(arguments: dict[str, Any], settings: ObservationSettings) -
 
 
 def build_observation(output: str, settings: ObservationSettings, *, command: bool = True,
-                      tail_lines: int | None = None) -> Observation:
+                      tail_lines: int | None = None, max_bytes: int | None = None) -> Observation:
     """Cap ``output`` for the model (see the module docstring). ``command`` selects the
-    tail (commands) or the head (other tools); ``tail_lines`` overrides the line cap."""
+    tail (commands) or the head (other tools); ``tail_lines`` overrides the line cap;
+    ``max_bytes`` lowers the byte cap for this output (the direct loop's share of the
+    context window, so both caps are one cut whose notice states the output's own size)."""
+    if max_bytes is not None and max_bytes < settings.max_bytes:
+        settings = replace(settings, max_bytes=max(max_bytes, settings.notice_reserve_bytes + 1))
     text = output.encode("utf-8", "replace").decode("utf-8")
     total_bytes = _utf8_len(text)
     lines = text.splitlines(keepends=True)
@@ -137,8 +141,10 @@ def _json_observation(lines: list[str], limit: int, total_bytes: int,
     shares = JSON_HEAD_SHARE + JSON_TAIL_SHARE
     head_lines = max(1, limit * JSON_HEAD_SHARE // shares)
     tail_lines = max(1, limit - head_lines)
-    if head_lines + tail_lines >= total_lines:  # only the byte cap bites
-        head_lines, tail_lines = total_lines - total_lines // 2, total_lines // 2
+    if head_lines + tail_lines >= total_lines:
+        # only the byte cap bites: head and tail are cut from the whole text by bytes, so
+        # the output's real end is kept even when it is one long line
+        head_lines = tail_lines = total_lines
     budget = settings.max_bytes - settings.notice_reserve_bytes
     head = _cut_bytes("".join(lines[:head_lines]), budget * JSON_HEAD_SHARE // shares, from_end=False)
     tail = _cut_bytes("".join(lines[total_lines - tail_lines:]) if tail_lines else "",

@@ -219,16 +219,19 @@ class LoopRules:
 
     # --- observation caps ---------------------------------------------------------------------
 
-    def observe(self, call: ToolCall, result: ToolResult) -> tuple[ToolResult, list[Effect]]:
+    def observe(self, call: ToolCall, result: ToolResult,
+                max_chars: int | None = None) -> tuple[ToolResult, list[Effect]]:
         """What the model sees of ``result``; when that is less than the full output, the
-        full output is stored for the operator (a ``tool`` message)."""
+        full output is stored for the operator (a ``tool`` message). ``max_chars``: the
+        caller's own cap on the result (the direct loop's share of the context window),
+        folded into the observation's byte cap so one cut states the output's size."""
         obs = self.settings.observation
         if not obs.enabled:
             return result, []
         full = result.full_output if result.full_output is not None else result.output
         command = call.name in self._command_tools
         tail = parse_tail_lines(dict(call.arguments), obs) if command else None
-        seen = build_observation(full, obs, command=command, tail_lines=tail)
+        seen = build_observation(full, obs, command=command, tail_lines=tail, max_bytes=max_chars)
         if not seen.truncated:
             return ToolResult(seen.text, result.is_error), []
         record = operator_record(call.id, call.name, full, result.is_error)

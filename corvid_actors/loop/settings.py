@@ -96,7 +96,7 @@ class SdkLoopSettings:
     doom_loop_threshold: int = field(metadata=AT_LEAST_ONE)
     #: model calls per turn; a response asking for tools beyond it ends the turn
     max_iterations: int = field(metadata=AT_LEAST_ONE)
-    #: a human's denial ends the turn (the processor's "blocked" → stop)
+    #: a human's denial ends the turn (false, the default: it goes back to the model)
     stop_on_denial: bool
     #: characters of tool output shown in a tool_status event
     tool_preview_chars: int = field(metadata=AT_LEAST_ONE)

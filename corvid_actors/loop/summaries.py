@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from corvid_actors.providers.base import ChatMessage
 
 CONTEXT_SUMMARY_HEADER = "[Context Summary]"
-#: first line of the user message a window trim puts where the discarded messages were
+#: first line of the user message the aggressive tier puts where the discarded messages were
 TRIM_SUMMARY_HEADER = "[Earlier messages trimmed, one line each]"
+#: how a window trim's line for a dropped tool result starts (the whole stand-in is such lines)
+PREVIOUS_RESULT_PREFIX = "[Previous tool result: "
 _ORIGINAL_REQUEST = "Original request: "
 
 
@@ -85,7 +87,17 @@ def tool_result_digest(message: ChatMessage, preview_chars: int) -> str:
 def previous_result_line(content: str, chars: int) -> str:
     """The original's line for a tool result a window trim dropped."""
     more = "..." if len(content) > chars else ""
-    return f"[Previous tool result: {flat_head(content, chars)}{more} ({content.count(chr(10)) + 1} lines)]"
+    return f"{PREVIOUS_RESULT_PREFIX}{flat_head(content, chars)}{more} ({content.count(chr(10)) + 1} lines)]"
+
+
+def is_trim_summary(message: ChatMessage) -> bool:
+    """Whether ``message`` is a trim's stand-in: the aggressive tier's (a header line) or a
+    window's (nothing but ``[Previous tool result: …]`` lines)."""
+    if message.role != "user" or not message.content:
+        return False
+    if message.content.startswith(TRIM_SUMMARY_HEADER):
+        return True
+    return all(line.startswith(PREVIOUS_RESULT_PREFIX) for line in message.content.splitlines())
 
 
 def short_result_line(content: str, chars: int) -> str:
@@ -154,7 +166,7 @@ def summarize_conversation(
     follow_ups = [
         f"- {_one_line(m.content, limits.follow_up_chars)}"
         for m in user[1:]
-        if not m.content.startswith((CONTEXT_SUMMARY_HEADER, TRIM_SUMMARY_HEADER))
+        if not m.content.startswith(CONTEXT_SUMMARY_HEADER) and not is_trim_summary(m)
     ]
     recent = [f"- {_one_line(m.content, limits.response_chars)}" for m in assistant]
     files = _files_touched(messages)

@@ -19,8 +19,10 @@ The tiers (usage = estimated system + messages tokens / budget), cheapest first:
 =========  ==================================================================
 
 The texts that stand in for cut or dropped tool results are the original's: a window
-trim lists each dropped result as ``[Previous tool result: <200 chars>... (N lines)]``
-(``[Tool: <80 chars>...]`` in the aggressive tier); compression leaves
+trim puts one user message of ``[Previous tool result: <200 chars>... (N lines)]`` lines
+in place of the dropped messages, one line per dropped result and nothing else (seed
+invariant 12); the aggressive tier lists every dropped message under a header line,
+results as ``[Tool: <80 chars>...]``; compression leaves
 ``<head>... [compressed, was N chars]``; the loop's stale-result pass leaves
 ``<head>... [truncated, was N chars]``; the proactive digest starts ``[Summarized tool
 result, was N chars, L lines]``.
@@ -47,8 +49,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from corvid_actors.loop.summaries import (
+    PREVIOUS_RESULT_PREFIX,
     TRIM_SUMMARY_HEADER,
     flat_head,
+    is_trim_summary,
     message_line,
     summarize_conversation,
     tool_result_digest,
@@ -209,22 +213,30 @@ def _proactive(messages: Sequence[ChatMessage], tiers: TrimTiers) -> list[ChatMe
 
 
 def _summary_lines(dropped: Sequence[ChatMessage], tiers: TrimTiers, result_chars: int | None) -> list[str]:
+    """The stand-in lines for ``dropped``: with ``result_chars`` (a window) one
+    ``[Previous tool result: …]`` line per tool result and nothing for other messages;
+    without (the aggressive tier) one line per message."""
     lines: list[str] = []
     for message in dropped:
-        if message.role == "user" and message.content.startswith(TRIM_SUMMARY_HEADER):
-            # an earlier trim's summary: carry its lines instead of summarising a summary
-            lines.extend(message.content.splitlines()[1:])
-        else:
+        if is_trim_summary(message):
+            # an earlier trim's stand-in: carry its lines instead of summarising a summary
+            carried = [line for line in message.content.splitlines() if line != TRIM_SUMMARY_HEADER]
+            if result_chars is not None:  # a window keeps only the tool-result lines
+                carried = [line for line in carried if line.startswith((PREVIOUS_RESULT_PREFIX, "[Tool: "))]
+            lines.extend(carried)
+        elif result_chars is None or message.role == "tool":
             lines.append(message_line(message, tiers.summary_line_chars, result_chars))
     return lines[-tiers.summary_max_lines :]
 
 
 def _window(messages: Sequence[ChatMessage], keep: int, tiers: TrimTiers,
             result_chars: int | None = None) -> list[ChatMessage]:
-    """First message (with its tool results) + summary lines of the middle + the last ``keep``.
+    """First message (with its tool results) + a stand-in for the middle + the last ``keep``.
 
-    Dropped tool results become ``[Previous tool result: …]`` lines with ``result_chars``
-    of preview (``[Tool: …]`` lines when None, as the aggressive tier writes them)."""
+    With ``result_chars`` (a window trim, seed invariant 12) the stand-in is one
+    ``[Previous tool result: …]`` line per dropped tool result and nothing else (no
+    message at all when no tool result was dropped); without (the aggressive tier) it is
+    :data:`TRIM_SUMMARY_HEADER` and a line per dropped message, results as ``[Tool: …]``."""
     if not messages:
         return []
     head_end = _group_end(messages, 0)
@@ -232,8 +244,10 @@ def _window(messages: Sequence[ChatMessage], keep: int, tiers: TrimTiers,
     if start <= head_end:
         return list(messages)
     lines = _summary_lines(messages[head_end:start], tiers, result_chars)
-    summary = ChatMessage(role="user", content="\n".join([TRIM_SUMMARY_HEADER, *lines]))
-    return [*messages[:head_end], summary, *messages[start:]]
+    if result_chars is None:
+        lines = [TRIM_SUMMARY_HEADER, *lines]
+    stand_in = [ChatMessage(role="user", content="\n".join(lines))] if lines else []
+    return [*messages[:head_end], *stand_in, *messages[start:]]
 
 
 def _aggressive(messages: Sequence[ChatMessage], tiers: TrimTiers) -> list[ChatMessage]:

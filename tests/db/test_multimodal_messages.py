@@ -26,9 +26,10 @@ def test_blocks_are_stored_as_given_and_read_back(store) -> None:
     store.append_message(session.id, "assistant", "A red pixel and a cat.")
     assert store.message_contents(session.id, 10) == [
         ("user", "plain first"), ("user", BLOCKS), ("assistant", "A red pixel and a cat.")]
-    # the text column says an image was there, in its place (history, resume prompts, views)
+    # the text column holds the text parts, joined as the original does (the images are in
+    # content_blocks; "[image attachment(s)]" only for a message without text)
     assert store.recent_messages(session.id, 10)[1] == (
-        "user", "What is in this picture?\n[image attachment]\nAnd this one — ünïcode?\n[image attachment]")
+        "user", "What is in this picture?\nAnd this one — ünïcode?")
 
 
 def test_stored_blocks_are_a_copy(store) -> None:

@@ -265,9 +265,10 @@ def test_allowlist_session_signatures_and_a_human_rejection(make_e2e, stub, data
     assert e2e.events(s.id, "assistant")[-1].content.startswith("Made one file")
 
 
-def test_sdk_loop_goes_on_after_a_rejection_when_stop_on_denial_is_off(make_e2e, data_dir):
+def test_sdk_loop_goes_on_after_a_rejection_by_default(make_e2e, data_dir):
+    # seed 004: the denial goes back to the model (sdk_loop.stop_on_denial defaults to false)
     with AnthropicStubServer(api_key="k") as anthropic:
-        cfg = config(data_dir, sdk_loop={"stop_on_denial": False})
+        cfg = config(data_dir)
         e2e = make_e2e({"anthropic": AnthropicProvider("k", base_url=anthropic.url)}, cfg)
         anthropic.add_tool_use([("run_command", {"command": "rm -rf build"})])
         anthropic.add_reply("Understood, I left build alone.")

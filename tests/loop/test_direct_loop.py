@@ -54,8 +54,9 @@ from corvid_actors.loop.effects import (
     UserMessage,
 )
 from corvid_actors.loop.nudges import HALLUCINATION_NUDGE, NudgeReason, nudge_message
+from corvid_actors.loop.rules import LoopRules
 from corvid_actors.loop.settings import DirectLoopSettings
-from corvid_actors.loop.summaries import CONTEXT_SUMMARY_HEADER, TRIM_SUMMARY_HEADER
+from corvid_actors.loop.summaries import CONTEXT_SUMMARY_HEADER
 from corvid_actors.providers.base import (
     ChatMessage,
     ErrorKind,
@@ -463,11 +464,18 @@ def test_third_hallucinated_reply_ends_the_turn_as_a_normal_assistant_text() -> 
     assert d.tail(2) == [ReleaseSlot(), TurnFinished()]
 
 
-def test_hallucination_before_any_tool_use_is_stripped_not_nudged() -> None:
+@pytest.mark.parametrize("marker", ["[Tool Result]", "«tool_output»", "<<tool_output>>"])
+def test_tool_output_markers_before_any_tool_call_are_an_ordinary_reply(marker: str) -> None:
+    # issue 34 item 1, seed 000 invariant 8 ("after tools have been called"): kept whole,
+    # published, no mid-chain nudge and no "too short" nudge for a cut-off remnant
     d = make()
-    d.start("hi", text("The answer is 4. [Tool Result] 4"))
-    assert d.result().metrics["mid_chain_nudges"] == 0
-    assert d.loop.history[-1].content == "The answer is 4."
+    reply = f"Here it is:\n{marker}\nThe config file sets PORT=8080 and nothing else needs changing."
+    d.start("what port does it use?", text(reply))
+    assert len(d.calls()) == 1
+    assert d.loop.history[-1] == ChatMessage(role="assistant", content=reply)
+    assert d.events(Assistant) == [Assistant(content=reply)]
+    assert d.result().result == reply
+    assert d.result().metrics["mid_chain_nudges"] == 0 and d.result().metrics["nudges"] == 0
 
 
 def test_promised_action_is_nudged_then_the_model_acts() -> None:
@@ -620,6 +628,36 @@ def test_tool_results_are_capped_to_the_context() -> None:
     assert len(content) < 2500 and content.endswith("chars omitted]")
     preview = d.events(ToolStatus)[-1].output
     assert len(preview) < 2100
+
+
+def test_the_context_cap_and_the_observation_cap_are_one_cut_stating_the_tools_own_length() -> None:
+    # issue 34 item 2: the 30 % cap (2400 chars here) counts the tool's own output — the
+    # observation's notice states the output's lines and bytes, and no second marker
+    # counts the observation
+    d = make(context_window=2000, rules=LoopRules())
+    d.run_tool = lambda c: ToolResult("line of output\n" * 1000)  # 15,000 bytes
+    d.start("go", tools(call("run_command", command="cat big")), text(FINAL))
+    content = tool_messages(d.loop.history)[0].content
+    notice = ("[Output truncated: showing the last 119 of 1000 lines (1785 of 15000 bytes). The full "
+              "output is kept for the operator, not shown to you. To read other parts, run the command "
+              "again with tail_lines=N for the last N lines (at most 2400 bytes are shown), or narrow it: "
+              "grep, head -n, sed -n 'A,Bp'.]")
+    assert content == notice + "\n" + "line of output\n" * 119
+    assert "chars omitted" not in content
+
+
+def test_a_capped_json_result_keeps_the_outputs_real_tail() -> None:
+    d = make(context_window=2000, rules=LoopRules())
+    output = '{"rows": ["' + "a" * 19_962 + '"], "end": "END-OF-OUTPUT"}'
+    assert len(output) == 20_000
+    d.run_tool = lambda c: ToolResult(output)
+    d.start("go", tools(call("search_files", pattern="x")), text(FINAL))
+    content = tool_messages(d.loop.history)[0].content
+    notice = ("[Output truncated: showing the first 1 and the last 1 of 1 lines (1800 of 20000 bytes) of "
+              "this JSON. The full output is kept for the operator, not shown to you. To read more, "
+              "narrow it (jq, grep) or ask for less at a time.]")
+    assert content == output[:1400] + "\n" + notice + "\n" + output[-400:]
+    assert content.endswith('"end": "END-OF-OUTPUT"}')
 
 
 def test_lone_surrogates_in_tool_output_are_replaced() -> None:
@@ -803,7 +841,8 @@ def test_long_history_is_trimmed_before_the_call() -> None:
     d.start("continue", text(FINAL))
     sent = d.calls()[0].request.messages
     assert sent[0].content == "original task"
-    assert sent[1].content.startswith(TRIM_SUMMARY_HEADER)
+    # one "[Previous tool result: …]" line per dropped result (seed invariant 12)
+    assert sent[1] == ChatMessage(role="user", content="\n".join(["[Previous tool result: x (1 lines)]"] * 10))
     # the last 30 would start on a tool result: widened by one to keep its call
     assert len(sent) == 2 + 31 and sent[-1] == ChatMessage(role="user", content="continue")
     assert sent[2].role == "assistant" and sent[3].tool_call_id == sent[2].tool_calls[0].id

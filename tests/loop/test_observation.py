@@ -147,3 +147,25 @@ def test_an_output_printing_the_history_tag_survives_the_stores_stripping():
     stored = operator_record("c1", "run_command", output, False)
     assert strip_conversation_history(stored) == stored
     assert parse_operator_record(stored)["output"] == output
+
+
+def test_a_one_line_json_output_over_the_byte_cap_keeps_its_real_end():
+    # issue 34 item 2: cut by bytes, head and tail come from the whole text (one line here)
+    output = '{"rows": "' + "a" * 20_000 + '", "end": "END"}'
+    obs = build_observation(output, S, command=False)
+    budget = 16 * KIB - S.notice_reserve_bytes
+    head, tail = output[: budget * 7 // 9], output[-(budget * 2 // 9):]
+    notice = (f"[Output truncated: showing the first 1 and the last 1 of 1 lines ({len(head) + len(tail)} of "
+              f"{len(output)} bytes) of this JSON. The full output is kept for the operator, not shown to you. "
+              "To read more, narrow it (jq, grep) or ask for less at a time.]")
+    assert obs.text == f"{head}\n{notice}\n{tail}"
+
+
+def test_a_callers_byte_cap_lowers_the_observations_and_the_notice_says_so():
+    # the direct loop's share of the context window, folded into the one cut
+    obs = build_observation("x\n" * 1000, S, command=True, max_bytes=900)  # 300 bytes for the lines
+    assert obs.text == ("[Output truncated: showing the last 149 of 1000 lines (298 of 2000 bytes). The full "
+                        "output is kept for the operator, not shown to you. To read other parts, run the "
+                        "command again with tail_lines=N for the last N lines (at most 900 bytes are "
+                        "shown), or narrow it: grep, head -n, sed -n 'A,Bp'.]\n" + "x\n" * 149)
+    assert build_observation("x\n" * 1000, S, max_bytes=20 * KIB) == build_observation("x\n" * 1000, S)

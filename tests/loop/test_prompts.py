@@ -154,6 +154,14 @@ def test_strip_handles_unbalanced_tags() -> None:
     assert strip_conversation_history("plain text") == "plain text"
 
 
+def test_a_stray_closing_tag_goes_with_the_whitespace_after_it() -> None:
+    # issue 34 item 6: the original drops the tag and the whitespace after it
+    assert strip_conversation_history("some text </conversation_history> more text") == "some text more text"
+    assert strip_conversation_history("some text </conversation_history>\n\n  more text") == "some text more text"
+    assert strip_conversation_history("</conversation_history>  start") == "start"
+    assert strip_conversation_history("a</conversation_history>b") == "ab"
+
+
 # --- compaction text ----------------------------------------------------------------
 
 

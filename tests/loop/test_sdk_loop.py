@@ -207,8 +207,26 @@ def test_approval_with_updated_input_runs_with_it() -> None:
     assert only(RunTool, effects).call == call("write_file", "c1", path="a", content="new")
 
 
-def test_human_denial_stops_the_turn_and_answers_every_call() -> None:
+def test_human_denial_goes_back_to_the_model_by_default() -> None:
+    # issue 34 item 9, seed 004: "Permission denied by user" is the tool result and the
+    # model goes on (the doom-loop guard handles repeated denials)
     loop = make_loop(default_mode)
+    loop.start("go")
+    loop.handle(reply("", call("read_file", "c1", path="a"), call("read_file", "c2", path="b")))
+    effects = loop.handle(ApprovalDecided("c1", allowed=False))
+    assert statuses(effects) == [("c1", "error")]
+    assert only(AskApproval, effects).call.id == "c2"  # the next call is still asked for
+    effects = loop.handle(ApprovalDecided("c2", allowed=True))
+    effects += loop.handle(ToolFinished("c2", ToolResult("B")))
+    sent = only(CallModel, effects).request.messages
+    assert [(m.tool_call_id, m.content, m.is_error) for m in sent if m.role == "tool"] == [
+        ("c1", "Permission denied by user", True), ("c2", "B", False)]
+    result = assert_turn_finished(loop.handle(reply("I could not read a; b says B.")))
+    assert result.metrics["termination_reason"] != "permission_denied"
+
+
+def test_human_denial_stops_the_turn_and_answers_every_call_when_configured() -> None:
+    loop = make_loop(default_mode, stop_on_denial=True)
     loop.start("go")
     loop.handle(reply("", call("read_file", "c1", path="a"), call("read_file", "c2", path="b")))
     effects = loop.handle(ApprovalDecided("c1", allowed=False))

@@ -94,19 +94,24 @@ def test_forty_messages_is_not_a_trigger_but_forty_one_is() -> None:
     assert result.trimmed and result.level is TrimLevel.WINDOW
 
 
-def test_count_trim_keeps_first_message_summary_and_most_recent() -> None:
+def test_count_trim_keeps_first_message_one_line_per_dropped_result_and_most_recent() -> None:
+    # issue 34 item 3, seed 000 invariant 12: the dropped history becomes exactly one
+    # "[Previous tool result: …]" line per dropped result — no header, no call lines
     messages = conversation(25)  # 51 messages, tiny token use
     result = trim_messages(messages, "", BIG_BUDGET, SETTINGS)
     kept = result.messages
     assert kept[0] == messages[0]
-    assert kept[1].role == "user" and kept[1].content.startswith(TRIM_SUMMARY_HEADER)
+    assert kept[1] == user("\n".join(f"[Previous tool result: contents of src/mod{n}.py (1 lines)]"
+                                     for n in range(10)))  # rounds 0-9 were dropped
     assert list(kept[2:]) == messages[-30:]  # keep_recent
-    # discarded tool results become one-line summaries
-    lines = kept[1].content.splitlines()[1:]
-    assert "[Previous tool result: contents of src/mod0.py (1 lines)]" in lines
-    assert "- assistant called read_file" in lines
-    assert len(lines) == len(messages) - 1 - 30
+    assert len(kept) == 32
     assert_no_orphans(kept)
+
+
+def test_a_window_that_drops_no_tool_result_leaves_no_stand_in() -> None:
+    messages = chat(25)  # 51 messages of talk
+    kept = trim_messages(messages, "", BIG_BUDGET, SETTINGS).messages
+    assert list(kept) == [messages[0], *messages[-30:]]
 
 
 def test_trim_never_splits_a_call_from_its_results() -> None:
@@ -136,8 +141,9 @@ def test_budget_trim_over_seventy_percent_keeps_first_and_recent() -> None:
     assert result.level is TrimLevel.WINDOW
     assert result.messages[0] == messages[0]
     assert result.estimated_tokens < 0.70 * budget
-    # budget-driven window keeps 40 % of the messages (at least 6)
-    assert list(result.messages[2:]) == messages[-10:]
+    # budget-driven window keeps 40 % of the messages (at least 6); no tool result was
+    # dropped, so there is no stand-in between them
+    assert list(result.messages[1:]) == messages[-10:]
     assert_no_orphans(result.messages)
 
 
@@ -218,9 +224,9 @@ def test_repeated_trims_carry_earlier_summary_lines() -> None:
         grown += tool_round(n)
     second = trim_messages(grown, "", BIG_BUDGET, SETTINGS).messages
     lines = second[1].content.splitlines()
-    assert lines[0] == TRIM_SUMMARY_HEADER
-    assert "[Previous tool result: contents of src/mod0.py (1 lines)]" in lines  # from the first trim
-    assert not any(TRIM_SUMMARY_HEADER in line for line in lines[1:])
+    # the first trim's lines (rounds 0-9) are carried, not summarised as a message; then
+    # this trim's (rounds 10-19; the last 30 messages are rounds 20-24 and 30-39)
+    assert lines == [f"[Previous tool result: contents of src/mod{n}.py (1 lines)]" for n in range(20)]
 
 
 def test_compress_tool_results_leaves_recent_ones() -> None:

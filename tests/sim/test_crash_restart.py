@@ -46,6 +46,24 @@ def test_restart_counter_resets_after_ten_minutes_of_stability(runtime, scripted
     assert (restarting.attempt, restarting.delay_s) == (1, 5.0)  # back to the first backoff step
 
 
+def test_stable_timers_counts_the_sessions_whose_reset_is_pending(runtime, scripted, recorder, chat_session,
+                                                                   web_session):
+    # issue 34 item 5, seed 001 getMemoryStats: stableTimers, the restarted sessions still
+    # waiting for their 10 minutes of stability
+    assert runtime.get_memory_stats()["stable_timers"] == 0
+    scripted.crash("first")
+    runtime.start_process(chat_session.id, "hi")
+    runtime.start_process(web_session.id, "hi")  # never restarted: no reset pending
+    runtime.clock.advance(5)  # the chat session restarted at +5
+    assert _starts(recorder, chat_session.id) == [0.0, 5.0]
+    scripted.reply("long answer", latency_s=700)
+    runtime.send_message(chat_session.id, "think long")
+    runtime.clock.advance(5 + 600 - 1 - runtime.clock.elapsed)  # 599 s of uptime
+    assert runtime.get_memory_stats()["stable_timers"] == 1
+    runtime.clock.advance(1)  # 600 s: the reset is due, nothing pending any more
+    assert runtime.get_memory_stats()["stable_timers"] == 0
+
+
 def test_restart_counter_does_not_reset_before_ten_minutes(runtime, scripted, recorder, chat_session):
     scripted.crash("first")
     runtime.start_process(chat_session.id, "hi")

@@ -34,8 +34,25 @@ def test_send_message_with_blocks_to_a_running_session(runtime, scripted, record
     last_user = [m for m in scripted.requests[-1].messages if m.role == "user"][-1]
     assert (last_user.content, list(last_user.blocks)) == ("and this picture?", _blocks("and this picture?"))
     assert runtime.internals.store.message_contents(web_session.id, 5)[-2] == ("user", _blocks("and this picture?"))
-    assert runtime.internals.store.recent_messages(web_session.id, 5)[-2] == ("user", "and this picture?\n[image attachment]")
+    assert runtime.internals.store.recent_messages(web_session.id, 5)[-2] == ("user", "and this picture?")
     assert recorder.last("result", web_session.id).subtype == "success"
+
+
+def test_a_message_with_images_stores_its_text_parts_only(runtime, scripted, web_session):
+    # issue 34 item 4: the text parts joined by newlines, as the original's sendMessage;
+    # "[image attachment(s)]" only when there is no text; the images stay in content_blocks
+    runtime.start_process(web_session.id, "hi")
+    runtime.settle()
+    mixed = [{"type": "text", "text": "Line one"}, IMAGE, {"type": "text", "text": "Line two"}, IMAGE]
+    assert runtime.send_message(web_session.id, mixed) is True
+    runtime.settle()
+    assert runtime.send_message(web_session.id, [IMAGE, IMAGE]) is True
+    runtime.settle()
+    store = runtime.internals.store
+    users = [row for row in store.recent_messages(web_session.id, 10) if row[0] == "user"]
+    assert users == [("user", "hi"), ("user", "Line one\nLine two"), ("user", "[image attachment(s)]")]
+    blocks = [c for role, c in store.message_contents(web_session.id, 10) if role == "user"]
+    assert blocks == ["hi", mixed, [IMAGE, IMAGE]]
 
 
 def test_cold_resume_with_blocks_sends_the_history_prompt_and_the_image(runtime, scripted, web_session):

@@ -178,3 +178,28 @@ def test_stop_of_a_paused_session_cancels_auto_resume(runtime, scripted, chat_se
     assert scripted.health_probes == 0
     assert not runtime.is_paused(chat_session.id)
     assert runtime.internals.store.get_session(chat_session.id).status == "stopped"
+
+
+def test_an_outage_pause_removes_the_sessions_subscribers_after_telling_them(runtime, scripted, recorder,
+                                                                              chat_session):
+    # issue 34 item 7: the original's pause removes the session's subscribers (after its
+    # events); global subscribers stay; a resumed session's subscribers subscribe again
+    seen = []
+    runtime.subscribe(chat_session.id, lambda sid, ev: seen.append(ev.type))
+    scripted.outage("connection refused")
+    runtime.start_process(chat_session.id, "hi")
+    runtime.settle()
+    assert runtime.is_paused(chat_session.id)
+    assert seen[-2:] == ["error", "session_paused"]  # the pause was told before the removal
+    stats = runtime.get_memory_stats()
+    assert (stats["subscribers"], stats["global_subscribers"]) == (0, 1)  # the recorder stays
+    told = len(seen)
+    runtime.clock.advance(5 * MIN)
+    assert runtime.is_running(chat_session.id)
+    assert len(seen) == told  # the resumed session's events reach only who subscribes again
+    assert recorder.times("session_resumed", chat_session.id) == [5 * MIN]
+    again = []
+    runtime.subscribe(chat_session.id, lambda sid, ev: again.append(ev.type))
+    runtime.send_message(chat_session.id, "are you back?")
+    runtime.settle()
+    assert "result" in again

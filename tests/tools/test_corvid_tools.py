@@ -67,11 +67,22 @@ def test_agent_bundles_add_to_the_explicit_list(rt):
 
 def test_project_bundles_count_only_when_the_agent_has_no_explicit_list(rt, tmp_path):
     project = rt.internals.store.create_project("p", tmp_path / "p")
-    rt.internals.store.assign_project_skill(project.id, bundle(rt, "credits", ["corvid_check_credits", "custom_x"]).id)
-    assert tools_of(rt, project=project, tool_permissions=["read_file"]) == {"read_file"}
-    # With no explicit list the defaults stay (every tool) and bundle names join them
-    # (a bundle naming a tool nobody serves adds nothing to the registry).
-    assert tools_of(rt, project=project) == CODING | CORVID
+    rt.internals.store.assign_project_skill(project.id, bundle(rt, "reading", ["read_file", "custom_x"]).id)
+    assert tools_of(rt, project=project, tool_permissions=["list_files"]) == {"list_files"}
+    # With no explicit list: the default core tools plus the bundle's (a bundle naming a
+    # tool nobody serves adds nothing)
+    assert tools_of(rt, project=project) == CORVID | {"read_file"}
+
+
+def test_an_agent_bundle_without_an_explicit_list_gives_the_core_tools_and_the_bundles(rt):
+    # issue 34 item 8, seed 001 invariant 4, reference §9-§10: the core tools (the runtime's
+    # own, not the coding tools) ∪ the bundle's tools, and only those
+    agent = rt.internals.store.create_agent("reader")
+    rt.internals.store.assign_agent_skill(agent.id, bundle(rt, "reading", ["read_file", "search_files"]).id)
+    session = rt.create_session(agent_id=agent.id)
+    built = rt.internals.builder.build(rt.internals.store.session_context(session.id))
+    assert set(built.tools.names()) == CORVID | {"read_file", "search_files"}
+    assert "write_file" not in built.tools.names() and "run_command" not in built.tools.names()
 
 
 def test_agent_sourced_sessions_lose_the_messaging_tools(rt):

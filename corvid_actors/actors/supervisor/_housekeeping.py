@@ -105,8 +105,17 @@ def _mark_for_resume(core: SupervisorCore, sid: str) -> None:
 
 
 def stats(core: SupervisorCore) -> dict[str, int]:
-    """The reply to ``SupervisorStats``."""
-    return {"processes": len(core.running), "session_meta": len(core.meta), "paused_sessions": len(core.paused)}
+    """The reply to ``SupervisorStats``. ``stable_timers`` is the original's count of
+    pending stability resets: running sessions that were restarted and have not yet been
+    up ``stable_period_s`` (the reset itself is applied at exit, from the uptime)."""
+    now = core.clock.monotonic()
+    pending = sum(
+        1 for sid, inc in core.running.items()
+        if (meta := core.meta.get(sid)) is not None and meta.restart_count > 0
+        and now - inc.started_at < core.sup.stable_period_s
+    )
+    return {"processes": len(core.running), "session_meta": len(core.meta), "paused_sessions": len(core.paused),
+            "stable_timers": pending}
 
 
 def info(core: SupervisorCore, sid: str | None) -> dict[str, Any]:

@@ -146,7 +146,8 @@ class CleanupSessionState:
 class SupervisorStats:
     """Asked by ``Runtime.get_memory_stats`` and the AdminActor's ``stats``; runs on the
     supervisor's thread. Replies with a dict: ``processes``, ``session_meta``,
-    ``paused_sessions`` (counts)."""
+    ``paused_sessions``, ``stable_timers`` (restarted sessions whose stability reset is
+    pending) (counts)."""
 
 
 @dataclass(frozen=True)

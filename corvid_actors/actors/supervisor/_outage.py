@@ -1,7 +1,7 @@
 """Outage pause and health-probed auto-resume (seed invariant 9).
 
-An incarnation that reports an upstream outage is paused (not restarted): due for a
-resume after 5 min × 3^resumes (capped). When due, the provider's health probe runs on
+An incarnation that reports an upstream outage is paused (not restarted) and its
+session's subscribers are removed, as the original's pause does: due for a resume after 5 min × 3^resumes (capped). When due, the provider's health probe runs on
 a tracked worker; healthy resumes the session, unhealthy keeps it due one check interval
 later; after ``auto_resume_max_attempts`` resumes it is given up. The decisions are
 :mod:`corvid_actors.supervision`'s; these functions run on the supervisor's thread.
@@ -12,6 +12,7 @@ from __future__ import annotations
 from loguru import logger
 
 from corvid_actors.actors.base import tell
+from corvid_actors.actors.events import RemoveSession
 from corvid_actors.actors.supervisor._core import SupervisorCore
 from corvid_actors.actors.supervisor._resume import resume
 from corvid_actors.actors.supervisor._state import Paused, _ProbeResult, _ResumeDue
@@ -37,6 +38,10 @@ def pause_for_outage(core: SupervisorCore, sid: str, reason: str) -> None:
     core.publish(sid, ErrorEvent(error_type="api_outage",
                                  message=f"Session paused due to API outage — auto-resume in {delay_s / 60:g}min"))
     core.publish(sid, SessionPaused(resume_at=resume_iso, attempt=meta.outage_attempts + 1))
+    # As the original's pause: the session's subscribers go (after the two events above:
+    # the bus handles its messages in order); global subscribers stay, and whoever wants
+    # the resumed session's events subscribes again (session_resumed reaches the globals).
+    tell(core.bus, RemoveSession(sid))
     tell(core.timers, ScheduleTimer((sid, "resume"), delay_s, core.ref, _ResumeDue(sid, core.seq)))
     core.ensure_housekeeping()
 
