@@ -68,7 +68,26 @@ def test_default_mode_asks_and_an_approved_tool_runs(e2e, stub, project_dir):
     assert e2e.events(s.id, "assistant")[-1].content == "The README says hello."
 
 
-def test_human_denial_ends_the_turn(e2e, stub):
+def test_human_denial_goes_back_to_the_model(e2e, stub):
+    # seed 004: "Permission denied by user" is the tool's result and the model goes on
+    stub.add_tool_use([("run_command", {"command": "ls"})])
+    stub.add_reply("Understood, I will not list the files.")
+    s = e2e.session(provider="anthropic", model=MODEL, mode="default")
+    e2e.runtime.start_process(s.id, "list files")
+    e2e.runtime.settle()
+    [request] = e2e.events(s.id, "approval_request")
+    e2e.runtime.resolve_approval(request.id, "deny")
+    e2e.runtime.settle()
+    [denied] = _tool_results(stub)
+    assert denied.get("is_error") and "Permission denied by user" in str(denied["content"])
+    assert len(stub.message_requests) == 2
+    assert e2e.events(s.id, "assistant")[-1].content == "Understood, I will not list the files."
+
+
+def test_human_denial_ends_the_turn_when_configured(make_e2e, stub):
+    provider = AnthropicProvider("test-key", base_url=stub.url)
+    cfg = Config().replace(sdk_loop={"retry_max_attempts": 5, "stop_on_denial": True})
+    e2e = make_e2e({"anthropic": provider}, cfg)
     stub.add_tool_use([("run_command", {"command": "ls"})])
     s = e2e.session(provider="anthropic", model=MODEL, mode="default")
     e2e.runtime.start_process(s.id, "list files")
