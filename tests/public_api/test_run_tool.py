@@ -96,3 +96,28 @@ def test_run_tool_after_shutdown_raises(runtime, project):
     runtime.shutdown()
     with pytest.raises(RuntimeStoppedError):
         runtime.run_tool(project, "read_file", {"path": "notes.txt"})
+
+
+def test_run_tool_gives_what_the_tool_produced_and_what_the_model_sees_after_the_caps(sim_clock, scripted, project):
+    (project / "long.txt").write_text("".join(f"{i:04d} " + "x" * 95 + "\n" for i in range(150)))  # 15,000 chars
+    with sim_runtime(sim_clock, scripted, loop_for_provider={"scripted": "direct"}, workspace_dir=project,
+                     config={"direct_loop": {"use_tier_caps": False}, "tools": {"output_truncate_chars": 50000}}) as rt:
+        run = rt.run_tool(project, "read_file", {"path": "long.txt"}, mode="full-auto")
+        assert len(run.output) > 15000 and "truncated" not in run.output  # all of it: under the tool's own cap
+        assert run.model_sees == run.output[:9828] + f"\n\n[... truncated, {len(run.output) - 9828} chars omitted]"
+        # exactly what a direct-loop session's model is given of the same call
+        agent = rt.create_agent("reader", provider="scripted", permission_mode="full-auto")
+        session = rt.create_session(agent_id=agent.id, source="web")
+        scripted.for_session(session.id, Turn.tool_call("read_file", {"path": "long.txt"}), "done")
+        rt.start_process(session.id, "read it")
+        rt.settle()
+        [tool_message] = [m for m in scripted.requests_for(session.id)[-1].messages if m.role == "tool"]
+        assert tool_message.content == run.model_sees
+        lines = rt.run_tool(project, "run_command", {"command": "seq 1 500"}, mode="full-auto")
+        assert lines.output.split() == [str(i) for i in range(1, 501)]
+        assert lines.model_sees.splitlines()[-200:] == [str(i) for i in range(301, 501)]  # the observation cap
+        assert "1\n2\n3\n" not in lines.model_sees
+        small = rt.run_tool(project, "run_command", {"command": "seq 1 500"}, mode="full-auto", context_window=100)
+        assert len(small.model_sees) < 1000 + 60  # the 30 % cap's floor: 1,000 chars and the marker
+        denied = rt.run_tool(project, "write_file", {"path": ".env", "content": "x"}, mode="full-auto")
+        assert (denied.output, denied.model_sees) == (None, None)
