@@ -105,7 +105,8 @@ _KIND_ALIASES = {
 
 
 class StoreFault:
-    """Make a :class:`~corvid_actors.db.store.Store` refuse operations of one kind on purpose.
+    """Make a :class:`~corvid_actors.db.store.Store` (or a Runtime's store: pass the
+    Runtime) refuse operations of one kind on purpose.
 
     ``kind`` is the name of a store operation — a :class:`Store` method (``update_session``,
     ``add_session_usage``, ``open_turn``, ``create_session`` …), a ledger one (``deduct``,
@@ -115,7 +116,7 @@ class StoreFault:
     ``times - 1`` after it (``times=None``: every one until :meth:`clear`). The operation
     is refused *before* it runs: nothing of it is written, as when the server is down.
 
-        fault = StoreFault(runtime.internals.store, "deduct", nth=1)
+        fault = StoreFault(runtime, "deduct", nth=1)
         ...
         assert fault.raised == 1
         fault.clear()
@@ -124,10 +125,12 @@ class StoreFault:
     store operation passes through), so it works under a running runtime, from any thread.
     """
 
-    def __init__(self, store: Store, kind: str, *, nth: int = 1, times: int | None = 1,
+    def __init__(self, store: Store | Runtime, kind: str, *, nth: int = 1, times: int | None = 1,
                  error: BaseException | None = None) -> None:
         if nth < 1 or (times is not None and times < 1):
             raise ValueError("nth and times must be at least 1")
+        # a Runtime: its store (the one its actors write through)
+        store = store.internals.store if hasattr(store, "internals") else store
         self.store = store
         self.kind = kind
         self.nth = nth
