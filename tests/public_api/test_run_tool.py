@@ -76,8 +76,8 @@ def test_commands_run_in_the_os_sandbox_a_session_gets(sim_clock, scripted, tmp_
 def test_run_tool_asks_what_a_session_of_the_mode_asks(sim_clock, scripted, tmp_path, project):
     with sim_runtime(sim_clock, scripted, workspace_dir=tmp_path / "ws",
                      loop_for_provider={"scripted": "direct"}) as rt:
-        agent = rt.internals.store.create_agent("reader", permission_mode="default")
-        proj = rt.internals.store.create_project("p", project)
+        agent = rt.create_agent("reader", permission_mode="default")
+        proj = rt.create_project("p", project)
         s = rt.create_session(agent_id=agent.id, project_id=proj.id, source="web")
         scripted.for_session(s.id, Turn.tool_call("read_file", {"path": "notes.txt"}), Turn.reply("done"))
         rt.start_process(s.id, "read the notes")
