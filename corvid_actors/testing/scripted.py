@@ -25,8 +25,13 @@ With nothing scripted, ``responder(request)`` answers (if set and it returns a t
     provider.health_results = [False, True]            # first probe fails, then healthy
 
 Every model call is kept in ``requests`` (each :class:`ModelRequest` carries the
-``session_id`` and incarnation ``generation`` that made it); :meth:`requests_for` and
-:meth:`starts_of` read them per session.
+``session_id`` and incarnation ``generation`` that made it, and ``at``: the clock's time
+when it was made); :meth:`requests_for` and :meth:`starts_of` read them per session.
+
+A script counts model *calls*, not answered turns: a call takes its turn when it starts.
+A crash mid-turn (the incarnation killed by ``kill_incarnation``, the runtime by
+``kill_runtime``) spends the turn of the call in flight, and the turn answered again after
+the restart takes the next one: two scripted turns for one user message.
 """
 
 from __future__ import annotations
