@@ -107,3 +107,17 @@ def test_kill_runtime_under_either_dispatcher(sim_clock, scripted, url, dispatch
         assert second.stale_session_ids == [session.id]
     finally:
         second.shutdown()
+
+
+def test_an_incarnation_killed_mid_turn_also_costs_its_script_two_turns(runtime, scripted, recorder):
+    from corvid_actors.testing import kill_incarnation
+
+    session = runtime.create_session(source="chat")
+    scripted.for_session(session.id, Turn.reply("never heard", latency_s=30), "answered after the restart")
+    runtime.start_process(session.id, "hello")
+    runtime.clock.advance(10)
+    assert kill_incarnation(runtime, session.id)
+    runtime.clock.advance(10)  # the restart after 5 s resumes the open turn
+    assert recorder.last("assistant", session.id).content == "answered after the restart"
+    assert scripted.remaining(session.id) == 0
+    assert [(r.at, r.generation) for r in scripted.requests_for(session.id)] == [(0.0, 1), (15.0, 2)]
