@@ -378,7 +378,10 @@ def model_view(call: ToolCall, result: ToolResult, config: Config, context_windo
                command_tools: tuple[str, ...]) -> str:
     """What the direct loop gives the model of ``result`` as the first tool result of a
     conversation: the loop's own cap functions, in its order (``loop/direct_tools.py``,
-    ``_record_result``: the observation caps, then the 30 % cap of one result)."""
+    ``_record_result``: the observation caps, then the 30 % cap of one result). When the
+    loop changes that order, change it here: ``tests/public_api/test_run_tool.py``
+    compares this with what a direct-loop session's model is given, on an output both
+    caps cut."""
     rules = LoopRules(settings_from_config(config), command_tools=command_tools)
     seen, _kept = rules.observe(call, result)
     settings = config.direct_loop

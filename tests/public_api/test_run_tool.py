@@ -121,3 +121,21 @@ def test_run_tool_gives_what_the_tool_produced_and_what_the_model_sees_after_the
         assert len(small.model_sees) < 1000 + 60  # the 30 % cap's floor: 1,000 chars and the marker
         denied = rt.run_tool(project, "write_file", {"path": ".env", "content": "x"}, mode="full-auto")
         assert (denied.output, denied.model_sees) == (None, None)
+
+
+def test_run_tool_applies_the_caps_in_the_loop_s_order(sim_clock, scripted, project):
+    """Both caps bite here and their order matters (the observation cap keeps a command's
+    tail, the 30 % cap a head): run_tool must give exactly what a session's model is given,
+    whichever order the loop applies them in."""
+    command = {"command": "for i in $(seq 1 150); do printf '%0150d\\n' $i; done"}  # 22,650 bytes, 150 lines
+    with sim_runtime(sim_clock, scripted, loop_for_provider={"scripted": "direct"}, workspace_dir=project,
+                     config={"direct_loop": {"use_tier_caps": False}, "tools": {"output_truncate_chars": 50000}}) as rt:
+        run = rt.run_tool(project, "run_command", command, mode="full-auto")
+        assert len(run.output) > 22000 and len(run.model_sees) < 16384
+        agent = rt.create_agent("runner", provider="scripted", permission_mode="full-auto")
+        session = rt.create_session(agent_id=agent.id, source="web")
+        scripted.for_session(session.id, Turn.tool_call("run_command", command), "done")
+        rt.start_process(session.id, "run it")
+        rt.settle()
+        [tool_message] = [m for m in scripted.requests_for(session.id)[-1].messages if m.role == "tool"]
+        assert tool_message.content == run.model_sees
