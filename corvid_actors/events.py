@@ -21,8 +21,13 @@ class Event:
 
 @dataclass(frozen=True)
 class SessionStarted(Event):
+    """An incarnation of the session was built and runs (a start, a resume, a restart)."""
+
     type: ClassVar[str] = "session_started"
+    #: the incarnation's process id: a pseudo-PID counting from 800000 for direct
+    #: (in-process) providers, as the original's direct processes
     pid: int = 0
+    #: the incarnation's number within this Runtime (counts up across every session)
     generation: int = 0
 
 
@@ -31,8 +36,11 @@ class SessionExited(Event):
     """The session's actor ended by itself; ``code`` 0 is a clean end."""
 
     type: ClassVar[str] = "session_exited"
+    #: the exit code: 0 clean (idle exit, a scripted clean exit), 1 a crash or fatal error
     code: int = 0
+    #: the session's user turns so far (all incarnations)
     num_turns: int = 0
+    #: how long this incarnation ran, in milliseconds of the runtime's clock
     duration_ms: int = 0
 
 
@@ -41,6 +49,8 @@ class SessionStopped(Event):
     """The session was stopped from outside (``reason``: user_stop, timeout, …)."""
 
     type: ClassVar[str] = "session_stopped"
+    #: why: ``user_stop``, ``timeout``, ``replaced`` (a new start), ``server_shutdown``,
+    #: ``credits_exhausted``, … (the ``reason`` given to ``stop_process``)
     reason: str = "user_stop"
 
 
@@ -49,13 +59,18 @@ class SessionPaused(Event):
     """Upstream outage: the session is paused until ``resume_at`` (ISO time)."""
 
     type: ClassVar[str] = "session_paused"
+    #: when the automatic resume is due (ISO 8601, UTC; simulated time under a SimClock)
     resume_at: str = ""
+    #: this outage's pause count for the session (1 for the first; the backoff grows with it)
     attempt: int = 0
 
 
 @dataclass(frozen=True)
 class SessionResumed(Event):
+    """A session paused by an outage goes on."""
+
     type: ClassVar[str] = "session_resumed"
+    #: True for the timed automatic resume, False for ``Runtime.resume_session``
     automatic: bool = False
 
 
@@ -64,7 +79,9 @@ class SessionRestarting(Event):
     """A crashed chat session will be restarted after ``delay_s``."""
 
     type: ClassVar[str] = "session_restarting"
+    #: the restart's number within the current crash loop (1 for the first)
     attempt: int = 0
+    #: seconds (of the runtime's clock) until the restart: 5, then 15, … (the backoff)
     delay_s: float = 0.0
 
 
@@ -75,7 +92,9 @@ class ErrorEvent(Event):
     auto_resume_exhausted, crash, payload_growth, …)."""
 
     type: ClassVar[str] = "error"
+    #: the kind of error (see above)
     error_type: str = "unknown"
+    #: what went wrong, for people (a provider bug's text: ``"ExcType: text"``)
     message: str = ""
 
 
@@ -90,9 +109,13 @@ class SessionError(Event):
     """
 
     type: ClassVar[str] = "session_error"
+    #: the kind (see above)
     error_type: str = "unknown"
+    #: what happened, for people
     message: str = ""
+    #: ``info`` | ``warning`` | ``error`` | ``fatal``
     severity: str = "error"
+    #: whether sending a message (or waiting) brings the session back
     recoverable: bool = True
 
 
@@ -104,7 +127,10 @@ def context_compacted() -> SessionError:
 
 @dataclass(frozen=True)
 class Thinking(Event):
+    """The model is working on a turn (``thinking`` True) or finished it (False)."""
+
     type: ClassVar[str] = "thinking"
+    #: True when a model call starts, False when the turn ends
     thinking: bool = True
 
 
@@ -113,6 +139,8 @@ class ContentBlockDelta(Event):
     """A streamed chunk of assistant text."""
 
     type: ClassVar[str] = "content_block_delta"
+    #: the chunk (deltas of one reply joined give its text; coalesced per network chunk
+    #: unless ``supervisor.coalesce_deltas`` is off, as in ``sim_runtime``)
     text: str = ""
 
 
@@ -121,9 +149,13 @@ class ContentBlockStart(Event):
     """A content block began; for tool calls ``block_type`` is ``tool_use``."""
 
     type: ClassVar[str] = "content_block_start"
+    #: ``text`` or ``tool_use``
     block_type: str = "text"
+    #: a tool call's tool name (empty for text)
     name: str = ""
+    #: a tool call's id (the provider's, or given when the call had none)
     call_id: str = ""
+    #: a tool call's arguments
     input: dict[str, Any] = field(default_factory=dict)
 
 
@@ -139,6 +171,7 @@ class Assistant(Event):
     """A complete assistant message."""
 
     type: ClassVar[str] = "assistant"
+    #: the message's whole text (also stored as the session's ``assistant`` message)
     content: str = ""
 
 
@@ -147,10 +180,16 @@ class ToolStatus(Event):
     """A tool call's state: pending → running → completed | error."""
 
     type: ClassVar[str] = "tool_status"
+    #: a line for people ("Running read_file…", the result's first line, the error)
     status_message: str = ""
+    #: the tool called
     tool_name: str = ""
+    #: the call's id (matches ``content_block_start``'s ``call_id``)
     call_id: str = ""
+    #: ``pending`` | ``running`` | ``completed`` | ``error``
     state: str = "running"
+    #: when finished: a preview of what the model was given (capped at
+    #: ``direct_loop.tool_status_output_chars``); empty before
     output: str = ""
 
 
@@ -159,12 +198,20 @@ class Result(Event):
     """End of a turn, with cost and loop metrics."""
 
     type: ClassVar[str] = "result"
+    #: ``success`` or ``error`` (the turn failed: ``result`` says why)
     subtype: str = "success"
+    #: the turn's cost in US dollars (as the provider priced it; 0 for local models)
     total_cost_usd: float = 0.0
+    #: model iterations in the turn (tool rounds included)
     num_turns: int = 0
+    #: how long the turn took, in milliseconds of the runtime's clock
     duration_ms: int = 0
+    #: the final reply's text, or the error's message
     result: str = ""
+    #: tokens: ``input_tokens``, ``output_tokens`` (and cache counts when reported)
     usage: dict[str, int] = field(default_factory=dict)
+    #: the loop's metrics (direct loop: ``termination_reason``, ``stall_detected``,
+    #: ``stall_type``, iteration counts …); empty for the conversation loop
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
@@ -173,20 +220,33 @@ class ApprovalRequestEvent(Event):
     """A tool use awaits approval. Never carries the tool's raw input."""
 
     type: ClassVar[str] = "approval_request"
+    #: the request's id, for ``Runtime.resolve_approval``
     id: str = ""
+    #: the session that asks
     session_id: str = ""
+    #: the tool to be run
     tool_name: str = ""
+    #: what the call would do, for people ("Write file: notes.txt")
     description: str = ""
+    #: when it was asked (ISO 8601, UTC)
     created_at: str = ""
+    #: seconds until it is denied by itself (``approvals.timeout_s``; chat: ``chat_timeout_s``)
     timeout_s: float = 0.0
+    #: ``tool`` (a permission ask), ``command`` (a command the allowlist does not cover) or
+    #: ``doom_loop`` (the same call repeated)
     kind: str = "tool"
 
 
 @dataclass(frozen=True)
 class ApprovalResolved(Event):
+    """An approval request was answered (by a person, its timeout, or a shutdown)."""
+
     type: ClassVar[str] = "approval_resolved"
+    #: the request's id
     id: str = ""
+    #: ``allow`` | ``deny`` | ``allow_session``
     behavior: str = "deny"
+    #: the answer's note (a denial's reason is told to the model)
     message: str = ""
 
 
@@ -195,24 +255,37 @@ class QueueStatus(Event):
     """Waiting for an inference slot (empty message: no longer waiting)."""
 
     type: ClassVar[str] = "queue_status"
+    #: "Waiting for an inference slot…" while queued; empty once granted
     status_message: str = ""
 
 
 @dataclass(frozen=True)
 class ContextUsage(Event):
+    """How full the model's context is before a model call (direct and SDK loops)."""
+
     type: ClassVar[str] = "context_usage"
+    #: the conversation's estimated size in tokens (system prompt and tools included)
     estimated_tokens: int = 0
+    #: the model's context window in tokens
     context_window: int = 0
+    #: ``estimated_tokens`` as a percentage of ``context_window``
     usage_percent: float = 0.0
+    #: messages in the conversation sent
     messages_count: int = 0
+    #: whether older messages were trimmed for this call
     trimmed: bool = False
 
 
 @dataclass(frozen=True)
 class ContextWarning(Event):
+    """The context passed a warning level (once per level and incarnation)."""
+
     type: ClassVar[str] = "context_warning"
+    #: ``info`` | ``warning`` | ``critical``
     level: str = "info"
+    #: the usage that crossed it, in percent of the context window
     usage_percent: float = 0.0
+    #: the warning, for people
     message: str = ""
 
 
@@ -221,9 +294,13 @@ class RetryScheduled(Event):
     """A retryable provider error: the next attempt is due at ``due_at``."""
 
     type: ClassVar[str] = "retry"
+    #: the retry's number (1 for the first)
     attempt: int = 0
+    #: seconds until it (``retry-after`` when the provider gave one)
     delay_s: float = 0.0
+    #: when it is due (ISO 8601, UTC; simulated time under a SimClock)
     due_at: str = ""
+    #: the error retried
     message: str = ""
 
 
@@ -232,20 +309,31 @@ class SystemEvent(Event):
     """Informational notes (provider_selected, compaction, low credits, …)."""
 
     type: ClassVar[str] = "system"
+    #: the note's kind: ``provider_selected``, ``context_reset``, ``warm_path_failed``,
+    #: ``sandbox_unavailable``, ``payload_snapshot``, …
     subtype: str = ""
+    #: the note, for people
     message: str = ""
 
 
 @dataclass(frozen=True)
 class CreditsLow(Event):
+    """The participant's credit balance fell to the low mark (``credits.low_credit_threshold``)."""
+
     type: ClassVar[str] = "credits_low"
+    #: credits left
     remaining: int = 0
+    #: the notice, for people
     message: str = ""
 
 
 @dataclass(frozen=True)
 class PlanEvent(Event):
+    """The session's plan changed (the ``update_plan`` tool; OpenAgent rules)."""
+
     type: ClassVar[str] = "plan"
+    #: the whole plan: ``{"id", "title", "status" (pending | running | completed |
+    #: blocked), "waiting_for"}`` each
     steps: tuple[dict[str, Any], ...] = ()
 
 

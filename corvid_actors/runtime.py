@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,22 +50,25 @@ from corvid_actors.content import UserContent, content_blocks, text_parts
 from corvid_actors.db.replays import ReplayStore
 from corvid_actors.db.store import Store
 from corvid_actors.errors import RuntimeStoppedError
+from corvid_actors.loop.direct_tools import model_visible_result
+from corvid_actors.loop.rules import LoopRules, settings_from_config
+from corvid_actors.loop.tool_results import max_tool_result_chars
 from corvid_actors.loop_factories import (
     ApprovalPolicyFactory,
     HistoryPolicyFactory,
     LoopFactory,
     LoopSpec,
 )
-from corvid_actors.providers.base import Provider
+from corvid_actors.providers.base import Provider, ToolCall
 from corvid_actors.runtime_lifecycle import RuntimeLifecycle
 from corvid_actors.runtime_tree import open_store, resolve_providers, start_actor_tree
 from corvid_actors.session_control import RuntimeSessionControl, session_tools_hook
 from corvid_actors.tools.base import ToolRegistry
 from corvid_actors.tools.mcp_client import add_mcp_server
-from corvid_actors.vocabulary import PermissionCheck
+from corvid_actors.vocabulary import PermissionCheck, ToolKind, ToolResult
 from corvid_actors.wiring import SessionBuilder, ToolRun
 
-__all__ = ["Runtime", "LoopSpec"]
+__all__ = ["Runtime", "LoopSpec", "model_view"]
 
 
 class Runtime(RuntimeLifecycle):
@@ -74,7 +78,12 @@ class Runtime(RuntimeLifecycle):
         config: the configuration (default: ``load_config()``).
         clock: ``RealClock()`` by default; ``corvid_actors.testing.SimClock`` for simulations.
         store: a :class:`Store`, or ``store_url`` to open one (default: the config's URL).
-        providers: name → :class:`Provider` (default: built from the config).
+        providers: name → :class:`Provider`; replaces the providers built from the config
+            (the default: Ollama, and Anthropic when a key is configured).
+        extra_providers: name → :class:`Provider` added *beside* ``providers`` (or the
+            configured ones): ``Runtime(config, extra_providers={"scripted": scripted})``
+            keeps the configured Ollama and Anthropic providers and adds the scripted one.
+            A name both have raises ValueError.
         tool_registry_factory: returns the tools sessions may use (filtered per agent;
             default: the coding tools, with the ``[tools]`` output cap and command timeouts).
         loops / loop_for_provider: loop factories by kind, and which kind a provider gets.
@@ -102,6 +111,7 @@ class Runtime(RuntimeLifecycle):
         store: Store | None = None,
         store_url: str | None = None,
         providers: Mapping[str, Provider] | Callable[[Config], Mapping[str, Provider]] | None = None,
+        extra_providers: Mapping[str, Provider] | None = None,
         tool_registry_factory: Callable[[], ToolRegistry] | None = None,
         loops: Mapping[str, LoopFactory] | None = None,
         loop_for_provider: Mapping[str, str] | None = None,
@@ -126,7 +136,7 @@ class Runtime(RuntimeLifecycle):
         self._tracker = tracker = ActivityTracker(dispatcher, seed=seed, explore=explore)
         self._owns_store = store is None
         store = store or open_store(config, clock, store_url)
-        providers = resolve_providers(providers, config)
+        providers = resolve_providers(providers, config, extra_providers)
         # corvid_* tools (over a SessionControl of this runtime) and the agents' external MCP
         # servers, after the host's extra_tools
         tools_hook = (session_tools_hook(RuntimeSessionControl(self), config, store, extra_tools)
@@ -240,7 +250,8 @@ class Runtime(RuntimeLifecycle):
     # --- one tool run ------------------------------------------------------------------------
 
     def run_tool(self, project_dir: str | Path, tool: str, args: Mapping[str, Any] | None = None, *,
-                 mode: str = "default", agent: Any = None, approve: bool = False) -> ToolRun:
+                 mode: str = "default", agent: Any = None, approve: bool = False,
+                 context_window: int | None = None) -> ToolRun:
         """Run one tool call exactly as a session of permission ``mode`` would: the same
         tool registry (``tool_registry_factory``), permission check (protected paths
         included), environment (``safe_env``), deadline, and OS sandbox launcher with its
@@ -248,15 +259,26 @@ class Runtime(RuntimeLifecycle):
         network_agents``). For tests, and for operators asking why a call is denied.
 
         Returns a :class:`~corvid_actors.wiring.ToolRun`: ``decision`` (allow / ask /
-        deny) and ``reason``; when it ran, ``result`` (``output``, ``is_error``). A call
-        that needs approval (``ask``) runs only with ``approve=True``, as if approved.
+        deny) and ``reason``; when it ran, ``output`` (what the tool produced), ``is_error``
+        and ``model_sees``: what the direct loop gives the model of it, after the loop's
+        caps, applied by the loop's own functions in the loop's order — the observation
+        caps (``[observation]``, the full output kept for the operator) and the seed's
+        30 % cap on one tool result, in a conversation that has used none of a
+        ``context_window``-token window yet (default ``[providers] ollama_num_ctx``).
+        A call that needs approval (``ask``) runs only with ``approve=True``, as if approved.
         Blocks the calling thread for the tool's run; publishes and stores nothing.
         """
         if self._stopped:
             raise RuntimeStoppedError(self._stopped_message())
         agent_name = agent if isinstance(agent, str) else str(getattr(agent, "name", "") or "")
-        return self._internals.builder.run_tool(Path(project_dir), tool, args or {}, mode=mode, agent_name=agent_name,
-                                     approve=approve)
+        run = self._internals.builder.run_tool(Path(project_dir), tool, args or {}, mode=mode, agent_name=agent_name,
+                                               approve=approve)
+        if run.result is None:
+            return run
+        window = context_window or self._config.providers.ollama_num_ctx
+        call = ToolCall("run_tool", tool, dict(args or {}))
+        commands = tuple(t.name for t in self._internals.builder.tool_registry_factory() if t.kind is ToolKind.COMMAND)
+        return replace(run, model_sees=model_view(call, run.result, self._config, window, commands))
 
     # --- approvals, slots ---------------------------------------------------------------------
 
@@ -351,6 +373,17 @@ class Runtime(RuntimeLifecycle):
         """The count :meth:`settle` waits on: ``begin()`` / ``end()`` around a host's work
         outside the actors (a chat outbox's deliveries) makes settle() wait for it too."""
         return self._tracker
+
+
+def model_view(call: ToolCall, result: ToolResult, config: Config, context_window: int,
+               command_tools: tuple[str, ...]) -> str:
+    """What the direct loop gives the model of ``result`` as the first tool result of a
+    conversation: the loop's own function (``loop.direct_tools.model_visible_result``)
+    under the 30 % cap of one result in an empty conversation."""
+    rules = LoopRules(settings_from_config(config), command_tools=command_tools)
+    settings = config.direct_loop
+    limit = max_tool_result_chars(context_window, 0, settings)
+    return model_visible_result(rules, call, result, limit, settings.truncation_shape)[1]
 
 
 def _checked(content: UserContent | None) -> UserContent | None:

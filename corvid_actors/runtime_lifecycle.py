@@ -131,6 +131,52 @@ class RuntimeLifecycle(RuntimeReads):
         if self._owns_store:
             self._internals.store.close()
 
+    def _die(self, failure: str) -> None:
+        """End this runtime as ``kill -9`` ends its process: for
+        :func:`corvid_actors.testing.faults.kill_runtime` (see there), never for a host.
+
+        Nothing is written or published on the way down: no session is stopped or marked
+        for resume, no exit note or ``session_stopped`` is written, no lease released.
+        Every incarnation's lifeline is closed first (its actor handles nothing more and
+        its model call or stream is cancelled), then every actor of this runtime stops;
+        the timer table and the I/O loop close, a simulated clock forgets this runtime
+        (other runtimes on it go on), and a store the runtime opened itself is closed
+        (its connection, as the process's would be). Later calls raise
+        ``RuntimeStoppedError`` naming ``failure``."""
+        with self._fail_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            self._failure = failure
+        tracker, internals = self._tracker, self._internals
+        tracker.stopping = True
+        core = list(internals.stop_order())
+        core_urns = {ref.actor_urn for ref in core}
+        # the incarnations: every other actor started on this runtime's tracker
+        incarnations = [ref for ref in pykka.ActorRegistry.get_all()
+                        if getattr(getattr(ref, "_actor", None), "_tracker", None) is tracker
+                        and ref.actor_urn not in core_urns]
+        for ref in incarnations:
+            lifeline = getattr(getattr(getattr(ref, "_actor", None), "w", None), "lifeline", None)
+            if lifeline is not None:
+                lifeline.close()
+        first = [ref for ref in (internals.cluster_member, internals.supervisor) if ref is not None]
+        last = [ref for ref in core if ref.actor_urn not in {f.actor_urn for f in first}]
+        for ref in (*first, *incarnations, *last):  # nothing hears of an incarnation's end
+            try:
+                ref.stop(block=True)
+            except pykka.ActorDeadError:
+                pass
+        internals.timers.close()
+        internals.io_loop.stop()
+        detach = getattr(self._clock, "detach", None)
+        if callable(detach):
+            detach(tracker)
+        else:
+            self._clock.stop()
+        if self._owns_store:
+            internals.store.close()
+
     # --- root policy --------------------------------------------------------------------------
 
     def watch(self, ref: pykka.ActorRef[Any], name: str) -> None:

@@ -123,11 +123,19 @@ def default_providers(config: Config) -> dict[str, Provider]:
     return providers
 
 
-def resolve_providers(providers: ProvidersArg, config: Config) -> dict[str, Provider]:
-    """The providers a Runtime was given (a mapping or a factory), else the defaults."""
+def resolve_providers(providers: ProvidersArg, config: Config,
+                      extra: Mapping[str, Provider] | None = None) -> dict[str, Provider]:
+    """The providers a Runtime was given (a mapping or a factory), else the defaults (the
+    configured ones), with ``extra`` added beside them. A name in both raises ValueError:
+    ``extra`` adds, it never replaces."""
     if callable(providers) and not isinstance(providers, Mapping):
         providers = providers(config)
-    return dict(providers) if providers is not None else default_providers(config)
+    resolved = dict(providers) if providers is not None else default_providers(config)
+    clash = sorted(set(resolved) & set(extra or {}))
+    if clash:
+        raise ValueError(f"extra_providers names {', '.join(map(repr, clash))}, which the providers already have: "
+                         "extra_providers adds providers beside them; to replace one, pass providers=")
+    return {**resolved, **(extra or {})}
 
 
 def open_store(config: Config, clock: Clock, store_url: str | None = None) -> Store:

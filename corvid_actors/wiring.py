@@ -94,16 +94,22 @@ class BuiltSession:
 class ToolRun:
     """What ``Runtime.run_tool`` reports: the permission ``decision`` (``allow``, ``ask``
     or ``deny``) with its ``reason`` (the denial the model would be told, or the approval
-    request's description), and — when the tool ran — its :class:`ToolResult`."""
+    request's description), and — when the tool ran — its :class:`ToolResult` and
+    ``model_sees``, what the model is given of it after the loop's caps."""
 
     decision: str
     reason: str = ""
     ran: bool = False
     result: Any = None
+    #: the tool's output after the loop's caps (None when the tool did not run; see
+    #: ``Runtime.run_tool``)
+    model_sees: str | None = None
 
     @property
     def output(self) -> str | None:
-        """What the model would see (None when the tool did not run)."""
+        """What the tool produced (None when it did not run): its result's ``output``,
+        with the tool's own cap (``[tools] output_truncate_chars``) but none of the
+        loop's; :attr:`model_sees` is what reaches the model."""
         return self.result.output if self.result is not None else None
 
     @property

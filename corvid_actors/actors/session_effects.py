@@ -277,7 +277,7 @@ class SessionEffects:
 
     def _start_model_call(self, request: ModelRequest, purpose: str) -> None:
         lifeline, stream_text = self.w.lifeline, purpose == "turn"
-        request = replace(request, session_id=self.sid, generation=self.gen)
+        request = replace(request, session_id=self.sid, generation=self.gen, at=self._clock.monotonic())
         actor = self
 
         def on_event(event: StreamEvent) -> None:

@@ -98,13 +98,8 @@ class DirectToolCalls:
         settings = self._settings
         used = estimate_messages_tokens(self._history, self._system, settings.token_settings)
         limit = max_tool_result_chars(self._context_window, used, settings)
-        # The seed's cap counts the tool's own output: with the observation caps on, it is
-        # their byte cap for this result (one cut, whose notice states the output's lines
-        # and bytes, JSON keeping its real tail); with them off, the seed's own cut.
-        result, kept = self._rules.observe(call, result, max_chars=limit)
-        # lone surrogates (undecodable bytes) would break the client's JSON encoding
-        output = result.output.encode("utf-8", "replace").decode("utf-8")
-        output = cap_tool_result(output, limit, settings.truncation_shape)  # a no-op after an observation
+        result, output, kept = model_visible_result(self._rules, call, result, limit,
+                                                    settings.truncation_shape)
         self._history.append(
             ChatMessage(
                 role="tool",
@@ -123,3 +118,19 @@ class DirectToolCalls:
         )
         return [*kept, status]
 
+
+def model_visible_result(rules: LoopRules, call: ToolCall, result: ToolResult, limit: int,
+                         truncation_shape: str) -> tuple[ToolResult, str, list[Effect]]:
+    """What the model is given of ``result`` under a cap of ``limit`` characters: the
+    observed result, its capped text, and the effects the observation keeps (the full
+    output for the operator). ``Runtime.run_tool``'s ``model_sees`` is this too.
+
+    The seed's cap counts the tool's own output: with the observation caps on, it is
+    their byte cap for this result (one cut, whose notice states the output's lines and
+    bytes, JSON keeping its real tail); with them off, the seed's own cut.
+    """
+    observed, kept = rules.observe(call, result, max_chars=limit)
+    # lone surrogates (undecodable bytes) would break the client's JSON encoding
+    output = observed.output.encode("utf-8", "replace").decode("utf-8")
+    output = cap_tool_result(output, limit, truncation_shape)  # a no-op after an observation
+    return observed, output, list(kept)

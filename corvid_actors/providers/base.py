@@ -66,7 +66,10 @@ class ModelRequest:
     session actor fills them in; a loop used on its own leaves them empty). Generations
     count up within one Runtime (the ``generation`` of ``session_started``). Providers may
     use them for routing or logging; the scripted provider keys its per-session scripts
-    on them.
+    on them. ``at`` is when the call was made, in seconds of the runtime's clock
+    (``clock.monotonic()``: simulated seconds since the start under a ``SimClock``, the
+    time base of ``EventRecorder``'s ``Recorded.at``), stamped by the session actor as it
+    makes the call — before any latency; None for a request no session actor made.
     """
 
     model: str
@@ -76,6 +79,7 @@ class ModelRequest:
     max_tokens: int | None = None
     session_id: str = ""
     generation: int = 0
+    at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -19,26 +19,17 @@ import select
 import socket
 import struct
 import time
-from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
 
 from corvid_actors.jsontypes import WireJson
-
-
-def _genuine_monotonic() -> Callable[[], float]:
-    try:  # freezegun keeps the genuine function even after it patched time.monotonic
-        from freezegun.api import real_monotonic
-
-        return real_monotonic
-    except ImportError:  # pragma: no cover - freezegun is a test dependency
-        return time.monotonic
+from corvid_actors.testing.realtime import real_monotonic
 
 
 class RealTime:
     """The real clock for stub waits (class attributes escape freezegun's patching)."""
 
-    monotonic = staticmethod(_genuine_monotonic())
+    monotonic = staticmethod(real_monotonic)
     sleep = staticmethod(time.sleep)
 
 

@@ -81,6 +81,13 @@ class SimClock:
     ``clock.advance(seconds)`` or ``clock.advance_to(...)``. ``clock.close()`` (or the
     runtime's shutdown) unfreezes time and leaves no freezegun option changed. The test
     runner and the logger keep real time throughout (:data:`REAL_TIME_MODULES`).
+
+    While a clock is open, ``time.monotonic()``, ``time.time()``, ``time.perf_counter()``
+    and ``datetime.now()`` are frozen in the **whole test process**, the test's own code
+    included: a test's real-time bound (``started = time.monotonic(); …; assert
+    time.monotonic() - started < 5``) silently measures zero, and a polling loop bounded
+    by ``time.monotonic()`` never ends. Bound real waits with
+    :func:`corvid_actors.testing.real_monotonic` (or ``real_perf_counter``, ``real_time``).
     """
 
     def __init__(self, start: datetime = DEFAULT_START) -> None:
@@ -121,6 +128,14 @@ class SimClock:
         if self._tracker is None:
             self._tracker = tracker
         self._attached.append((tracker, settle))
+
+    def detach(self, tracker: ActivityTracker) -> None:
+        """Forget the runtime of ``tracker`` (it died: ``testing.faults.kill_runtime``):
+        timers no longer settle it, and it no longer counts among the runtimes whose
+        stops close the clock. Other runtimes on the clock go on."""
+        self._attached = [(t, settle) for t, settle in self._attached if t is not tracker]
+        if self._tracker is tracker:
+            self._tracker = self._attached[0][0] if self._attached else None
 
     def _settle(self) -> None:
         for _tracker, settle in self._attached:

@@ -9,6 +9,10 @@
   in it: the supervisor sees a crash (``session_error`` crash, ``session_exited`` code 1,
   the exit note) and restarts it with backoff (``session_restarting``) when its source
   auto-restarts.
+- :func:`kill_runtime`: the whole runtime dies as its process would on ``kill -9``:
+  nothing is written or published on the way down, so the store holds what a crashed
+  daemon leaves (``running`` rows, open turns, no exit notes) for a second runtime over
+  the same store to recover.
 - :class:`StoreFault`: a store refuses the Nth operation of a chosen kind (a write such
   as ``append_message``, ``update_session`` or the ledger's ``deduct``), as it does when
   its server is down — for fault-injection tests and hooks.
@@ -30,7 +34,10 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
-__all__ = ["StoreFault", "kill_incarnation", "refuse_input"]
+__all__ = ["StoreFault", "kill_incarnation", "kill_runtime", "refuse_input"]
+
+#: what a killed runtime's calls say (``RuntimeStoppedError``) and ``runtime.failure``
+KILLED = "killed (corvid_actors.testing.faults.kill_runtime: as by kill -9, nothing written on the way down)"
 
 
 def refuse_input(runtime: Runtime, session_id: str) -> bool:
@@ -55,6 +62,39 @@ def kill_incarnation(runtime: Runtime, session_id: str) -> bool:
     return bool(runtime._ask(KillIncarnation(session_id)))
 
 
+def kill_runtime(runtime: Runtime) -> None:
+    """End ``runtime`` the way ``kill -9`` ends a daemon: at once, with no graceful write.
+
+    No session is stopped or marked for resume, no exit note, ``session_stopped`` or
+    other event is written or published, no cluster lease is released: the store keeps
+    exactly what was committed before the kill — a running session's row stays
+    ``running`` with its pid (and ``open_turns`` when a turn was in flight), its
+    unanswered user message stays the last one. Every actor of the runtime stops, its
+    model calls are cancelled (a scripted turn taken by a call in flight is spent), the
+    timer table and I/O loop close, a :class:`~corvid_actors.testing.SimClock` forgets it
+    (its timers never fire; the clock stays open for the next runtime) and a store the
+    runtime opened itself is closed. Later calls raise ``RuntimeStoppedError`` and
+    ``runtime.failure`` says it was killed; ``shutdown()`` does nothing.
+
+    Then build a second runtime over the same store — the same ``store_url`` (a SQLite
+    file: an in-memory database dies with its connection) or the same ``store=`` object
+    — and check the recovery: its start-up resets the rows left ``running`` to ``idle``
+    (pid NULL, as the process-manager seed says of stale sessions) and marks them for
+    resume (``stale_session_ids``); ``resume_pending_sessions()`` resumes them, calling
+    the model again for a session killed mid-turn::
+
+        kill_runtime(first)
+        second = sim_runtime(clock, scripted, store_url=url)
+        assert second.stale_session_ids == [session.id]
+        second.resume_pending_sessions()
+
+    The incarnations handle nothing more from the moment of the call; a message already
+    queued for the supervisor is handled before it stops: settle first
+    (``runtime.settle()``) for a kill at a known point. Call it from a test thread.
+    """
+    runtime._die(KILLED)
+
+
 # --- store faults -------------------------------------------------------------------------
 
 #: kinds that name a family of store operations rather than one method
@@ -65,7 +105,8 @@ _KIND_ALIASES = {
 
 
 class StoreFault:
-    """Make a :class:`~corvid_actors.db.store.Store` refuse operations of one kind on purpose.
+    """Make a :class:`~corvid_actors.db.store.Store` (or a Runtime's store: pass the
+    Runtime) refuse operations of one kind on purpose.
 
     ``kind`` is the name of a store operation — a :class:`Store` method (``update_session``,
     ``add_session_usage``, ``open_turn``, ``create_session`` …), a ledger one (``deduct``,
@@ -75,7 +116,7 @@ class StoreFault:
     ``times - 1`` after it (``times=None``: every one until :meth:`clear`). The operation
     is refused *before* it runs: nothing of it is written, as when the server is down.
 
-        fault = StoreFault(runtime.internals.store, "deduct", nth=1)
+        fault = StoreFault(runtime, "deduct", nth=1)
         ...
         assert fault.raised == 1
         fault.clear()
@@ -84,10 +125,12 @@ class StoreFault:
     store operation passes through), so it works under a running runtime, from any thread.
     """
 
-    def __init__(self, store: Store, kind: str, *, nth: int = 1, times: int | None = 1,
+    def __init__(self, store: Store | Runtime, kind: str, *, nth: int = 1, times: int | None = 1,
                  error: BaseException | None = None) -> None:
         if nth < 1 or (times is not None and times < 1):
             raise ValueError("nth and times must be at least 1")
+        # a Runtime: its store (the one its actors write through)
+        store = store.internals.store if hasattr(store, "internals") else store
         self.store = store
         self.kind = kind
         self.nth = nth

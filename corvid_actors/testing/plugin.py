@@ -5,6 +5,8 @@
 - ``runtime``: a Runtime on the clock, in-memory SQLite and the scripted provider, shut
   down after the test.
 - ``recorder``: an :class:`EventRecorder` attached to ``runtime``.
+- ``arrange``: the :class:`~corvid_actors.testing.arrangement.Arrangement` of ``runtime``'s
+  store (personas, skill bundles, history, stale rows, deleted projects).
 - ``telegram_stub``: a started loopback Telegram Bot API server (push participants'
   messages and button presses, read what the bot sent; see ``testing.telegram_stub``).
 - ``ollama_stub`` / ``anthropic_stub``: a started loopback server speaking the real Ollama /
@@ -24,6 +26,8 @@ import pytest
 
 from corvid_actors.testing import EventRecorder, ScriptedProvider, SimClock, sim_runtime
 from corvid_actors.testing.anthropic_stub import AnthropicStubServer
+from corvid_actors.testing.arrangement import Arrangement
+from corvid_actors.testing.arrangement import arrange as arrange_for
 from corvid_actors.testing.ollama_stub import OllamaStubServer
 from corvid_actors.testing.telegram_stub import TelegramStubServer
 
@@ -56,6 +60,12 @@ def runtime(sim_clock: SimClock, scripted: ScriptedProvider, tmp_path: Path) -> 
 @pytest.fixture
 def recorder(runtime: Runtime) -> EventRecorder:
     return EventRecorder.attach(runtime)
+
+
+@pytest.fixture
+def arrange(runtime: Runtime) -> Arrangement:
+    """State for the test to start from, in ``runtime``'s store (``testing.arrangement``)."""
+    return arrange_for(runtime)
 
 
 @pytest.fixture

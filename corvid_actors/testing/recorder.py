@@ -15,12 +15,22 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Recorded:
+    """One event as the recorder heard it."""
+
+    #: when the event reached the recorder, in seconds of the runtime's clock
+    #: (``clock.monotonic()``): under a :class:`~corvid_actors.testing.SimClock`, simulated
+    #: seconds since the clock's start — the time base of ``SimClock.elapsed``,
+    #: ``advance_to`` and ``ModelRequest.at``. Events are delivered as they are published,
+    #: so an event published while a timer fires carries that timer's due time.
     at: float
+    #: the session the event is about
     session_id: str
+    #: the event (``corvid_actors.events``: each class documents its fields)
     event: Event
 
     @property
     def type(self) -> str:
+        """The event's type name (``session_started``, ``assistant``, …)."""
         return self.event.type
 
 

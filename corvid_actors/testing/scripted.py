@@ -25,8 +25,13 @@ With nothing scripted, ``responder(request)`` answers (if set and it returns a t
     provider.health_results = [False, True]            # first probe fails, then healthy
 
 Every model call is kept in ``requests`` (each :class:`ModelRequest` carries the
-``session_id`` and incarnation ``generation`` that made it); :meth:`requests_for` and
-:meth:`starts_of` read them per session.
+``session_id`` and incarnation ``generation`` that made it, and ``at``: the clock's time
+when it was made); :meth:`requests_for` and :meth:`starts_of` read them per session.
+
+A script counts model *calls*, not answered turns: a call takes its turn when it starts.
+A crash mid-turn (the incarnation killed by ``kill_incarnation``, the runtime by
+``kill_runtime``) spends the turn of the call in flight, and the turn answered again after
+the restart takes the next one: two scripted turns for one user message.
 """
 
 from __future__ import annotations
@@ -54,11 +59,19 @@ from corvid_actors.providers.base import (
 )
 from corvid_actors.vocabulary import CancelToken, StreamCancelled
 
-__all__ = ["ScriptedProvider", "ScriptedTurn", "ScriptedStartFailure", "Turn"]
+__all__ = ["ScriptError", "ScriptedProvider", "ScriptedTurn", "ScriptedStartFailure", "Turn"]
 
 
 class ScriptedStartFailure(RuntimeError):
     """Raised while a session is being built, for a scripted :meth:`Turn.start_failure`."""
+
+
+class ScriptError(ValueError):
+    """A scripted turn the session cannot take: its tool calls (:meth:`Turn.tool_call`,
+    ``Turn.reply(tool_calls=…)``) reached a loop that offered the model no tools, which
+    would drop them. Raised by the model call, so the session fails as on a provider bug
+    (``error`` event carrying this text, exit 1); also kept in
+    :attr:`ScriptedProvider.script_errors`."""
 
 
 @dataclass
@@ -107,7 +120,11 @@ class Turn:
     @staticmethod
     def tool_call(name: str, arguments: Mapping[str, Any] | None = None, *, text: str = "",
                   latency_s: float = 0.0) -> ScriptedTurn:
-        """A reply that calls one tool."""
+        """A reply that calls one tool. The session's loop must offer tools: the scripted
+        provider's sessions run the plain ``conversation`` loop unless the runtime maps it
+        to one with tools (``sim_runtime(loop_for_provider={"scripted": "direct"})``); a
+        call that reaches a loop without tools is a :class:`ScriptError` naming the loop,
+        not dropped."""
         return Turn.reply(text, latency_s=latency_s, tool_calls=[(name, dict(arguments or {}))])
 
     @staticmethod
@@ -172,6 +189,12 @@ class ScriptedProvider:
         #: session ids, one per start (build) of an incarnation, in order
         self.starts: list[str] = []
         self.health_probes = 0
+        #: the loop this provider's sessions run (``conversation``, ``direct``, ``sdk`` …), as
+        #: the runtime's ``loop_for_provider`` says: ``sim_runtime`` sets it; it names the
+        #: loop in a :class:`ScriptError` (None: the runtime's default, ``conversation``)
+        self.loop_kind: str | None = None
+        #: every :class:`ScriptError` raised, in order
+        self.script_errors: list[ScriptError] = []
         self._turns: list[ScriptedTurn] = []
         self._scripts: dict[str, deque[ScriptedTurn]] = {}
         self._lock = threading.Lock()
@@ -312,6 +335,11 @@ class ScriptedProvider:
                cancel: CancelToken) -> ModelResponse:
         """The scripted turn once its latency has passed: its error, exit or streamed reply."""
         cancel.raise_if_cancelled()
+        if turn.tool_calls and not request.tools:
+            error = self._no_tools_error(turn, request)
+            with self._lock:
+                self.script_errors.append(error)
+            raise error
         if turn.error is not None:
             raise turn.error
         if turn.exit_code is not None:
@@ -325,6 +353,17 @@ class ScriptedProvider:
                           output_tokens=len(turn.text) // 4)
         return ModelResponse(text=turn.text, tool_calls=turn.tool_calls, stop_reason=turn.stop_reason,
                              usage=usage, cost_usd=turn.cost_usd, model=request.model)
+
+    def _no_tools_error(self, turn: ScriptedTurn, request: ModelRequest) -> ScriptError:
+        loop = self.loop_kind or "conversation"
+        names = ", ".join(repr(call.name) for call in turn.tool_calls)
+        why = ("which runs no tools" if loop == "conversation" else
+               "which offered none to this session (a council deliberation role, or an agent whose "
+               "tool permissions leave none)")
+        return ScriptError(
+            f"session {request.session_id or '?'}: the scripted turn calls {names}, but the session's loop is "
+            f"the {loop!r} loop, {why}; the call would be dropped. Script a reply without tool calls, or give "
+            f"the {self.name!r} provider a loop with tools: sim_runtime(loop_for_provider={{{self.name!r}: 'direct'}})")
 
     def health(self) -> bool:
         """Answers from ``health_results`` (a bool, or a list consumed in order)."""

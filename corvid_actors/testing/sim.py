@@ -35,10 +35,14 @@ def sim_runtime(clock: SimClock | None = None, provider: Provider | None = None,
                 config: Config | Mapping[str, Mapping[str, object]] | None = None,
                 store_url: str = "sqlite:///:memory:", workspace_dir: str | Path | None = None,
                 dispatcher: DispatcherKind | None = None, seed: int | None = None, explore: bool = False,
-                **runtime_kwargs: Any) -> Runtime:
+                configured_providers: bool = False, **runtime_kwargs: Any) -> Runtime:
     """A Runtime for simulations: simulated clock, in-memory SQLite, scripted provider.
 
-    The scripted provider is the default provider (``providers.default_provider``).
+    The scripted provider is the default provider (``providers.default_provider``) and,
+    unless told otherwise, the only one. ``configured_providers=True`` puts it *beside* the
+    providers the config builds (Ollama, Anthropic with a key: ``Runtime(extra_providers=
+    …)``), for a simulation where some agents are scripted and others route to a real or
+    stub model server; ``providers=`` (a Runtime argument) replaces the set instead.
     ``config`` is a ``Config``, or overrides by section for the default one:
     ``sim_runtime(config={"direct_loop": {"use_tier_caps": False}})``. ``runtime_kwargs``
     go to ``Runtime`` as they are.
@@ -77,9 +81,17 @@ def sim_runtime(clock: SimClock | None = None, provider: Provider | None = None,
     else:
         cfg = Config().replace(supervisor={"coalesce_deltas": False}).replace(**(config or {}))
     cfg = cfg.replace(providers={"default_provider": provider.name})
-    providers = runtime_kwargs.pop("providers", None) or {provider.name: provider}
-    return Runtime(cfg, clock=clock, store_url=store_url, providers=providers,
-                   workspace_dir=workspace_dir, dispatcher=dispatcher, seed=seed, explore=explore, **runtime_kwargs)
+    providers = runtime_kwargs.pop("providers", None)
+    if configured_providers:
+        runtime_kwargs["extra_providers"] = {**runtime_kwargs.get("extra_providers", {}), provider.name: provider}
+    else:
+        providers = providers or {provider.name: provider}
+    runtime = Runtime(cfg, clock=clock, store_url=store_url, providers=providers,
+                      workspace_dir=workspace_dir, dispatcher=dispatcher, seed=seed, explore=explore,
+                      **runtime_kwargs)
+    if isinstance(provider, ScriptedProvider):  # a ScriptError names the loop its sessions run
+        provider.loop_kind = runtime.internals.builder.loop_for_provider.get(provider.name, "conversation")
+    return runtime
 
 
 def stub_provider(stub: OllamaStubServer | AnthropicStubServer, **options: Any) -> Provider:

@@ -110,7 +110,7 @@ def test_a_send_the_store_refuses_raises_and_stores_nothing(runtime, scripted):
     runtime.start_process(other.id, "hello")
     runtime.settle()
     before = runtime.internals.store.count_messages(s.id)
-    with StoreFault(runtime.internals.store, "append_message", nth=1) as fault:
+    with StoreFault(runtime, "append_message", nth=1) as fault:
         with pytest.raises(StoreUnavailableError, match="store unavailable: injected fault"):
             runtime.send_message(s.id, "lost?")
         assert fault.raised == 1
@@ -131,7 +131,7 @@ def test_a_refused_credit_charge_is_retried_through_the_timers(credit_runtime):
     rt.grant_credits("bob", 10)
     s = rt.create_session(source="chat", participant="alice")
     other = rt.create_session(source="chat", participant="bob")
-    fault = StoreFault(rt.internals.store, "deduct", nth=1, times=2)  # the first charge and its first retry
+    fault = StoreFault(rt, "deduct", nth=1, times=2)  # the first charge and its first retry
     rt.start_process(s.id, "one")
     rt.settle()
     assert fault.raised == 1
@@ -160,7 +160,7 @@ def test_a_charge_given_up_after_every_retry_says_so(credit_runtime):
     attempts = rt.config.credits.charge_retry.max_attempts  # [credits.charge_retry]: 10
     rt.grant_credits("alice", 10)
     s = rt.create_session(source="chat", participant="alice")
-    with StoreFault(rt.internals.store, "deduct", times=None) as fault:
+    with StoreFault(rt, "deduct", times=None) as fault:
         rt.start_process(s.id, "one")
         rt.settle()
         for _ in range(attempts):
@@ -177,7 +177,7 @@ def test_an_asked_charge_the_store_refuses_raises_to_the_asker(credit_runtime):
     rt = credit_runtime
     rt.grant_credits("alice", 10)
     s = rt.create_session(source="chat", participant="alice")
-    with StoreFault(rt.internals.store, "deduct"), pytest.raises(StoreUnavailableError):
+    with StoreFault(rt, "deduct"), pytest.raises(StoreUnavailableError):
         rt.charge_turn(s.id)
     assert rt.charge_turn(s.id).remaining == 9
 
@@ -345,7 +345,7 @@ def test_a_store_fault_in_a_told_supervisor_handler_does_not_kill_it(runtime, sc
     s = runtime.create_session(source="web")
     other = runtime.create_session(source="web")
     scripted.for_session(s.id, Turn.clean_exit())
-    with StoreFault(runtime.internals.store, "update_session", nth=2) as fault:  # #1: running; #2: the exit
+    with StoreFault(runtime, "update_session", nth=2) as fault:  # #1: running; #2: the exit
         runtime.start_process(s.id, "bye")
         runtime.settle()
         assert fault.raised == 1
@@ -372,7 +372,7 @@ def test_a_refused_assistant_write_is_retried_and_loses_nothing(runtime, scripte
     runtime.start_process(s.id, "hello")
     runtime.start_process(other.id, "hello")
     runtime.settle()
-    with StoreFault(runtime.internals.store, "append_message", nth=2) as fault:  # #1: the user's, #2: the reply
+    with StoreFault(runtime, "append_message", nth=2) as fault:  # #1: the user's, #2: the reply
         assert runtime.send_message(s.id, "second") is True  # acknowledged: stored
         runtime.settle()
         assert fault.raised == 1

@@ -269,9 +269,9 @@ def test_sessions_under_random_faults_end_consistent(seed, chaos_full, tmp_path)
         " --chaos-full)" if chaos_full else ")")
     try:
         recorder = EventRecorder.attach(runtime)
-        project = runtime.internals.store.create_project("chaos", project_dir)
+        project = runtime.create_project("chaos", project_dir)
         agents = {
-            (provider, mode): runtime.internals.store.create_agent(
+            (provider, mode): runtime.create_agent(
                 f"{provider}-{mode}", provider=provider, permission_mode=mode,
                 model=OLLAMA_MODEL if provider == "ollama" else ANTHROPIC_MODEL)
             for provider in ("ollama", "anthropic") for mode in ("default", "full-auto")

@@ -10,7 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from corvid_actors.db.store import Store
-from corvid_actors.testing import EventRecorder, ScriptedProvider, SimClock, sim_runtime
+from corvid_actors.testing import (
+    EventRecorder,
+    ScriptedProvider,
+    SimClock,
+    real_monotonic,
+    sim_runtime,
+)
 from corvid_actors.testing.tcp_proxy import TcpProxy
 from tests.db.conftest import open_store, pg_database_url, pg_url  # noqa: F401 - fixtures
 
@@ -19,9 +25,10 @@ WAIT_S = 10.0
 
 
 def wait_for(check: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
-    """``check()``'s first truthy value, polled every 20 ms for at most ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    """``check()``'s first truthy value, polled every 20 ms for at most ``timeout_s`` real
+    seconds (``real_monotonic``: a SimClock open in the process freezes ``time.monotonic``)."""
+    deadline = real_monotonic() + timeout_s
+    while real_monotonic() < deadline:
         value = check()
         if value:
             return value

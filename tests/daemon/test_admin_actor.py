@@ -73,8 +73,8 @@ def test_start_then_list_and_show_a_session(admin_rt, scripted):
 
 def test_start_with_an_unknown_agent_is_an_error_listing_the_agents(admin_rt):
     rt, admin = admin_rt
-    rt.internals.store.create_agent("helper")
-    rt.internals.store.create_agent("coder")
+    rt.create_agent("helper")
+    rt.create_agent("coder")
     error = failure(admin, "start", agent="helpr", prompt="hi", create=False)
     assert error.code == "not_found"
     assert "no agent 'helpr'" in error.message and "coder, helper" in error.message and "--create" in error.message

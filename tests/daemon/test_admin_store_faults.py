@@ -15,7 +15,7 @@ WAIT_S = 10
 
 def test_a_start_the_store_refuses_fails_alone_and_the_admin_goes_on(admin_rt):  # noqa: F811
     rt, admin = admin_rt
-    with StoreFault(rt.internals.store, "create_session") as fault:
+    with StoreFault(rt, "create_session") as fault:
         with pytest.raises(StoreUnavailableError, match="store unavailable"):
             command(admin, "start", agent="helper", prompt="hello", create=True)
         assert fault.raised == 1
@@ -30,7 +30,7 @@ def test_a_send_the_store_refuses_is_not_delivered(admin_rt):  # noqa: F811
     rt, admin = admin_rt
     sid = command(admin, "start", agent="helper", prompt="hello", create=True)["session"]
     rt.settle()
-    with StoreFault(rt.internals.store, "append_message"), pytest.raises(StoreUnavailableError):
+    with StoreFault(rt, "append_message"), pytest.raises(StoreUnavailableError):
         command(admin, "send", session=sid, text="refused")
     assert command(admin, "send", session=sid, text="accepted")["delivered"] is True
     rt.settle()

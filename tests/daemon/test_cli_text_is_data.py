@@ -122,7 +122,7 @@ def test_the_foreground_approval_prompt_shows_escapes_not_executes_them(sim_cloc
     rt = sim_runtime(sim_clock, scripted, workspace_dir=tmp_path / "ws", loop_for_provider={"scripted": "direct"})
     try:
         recorder = EventRecorder.attach(rt)
-        agent = rt.internals.store.create_agent("asker", permission_mode="default")
+        agent = rt.create_agent("asker", permission_mode="default")
         # "\r" + text would overwrite the real command on the operator's terminal
         scripted.tool_call("run_command", {"command": "touch x \r\x1b[2Kls"}, match="tidy")
         scripted.reply("ok", match="tidy")

@@ -39,14 +39,14 @@ class E2E:
         self.runtime = runtime
         self.clock = clock
         self.recorder = EventRecorder.attach(runtime)
-        self.project = runtime.internals.store.create_project("demo", project_dir)
+        self.project = runtime.create_project("demo", project_dir)
         #: agents are named agent-0, agent-1, … in the order made; counted here rather than
         #: by listing every agent per session (quadratic: most of a 1,000-session test)
         self._agents_made = len(runtime.internals.store.list_agents())
 
     def session(self, *, provider: str, model: str, mode: str = "default", source: str = "web",
                 tools: list[str] | None = None, **fields: Any) -> Any:
-        agent = self.runtime.internals.store.create_agent(
+        agent = self.runtime.create_agent(
             f"agent-{self._agents_made}", provider=provider, model=model,
             permission_mode=mode, system_prompt="You are a test agent.", tool_permissions=tools,
         )

@@ -27,7 +27,7 @@ def make_rt(sim_clock, scripted, tmp_path):
 
 
 def agents(rt, *names, mode="full-auto"):
-    return [rt.internals.store.create_agent(name, permission_mode=mode, description=f"{name} the tester") for name in names]
+    return [rt.create_agent(name, permission_mode=mode, description=f"{name} the tester") for name in names]
 
 
 def session_of(rt, agent):

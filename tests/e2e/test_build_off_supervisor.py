@@ -7,10 +7,10 @@ build is honoured at once; the hanging server's process tree is gone afterwards.
 from __future__ import annotations
 
 import threading
-import time
 
 from corvid_actors.config import Config
 from corvid_actors.providers.ollama import OllamaProvider
+from corvid_actors.testing import real_perf_counter
 from corvid_actors.testing.ollama_stub import OllamaStubServer
 from corvid_actors.tools.mcp_client import add_mcp_server
 from tests.fixtures.mcp_servers import live_processes, new_tag, server_command
@@ -38,9 +38,10 @@ def _hanging_session(e2e, tag):
 
 
 def _timed(fn, *args):
-    t0 = time.perf_counter()
+    # real time: the runtime's SimClock freezes time.perf_counter in the whole process
+    t0 = real_perf_counter()
     value = fn(*args)
-    return value, time.perf_counter() - t0
+    return value, real_perf_counter() - t0
 
 
 def _start_in_thread(runtime, sid, prompt):
@@ -52,9 +53,9 @@ def _start_in_thread(runtime, sid, prompt):
 
 
 def _wait_for(predicate, limit_s):
-    deadline = time.perf_counter() + limit_s
+    deadline = real_perf_counter() + limit_s
     while not predicate():
-        assert time.perf_counter() < deadline, "condition not reached in time"
+        assert real_perf_counter() < deadline, "condition not reached in time"
         threading.Event().wait(0.02)
 
 

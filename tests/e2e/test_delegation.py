@@ -39,8 +39,8 @@ def test_stricter_mode(a, b, stricter):
 
 
 def test_the_approval_names_the_recipient_and_shows_the_message(rt, scripted):
-    alice = rt.internals.store.create_agent("Alice", permission_mode="default")
-    rt.internals.store.create_agent("Bob", permission_mode="default")
+    alice = rt.create_agent("Alice", permission_mode="default")
+    rt.create_agent("Bob", permission_mode="default")
     scripted.tool_call("corvid_send_message", {"to_agent": "Bob", "message": "Please delete [all] the logs"},
                        match="delegate")
     scripted.reply("Asked.", match="delegate")
@@ -56,10 +56,10 @@ def test_the_approval_names_the_recipient_and_shows_the_message(rt, scripted):
 
 
 def test_a_plan_mode_sender_cannot_make_a_full_auto_agent_write(rt, scripted, tmp_path):
-    mine = rt.internals.store.create_project("planner-project", tmp_path / "planner")
-    writer_home = rt.internals.store.create_project("writer-project", tmp_path / "writer")
-    planner = rt.internals.store.create_agent("Planner", permission_mode="plan")
-    writer = rt.internals.store.create_agent("Writer", permission_mode="full-auto", default_project=writer_home.id)
+    mine = rt.create_project("planner-project", tmp_path / "planner")
+    writer_home = rt.create_project("writer-project", tmp_path / "writer")
+    planner = rt.create_agent("Planner", permission_mode="plan")
+    writer = rt.create_agent("Writer", permission_mode="full-auto", default_project=writer_home.id)
     # in plan mode the send itself asks (OTHER tools ask in plan); the operator allows it
     scripted.tool_call("corvid_send_message", {"to_agent": "Writer", "message": "write notes.txt"}, match="get it")
     scripted.tool_call("write_file", {"path": "notes.txt", "content": "pwned"}, match="write notes.txt")
@@ -83,9 +83,9 @@ def test_a_plan_mode_sender_cannot_make_a_full_auto_agent_write(rt, scripted, tm
 
 
 def test_a_recipient_without_a_project_never_gets_the_senders(rt, scripted, tmp_path):
-    mine = rt.internals.store.create_project("sender-project", tmp_path / "sender")
-    alice = rt.internals.store.create_agent("Alice", permission_mode="full-auto")
-    bob = rt.internals.store.create_agent("Bob", permission_mode="full-auto")
+    mine = rt.create_project("sender-project", tmp_path / "sender")
+    alice = rt.create_agent("Alice", permission_mode="full-auto")
+    bob = rt.create_agent("Bob", permission_mode="full-auto")
     scripted.tool_call("corvid_send_message", {"to_agent": "Bob", "message": "hi"}, match="say hi")
     scripted.reply("Hello.", match="hi")
     a = rt.create_session(agent_id=alice.id, project_id=mine.id)
@@ -95,9 +95,9 @@ def test_a_recipient_without_a_project_never_gets_the_senders(rt, scripted, tmp_
 
 
 def test_an_explicitly_shared_project_is_used_and_shown(rt, scripted, tmp_path):
-    mine = rt.internals.store.create_project("sender-project", tmp_path / "sender")
-    alice = rt.internals.store.create_agent("Alice", permission_mode="default")
-    bob = rt.internals.store.create_agent("Bob", permission_mode="full-auto")
+    mine = rt.create_project("sender-project", tmp_path / "sender")
+    alice = rt.create_agent("Alice", permission_mode="default")
+    bob = rt.create_agent("Bob", permission_mode="full-auto")
     scripted.tool_call("corvid_send_message", {"to_agent": "Bob", "message": "review it", "share_project": True},
                        match="share")
     scripted.reply("Reviewed.", match="review it")
@@ -116,9 +116,9 @@ def test_an_explicitly_shared_project_is_used_and_shown(rt, scripted, tmp_path):
 
 
 def test_the_bound_holds_down_a_chain(rt, scripted):
-    ann = rt.internals.store.create_agent("Ann", permission_mode="auto-edit")
-    rt.internals.store.create_agent("Ben", permission_mode="full-auto")
-    cat = rt.internals.store.create_agent("Cat", permission_mode="full-auto")
+    ann = rt.create_agent("Ann", permission_mode="auto-edit")
+    rt.create_agent("Ben", permission_mode="full-auto")
+    cat = rt.create_agent("Cat", permission_mode="full-auto")
     scripted.tool_call("corvid_send_message", {"to_agent": "Ben", "message": "hop one"}, match="start")
     scripted.tool_call("corvid_send_message", {"to_agent": "Cat", "message": "hop two"}, match="hop one")
     scripted.reply("Cat done.", match="hop two")

@@ -8,6 +8,7 @@ import pytest
 
 from corvid_actors.config import Config
 from corvid_actors.providers.ollama import OllamaProvider
+from corvid_actors.testing import arrange
 from corvid_actors.testing.ollama_stub import OllamaStubServer
 
 MODEL = "llama3.1:8b"  # native tools, 8B → slot weight 2
@@ -275,11 +276,9 @@ def offered_tools(stub):
 
 
 def start_with_bundle(e2e, explicit):
-    store = e2e.runtime.internals.store
-    agent = store.create_agent(f"bundled-{explicit}", provider="ollama", model=MODEL,
-                               permission_mode="full-auto", tool_permissions=explicit)
-    bundle = store.create_skill_bundle(f"reader-{explicit}", tools=["read_file"])
-    store.assign_agent_skill(agent.id, bundle.id)
+    agent = e2e.runtime.create_agent(f"bundled-{explicit}", provider="ollama", model=MODEL,
+                                     permission_mode="full-auto", tool_permissions=explicit)
+    arrange(e2e.runtime).skill_bundle(f"reader-{explicit}", tools=["read_file"], agents=[agent])
     s = e2e.runtime.create_session(agent_id=agent.id, project_id=e2e.project.id)
     e2e.runtime.start_process(s.id, "hi")
     e2e.runtime.settle()

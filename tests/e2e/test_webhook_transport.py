@@ -127,7 +127,7 @@ def bot(make_e2e, stub, platform):
         cfg = Config().replace(credits={"free_credits_on_first_message": 10})
         e2e = make_e2e({"ollama": OllamaProvider(stub.url)}, cfg, with_credits=True,
                        is_owner={OWNER}.__contains__)
-        agent = e2e.runtime.internals.store.create_agent("chatty", provider="ollama", model=MODEL, permission_mode="default",
+        agent = e2e.runtime.create_agent("chatty", provider="ollama", model=MODEL, permission_mode="default",
                                                system_prompt="You are a chat bot.", tool_permissions=list(tools))
         transport = WebhookTransport(callback_url or platform.callback_url, secret=SECRET)
         bridge = ChatBridge(e2e.runtime, transport, agent_id=agent.id, project_id=e2e.project.id,

@@ -27,7 +27,7 @@ def make_runtime(sim_clock, scripted, tmp_path):
 
 
 def session(rt):
-    agent = rt.internals.store.create_agent("worker", provider="scripted", model=MODEL, permission_mode="full-auto")
+    agent = rt.create_agent("worker", provider="scripted", model=MODEL, permission_mode="full-auto")
     return rt.create_session(agent_id=agent.id, source="web")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from corvid_actors.testing import EventRecorder, Turn, sim_runtime, stub_provider
+from corvid_actors.testing import EventRecorder, Turn, kill_runtime, sim_runtime, stub_provider
 
 
 def test_a_chat_session_restarts_after_5_then_15_seconds(runtime, scripted, recorder):
@@ -64,8 +64,44 @@ def test_each_session_follows_its_own_script(runtime, scripted, recorder):
     assert recorder.last("error", bob.id).error_type == "spawn_error"
     assert recorder.last("assistant", bob.id).content == "hi bob"
     assert recorder.last("session_exited", alice.id).code == 0
-    assert [r.session_id for r in scripted.requests_for(alice.id)] == [alice.id, alice.id]
+    assert [(r.session_id, r.at) for r in scripted.requests_for(alice.id)] == [(alice.id, 0.0),
+                                                                               (alice.id, 30.0)]
     assert scripted.remaining(alice.id) == scripted.remaining(bob.id) == 0
+
+
+def test_a_resumed_session_answers_its_unanswered_message_in_persona(runtime, scripted, arrange, tmp_path):
+    project = runtime.create_project("demo", tmp_path)
+    agent = runtime.create_agent("ada", system_prompt="You review code.")
+    arrange.persona(agent, "Ada", archetype="technical", traits=["precise"])   # joins the system prompt
+    arrange.skill_bundle("reviewer", prompt_additions="Review diffs.", agents=[agent], projects=[project])
+    session = runtime.create_session(agent_id=agent.id, project_id=project.id)
+    arrange.history(session.id, ("user", "earlier question"), ("assistant", "earlier answer"),
+                    ("user", "the unanswered one"))                            # stored, delivered to nobody
+    scripted.for_session(session.id, "the answer")
+    runtime.resume_process(session.id)            # an unanswered user message: the model is called
+    runtime.settle()
+    [request] = scripted.requests_for(session.id)
+    assert "## Persona" in request.system and "Review diffs." in request.system
+    assert "earlier answer" in request.messages[-1].content                   # the history, as a resume gives it
+    assert runtime.history(session.id)[-1].content == "the answer"
+
+
+def test_a_turn_killed_mid_call_is_answered_after_the_restart(sim_clock, scripted, tmp_path):
+    url = f"sqlite:///{tmp_path / 'corvid.db'}"
+    first = sim_runtime(sim_clock, scripted, store_url=url)
+    session = first.create_session(source="web")
+    scripted.for_session(session.id, Turn.reply("never heard", latency_s=30),    # spent by the killed call
+                         Turn.reply("answered after the restart"))              # the resume's call
+    first.start_process(session.id, "what is 2+2?")
+    sim_clock.advance(10)
+    kill_runtime(first)                                   # first.failure says it was killed
+    second = sim_runtime(sim_clock, scripted, store_url=url)
+    assert second.stale_session_ids == [session.id]       # running -> idle, pid NULL, marked
+    second.resume_pending_sessions()                      # mid-turn: the model is called again
+    second.settle()
+    assert second.history(session.id)[-1].content == "answered after the restart"
+    assert [r.at for r in scripted.requests_for(session.id)] == [0.0, 10.0]
+    second.shutdown()
 
 
 def test_the_readme_shows_these_examples():
@@ -75,7 +111,7 @@ def test_the_readme_shows_these_examples():
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     # the tests; the example outside pytest runs as a script in tests/e2e/test_readme_snippets.py
     blocks = [block for block in blocks if "def test_" in block]
-    assert len(blocks) == 3
+    assert len(blocks) == 5
     source = Path(__file__).read_text(encoding="utf-8")
     for block in blocks:
         # the imports are merged at the top of this file; the rest is copied verbatim

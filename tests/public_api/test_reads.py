@@ -31,16 +31,16 @@ def test_messages_are_every_role_in_order_with_simulated_timestamps(runtime, scr
     assert runtime.internals.store.messages("no-such-session") == []
 
 
-def test_delete_session_removes_the_row_and_its_messages(runtime):
+def test_delete_session_removes_the_row_and_its_messages(runtime, arrange):
     keep, gone = runtime.create_session(source="web"), runtime.create_session(source="web")
     for s in (keep, gone):
         runtime.start_process(s.id, f"hello {s.id}")
     runtime.settle()
     runtime.stop_process(gone.id)
-    assert runtime.internals.store.delete_session(gone.id) is True
+    assert arrange.session_deleted(gone.id) is True
     assert runtime.internals.store.get_session(gone.id) is None
     assert runtime.internals.store.messages(gone.id) == []
-    assert runtime.internals.store.delete_session(gone.id) is False
+    assert arrange.session_deleted(gone.id) is False
     assert [m.content for m in runtime.internals.store.messages(keep.id)][0] == f"hello {keep.id}"
 
 

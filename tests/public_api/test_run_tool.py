@@ -76,8 +76,8 @@ def test_commands_run_in_the_os_sandbox_a_session_gets(sim_clock, scripted, tmp_
 def test_run_tool_asks_what_a_session_of_the_mode_asks(sim_clock, scripted, tmp_path, project):
     with sim_runtime(sim_clock, scripted, workspace_dir=tmp_path / "ws",
                      loop_for_provider={"scripted": "direct"}) as rt:
-        agent = rt.internals.store.create_agent("reader", permission_mode="default")
-        proj = rt.internals.store.create_project("p", project)
+        agent = rt.create_agent("reader", permission_mode="default")
+        proj = rt.create_project("p", project)
         s = rt.create_session(agent_id=agent.id, project_id=proj.id, source="web")
         scripted.for_session(s.id, Turn.tool_call("read_file", {"path": "notes.txt"}), Turn.reply("done"))
         rt.start_process(s.id, "read the notes")
@@ -96,3 +96,50 @@ def test_run_tool_after_shutdown_raises(runtime, project):
     runtime.shutdown()
     with pytest.raises(RuntimeStoppedError):
         runtime.run_tool(project, "read_file", {"path": "notes.txt"})
+
+
+def test_run_tool_gives_what_the_tool_produced_and_what_the_model_sees_after_the_caps(sim_clock, scripted, project):
+    (project / "long.txt").write_text("".join(f"{i:04d} " + "x" * 95 + "\n" for i in range(150)))  # 15,000 chars
+    with sim_runtime(sim_clock, scripted, loop_for_provider={"scripted": "direct"}, workspace_dir=project,
+                     config={"direct_loop": {"use_tier_caps": False}, "tools": {"output_truncate_chars": 50000}}) as rt:
+        run = rt.run_tool(project, "read_file", {"path": "long.txt"}, mode="full-auto")
+        assert len(run.output) > 15000 and "truncated" not in run.output  # all of it: under the tool's own cap
+        # one cut (issue 34 item 2): the 30 % cap is the observation's byte cap for this
+        # result, and the notice states the tool's own lines and bytes
+        head, _, notice = run.model_sees.rpartition("\n[Output truncated: ")
+        assert run.output.startswith(head) and len(head) > 9000
+        assert notice.startswith(f"showing the first 88 of 150 lines (9143 of {len(run.output.encode())} bytes)")
+        # exactly what a direct-loop session's model is given of the same call
+        agent = rt.create_agent("reader", provider="scripted", permission_mode="full-auto")
+        session = rt.create_session(agent_id=agent.id, source="web")
+        scripted.for_session(session.id, Turn.tool_call("read_file", {"path": "long.txt"}), "done")
+        rt.start_process(session.id, "read it")
+        rt.settle()
+        [tool_message] = [m for m in scripted.requests_for(session.id)[-1].messages if m.role == "tool"]
+        assert tool_message.content == run.model_sees
+        lines = rt.run_tool(project, "run_command", {"command": "seq 1 500"}, mode="full-auto")
+        assert lines.output.split() == [str(i) for i in range(1, 501)]
+        assert lines.model_sees.splitlines()[-200:] == [str(i) for i in range(301, 501)]  # the observation cap
+        assert "1\n2\n3\n" not in lines.model_sees
+        small = rt.run_tool(project, "run_command", {"command": "seq 1 500"}, mode="full-auto", context_window=100)
+        assert len(small.model_sees) < 1000 + 60  # the 30 % cap's floor: 1,000 chars and the marker
+        denied = rt.run_tool(project, "write_file", {"path": ".env", "content": "x"}, mode="full-auto")
+        assert (denied.output, denied.model_sees) == (None, None)
+
+
+def test_run_tool_applies_the_caps_in_the_loop_s_order(sim_clock, scripted, project):
+    """Both caps bite here and their order matters (the observation cap keeps a command's
+    tail, the 30 % cap a head): run_tool must give exactly what a session's model is given,
+    whichever order the loop applies them in."""
+    command = {"command": "for i in $(seq 1 150); do printf '%0150d\\n' $i; done"}  # 22,650 bytes, 150 lines
+    with sim_runtime(sim_clock, scripted, loop_for_provider={"scripted": "direct"}, workspace_dir=project,
+                     config={"direct_loop": {"use_tier_caps": False}, "tools": {"output_truncate_chars": 50000}}) as rt:
+        run = rt.run_tool(project, "run_command", command, mode="full-auto")
+        assert len(run.output) > 22000 and len(run.model_sees) < 16384
+        agent = rt.create_agent("runner", provider="scripted", permission_mode="full-auto")
+        session = rt.create_session(agent_id=agent.id, source="web")
+        scripted.for_session(session.id, Turn.tool_call("run_command", command), "done")
+        rt.start_process(session.id, "run it")
+        rt.settle()
+        [tool_message] = [m for m in scripted.requests_for(session.id)[-1].messages if m.role == "tool"]
+        assert tool_message.content == run.model_sees

@@ -16,7 +16,7 @@ import pytest
 import corvid_actors
 from corvid_actors.errors import ConfigError, ConflictError
 from corvid_actors.runtime import Runtime
-from corvid_actors.testing import sim_runtime
+from corvid_actors.testing import arrange, sim_runtime
 
 PACKAGE = Path(corvid_actors.__file__).parent
 
@@ -134,7 +134,7 @@ def test_routing_sandbox_and_host_hooks(runtime):
 def test_restart_pending_is_taken_once(sim_clock):
     with sim_runtime(sim_clock) as runtime:
         s = runtime.create_session(source="web")
-        runtime.internals.store.mark_for_resume([s.id])
+        arrange(runtime).marked_for_resume(s.id)
         assert runtime.take_restart_pending() == [s.id]
         assert runtime.take_restart_pending() == []
 

@@ -16,10 +16,11 @@ class _Token:
         pass
 
 
-def call(provider, session_id="", text="hi", generation=1):
-    from corvid_actors.providers.base import ChatMessage, ModelRequest
+def call(provider, session_id="", text="hi", generation=1, tools=()):
+    from corvid_actors.providers.base import ChatMessage, ModelRequest, ToolSpec
 
     request = ModelRequest(model="m", system="", messages=(ChatMessage("user", text),),
+                           tools=tuple(ToolSpec(name, "", {}) for name in tools),
                            session_id=session_id, generation=generation)
     deltas = []
     return provider.stream(request, lambda event: deltas.append(event.text), _Token()), deltas
@@ -49,11 +50,22 @@ def test_tool_calls_without_ids_get_unique_ids_when_served():
     p = ScriptedProvider()
     p.for_session("a", Turn.reply(tool_calls=[("read_file", {"path": "x"}), ("list_files", {})]),
                   Turn.tool_call("read_file", {"path": "y"}))
-    first, _ = call(p, "a")
-    second, _ = call(p, "a")
+    first, _ = call(p, "a", tools=("read_file", "list_files"))  # a loop that offers tools
+    second, _ = call(p, "a", tools=("read_file",))
     ids = [c.id for c in (*first.tool_calls, *second.tool_calls)]
     assert len(set(ids)) == 3 and all(ids)
     assert first.stop_reason == "tool_use" and first.tool_calls[0].arguments == {"path": "x"}
+
+
+def test_tool_calls_offered_no_tools_raise_a_script_error_naming_the_loop():
+    from corvid_actors.testing import ScriptError
+
+    p = ScriptedProvider()
+    p.for_session("a", Turn.tool_call("read_file", {"path": "y"}))
+    with pytest.raises(ScriptError, match="session a: the scripted turn calls 'read_file', but the session's loop "
+                                          "is the 'conversation' loop, which runs no tools"):
+        call(p, "a")
+    assert len(p.script_errors) == 1 and p.remaining("a") == 0
 
 
 def test_errors_and_exits_are_raised_as_classified():

@@ -17,7 +17,7 @@ def test_ollama_stub_approval_flow_allow_then_deny(sim_clock, ollama_stub, tmp_p
     with sim_runtime(sim_clock, stub_provider(ollama_stub), workspace_dir=tmp_path / "ws") as rt:
         recorder = EventRecorder.attach(rt)
         # an agent in the "default" permission mode: every tool call asks for approval
-        agent = rt.internals.store.create_agent("reader", provider="ollama", model="llama3.1:8b", permission_mode="default")
+        agent = rt.create_agent("reader", provider="ollama", model="llama3.1:8b", permission_mode="default")
         s = rt.create_session(agent_id=agent.id, source="web")
         rt.start_process(s.id, "what is the secret word?")
         rt.settle()

@@ -141,10 +141,10 @@ def test_shutdown_removes_the_subscribers_of_every_session_also_never_started_on
     assert "session_stopped" in seen
 
 
-def test_the_orphan_pruner_resets_ghost_rows_as_at_start_up(runtime, scripted, web_session, chat_session):
+def test_the_orphan_pruner_resets_ghost_rows_as_at_start_up(runtime, scripted, arrange, web_session, chat_session):
     scripted.reply("a long answer", latency_s=600)
     runtime.start_process(chat_session.id, "keep me busy")  # live: left alone
-    runtime.internals.store.update_session(web_session.id, status="running", pid=800777)  # a ghost
+    arrange.stale_running(web_session.id, pid=800777)  # a ghost
     runtime.settle()
     runtime.clock.advance(5 * MIN - 1)
     assert runtime.internals.store.get_session(web_session.id).status == "running"

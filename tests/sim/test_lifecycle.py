@@ -66,8 +66,8 @@ def test_stop_emits_stopped_before_subscribers_are_removed(runtime, scripted, we
     assert runtime.get_memory_stats()["subscribers"] == 0
 
 
-def test_stop_of_a_ghost_session_still_marks_it_stopped(runtime, recorder, web_session):
-    runtime.internals.store.update_session(web_session.id, status="running", pid=4242)
+def test_stop_of_a_ghost_session_still_marks_it_stopped(runtime, recorder, arrange, web_session):
+    arrange.stale_running(web_session.id, pid=4242)
     runtime.stop_process(web_session.id)
     runtime.settle()
     row = runtime.internals.store.get_session(web_session.id)
@@ -116,12 +116,10 @@ def test_unknown_session_raises_not_found(runtime):
         runtime.start_process("no-such-session", "hi")
 
 
-def test_missing_project_emits_not_found_and_does_not_start(runtime, recorder, tmp_path):
-    project = runtime.internals.store.create_project("gone", tmp_path)
+def test_missing_project_emits_not_found_and_does_not_start(runtime, recorder, arrange, tmp_path):
+    project = runtime.create_project("gone", tmp_path)
     session = runtime.create_session(project_id=project.id)
-    project.delete_instance()
-    runtime.internals.store.db.execute_sql("PRAGMA foreign_keys=OFF")
-    runtime.internals.store.update_session(session.id, project=project.id)
+    arrange.project_deleted(session.id)
     assert runtime.start_process(session.id, "hi") is None
     runtime.settle()
     assert [(r.type, r.event.error_type) for r in recorder.of(session.id)] == [("error", "not_found")]
@@ -129,7 +127,7 @@ def test_missing_project_emits_not_found_and_does_not_start(runtime, recorder, t
 
 
 def test_spawn_failure_sets_error_status_and_emits_spawn_error(runtime, recorder):
-    agent = runtime.internals.store.create_agent("misrouted", provider="no-such-provider")
+    agent = runtime.create_agent("misrouted", provider="no-such-provider")
     session = runtime.create_session(agent_id=agent.id)
     assert runtime.start_process(session.id, "hi") is None
     runtime.settle()
@@ -168,12 +166,12 @@ def test_orphan_subscribers_are_pruned_every_five_minutes(runtime, web_session, 
 
 
 def test_stale_running_sessions_are_reset_at_start_up(sim_clock, scripted, tmp_path):
-    from corvid_actors.testing import sim_runtime
+    from corvid_actors.testing import arrange, sim_runtime
 
     url = f"sqlite:///{tmp_path / 'corvid.db'}"
     first = sim_runtime(sim_clock, scripted, store_url=url)
     session = first.create_session(source="web")
-    first.internals.store.update_session(session.id, status="running", pid=800123)
+    arrange(first).stale_running(session.id, pid=800123)
     first.shutdown()
     second = sim_runtime(sim_clock, scripted, store_url=url)
     try:
@@ -228,7 +226,7 @@ def test_shutdown_marks_every_kind_of_session_as_one_session_at_a_time_did(sim_c
     the batched marking leaves each row as the per-session writes did, and every running
     session hears session_stopped(server_shutdown) once, after its row was written."""
     from corvid_actors.events import SessionPaused, SessionRestarting
-    from corvid_actors.testing import EventRecorder, sim_runtime
+    from corvid_actors.testing import EventRecorder, arrange, sim_runtime
 
     rt = sim_runtime(sim_clock, scripted)
     rec = EventRecorder.attach(rt)
@@ -247,7 +245,7 @@ def test_shutdown_marks_every_kind_of_session_as_one_session_at_a_time_did(sim_c
     rt.settle()
     assert isinstance(rec.of(paused.id)[-1].event, SessionPaused)
     assert isinstance(rec.of(crashed.id)[-1].event, SessionRestarting)
-    assert rt.internals.store.delete_session(deleted.id)
+    assert arrange(rt).session_deleted(deleted.id)
     store = rt.internals.store
     rows_at_stop: dict[str, tuple] = {}
 

@@ -6,10 +6,10 @@ from corvid_actors.config import Config
 from corvid_actors.testing import ScriptedProvider, sim_runtime
 
 
-def test_resume_builds_history_from_the_last_20_messages_each_cut_to_2000_chars(runtime, scripted, web_session):
-    for i in range(25):
-        role = "user" if i % 2 == 0 else "assistant"
-        runtime.internals.store.append_message(web_session.id, role, f"message {i} " + "x" * 3000)
+def test_resume_builds_history_from_the_last_20_messages_each_cut_to_2000_chars(runtime, scripted, arrange,
+                                                                               web_session):
+    arrange.history(web_session.id, *((("user" if i % 2 == 0 else "assistant"), f"message {i} " + "x" * 3000)
+                                      for i in range(25)))
     runtime.resume_process(web_session.id, "new question")
     runtime.settle()
     prompt = scripted.requests[-1].messages[-1].content
@@ -59,18 +59,13 @@ def test_send_message_past_the_turn_limit_also_resets(runtime, scripted, recorde
     assert "turn 9" in scripted.requests[-1].messages[-1].content
 
 
-def test_persona_and_skill_prompts_are_injected_in_order(runtime, scripted, tmp_path):
-    store = runtime.internals.store
-    project = store.create_project("demo", tmp_path)
-    agent = store.create_agent("helper", system_prompt="You are Corvid.", append_prompt="Be brief.")
-    persona = store.create_persona("Ada", archetype="technical", traits=["precise"], background="Ex-physicist")
-    store.assign_persona(agent.id, persona.id)
-    a1 = store.create_skill_bundle("reviewer", prompt_additions="Review diffs carefully.")
-    a2 = store.create_skill_bundle("tester", prompt_additions="Write tests first.")
-    p1 = store.create_skill_bundle("project-rules", prompt_additions="Use the project's style.")
-    store.assign_agent_skill(agent.id, a1.id, 0)
-    store.assign_agent_skill(agent.id, a2.id, 1)
-    store.assign_project_skill(project.id, p1.id)
+def test_persona_and_skill_prompts_are_injected_in_order(runtime, scripted, arrange, tmp_path):
+    project = runtime.create_project("demo", tmp_path)
+    agent = runtime.create_agent("helper", system_prompt="You are Corvid.", append_prompt="Be brief.")
+    arrange.persona(agent, "Ada", archetype="technical", traits=["precise"], background="Ex-physicist")
+    arrange.skill_bundle("reviewer", prompt_additions="Review diffs carefully.", agents=[agent], sort_order=0)
+    arrange.skill_bundle("tester", prompt_additions="Write tests first.", agents=[agent], sort_order=1)
+    arrange.skill_bundle("project-rules", prompt_additions="Use the project's style.", projects=[project])
     session = runtime.create_session(agent_id=agent.id, project_id=project.id)
     runtime.start_process(session.id, "hi")
     runtime.settle()
@@ -106,7 +101,7 @@ def test_council_chairman_uses_council_model(sim_clock, tmp_path):
     scripted = ScriptedProvider(sim_clock)
     rt = sim_runtime(sim_clock, scripted, config=Config().replace(supervisor={"council_model": "big-model"}))
     try:
-        agent = rt.internals.store.create_agent("chair", model="small-model")
+        agent = rt.create_agent("chair", model="small-model")
         chair = rt.create_session(agent_id=agent.id, council_role="chairman")
         member = rt.create_session(agent_id=agent.id, council_role="member")
         rt.start_process(chair.id, "synthesise")

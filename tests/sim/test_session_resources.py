@@ -88,7 +88,7 @@ def test_shutdown_closes_every_running_incarnation(rt, res):
 
 
 def test_a_build_that_fails_after_the_hooks_still_closes_what_they_opened(rt, res):
-    agent = rt.internals.store.create_agent("broken", permission_mode="no-such-mode")  # fails after the tools
+    agent = rt.create_agent("broken", permission_mode="no-such-mode")  # fails after the tools
     s = rt.create_session(agent_id=agent.id)
     recorder = EventRecorder.attach(rt)
     assert rt.start_process(s.id, "hello there.") is None

@@ -67,7 +67,7 @@ class Churn:
             slot_pool=rt.internals.slot_pool, credits=rt.internals.credits, store=rt.internals.store, providers=rt.internals.providers,
             clock=rt.clock, settings=config.daemon, about={"pid": 0}))
         assert self.admin.ask(Ready()) is True
-        rt.internals.store.create_agent("soak")
+        rt.create_agent("soak")
         self.live: list[str] = []
         self.churned = 0
 

@@ -35,7 +35,7 @@ def test_random_store_faults_lose_nothing_acknowledged_and_kill_no_actor(sim_clo
         faults: list[StoreFault] = []
         for step in range(150):
             if step % 10 == 0:
-                faults.append(StoreFault(rt.internals.store, rng.choice(KINDS), nth=rng.randint(1, 5),
+                faults.append(StoreFault(rt, rng.choice(KINDS), nth=rng.randint(1, 5),
                                          times=rng.randint(1, 3)))
             s = rng.choice(sessions)
             text = f"m{step}"

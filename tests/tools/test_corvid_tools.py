@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from corvid_actors.config import Config
-from corvid_actors.testing import sim_runtime
+from corvid_actors.testing import arrange, sim_runtime
 from corvid_actors.tools.corvid_tools import CORVID_TOOL_NAMES
 from corvid_actors.tools.mcp_client import SessionTools
 from corvid_actors.wiring import default_tool_registry
@@ -39,14 +39,14 @@ def rt(make_rt):
 
 
 def tools_of(rt, *, source="web", project=None, council_role=None, **agent_fields) -> set[str]:
-    agent = rt.internals.store.create_agent(f"agent-{len(rt.internals.store.list_agents())}", **agent_fields)
+    agent = rt.create_agent(f"agent-{len(rt.internals.store.list_agents())}", **agent_fields)
     session = rt.create_session(agent_id=agent.id, source=source, council_role=council_role,
                                 project_id=project.id if project is not None else None)
     return set(rt.internals.builder.build(rt.internals.store.session_context(session.id)).tools.names())
 
 
 def bundle(rt, name, tools):
-    return rt.internals.store.create_skill_bundle(name, tools=tools)
+    return arrange(rt).skill_bundle(name, tools=tools)
 
 
 def test_without_an_explicit_list_a_session_gets_every_corvid_tool(rt):
@@ -58,7 +58,7 @@ def test_an_explicit_list_keeps_only_the_named_tools(rt):
 
 
 def test_agent_bundles_add_to_the_explicit_list(rt):
-    agent = rt.internals.store.create_agent("bundled", tool_permissions=[])
+    agent = rt.create_agent("bundled", tool_permissions=[])
     rt.internals.store.assign_agent_skill(agent.id, bundle(rt, "messaging", ["corvid_send_message"]).id)
     session = rt.create_session(agent_id=agent.id)
     built = rt.internals.builder.build(rt.internals.store.session_context(session.id))
@@ -66,7 +66,7 @@ def test_agent_bundles_add_to_the_explicit_list(rt):
 
 
 def test_project_bundles_count_only_when_the_agent_has_no_explicit_list(rt, tmp_path):
-    project = rt.internals.store.create_project("p", tmp_path / "p")
+    project = rt.create_project("p", tmp_path / "p")
     rt.internals.store.assign_project_skill(project.id, bundle(rt, "reading", ["read_file", "custom_x"]).id)
     assert tools_of(rt, project=project, tool_permissions=["list_files"]) == {"list_files"}
     # With no explicit list: the default core tools plus the bundle's (a bundle naming a
