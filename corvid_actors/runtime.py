@@ -31,12 +31,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from corvid_actors.access import Spend
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
-from corvid_actors.actors.base import ActivityAware, ActivityTracker, DispatcherKind
+from corvid_actors.actors.base import ActivityAware, ActivityTracker, DispatcherKind, tell
 from corvid_actors.actors.credits import ChargeTurn, GrantCredits, OpenAccount
 from corvid_actors.actors.events import (
     EventCallback,
+    Publish,
     Subscribe,
     SubscribeAll,
     Unsubscribe,
@@ -48,7 +50,8 @@ from corvid_actors.config import Config, load_config
 from corvid_actors.content import UserContent, content_blocks, text_parts
 from corvid_actors.db.replays import ReplayStore
 from corvid_actors.db.store import Store
-from corvid_actors.errors import RuntimeStoppedError
+from corvid_actors.errors import BudgetExceededError, RuntimeStoppedError
+from corvid_actors.events import SessionError
 from corvid_actors.loop_factories import (
     ApprovalPolicyFactory,
     HistoryPolicyFactory,
@@ -317,10 +320,30 @@ class Runtime(RuntimeLifecycle):
             return seat.claim_unleased_resumes()
         return list(self._internals.store.take_restart_pending())
 
+    # --- spending caps ----------------------------------------------------------------------
+
+    def check_budget(self, session_id: str) -> Spend:
+        """Before a new turn of ``session_id``: its :class:`~corvid_actors.access.Spend` when
+        no cap is reached; else the session gets a ``session_error`` of type
+        ``budget_exceeded`` (a warning, not recoverable by sending) and this raises
+        :class:`~corvid_actors.errors.BudgetExceededError` with the same message, so the
+        caller does not start the turn. The chat bridge calls it for every message; a host
+        that starts turns itself calls it first."""
+        spend = self.spend(session_id)
+        if spend.exceeded is None:
+            return spend
+        message = spend.message()
+        tell(self._internals.bus, Publish(session_id, SessionError(
+            error_type="budget_exceeded", message=message, severity="warning", recoverable=False)))
+        raise BudgetExceededError(message, spend)
+
     # --- agents and projects -------------------------------------------------------------------
 
     def create_agent(self, name: str, **settings: Any) -> Any:
-        """Create an agent (``provider``, ``model``, ``system_prompt``, ``permission_mode``, …)."""
+        """Create an agent (``provider``, ``model``, ``system_prompt``, ``permission_mode``, …;
+        who may talk to it and its caps: ``conversation_mode``, ``conversation_allowlist``,
+        ``conversation_rate_limit_window_s``, ``conversation_rate_limit_max``,
+        ``max_budget_usd``, ``max_total_budget_usd``, see :mod:`corvid_actors.access`)."""
         return self._internals.store.create_agent(name, **settings)
 
     def ensure_agent(self, name: str, **settings: Any) -> Any:

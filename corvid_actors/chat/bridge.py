@@ -13,6 +13,10 @@ Incoming (on the transport's threads, see :mod:`corvid_actors.chat.transport`):
 - ``yes <id>`` / ``no <id>`` resolves a pending tool approval of one of this bridge's
   sessions — only when written by the participant the request belongs to, or by an
   owner; anyone else is told no and the approval stays pending;
+- a participant the agent does not talk to (``conversation_mode`` private or allowlist)
+  gets a notice and nothing else happens; a message over the participant's rate limit,
+  or to an agent that has spent its cap, is answered with a notice and not taken
+  (:mod:`corvid_actors.chat.gate`);
 - anything else goes to the conversation's session (created on first contact, source
   ``chat``): ``send_message`` to a running session, else ``resume_process`` (a stopped,
   idle, crashed or paused one). Both persist the message before they return, so a
@@ -43,6 +47,7 @@ from typing import TypeAlias
 
 from loguru import logger
 
+from corvid_actors.access import AgentAccess, refusal_text
 from corvid_actors.chat.bridge_settings import RELAYED_EVENT_TYPES, BridgeSettings
 from corvid_actors.chat.commands import (
     ApprovalReply,
@@ -53,6 +58,7 @@ from corvid_actors.chat.commands import (
     transactions_text,
 )
 from corvid_actors.chat.conversations import Conversation, ConversationDirectory
+from corvid_actors.chat.gate import ChatGate, budget_notice
 from corvid_actors.chat.outbox import Outbox
 from corvid_actors.chat.transport import (
     ChatTransport,
@@ -60,7 +66,7 @@ from corvid_actors.chat.transport import (
     OutgoingMessage,
     is_storable_text,
 )
-from corvid_actors.errors import RuntimeStoppedError
+from corvid_actors.errors import BudgetExceededError, RuntimeStoppedError
 from corvid_actors.events import ApprovalRequestEvent, ApprovalResolved, CreditsLow, Event, Thinking
 from corvid_actors.runtime import Runtime
 
@@ -92,6 +98,8 @@ class ChatBridge:
         self._is_owner = is_owner or (lambda participant: False)
         self.conversations = ConversationDirectory(runtime, f"chat:{self.settings.name}", agent_id=agent_id,
                                                    project_id=project_id)
+        #: who may talk to the agent, how often, for how much (chat/gate.py)
+        self.gate = ChatGate(runtime, agent_id)
         self._lock = threading.Lock()
         self._low_warned: dict[tuple[str, str], int] = {}
         self._seen_ids = runtime.replay_store()
@@ -148,7 +156,8 @@ class ChatBridge:
     def handle(self, message: IncomingMessage) -> str:
         """Deal with one incoming message (the transport's handler; any non-actor thread).
 
-        Returns ``delivered``, ``command``, ``refused`` (no credits), ``approved`` /
+        Returns ``delivered``, ``command``, ``refused`` (the agent does not talk to this
+        participant, no credits, or a spending cap reached), ``rate_limited``, ``approved`` /
         ``denied`` / ``rejected`` / ``expired`` / ``unclear`` (approval replies),
         ``duplicate`` or ``ignored``. Raises ValueError for a message without channel or participant,
         or with text that is not valid Unicode (a transport answers that as a bad request).
@@ -173,6 +182,11 @@ class ChatBridge:
             raise
 
     def _handle(self, message: IncomingMessage) -> str:
+        access = self.gate.access()
+        owner = self._owner(message.participant)
+        if not access.admits(message.participant, owner=owner):
+            self._reply(message, refusal_text(access), "notice")
+            return "refused"
         parsed = parse_input(message.text)
         if isinstance(parsed, Command):
             self._command(message, parsed)
@@ -184,11 +198,11 @@ class ChatBridge:
         text = message.text.strip()
         if not text:
             return "ignored"
-        return self._deliver_text(message, text)
+        return self._deliver_text(message, text, access, owner)
 
-    def _deliver_text(self, message: IncomingMessage, text: str) -> str:
+    def _deliver_text(self, message: IncomingMessage, text: str, access: AgentAccess, owner: bool) -> str:
         conv = self.conversations.open(message.channel, message.participant)
-        if self.credits_enabled and not self._owner(message.participant):
+        if self.credits_enabled and not owner:
             account = self.runtime.open_credit_account(message.participant)
             per_turn = self.runtime.config.credits.credits_per_turn
             if account.created and account.balance > 0:
@@ -198,6 +212,16 @@ class ChatBridge:
                 self._reply(message, f"You are out of credits ({account.balance} left, {per_turn} per reply). "
                                      "Top up to continue; /credits shows your balance.", "notice")
                 return "refused"
+        if access.max_budget_usd > 0 or access.max_total_budget_usd > 0:
+            try:
+                self.runtime.check_budget(conv.session_id)  # over a cap: the session's session_error
+            except BudgetExceededError as exc:
+                self._reply(message, budget_notice(exc.spend), "notice", conv.session_id)
+                return "refused"
+        notice = self.gate.rate_limited(access, message.participant, owner=owner)
+        if notice is not None:
+            self._reply(message, notice, "notice", conv.session_id)
+            return "rate_limited"
         # send_message persists before delivering; a session that is not running (idle,
         # stopped, crashed and waiting for its restart, paused) is resumed with the message
         # persisted first, so it is answered now rather than lost.
