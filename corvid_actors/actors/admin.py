@@ -40,9 +40,9 @@ from corvid_actors.actors._admin_health import health_report, process_stats
 from corvid_actors.actors._admin_views import (
     UNRECORDED_EVENTS,
     RecentEvents,
+    agent_summary,
     resolve_session_id,
     session_detail,
-    agent_summary,
     session_summary,
 )
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
