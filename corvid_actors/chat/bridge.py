@@ -39,7 +39,6 @@ and the conversation's ``channel`` and ``participant``; a restarted bot finds th
 from __future__ import annotations
 
 import hashlib
-import re
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -55,10 +54,10 @@ from corvid_actors.chat.commands import (
     help_text,
     parse_input,
     render_event,
-    transactions_text,
 )
 from corvid_actors.chat.conversations import Conversation, ConversationDirectory
-from corvid_actors.chat.gate import ChatGate, budget_notice
+from corvid_actors.chat.credit_commands import balance_line, credits_text, grant_text
+from corvid_actors.chat.gate import ChatGate, budget_notice, spend_line
 from corvid_actors.chat.outbox import Outbox
 from corvid_actors.chat.transport import (
     ChatTransport,
@@ -69,8 +68,6 @@ from corvid_actors.chat.transport import (
 from corvid_actors.errors import BudgetExceededError, RuntimeStoppedError
 from corvid_actors.events import ApprovalRequestEvent, ApprovalResolved, CreditsLow, Event, Thinking
 from corvid_actors.runtime import Runtime
-
-_ASCII_DIGITS = re.compile(r"[0-9]+")
 
 
 def _id_key(seen_key: str) -> str:
@@ -246,9 +243,12 @@ class ChatBridge:
                 else:
                     self._reply(message, "Nothing is running.")
             case "/credits":
-                self._reply(message, self._credits_text(message.participant))
+                self._reply(message, credits_text(self.runtime, message.participant,
+                                                  owner=self._owner(message.participant),
+                                                  recent=self.settings.recent_transactions))
             case "/grant":
-                self._reply(message, self._grant(message, command.args))
+                self._reply(message, grant_text(self.runtime, message.participant, command.args,
+                                                owner=self._owner(message.participant)))
             case _:
                 self._reply(message, f"Unknown command {command.name}.\n{help_text()}")
 
@@ -276,41 +276,11 @@ class ChatBridge:
         if pending:
             lines.append("Waiting for your approval: " + ", ".join(a["id"] for a in pending))
         if self.credits_enabled:
-            lines.append(self._balance_line(message.participant))
+            lines.append(balance_line(self.runtime, message.participant, owner=self._owner(message.participant)))
+        access = self.gate.access()
+        if access.max_budget_usd > 0 or access.max_total_budget_usd > 0:
+            lines.append(spend_line(self.runtime.spend(sid)))
         return "\n".join(lines)
-
-    def _balance_line(self, participant: str) -> str:
-        if self._owner(participant):
-            return "Credits: you are an owner; your turns are free."
-        balance = self.runtime.credit_balance(participant)
-        return f"Credits: {balance} ({self.runtime.config.credits.credits_per_turn} per reply)"
-
-    def _credits_text(self, participant: str) -> str:
-        if not self.credits_enabled:
-            return "Credits are not enabled on this bot."
-        if not self._owner(participant):
-            self.runtime.open_credit_account(participant)  # first contact: the free credits
-        rows = self.runtime.credit_transactions(participant, self.settings.recent_transactions)
-        return f"{self._balance_line(participant)}\n{transactions_text(rows)}"
-
-    def _grant(self, message: IncomingMessage, args: tuple[str, ...]) -> str:
-        if not self.credits_enabled:
-            return "Credits are not enabled on this bot."
-        if not self._owner(message.participant):
-            return "Only an owner can grant credits."
-        cap = self.runtime.config.daemon.max_credit_grant  # the admin's cap, one setting for both
-        # ASCII digits only: str.isdigit() also accepts "²" and "١", which int() then refuses
-        if len(args) != 2 or not _ASCII_DIGITS.fullmatch(args[1]) or not args[1].strip("0"):
-            return f"Usage: /grant <participant> <amount> (a whole number from 1 to {cap})."
-        # compare lengths first: int() refuses more than 4,300 digits
-        if len(args[1].lstrip("0")) > len(str(cap)) or int(args[1]) > cap:
-            return f"A single grant is at most {cap} credits (daemon.max_credit_grant)."
-        amount = int(args[1])
-        try:
-            balance = self.runtime.grant_credits(args[0], amount, reference=f"granted by {message.participant}")
-        except ValueError as exc:  # the ledger's own checks: participant id, balance cap
-            return f"Cannot grant: {exc}"
-        return f"Granted {amount} credits to {args[0]}: balance {balance}."
 
     # --- approvals ------------------------------------------------------------------------------
 

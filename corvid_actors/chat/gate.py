@@ -24,7 +24,7 @@ import threading
 from corvid_actors.access import AgentAccess, RateWindow, Spend, rate_limited_text, usd
 from corvid_actors.runtime import Runtime
 
-__all__ = ["ChatGate", "budget_notice"]
+__all__ = ["ChatGate", "budget_notice", "spend_line"]
 
 
 class ChatGate:
@@ -65,3 +65,11 @@ def budget_notice(spend: Spend) -> str:
                 f"{usd(spend.max_budget_usd)}), so it gets no more answers. The bot's owner can raise it.")
     return (f"Sorry, this bot has reached its spending limit ({usd(spend.agent_usd)} of "
             f"{usd(spend.max_total_budget_usd)}), so it cannot answer now. Its owner can raise it.")
+
+
+def spend_line(spend: Spend) -> str:
+    """``/status``'s line on a capped agent: this conversation's spend against the caps."""
+    parts = [f"Spent: {usd(spend.session_usd)}" + (f" of {usd(spend.max_budget_usd)}" if spend.max_budget_usd else "")]
+    if spend.max_total_budget_usd:
+        parts.append(f"the bot: {usd(spend.agent_usd)} of {usd(spend.max_total_budget_usd)}")
+    return "; ".join(parts)

@@ -157,6 +157,8 @@ def test_a_session_that_reached_its_cap_has_its_next_turn_refused(bot, scripted)
         "budget_exceeded", "warning", False)
     assert error.event.message.startswith("This session has reached its spending cap ($0.06 of $0.05)")
     assert [c for r, c in rt.internals.store.recent_messages(sid, 10) if r == "user"] == ["one", "two"]
+    assert say(rt, transport, "alice", "/status") == "command"
+    assert transport.texts("alice", kind="command")[-1].endswith("\nSpent: $0.06 of $0.05")
     # another conversation with the same agent has its own session budget
     assert say(rt, transport, "bob", "hello") == "delivered"
     # raising the cap lets the conversation go on
@@ -182,6 +184,8 @@ def test_the_agents_cap_counts_every_session(bot, scripted):
             "Its owner can raise it."]
     assert len(scripted.requests) == 2
     assert [r.event.error_type for r in recorder.of(alice, "session_error")] == ["budget_exceeded"]
+    assert say(rt, transport, "alice", "/status") == "command"
+    assert transport.texts("alice", kind="command")[-1].endswith("\nSpent: $0.03; the bot: $0.06 of $0.05")
     with pytest.raises(BudgetExceededError) as caught:  # a host starting turns itself asks first
         rt.check_budget(alice)
     assert caught.value.spend.exceeded == "agent"
