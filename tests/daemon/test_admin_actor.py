@@ -317,3 +317,11 @@ def test_agents_and_sessions_show_spend_against_the_caps(admin_rt, scripted):
     out = io.StringIO()
     show_result("agents", command(admin, "agents"), out)
     assert "0.0300/1" in out.getvalue() and "0.05" in out.getvalue()
+
+
+def test_start_create_sets_who_may_talk_to_the_agent_and_its_caps(admin_rt):
+    rt, admin = admin_rt
+    command(admin, "start", agent="public-bot", prompt="hi", conversation_mode="private", max_budget_usd=0.5,
+            max_total_budget_usd=10.0)
+    access = rt.agent_access(rt.agent("public-bot").id)
+    assert (access.mode, access.max_budget_usd, access.max_total_budget_usd) == ("private", 0.5, 10.0)
