@@ -212,6 +212,10 @@ class AsyncRuntime:
     credit_transactions = _twin(Runtime.credit_transactions)
     open_credit_account = _twin(Runtime.open_credit_account)
     charge_turn = _twin(Runtime.charge_turn)
+    # who may talk to an agent, for how much
+    agent_access = _twin(Runtime.agent_access)
+    spend = _twin(Runtime.spend)
+    check_budget = _twin(Runtime.check_budget)
     # providers, sandbox, hosts' hooks
     route = _twin(Runtime.route)
     has_provider = _twin(Runtime.has_provider)

@@ -23,6 +23,7 @@ from typing import Any
 
 from corvid_actors.config_schema import build_section, default_toml_text, values_of
 from corvid_actors.config_sections import (
+    AccessConfig,
     ApprovalsConfig,
     ClusterConfig,
     CreditsConfig,
@@ -64,6 +65,7 @@ class Config:
     sdk_loop: SdkLoopSettings = field(default_factory=SdkLoopSettings)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     credits: CreditsConfig = field(default_factory=CreditsConfig)
+    access: AccessConfig = field(default_factory=AccessConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     mcp: McpConfig = field(default_factory=McpConfig)

@@ -135,6 +135,29 @@ class CreditsConfig:
     charge_retry: RetrySchedule
 
 
+#: who may talk to an agent through a chat bridge (``[access]``, agents' ``conversation_mode``)
+CONVERSATION_MODES = ("private", "allowlist", "public")
+
+
+@section("access")
+class AccessConfig:
+    """Who may talk to an agent, how often, and for how much: the values an agent uses when
+    its own column is NULL (``corvid_actors.access``; the original's agents carry them)."""
+
+    #: private: owners only; allowlist: owners and ``conversation_allowlist``; public: anyone
+    conversation_mode: str = field(metadata=one_of(*CONVERSATION_MODES))
+    #: participant ids (as the chat transport names them) admitted in ``allowlist`` mode
+    conversation_allowlist: tuple[str, ...]
+    #: a participant's messages answered per agent in any window of this many seconds
+    conversation_rate_limit_window_s: float = field(metadata=POSITIVE)
+    #: ... at most this many (0: no limit); owners are not limited
+    conversation_rate_limit_max: int = field(metadata=NON_NEGATIVE)
+    #: USD one session of an agent may spend (0: no cap)
+    max_budget_usd: float = field(metadata=NON_NEGATIVE)
+    #: USD all the sessions of an agent together may spend (0: no cap)
+    max_total_budget_usd: float = field(metadata=NON_NEGATIVE)
+
+
 @section("store")
 class StoreConfig:
     url: str

@@ -19,6 +19,8 @@ all of them, and nothing else (bugs stay loud). The tree, in one place:
   - :class:`SettleTimeout` — ``Runtime.settle(timeout_s=…)`` gave up.
   - :class:`InvalidContentError` (also a ``ValueError``) — bad message content.
   - :class:`CreditAmountError` (also a ``ValueError``) — a credit amount out of range.
+  - :class:`AgentSettingError` (also a ``ValueError``) — an agent setting out of range.
+  - :class:`BudgetExceededError` — a turn not started: a spending cap is reached.
   - ``ProviderError`` (:mod:`corvid_actors.providers.base`) — a classified failure of a
     model provider (outage, rate limit, bad request …); its ``kind`` says which.
   - :class:`AdminError` — an admin request refused, with one of the error codes below
@@ -30,6 +32,8 @@ all of them, and nothing else (bugs stay loud). The tree, in one place:
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class CorvidError(Exception):
@@ -107,6 +111,22 @@ class InvalidContentError(CorvidError, ValueError):
 class CreditAmountError(CorvidError, ValueError):
     """A credit amount is not a positive whole number within the ledger's bounds, or would
     push a balance past its cap. A ValueError too, so callers that catch that keep working."""
+
+
+class AgentSettingError(CorvidError, ValueError):
+    """An agent setting given to create_agent / update_agent is out of range (the message
+    names it: a conversation_mode, an allowlist that is not a list of ids, a negative cap)."""
+
+
+class BudgetExceededError(CorvidError):
+    """A turn was not started: its session, or its agent over all its sessions, has spent
+    its cap (``max_budget_usd`` / ``max_total_budget_usd``). The session got a
+    ``session_error`` of type ``budget_exceeded`` with the same message; ``spend`` is the
+    :class:`~corvid_actors.access.Spend` that says which cap, what was spent and the caps."""
+
+    def __init__(self, message: str, spend: Any = None) -> None:
+        super().__init__(message)
+        self.spend = spend
 
 
 #: error codes an admin reply may carry (:class:`AdminError`'s ``code``)

@@ -103,7 +103,8 @@ class SessionError(Event):
     """A session-level problem for people, with how bad it is (the original's shape).
 
     ``error_type``: spawn_error, crash, credits_exhausted, context_exhausted,
-    context_compacted, timeout. ``severity``: info | warning | error | fatal.
+    context_compacted, timeout, budget_exceeded (a spending cap reached: the turn was not
+    started, see ``Runtime.check_budget``). ``severity``: info | warning | error | fatal.
     ``recoverable``: whether sending a message (or waiting) brings the session back.
     Published beside the ``error``/``system`` event that carries the details.
     """

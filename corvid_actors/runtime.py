@@ -50,9 +50,7 @@ from corvid_actors.content import UserContent, content_blocks, text_parts
 from corvid_actors.db.replays import ReplayStore
 from corvid_actors.db.store import Store
 from corvid_actors.errors import RuntimeStoppedError
-from corvid_actors.loop.direct_tools import model_visible_result
-from corvid_actors.loop.rules import LoopRules, settings_from_config
-from corvid_actors.loop.tool_results import max_tool_result_chars
+from corvid_actors.loop.direct_tools import model_view
 from corvid_actors.loop_factories import (
     ApprovalPolicyFactory,
     HistoryPolicyFactory,
@@ -65,7 +63,7 @@ from corvid_actors.runtime_tree import open_store, resolve_providers, start_acto
 from corvid_actors.session_control import RuntimeSessionControl, session_tools_hook
 from corvid_actors.tools.base import ToolRegistry
 from corvid_actors.tools.mcp_client import add_mcp_server
-from corvid_actors.vocabulary import PermissionCheck, ToolKind, ToolResult
+from corvid_actors.vocabulary import PermissionCheck, ToolKind
 from corvid_actors.wiring import SessionBuilder, ToolRun
 
 __all__ = ["Runtime", "LoopSpec", "model_view"]
@@ -342,7 +340,10 @@ class Runtime(RuntimeLifecycle):
     # --- agents and projects -------------------------------------------------------------------
 
     def create_agent(self, name: str, **settings: Any) -> Any:
-        """Create an agent (``provider``, ``model``, ``system_prompt``, ``permission_mode``, …)."""
+        """Create an agent (``provider``, ``model``, ``system_prompt``, ``permission_mode``, …;
+        who may talk to it and its caps: ``conversation_mode``, ``conversation_allowlist``,
+        ``conversation_rate_limit_window_s``, ``conversation_rate_limit_max``,
+        ``max_budget_usd``, ``max_total_budget_usd``, see :mod:`corvid_actors.access`)."""
         return self._internals.store.create_agent(name, **settings)
 
     def ensure_agent(self, name: str, **settings: Any) -> Any:
@@ -373,17 +374,6 @@ class Runtime(RuntimeLifecycle):
         """The count :meth:`settle` waits on: ``begin()`` / ``end()`` around a host's work
         outside the actors (a chat outbox's deliveries) makes settle() wait for it too."""
         return self._tracker
-
-
-def model_view(call: ToolCall, result: ToolResult, config: Config, context_window: int,
-               command_tools: tuple[str, ...]) -> str:
-    """What the direct loop gives the model of ``result`` as the first tool result of a
-    conversation: the loop's own function (``loop.direct_tools.model_visible_result``)
-    under the 30 % cap of one result in an empty conversation."""
-    rules = LoopRules(settings_from_config(config), command_tools=command_tools)
-    settings = config.direct_loop
-    limit = max_tool_result_chars(context_window, 0, settings)
-    return model_visible_result(rules, call, result, limit, settings.truncation_shape)[1]
 
 
 def _checked(content: UserContent | None) -> UserContent | None:

@@ -14,15 +14,18 @@ from typing import Any
 
 import pykka
 
+from corvid_actors.access import AgentAccess, Spend, agent_access
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
+from corvid_actors.actors.base import tell
 from corvid_actors.actors.credits import GetBalance, GetTransactions
-from corvid_actors.actors.events import BusStats
+from corvid_actors.actors.events import BusStats, Publish
 from corvid_actors.actors.slots import SlotStats
 from corvid_actors.clock import Clock
 from corvid_actors.config import Config
 from corvid_actors.db.messages import StoredMessage
-from corvid_actors.errors import ConfigError
+from corvid_actors.errors import BudgetExceededError, ConfigError, NotFoundError
+from corvid_actors.events import SessionError
 from corvid_actors.loop.observation import OPERATOR_OUTPUT_ROLE, parse_operator_record
 from corvid_actors.loop.plan import plan_from_json
 from corvid_actors.providers.base import Provider
@@ -118,6 +121,42 @@ class RuntimeReads:
         """The id of the newest stored session with these fields (those given), or None."""
         return self._internals.store.newest_session_id(source=source, channel=channel, agent_id=agent_id,
                                                        name=name, participant=participant)
+
+    def agent_access(self, agent_id: str | None) -> AgentAccess:
+        """Who may talk to the agent, how often, for how much: its settings, else ``[access]``'s
+        (``agent_id`` None or unknown: the config's)."""
+        row = self._internals.store.get_agent(agent_id) if agent_id else None
+        return agent_access(row, self._config.access)
+
+    def spend(self, session_id: str) -> Spend:
+        """What ``session_id`` and its agent (over all its sessions) have spent against their
+        caps, in USD; NotFoundError for an unknown session."""
+        store = self._internals.store
+        row = store.get_session(session_id)
+        if row is None:
+            raise NotFoundError(f"no session {session_id!r}")
+        agent_id = row.agent_id
+        access = agent_access(store.get_agent(agent_id) if agent_id else None, self._config.access)
+        # a session without an agent has no agent total: its own spend stands for it
+        session_usd = float(row.total_cost_usd or 0.0)
+        agent_usd = store.agent_spend_usd(agent_id) if agent_id else session_usd
+        return Spend(session_id, session_usd, access.max_budget_usd, agent_id, agent_usd,
+                     access.max_total_budget_usd if agent_id else 0.0)
+
+    def check_budget(self, session_id: str) -> Spend:
+        """Before a new turn of ``session_id``: its :class:`~corvid_actors.access.Spend` when
+        no cap is reached; else the session gets a ``session_error`` of type
+        ``budget_exceeded`` (a warning, not recoverable by sending) and this raises
+        :class:`~corvid_actors.errors.BudgetExceededError` with the same message, so the
+        caller does not start the turn. The chat bridge calls it for every message; a host
+        that starts turns itself calls it first."""
+        spend = self.spend(session_id)
+        if spend.exceeded is None:
+            return spend
+        message = spend.message()
+        tell(self._internals.bus, Publish(session_id, SessionError(
+            error_type="budget_exceeded", message=message, severity="warning", recoverable=False)))
+        raise BudgetExceededError(message, spend)
 
     def history(self, session_id: str) -> list[StoredMessage]:
         """Every stored message of the session (every role), in write order."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from loguru import logger
 
+from corvid_actors.access import AgentAccess
 from corvid_actors.clock import iso_utc
 from corvid_actors.errors import BAD_REQUEST, NOT_FOUND, AdminError
 
@@ -47,8 +48,10 @@ LIFECYCLE_LOG: Mapping[str, tuple[str, Callable[[Mapping[str, Any]], str]]] = {
 
 
 def session_summary(row: Any, info: Mapping[str, Any] | None, pending_approvals: int,
-                    agent_names: Mapping[str, str]) -> dict[str, Any]:
-    """One line of ``admin sessions``: the stored row joined with the supervisor's facts."""
+                    agent_names: Mapping[str, str], session_caps: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """One line of ``admin sessions``: the stored row joined with the supervisor's facts.
+    ``session_caps``: each agent's ``max_budget_usd`` (0: no cap), shown as ``budget_usd``."""
+    cap = (session_caps or {}).get(row.agent_id, 0.0) if row.agent_id else 0.0
     return {
         "id": row.id,
         "name": row.name,
@@ -63,8 +66,25 @@ def session_summary(row: Any, info: Mapping[str, Any] | None, pending_approvals:
         "paused_until": info.get("paused_until") if info else None,
         "pending_approvals": pending_approvals,
         "cost_usd": round(float(row.total_cost_usd or 0.0), 6),
+        #: the session's spending cap (its agent's max_budget_usd), None: no cap
+        "budget_usd": cap or None,
         "turns": int(row.cumulative_turns or 0),
         "restart_pending": bool(row.restart_pending),
+    }
+
+
+def agent_summary(agent: Any, access: AgentAccess, spend_usd: float) -> dict[str, Any]:
+    """One line of ``admin agents``: the agent, who may talk to it, and its spend against its caps."""
+    return {
+        "id": agent.id, "name": agent.name, "provider": agent.provider, "model": agent.model,
+        "permission_mode": agent.permission_mode,
+        "conversation_mode": access.mode, "conversation_allowlist": sorted(access.allowlist),
+        "conversation_rate_limit_max": access.rate_limit_max,
+        "conversation_rate_limit_window_s": access.rate_limit_window_s,
+        #: what all its sessions have spent, and the caps (None: no cap)
+        "spend_usd": round(spend_usd, 6),
+        "max_total_budget_usd": access.max_total_budget_usd or None,
+        "max_budget_usd": access.max_budget_usd or None,
     }
 
 

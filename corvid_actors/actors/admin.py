@@ -30,6 +30,7 @@ from typing import Any
 
 import pykka
 
+from corvid_actors.access import agent_access
 from corvid_actors.actors import _admin_commands as cmd
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
@@ -39,6 +40,7 @@ from corvid_actors.actors._admin_health import health_report, process_stats
 from corvid_actors.actors._admin_views import (
     UNRECORDED_EVENTS,
     RecentEvents,
+    agent_summary,
     resolve_session_id,
     session_detail,
     session_summary,
@@ -48,7 +50,7 @@ from corvid_actors.actors.events import BusStats, SubscribeAll, UnsubscribeAll
 from corvid_actors.actors.slots import SlotStats
 from corvid_actors.actors.timers import Timers
 from corvid_actors.clock import Clock, iso_utc
-from corvid_actors.config_sections import DaemonConfig
+from corvid_actors.config_sections import AccessConfig, DaemonConfig
 from corvid_actors.errors import (
     BAD_REQUEST,
     CONFLICT,
@@ -143,6 +145,8 @@ class AdminWiring:
     request_shutdown: Callable[[str], None] | None = None
     #: several daemons: where a session's commands run (None: this daemon runs alone)
     router: ClusterRouter | None = None
+    #: the agents' access and budget defaults (``admin agents`` shows spend against the caps)
+    access: AccessConfig = field(default_factory=AccessConfig)
 
 
 class AdminActor(TrackedActor):
@@ -233,8 +237,10 @@ class AdminActor(TrackedActor):
                                           limit=args.get("limit", self.s.session_list_limit))
         info = ask_actor(self.w.supervisor, sv.SessionInfo(None))
         pending = cmd.pending_counts(self.w.approvals)
-        agents = {a.id: a.name for a in self.w.store.list_agents()}
-        out = [session_summary(row, info.get(row.id), pending.get(row.id, 0), agents) for row in rows]
+        agent_rows = self.w.store.list_agents()
+        agents = {a.id: a.name for a in agent_rows}
+        caps = {a.id: agent_access(a, self.w.access).max_budget_usd for a in agent_rows}
+        out = [session_summary(row, info.get(row.id), pending.get(row.id, 0), agents, caps) for row in rows]
         if self.w.router is not None:  # several daemons: which one owns each session
             owners = self.w.router.owners([row.id for row in rows])
             for item in out:
@@ -246,8 +252,10 @@ class AdminActor(TrackedActor):
         row = self.w.store.require_session(sid)
         info = ask_actor(self.w.supervisor, sv.SessionInfo(sid)).get(sid)
         approvals = ask_actor(self.w.approvals, ap.ListPending(sid))
-        agents = {a.id: a.name for a in self.w.store.list_agents()}
-        summary = session_summary(row, info, len(approvals), agents)
+        agent_rows = self.w.store.list_agents()
+        agents = {a.id: a.name for a in agent_rows}
+        caps = {a.id: agent_access(a, self.w.access).max_budget_usd for a in agent_rows}
+        summary = session_summary(row, info, len(approvals), agents, caps)
         n_messages = args.get("messages", self.s.session_messages_shown)
         messages = self.w.store.recent_messages(sid, n_messages, roles=("user", "assistant", "system"))
         n_events = args.get("events", self.s.recent_events)
@@ -260,7 +268,8 @@ class AdminActor(TrackedActor):
         store = self.w.store
         agent = store.find_agent(args["agent"])
         created = agent is None
-        settings = {k: args[k] for k in ("provider", "model", "permission_mode") if k in args}
+        settings = {k: args[k] for k in ("provider", "model", "permission_mode", "conversation_mode",
+                                         "max_budget_usd", "max_total_budget_usd") if k in args}
         if agent is None and not args.get("create"):
             names = ", ".join(a.name for a in store.list_agents()) or "none yet"
             raise AdminError(NOT_FOUND, f"no agent {args['agent']!r} (agents: {names}); add --create to create it "
@@ -321,8 +330,9 @@ class AdminActor(TrackedActor):
     # --- daemon -------------------------------------------------------------------------------
 
     def _cmd_agents(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
-        return [{"id": a.id, "name": a.name, "provider": a.provider, "model": a.model,
-                 "permission_mode": a.permission_mode} for a in self.w.store.list_agents()]
+        spend = self.w.store.spend_by_agent()
+        return [agent_summary(a, agent_access(a, self.w.access), spend.get(a.id, 0.0))
+                for a in self.w.store.list_agents()]
 
     def _cmd_stats(self, args: Mapping[str, Any]) -> dict[str, Any]:
         stats: dict[str, Any] = {"supervisor": ask_actor(self.w.supervisor, sv.SupervisorStats()),

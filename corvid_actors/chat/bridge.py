@@ -13,6 +13,10 @@ Incoming (on the transport's threads, see :mod:`corvid_actors.chat.transport`):
 - ``yes <id>`` / ``no <id>`` resolves a pending tool approval of one of this bridge's
   sessions — only when written by the participant the request belongs to, or by an
   owner; anyone else is told no and the approval stays pending;
+- a participant the agent does not talk to (``conversation_mode`` private or allowlist)
+  gets a notice and nothing else happens; a message over the participant's rate limit,
+  or to an agent that has spent its cap, is answered with a notice and not taken
+  (:mod:`corvid_actors.chat.gate`);
 - anything else goes to the conversation's session (created on first contact, source
   ``chat``): ``send_message`` to a running session, else ``resume_process`` (a stopped,
   idle, crashed or paused one). Both persist the message before they return, so a
@@ -35,7 +39,6 @@ and the conversation's ``channel`` and ``participant``; a restarted bot finds th
 from __future__ import annotations
 
 import hashlib
-import re
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -43,6 +46,7 @@ from typing import TypeAlias
 
 from loguru import logger
 
+from corvid_actors.access import AgentAccess, refusal_text
 from corvid_actors.chat.bridge_settings import RELAYED_EVENT_TYPES, BridgeSettings
 from corvid_actors.chat.commands import (
     ApprovalReply,
@@ -50,9 +54,10 @@ from corvid_actors.chat.commands import (
     help_text,
     parse_input,
     render_event,
-    transactions_text,
 )
 from corvid_actors.chat.conversations import Conversation, ConversationDirectory
+from corvid_actors.chat.credit_commands import balance_line, credits_text, grant_text
+from corvid_actors.chat.gate import ChatGate, budget_notice, spend_line
 from corvid_actors.chat.outbox import Outbox
 from corvid_actors.chat.transport import (
     ChatTransport,
@@ -60,11 +65,9 @@ from corvid_actors.chat.transport import (
     OutgoingMessage,
     is_storable_text,
 )
-from corvid_actors.errors import RuntimeStoppedError
+from corvid_actors.errors import BudgetExceededError, RuntimeStoppedError
 from corvid_actors.events import ApprovalRequestEvent, ApprovalResolved, CreditsLow, Event, Thinking
 from corvid_actors.runtime import Runtime
-
-_ASCII_DIGITS = re.compile(r"[0-9]+")
 
 
 def _id_key(seen_key: str) -> str:
@@ -92,6 +95,8 @@ class ChatBridge:
         self._is_owner = is_owner or (lambda participant: False)
         self.conversations = ConversationDirectory(runtime, f"chat:{self.settings.name}", agent_id=agent_id,
                                                    project_id=project_id)
+        #: who may talk to the agent, how often, for how much (chat/gate.py)
+        self.gate = ChatGate(runtime, agent_id)
         self._lock = threading.Lock()
         self._low_warned: dict[tuple[str, str], int] = {}
         self._seen_ids = runtime.replay_store()
@@ -148,7 +153,8 @@ class ChatBridge:
     def handle(self, message: IncomingMessage) -> str:
         """Deal with one incoming message (the transport's handler; any non-actor thread).
 
-        Returns ``delivered``, ``command``, ``refused`` (no credits), ``approved`` /
+        Returns ``delivered``, ``command``, ``refused`` (the agent does not talk to this
+        participant, no credits, or a spending cap reached), ``rate_limited``, ``approved`` /
         ``denied`` / ``rejected`` / ``expired`` / ``unclear`` (approval replies),
         ``duplicate`` or ``ignored``. Raises ValueError for a message without channel or participant,
         or with text that is not valid Unicode (a transport answers that as a bad request).
@@ -173,6 +179,11 @@ class ChatBridge:
             raise
 
     def _handle(self, message: IncomingMessage) -> str:
+        access = self.gate.access()
+        owner = self._owner(message.participant)
+        if not access.admits(message.participant, owner=owner):
+            self._reply(message, refusal_text(access), "notice")
+            return "refused"
         parsed = parse_input(message.text)
         if isinstance(parsed, Command):
             self._command(message, parsed)
@@ -184,11 +195,11 @@ class ChatBridge:
         text = message.text.strip()
         if not text:
             return "ignored"
-        return self._deliver_text(message, text)
+        return self._deliver_text(message, text, access, owner)
 
-    def _deliver_text(self, message: IncomingMessage, text: str) -> str:
+    def _deliver_text(self, message: IncomingMessage, text: str, access: AgentAccess, owner: bool) -> str:
         conv = self.conversations.open(message.channel, message.participant)
-        if self.credits_enabled and not self._owner(message.participant):
+        if self.credits_enabled and not owner:
             account = self.runtime.open_credit_account(message.participant)
             per_turn = self.runtime.config.credits.credits_per_turn
             if account.created and account.balance > 0:
@@ -198,6 +209,16 @@ class ChatBridge:
                 self._reply(message, f"You are out of credits ({account.balance} left, {per_turn} per reply). "
                                      "Top up to continue; /credits shows your balance.", "notice")
                 return "refused"
+        if access.max_budget_usd > 0 or access.max_total_budget_usd > 0:
+            try:
+                self.runtime.check_budget(conv.session_id)  # over a cap: the session's session_error
+            except BudgetExceededError as exc:
+                self._reply(message, budget_notice(exc.spend), "notice", conv.session_id)
+                return "refused"
+        notice = self.gate.rate_limited(access, message.participant, owner=owner)
+        if notice is not None:
+            self._reply(message, notice, "notice", conv.session_id)
+            return "rate_limited"
         # send_message persists before delivering; a session that is not running (idle,
         # stopped, crashed and waiting for its restart, paused) is resumed with the message
         # persisted first, so it is answered now rather than lost.
@@ -222,9 +243,12 @@ class ChatBridge:
                 else:
                     self._reply(message, "Nothing is running.")
             case "/credits":
-                self._reply(message, self._credits_text(message.participant))
+                self._reply(message, credits_text(self.runtime, message.participant,
+                                                  owner=self._owner(message.participant),
+                                                  recent=self.settings.recent_transactions))
             case "/grant":
-                self._reply(message, self._grant(message, command.args))
+                self._reply(message, grant_text(self.runtime, message.participant, command.args,
+                                                owner=self._owner(message.participant)))
             case _:
                 self._reply(message, f"Unknown command {command.name}.\n{help_text()}")
 
@@ -252,41 +276,11 @@ class ChatBridge:
         if pending:
             lines.append("Waiting for your approval: " + ", ".join(a["id"] for a in pending))
         if self.credits_enabled:
-            lines.append(self._balance_line(message.participant))
+            lines.append(balance_line(self.runtime, message.participant, owner=self._owner(message.participant)))
+        access = self.gate.access()
+        if access.max_budget_usd > 0 or access.max_total_budget_usd > 0:
+            lines.append(spend_line(self.runtime.spend(sid)))
         return "\n".join(lines)
-
-    def _balance_line(self, participant: str) -> str:
-        if self._owner(participant):
-            return "Credits: you are an owner; your turns are free."
-        balance = self.runtime.credit_balance(participant)
-        return f"Credits: {balance} ({self.runtime.config.credits.credits_per_turn} per reply)"
-
-    def _credits_text(self, participant: str) -> str:
-        if not self.credits_enabled:
-            return "Credits are not enabled on this bot."
-        if not self._owner(participant):
-            self.runtime.open_credit_account(participant)  # first contact: the free credits
-        rows = self.runtime.credit_transactions(participant, self.settings.recent_transactions)
-        return f"{self._balance_line(participant)}\n{transactions_text(rows)}"
-
-    def _grant(self, message: IncomingMessage, args: tuple[str, ...]) -> str:
-        if not self.credits_enabled:
-            return "Credits are not enabled on this bot."
-        if not self._owner(message.participant):
-            return "Only an owner can grant credits."
-        cap = self.runtime.config.daemon.max_credit_grant  # the admin's cap, one setting for both
-        # ASCII digits only: str.isdigit() also accepts "²" and "١", which int() then refuses
-        if len(args) != 2 or not _ASCII_DIGITS.fullmatch(args[1]) or not args[1].strip("0"):
-            return f"Usage: /grant <participant> <amount> (a whole number from 1 to {cap})."
-        # compare lengths first: int() refuses more than 4,300 digits
-        if len(args[1].lstrip("0")) > len(str(cap)) or int(args[1]) > cap:
-            return f"A single grant is at most {cap} credits (daemon.max_credit_grant)."
-        amount = int(args[1])
-        try:
-            balance = self.runtime.grant_credits(args[0], amount, reference=f"granted by {message.participant}")
-        except ValueError as exc:  # the ledger's own checks: participant id, balance cap
-            return f"Cannot grant: {exc}"
-        return f"Granted {amount} credits to {args[0]}: balance {balance}."
 
     # --- approvals ------------------------------------------------------------------------------
 

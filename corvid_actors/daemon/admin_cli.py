@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from corvid_actors.config_sections import CONVERSATION_MODES
 from corvid_actors.daemon.client import AdminClient, AdminUnavailable
 from corvid_actors.daemon.protocol import AGENT_PROVIDERS, PERMISSION_MODES
 from corvid_actors.daemon.render import describe_event, show_result
@@ -187,6 +188,11 @@ def _admin_commands() -> list[tuple[str, str, str, Callable[[argparse.ArgumentPa
         p.add_argument("--provider", choices=AGENT_PROVIDERS, help="with --create: the agent's provider")
         p.add_argument("--model", help="with --create: the agent's model")
         p.add_argument("--permission-mode", choices=PERMISSION_MODES, help="with --create: the agent's permissions")
+        p.add_argument("--conversation-mode", choices=CONVERSATION_MODES,
+                       help="with --create: who may talk to the agent in chat (owners only, an allowlist, anyone)")
+        p.add_argument("--max-budget-usd", type=float, help="with --create: what one session may spend (0: no cap)")
+        p.add_argument("--max-total-budget-usd", type=float,
+                       help="with --create: what all the agent's sessions may spend together (0: no cap)")
         p.add_argument("--source", help="session source: web (default), chat (crash auto-restart), …")
         p.add_argument("--name", help="a name for the session")
         p.add_argument("--participant", help="who the session talks to (credits are charged to them)")

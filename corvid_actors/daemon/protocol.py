@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from corvid_actors.config_sections import CONVERSATION_MODES
 from corvid_actors.db.models import SESSION_STATUSES
 from corvid_actors.errors import BAD_REQUEST, UNAUTHORIZED, UNKNOWN_COMMAND, AdminError
 
@@ -64,6 +65,10 @@ def _positive(kind: str, required: bool = True, high: int = MAX_COUNT) -> Arg:
     return Arg(kind, required, lambda v: 0 < v <= high, f"must be > 0 and at most {high}")
 
 
+def _usd() -> Arg:
+    return Arg("number", False, lambda v: v >= 0, "must be >= 0 (0: no cap)")
+
+
 _SESSION = _text(required=True)
 #: what ``start --create`` may set on a new agent
 AGENT_PROVIDERS = ("ollama", "anthropic")
@@ -85,7 +90,10 @@ COMMANDS: Mapping[str, Mapping[str, Arg]] = {
                           f"must be one of {', '.join(AGENT_PROVIDERS)}"),
               "model": _text(),
               "permission_mode": Arg("str", False, lambda v: v in PERMISSION_MODES,
-                                     f"must be one of {', '.join(PERMISSION_MODES)}")},
+                                     f"must be one of {', '.join(PERMISSION_MODES)}"),
+              "conversation_mode": Arg("str", False, lambda v: v in CONVERSATION_MODES,
+                                       f"must be one of {', '.join(CONVERSATION_MODES)}"),
+              "max_budget_usd": _usd(), "max_total_budget_usd": _usd()},
     "send": {"session": _SESSION, "text": _text(required=True, max_chars=None)},
     "stop": {"session": _SESSION},
     "resume": {"session": _SESSION},

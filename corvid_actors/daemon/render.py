@@ -88,6 +88,11 @@ def _value(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
+def _spend(spent: Any, cap: Any) -> str:
+    """``0.0300`` or, against a cap, ``0.0300/0.05``."""
+    return f"{float(spent or 0.0):.4f}" + (f"/{float(cap):g}" if cap else "")
+
+
 def _short(value: Any, width: int = 60) -> str:
     text = safe_text(" ".join(str(value or "").split()))
     return text if len(text) <= width else text[: width - 1] + "…"
@@ -102,10 +107,11 @@ def show_sessions(rows: list[dict[str, Any]], out: TextIO) -> None:
     cluster = any("owner" in r for r in rows)
     render_table(
         ["ID", "NAME", "STATUS", "AGENT", "SOURCE", *(["OWNER"] if cluster else []), "UPTIME", "RESTARTS",
-         "PAUSED UNTIL", "APPROVALS", "COST $", "TURNS"],
+         "PAUSED UNTIL", "APPROVALS", "COST $ (/CAP)", "TURNS"],
         [[r["id"][:8], _short(r["name"], 24), r["status"] + ("*" if r.get("restart_pending") else ""), r["agent"],
           r["source"], *([r.get("owner") or "-"] if cluster else []), _duration(r["uptime_s"]), r["restarts"],
-          _when(r["paused_until"]), r["pending_approvals"], f"{r['cost_usd']:.4f}", r["turns"]] for r in rows],
+          _when(r["paused_until"]), r["pending_approvals"], _spend(r["cost_usd"], r.get("budget_usd")), r["turns"]]
+         for r in rows],
         out, keep=("ID", "AGENT"),
     )
 
@@ -118,7 +124,7 @@ def show_session(s: dict[str, Any], out: TextIO) -> None:
     # The pid is the runtime's own counter, not an OS process: it stays in --json only.
     keys = ("id", "name", "status", "agent", "source", "participant", *(("owner",) if "owner" in s else ()),
             "provider", "uptime_s", "timeout_s", "in_turn", "restarts", "paused_until", "restart_pending",
-            "cost_usd", "turns", "created_at")
+            "cost_usd", "budget_usd", "turns", "created_at")
     for key in keys:
         value = s.get(key)
         if key.endswith("_s"):
@@ -211,9 +217,11 @@ def show_result(cmd: str, result: Any, out: TextIO) -> None:
         case "approvals":
             show_approvals(result, out)
         case "agents":
-            render_table(["NAME", "PROVIDER", "MODEL", "PERMISSIONS", "ID"],
+            render_table(["NAME", "PROVIDER", "MODEL", "PERMISSIONS", "TALKS TO", "SPENT $ (/CAP)",
+                          "SESSION CAP $", "ID"],
                          [[a["name"], a["provider"] or "(routed)", a["model"] or "(default)", a["permission_mode"],
-                           a["id"]] for a in result], out)
+                           a.get("conversation_mode", "-"), _spend(a.get("spend_usd", 0.0), a.get("max_total_budget_usd")),
+                           f"{a['max_budget_usd']:g}" if a.get("max_budget_usd") else "-", a["id"]] for a in result], out, keep=("NAME", "ID"))
         case "credits_balance":
             out.write(f"{safe_text(result['participant'])}: {result['balance']} credits\n")
             if result.get("transactions"):

@@ -175,7 +175,7 @@ class Daemon:
             slot_pool=tree.slot_pool, credits=tree.credits, store=tree.store,
             providers=tree.providers, clock=runtime.clock, settings=self.settings, about=about,
             request_shutdown=self._request_shutdown,
-            router=self.link.router if self.link is not None else None,
+            router=self.link.router if self.link is not None else None, access=runtime.config.access,
         ))
         if self.link is not None:
             self.link.bind(self.admin)

@@ -10,6 +10,7 @@ from typing import Any
 
 import peewee as pw
 
+from corvid_actors.access import agent_access_fields
 from corvid_actors.db.store_base import StoreBase, store_op
 from corvid_actors.errors import ConflictError, NotFoundError, StoreError
 
@@ -38,6 +39,7 @@ class CatalogRows(StoreBase):
 
     @store_op
     def create_agent(self, name: str, **fields: Any) -> Any:
+        fields = agent_access_fields(fields)  # AgentSettingError naming a wrong access setting
         if "tool_permissions" in fields and fields["tool_permissions"] is not None:
             fields["tool_permissions"] = json.dumps(list(fields["tool_permissions"]))
         with self.transaction():
@@ -66,6 +68,9 @@ class CatalogRows(StoreBase):
             if key == "tool_permissions":
                 stored = None if stored is None else json.loads(stored)
                 wanted = None if wanted is None else list(wanted)
+            elif key == "conversation_allowlist":
+                stored = None if stored is None else json.loads(stored)
+                wanted = None if wanted is None else sorted(set(wanted))
             elif key == "default_project":
                 stored = agent.default_project_id
                 wanted = getattr(wanted, "id", wanted)
@@ -80,6 +85,7 @@ class CatalogRows(StoreBase):
     @store_op
     def update_agent(self, agent_id: str, **fields: Any) -> Any:
         """Change an agent's settings; returns the updated row."""
+        fields = agent_access_fields(fields)
         if "tool_permissions" in fields and fields["tool_permissions"] is not None:
             fields["tool_permissions"] = json.dumps(list(fields["tool_permissions"]))
         with self.transaction():
@@ -104,6 +110,23 @@ class CatalogRows(StoreBase):
             if agent is None:
                 agent = self.m.Agent.get_or_none(pw.fn.LOWER(self.m.Agent.name) == id_or_name.lower())
             return agent
+
+    @store_op
+    def agent_spend_usd(self, agent_id: str) -> float:
+        """What all the sessions of ``agent_id`` have spent (their ``total_cost_usd``), USD."""
+        S = self.m.Session
+        with self._lock:
+            total = S.select(pw.fn.COALESCE(pw.fn.SUM(S.total_cost_usd), 0.0)).where(S.agent == agent_id).scalar()
+        return float(total or 0.0)
+
+    @store_op
+    def spend_by_agent(self) -> dict[str, float]:
+        """Each agent's sessions' spend, USD (agents with no session left out)."""
+        S = self.m.Session
+        with self._lock:
+            rows = (S.select(S.agent, pw.fn.SUM(S.total_cost_usd)).where(S.agent.is_null(False))
+                    .group_by(S.agent).tuples())
+            return {agent_id: float(total or 0.0) for agent_id, total in rows}
 
     @store_op
     def list_agents(self) -> list[Any]:

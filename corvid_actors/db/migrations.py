@@ -179,10 +179,28 @@ def _session_lease_held_index(models: SimpleNamespace, db: pw.Database) -> None:
                        "WHERE lease_expires_at IS NOT NULL")
 
 
+#: the agents' access, rate limit and budget columns (migration 12), all nullable
+_AGENT_ACCESS_COLUMNS = {
+    "conversation_mode": "VARCHAR(20)", "conversation_allowlist": "TEXT",
+    "conversation_rate_limit_window_s": "FLOAT", "conversation_rate_limit_max": "INTEGER",
+    "max_budget_usd": "FLOAT", "max_total_budget_usd": "FLOAT",
+}
+
+
+def _agent_access(models: SimpleNamespace, db: pw.Database) -> None:
+    # Issue 35 item 7: who may talk to an agent, how often, for how much. Nullable
+    # columns (NULL: the [access] config's value), so the previous release runs on.
+    # A database made by this version's baseline has them already.
+    present = {c.name for c in db.get_columns("agents")}
+    for name, kind in _AGENT_ACCESS_COLUMNS.items():
+        if name not in present:
+            db.execute_sql(f'ALTER TABLE "agents" ADD COLUMN "{name}" {kind}')
+
+
 MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
                                _session_open_turns, _webhook_replays, _cluster_leases, _cluster_bus,
                                _cluster_commands_created_at, _session_message_role_index,
-                               _session_channel_index, _session_lease_held_index]
+                               _session_channel_index, _session_lease_held_index, _agent_access]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

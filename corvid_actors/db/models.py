@@ -133,6 +133,14 @@ def build_models(database: pw.Database, now: Callable[[], datetime] | None = Non
         # JSON list of tool names, or NULL for the defaults (seed invariant 4)
         tool_permissions = pw.TextField(null=True)
         default_project = pw.ForeignKeyField(Project, null=True, on_delete="SET NULL")
+        # who may talk to the agent, how often, for how much (corvid_actors.access);
+        # NULL: the [access] config's value
+        conversation_mode = pw.CharField(null=True, max_length=20)
+        conversation_allowlist = pw.TextField(null=True)  # JSON list of participant ids
+        conversation_rate_limit_window_s = pw.FloatField(null=True)
+        conversation_rate_limit_max = pw.IntegerField(null=True)
+        max_budget_usd = pw.FloatField(null=True)  # per session
+        max_total_budget_usd = pw.FloatField(null=True)  # all the agent's sessions
         created_at = pw.DateTimeField(default=stamp)
         updated_at = pw.DateTimeField(default=stamp)
 

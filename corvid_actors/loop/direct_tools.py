@@ -13,13 +13,13 @@ that does this; it holds no state of its own.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from corvid_actors.events import MessageStop
 from corvid_actors.loop.effects import ApprovalDecided, AskApproval, Effect, Emit, RunTool
-from corvid_actors.loop.rules import LoopRules
+from corvid_actors.loop.rules import LoopRules, settings_from_config
 from corvid_actors.loop.tokens import estimate_messages_tokens
-from corvid_actors.loop.tool_results import cap_tool_result, max_tool_result_chars
+from corvid_actors.loop.tool_results import TruncationShape, cap_tool_result, max_tool_result_chars
 from corvid_actors.loop.tool_walk import announce, check_call, finished_status, gate, running_status
 from corvid_actors.loop.turn import Phase
 from corvid_actors.providers.base import ChatMessage, ToolCall
@@ -120,7 +120,7 @@ class DirectToolCalls:
 
 
 def model_visible_result(rules: LoopRules, call: ToolCall, result: ToolResult, limit: int,
-                         truncation_shape: str) -> tuple[ToolResult, str, list[Effect]]:
+                         truncation_shape: TruncationShape) -> tuple[ToolResult, str, list[Effect]]:
     """What the model is given of ``result`` under a cap of ``limit`` characters: the
     observed result, its capped text, and the effects the observation keeps (the full
     output for the operator). ``Runtime.run_tool``'s ``model_sees`` is this too.
@@ -134,3 +134,15 @@ def model_visible_result(rules: LoopRules, call: ToolCall, result: ToolResult, l
     output = observed.output.encode("utf-8", "replace").decode("utf-8")
     output = cap_tool_result(output, limit, truncation_shape)  # a no-op after an observation
     return observed, output, list(kept)
+
+
+def model_view(call: ToolCall, result: ToolResult, config: Any, context_window: int,
+               command_tools: tuple[str, ...]) -> str:
+    """What the direct loop gives the model of ``result`` as the first tool result of a
+    conversation (``Runtime.run_tool``'s ``model_sees``): :func:`model_visible_result`
+    under the 30 % cap of one result in an empty conversation. ``config``: a
+    :class:`~corvid_actors.config.Config`."""
+    rules = LoopRules(settings_from_config(config), command_tools=command_tools)
+    settings = config.direct_loop
+    limit = max_tool_result_chars(context_window, 0, settings)
+    return model_visible_result(rules, call, result, limit, settings.truncation_shape)[1]

@@ -3,6 +3,8 @@ supervisor, the approval broker, the credit bank and the store."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
 from corvid_actors.actors.admin import (
@@ -15,6 +17,7 @@ from corvid_actors.actors.admin import (
 )
 from corvid_actors.chat.commands import approval_text
 from corvid_actors.config import Config, DaemonConfig
+from corvid_actors.daemon.render import show_result
 from corvid_actors.errors import AdminError
 from corvid_actors.testing import sim_runtime
 
@@ -289,3 +292,36 @@ def test_recent_events_are_bounded_and_followers_see_only_their_session(sim_cloc
     finally:
         admin.stop()
         rt.shutdown()
+
+
+def test_agents_and_sessions_show_spend_against_the_caps(admin_rt, scripted):
+    rt, admin = admin_rt
+    agent = rt.create_agent("capped", conversation_mode="allowlist", conversation_allowlist=["alice"],
+                            max_budget_usd=0.05, max_total_budget_usd=1.0)
+    rt.create_agent("free")
+    scripted.reply("Hi.", cost_usd=0.03)
+    started = command(admin, "start", agent="capped", prompt="hello", source="chat", participant="alice")
+    rt.settle()
+    by_name = {a["name"]: a for a in command(admin, "agents")}
+    capped = by_name["capped"]
+    assert (capped["id"], capped["conversation_mode"], capped["conversation_allowlist"]) == (
+        agent.id, "allowlist", ["alice"])
+    assert (capped["spend_usd"], capped["max_total_budget_usd"], capped["max_budget_usd"]) == (0.03, 1.0, 0.05)
+    assert (capped["conversation_rate_limit_max"], capped["conversation_rate_limit_window_s"]) == (10, 3600.0)
+    free = by_name["free"]  # the [access] defaults: anyone, no caps
+    assert (free["conversation_mode"], free["spend_usd"], free["max_total_budget_usd"], free["max_budget_usd"]) == (
+        "public", 0.0, None, None)
+    [row] = command(admin, "sessions")
+    assert (row["cost_usd"], row["budget_usd"]) == (0.03, 0.05)
+    assert command(admin, "session", session=started["session"])["budget_usd"] == 0.05
+    out = io.StringIO()
+    show_result("agents", command(admin, "agents"), out)
+    assert "0.0300/1" in out.getvalue() and "0.05" in out.getvalue()
+
+
+def test_start_create_sets_who_may_talk_to_the_agent_and_its_caps(admin_rt):
+    rt, admin = admin_rt
+    command(admin, "start", agent="public-bot", prompt="hi", conversation_mode="private", max_budget_usd=0.5,
+            max_total_budget_usd=10.0)
+    access = rt.agent_access(rt.agent("public-bot").id)
+    assert (access.mode, access.max_budget_usd, access.max_total_budget_usd) == ("private", 0.5, 10.0)

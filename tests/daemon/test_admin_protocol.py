@@ -44,6 +44,9 @@ def line(**fields) -> bytes:
     (line(cmd="sessions", args={"limit": 2.5}), "bad_request", "must be an integer"),
     (line(cmd="approve", args={"approval": "abcd", "session_wide": "yes"}), "bad_request", "true or false"),
     (line(cmd="health", args={"verbose": True}), "bad_request", "allowed: none"),
+    (line(cmd="start", args={"agent": "a", "prompt": "p", "conversation_mode": "friends"}), "bad_request",
+     "must be one of private, allowlist, public"),
+    (line(cmd="start", args={"agent": "a", "prompt": "p", "max_budget_usd": -1}), "bad_request", "must be >= 0"),
 ])
 def test_bad_requests_are_rejected_with_a_reason(raw, code, says):
     with pytest.raises(RequestRejected) as caught:

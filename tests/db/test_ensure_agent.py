@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from corvid_actors.db.store import Store
-from corvid_actors.errors import ConflictError, NotFoundError
+from corvid_actors.errors import AgentSettingError, ConflictError, NotFoundError
 
 
 @pytest.fixture
@@ -50,3 +50,18 @@ def test_two_stores_on_one_file_agree(tmp_path):
     finally:
         a.close()
         b.close()
+
+
+def test_access_settings_are_checked_and_an_allowlist_compares_as_a_set(store):
+    agent = store.ensure_agent("bot", conversation_mode="allowlist", conversation_allowlist=["bob", "alice"],
+                               max_budget_usd=0.5)
+    again = store.ensure_agent("bot", conversation_mode="allowlist", conversation_allowlist=["alice", "bob"],
+                               max_budget_usd=0.5)
+    assert again.id == agent.id
+    with pytest.raises(ConflictError, match="conversation_allowlist"):
+        store.ensure_agent("bot", conversation_allowlist=["alice"])
+    with pytest.raises(AgentSettingError, match="conversation_mode"):
+        store.create_agent("other", conversation_mode="everyone")
+    with pytest.raises(AgentSettingError, match="max_total_budget_usd"):
+        store.update_agent(agent.id, max_total_budget_usd=-1)
+    assert store.find_agent("other") is None and store.get_agent(agent.id).max_total_budget_usd is None

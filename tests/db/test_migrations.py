@@ -158,6 +158,34 @@ def test_a_version_3_database_gets_the_open_turns_column(tmp_path) -> None:
         store.close()
 
 
+def test_a_version_11_database_gets_the_agents_access_columns(tmp_path) -> None:
+    # migration 12 (issue 35 item 7): nullable columns, NULL meaning the [access] config's value
+    url = f"sqlite:///{tmp_path / 'corvid.db'}"
+    old = Store(url)
+    agent = old.create_agent("from before")
+    spent = old.create_session(name="spent", agent_id=agent.id)
+    old.add_session_usage(spent.id, cost_usd=0.25, turns=1)
+    for column in migrations._AGENT_ACCESS_COLUMNS:  # as version 11 made the table
+        old.db.execute_sql(f'ALTER TABLE agents DROP COLUMN "{column}"')
+    old.m.SchemaVersion.delete().where(old.m.SchemaVersion.version >= 12).execute()
+    old.close()
+
+    store = Store(url)
+    try:
+        assert recorded_versions(store)[-1] == 12
+        assert set(migrations._AGENT_ACCESS_COLUMNS) <= {c.name for c in store.db.get_columns("agents")}
+        row = store.get_agent(agent.id)
+        assert (row.conversation_mode, row.conversation_allowlist, row.max_budget_usd) == (None, None, None)
+        row = store.update_agent(agent.id, conversation_mode="allowlist", conversation_allowlist=["bob"],
+                                 max_total_budget_usd=1.5)
+        assert (row.conversation_mode, row.conversation_allowlist, row.max_total_budget_usd) == (
+            "allowlist", '["bob"]', 1.5)
+        assert store.agent_spend_usd(agent.id) == 0.25
+        assert store.spend_by_agent() == {agent.id: 0.25}
+    finally:
+        store.close()
+
+
 def _schema(store: Store) -> tuple[list[tuple], list[tuple]]:
     master = store.db.execute_sql("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name").fetchall()
     versions = store.db.execute_sql("SELECT version, breaking FROM schema_version ORDER BY version").fetchall()
