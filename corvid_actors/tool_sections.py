@@ -34,6 +34,7 @@ class SandboxConfig:
     visible_paths: tuple[str, ...]
     mask_walk_max_entries: int = field(metadata=AT_LEAST_ONE)
     mask_skip_dirs: tuple[str, ...]
+    moved_search_max_entries: int = field(metadata=AT_LEAST_ONE)
     pids_cgroup_roots: tuple[str, ...]
 
 

@@ -10,8 +10,10 @@ command cannot read it nor write into it.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
+from tests.security.as_user import shared_dir
 from tests.security.conftest import ENV, SECRET
 
 #: computed directory names: the guard refuses a command naming a directory of protected files
@@ -135,3 +137,27 @@ def test_a_nested_git_moved_through_a_skipped_directory_gets_no_hook(daemon_fact
     assert not (daemon.project / "lib" / ".git" / "hooks" / "pre-commit").exists()
     assert list((daemon.project / "lib" / ".git" / "hooks").iterdir()) == []
     assert (daemon.project / "lib" / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n"
+
+
+def test_a_protected_file_whose_old_path_is_taken_goes_to_the_restored_directory(daemon_factory):
+    daemon = daemon_factory(arrange=with_certs)
+    result = daemon.run(f"mv {SUB} node_modules/ && mkdir {SUB} && mv notes.txt {SUB}/{ENV}.local")
+    restored = daemon.project / ".corvid-restored" / "1" / "sub" / ".env.local"
+    assert restored.read_text() == f"TOKEN={SECRET}\n", result.output
+    assert (daemon.project / "sub" / ".env.local").read_text() == "my notes\n"
+    assert "SECRET" not in daemon.run("find . -type f | xargs cat; ls -a .corvid-restored").output
+    assert_originals_kept(daemon.project)
+
+
+def test_putting_back_never_follows_a_symlink_the_command_planted(daemon_factory):
+    outside = shared_dir("corvid-outside-")  # a directory either daemon user could write
+    outside.chmod(0o777)
+    try:
+        daemon = daemon_factory(arrange=with_certs)
+        daemon.run(f"mv {SUB} {CERTS} node_modules/ && ln -s {outside} {SUB} && "
+                   f"ln -s {outside} {CERTS}")
+        assert list(outside.iterdir()) == []
+        assert_originals_kept(daemon.project)
+        assert "SECRET" not in daemon.run("find . -type f | xargs cat").output
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
