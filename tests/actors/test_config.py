@@ -244,7 +244,9 @@ INVALID_FILES = [
     ("[providers]\nanthropic_prices = 3\n", "providers.anthropic_prices", "must be a table"),
     ("[tools.sandbox]\nmode = \"maybe\"\n", "tools.sandbox.mode", "must be auto, required or off"),
     ("[tools.sandbox]\nmax_processes = 0\n", "tools.sandbox.max_processes", "must be >= 1"),
-    ("[tools.sandbox]\nnetwork = true\n", "tools.sandbox.network", "unknown config key"),
+    ("[tools.sandbox]\nnetwork = true\n", "tools.sandbox.network", "must be a table of strings"),
+    ("[tools.sandbox]\nnetwork = { yolo = \"host\" }\n", "tools.sandbox.network.yolo", "unknown permission mode"),
+    ("[tools.sandbox]\nnetwork_mode = []\n", "tools.sandbox.network_mode", "unknown config key"),
     ("[tools]\nsandbox = \"auto\"\n", "tools.sandbox", "must be a table"),
 ]
 

@@ -119,10 +119,23 @@ class Sandbox:
     def active(self) -> bool:
         return self.status.active
 
+    def network_choice(self, permission_mode: str, agent_name: str = "") -> str:
+        """``none`` or ``host``: the network ``[tools.sandbox]`` gives sandboxed commands
+        of this mode and agent (``network``, then ``network_agents``)."""
+        if agent_name and agent_name in self.settings.network_agents:
+            return "host"
+        return self.settings.network_of(permission_mode or "default")
+
     def network_for(self, permission_mode: str, agent_name: str = "") -> bool:
         """Whether commands of this mode and agent get the host network."""
-        return (permission_mode or "default") in self.settings.network_modes or (
-            bool(agent_name) and agent_name in self.settings.network_agents)
+        return self.network_choice(permission_mode, agent_name) == "host"
+
+    def network_label(self, permission_mode: str, agent_name: str = "") -> str:
+        """What an approval prompt says of a command's network: ``none``, ``host``, or
+        ``host (no sandbox)`` when commands run unconfined (``mode`` ``auto`` without bwrap)."""
+        if not self.active:
+            return "host (no sandbox)"
+        return self.network_choice(permission_mode, agent_name)
 
     # -- cgroups (root only: the kernel does not apply RLIMIT_NPROC to uid 0) --
 
