@@ -41,7 +41,7 @@ class Settlement:
             lines.append("[sandbox] removed protected files the command created: "
                          + ", ".join(self.removed))
         if self.kept:
-            lines.append("[sandbox] kept files that now have a protected name (they existed "
+            lines.append("[sandbox] kept files that a protected name now names or points at (they existed "
                          "before the command, or cannot be proven new; masked from now on): "
                          + ", ".join(self.kept))
         if self.put_back:
