@@ -21,7 +21,9 @@ command line that gives it:
   ``prlimit`` inside the namespace; when the daemon runs as root — for whom the kernel
   does not enforce ``RLIMIT_NPROC`` — a pids cgroup (v1 ``pids`` or a writable v2
   hierarchy) bounds the process count instead, when one can be created;
-* no network (a new, empty network namespace) unless the caller allows it.
+* no network (a new, empty network namespace, without even the host's loopback) unless
+  the caller gives it the host's (``[tools.sandbox] network``, per permission mode:
+  :meth:`Sandbox.network_choice`).
 
 What the kernel layer cannot express, the launcher settles after each command
 (``_settle``, once every process of the sandbox has ended):
@@ -56,6 +58,10 @@ What the kernel layer cannot express, the launcher settles after each command
   stamp 0.09 ms; the search (75-90 ms there) runs only after a command that moved a
   protected entry out of sight. Protected files that lie in a skipped directory from the
   start stay unmasked (that is what skipping means); new ones made there are not removed.
+  Left open: a daemon killed between a command's end and its settling leaves a moved file
+  where the command put it; two commands running at once in one project see each
+  other's moves only when the first of them ends.
+
 ``mode`` (``[tools.sandbox] mode``): ``auto`` uses the sandbox when ``bwrap`` works and
 otherwise runs commands unconfined after one loud warning per daemon start and per
 session; ``required`` refuses to run commands without it; ``off`` never uses it.
