@@ -45,6 +45,7 @@ from corvid_actors.loop.settings import (
     SdkLoopSettings,
 )
 from corvid_actors.tool_sections import (
+    PERMISSION_MODE_NAMES,
     CommandPolicyConfig,
     CorvidToolsConfig,
     McpConfig,
@@ -153,10 +154,32 @@ RENAMED_KEYS: dict[str, dict[str, tuple[str, str]]] = {
 }
 
 
+def _legacy_network_modes(layer: dict[str, Any], where: str) -> dict[str, Any]:
+    """Earlier releases' ``[tools.sandbox] network_modes = [modes]`` (those modes got the
+    host network, the others none) read as today's ``network`` table, in full."""
+    tools = layer.get("tools")
+    if not isinstance(tools, Mapping):
+        return layer
+    sandbox = tools.get("sandbox")
+    if not isinstance(sandbox, Mapping) or "network_modes" not in sandbox:
+        return layer
+    modes = sandbox["network_modes"]
+    if "network" in sandbox:
+        raise ConfigError(f"{where}: [tools.sandbox] sets both network_modes and network; "
+                          "network_modes was replaced by network = {MODE = \"none\"|\"host\"}: "
+                          "keep network only")
+    if not isinstance(modes, list | tuple) or not all(m in PERMISSION_MODE_NAMES for m in modes):
+        raise ConfigError(f"{where}: config key tools.sandbox.network_modes must list permission "
+                          f"modes ({', '.join(PERMISSION_MODE_NAMES)}), got {modes!r}")
+    rest = {k: v for k, v in sandbox.items() if k != "network_modes"}
+    rest["network"] = {m: "host" if m in modes else "none" for m in PERMISSION_MODE_NAMES}
+    return {**layer, "tools": {**tools, "sandbox": rest}}
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:
-            return tomllib.load(fh)
+            return _legacy_network_modes(tomllib.load(fh), str(path))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except tomllib.TOMLDecodeError as exc:

@@ -209,6 +209,11 @@ def _coerce(key: str, hint: Any, raw: Any) -> Any:  # noqa: C901, PLR0911, PLR09
         if isinstance(raw, Mapping) and all(isinstance(row, Mapping) for row in raw.values()):
             return {str(name): dict(row) for name, row in raw.items()}
         raise ConfigError(f"config key {key} must be a table of tables, got {raw!r}")
+    if origin is dict and typing.get_args(hint)[1] is str:
+        # a table of strings ([tools.sandbox] network); its section checks the values
+        if isinstance(raw, Mapping) and all(isinstance(row, str) for row in raw.values()):
+            return {str(name): row for name, row in raw.items()}
+        raise ConfigError(f"config key {key} must be a table of strings, got {raw!r}")
     if origin is dict:
         if isinstance(raw, Mapping):
             out = {}

@@ -15,6 +15,12 @@ from corvid_actors.errors import ConfigError
 
 #: the sandbox modes (README "Security model")
 SANDBOX_MODES = ("auto", "required", "off")
+#: what a sandboxed command's network is: ``none`` (a new, empty network namespace: not
+#: even the host's loopback) or ``host`` (the host's network, loopback services included)
+NETWORK_CHOICES = ("none", "host")
+#: the permission modes (``tools.permissions.PermissionMode``): the keys of
+#: ``[tools.sandbox] network``
+PERMISSION_MODE_NAMES = ("default", "plan", "auto-edit", "full-auto")
 
 
 @section("tools.sandbox")
@@ -24,7 +30,9 @@ class SandboxConfig:
 
     mode: str = field(metadata=one_of(*SANDBOX_MODES))
     bwrap_path: str
-    network_modes: tuple[str, ...]
+    #: permission mode -> "none" | "host" (a mode left out: "none"); earlier releases'
+    #: ``network_modes`` list is read as this table (corvid_actors.config)
+    network: dict[str, str]
     network_agents: tuple[str, ...]
     max_processes: int = field(metadata=AT_LEAST_ONE)
     cpu_seconds: int = field(metadata=AT_LEAST_ONE)
@@ -34,7 +42,21 @@ class SandboxConfig:
     visible_paths: tuple[str, ...]
     mask_walk_max_entries: int = field(metadata=AT_LEAST_ONE)
     mask_skip_dirs: tuple[str, ...]
+    moved_search_max_entries: int = field(metadata=AT_LEAST_ONE)
     pids_cgroup_roots: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        for mode, choice in self.network.items():
+            if mode not in PERMISSION_MODE_NAMES:
+                raise ConfigError(f"config key tools.sandbox.network.{mode}: unknown permission mode "
+                                  f"(known: {', '.join(PERMISSION_MODE_NAMES)})")
+            if choice not in NETWORK_CHOICES:
+                raise ConfigError(f"config key tools.sandbox.network.{mode} = {choice!r} must be "
+                                  f"{' or '.join(repr(c) for c in NETWORK_CHOICES)}")
+
+    def network_of(self, permission_mode: str) -> str:
+        """``none`` or ``host``: the network of a sandboxed command in ``permission_mode``."""
+        return self.network.get(permission_mode or "default", "none")
 
 
 @section("tools")

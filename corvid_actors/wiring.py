@@ -277,14 +277,14 @@ class SessionBuilder:
         if session.source == "agent":  # delegated: never more than the sender (corvid_tools)
             mode = effective_agent_mode(self._store, session, mode)
         protected = self.config.tools.protected_patterns
-        permission_check = self._permission_check(mode, tools, project_dir, protected)
+        agent_name = agent.name if agent is not None else ""
+        permission_check = self._permission_check(mode, tools, project_dir, protected, agent_name)
         system_prompt = compose_system_prompt(
             agent.system_prompt if agent is not None else "",
             agent.append_prompt if agent is not None else "",
             compose_persona_prompt(ctx.personas),
             ctx.skill_prompt,
         )
-        agent_name = agent.name if agent is not None else ""
         # the OpenAgent rules' inputs (agent, mode, command tools, stored plan) are in the
         # spec the policy factories get; their policies are laid on top
         spec = LoopSpec(model, system_prompt, tools, permission_check, info.context_window,
@@ -341,7 +341,8 @@ class SessionBuilder:
 
         project_dir.mkdir(parents=True, exist_ok=True)  # as a session's build does
         tools = self.tool_registry_factory()
-        check = self._permission_check(mode or "default", tools, project_dir, self.config.tools.protected_patterns)
+        check = self._permission_check(mode or "default", tools, project_dir, self.config.tools.protected_patterns,
+                                       agent_name)
         arguments = dict(args)
         decision = check(tool, arguments)
         verdict = decision.permission.value
@@ -373,14 +374,16 @@ class SessionBuilder:
         return [SystemEvent(subtype="sandbox_unavailable", message=message)]
 
     def _permission_check(self, mode: str, tools: ToolRegistry, project_dir: Path,
-                          protected: tuple[str, ...]) -> PermissionCheck:
+                          protected: tuple[str, ...], agent_name: str = "") -> PermissionCheck:
         if self.permission_check_factory is not None:
             return self.permission_check_factory(mode, tools, project_dir, protected)
         if len(tools) == 0:
 
             return lambda name, args: PermissionDecision(Permission.DENY, f"Unknown tool: {name}")
 
-        return make_permission_check(PermissionMode.parse(mode), as_mapping(tools), project_dir, protected)
+        # the approval prompt of a command says which network it gets (README "Security model")
+        return make_permission_check(PermissionMode.parse(mode), as_mapping(tools), project_dir, protected,
+                                     command_network=self.sandbox.network_label(mode or "default", agent_name))
 
     @staticmethod
     def _call_later(delay_s: float, fn: Callable[[], None]) -> Callable[[], None]:

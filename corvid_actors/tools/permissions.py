@@ -127,11 +127,15 @@ def make_permission_check(
     tools: Mapping[str, Tool],
     project_dir: str | os.PathLike[str],
     protected_patterns: Iterable[str] = DEFAULT_PROTECTED_PATTERNS,
+    *,
+    command_network: str = "",
 ) -> PermissionCheck:
     """The permission check for one session: ``check(tool_name, args) -> PermissionDecision``.
 
     ``tools`` are the session's tools by name (their kind drives the mode table); an
     empty ``protected_patterns`` means the defaults, never "nothing is protected".
+    ``command_network`` (``none``, ``host`` …: ``Sandbox.network_label``) is what the
+    approval request of a command says its network will be (``[network: host]``).
     """
     parsed = PermissionMode.parse(mode)
     root = os.fspath(project_dir)
@@ -149,7 +153,10 @@ def make_permission_check(
         if verdict is Permission.DENY:
             return PermissionDecision(Permission.DENY, message=PLAN_MODE_DENIAL)
         if verdict is Permission.ASK:
-            return PermissionDecision(Permission.ASK, description=describe_tool_call(name, arguments))
+            description = describe_tool_call(name, arguments)
+            if command_network and tool.kind is ToolKind.COMMAND:
+                description += f" [network: {command_network}]"
+            return PermissionDecision(Permission.ASK, description=description)
         return PermissionDecision(Permission.ALLOW)
 
     return check

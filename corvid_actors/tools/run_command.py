@@ -161,7 +161,7 @@ def run_command(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolCon
 
     cancel_timer = ctx.call_later(timeout, lambda: kill("timeout"))
     unregister = ctx.cancel.on_cancel(lambda: kill("cancelled"))
-    removed: list[str] = []
+    notes: list[str] = []
     try:
         stdout, stderr = _drain(proc, settings, wake_r)
         code = proc.wait()
@@ -179,10 +179,9 @@ def run_command(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolCon
         os.close(wake_r)
         os.close(wake_w)
         if launch is not None:
-            removed = launch.finish(ctx.sandbox, protected_patterns_of(ctx))
-    if removed:
-        stderr += ("\n[sandbox] removed protected files the command created: "
-                   + ", ".join(removed))
+            notes = launch.finish(ctx.sandbox, protected_patterns_of(ctx))
+    if notes:  # what the sandbox did to the project after the command (_settle)
+        stderr = "\n".join([stderr.rstrip("\n"), *notes] if stderr else notes)
     output = stdout + (f"\n[stderr]\n{stderr}" if stderr else "")
     if ended_by and ended_by[0] == "timeout":
         return output_result(f"Command timed out after {timeout:g} s\n{output}".rstrip(), settings, True)

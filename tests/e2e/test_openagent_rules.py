@@ -249,12 +249,13 @@ def test_allowlist_session_signatures_and_a_human_rejection(make_e2e, stub, data
     e2e.runtime.settle()
     # "ls" is allowlisted: it ran; "touch made.txt" is not: a human is asked
     [ask] = e2e.events(s.id, "approval_request")
-    assert (ask.kind, ask.description) == ("command", "Run command: touch made.txt")
+    # auto-edit's commands get no network ([tools.sandbox] network), and the prompt says so
+    assert (ask.kind, ask.description) == ("command", "Run command: touch made.txt [network: none]")
     e2e.runtime.resolve_approval(ask.id, "allow_session")
     e2e.runtime.settle()
     # the same command again (other spacing) runs without asking; another command asks
     asks = e2e.events(s.id, "approval_request")
-    assert len(asks) == 2 and asks[1].description == "Run command: touch other.txt"
+    assert len(asks) == 2 and asks[1].description == "Run command: touch other.txt [network: none]"
     e2e.runtime.resolve_approval(asks[1].id, "deny", "not that one")
     e2e.runtime.settle()
     results = [m["content"] for m in tool_messages(stub.chat_requests[-1])]

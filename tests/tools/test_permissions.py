@@ -112,6 +112,14 @@ def test_ask_carries_the_tool_description(tools, project):
     assert check("plan_update", {}).description == "Use tool: plan_update"
 
 
+@pytest.mark.parametrize("network", ["none", "host", "host (no sandbox)"])
+def test_a_command_approval_says_which_network_it_gets(tools, project, network):
+    check = make_permission_check("default", tools, project, command_network=network)
+    assert check("run_command", {"command": "pip install x"}).description == \
+        f"Run command: pip install x [network: {network}]"
+    assert check("edit_file", {"path": "src/a.py"}).description == "Edit file: src/a.py"
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_unknown_tool_is_denied(tools, project, mode):
     decision = make_permission_check(mode, tools, project)("rm_everything", {})

@@ -22,7 +22,8 @@ from corvid_actors.tools.sandbox._probe import (
     SandboxUnavailable,
     sandbox_status,
 )
-from corvid_actors.tools.sandbox._scan import ProjectScan, new_protected_files, scan_project
+from corvid_actors.tools.sandbox._scan import ProjectScan
+from corvid_actors.tools.sandbox._settle import scan_before_command, settle_after_command
 
 #: pids cgroups made for sandboxes: corvid-sbx-<daemon pid>-<random>
 _CGROUP_PREFIX = "corvid-sbx-"
@@ -72,21 +73,15 @@ class Launch:
     notes: list[str] = field(default_factory=list)
 
     def finish(self, sandbox: Sandbox, patterns: Sequence[str]) -> list[str]:
-        """After the program ended: remove new protected files and the cgroup; returns
-        the protected files removed (relative paths), for the tool's result."""
-        removed: list[str] = []
+        """After the program ended: settle the project (``_settle``: protected files it
+        moved are put back, those it made removed) and remove the cgroup; returns the
+        lines to add to the tool's result (empty when there is nothing to say)."""
+        notes: list[str] = []
         if self.scan is not None:
-            try:
-                after = scan_project(self.scan.root, patterns, sandbox.settings)
-            except SandboxUnavailable:
-                after = None
-            for path in new_protected_files(self.scan, after) if after else []:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-                    removed.append(os.path.relpath(path, self.scan.root))
+            notes = settle_after_command(self.scan, patterns, sandbox.settings).notes()
         if self.cgroup is not None:
             sandbox.release_cgroup(self.cgroup)
-        return removed
+        return notes
 
 
 class Sandbox:
@@ -124,10 +119,23 @@ class Sandbox:
     def active(self) -> bool:
         return self.status.active
 
+    def network_choice(self, permission_mode: str, agent_name: str = "") -> str:
+        """``none`` or ``host``: the network ``[tools.sandbox]`` gives sandboxed commands
+        of this mode and agent (``network``, then ``network_agents``)."""
+        if agent_name and agent_name in self.settings.network_agents:
+            return "host"
+        return self.settings.network_of(permission_mode or "default")
+
     def network_for(self, permission_mode: str, agent_name: str = "") -> bool:
         """Whether commands of this mode and agent get the host network."""
-        return (permission_mode or "default") in self.settings.network_modes or (
-            bool(agent_name) and agent_name in self.settings.network_agents)
+        return self.network_choice(permission_mode, agent_name) == "host"
+
+    def network_label(self, permission_mode: str, agent_name: str = "") -> str:
+        """What an approval prompt says of a command's network: ``none``, ``host``, or
+        ``host (no sandbox)`` when commands run unconfined (``mode`` ``auto`` without bwrap)."""
+        if not self.active:
+            return "host (no sandbox)"
+        return self.network_choice(permission_mode, agent_name)
 
     # -- cgroups (root only: the kernel does not apply RLIMIT_NPROC to uid 0) --
 
@@ -212,7 +220,7 @@ class Sandbox:
             raise SandboxUnavailable(f"the OS sandbox is not available: {self.status.reason}")
         root = os.path.realpath(project_dir) if project_dir else None
         patterns = tuple(patterns) or self.patterns
-        scan = scan_project(root, patterns, self.settings) if root else None
+        scan = scan_before_command(root, patterns, self.settings) if root else None
         blanks = _Blanks.get()
         # no --new-session: callers start the launcher in a session of its own, without a
         # controlling terminal (run_command and the mcp client both do), so there is no
