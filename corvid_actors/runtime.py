@@ -320,7 +320,10 @@ class Runtime(RuntimeLifecycle):
     # --- agents and projects -------------------------------------------------------------------
 
     def create_agent(self, name: str, **settings: Any) -> Any:
-        """Create an agent (``provider``, ``model``, ``system_prompt``, ``permission_mode``, …)."""
+        """Create an agent (``provider``, ``model``, ``system_prompt``, ``permission_mode``,
+        ``kind``, …). ``kind``: ``"task"`` (nudged to act with its tools) or ``"chat"`` (a
+        conversational agent, never nudged); not given, the ``[agents] default_kind`` (and
+        ``chat`` in the sessions of a chat bridge)."""
         return self._internals.store.create_agent(name, **settings)
 
     def ensure_agent(self, name: str, **settings: Any) -> Any:

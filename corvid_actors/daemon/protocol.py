@@ -25,6 +25,7 @@ from typing import Any
 
 from corvid_actors.db.models import SESSION_STATUSES
 from corvid_actors.errors import BAD_REQUEST, UNAUTHORIZED, UNKNOWN_COMMAND, AdminError
+from corvid_actors.vocabulary import AGENT_KINDS
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,8 @@ COMMANDS: Mapping[str, Mapping[str, Arg]] = {
                           f"must be one of {', '.join(AGENT_PROVIDERS)}"),
               "model": _text(),
               "permission_mode": Arg("str", False, lambda v: v in PERMISSION_MODES,
-                                     f"must be one of {', '.join(PERMISSION_MODES)}")},
+                                     f"must be one of {', '.join(PERMISSION_MODES)}"),
+              "kind": Arg("str", False, lambda v: v in AGENT_KINDS, f"must be one of {', '.join(AGENT_KINDS)}")},
     "send": {"session": _SESSION, "text": _text(required=True, max_chars=None)},
     "stop": {"session": _SESSION},
     "resume": {"session": _SESSION},

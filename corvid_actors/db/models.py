@@ -133,6 +133,8 @@ def build_models(database: pw.Database, now: Callable[[], datetime] | None = Non
         # JSON list of tool names, or NULL for the defaults (seed invariant 4)
         tool_permissions = pw.TextField(null=True)
         default_project = pw.ForeignKeyField(Project, null=True, on_delete="SET NULL")
+        # "task" or "chat" (vocabulary.AGENT_KINDS); NULL: the [agents] default_kind
+        kind = pw.CharField(null=True, max_length=20)
         created_at = pw.DateTimeField(default=stamp)
         updated_at = pw.DateTimeField(default=stamp)
 
