@@ -63,7 +63,12 @@ from corvid_actors.chat.telegram_format import (
     escape_markdown_v2,
     split_message,
 )
-from corvid_actors.chat.transport import IncomingMessage, OutgoingMessage, ReplyUpdate, TransportError
+from corvid_actors.chat.transport import (
+    IncomingMessage,
+    OutgoingMessage,
+    ReplyUpdate,
+    TransportError,
+)
 from corvid_actors.clock import Clock, RealClock
 from corvid_actors.errors import RuntimeStoppedError
 from corvid_actors.jsontypes import WireJson
