@@ -43,6 +43,9 @@ TURN_EVENT_TYPES = frozenset({"assistant", "content_block_start", "tool_status",
                               "session_stopped", "session_exited", "session_restarting"})
 #: streamed text: relayed only to transports that stream replies
 DELTA_EVENT_TYPE = "content_block_delta"
+#: chats whose last update time is kept before the stale ones (older than the interval,
+#: which no longer throttle anything) are dropped: bounded however many chats a bot meets
+UPDATE_TIMES_KEPT = 1024
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,7 @@ class ReplyAssembler:
             case Result(subtype=subtype):
                 del self._turns[session_id]
                 if turn.final.strip():
-                    self._updated_at[chat] = now
+                    self._updated(chat, now)
                     return [ReplyStep(session_id, turn.reply_id, turn.final, final=True)]
                 if subtype == "success":
                     return [EmptyTurn(session_id, turn.reply_id, turn.streamed)]
@@ -133,10 +136,13 @@ class ReplyAssembler:
         whole = "".join(turn.segment)
         if not whole.strip() or whole == turn.shown:
             return []
-        self._updated_at[chat] = now
+        self._updated(chat, now)
         turn.shown, turn.streamed = whole, True
         return [ReplyStep(session_id, turn.reply_id, whole, final=False)]
 
-    def forget(self, session_id: str) -> None:
-        """Drop a session's turn (the bridge no longer serves it)."""
-        self._turns.pop(session_id, None)
+    def _updated(self, chat: str, now: float) -> None:
+        times = self._updated_at
+        times[chat] = now
+        if len(times) > UPDATE_TIMES_KEPT:
+            for stale in [c for c, at in times.items() if now - at >= self.interval_s]:
+                del times[stale]

@@ -104,3 +104,12 @@ def test_an_empty_streamed_turn_says_it_was_streamed():
 
 def test_other_events_do_not_open_a_turn():
     assert run(whole(), (0, ErrorEvent(error_type="api_outage"))) == []
+
+
+def test_update_times_stay_bounded_however_many_chats():
+    from corvid_actors.chat.replies import UPDATE_TIMES_KEPT
+
+    a = streamed()
+    for n in range(3 * UPDATE_TIMES_KEPT):
+        run(a, (float(n), ContentBlockDelta(text="x")), sid=f"s{n}", chat=str(n))
+    assert len(a._updated_at) <= UPDATE_TIMES_KEPT + 1
