@@ -6,6 +6,8 @@ message."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from loguru import logger
 
@@ -126,10 +128,10 @@ def test_the_final_text_after_a_tool_is_the_one_reply(bots, scripted, tmp_path):
     scripted.tool_call("list_files", {"path": "."}, text="Let me look at your files.")
     scripted.reply("You have no files yet.")
     converse(rt, transport, "what files do I have?")
-    approval = transport.texts("alice", kind="approval")
-    if approval:  # the default permission mode asks; the approval prompt is delivered as before
-        transport.say("alice", "yes " + approval[0].split(":", 1)[1].split("]")[0])
-        rt.settle()
+    # the approval prompt is delivered as before; the words before the tool call are not a reply
+    [approval] = transport.texts("alice", kind="approval")
+    assert transport.texts("alice", kind="reply") == []
+    converse(rt, transport, "yes " + re.match(r"\[APPROVE\?:(\w+)\]", approval).group(1))
     assert transport.texts("alice", kind="reply") == ["You have no files yet."]
     assert "Let me look at your files." in stored(rt, transport, "assistant")
 
