@@ -322,7 +322,7 @@ class AdminActor(TrackedActor):
 
     def _cmd_agents(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
         return [{"id": a.id, "name": a.name, "provider": a.provider, "model": a.model,
-                 "permission_mode": a.permission_mode} for a in self.w.store.list_agents()]
+                 "permission_mode": a.permission_mode, "kind": a.kind} for a in self.w.store.list_agents()]
 
     def _cmd_stats(self, args: Mapping[str, Any]) -> dict[str, Any]:
         stats: dict[str, Any] = {"supervisor": ask_actor(self.w.supervisor, sv.SupervisorStats()),

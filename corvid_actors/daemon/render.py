@@ -211,9 +211,9 @@ def show_result(cmd: str, result: Any, out: TextIO) -> None:
         case "approvals":
             show_approvals(result, out)
         case "agents":
-            render_table(["NAME", "PROVIDER", "MODEL", "PERMISSIONS", "ID"],
-                         [[a["name"], a["provider"] or "(routed)", a["model"] or "(default)", a["permission_mode"],
-                           a["id"]] for a in result], out)
+            render_table(["NAME", "KIND", "PROVIDER", "MODEL", "PERMISSIONS", "ID"],
+                         [[a["name"], a.get("kind") or "(default)", a["provider"] or "(routed)", a["model"] or "(default)",
+                           a["permission_mode"], a["id"]] for a in result], out)
         case "credits_balance":
             out.write(f"{safe_text(result['participant'])}: {result['balance']} credits\n")
             if result.get("transactions"):

@@ -297,6 +297,7 @@ def test_start_create_with_a_kind_makes_a_chat_agent(admin_rt, scripted):
     scripted.reply("Sure")
     started = command(admin, "start", agent="talker", prompt="can you help?", create=True, kind="chat")
     assert started["created_agent"] is True and rt.internals.store.find_agent("talker").kind == "chat"
+    assert [(a["name"], a["kind"]) for a in command(admin, "agents")] == [("talker", "chat")]
     error = failure(admin, "start", agent="talker", prompt="x", create=True, kind="task")
     assert error.code == "conflict" and "kind is 'chat', not 'task'" in error.message
 
