@@ -24,6 +24,7 @@ from typing import Any
 from corvid_actors.config_schema import build_section, default_toml_text, values_of
 from corvid_actors.config_sections import (
     AccessConfig,
+    AgentsConfig,
     ApprovalsConfig,
     ClusterConfig,
     CreditsConfig,
@@ -76,6 +77,7 @@ class Config:
     observation: ObservationConfig = field(default_factory=ObservationConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     command_policy: CommandPolicyConfig = field(default_factory=CommandPolicyConfig)
+    agents: AgentsConfig = field(default_factory=AgentsConfig)
     webhook: WebhookConfig = field(default_factory=WebhookConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
 

@@ -23,6 +23,7 @@ from corvid_actors.config_schema import (
     section,
 )
 from corvid_actors.errors import ConfigError
+from corvid_actors.vocabulary import AGENT_KINDS, CHAT_AGENT
 
 
 @section("supervisor")
@@ -210,6 +211,22 @@ class DaemonConfig:
     admin_max_send_bytes: int = field(metadata=AT_LEAST_ONE)
     admin_auth_timeout_s: float = field(metadata=POSITIVE)
     admin_idle_timeout_s: float = field(metadata=POSITIVE)
+
+
+@section("agents")
+class AgentsConfig:
+    """What an agent is when its row does not say (``agents.kind`` NULL)."""
+
+    #: ``task`` (nudged to act with tools) or ``chat`` (converses); a session of a chat
+    #: bridge (source ``chat``) whose agent does not say is ``chat`` whatever this is
+    default_kind: str = field(metadata=one_of(*AGENT_KINDS))
+
+    def kind_for(self, stored: str | None, source: str) -> str:
+        """The kind of an agent whose row holds ``stored`` (None: not set), in a session
+        from ``source``: the row's, else ``chat`` behind a chat bridge, else the default."""
+        if stored:
+            return stored
+        return CHAT_AGENT if source == "chat" else self.default_kind
 
 
 @section("webhook")

@@ -20,7 +20,7 @@ from corvid_actors.loop.effects import Loop
 from corvid_actors.loop.rules import rules_for
 from corvid_actors.loop.sdk import SdkLoop
 from corvid_actors.tools.base import ToolRegistry
-from corvid_actors.vocabulary import PermissionCheck
+from corvid_actors.vocabulary import TASK_AGENT, PermissionCheck
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,8 @@ class LoopSpec:
     #: whether this incarnation's commands run in the OS sandbox (auto-approval needs it)
     sandboxed: bool = False
     project_dir: Path | None = None
+    #: ``task`` or ``chat`` (corvid_actors.vocabulary.AGENT_KINDS): only task agents are nudged
+    agent_kind: str = TASK_AGENT
 
 
 LoopFactory = Callable[[LoopSpec], Loop]
@@ -66,6 +68,7 @@ def direct_loop(spec: LoopSpec) -> Loop:
         model=spec.model, system_prompt=spec.system_prompt, tools=spec.tools.specs(),
         permission_check=spec.permission_check, context_window=spec.context_window,
         settings=spec.config.direct_loop, council_role=spec.council_role, rules=rules_for(spec),
+        kind=spec.agent_kind,
     )
 
 

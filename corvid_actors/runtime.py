@@ -340,10 +340,13 @@ class Runtime(RuntimeLifecycle):
     # --- agents and projects -------------------------------------------------------------------
 
     def create_agent(self, name: str, **settings: Any) -> Any:
-        """Create an agent (``provider``, ``model``, ``system_prompt``, ``permission_mode``, …;
-        who may talk to it and its caps: ``conversation_mode``, ``conversation_allowlist``,
-        ``conversation_rate_limit_window_s``, ``conversation_rate_limit_max``,
-        ``max_budget_usd``, ``max_total_budget_usd``, see :mod:`corvid_actors.access`)."""
+        """Create an agent (``provider``, ``model``, ``system_prompt``, ``permission_mode``,
+        ``kind``, …). ``kind``: ``"task"`` (nudged to act with its tools) or ``"chat"`` (a
+        conversational agent, never nudged); not given, the ``[agents] default_kind`` (and
+        ``chat`` in the sessions of a chat bridge). Who may talk to it and its caps:
+        ``conversation_mode``, ``conversation_allowlist``, ``conversation_rate_limit_window_s``,
+        ``conversation_rate_limit_max``, ``max_budget_usd``, ``max_total_budget_usd`` (see
+        :mod:`corvid_actors.access`)."""
         return self._internals.store.create_agent(name, **settings)
 
     def ensure_agent(self, name: str, **settings: Any) -> Any:

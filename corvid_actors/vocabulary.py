@@ -16,6 +16,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+# --- agent kinds -----------------------------------------------------------------------
+
+#: an agent that is given tasks: a text-only reply with no tool used yet may be nudged to
+#: act with its tools (the direct-process seed's behaviour, the default)
+TASK_AGENT = "task"
+#: a conversational agent: a question back, a short or a long answer are all legitimate
+#: replies, so no initial nudges (the loop's safety rules still apply)
+CHAT_AGENT = "chat"
+AGENT_KINDS = (TASK_AGENT, CHAT_AGENT)
+
+
 # --- cancellation ---------------------------------------------------------------------
 
 

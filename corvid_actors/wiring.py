@@ -292,7 +292,8 @@ class SessionBuilder:
                         agent_name=agent_name, permission_mode=mode or "default",
                         command_tools=tuple(t.name for t in tools if t.kind is ToolKind.COMMAND),
                         initial_plan=tuple(plan_from_json(getattr(session, "plan", ""))),
-                        sandboxed=self.sandbox.active, project_dir=project_dir)
+                        sandboxed=self.sandbox.active, project_dir=project_dir,
+                        agent_kind=self.config.agents.kind_for(getattr(agent, "kind", None), session.source))
         spec = replace(spec, approval_policy=self.approval_policy_factory(spec),
                        history_policy=self.history_policy_factory(spec))
         loop = self.loops[loop_kind](spec)

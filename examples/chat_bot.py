@@ -92,7 +92,7 @@ def prepare(runtime: Runtime, data_dir: Path, model: str) -> tuple[str, str]:
     project = runtime.project(PROJECT_NAME) or runtime.create_project(PROJECT_NAME, project_dir)
     agent = runtime.agent(AGENT_NAME) or runtime.create_agent(
         AGENT_NAME, provider="ollama", model=model, permission_mode="default", system_prompt=SYSTEM_PROMPT,
-        tool_permissions=["list_files", "read_file"],
+        tool_permissions=["list_files", "read_file"], kind="chat",  # converses: never nudged to act
     )
     return agent.id, project.id
 

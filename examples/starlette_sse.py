@@ -117,7 +117,7 @@ async def main(args: argparse.Namespace) -> None:
     try:
         async with await AsyncRuntime.create(load_config(environ=environ), store_url=f"sqlite:///{data_dir}/web.db",
                                              workspace_dir=f"{data_dir}/workspace") as rt:
-            agent = await rt.ensure_agent("web-chat", provider="ollama", model=args.model,
+            agent = await rt.ensure_agent("web-chat", provider="ollama", model=args.model, kind="chat",
                                           system_prompt="You are a helpful assistant. Answer briefly.")
             print(f"POST a message: curl -N -d 'hello' http://{args.host}:{args.port}/chat/demo", flush=True)
             config = uvicorn.Config(create_app(rt, agent_id=agent.id), host=args.host, port=args.port,

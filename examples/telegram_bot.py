@@ -39,7 +39,7 @@ async def main(args: argparse.Namespace) -> None:
     data_dir = tempfile.mkdtemp(prefix="corvid-telegram-")
     rt = await AsyncRuntime.create(load_config(environ=environ), store_url=f"sqlite:///{data_dir}/bot.db",
                                    workspace_dir=f"{data_dir}/workspace")
-    agent = await rt.ensure_agent("telegram-bot", provider="ollama", model=args.model,
+    agent = await rt.ensure_agent("telegram-bot", provider="ollama", model=args.model, kind="chat",
                                   system_prompt="You are a helpful assistant in Telegram. Answer briefly.")
     transport = TelegramTransport(token, base_url=base_url, poll_timeout_s=1 if args.stub else 30)
     try:

@@ -77,7 +77,7 @@ def agent_summary(agent: Any, access: AgentAccess, spend_usd: float) -> dict[str
     """One line of ``admin agents``: the agent, who may talk to it, and its spend against its caps."""
     return {
         "id": agent.id, "name": agent.name, "provider": agent.provider, "model": agent.model,
-        "permission_mode": agent.permission_mode,
+        "permission_mode": agent.permission_mode, "kind": agent.kind,
         "conversation_mode": access.mode, "conversation_allowlist": sorted(access.allowlist),
         "conversation_rate_limit_max": access.rate_limit_max,
         "conversation_rate_limit_window_s": access.rate_limit_window_s,

@@ -268,12 +268,12 @@ class AdminActor(TrackedActor):
         store = self.w.store
         agent = store.find_agent(args["agent"])
         created = agent is None
-        settings = {k: args[k] for k in ("provider", "model", "permission_mode", "conversation_mode",
+        settings = {k: args[k] for k in ("provider", "model", "permission_mode", "kind", "conversation_mode",
                                          "max_budget_usd", "max_total_budget_usd") if k in args}
         if agent is None and not args.get("create"):
             names = ", ".join(a.name for a in store.list_agents()) or "none yet"
             raise AdminError(NOT_FOUND, f"no agent {args['agent']!r} (agents: {names}); add --create to create it "
-                                        "(with --provider, --model, --permission-mode)")
+                                        "(with --provider, --model, --permission-mode, --kind)")
         if created or settings:
             try:
                 agent = store.ensure_agent(args["agent"], **settings)

@@ -18,7 +18,9 @@ thread ↔ event-loop plumbing done once, here:
 
 An :class:`AsyncChatTransport` has ``async start(handler)``, ``async send(message)``,
 ``async stop()`` and optionally ``async typing(channel, participant, active)`` (told when a
-conversation's session starts and stops thinking) and ``async stop_receiving()`` (then
+conversation's session starts and stops thinking), ``can_edit = True`` with ``async
+update_reply(update)`` (replies streamed as they are written, see
+:mod:`corvid_actors.chat.transport`) and ``async stop_receiving()`` (then
 ``stop()`` comes after the bridge delivered its queued replies, so it may close the client). Threaded transports keep using
 :class:`ChatBridge` directly; both kinds may serve one runtime side by side.
 """
@@ -34,10 +36,12 @@ from corvid_actors.aio import AsyncRuntime
 from corvid_actors.chat.bridge import ChatBridge
 from corvid_actors.chat.bridge_settings import BridgeSettings
 from corvid_actors.chat.conversations import Conversation
+from corvid_actors.chat.delivery import can_edit
 from corvid_actors.chat.transport import (
     IncomingMessage,
     MessageHandler,
     OutgoingMessage,
+    ReplyUpdate,
     TransportError,
 )
 from corvid_actors.errors import RuntimeStoppedError
@@ -74,6 +78,9 @@ class _LoopTransport:
         self._loop = loop
         if callable(getattr(transport, "typing", None)):
             self.typing = self._typing
+        if can_edit(transport):  # replies stream: each update runs on the loop too
+            self.can_edit = True
+            self.update_reply = self._update_reply
 
     def start(self, handler: MessageHandler) -> None:
         pass  # the async transport is started by AsyncChatBridge.start
@@ -83,6 +90,9 @@ class _LoopTransport:
 
     def send(self, message: OutgoingMessage) -> None:
         self._run(self._transport.send(message))
+
+    def _update_reply(self, update: ReplyUpdate) -> None:
+        self._run(self._transport.update_reply(update))  # type: ignore[attr-defined]
 
     def _typing(self, channel: str, participant: str, active: bool) -> None:
         self._run(self._transport.typing(channel, participant, active))  # type: ignore[attr-defined]

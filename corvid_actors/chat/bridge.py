@@ -29,7 +29,12 @@ Outgoing: the bridge subscribes to *every* session (``subscribe_all``: global su
 survive session restarts and are never pruned), maps events of its own sessions back to
 their conversation (:func:`~corvid_actors.chat.commands.render_event`) and hands them to
 its :class:`~corvid_actors.chat.outbox.Outbox`, whose one thread calls the transport — so
-a slow or failing platform never blocks the EventBus or a session actor.
+a slow or failing platform never blocks the EventBus or a session actor. One answer per
+user message: a turn's final assistant text is delivered once, when the turn ends —
+streamed as it is written to a transport that can edit — and a turn that ends without
+text gets ``settings.empty_turn_notice`` (:mod:`corvid_actors.chat.delivery`). The
+bridge's sessions are ``chat`` agents unless their agent says otherwise; a ``task``
+agent is allowed, and the log says once that its replies will be nudged.
 
 A bridge's sessions are the rows with ``source = 'chat'``, ``name = 'chat:<settings.name>'``
 and the conversation's ``channel`` and ``participant``; a restarted bot finds them again
@@ -57,6 +62,7 @@ from corvid_actors.chat.commands import (
 )
 from corvid_actors.chat.conversations import Conversation, ConversationDirectory
 from corvid_actors.chat.credit_commands import balance_line, credits_text, grant_text
+from corvid_actors.chat.delivery import TurnDelivery
 from corvid_actors.chat.gate import ChatGate, budget_notice, spend_line
 from corvid_actors.chat.outbox import Outbox
 from corvid_actors.chat.transport import (
@@ -68,6 +74,7 @@ from corvid_actors.chat.transport import (
 from corvid_actors.errors import BudgetExceededError, RuntimeStoppedError
 from corvid_actors.events import ApprovalRequestEvent, ApprovalResolved, CreditsLow, Event, Thinking
 from corvid_actors.runtime import Runtime
+from corvid_actors.vocabulary import TASK_AGENT
 
 
 def _id_key(seen_key: str) -> str:
@@ -106,6 +113,9 @@ class ChatBridge:
         self._started = False
         #: a transport with ``typing(channel, participant, active)`` hears when a session thinks
         self._relays_typing = callable(getattr(transport, "typing", None))
+        #: one answer per turn, streamed to a transport that can edit (chat/delivery.py)
+        self._turns = TurnDelivery(transport, self.settings, runtime.clock)
+        self._relayed = RELAYED_EVENT_TYPES | self._turns.event_types
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -113,12 +123,21 @@ class ChatBridge:
         if not self._started:
             self._started = True
             self._outbox.start()
+            self._warn_if_task_agent()
             self.runtime.subscribe_all(self._on_event)
             bind = getattr(self.transport, "bind_runtime", None)
             if callable(bind):  # e.g. the webhook's replay store lives in the runtime's database
                 bind(self.runtime)
             self.transport.start(self.handle)
         return self
+
+    def _warn_if_task_agent(self) -> None:
+        agent = self.runtime.agent(self.agent_id) if self.agent_id else None
+        if agent is not None and self.runtime.config.agents.kind_for(agent.kind, "chat") == TASK_AGENT:
+            logger.warning("chat bridge {!r}: agent {!r} is a task agent: its text-only replies will be nudged to "
+                           "act with tools (more model calls per message; one reply is still delivered per "
+                           "message). Create it with kind='chat' for a conversational bot.",
+                           self.settings.name, agent.name)
 
     def stop(self) -> None:
         """Stop receiving, unsubscribe, deliver what is queued. Stop the runtime *first* if
@@ -355,7 +374,7 @@ class ChatBridge:
 
     def _on_event(self, session_id: str, event: Event) -> None:
         # On the EventBus thread: filter, queue, return. No store reads, no runtime calls.
-        if event.type not in RELAYED_EVENT_TYPES and not (event.type == "thinking" and self._relays_typing):
+        if event.type not in self._relayed and not (event.type == "thinking" and self._relays_typing):
             return
         if self.conversations.known_foreign(session_id):
             return
@@ -375,6 +394,8 @@ class ChatBridge:
             return
         if isinstance(event, Thinking):
             self.transport.typing(conv.channel, conv.participant, bool(event.thinking))  # type: ignore[attr-defined]
+            return
+        if self._turns.handle(conv, session_id, event):
             return
         if isinstance(event, CreditsLow) and not self._should_warn_low(conv, event.remaining):
             return

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: event types that may produce a message to the participant (cheap filter on the bus thread)
+#: event types that may produce a message to the participant (cheap filter on the bus thread;
+#: a turn's own events are :data:`corvid_actors.chat.replies.TURN_EVENT_TYPES`)
 RELAYED_EVENT_TYPES = frozenset({
-    "assistant", "approval_request", "approval_resolved", "credits_low", "session_restarting",
+    "approval_request", "approval_resolved", "credits_low", "session_restarting",
     "session_resumed", "session_stopped", "error",
 })
 
@@ -31,3 +32,8 @@ class BridgeSettings:
     max_id_chars: int = 200
     #: count queued replies as work in flight, so ``Runtime.settle()`` waits for delivery
     track_delivery: bool = True
+    #: told to the participant when a turn ends without any text ("": say nothing)
+    empty_turn_notice: str = "(The assistant finished without a reply.)"
+    #: a reply streamed to a transport that can edit: at most one update per this many
+    #: seconds per chat (Telegram's limit; the final text always lands)
+    stream_interval_s: float = 1.0

@@ -25,6 +25,12 @@ the order of handling, which the bridge's guarantees depend on.
   call :meth:`TelegramTransport.handle_webhook` from your own web framework.
 - Replies are split at 4,096 characters and sent as escaped MarkdownV2
   (:mod:`corvid_actors.chat.telegram_format`).
+- Replies stream as they are written (``can_edit``: the bridge sends throttled
+  :class:`~corvid_actors.chat.transport.ReplyUpdate` s): in private chats as a draft
+  (``sendMessageDraft``) and then ``sendMessage`` with the final text; in groups (or with
+  ``drafts=False``) the first update sends a message and later ones edit it
+  (``editMessageText``); a new message past 4,096 UTF-16 units
+  (:mod:`corvid_actors.chat._telegram_stream`).
 - Approval requests carry inline buttons (Allow / Deny → ``yes <id>`` / ``no <id>``);
   typing ``yes <id>`` still works. When the approval is resolved, the request message is
   edited: the verdict is appended and the buttons removed.
@@ -49,6 +55,7 @@ from typing import TypeVar
 from loguru import logger
 
 from corvid_actors.chat._telegram_offset import read_offset, write_offset
+from corvid_actors.chat._telegram_stream import TelegramReplies
 from corvid_actors.chat._telegram_webhook import SECRET_HEADER, serve_webhook
 from corvid_actors.chat.aio_bridge import AsyncMessageHandler
 from corvid_actors.chat.telegram_format import (
@@ -56,7 +63,12 @@ from corvid_actors.chat.telegram_format import (
     escape_markdown_v2,
     split_message,
 )
-from corvid_actors.chat.transport import IncomingMessage, OutgoingMessage, TransportError
+from corvid_actors.chat.transport import (
+    IncomingMessage,
+    OutgoingMessage,
+    ReplyUpdate,
+    TransportError,
+)
 from corvid_actors.clock import Clock, RealClock
 from corvid_actors.errors import RuntimeStoppedError
 from corvid_actors.jsontypes import WireJson
@@ -105,9 +117,13 @@ class TelegramTransport:
             ``getUpdates`` client (see :meth:`stop_receiving`); a Bot passed in keeps its own.
         offset_path: a file keeping the next update's id across crashes (see above).
         clock: dates the offset file (default: the real clock).
+        drafts: stream replies in private chats as drafts (``sendMessageDraft``); False:
+            send a message and edit it, as in groups.
     """
 
     name = "telegram"
+    #: replies stream: drafts in private chats, edits elsewhere (see ``update_reply``)
+    can_edit = True
 
     def __init__(self, token: str, *, base_url: str | None = None, mode: str = "polling",
                  webhook_url: str = "", listen: tuple[str, int] = ("127.0.0.1", 8443),
@@ -117,7 +133,7 @@ class TelegramTransport:
                  max_message_chars: int = TELEGRAM_MAX_MESSAGE_CHARS,
                  sleep: Callable[[float], Awaitable[object]] = asyncio.sleep, bot: telegram.Bot | None = None,
                  offset_path: str | Path | None = None, clock: Clock | None = None,
-                 webhook_read_timeout_s: float = 10.0) -> None:
+                 webhook_read_timeout_s: float = 10.0, drafts: bool = True) -> None:
         if mode not in ("polling", "webhook"):
             raise ValueError("mode must be 'polling' or 'webhook'")
         self.mode = mode
@@ -154,6 +170,8 @@ class TelegramTransport:
         self.offset_path = Path(offset_path) if offset_path else None
         self._clock = clock or RealClock()
         self.handled_updates = 0
+        self._replies = TelegramReplies(self.bot, self._api, format_text=self._format, parse_mode=parse_mode,
+                                        max_message_chars=max_message_chars, drafts=drafts)
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -330,6 +348,10 @@ class TelegramTransport:
                 self._approvals[message.approval_id] = (chat_id, sent.message_id, chunk)
                 while len(self._approvals) > _APPROVALS_REMEMBERED:
                     self._approvals.popitem(last=False)
+
+    async def update_reply(self, update: ReplyUpdate) -> None:
+        """Show a reply as it is written (the bridge throttles; the final update persists)."""
+        await self._replies.update(_chat_id(update.channel), update)
 
     async def _mark_resolved(self, message: OutgoingMessage) -> bool:
         chat_id, message_id, text = self._approvals.pop(message.approval_id)

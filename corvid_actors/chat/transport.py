@@ -16,6 +16,15 @@ It has three methods:
   any session.
 - ``stop()``: stop receiving and release sockets/threads. Idempotent.
 
+One answer per user message: the bridge sends a turn's final reply once, when the turn
+ends (:mod:`corvid_actors.chat.replies`). A transport whose platform can change a message
+it sent declares ``can_edit = True`` and has ``update_reply(update)``: the bridge then
+streams each reply as it is written, as :class:`ReplyUpdate` s (the whole text so far,
+throttled by the bridge), the last one with ``final=True`` — the text that must persist.
+How it shows them is the platform's business (a draft, or a message sent at the first
+update and edited after). Transports without it (console, webhook) get the final reply
+through ``send`` as a ``reply``.
+
 Writing a transport for another platform (Slack, Telegram, Matrix, a game server …):
 map the platform's conversation id to ``channel`` and the sender's stable account id to
 ``participant`` (it is the credit payer and the only one who may answer its approvals),
@@ -62,6 +71,23 @@ class OutgoingMessage:
     #: the approval an ``approval`` request (or the ``notice`` of its resolution) is about,
     #: for platforms that show buttons and update them when it is answered
     approval_id: str = ""
+
+
+@dataclass(frozen=True)
+class ReplyUpdate:
+    """A reply being written, for a transport with ``can_edit`` (see the module docstring).
+
+    ``text`` is the whole reply so far (not a delta); updates with the same ``reply_id``
+    are one answer; ``final``: the turn is over and ``text`` is the answer to keep (it may
+    differ from the last update: a new model call of the turn starts the text again).
+    """
+
+    channel: str
+    participant: str
+    reply_id: str
+    text: str
+    final: bool = False
+    session_id: str = ""
 
 
 MessageHandler = Callable[[IncomingMessage], str]

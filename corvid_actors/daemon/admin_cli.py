@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 from corvid_actors.config_sections import CONVERSATION_MODES
 from corvid_actors.daemon.client import AdminClient, AdminUnavailable
-from corvid_actors.daemon.protocol import AGENT_PROVIDERS, PERMISSION_MODES
+from corvid_actors.daemon.protocol import AGENT_KINDS, AGENT_PROVIDERS, PERMISSION_MODES
 from corvid_actors.daemon.render import describe_event, show_result
 from corvid_actors.daemon.settings import ServeOptions, load_daemon_config
 from corvid_actors.db.models import SESSION_STATUSES
@@ -193,6 +193,9 @@ def _admin_commands() -> list[tuple[str, str, str, Callable[[argparse.ArgumentPa
         p.add_argument("--max-budget-usd", type=float, help="with --create: what one session may spend (0: no cap)")
         p.add_argument("--max-total-budget-usd", type=float,
                        help="with --create: what all the agent's sessions may spend together (0: no cap)")
+        p.add_argument("--kind", choices=AGENT_KINDS,
+                       help="with --create: task (nudged to act with tools) or chat (converses); "
+                            "default: [agents] default_kind")
         p.add_argument("--source", help="session source: web (default), chat (crash auto-restart), …")
         p.add_argument("--name", help="a name for the session")
         p.add_argument("--participant", help="who the session talks to (credits are charged to them)")

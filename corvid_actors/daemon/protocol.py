@@ -26,6 +26,7 @@ from typing import Any
 from corvid_actors.config_sections import CONVERSATION_MODES
 from corvid_actors.db.models import SESSION_STATUSES
 from corvid_actors.errors import BAD_REQUEST, UNAUTHORIZED, UNKNOWN_COMMAND, AdminError
+from corvid_actors.vocabulary import AGENT_KINDS
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ COMMANDS: Mapping[str, Mapping[str, Arg]] = {
               "model": _text(),
               "permission_mode": Arg("str", False, lambda v: v in PERMISSION_MODES,
                                      f"must be one of {', '.join(PERMISSION_MODES)}"),
+              "kind": Arg("str", False, lambda v: v in AGENT_KINDS, f"must be one of {', '.join(AGENT_KINDS)}"),
               "conversation_mode": Arg("str", False, lambda v: v in CONVERSATION_MODES,
                                        f"must be one of {', '.join(CONVERSATION_MODES)}"),
               "max_budget_usd": _usd(), "max_total_budget_usd": _usd()},

@@ -217,9 +217,10 @@ def show_result(cmd: str, result: Any, out: TextIO) -> None:
         case "approvals":
             show_approvals(result, out)
         case "agents":
-            render_table(["NAME", "PROVIDER", "MODEL", "PERMISSIONS", "TALKS TO", "SPENT $ (/CAP)",
+            render_table(["NAME", "KIND", "PROVIDER", "MODEL", "PERMISSIONS", "TALKS TO", "SPENT $ (/CAP)",
                           "SESSION CAP $", "ID"],
-                         [[a["name"], a["provider"] or "(routed)", a["model"] or "(default)", a["permission_mode"],
+                         [[a["name"], a.get("kind") or "(default)", a["provider"] or "(routed)",
+                           a["model"] or "(default)", a["permission_mode"],
                            a.get("conversation_mode", "-"), _spend(a.get("spend_usd", 0.0), a.get("max_total_budget_usd")),
                            f"{a['max_budget_usd']:g}" if a.get("max_budget_usd") else "-", a["id"]] for a in result], out, keep=("NAME", "ID"))
         case "credits_balance":

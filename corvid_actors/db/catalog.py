@@ -13,6 +13,14 @@ import peewee as pw
 from corvid_actors.access import agent_access_fields
 from corvid_actors.db.store_base import StoreBase, store_op
 from corvid_actors.errors import ConflictError, NotFoundError, StoreError
+from corvid_actors.vocabulary import AGENT_KINDS
+
+
+def _check_kind(fields: dict[str, Any]) -> None:
+    kind = fields.get("kind")
+    if kind is not None and kind not in AGENT_KINDS:
+        raise ValueError(f"an agent's kind is {' or '.join(map(repr, AGENT_KINDS))}, not {kind!r} "
+                         "(None: the [agents] default_kind)")
 
 
 class CatalogRows(StoreBase):
@@ -39,6 +47,7 @@ class CatalogRows(StoreBase):
 
     @store_op
     def create_agent(self, name: str, **fields: Any) -> Any:
+        _check_kind(fields)
         fields = agent_access_fields(fields)  # AgentSettingError naming a wrong access setting
         if "tool_permissions" in fields and fields["tool_permissions"] is not None:
             fields["tool_permissions"] = json.dumps(list(fields["tool_permissions"]))
@@ -85,6 +94,7 @@ class CatalogRows(StoreBase):
     @store_op
     def update_agent(self, agent_id: str, **fields: Any) -> Any:
         """Change an agent's settings; returns the updated row."""
+        _check_kind(fields)
         fields = agent_access_fields(fields)
         if "tool_permissions" in fields and fields["tool_permissions"] is not None:
             fields["tool_permissions"] = json.dumps(list(fields["tool_permissions"]))

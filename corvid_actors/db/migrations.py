@@ -197,10 +197,20 @@ def _agent_access(models: SimpleNamespace, db: pw.Database) -> None:
             db.execute_sql(f'ALTER TABLE "agents" ADD COLUMN "{name}" {kind}')
 
 
+def _agent_kind(models: SimpleNamespace, db: pw.Database) -> None:
+    # Issue 35 item 1: an agent is a "task" or a "chat" agent. Nullable (NULL: the
+    # [agents] default_kind), so the previous release runs on. Migration 13, after the
+    # access columns (12). A database made by this version's baseline has the column
+    # already.
+    if "kind" not in {c.name for c in db.get_columns("agents")}:
+        db.execute_sql('ALTER TABLE "agents" ADD COLUMN "kind" VARCHAR(20)')
+
+
 MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
                                _session_open_turns, _webhook_replays, _cluster_leases, _cluster_bus,
                                _cluster_commands_created_at, _session_message_role_index,
-                               _session_channel_index, _session_lease_held_index, _agent_access]
+                               _session_channel_index, _session_lease_held_index, _agent_access,
+                               _agent_kind]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

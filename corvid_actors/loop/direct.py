@@ -15,7 +15,9 @@ is :mod:`corvid_actors.loop.effects`; the rules live in pure modules beside this
   iteration cap ends the turn with a summary epilogue: one more call, tools disabled,
   its reply emitted as ``assistant``. A summary call that fails (after the usual retries)
   ends the turn normally with what was already produced, as the original does.
-- text-only replies may be nudged (:mod:`.nudges`); made-up tool output after tools
+- text-only replies of a ``task`` agent may be nudged (:mod:`.nudges`); a ``chat`` agent
+  converses, so its replies are never nudged to act (a question back, a short or a long
+  answer are all legitimate in a conversation); made-up tool output after tools
   were called is not kept while mid-chain nudges are left (before any tool call the
   markers are an ordinary reply); once they are spent the reply ends the turn as a
   normal ``assistant`` text, as in the original.
@@ -86,7 +88,7 @@ from corvid_actors.loop.tiers import (
 from corvid_actors.loop.tool_walk import ToolWalk
 from corvid_actors.loop.turn import InputQueue, Phase, TurnAccount
 from corvid_actors.providers.base import ChatMessage, ModelRequest, ProviderError
-from corvid_actors.vocabulary import PermissionCheck, ToolSpec
+from corvid_actors.vocabulary import AGENT_KINDS, TASK_AGENT, PermissionCheck, ToolSpec
 
 
 @dataclass
@@ -121,8 +123,13 @@ class DirectLoop(DirectReplies, DirectToolCalls):
         council_role: str | None = None,
         history: Sequence[ChatMessage] = (),
         rules: LoopRules | None = None,
+        kind: str = TASK_AGENT,
     ) -> None:
+        if kind not in AGENT_KINDS:
+            raise ValueError(f"kind must be one of {AGENT_KINDS}, not {kind!r}")
         self._model = model
+        #: ``task`` (initial nudges on) or ``chat`` (none): read-only
+        self.kind = kind
         self._settings = settings
         self._rules = rules or LoopRules.off()
         self._council = council_role in COUNCIL_ROLES

@@ -30,7 +30,7 @@ from corvid_actors.loop.tool_walk import ToolWalk
 from corvid_actors.loop.trimming import overflow_recovery
 from corvid_actors.loop.turn import Phase
 from corvid_actors.providers.base import ChatMessage, ErrorKind, ModelResponse, ProviderError
-from corvid_actors.vocabulary import ToolSpec
+from corvid_actors.vocabulary import TASK_AGENT, ToolSpec
 
 if TYPE_CHECKING:  # direct.py imports this module
     from corvid_actors.loop.direct import _Turn
@@ -53,6 +53,7 @@ class DirectReplies:
     _retry_seq: int
     _retry_token: str
     caps: TierCaps
+    kind: str
 
     if TYPE_CHECKING:  # the loop's own steps (DirectLoop, DirectToolCalls)
 
@@ -134,7 +135,8 @@ class DirectReplies:
         # keeps and emits it whole).
         effects = self._keep_text(text)
         nudgeable = (
-            bool(self._tools)
+            self.kind == TASK_AGENT  # a chat agent's text is its answer, whatever its shape
+            and bool(self._tools)
             and not self._tools_disabled
             and not turn.tools_used
             and turn.metrics.nudges < caps.max_nudges

@@ -9,14 +9,17 @@ It speaks the real JSON shapes (``{"ok": true, "result": …}`` / ``{"ok": false
 "error_code": …, "description": …, "parameters": {"retry_after": n}}``) for the methods a
 chat bot uses: ``getMe``, ``getUpdates`` (long polling with ``offset``: updates below the
 offset are confirmed and forgotten, as Telegram does), ``sendMessage``, ``editMessageText``,
-``answerCallbackQuery``, ``sendChatAction``, ``setWebhook`` / ``deleteWebhook`` /
+``sendMessageDraft`` (private chats only; the drafts are recorded in ``drafts``, they are not
+messages), ``answerCallbackQuery``, ``sendChatAction``, ``setWebhook`` / ``deleteWebhook`` /
 ``getWebhookInfo`` (with a webhook set, updates are POSTed to it with the secret header and
 ``getUpdates`` answers 409, as Telegram does). Bodies may be JSON or form-encoded (the
 python-telegram-bot client sends JSON-encoded values in form fields).
 
-It checks what Telegram checks and a bot gets wrong: a message over 4,096 characters and,
-with ``parse_mode=MarkdownV2``, a reserved character that is not escaped, both answered
-with Telegram's 400. :meth:`fail_next` makes the next calls of a method answer 429 with
+It checks what Telegram checks and a bot gets wrong: a message over 4,096 characters (UTF-16
+units), with ``parse_mode=MarkdownV2`` a reserved character that is not escaped, an edit
+that changes nothing ("message is not modified"), a draft for a chat that is not private,
+all answered with Telegram's 400. ``timed_calls`` has every call with its arrival time, to
+count what a bot does per second. :meth:`fail_next` makes the next calls of a method answer 429 with
 ``retry_after`` (flood control) or 502 (a flaky network).
 """
 
@@ -68,6 +71,12 @@ class TelegramStubServer:
         self.answered_callbacks: list[dict[str, WireJson]] = []
         #: every API call as (method, params), in order
         self.calls: list[tuple[str, dict[str, WireJson]]] = []
+        #: every API call as (time.monotonic() at arrival, method, params), in order
+        self.timed_calls: list[tuple[float, str, dict[str, WireJson]]] = []
+        #: every draft the bot streamed (``chat_id``, ``draft_id``, plain ``text``), in order
+        self.drafts: list[dict[str, WireJson]] = []
+        #: chat id -> type ("private", "group"), from the chats participants wrote in
+        self._chat_types: dict[int, str] = {}
         self.webhook_url = ""
         self.webhook_secret = ""
         self._faults: dict[str, list[tuple[int, int | None]]] = {}
@@ -118,11 +127,12 @@ class TelegramStubServer:
         """A participant (``user_id``, default the chat's id: a private chat) writes ``text``;
         returns the update id."""
         user = {"id": user_id if user_id is not None else chat_id, "is_bot": False, "first_name": first_name}
+        chat_type = "private" if user["id"] == chat_id else "group"
         with self._cond:
             message_id = self._take_message_id()
+            self._chat_types[chat_id] = chat_type
         return self._push({"message": {"message_id": message_id, "date": now(), "text": text, "from": user,
-                                       "chat": {"id": chat_id, "type": "private" if user["id"] == chat_id
-                                                else "group"}}})
+                                       "chat": {"id": chat_id, "type": chat_type}}})
 
     def press_button(self, message_id: int, data: str, *, user_id: int | None = None) -> int:
         """A participant presses an inline button with ``callback_data`` ``data`` under the
@@ -232,6 +242,7 @@ class TelegramStubServer:
     def _call(self, method: str, params: dict[str, WireJson]) -> tuple[int, dict[str, WireJson]]:
         with self._cond:
             self.calls.append((method, params))
+            self.timed_calls.append((time.monotonic(), method, params))
             faults = self._faults.get(method)
             if faults:
                 status, retry_after = faults.pop(0)
@@ -269,15 +280,28 @@ class TelegramStubServer:
                 self._cond.wait(min(deadline - time.monotonic(), 0.05))
             return [dict(u) for u in self._updates[:limit]]
 
-    def _check_text(self, params: dict[str, WireJson]) -> tuple[int, dict[str, WireJson]] | None:
-        text = str(params.get("text", ""))
+    def calls_per_second(self, method: str, chat_id: int, *, window_s: float = 1.0) -> int:
+        """The most calls of ``method`` for ``chat_id`` that arrived within any ``window_s``
+        (a test allowing for delivery jitter passes a little less than the second it checks)."""
+        with self._cond:
+            times = [at for at, name, params in self.timed_calls
+                     if name == method and str(params.get("chat_id")) == str(chat_id)]
+        return max((sum(1 for t in times if start <= t < start + window_s) for start in times), default=0)
+
+    def _chat_type(self, chat_id: int) -> str:
+        # Telegram's ids: a private chat's is its user's (positive), a group's is negative
+        return self._chat_types.get(chat_id) or ("private" if chat_id > 0 else "group")
+
+    def _check_text(self, params: dict[str, WireJson], *,
+                    may_be_empty: bool = False) -> tuple[int, dict[str, WireJson]] | None:
+        text = str(params.get("text") or "")
         plain = text
         if params.get("parse_mode") == "MarkdownV2":
             plain, bad = parse_markdown_v2(text)
             if bad is not None:
                 return 400, api_error(400, f"Bad Request: can't parse entities: Character '{bad}' is reserved "
                                         "and must be escaped with the preceding '\\'")
-        if not plain.strip():
+        if not plain.strip() and not may_be_empty:
             return 400, api_error(400, "Bad Request: message text is empty")
         if len(plain.encode("utf-16-le")) // 2 > MAX_MESSAGE_CHARS:  # Telegram counts UTF-16 units
             return 400, api_error(400, "Bad Request: message is too long")
@@ -289,7 +313,7 @@ class TelegramStubServer:
         chat_id = int(params["chat_id"])
         with self._cond:
             message: dict[str, WireJson] = {"message_id": self._take_message_id(), "date": now(),
-                       "chat": {"id": chat_id, "type": "private"},
+                       "chat": {"id": chat_id, "type": self._chat_type(chat_id)},
                        "from": self._api_getMe({}), "text": plain_text(params)}
             if params.get("reply_markup"):
                 message["reply_markup"] = params["reply_markup"]
@@ -303,6 +327,10 @@ class TelegramStubServer:
             message = self.messages.get(int(params.get("message_id", 0)))
             if message is None or message["chat"]["id"] != int(params.get("chat_id", 0)):
                 return 400, api_error(400, "Bad Request: message to edit not found")
+            if message["text"] == plain_text(params) and message.get("reply_markup") == params.get("reply_markup"):
+                return 400, api_error(400, "Bad Request: message is not modified: specified new message content "
+                                        "and reply markup are exactly the same as a current content and reply "
+                                        "markup of the message")
             message["text"] = plain_text(params)
             message["edit_date"] = now()
             if params.get("reply_markup"):
@@ -310,6 +338,21 @@ class TelegramStubServer:
             else:
                 message.pop("reply_markup", None)
             return dict(message)
+
+    def _api_sendMessageDraft(self, params: dict[str, WireJson]) -> object:  # noqa: N802
+        # Bot API 9.3+: stream a partial message to a private chat; an empty text shows a
+        # "Thinking..." placeholder (Bot API 10). Answers True; the draft is not a message.
+        draft_id = params.get("draft_id")
+        if not isinstance(draft_id, int) or isinstance(draft_id, bool) or draft_id == 0:
+            return 400, api_error(400, "Bad Request: draft_id must be a non-zero integer")
+        chat_id = int(params["chat_id"])
+        if self._chat_type(chat_id) != "private":
+            return 400, api_error(400, "Bad Request: message drafts can be sent only to private chats")
+        if (problem := self._check_text(params, may_be_empty=True)) is not None:
+            return problem
+        with self._cond:
+            self.drafts.append({"chat_id": chat_id, "draft_id": draft_id, "text": plain_text(params)})
+        return True
 
     def _api_answerCallbackQuery(self, params: dict[str, WireJson]) -> object:  # noqa: N802
         with self._cond:

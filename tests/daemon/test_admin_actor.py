@@ -325,3 +325,29 @@ def test_start_create_sets_who_may_talk_to_the_agent_and_its_caps(admin_rt):
             max_total_budget_usd=10.0)
     access = rt.agent_access(rt.agent("public-bot").id)
     assert (access.mode, access.max_budget_usd, access.max_total_budget_usd) == ("private", 0.5, 10.0)
+
+
+def test_start_create_with_a_kind_makes_a_chat_agent(admin_rt, scripted):
+    # issue 35 item 1: `admin start --create --kind chat`; a chat agent's short answer is not nudged
+    rt, admin = admin_rt
+    scripted.reply("Sure")
+    started = command(admin, "start", agent="talker", prompt="can you help?", create=True, kind="chat")
+    assert started["created_agent"] is True and rt.internals.store.find_agent("talker").kind == "chat"
+    assert [(a["name"], a["kind"]) for a in command(admin, "agents")] == [("talker", "chat")]
+    error = failure(admin, "start", agent="talker", prompt="x", create=True, kind="task")
+    assert error.code == "conflict" and "kind is 'chat', not 'task'" in error.message
+
+
+def test_the_kind_option_is_on_the_command_line_and_checked_on_the_wire():
+    import json
+
+    from corvid_actors.daemon.cli import UsageError, build_parser
+    from corvid_actors.daemon.protocol import parse_request
+
+    args = build_parser().parse_args(["admin", "start", "--agent", "a", "--create", "--kind", "chat", "hi"])
+    assert args.kind == "chat"
+    with pytest.raises(UsageError, match="--kind"):
+        build_parser().parse_args(["admin", "start", "--agent", "a", "--kind", "bot", "hi"])
+    line = json.dumps({"cmd": "start", "args": {"agent": "a", "prompt": "hi", "kind": "bot"}}).encode()
+    with pytest.raises(AdminError, match="kind"):
+        parse_request(line)

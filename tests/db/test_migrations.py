@@ -172,7 +172,7 @@ def test_a_version_11_database_gets_the_agents_access_columns(tmp_path) -> None:
 
     store = Store(url)
     try:
-        assert recorded_versions(store)[-1] == 12
+        assert recorded_versions(store)[-2:] == [12, 13]  # 13: the agents' kind, after it
         assert set(migrations._AGENT_ACCESS_COLUMNS) <= {c.name for c in store.db.get_columns("agents")}
         row = store.get_agent(agent.id)
         assert (row.conversation_mode, row.conversation_allowlist, row.max_budget_usd) == (None, None, None)

@@ -6,6 +6,8 @@ import json
 import urllib.error
 import urllib.request
 
+import pytest
+
 from corvid_actors.testing.telegram_stub import TelegramStubServer
 
 
@@ -83,3 +85,38 @@ def test_the_plugin_fixture_serves_a_stub(telegram_stub):
     telegram_stub.push_message(1, "hi")
     assert call(telegram_stub, "getMe")[1]["result"]["is_bot"] is True
     assert telegram_stub.pending_updates
+
+
+def test_message_drafts_private_chats_only_and_edits_that_change_nothing_are_refused():
+    with TelegramStubServer() as tg:
+        tg.push_message(7, "hi")  # a private chat (the chat is the user)
+        tg.push_message(-100, "hi", user_id=8)  # a group
+        assert call(tg, "sendMessageDraft", {"chat_id": 7, "draft_id": 5, "text": "Hel"}) == (
+            200, {"ok": True, "result": True})
+        assert call(tg, "sendMessageDraft", {"chat_id": 7, "draft_id": 5})[0] == 200  # "Thinking..." placeholder
+        assert tg.drafts == [{"chat_id": 7, "draft_id": 5, "text": "Hel"}, {"chat_id": 7, "draft_id": 5, "text": ""}]
+        assert tg.texts(7) == []  # a draft is not a message
+        status, body = call(tg, "sendMessageDraft", {"chat_id": -100, "draft_id": 5, "text": "x"})
+        assert status == 400 and "private" in body["description"]
+        assert call(tg, "sendMessageDraft", {"chat_id": 7, "draft_id": 0, "text": "x"})[0] == 400
+        assert call(tg, "sendMessageDraft", {"chat_id": 7, "draft_id": 1, "text": "x" * 4097})[0] == 400
+        assert call(tg, "sendMessageDraft", {"chat_id": 7, "draft_id": 1, "text": "a.b",
+                                             "parse_mode": "MarkdownV2"})[0] == 400
+        sent = call(tg, "sendMessage", {"chat_id": -100, "text": "same"})[1]["result"]
+        assert sent["chat"] == {"id": -100, "type": "group"}
+        status, body = call(tg, "editMessageText", {"chat_id": -100, "message_id": sent["message_id"], "text": "same"})
+        assert status == 400 and body["description"].startswith("Bad Request: message is not modified")
+        assert tg.calls_per_second("sendMessageDraft", 7) == 5 and tg.calls_per_second("sendMessage", 7) == 0
+
+
+@pytest.mark.anyio
+async def test_python_telegram_bot_sends_drafts_as_the_stub_expects():
+    import telegram
+
+    with TelegramStubServer() as tg:
+        tg.push_message(7, "hi")
+        async with telegram.Bot(tg.token, base_url=tg.base_url) as bot:
+            assert await bot.send_message_draft(7, 3, "Hello \\*", parse_mode="MarkdownV2") is True
+            with pytest.raises(telegram.error.BadRequest, match="private"):
+                await bot.send_message_draft(-5, 3, "x")
+        assert tg.drafts == [{"chat_id": 7, "draft_id": 3, "text": "Hello *"}]
