@@ -82,6 +82,7 @@ try:
 
     from corvid_actors.chat._telegram_app import ApplicationRoute
     from corvid_actors.chat._telegram_calls import BotApiCalls
+    from corvid_actors.chat._telegram_typing import TypingIndicators
 except ImportError as exc:  # pragma: no cover - the optional extra
     raise ImportError("the Telegram transport needs python-telegram-bot: "
                       "pip install 'corvid-actors[telegram]'") from exc
@@ -157,8 +158,6 @@ class TelegramTransport:
         self.webhook_path = webhook_path
         self.secret_token = secret_token
         self.poll_timeout_s = poll_timeout_s
-        self.typing_refresh_s = typing_refresh_s
-        self.typing_max_s = typing_max_s
         self.webhook_read_timeout_s = webhook_read_timeout_s
         self.parse_mode = parse_mode
         self.max_message_chars = max_message_chars
@@ -167,7 +166,7 @@ class TelegramTransport:
         self._poller: asyncio.Task[None] | None = None
         self._waiting_for_updates = False
         self._server: asyncio.Server | None = None
-        self._typing: dict[str, asyncio.Task[None]] = {}
+        self._typing = TypingIndicators(bot, refresh_s=typing_refresh_s, max_s=typing_max_s)
         self._approvals: OrderedDict[str, tuple[int | str, int, str]] = OrderedDict()
         #: the offset of the next update to handle, and the one Telegram last confirmed
         self.offset = 0
@@ -267,10 +266,7 @@ class TelegramTransport:
     async def stop(self) -> None:
         """Stop receiving, stop the typing indicators, close the client. Idempotent."""
         await self.stop_receiving()
-        for task in self._typing.values():
-            task.cancel()
-        await asyncio.gather(*self._typing.values(), return_exceptions=True)
-        self._typing.clear()
+        await self._typing.stop()
         if self._route is not None:
             return  # the Bot is the application's: its shutdown closes it
         try:
@@ -392,21 +388,7 @@ class TelegramTransport:
 
     async def typing(self, channel: str, participant: str, active: bool) -> None:
         """Show (or stop showing) ``typing`` in ``channel`` while its session thinks."""
-        task = self._typing.pop(channel, None)
-        if task is not None:
-            task.cancel()
-        if active:
-            self._typing[channel] = asyncio.ensure_future(self._keep_typing(_chat_id(channel)))
-
-    async def _keep_typing(self, chat_id: int | str) -> None:
-        # Bounded: a session that ends without saying it stopped thinking (a crash) must not
-        # leave "typing…" up for ever.
-        for _ in range(max(1, int(self.typing_max_s / self.typing_refresh_s))):
-            try:
-                await self.bot.send_chat_action(chat_id, "typing")
-            except TelegramError as exc:  # best effort: a missed indicator is harmless
-                logger.debug("telegram: sendChatAction failed: {}", exc)
-            await asyncio.sleep(self.typing_refresh_s)
+        self._typing.show(channel, _chat_id(channel), active)
 
     def _format(self, text: str) -> str:
         return escape_markdown_v2(text) if self.parse_mode == "MarkdownV2" else text
