@@ -32,7 +32,8 @@ from corvid_actors.chat.telegram_format import split_message
 from corvid_actors.chat.transport import ReplyUpdate, TransportError
 
 T = TypeVar("T")
-Api = Callable[[Callable[[], Awaitable[T]]], Awaitable[T]]
+#: runs one Bot call for a chat through the transport's pacing and retries
+Api = Callable[[int | str, Callable[[], Awaitable[T]]], Awaitable[T]]
 
 #: replies being streamed at once that are remembered (a crash mid-turn never sends a final)
 REPLIES_REMEMBERED = 1000
@@ -50,7 +51,8 @@ class _Shown:
 
 
 class TelegramReplies:
-    """See the module docstring. ``api`` runs a Bot call through the transport's retries."""
+    """See the module docstring. ``api`` runs a Bot call for a chat through the transport's
+    pacing and retries."""
 
     def __init__(self, bot: Any, api: Api[Any], *, format_text: Callable[[str], str], parse_mode: str | None,
                  max_message_chars: int, drafts: bool) -> None:
@@ -90,7 +92,7 @@ class TelegramReplies:
         if not shown.draft_id:
             shown.draft_id = next(self._draft_ids)
         draft_id = shown.draft_id
-        await self._api(functools.partial(self._bot.send_message_draft, chat_id, draft_id,
+        await self._api(chat_id, functools.partial(self._bot.send_message_draft, chat_id, draft_id,
                                           self._format(chunks[-1]), parse_mode=self._parse_mode))
 
     async def _edit(self, chat_id: int | str, shown: _Shown, chunks: list[str]) -> None:
@@ -103,14 +105,14 @@ class TelegramReplies:
             if text == chunk:
                 continue
             try:
-                await self._api(functools.partial(self._bot.edit_message_text, self._format(chunk), chat_id=chat_id,
+                await self._api(chat_id, functools.partial(self._bot.edit_message_text, self._format(chunk), chat_id=chat_id,
                                                   message_id=message_id, parse_mode=self._parse_mode))
             except TransportError:  # deleted, or too old to edit: say it in a new message
                 message_id = (await self._send(chat_id, chunk)).message_id
             shown.parts[i] = (message_id, chunk)
 
     async def _send(self, chat_id: int | str, chunk: str) -> Any:
-        return await self._api(functools.partial(self._bot.send_message, chat_id, self._format(chunk),
+        return await self._api(chat_id, functools.partial(self._bot.send_message, chat_id, self._format(chunk),
                                                  parse_mode=self._parse_mode))
 
 

@@ -1,6 +1,7 @@
 """A Telegram transport for :class:`~corvid_actors.chat.aio_bridge.AsyncChatBridge`.
 
     transport = TelegramTransport(token)                        # long polling
+    transport = TelegramTransport.from_application(app)         # inside your PTB Application
     transport = TelegramTransport(token, mode="webhook", webhook_url="https://bot.example/tg",
                                   listen=("0.0.0.0", 8443), secret_token=secret)
     async with AsyncChatBridge(runtime, transport, agent_id=agent.id):
@@ -9,8 +10,11 @@
 Built on python-telegram-bot's :class:`telegram.Bot` (``pip install corvid-actors[telegram]``):
 a maintained, fully typed asyncio client on httpx (already one of our dependencies), with
 a ``base_url`` to point it at :class:`~corvid_actors.testing.telegram_stub.TelegramStubServer`.
-Only the ``Bot`` is used, not its ``Application``: this transport owns the update offset and
-the order of handling, which the bridge's guarantees depend on.
+Stand-alone, only the ``Bot`` is used, not its ``Application``: this transport owns the
+update offset and the order of handling, which the bridge's guarantees depend on. A bot
+that has its own ``Application`` (its commands, its handlers, its update loop) uses
+:meth:`TelegramTransport.from_application`: the transport then adds two handlers to the
+application and answers the conversations they route to it (see below).
 
 - channel = the chat id, participant = the sender's user id (both as strings).
 - Long polling: ``getUpdates`` with the offset of the next unhandled update; each update
@@ -20,6 +24,11 @@ the order of handling, which the bridge's guarantees depend on.
   bot that was killed between handling an update and confirming it skips it on restart
   (polling and webhook alike; Telegram restarts its ids at random after a week without
   updates, so an offset file older than that is ignored).
+- Application: the application receives (polling or webhook, as it is run) and confirms
+  updates when it fetches them; in its handler group (default 0) corvid-actors' handlers
+  come after the bot's own, so a command the bot handles (``/ping``) is the bot's, and
+  other text messages and the approval buttons go to the bridge. ``stop()`` removes the
+  handlers and leaves the application's ``Bot`` open (the application shuts it down).
 - Webhook: a small asyncio HTTP server (``listen``) that checks Telegram's secret header
   and answers 200 only after the update is handled (Telegram redelivers otherwise); or
   call :meth:`TelegramTransport.handle_webhook` from your own web framework.
@@ -36,6 +45,11 @@ the order of handling, which the bridge's guarantees depend on.
   edited: the verdict is appended and the buttons removed.
 - While a conversation's session thinks, ``typing`` is shown (refreshed every few seconds,
   as Telegram shows it for 5 s).
+- Pacing (``pacing``, :class:`~corvid_actors.chat.pacing.SendPacing`): messages (sent or
+  edited) go at most one per second to a chat and 30 per second overall, Telegram's
+  documented limits; a send waits its turn (the outbox sends one at a time, so a wait
+  holds the messages queued behind it). ``pacing=None`` turns it off (e.g. when the
+  application has PTB's own rate limiter).
 - Flood control: a 429 is retried after its ``retry_after``; a network error or 502 after
   a growing delay; both a bounded number of times, then :class:`TransportError`.
 """
@@ -43,14 +57,12 @@ the order of handling, which the bridge's guarantees depend on.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import functools
 import json
-import warnings
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from loguru import logger
 
@@ -58,6 +70,7 @@ from corvid_actors.chat._telegram_offset import read_offset, write_offset
 from corvid_actors.chat._telegram_stream import TelegramReplies
 from corvid_actors.chat._telegram_webhook import SECRET_HEADER, serve_webhook
 from corvid_actors.chat.aio_bridge import AsyncMessageHandler
+from corvid_actors.chat.pacing import SendPacing
 from corvid_actors.chat.telegram_format import (
     TELEGRAM_MAX_MESSAGE_CHARS,
     escape_markdown_v2,
@@ -75,13 +88,18 @@ from corvid_actors.jsontypes import WireJson
 
 try:
     import telegram
-    from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
+    from telegram.error import TelegramError
+    from telegram.ext import Application
     from telegram.request import HTTPXRequest
+
+    from corvid_actors.chat._telegram_app import ApplicationRoute
+    from corvid_actors.chat._telegram_calls import BotApiCalls
+    from corvid_actors.chat._telegram_typing import TypingIndicators
 except ImportError as exc:  # pragma: no cover - the optional extra
     raise ImportError("the Telegram transport needs python-telegram-bot: "
                       "pip install 'corvid-actors[telegram]'") from exc
 
-__all__ = ["TelegramTransport", "SECRET_HEADER"]
+__all__ = ["TelegramTransport", "SECRET_HEADER", "SendPacing", "TELEGRAM_PACING"]
 
 T = TypeVar("T")
 
@@ -89,6 +107,8 @@ _ALLOWED_UPDATES = ("message", "callback_query")
 #: what a pressed button's answer says, by the bridge's outcome
 _BUTTON_ANSWERS = {"approved": "Approved", "denied": "Denied", "rejected": "Only the participant who asked "
                    "(or an owner) can answer this", "expired": "This approval is no longer pending"}
+#: Telegram's documented limits: about one message a second in a chat, 30 a second overall
+TELEGRAM_PACING = SendPacing(per_chat_interval_s=1.0, max_per_window=30, window_s=1.0)
 #: approval messages remembered, to edit them when resolved
 _APPROVALS_REMEMBERED = 1000
 
@@ -99,7 +119,7 @@ class TelegramTransport:
     Args:
         token: the bot's token from @BotFather.
         base_url: the Bot API base URL without the token (a stub server's ``base_url``).
-        mode: ``polling`` or ``webhook``.
+        mode: ``polling`` or ``webhook`` (``application`` is set by :meth:`from_application`).
         webhook_url: the public URL Telegram posts to (webhook mode; default: the local
             ``listen`` address and ``webhook_path``, for tests).
         listen: ``(host, port)`` of the webhook server; port 0 picks one (``webhook_port``).
@@ -111,12 +131,14 @@ class TelegramTransport:
         typing_refresh_s: how often ``typing`` is re-sent while a session thinks.
         typing_max_s: the longest ``typing`` is shown without a new sign of thinking.
         parse_mode: ``MarkdownV2`` (text escaped) or None (plain text).
-        sleep: the coroutine that waits out retry delays (tests record them).
+        sleep: the coroutine that waits out retry delays and pacing (tests record them).
         bot: a ready ``telegram.Bot`` instead of one built from ``token``/``base_url``. A
             stop that cancels a poll in flight gives the transport's own Bot a fresh
             ``getUpdates`` client (see :meth:`stop_receiving`); a Bot passed in keeps its own.
         offset_path: a file keeping the next update's id across crashes (see above).
-        clock: dates the offset file (default: the real clock).
+        clock: dates the offset file and times the pacing (default: the real clock; a
+            simulated clock needs a ``sleep`` that advances it).
+        pacing: how fast messages may go (default: Telegram's limits); None: unpaced.
         drafts: stream replies in private chats as drafts (``sendMessageDraft``); False:
             send a message and edit it, as in groups.
     """
@@ -133,10 +155,13 @@ class TelegramTransport:
                  max_message_chars: int = TELEGRAM_MAX_MESSAGE_CHARS,
                  sleep: Callable[[float], Awaitable[object]] = asyncio.sleep, bot: telegram.Bot | None = None,
                  offset_path: str | Path | None = None, clock: Clock | None = None,
-                 webhook_read_timeout_s: float = 10.0, drafts: bool = True) -> None:
+                 webhook_read_timeout_s: float = 10.0, pacing: SendPacing | None = TELEGRAM_PACING,
+                 drafts: bool = True) -> None:
         if mode not in ("polling", "webhook"):
-            raise ValueError("mode must be 'polling' or 'webhook'")
+            raise ValueError("mode must be 'polling' or 'webhook' (or use from_application)")
         self.mode = mode
+        #: the bot's own Application's handlers, in ``application`` mode
+        self._route: ApplicationRoute | None = None
         #: the getUpdates request of the Bot this transport built (None for a Bot passed in):
         #: python-telegram-bot's default for it, one connection, kept to be started afresh
         self._updates_request: HTTPXRequest | None = None
@@ -150,10 +175,6 @@ class TelegramTransport:
         self.webhook_path = webhook_path
         self.secret_token = secret_token
         self.poll_timeout_s = poll_timeout_s
-        self.max_attempts = max_attempts
-        self.network_retry_s = tuple(network_retry_s) or (1.0,)
-        self.typing_refresh_s = typing_refresh_s
-        self.typing_max_s = typing_max_s
         self.webhook_read_timeout_s = webhook_read_timeout_s
         self.parse_mode = parse_mode
         self.max_message_chars = max_message_chars
@@ -162,16 +183,33 @@ class TelegramTransport:
         self._poller: asyncio.Task[None] | None = None
         self._waiting_for_updates = False
         self._server: asyncio.Server | None = None
-        self._typing: dict[str, asyncio.Task[None]] = {}
+        self._typing = TypingIndicators(bot, refresh_s=typing_refresh_s, max_s=typing_max_s)
         self._approvals: OrderedDict[str, tuple[int | str, int, str]] = OrderedDict()
         #: the offset of the next update to handle, and the one Telegram last confirmed
         self.offset = 0
         self._confirmed = 0
         self.offset_path = Path(offset_path) if offset_path else None
         self._clock = clock or RealClock()
+        self._calls = BotApiCalls(max_attempts=max_attempts, network_retry_s=network_retry_s, sleep=sleep,
+                                  clock=self._clock, pacing=pacing)
+        self.network_retry_s = self._calls.network_retry_s
         self.handled_updates = 0
-        self._replies = TelegramReplies(self.bot, self._api, format_text=self._format, parse_mode=parse_mode,
+        self._replies = TelegramReplies(self.bot, self._calls.send, format_text=self._format, parse_mode=parse_mode,
                                         max_message_chars=max_message_chars, drafts=drafts)
+
+    @classmethod
+    def from_application(cls, application: Application[Any, Any, Any, Any, Any, Any], *, group: int = 0,
+                         **options: Any) -> TelegramTransport:
+        """A transport inside the bot's own python-telegram-bot ``Application``: the
+        application keeps its handlers and runs its update loop (``run_polling``,
+        ``run_webhook`` or ``updater.start_polling``); ``start`` adds corvid-actors'
+        handlers to handler ``group`` — after the bot's own handlers of that group, so
+        add those first — and replies go through ``application.bot``. ``options`` are the
+        constructor's for sending (``pacing``, ``parse_mode``, ``max_attempts`` …)."""
+        transport = cls(application.bot.token, bot=application.bot, **options)
+        transport.mode = "application"
+        transport._route = ApplicationRoute(application, group, transport.handle_update)
+        return transport
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -180,8 +218,10 @@ class TelegramTransport:
         if self.offset_path is not None:
             self.offset = max(self.offset, await asyncio.get_running_loop().run_in_executor(
                 None, read_offset, self.offset_path, self._clock.now()))
-        await self._api(self.bot.initialize)
-        if self.mode == "polling":
+        await self._api(self.bot.initialize)  # the application's Bot too: initializing twice is a no-op
+        if self._route is not None:
+            self._route.install()
+        elif self.mode == "polling":
             await self._api(self.bot.delete_webhook)  # getUpdates answers 409 while a webhook is set
             self._poller = asyncio.ensure_future(self._poll())
         else:
@@ -201,6 +241,8 @@ class TelegramTransport:
         """Stop polling (confirming the handled updates to Telegram) or serving the webhook;
         sending still works, so the bridge can deliver its queued replies. Idempotent."""
         self._handler = None
+        if self._route is not None:
+            self._route.remove()
         poller, self._poller = self._poller, None
         if poller is not None:
             # Cancel a poll that waits for updates; an update being handled is finished first
@@ -243,10 +285,9 @@ class TelegramTransport:
     async def stop(self) -> None:
         """Stop receiving, stop the typing indicators, close the client. Idempotent."""
         await self.stop_receiving()
-        for task in self._typing.values():
-            task.cancel()
-        await asyncio.gather(*self._typing.values(), return_exceptions=True)
-        self._typing.clear()
+        await self._typing.stop()
+        if self._route is not None:
+            return  # the Bot is the application's: its shutdown closes it
         try:
             await self.bot.shutdown()
         except TelegramError:
@@ -290,7 +331,8 @@ class TelegramTransport:
         handler = self._handler
         if handler is None:
             return False
-        if update.update_id < self.offset:
+        own_offset = self._route is None  # an application keeps its own
+        if own_offset and update.update_id < self.offset:
             return True  # handled before (a redelivery after a crash or a lost confirmation)
         try:
             if update.callback_query is not None:
@@ -304,6 +346,8 @@ class TelegramTransport:
             logger.opt(exception=True).error("telegram: update {} could not be handled; skipped",
                                              update.update_id)
         self.handled_updates += 1
+        if not own_offset:
+            return True
         self.offset = update.update_id + 1
         if self.offset_path is not None:
             await asyncio.get_running_loop().run_in_executor(
@@ -342,7 +386,7 @@ class TelegramTransport:
                     telegram.InlineKeyboardButton("Allow", callback_data=f"yes {message.approval_id}"),
                     telegram.InlineKeyboardButton("Deny", callback_data=f"no {message.approval_id}"),
                 ]])
-            sent = await self._api(functools.partial(
+            sent = await self._calls.send(chat_id, functools.partial(
                 self.bot.send_message, chat_id, self._format(chunk), parse_mode=self.parse_mode, reply_markup=markup))
             if markup is not None:
                 self._approvals[message.approval_id] = (chat_id, sent.message_id, chunk)
@@ -359,7 +403,7 @@ class TelegramTransport:
         if len(updated) > self.max_message_chars:
             return False
         try:
-            await self._api(lambda: self.bot.edit_message_text(
+            await self._calls.send(chat_id, lambda: self.bot.edit_message_text(
                 self._format(updated), chat_id=chat_id, message_id=message_id, parse_mode=self.parse_mode))
             return True
         except TransportError:
@@ -367,55 +411,20 @@ class TelegramTransport:
 
     async def typing(self, channel: str, participant: str, active: bool) -> None:
         """Show (or stop showing) ``typing`` in ``channel`` while its session thinks."""
-        task = self._typing.pop(channel, None)
-        if task is not None:
-            task.cancel()
-        if active:
-            self._typing[channel] = asyncio.ensure_future(self._keep_typing(_chat_id(channel)))
-
-    async def _keep_typing(self, chat_id: int | str) -> None:
-        # Bounded: a session that ends without saying it stopped thinking (a crash) must not
-        # leave "typing…" up for ever.
-        for _ in range(max(1, int(self.typing_max_s / self.typing_refresh_s))):
-            try:
-                await self.bot.send_chat_action(chat_id, "typing")
-            except TelegramError as exc:  # best effort: a missed indicator is harmless
-                logger.debug("telegram: sendChatAction failed: {}", exc)
-            await asyncio.sleep(self.typing_refresh_s)
+        self._typing.show(channel, _chat_id(channel), active)
 
     def _format(self, text: str) -> str:
         return escape_markdown_v2(text) if self.parse_mode == "MarkdownV2" else text
 
     async def _api(self, call: Callable[[], Awaitable[T]], *, forever: bool = False) -> T:
-        """``call()`` through flood control (429 ``retry_after``) and network errors (502,
-        resets, timeouts): retried ``max_attempts`` times (``forever`` for the poll loop)."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return await call()
-            except RetryAfter as exc:
-                delay = _retry_after_s(exc)
-                what = f"flood control (429, retry after {delay:g} s)"
-            except BadRequest as exc:  # our request is wrong: retrying cannot help
-                raise TransportError(f"telegram refused the request: {exc.message}") from exc
-            except NetworkError as exc:
-                delay = self.network_retry_s[min(attempt, len(self.network_retry_s)) - 1]
-                what = f"network error ({exc.message})"
-            except TelegramError as exc:  # Forbidden (blocked by the user), Conflict, …
-                raise TransportError(f"telegram: {exc.message}") from exc
-            if not forever and attempt >= self.max_attempts:
-                raise TransportError(f"telegram: gave up after {attempt} attempts: {what}")
-            logger.warning("telegram: {}; retrying in {} s", what, delay)
-            await self._sleep(delay)
+        """``call()`` through flood control and network errors (``_telegram_calls``)."""
+        return await self._calls.call(call, forever=forever)
+
+    @property
+    def max_attempts(self) -> int:
+        """Tries per API call through 429s and network errors."""
+        return self._calls.max_attempts
 
 
 def _chat_id(channel: str) -> int | str:
     return int(channel) if channel.lstrip("-").isdigit() else channel
-
-
-def _retry_after_s(exc: RetryAfter) -> float:
-    with warnings.catch_warnings():  # PTB 22 warns that the attribute becomes a timedelta; both are handled
-        warnings.simplefilter("ignore")
-        retry_after = exc.retry_after
-    return retry_after.total_seconds() if isinstance(retry_after, dt.timedelta) else float(retry_after)

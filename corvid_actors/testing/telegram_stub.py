@@ -26,6 +26,7 @@ count what a bot does per second. :meth:`fail_next` makes the next calls of a me
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import urllib.parse
@@ -50,6 +51,8 @@ __all__ = ["TelegramStubServer", "MAX_MESSAGE_CHARS", "MARKDOWN_V2_RESERVED"]
 
 #: Telegram's limit on a message's text (after entity parsing)
 MAX_MESSAGE_CHARS = 4096
+#: a command at the start of a message, which Telegram marks with a ``bot_command`` entity
+_LEADING_COMMAND = re.compile(r"/[A-Za-z0-9_]{1,32}(?:@[A-Za-z0-9_]{5,32})?(?![A-Za-z0-9_@])")
 #: longest a getUpdates long poll is held, whatever timeout the client asks for (tests stay short)
 MAX_POLL_S = 1.0
 
@@ -125,14 +128,17 @@ class TelegramStubServer:
     def push_message(self, chat_id: int, text: str, *, user_id: int | None = None,
                      first_name: str = "Tester") -> int:
         """A participant (``user_id``, default the chat's id: a private chat) writes ``text``;
-        returns the update id."""
+        returns the update id. A leading ``/command`` carries its ``bot_command`` entity."""
         user = {"id": user_id if user_id is not None else chat_id, "is_bot": False, "first_name": first_name}
         chat_type = "private" if user["id"] == chat_id else "group"
         with self._cond:
             message_id = self._take_message_id()
             self._chat_types[chat_id] = chat_type
-        return self._push({"message": {"message_id": message_id, "date": now(), "text": text, "from": user,
-                                       "chat": {"id": chat_id, "type": chat_type}}})
+        message: dict[str, WireJson] = {"message_id": message_id, "date": now(), "text": text, "from": user,
+                                        "chat": {"id": chat_id, "type": chat_type}}
+        if command := _LEADING_COMMAND.match(text):  # what clients' command handlers look for
+            message["entities"] = [{"type": "bot_command", "offset": 0, "length": command.end()}]
+        return self._push({"message": message})
 
     def press_button(self, message_id: int, data: str, *, user_id: int | None = None) -> int:
         """A participant presses an inline button with ``callback_data`` ``data`` under the
