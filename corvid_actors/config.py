@@ -24,6 +24,7 @@ from typing import Any
 from corvid_actors.config_schema import build_section, default_toml_text, values_of
 from corvid_actors.config_sections import (
     AccessConfig,
+    AgentsConfig,
     ApprovalsConfig,
     ClusterConfig,
     CreditsConfig,
@@ -66,6 +67,7 @@ class Config:
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     credits: CreditsConfig = field(default_factory=CreditsConfig)
     access: AccessConfig = field(default_factory=AccessConfig)
+    agents: AgentsConfig = field(default_factory=AgentsConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     mcp: McpConfig = field(default_factory=McpConfig)

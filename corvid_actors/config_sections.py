@@ -22,6 +22,7 @@ from corvid_actors.config_schema import (
     one_of,
     section,
 )
+from corvid_actors.double_texting import DOUBLE_TEXTING_POLICIES
 from corvid_actors.errors import ConfigError
 
 
@@ -156,6 +157,15 @@ class AccessConfig:
     max_budget_usd: float = field(metadata=NON_NEGATIVE)
     #: USD all the sessions of an agent together may spend (0: no cap)
     max_total_budget_usd: float = field(metadata=NON_NEGATIVE)
+
+
+@section("agents")
+class AgentsConfig:
+    """What an agent uses when its own setting is unset."""
+
+    #: enqueue, interrupt or reject; "" (the default): by the agent's kind
+    #: (``corvid_actors.double_texting``: a task agent enqueues, a chat agent interrupts)
+    double_texting: str = field(metadata=one_of("", *DOUBLE_TEXTING_POLICIES))
 
 
 @section("store")

@@ -12,7 +12,14 @@ import peewee as pw
 
 from corvid_actors.access import agent_access_fields
 from corvid_actors.db.store_base import StoreBase, store_op
+from corvid_actors.double_texting import checked_double_texting
 from corvid_actors.errors import ConflictError, NotFoundError, StoreError
+
+
+def _check_double_texting(fields: dict[str, Any]) -> None:
+    """AgentSettingError for a ``double_texting`` that is not a policy (None: by kind)."""
+    if fields.get("double_texting") is not None:
+        checked_double_texting(fields["double_texting"])
 
 
 class CatalogRows(StoreBase):
@@ -40,6 +47,7 @@ class CatalogRows(StoreBase):
     @store_op
     def create_agent(self, name: str, **fields: Any) -> Any:
         fields = agent_access_fields(fields)  # AgentSettingError naming a wrong access setting
+        _check_double_texting(fields)
         if "tool_permissions" in fields and fields["tool_permissions"] is not None:
             fields["tool_permissions"] = json.dumps(list(fields["tool_permissions"]))
         with self.transaction():
@@ -86,6 +94,7 @@ class CatalogRows(StoreBase):
     def update_agent(self, agent_id: str, **fields: Any) -> Any:
         """Change an agent's settings; returns the updated row."""
         fields = agent_access_fields(fields)
+        _check_double_texting(fields)
         if "tool_permissions" in fields and fields["tool_permissions"] is not None:
             fields["tool_permissions"] = json.dumps(list(fields["tool_permissions"]))
         with self.transaction():
