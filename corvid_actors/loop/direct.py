@@ -42,7 +42,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corvid_actors.events import (
+    Assistant,
     ErrorEvent,
+    MessageStop,
     SystemEvent,
     Thinking,
     context_compacted,
@@ -62,12 +64,15 @@ from corvid_actors.loop.effects import (
     Effect,
     Emit,
     Exit,
+    InterruptTurn,
     LoopInput,
     ModelFailed,
+    ModelStopped,
     ModelSucceeded,
     ReleaseSlot,
     SlotGranted,
     SlotTimedOut,
+    StopModelCall,
     TimerFired,
     ToolFinished,
     TurnFinished,
@@ -84,7 +89,7 @@ from corvid_actors.loop.tiers import (
     tier_for_model,
 )
 from corvid_actors.loop.tool_walk import ToolWalk
-from corvid_actors.loop.turn import InputQueue, Phase, TurnAccount
+from corvid_actors.loop.turn import InputQueue, Phase, TurnAccount, interrupted_reply
 from corvid_actors.providers.base import ChatMessage, ModelRequest, ProviderError
 from corvid_actors.vocabulary import PermissionCheck, ToolSpec
 
@@ -98,6 +103,8 @@ class _Turn(TurnAccount):
     purpose: str = "turn"
     overflow_retried: bool = False
     walk: ToolWalk = field(default_factory=ToolWalk)
+    #: the user's next message interrupts this turn at its next safe point
+    interrupted: bool = False
 
 
 class DirectLoop(DirectReplies, DirectToolCalls):
@@ -203,7 +210,37 @@ class DirectLoop(DirectReplies, DirectToolCalls):
         elif isinstance(event, TimerFired) and phase is Phase.WAIT_RETRY:
             if event.token == self._retry_token:
                 return self._call_model(turn.purpose)
+        elif isinstance(event, InterruptTurn):
+            return self._on_interrupt()
+        elif isinstance(event, ModelStopped) and phase is Phase.WAIT_MODEL:
+            return self._end_interrupted(event.text)
         return []
+
+    # --- double texting: interrupt ------------------------------------------------------
+
+    def _on_interrupt(self) -> list[Effect]:
+        """A message waits and the policy is ``interrupt``: end the turn at its next safe
+        point. A turn's model stream stops now; a retry wait ends now; a slot wait, a
+        running tool or an approval wait end when they are answered (``_next_iteration``,
+        ``_next_call``); a summary call is let finish (it ends the turn anyway)."""
+        phase, turn = self._phase, self._turn
+        if phase in (Phase.IDLE, Phase.DONE) or not self._queue or turn.interrupted:
+            return []
+        turn.interrupted = True
+        if phase is Phase.WAIT_MODEL and turn.purpose == "turn":
+            return [StopModelCall()]
+        if phase is Phase.WAIT_RETRY:
+            return self._end_interrupted("")
+        return []
+
+    def _end_interrupted(self, partial: str) -> list[Effect]:
+        """The turn ends here: ``partial`` (what the stopped call streamed) kept, marked."""
+        reply = interrupted_reply(partial)
+        self._history.append(ChatMessage(role="assistant", content=reply))
+        self._turn.last_text = reply
+        self._turn.metrics.termination_reason = "interrupted"
+        return [Emit(Assistant(content=reply, interrupted=True)), Emit(MessageStop())] + self._finish_turn(
+            "interrupted")
 
     # --- turn structure ---------------------------------------------------------------
 
@@ -220,6 +257,8 @@ class DirectLoop(DirectReplies, DirectToolCalls):
 
     def _next_iteration(self) -> list[Effect]:
         turn = self._turn
+        if turn.interrupted:  # a safe point: the slot came, or the turn's tools are done
+            return self._end_interrupted("")
         if turn.iteration >= self.caps.max_tool_iterations:
             turn.metrics.termination_reason = "max_iterations"
             return self._summary_epilogue() if turn.tools_used else self._finish_turn()
@@ -275,8 +314,8 @@ class DirectLoop(DirectReplies, DirectToolCalls):
         turn.metrics.iterations = turn.iteration
         return Emit(turn.result(subtype, num_turns=turn.iteration))
 
-    def _finish_turn(self) -> list[Effect]:
-        effects: list[Effect] = [self._result("success"), Emit(Thinking(thinking=False))]
+    def _finish_turn(self, subtype: str = "success") -> list[Effect]:
+        effects: list[Effect] = [self._result(subtype), Emit(Thinking(thinking=False))]
         effects += self._release()
         effects.append(TurnFinished())
         self._phase = Phase.IDLE

@@ -17,6 +17,12 @@ from corvid_actors.events import Result
 from corvid_actors.loop.effects import TurnMetrics, UserMessage
 from corvid_actors.providers.base import ModelResponse
 
+#: ends a reply cut short by the user's next message (double texting ``interrupt``): in
+#: the conversation the model sees and in the stored message alike
+INTERRUPTED_MARKER = "[interrupted by the user's next message]"
+#: what the model reads for a tool call of an interrupted turn that was not run
+NOT_RUN_INTERRUPTED = "Not run: the turn was interrupted by the user's next message."
+
 #: the usage counters a turn adds up, in the order the ``result`` event lists them
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens")
 
@@ -92,3 +98,10 @@ class InputQueue:
         no effects — the actor releases what it holds itself)."""
         self._waiting.clear()
 
+
+def interrupted_reply(partial: str) -> str:
+    """The assistant message kept for a turn the user's next message interrupted: what
+    was streamed of the reply, then :data:`INTERRUPTED_MARKER` (the marker alone when
+    nothing was)."""
+    partial = partial.rstrip()
+    return f"{partial}\n\n{INTERRUPTED_MARKER}" if partial else INTERRUPTED_MARKER
