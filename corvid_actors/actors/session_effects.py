@@ -88,6 +88,7 @@ class SessionEffects:
     _turn_seq: int
     _worker_seq: int
     _worker_cancel: CancelToken | None
+    _streamed: list[str]
     _awaiting_approval: set[str]
     _approval_details: dict[str, tuple[Any, str, str]]
     _approval_seq: int
@@ -153,6 +154,8 @@ class SessionEffects:
                 tell(self.w.supervisor, OutageReported(self.sid, self.gen, text))
             case fx.TurnFinished():
                 self._turn_finished()
+            case fx.StopModelCall():
+                self._stop_model_call()
             case fx.Exit(code):
                 self._end(code)
             case fx.PersistMessage(role, content) if role == SNAPSHOT_ROLE:
@@ -192,13 +195,15 @@ class SessionEffects:
 
     def _turn_completed(self, subtype: str, cost: float) -> None:
         """A turn's result: its cost and count, stored; a success closes an open turn and
-        resets the supervisor's outage backoff; the CreditBank charges it."""
+        resets the supervisor's outage backoff, an interrupted turn (double texting) closes
+        its open turn too; the CreditBank charges it."""
         answered = subtype == "success"
+        closed = answered or subtype == "interrupted"
         self._tally.cost_usd += cost
         if answered:
             self._tally.answered = True
         self._write("the turn's usage", lambda: self.w.store.add_session_usage(
-            self.sid, cost_usd=cost, turns=1, answered=answered))
+            self.sid, cost_usd=cost, turns=1, answered=closed))
         if self.w.credits is not None:
             self.w.lifeline.flush(keep_holding=True)  # the result is out before the charge
             tell(self.w.credits, ChargeTurn(self.sid, self.w.source, self.actor_ref))
@@ -279,10 +284,13 @@ class SessionEffects:
         lifeline, stream_text = self.w.lifeline, purpose == "turn"
         request = replace(request, session_id=self.sid, generation=self.gen, at=self._clock.monotonic())
         actor = self
+        streamed: list[str] = []
+        self._streamed = streamed
 
         def on_event(event: StreamEvent) -> None:
             actor._touch()
             if stream_text and isinstance(event, TextDelta) and event.text:
+                streamed.append(event.text)
                 lifeline.publish_text(event.text)
 
         provider, io_loop = self.w.provider, self.w.io_loop
@@ -294,6 +302,18 @@ class SessionEffects:
             self._run_on_io_loop(io_loop, provider, request, on_event)
         else:
             self._run_on_worker(model_call(provider, request, on_event, self.sid), f"model-{self.sid[:8]}")
+
+    def _stop_model_call(self) -> None:
+        """``StopModelCall`` (double texting ``interrupt``): cancel the model call in flight
+        — between two streamed chunks; a late outcome of it is ignored — and tell the loop
+        what it streamed (``ModelStopped``)."""
+        if self._worker_cancel is not None:
+            self._worker_cancel.cancel()
+            self._worker_cancel = None
+        self._worker_seq += 1
+        streamed, self._streamed = "".join(self._streamed), []
+        self._touch()
+        self._perform(self._loop.handle(fx.ModelStopped(streamed)))
 
     def _new_call(self, request: ModelRequest) -> tuple[CancelToken, CallDone]:
         """A model call that runs without a worker: its cancel token (cancelled with the
