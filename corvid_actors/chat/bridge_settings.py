@@ -31,3 +31,6 @@ class BridgeSettings:
     max_id_chars: int = 200
     #: count queued replies as work in flight, so ``Runtime.settle()`` waits for delivery
     track_delivery: bool = True
+    #: what a participant is told when their message is refused because the agent is still
+    #: answering the previous one (its ``double_texting`` is ``reject``)
+    busy_notice: str = "I'm still answering your previous message. Send this again once I've replied."
