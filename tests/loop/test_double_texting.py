@@ -1,0 +1,166 @@
+"""Double texting, the pure parts: which policy is in force (by table), and how the
+conversation and direct loops end a turn on ``InterruptTurn`` — at a safe point only.
+The actor's side and the chat bridge are in ``tests/sim/test_double_texting.py``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from corvid_actors.double_texting import checked_double_texting, double_texting_policy
+from corvid_actors.errors import AgentSettingError
+from corvid_actors.events import Assistant, Result, Thinking
+from corvid_actors.loop.conversation import ConversationLoop
+from corvid_actors.loop.direct import DirectLoop
+from corvid_actors.loop.effects import (
+    AcquireSlot,
+    ApprovalDecided,
+    AskApproval,
+    CallModel,
+    Effect,
+    Emit,
+    InterruptTurn,
+    ModelFailed,
+    ModelStopped,
+    ModelSucceeded,
+    ReleaseSlot,
+    RunTool,
+    Schedule,
+    SlotGranted,
+    StopModelCall,
+    ToolFinished,
+    TurnFinished,
+    UserMessage,
+)
+from corvid_actors.loop.turn import INTERRUPTED_MARKER, NOT_RUN_INTERRUPTED, interrupted_reply
+from corvid_actors.providers.base import ErrorKind, ModelResponse, ProviderError, ToolCall
+from corvid_actors.vocabulary import Permission, PermissionDecision, ToolResult, ToolSpec
+
+# --- the policy in force -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("setting", "kind", "config_default", "policy"), [
+    (None, None, "", "enqueue"),            # no kind: a task agent
+    (None, "task", "", "enqueue"),
+    (None, "chat", "", "interrupt"),
+    (None, "someday-kind", "", "enqueue"),  # a kind this release does not know: a task
+    ("", "chat", "", "interrupt"),          # "" is unset, as None
+    (None, "task", "reject", "reject"),     # the config's default beats the kind
+    ("enqueue", "chat", "reject", "enqueue"),  # the agent's own setting beats both
+    ("interrupt", None, "", "interrupt"),
+    ("reject", "chat", "", "reject"),
+])
+def test_the_policy_in_force(setting, kind, config_default, policy):
+    assert double_texting_policy(setting, kind, config_default=config_default) == policy
+
+
+def test_a_setting_that_is_no_policy_is_refused_by_name():
+    with pytest.raises(AgentSettingError, match="double_texting 'queue' is not one of enqueue, interrupt, reject"):
+        checked_double_texting("queue")
+
+
+def test_the_kept_reply_ends_with_the_marker():
+    assert interrupted_reply("Paris is large,  ") == f"Paris is large,\n\n{INTERRUPTED_MARKER}"
+    assert interrupted_reply(" \n") == INTERRUPTED_MARKER
+
+
+# --- the conversation loop ------------------------------------------------------------------
+
+
+def emitted(effects: list[Effect], kind: type) -> list[Any]:
+    return [e.event for e in effects if isinstance(e, Emit) and isinstance(e.event, kind)]
+
+
+def test_conversation_loop_stops_the_stream_and_answers_the_waiting_message_with_both_in_view():
+    loop = ConversationLoop(model="m", system_prompt="")
+    loop.start("Tell me about Paris.")
+    assert loop.handle(UserMessage("Actually, Lyon.")) == []  # queued, as ever
+    assert loop.handle(InterruptTurn()) == [StopModelCall()]
+    effects = loop.handle(ModelStopped("Paris is large,"))
+    cut = f"Paris is large,\n\n{INTERRUPTED_MARKER}"
+    assert emitted(effects, Assistant) == [Assistant(content=cut, interrupted=True)]
+    assert [r.subtype for r in emitted(effects, Result)] == ["interrupted"]
+    assert effects.index(TurnFinished()) < next(i for i, e in enumerate(effects) if isinstance(e, CallModel))
+    request = effects[-1].request  # type: ignore[union-attr]
+    assert [(m.role, m.content) for m in request.messages] == [
+        ("user", "Tell me about Paris."), ("assistant", cut), ("user", "Actually, Lyon.")]
+
+
+def test_conversation_loop_ignores_an_interrupt_with_no_message_waiting_or_between_turns():
+    loop = ConversationLoop(model="m", system_prompt="")
+    loop.start("hi")
+    assert loop.handle(InterruptTurn()) == []  # nothing waits: nothing to answer instead
+    loop.handle(ModelSucceeded(ModelResponse(text="hello")))
+    assert loop.handle(InterruptTurn()) == []  # idle
+
+
+# --- the direct loop ------------------------------------------------------------------------
+
+TOOLS = (ToolSpec("read_file", "read"), ToolSpec("write_file", "write"))
+
+
+def direct(permission: Permission = Permission.ALLOW) -> DirectLoop:
+    return DirectLoop(model="claude-test", system_prompt="", tools=TOOLS, context_window=100_000,
+                      permission_check=lambda name, args: PermissionDecision(permission))
+
+
+def granted_turn(loop: DirectLoop, prompt: str = "Fix the parser.") -> list[Effect]:
+    assert loop.start(prompt)[-1] == AcquireSlot("claude-test")
+    return loop.handle(SlotGranted())
+
+
+def reads(*ids: str) -> ModelResponse:
+    return ModelResponse(text="Reading.", tool_calls=tuple(ToolCall(i, "read_file", {"path": i}) for i in ids))
+
+
+def test_direct_loop_stops_a_turns_model_stream_at_once():
+    loop = direct()
+    granted_turn(loop)
+    loop.handle(UserMessage("Stop, do the lexer."))
+    assert loop.handle(InterruptTurn()) == [StopModelCall()]
+    effects = loop.handle(ModelStopped("I will start with"))
+    assert emitted(effects, Assistant)[0].content == f"I will start with\n\n{INTERRUPTED_MARKER}"
+    result = emitted(effects, Result)[0]
+    assert (result.subtype, result.metrics["termination_reason"]) == ("interrupted", "interrupted")
+    # the slot is given back with the turn, and the waiting message's turn asks anew
+    assert effects[-4:] == [ReleaseSlot(), TurnFinished(), Emit(Thinking(thinking=True)), AcquireSlot("claude-test")]
+
+
+def test_direct_loop_lets_the_running_tool_finish_and_does_not_run_the_next_one():
+    loop = direct()
+    granted_turn(loop)
+    effects = loop.handle(ModelSucceeded(reads("a", "b")))
+    assert [e for e in effects if isinstance(e, RunTool)] == [RunTool(ToolCall("a", "read_file", {"path": "a"}))]
+    loop.handle(UserMessage("Never mind."))
+    assert loop.handle(InterruptTurn()) == []  # never mid-tool: wait for it
+    effects = loop.handle(ToolFinished("a", ToolResult("contents of a")))
+    assert not [e for e in effects if isinstance(e, RunTool)]
+    assert [r.subtype for r in emitted(effects, Result)] == ["interrupted"]
+    tail = [(m.role, m.content) for m in loop.history][-4:]
+    assert tail == [("tool", "contents of a"), ("tool", NOT_RUN_INTERRUPTED), ("assistant", INTERRUPTED_MARKER),
+                    ("user", "Never mind.")]
+
+
+def test_direct_loop_runs_nothing_a_human_approves_after_the_interrupt():
+    loop = direct(Permission.ASK)
+    granted_turn(loop)
+    effects = loop.handle(ModelSucceeded(reads("a")))
+    assert isinstance(effects[-1], AskApproval)
+    loop.handle(UserMessage("Never mind."))
+    assert loop.handle(InterruptTurn()) == []
+    effects = loop.handle(ApprovalDecided("a", True))
+    assert not [e for e in effects if isinstance(e, RunTool)]
+    assert [r.subtype for r in emitted(effects, Result)] == ["interrupted"]
+
+
+def test_direct_loop_ends_a_retry_wait_at_once():
+    loop = direct()
+    granted_turn(loop)
+    effects = loop.handle(ModelFailed(ProviderError(ErrorKind.RETRYABLE, "503")))
+    assert isinstance(effects[-1], Schedule)
+    loop.handle(UserMessage("Never mind."))
+    effects = loop.handle(InterruptTurn())
+    assert [r.subtype for r in emitted(effects, Result)] == ["interrupted"]
+    assert effects[-1] == AcquireSlot("claude-test")  # the waiting message's turn
+
