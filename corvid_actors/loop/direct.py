@@ -24,6 +24,11 @@ is :mod:`corvid_actors.loop.effects`; the rules live in pure modules beside this
   unsupported → tools off for the session, retried; retryable → backoff through
   ``Schedule``, and at ``api_failure_threshold`` consecutive failures (kept across
   turns until a success) ``ReportOutage``; anything else → ``error`` + ``Exit(1)``.
+- ``InterruptTurn`` (double texting ``interrupt``) with a message waiting ends the turn at
+  its next safe point: a turn's stream at once (``StopModelCall``), a retry wait at once,
+  otherwise after the running tool, the slot or the approval (the calls left are answered
+  "not run"); a summary call is let finish. ``result`` subtype ``"interrupted"``, the
+  partial reply kept with ``turn.INTERRUPTED_MARKER``.
 - the OpenAgent rules (:mod:`.rules`, off unless ``rules`` is given): ``update_plan``,
   the history policy before trimming, the plan in the system prompt, the payload-growth
   failsafe before each call (a trip compacts to a plain-text summary, or stops),
@@ -89,7 +94,13 @@ from corvid_actors.loop.tiers import (
     tier_for_model,
 )
 from corvid_actors.loop.tool_walk import ToolWalk
-from corvid_actors.loop.turn import InputQueue, Phase, TurnAccount, interrupted_reply
+from corvid_actors.loop.turn import (
+    InputQueue,
+    Phase,
+    TurnAccount,
+    interrupt_step,
+    interrupted_reply,
+)
 from corvid_actors.providers.base import ChatMessage, ModelRequest, ProviderError
 from corvid_actors.vocabulary import PermissionCheck, ToolSpec
 
@@ -219,19 +230,13 @@ class DirectLoop(DirectReplies, DirectToolCalls):
     # --- double texting: interrupt ------------------------------------------------------
 
     def _on_interrupt(self) -> list[Effect]:
-        """A message waits and the policy is ``interrupt``: end the turn at its next safe
-        point. A turn's model stream stops now; a retry wait ends now; a slot wait, a
-        running tool or an approval wait end when they are answered (``_next_iteration``,
-        ``_next_call``); a summary call is let finish (it ends the turn anyway)."""
-        phase, turn = self._phase, self._turn
-        if phase in (Phase.IDLE, Phase.DONE) or not self._queue or turn.interrupted:
-            return []
-        turn.interrupted = True
-        if phase is Phase.WAIT_MODEL and turn.purpose == "turn":
-            return [StopModelCall()]
-        if phase is Phase.WAIT_RETRY:
-            return self._end_interrupted("")
-        return []
+        turn = self._turn
+        step = interrupt_step(self._phase, waiting=len(self._queue), call_purpose=turn.purpose,
+                              interrupted=turn.interrupted)
+        turn.interrupted = turn.interrupted or step != "ignore"
+        # "later": _next_iteration (slot granted, tools done) or _next_call (tool finished,
+        # approval answered) ends the turn
+        return [StopModelCall()] if step == "stop" else self._end_interrupted("") if step == "end" else []
 
     def _end_interrupted(self, partial: str) -> list[Effect]:
         """The turn ends here: ``partial`` (what the stopped call streamed) kept, marked."""

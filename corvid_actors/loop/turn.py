@@ -105,3 +105,18 @@ def interrupted_reply(partial: str) -> str:
     nothing was)."""
     partial = partial.rstrip()
     return f"{partial}\n\n{INTERRUPTED_MARKER}" if partial else INTERRUPTED_MARKER
+
+
+def interrupt_step(phase: Phase, *, waiting: int, call_purpose: str, interrupted: bool) -> str:
+    """What a loop does on ``InterruptTurn`` (double texting ``interrupt``), in ``phase``
+    with ``waiting`` queued messages, ``call_purpose`` the outstanding model call's
+    ("turn", "summary", "compaction"; "" for none) and ``interrupted`` when the turn was
+    interrupted already: ``ignore`` (between turns, ended, nothing waits, or said
+    before), ``stop`` (a turn's model stream: ``StopModelCall`` now), ``end`` (a retry
+    wait: the turn ends now), or ``later`` — a slot, a tool, an approval, a summary or a
+    compaction call is let finish, and the turn ends at the loop's next safe point."""
+    if phase in (Phase.IDLE, Phase.DONE) or not waiting or interrupted:
+        return "ignore"
+    if phase is Phase.WAIT_MODEL and call_purpose == "turn":
+        return "stop"
+    return "end" if phase is Phase.WAIT_RETRY else "later"

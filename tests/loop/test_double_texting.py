@@ -33,7 +33,14 @@ from corvid_actors.loop.effects import (
     TurnFinished,
     UserMessage,
 )
-from corvid_actors.loop.turn import INTERRUPTED_MARKER, NOT_RUN_INTERRUPTED, interrupted_reply
+from corvid_actors.loop.sdk import SdkLoop
+from corvid_actors.loop.turn import (
+    INTERRUPTED_MARKER,
+    NOT_RUN_INTERRUPTED,
+    Phase,
+    interrupt_step,
+    interrupted_reply,
+)
 from corvid_actors.providers.base import ErrorKind, ModelResponse, ProviderError, ToolCall
 from corvid_actors.vocabulary import Permission, PermissionDecision, ToolResult, ToolSpec
 
@@ -164,3 +171,57 @@ def test_direct_loop_ends_a_retry_wait_at_once():
     assert [r.subtype for r in emitted(effects, Result)] == ["interrupted"]
     assert effects[-1] == AcquireSlot("claude-test")  # the waiting message's turn
 
+
+
+# --- the SDK loop ---------------------------------------------------------------------------
+
+
+def sdk(permission: Permission = Permission.ALLOW) -> SdkLoop:
+    return SdkLoop(model="claude-test", system_prompt="", tools=TOOLS, context_window=200_000,
+                   permission_check=lambda name, args: PermissionDecision(permission))
+
+
+def test_sdk_loop_stops_a_turns_model_stream_at_once():
+    loop = sdk()
+    assert isinstance(loop.start("Fix the parser.")[-1], CallModel)
+    loop.handle(UserMessage("Stop, do the lexer."))
+    assert loop.handle(InterruptTurn()) == [StopModelCall()]
+    effects = loop.handle(ModelStopped("I will start with"))
+    cut = f"I will start with\n\n{INTERRUPTED_MARKER}"
+    assert emitted(effects, Assistant) == [Assistant(content=cut, interrupted=True)]
+    assert [r.subtype for r in emitted(effects, Result)] == ["interrupted"]
+    request = effects[-1].request  # type: ignore[union-attr]
+    assert [(m.role, m.content) for m in request.messages] == [
+        ("user", "Fix the parser."), ("assistant", cut), ("user", "Stop, do the lexer.")]
+
+
+def test_sdk_loop_lets_the_running_tool_finish_and_answers_the_rest_not_run():
+    loop = sdk()
+    loop.start("Fix the parser.")
+    effects = loop.handle(ModelSucceeded(reads("a", "b")))
+    assert [e for e in effects if isinstance(e, RunTool)] == [RunTool(ToolCall("a", "read_file", {"path": "a"}))]
+    loop.handle(UserMessage("Never mind."))
+    assert loop.handle(InterruptTurn()) == []
+    effects = loop.handle(ToolFinished("a", ToolResult("contents of a")))
+    assert not [e for e in effects if isinstance(e, RunTool)]
+    assert [r.subtype for r in emitted(effects, Result)] == ["interrupted"]
+    tail = [(m.role, m.content) for m in loop.history][-4:]
+    assert tail == [("tool", "contents of a"), ("tool", NOT_RUN_INTERRUPTED), ("assistant", INTERRUPTED_MARKER),
+                    ("user", "Never mind.")]
+
+
+@pytest.mark.parametrize(("phase", "purpose", "waiting", "interrupted", "step"), [
+    (Phase.IDLE, "", 1, False, "ignore"),
+    (Phase.DONE, "", 1, False, "ignore"),
+    (Phase.WAIT_MODEL, "turn", 0, False, "ignore"),  # nothing waits to be answered instead
+    (Phase.WAIT_MODEL, "turn", 1, True, "ignore"),   # said already
+    (Phase.WAIT_MODEL, "turn", 1, False, "stop"),
+    (Phase.WAIT_MODEL, "summary", 1, False, "later"),
+    (Phase.WAIT_MODEL, "compaction", 1, False, "later"),
+    (Phase.WAIT_RETRY, "turn", 1, False, "end"),
+    (Phase.WAIT_SLOT, "", 1, False, "later"),
+    (Phase.WAIT_TOOL, "", 2, False, "later"),      # never mid-tool
+    (Phase.WAIT_APPROVAL, "", 1, False, "later"),
+])
+def test_the_interrupt_step_by_phase(phase, purpose, waiting, interrupted, step):
+    assert interrupt_step(phase, waiting=waiting, call_purpose=purpose, interrupted=interrupted) == step

@@ -85,6 +85,26 @@ def test_interrupt_cuts_the_stream_keeps_the_partial_reply_marked_and_answers_wi
     assert (row.open_turns, row.cumulative_turns) == (0, 2)  # the interrupted turn is closed
 
 
+@pytest.mark.parametrize("loop", ["direct", "sdk"])
+def test_interrupt_cuts_the_stream_in_the_agentic_loops_too(sim_clock, scripted, tmp_path, loop):
+    rt = sim_runtime(sim_clock, scripted, workspace_dir=tmp_path / "ws", loop_for_provider={"scripted": loop})
+    try:
+        recorder = EventRecorder.attach(rt)
+        s = start_slow_turn(rt, scripted, "interrupt")
+        rt.send_message(s.id, "Actually, Lyon.")
+        rt.settle()
+        sim_clock.advance(10)
+        assert turns(recorder, s.id) == [
+            (2.5, "assistant", CUT), (2.5, "result", "interrupted"),
+            (3.5, "assistant", "Lyon, then."), (3.5, "result", "success"),
+        ]
+        second = scripted.requests_for(s.id)[1]
+        assert [(m.role, m.content) for m in second.messages][-3:] == [
+            ("user", "Tell me about Paris."), ("assistant", CUT), ("user", "Actually, Lyon.")]
+    finally:
+        rt.shutdown()
+
+
 def test_interrupt_with_nothing_streamed_yet_keeps_the_marker_alone(runtime, scripted, recorder):
     agent = runtime.create_agent("helper", double_texting="interrupt")
     s = runtime.create_session(agent_id=agent.id, source="web")
