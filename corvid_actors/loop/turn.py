@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from corvid_actors.events import Result
@@ -120,3 +121,16 @@ def interrupt_step(phase: Phase, *, waiting: int, call_purpose: str, interrupted
     if phase is Phase.WAIT_MODEL and call_purpose == "turn":
         return "stop"
     return "end" if phase is Phase.WAIT_RETRY else "later"
+
+
+def as_said(history: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Stored ``(role, content)`` messages, oldest first, in the order they were said: a
+    reply the user's next message interrupted (ending with :data:`INTERRUPTED_MARKER`) is
+    stored after that message — a message is stored when it is accepted, the cut reply
+    when the turn ends — so it goes back before the user message stored just before it."""
+    said = list(history)
+    for i in range(1, len(said)):
+        role, content = said[i]
+        if role == "assistant" and content.endswith(INTERRUPTED_MARKER) and said[i - 1][0] == "user":
+            said[i - 1], said[i] = said[i], said[i - 1]
+    return said

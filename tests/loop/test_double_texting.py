@@ -38,6 +38,7 @@ from corvid_actors.loop.turn import (
     INTERRUPTED_MARKER,
     NOT_RUN_INTERRUPTED,
     Phase,
+    as_said,
     interrupt_step,
     interrupted_reply,
 )
@@ -225,3 +226,12 @@ def test_sdk_loop_lets_the_running_tool_finish_and_answers_the_rest_not_run():
 ])
 def test_the_interrupt_step_by_phase(phase, purpose, waiting, interrupted, step):
     assert interrupt_step(phase, waiting=waiting, call_purpose=purpose, interrupted=interrupted) == step
+
+
+def test_a_resume_reads_the_cut_reply_before_the_message_that_cut_it():
+    cut1, cut2 = interrupted_reply("Paris is"), interrupted_reply("")
+    stored = [("user", "Paris?"), ("user", "No, Lyon."), ("assistant", cut1),  # stored as they came
+              ("user", "Or Nice?"), ("assistant", cut2), ("assistant", "Nice it is.")]
+    assert as_said(stored) == [("user", "Paris?"), ("assistant", cut1), ("user", "No, Lyon."),
+                               ("assistant", cut2), ("user", "Or Nice?"), ("assistant", "Nice it is.")]
+    assert as_said([("user", "hi"), ("assistant", "hello")]) == [("user", "hi"), ("assistant", "hello")]

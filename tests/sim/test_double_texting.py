@@ -85,6 +85,22 @@ def test_interrupt_cuts_the_stream_keeps_the_partial_reply_marked_and_answers_wi
     assert (row.open_turns, row.cumulative_turns) == (0, 2)  # the interrupted turn is closed
 
 
+def test_a_resumed_session_reads_the_cut_reply_where_it_was_said(runtime, scripted):
+    s = start_slow_turn(runtime, scripted, "interrupt")
+    runtime.send_message(s.id, "Actually, Lyon.")
+    runtime.settle()
+    runtime.clock.advance(10)
+    runtime.stop_process(s.id)
+    runtime.settle()
+    runtime.resume_process(s.id, "And Nice?")
+    runtime.settle()
+    prompt = scripted.requests_for(s.id)[-1].messages[-1].content
+    transcript = prompt[prompt.index("[User]: Tell me about Paris."):prompt.index("</conversation_history>")]
+    assert transcript.splitlines() == [
+        "[User]: Tell me about Paris.", "[Assistant]: Paris is large,", "", INTERRUPTED_MARKER,
+        "[User]: Actually, Lyon.", "[Assistant]: Lyon, then."]
+
+
 @pytest.mark.parametrize("loop", ["direct", "sdk"])
 def test_interrupt_cuts_the_stream_in_the_agentic_loops_too(sim_clock, scripted, tmp_path, loop):
     rt = sim_runtime(sim_clock, scripted, workspace_dir=tmp_path / "ws", loop_for_provider={"scripted": loop})
