@@ -348,7 +348,8 @@ class Runtime(RuntimeLifecycle):
         """Create an agent (``provider``, ``model``, ``system_prompt``, ``permission_mode``, …;
         who may talk to it and its caps: ``conversation_mode``, ``conversation_allowlist``,
         ``conversation_rate_limit_window_s``, ``conversation_rate_limit_max``,
-        ``max_budget_usd``, ``max_total_budget_usd``, see :mod:`corvid_actors.access`)."""
+        ``max_budget_usd``, ``max_total_budget_usd``, see :mod:`corvid_actors.access`; what a
+        message sent mid-turn does: ``double_texting``, see :mod:`corvid_actors.double_texting`)."""
         return self._internals.store.create_agent(name, **settings)
 
     def ensure_agent(self, name: str, **settings: Any) -> Any:
