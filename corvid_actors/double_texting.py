@@ -4,8 +4,8 @@ answering the previous one (issue 35 item 6). A policy of the agent, as plain fu
 - ``enqueue`` — the message waits and is answered after the running turn (the loops'
   input queue). The default for ``task`` agents: a task runs to the end.
 - ``interrupt`` — the running turn ends at its next safe point: a model stream is cut
-  between two chunks, a running tool is never killed (the turn ends when it finishes, and
-  the calls after it are not run). The partial reply is kept in the conversation and
+  between two chunks, a pending approval is withdrawn, a running tool is never killed
+  (the turn ends when it finishes, and the calls after it are not run). The partial reply is kept in the conversation and
   marked (``loop.turn.INTERRUPTED_MARKER``), its ``result`` has subtype ``interrupted``,
   and the next turn's model call sees the partial reply and the new message. The default
   for ``chat`` agents: a correction or a "never mind" is answered now.

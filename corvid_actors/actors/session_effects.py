@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pykka
 from loguru import logger
 
-from corvid_actors.actors.approvals import ApprovalAnswer, CancelSession, RequestApproval
+from corvid_actors.actors.approvals import ApprovalAnswer, CancelSession, RequestApproval, Resolve
 from corvid_actors.actors.base import ActivityTracker, tell
 from corvid_actors.actors.credits import ChargeTurn
 from corvid_actors.actors.retry import PendingWrites
@@ -56,6 +56,7 @@ from corvid_actors.io_loop import IoLoop, IoLoopStopped
 from corvid_actors.loop import effects as fx
 from corvid_actors.loop.payload_guard import SNAPSHOT_ROLE
 from corvid_actors.loop.plan import plan_to_json
+from corvid_actors.loop.turn import APPROVAL_WITHDRAWN
 from corvid_actors.providers.base import (
     AsyncStreaming,
     CallDone,
@@ -156,6 +157,8 @@ class SessionEffects:
                 self._turn_finished()
             case fx.StopModelCall():
                 self._stop_model_call()
+            case fx.WithdrawApproval():
+                self._withdraw_approval()
             case fx.Exit(code):
                 self._end(code)
             case fx.PersistMessage(role, content) if role == SNAPSHOT_ROLE:
@@ -383,6 +386,14 @@ class SessionEffects:
             description=description, kind=kind, timeout_s=self.w.approval_timeout_s,
             reply_to=self.actor_ref, tool_input=dict(call.arguments),
         ))
+
+    def _withdraw_approval(self) -> None:
+        """``WithdrawApproval`` (double texting ``interrupt``): the broker denies the request
+        the loop waits for (the latest asked: one at a time); its ``ApprovalAnswer`` goes to
+        the loop as ever. An answer already on its way wins (then nothing matches here)."""
+        if self.w.approvals is not None and self._awaiting_approval:
+            tell(self.w.approvals, Resolve(approval_id_for(self.sid, self.gen, self._approval_seq), "deny",
+                                           APPROVAL_WITHDRAWN))
 
     # --- slots ------------------------------------------------------------------------------
 

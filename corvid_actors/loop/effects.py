@@ -123,6 +123,12 @@ class StopModelCall:
 
 
 @dataclass(frozen=True)
+class WithdrawApproval:
+    """Withdraw the approval request the loop waits for (after :class:`InterruptTurn`):
+    the broker denies it, and the answer comes back as ``ApprovalDecided``. Nothing ran."""
+
+
+@dataclass(frozen=True)
 class PersistMessage:
     """Store a message of the conversation (assistant replies and summaries)."""
 
@@ -143,6 +149,7 @@ Effect = (
     | Exit
     | PersistMessage
     | StopModelCall
+    | WithdrawApproval
 )
 
 # --- inputs (actor -> loop) -----------------------------------------------------------
@@ -249,8 +256,9 @@ class Loop(Protocol):
 
     **Interrupt.** With the double-texting policy ``interrupt`` the actor follows a
     mid-turn message with :class:`InterruptTurn`. The loop ends the turn at its next safe
-    point — a model stream at once (``StopModelCall``, answered by ``ModelStopped``), a
-    running tool once it has finished — keeping the partial reply marked
+    point — a model stream at once (``StopModelCall``, answered by ``ModelStopped``), an
+    approval wait at once (``WithdrawApproval``), a running tool once it has finished —
+    keeping the partial reply marked
     (``turn.interrupted_reply``), with a ``result`` of subtype ``interrupted`` and
     ``TurnFinished``; the waiting message's turn follows. A loop may ignore it (enqueue).
 

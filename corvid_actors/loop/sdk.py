@@ -56,6 +56,7 @@ from corvid_actors.loop.effects import (
     TurnFinished,
     TurnMetrics,
     UserMessage,
+    WithdrawApproval,
 )
 from corvid_actors.loop.payload_guard import GrowthCheck
 from corvid_actors.loop.retry import retry_delay, should_retry
@@ -215,8 +216,12 @@ class SdkLoop(SdkCompaction, SdkToolCalls):
         step = interrupt_step(self._phase, waiting=len(self._queue), call_purpose=purpose,
                               interrupted=turn.interrupted)
         turn.interrupted = turn.interrupted or step != "ignore"
-        # "later": _advance_tools (tool finished, approval answered) or _call_model ends it
-        return [StopModelCall()] if step == "stop" else self._end_interrupted("") if step == "end" else []
+        if step == "stop":
+            return [StopModelCall()]
+        if step == "withdraw":  # its denial comes back as ApprovalDecided: the turn ends then
+            return [WithdrawApproval()]
+        # "later": _advance_tools (tool finished) or _call_model ends it
+        return self._end_interrupted("") if step == "end" else []
 
     def _end_interrupted(self, partial: str) -> list[Effect]:
         """The turn ends here: ``partial`` (what the stopped call streamed) kept, marked."""

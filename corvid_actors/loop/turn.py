@@ -21,6 +21,8 @@ from corvid_actors.providers.base import ModelResponse
 #: ends a reply cut short by the user's next message (double texting ``interrupt``): in
 #: the conversation the model sees and in the stored message alike
 INTERRUPTED_MARKER = "[interrupted by the user's next message]"
+#: why an approval the interrupted turn waited for was withdrawn (what its asker is shown)
+APPROVAL_WITHDRAWN = "Withdrawn: the user's next message interrupted the turn."
 #: what the model reads for a tool call of an interrupted turn that was not run
 NOT_RUN_INTERRUPTED = "Not run: the turn was interrupted by the user's next message."
 
@@ -114,12 +116,15 @@ def interrupt_step(phase: Phase, *, waiting: int, call_purpose: str, interrupted
     ("turn", "summary", "compaction"; "" for none) and ``interrupted`` when the turn was
     interrupted already: ``ignore`` (between turns, ended, nothing waits, or said
     before), ``stop`` (a turn's model stream: ``StopModelCall`` now), ``end`` (a retry
-    wait: the turn ends now), or ``later`` — a slot, a tool, an approval, a summary or a
-    compaction call is let finish, and the turn ends at the loop's next safe point."""
+    wait: the turn ends now), ``withdraw`` (an approval wait: ``WithdrawApproval`` now; its
+    denial ends the turn), or ``later`` — a slot, a running tool, a summary or a compaction
+    call is let finish, and the turn ends at the loop's next safe point."""
     if phase in (Phase.IDLE, Phase.DONE) or not waiting or interrupted:
         return "ignore"
     if phase is Phase.WAIT_MODEL and call_purpose == "turn":
         return "stop"
+    if phase is Phase.WAIT_APPROVAL:
+        return "withdraw"
     return "end" if phase is Phase.WAIT_RETRY else "later"
 
 

@@ -32,6 +32,7 @@ from corvid_actors.loop.effects import (
     ToolFinished,
     TurnFinished,
     UserMessage,
+    WithdrawApproval,
 )
 from corvid_actors.loop.sdk import SdkLoop
 from corvid_actors.loop.turn import (
@@ -150,14 +151,14 @@ def test_direct_loop_lets_the_running_tool_finish_and_does_not_run_the_next_one(
                     ("user", "Never mind.")]
 
 
-def test_direct_loop_runs_nothing_a_human_approves_after_the_interrupt():
+def test_direct_loop_withdraws_the_approval_it_waits_for_and_runs_nothing_even_if_allowed():
     loop = direct(Permission.ASK)
     granted_turn(loop)
     effects = loop.handle(ModelSucceeded(reads("a")))
     assert isinstance(effects[-1], AskApproval)
     loop.handle(UserMessage("Never mind."))
-    assert loop.handle(InterruptTurn()) == []
-    effects = loop.handle(ApprovalDecided("a", True))
+    assert loop.handle(InterruptTurn()) == [WithdrawApproval()]
+    effects = loop.handle(ApprovalDecided("a", True))  # a human's "yes" that crossed the withdrawal
     assert not [e for e in effects if isinstance(e, RunTool)]
     assert [r.subtype for r in emitted(effects, Result)] == ["interrupted"]
 
@@ -222,7 +223,7 @@ def test_sdk_loop_lets_the_running_tool_finish_and_answers_the_rest_not_run():
     (Phase.WAIT_RETRY, "turn", 1, False, "end"),
     (Phase.WAIT_SLOT, "", 1, False, "later"),
     (Phase.WAIT_TOOL, "", 2, False, "later"),      # never mid-tool
-    (Phase.WAIT_APPROVAL, "", 1, False, "later"),
+    (Phase.WAIT_APPROVAL, "", 1, False, "withdraw"),  # nothing runs: the request goes
 ])
 def test_the_interrupt_step_by_phase(phase, purpose, waiting, interrupted, step):
     assert interrupt_step(phase, waiting=waiting, call_purpose=purpose, interrupted=interrupted) == step
@@ -235,3 +236,15 @@ def test_a_resume_reads_the_cut_reply_before_the_message_that_cut_it():
     assert as_said(stored) == [("user", "Paris?"), ("assistant", cut1), ("user", "No, Lyon."),
                                ("assistant", cut2), ("user", "Or Nice?"), ("assistant", "Nice it is.")]
     assert as_said([("user", "hi"), ("assistant", "hello")]) == [("user", "hi"), ("assistant", "hello")]
+
+
+def test_sdk_loop_withdraws_the_approval_it_waits_for():
+    loop = sdk(Permission.ASK)
+    loop.start("Fix the parser.")
+    assert isinstance(loop.handle(ModelSucceeded(reads("a")))[-1], AskApproval)
+    loop.handle(UserMessage("Never mind."))
+    assert loop.handle(InterruptTurn()) == [WithdrawApproval()]
+    effects = loop.handle(ApprovalDecided("a", False, "Withdrawn"))
+    assert not [e for e in effects if isinstance(e, RunTool)]
+    assert [r.subtype for r in emitted(effects, Result)] == ["interrupted"]
+    assert ("tool", NOT_RUN_INTERRUPTED) in [(m.role, m.content) for m in loop.history]

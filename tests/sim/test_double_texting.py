@@ -13,7 +13,7 @@ import pytest
 
 from corvid_actors.chat import BridgeSettings, ChatBridge, MemoryTransport
 from corvid_actors.errors import SessionBusyError
-from corvid_actors.loop.turn import INTERRUPTED_MARKER, NOT_RUN_INTERRUPTED
+from corvid_actors.loop.turn import APPROVAL_WITHDRAWN, INTERRUPTED_MARKER, NOT_RUN_INTERRUPTED
 from corvid_actors.testing import EventRecorder, Turn, sim_runtime
 from corvid_actors.tools.base import Tool, ToolContext, ToolKind, ToolRegistry
 from corvid_actors.vocabulary import ToolResult, ToolSpec
@@ -211,6 +211,43 @@ def test_interrupt_lets_a_running_tool_finish_and_skips_the_calls_after_it(sim_c
         tail = [(m.role, m.content) for m in second.messages][-4:]
         assert tail == [("tool", "Paris: 2.1 million people"), ("tool", NOT_RUN_INTERRUPTED),
                         ("assistant", INTERRUPTED_MARKER), ("user", "Never mind, Lyon?")]
+    finally:
+        rt.shutdown()
+
+
+def test_interrupt_withdraws_a_pending_approval_and_the_tool_never_runs(sim_clock, scripted, tmp_path):
+    ran: list[float] = []
+
+    def write_note(args: dict, ctx: ToolContext) -> ToolResult:
+        ran.append(sim_clock.monotonic())
+        return ToolResult("written")
+
+    note = Tool(ToolSpec("write_note", "Write a note", {"type": "object", "properties": {}}),
+                ToolKind.EDIT, write_note)
+    rt = sim_runtime(sim_clock, scripted, workspace_dir=tmp_path / "ws", loop_for_provider={"scripted": "direct"},
+                     tool_registry_factory=lambda: ToolRegistry([note]))
+    try:
+        recorder = EventRecorder.attach(rt)
+        agent = rt.create_agent("scribe", double_texting="interrupt")  # default mode: writes ask
+        s = rt.create_session(agent_id=agent.id, source="web")
+        scripted.for_session(s.id, Turn.reply("Noting it.", latency_s=1, tool_calls=[("write_note", {})]),
+                             Turn.reply("Fine, no note.", latency_s=1))
+        rt.start_process(s.id, "Note: buy milk.")
+        rt.settle()
+        sim_clock.advance(5)
+        assert rt.list_approvals(s.id)  # asked at 1 s, still waiting
+        rt.send_message(s.id, "Never mind.")
+        rt.settle()
+        sim_clock.advance(100)
+        assert ran == [] and rt.list_approvals(s.id) == []
+        resolved = recorder.of(s.id, "approval_resolved")
+        assert [(r.at, r.event.behavior, r.event.message) for r in resolved] == [  # type: ignore[attr-defined]
+            (5.0, "deny", APPROVAL_WITHDRAWN)]
+        assert turns(recorder, s.id) == [
+            (1.0, "assistant", "Noting it."),
+            (5.0, "assistant", INTERRUPTED_MARKER), (5.0, "result", "interrupted"),
+            (6.0, "assistant", "Fine, no note."), (6.0, "result", "success"),
+        ]
     finally:
         rt.shutdown()
 
