@@ -22,6 +22,7 @@ from corvid_actors.config_schema import (
     one_of,
     section,
 )
+from corvid_actors.double_texting import DOUBLE_TEXTING_POLICIES
 from corvid_actors.errors import ConfigError
 from corvid_actors.vocabulary import AGENT_KINDS, CHAT_AGENT
 
@@ -215,11 +216,15 @@ class DaemonConfig:
 
 @section("agents")
 class AgentsConfig:
-    """What an agent is when its row does not say (``agents.kind`` NULL)."""
+    """What an agent is and does when its row does not say (``agents.kind``,
+    ``agents.double_texting`` NULL)."""
 
     #: ``task`` (nudged to act with tools) or ``chat`` (converses); a session of a chat
     #: bridge (source ``chat``) whose agent does not say is ``chat`` whatever this is
     default_kind: str = field(metadata=one_of(*AGENT_KINDS))
+    #: enqueue, interrupt or reject; "" (the default): by the agent's kind
+    #: (``corvid_actors.double_texting``: a task agent enqueues, a chat agent interrupts)
+    double_texting: str = field(metadata=one_of("", *DOUBLE_TEXTING_POLICIES))
 
     def kind_for(self, stored: str | None, source: str) -> str:
         """The kind of an agent whose row holds ``stored`` (None: not set), in a session

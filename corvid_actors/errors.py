@@ -118,6 +118,12 @@ class AgentSettingError(CorvidError, ValueError):
     names it: a conversation_mode, an allowlist that is not a list of ids, a negative cap)."""
 
 
+class SessionBusyError(CorvidError):
+    """A user message was refused, not stored: its session is still answering the previous
+    one and its agent's ``double_texting`` policy is ``reject`` (see
+    :mod:`corvid_actors.double_texting`). Send it again when the turn's ``result`` came."""
+
+
 class BudgetExceededError(CorvidError):
     """A turn was not started: its session, or its agent over all its sessions, has spent
     its cap (``max_budget_usd`` / ``max_total_budget_usd``). The session got a

@@ -174,6 +174,9 @@ class Assistant(Event):
     type: ClassVar[str] = "assistant"
     #: the message's whole text (also stored as the session's ``assistant`` message)
     content: str = ""
+    #: the reply was cut short by the user's next message (double texting ``interrupt``):
+    #: ``content`` is what was streamed, followed by ``loop.turn.INTERRUPTED_MARKER``
+    interrupted: bool = False
 
 
 @dataclass(frozen=True)
@@ -199,7 +202,9 @@ class Result(Event):
     """End of a turn, with cost and loop metrics."""
 
     type: ClassVar[str] = "result"
-    #: ``success`` or ``error`` (the turn failed: ``result`` says why)
+    #: ``success``, ``error`` (the turn failed: ``result`` says why) or ``interrupted``
+    #: (the user's next message ended it, double texting ``interrupt``; ``result`` is the
+    #: partial reply as kept, marker included)
     subtype: str = "success"
     #: the turn's cost in US dollars (as the provider priced it; 0 for local models)
     total_cost_usd: float = 0.0

@@ -49,7 +49,7 @@ from corvid_actors.config import Config, load_config
 from corvid_actors.content import UserContent, content_blocks, text_parts
 from corvid_actors.db.replays import ReplayStore
 from corvid_actors.db.store import Store
-from corvid_actors.errors import RuntimeStoppedError
+from corvid_actors.errors import RuntimeStoppedError, SessionBusyError
 from corvid_actors.loop.direct_tools import model_view
 from corvid_actors.loop_factories import (
     ApprovalPolicyFactory,
@@ -194,7 +194,8 @@ class Runtime(RuntimeLifecycle):
         ``content`` is a string or multimodal content blocks (text and image blocks as the
         Anthropic Messages API takes them, see :mod:`corvid_actors.content`); they are
         stored as given and sent to providers that take images, the text parts to the
-        others. Invalid blocks raise InvalidContentError.
+        others. Invalid blocks raise InvalidContentError. While a turn runs and the agent's
+        ``double_texting`` is ``reject``, SessionBusyError (nothing stored).
 
         A running session gets the message without the supervisor: it is persisted on this
         thread (the acknowledgement) and told to the incarnation found in the live
@@ -209,6 +210,10 @@ class Runtime(RuntimeLifecycle):
             raise RuntimeStoppedError(self._stopped_message())
         live = self._internals.live
         entry = live.get(session_id)
+        if entry is not None and entry.refuses_mid_turn():
+            raise SessionBusyError(f"session {session_id} is still answering the previous message and its agent's "
+                                   "double_texting policy is 'reject': the message was not stored; send it "
+                                   "again after the turn's result")
         if entry is None and not live.has_incarnation(session_id):
             return False  # no incarnation, building or live: the supervisor's answer too
         if entry is None or not entry.fast_path(self._config.session.max_turns_before_context_reset):
@@ -346,7 +351,8 @@ class Runtime(RuntimeLifecycle):
         ``chat`` in the sessions of a chat bridge). Who may talk to it and its caps:
         ``conversation_mode``, ``conversation_allowlist``, ``conversation_rate_limit_window_s``,
         ``conversation_rate_limit_max``, ``max_budget_usd``, ``max_total_budget_usd`` (see
-        :mod:`corvid_actors.access`)."""
+        :mod:`corvid_actors.access`); what a message sent mid-turn does: ``double_texting``
+        (see :mod:`corvid_actors.double_texting`)."""
         return self._internals.store.create_agent(name, **settings)
 
     def ensure_agent(self, name: str, **settings: Any) -> Any:

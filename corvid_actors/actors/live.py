@@ -22,6 +22,7 @@ import pykka
 from corvid_actors.actors.session import SessionActor
 from corvid_actors.actors.session_messages import Begin, UserInput
 from corvid_actors.actors.session_wiring import Lifeline, TurnTally
+from corvid_actors.double_texting import ENQUEUE, REJECT
 from corvid_actors.supervision import needs_context_reset
 
 
@@ -29,12 +30,14 @@ class LiveSession:
     """One live incarnation as the send path sees it."""
 
     def __init__(self, session_id: str, generation: int, ref: pykka.ActorRef[SessionActor], lifeline: Lifeline,
-                 tally: TurnTally, *, begun: bool) -> None:
+                 tally: TurnTally, *, begun: bool, double_texting: str = ENQUEUE) -> None:
         self.session_id = session_id
         self.generation = generation
         self.ref = ref
         self.lifeline = lifeline
         self.tally = tally
+        #: the incarnation's double-texting policy (:mod:`corvid_actors.double_texting`)
+        self.double_texting = double_texting
         self._lock = threading.Lock()
         #: False while a resumed incarnation waits for its first message (the supervisor
         #: sends that one, with the history)
@@ -60,6 +63,12 @@ class LiveSession:
         with self._lock:
             return (self._begun and self.lifeline.accepting_input
                     and not needs_context_reset(self._delivered, reset_after))
+
+    def refuses_mid_turn(self) -> bool:
+        """True when a user message must be refused now: the policy is ``reject`` and a
+        turn is in flight (as the actor last wrote it: a message sent before the actor
+        took the previous one is still accepted, and waits its turn)."""
+        return self.double_texting == REJECT and self.tally.in_turn
 
     def record_delivery(self) -> None:
         """Count a message the supervisor holds for this incarnation (told once built)."""

@@ -21,6 +21,10 @@ with is :mod:`.session_wiring`; the blocking work its workers run, :mod:`.sessio
 
 User messages go to the loop as they arrive: the loop queues those that come mid-turn
 (``corvid_actors.loop.effects.Loop``); the actor only counts how many turns are open.
+With the double-texting policy ``interrupt`` (``wiring.double_texting``, see
+:mod:`corvid_actors.double_texting`) a mid-turn message is followed by ``InterruptTurn``;
+the loop may answer ``StopModelCall``, and the actor cancels the model call and tells it
+what was streamed (``ModelStopped``). A running tool is never cancelled for it.
 
 Building (provider, tools, MCP servers, prompts) happens on this incarnation's own
 worker thread, not on the supervisor's: the actor starts with a ``build`` callable, runs
@@ -78,6 +82,7 @@ from corvid_actors.actors.session_work import ExitRequested
 from corvid_actors.actors.slots import SlotAnswer, SlotQueued
 from corvid_actors.actors.timers import ScheduleTimer
 from corvid_actors.clock import iso_after
+from corvid_actors.double_texting import INTERRUPT
 from corvid_actors.events import ApprovalRequestEvent, ApprovalResolved, QueueStatus, Thinking
 from corvid_actors.loop import effects as fx
 from corvid_actors.vocabulary import CancelToken
@@ -110,6 +115,8 @@ class SessionActor(SessionEffects, TrackedActor):
         #: an idle timer is scheduled (cancel it only then: one message fewer per turn)
         self._idle_armed = False
         self._worker_cancel: CancelToken | None = None
+        #: the text the model call in flight has streamed so far (for StopModelCall)
+        self._streamed: list[str] = []
         #: user messages handed to the loop whose turn has not finished: the loop queues
         #: those that arrive mid-turn, and each starts exactly one turn, in order
         self._turns_open = 0
@@ -218,9 +225,13 @@ class SessionActor(SessionEffects, TrackedActor):
                     self._cancel_idle()
                     self._note_deadline(busy=True)
                 # mid-turn, the loop queues it: its turn starts after TurnFinished
+                mid_turn = self._turns_open > 0
                 self._turns_open += 1
                 self._tally.in_turn = True
                 self._perform(self._loop.handle(fx.UserMessage(text, blocks)))
+                if mid_turn and self.w.double_texting == INTERRUPT:
+                    # double texting: the running turn ends at its next safe point instead
+                    self._perform(self._loop.handle(fx.InterruptTurn()))
             case WorkerDone(seq, result):
                 if seq == self._worker_seq:
                     self._worker_cancel = None

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pykka
 from loguru import logger
 
-from corvid_actors.actors.approvals import ApprovalAnswer, CancelSession, RequestApproval
+from corvid_actors.actors.approvals import ApprovalAnswer, CancelSession, RequestApproval, Resolve
 from corvid_actors.actors.base import ActivityTracker, tell
 from corvid_actors.actors.credits import ChargeTurn
 from corvid_actors.actors.retry import PendingWrites
@@ -56,6 +56,7 @@ from corvid_actors.io_loop import IoLoop, IoLoopStopped
 from corvid_actors.loop import effects as fx
 from corvid_actors.loop.payload_guard import SNAPSHOT_ROLE
 from corvid_actors.loop.plan import plan_to_json
+from corvid_actors.loop.turn import APPROVAL_WITHDRAWN
 from corvid_actors.providers.base import (
     AsyncStreaming,
     CallDone,
@@ -88,6 +89,7 @@ class SessionEffects:
     _turn_seq: int
     _worker_seq: int
     _worker_cancel: CancelToken | None
+    _streamed: list[str]
     _awaiting_approval: set[str]
     _approval_details: dict[str, tuple[Any, str, str]]
     _approval_seq: int
@@ -153,6 +155,10 @@ class SessionEffects:
                 tell(self.w.supervisor, OutageReported(self.sid, self.gen, text))
             case fx.TurnFinished():
                 self._turn_finished()
+            case fx.StopModelCall():
+                self._stop_model_call()
+            case fx.WithdrawApproval():
+                self._withdraw_approval()
             case fx.Exit(code):
                 self._end(code)
             case fx.PersistMessage(role, content) if role == SNAPSHOT_ROLE:
@@ -192,13 +198,15 @@ class SessionEffects:
 
     def _turn_completed(self, subtype: str, cost: float) -> None:
         """A turn's result: its cost and count, stored; a success closes an open turn and
-        resets the supervisor's outage backoff; the CreditBank charges it."""
+        resets the supervisor's outage backoff, an interrupted turn (double texting) closes
+        its open turn too; the CreditBank charges it."""
         answered = subtype == "success"
+        closed = answered or subtype == "interrupted"
         self._tally.cost_usd += cost
         if answered:
             self._tally.answered = True
         self._write("the turn's usage", lambda: self.w.store.add_session_usage(
-            self.sid, cost_usd=cost, turns=1, answered=answered))
+            self.sid, cost_usd=cost, turns=1, answered=closed))
         if self.w.credits is not None:
             self.w.lifeline.flush(keep_holding=True)  # the result is out before the charge
             tell(self.w.credits, ChargeTurn(self.sid, self.w.source, self.actor_ref))
@@ -279,10 +287,13 @@ class SessionEffects:
         lifeline, stream_text = self.w.lifeline, purpose == "turn"
         request = replace(request, session_id=self.sid, generation=self.gen, at=self._clock.monotonic())
         actor = self
+        streamed: list[str] = []
+        self._streamed = streamed
 
         def on_event(event: StreamEvent) -> None:
             actor._touch()
             if stream_text and isinstance(event, TextDelta) and event.text:
+                streamed.append(event.text)
                 lifeline.publish_text(event.text)
 
         provider, io_loop = self.w.provider, self.w.io_loop
@@ -294,6 +305,18 @@ class SessionEffects:
             self._run_on_io_loop(io_loop, provider, request, on_event)
         else:
             self._run_on_worker(model_call(provider, request, on_event, self.sid), f"model-{self.sid[:8]}")
+
+    def _stop_model_call(self) -> None:
+        """``StopModelCall`` (double texting ``interrupt``): cancel the model call in flight
+        — between two streamed chunks; a late outcome of it is ignored — and tell the loop
+        what it streamed (``ModelStopped``)."""
+        if self._worker_cancel is not None:
+            self._worker_cancel.cancel()
+            self._worker_cancel = None
+        self._worker_seq += 1
+        streamed, self._streamed = "".join(self._streamed), []
+        self._touch()
+        self._perform(self._loop.handle(fx.ModelStopped(streamed)))
 
     def _new_call(self, request: ModelRequest) -> tuple[CancelToken, CallDone]:
         """A model call that runs without a worker: its cancel token (cancelled with the
@@ -363,6 +386,14 @@ class SessionEffects:
             description=description, kind=kind, timeout_s=self.w.approval_timeout_s,
             reply_to=self.actor_ref, tool_input=dict(call.arguments),
         ))
+
+    def _withdraw_approval(self) -> None:
+        """``WithdrawApproval`` (double texting ``interrupt``): the broker denies the request
+        the loop waits for (the latest asked: one at a time); its ``ApprovalAnswer`` goes to
+        the loop as ever. An answer already on its way wins (then nothing matches here)."""
+        if self.w.approvals is not None and self._awaiting_approval:
+            tell(self.w.approvals, Resolve(approval_id_for(self.sid, self.gen, self._approval_seq), "deny",
+                                           APPROVAL_WITHDRAWN))
 
     # --- slots ------------------------------------------------------------------------------
 

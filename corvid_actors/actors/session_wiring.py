@@ -23,6 +23,7 @@ from corvid_actors.actors.events import DeltaBuffer, Publish, PublishDeltas, Pub
 from corvid_actors.actors.timers import Timers
 from corvid_actors.clock import Clock
 from corvid_actors.config_sections import RetrySchedule
+from corvid_actors.double_texting import ENQUEUE
 from corvid_actors.events import ContentBlockDelta, Event
 from corvid_actors.io_loop import IoLoop
 from corvid_actors.loop import effects as fx
@@ -204,3 +205,6 @@ class SessionWiring:
     #: a waiting session taken over from another daemon: the inactivity deadline that
     #: daemon stored, kept until the session's next event (None: a full timeout)
     inherited_deadline: datetime | None = None
+    #: what a user message that arrives mid-turn does: ``enqueue``, ``interrupt`` or
+    #: ``reject`` (:mod:`corvid_actors.double_texting`, resolved at the start)
+    double_texting: str = ENQUEUE

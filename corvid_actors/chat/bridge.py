@@ -23,7 +23,9 @@ Incoming (on the transport's threads, see :mod:`corvid_actors.chat.transport`):
   message the transport acknowledged is never lost — a crashed session's restart, or
   the resume, finds it. With credits enabled, a non-owner whose balance cannot pay a turn
   is told so and the message is not taken; a first-time participant's account opens with
-  the free credits.
+  the free credits. A message that comes while the session still answers the previous
+  one follows the agent's double-texting policy (:mod:`corvid_actors.double_texting`):
+  queued, interrupting the answer, or (``reject``) answered with ``busy_notice``.
 
 Outgoing: the bridge subscribes to *every* session (``subscribe_all``: global subscribers
 survive session restarts and are never pruned), maps events of its own sessions back to
@@ -71,7 +73,7 @@ from corvid_actors.chat.transport import (
     OutgoingMessage,
     is_storable_text,
 )
-from corvid_actors.errors import BudgetExceededError, RuntimeStoppedError
+from corvid_actors.errors import BudgetExceededError, RuntimeStoppedError, SessionBusyError
 from corvid_actors.events import ApprovalRequestEvent, ApprovalResolved, CreditsLow, Event, Thinking
 from corvid_actors.runtime import Runtime
 from corvid_actors.vocabulary import TASK_AGENT
@@ -175,7 +177,8 @@ class ChatBridge:
         Returns ``delivered``, ``command``, ``refused`` (the agent does not talk to this
         participant, no credits, or a spending cap reached), ``rate_limited``, ``approved`` /
         ``denied`` / ``rejected`` / ``expired`` / ``unclear`` (approval replies),
-        ``duplicate`` or ``ignored``. Raises ValueError for a message without channel or participant,
+        ``duplicate``, ``ignored`` or ``busy`` (the agent is still answering and its
+        ``double_texting`` is ``reject``: the participant gets ``settings.busy_notice``). Raises ValueError for a message without channel or participant,
         or with text that is not valid Unicode (a transport answers that as a bad request).
         """
         for what, value in (("channel", message.channel), ("participant", message.participant)):
@@ -241,7 +244,12 @@ class ChatBridge:
         # send_message persists before delivering; a session that is not running (idle,
         # stopped, crashed and waiting for its restart, paused) is resumed with the message
         # persisted first, so it is answered now rather than lost.
-        if not self.runtime.send_message(conv.session_id, text):
+        try:
+            sent = self.runtime.send_message(conv.session_id, text)
+        except SessionBusyError:  # double texting "reject": not stored, not answered
+            self._reply(message, self.settings.busy_notice, "notice", conv.session_id)
+            return "busy"
+        if not sent:
             self.runtime.resume_process(conv.session_id, text)
         return "delivered"
 

@@ -37,3 +37,6 @@ class BridgeSettings:
     #: a reply streamed to a transport that can edit: at most one update per this many
     #: seconds per chat (Telegram's limit; the final text always lands)
     stream_interval_s: float = 1.0
+    #: what a participant is told when their message is refused because the agent is still
+    #: answering the previous one (its ``double_texting`` is ``reject``)
+    busy_notice: str = "I'm still answering your previous message. Send this again once I've replied."

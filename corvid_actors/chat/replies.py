@@ -10,7 +10,9 @@ deliver:
   the last model reply, never one the loop went on from (a nudge, a tool call: text
   before a tool's ``content_block_start`` / ``tool_status`` is not the answer);
 - a turn that ends successfully with no text: :class:`EmptyTurn` (the bridge says so with
-  a short notice, never silence); a failed turn's error is its own notice;
+  a short notice, never silence); a failed turn's error is its own notice; a turn cut
+  short by the participant's next message (double texting ``interrupt``) delivers
+  nothing more: the next turn's answer, with both messages in view, is the reply;
 - with ``streaming``, the text as it is written: each model call's streamed deltas
   (``content_block_delta``) as the whole text so far, at most one update per
   ``interval_s`` per chat (the platform's limit); a new model call starts the text again
@@ -117,6 +119,10 @@ class ReplyAssembler:
             case ContentBlockStart() | ToolStatus():
                 turn.final = ""
                 turn.new_segment = True
+            case Result(subtype="interrupted"):
+                # the participant wrote again (double texting: interrupt): the next turn
+                # answers with both in view, and that answer is the one they get
+                del self._turns[session_id]
             case Result(subtype=subtype):
                 del self._turns[session_id]
                 if turn.final.strip():

@@ -12,6 +12,7 @@ import peewee as pw
 
 from corvid_actors.access import agent_access_fields
 from corvid_actors.db.store_base import StoreBase, store_op
+from corvid_actors.double_texting import checked_double_texting
 from corvid_actors.errors import ConflictError, NotFoundError, StoreError
 from corvid_actors.vocabulary import AGENT_KINDS
 
@@ -21,6 +22,12 @@ def _check_kind(fields: dict[str, Any]) -> None:
     if kind is not None and kind not in AGENT_KINDS:
         raise ValueError(f"an agent's kind is {' or '.join(map(repr, AGENT_KINDS))}, not {kind!r} "
                          "(None: the [agents] default_kind)")
+
+
+def _check_double_texting(fields: dict[str, Any]) -> None:
+    """AgentSettingError for a ``double_texting`` that is not a policy (None: by kind)."""
+    if fields.get("double_texting") is not None:
+        checked_double_texting(fields["double_texting"])
 
 
 class CatalogRows(StoreBase):
@@ -49,6 +56,7 @@ class CatalogRows(StoreBase):
     def create_agent(self, name: str, **fields: Any) -> Any:
         _check_kind(fields)
         fields = agent_access_fields(fields)  # AgentSettingError naming a wrong access setting
+        _check_double_texting(fields)
         if "tool_permissions" in fields and fields["tool_permissions"] is not None:
             fields["tool_permissions"] = json.dumps(list(fields["tool_permissions"]))
         with self.transaction():
@@ -96,6 +104,7 @@ class CatalogRows(StoreBase):
         """Change an agent's settings; returns the updated row."""
         _check_kind(fields)
         fields = agent_access_fields(fields)
+        _check_double_texting(fields)
         if "tool_permissions" in fields and fields["tool_permissions"] is not None:
             fields["tool_permissions"] = json.dumps(list(fields["tool_permissions"]))
         with self.transaction():

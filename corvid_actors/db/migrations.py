@@ -206,11 +206,19 @@ def _agent_kind(models: SimpleNamespace, db: pw.Database) -> None:
         db.execute_sql('ALTER TABLE "agents" ADD COLUMN "kind" VARCHAR(20)')
 
 
+def _agent_double_texting(models: SimpleNamespace, db: pw.Database) -> None:
+    # Issue 35 item 6: what a session does with a message that arrives mid-turn. A
+    # nullable column (NULL: [agents] double_texting, else by the agent's kind), so the
+    # previous release runs on. Migration 14, after the agents' kind (13).
+    if "double_texting" not in {c.name for c in db.get_columns("agents")}:
+        db.execute_sql('ALTER TABLE "agents" ADD COLUMN "double_texting" VARCHAR(20)')
+
+
 MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
                                _session_open_turns, _webhook_replays, _cluster_leases, _cluster_bus,
                                _cluster_commands_created_at, _session_message_role_index,
                                _session_channel_index, _session_lease_held_index, _agent_access,
-                               _agent_kind]
+                               _agent_kind, _agent_double_texting]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

@@ -143,6 +143,9 @@ def build_models(database: pw.Database, now: Callable[[], datetime] | None = Non
         max_total_budget_usd = pw.FloatField(null=True)  # all the agent's sessions
         # "task" or "chat" (vocabulary.AGENT_KINDS); NULL: the [agents] default_kind
         kind = pw.CharField(null=True, max_length=20)
+        # a message that arrives mid-turn: enqueue, interrupt or reject
+        # (corvid_actors.double_texting); NULL: [agents] double_texting, else by kind
+        double_texting = pw.CharField(null=True, max_length=20)
         created_at = pw.DateTimeField(default=stamp)
         updated_at = pw.DateTimeField(default=stamp)
 

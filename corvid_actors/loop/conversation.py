@@ -7,7 +7,10 @@ simulations, chat-only agents). Rules:
 - a retryable provider error → report an outage (the supervisor pauses the session);
 - any other provider error → ``error`` event and exit 1 (a crash: chat sessions restart);
 - a user message that arrives while a turn runs waits in the loop's :class:`InputQueue`
-  and starts the next turn right after ``TurnFinished``.
+  and starts the next turn right after ``TurnFinished``;
+- :class:`InterruptTurn` (double texting ``interrupt``) with a message waiting cuts the
+  model stream (``StopModelCall``): what it streamed is kept, marked interrupted, and the
+  waiting message's turn starts with it in the conversation.
 """
 
 from __future__ import annotations
@@ -20,14 +23,17 @@ from corvid_actors.loop.effects import (
     Effect,
     Emit,
     Exit,
+    InterruptTurn,
     LoopInput,
     ModelFailed,
+    ModelStopped,
     ModelSucceeded,
     ReportOutage,
+    StopModelCall,
     TurnFinished,
     UserMessage,
 )
-from corvid_actors.loop.turn import InputQueue, Phase
+from corvid_actors.loop.turn import InputQueue, Phase, interrupted_reply
 from corvid_actors.providers.base import ChatMessage, ErrorKind, ModelRequest
 
 
@@ -75,6 +81,18 @@ class ConversationLoop:
                 self._phase = Phase.IDLE
                 waiting = self._queue.next()
                 return effects if waiting is None else effects + self._user_turn(waiting)
+            case InterruptTurn() if self._phase is Phase.WAIT_MODEL and self._queue:
+                return [StopModelCall()]
+            case ModelStopped(text) if self._phase is Phase.WAIT_MODEL:
+                reply = interrupted_reply(text)
+                self._messages.append(ChatMessage("assistant", reply))
+                self._turns += 1
+                self._phase = Phase.IDLE
+                ended: list[Effect] = [Emit(Assistant(content=reply, interrupted=True)),
+                                       Emit(Result(subtype="interrupted", num_turns=1, result=reply)),
+                                       Emit(Thinking(thinking=False)), TurnFinished()]
+                waiting = self._queue.next()
+                return ended if waiting is None else ended + self._user_turn(waiting)
             case ModelFailed(error) if self._phase is Phase.WAIT_MODEL:
                 if error.kind is ErrorKind.RETRYABLE:
                     self._phase = Phase.IDLE

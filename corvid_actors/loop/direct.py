@@ -26,6 +26,11 @@ is :mod:`corvid_actors.loop.effects`; the rules live in pure modules beside this
   unsupported → tools off for the session, retried; retryable → backoff through
   ``Schedule``, and at ``api_failure_threshold`` consecutive failures (kept across
   turns until a success) ``ReportOutage``; anything else → ``error`` + ``Exit(1)``.
+- ``InterruptTurn`` (double texting ``interrupt``) with a message waiting ends the turn at
+  its next safe point: a turn's stream at once (``StopModelCall``), a retry wait at once,
+  otherwise after the running tool, the slot or the approval (the calls left are answered
+  "not run"); a summary call is let finish. ``result`` subtype ``"interrupted"``, the
+  partial reply kept with ``turn.INTERRUPTED_MARKER``.
 - the OpenAgent rules (:mod:`.rules`, off unless ``rules`` is given): ``update_plan``,
   the history policy before trimming, the plan in the system prompt, the payload-growth
   failsafe before each call (a trip compacts to a plain-text summary, or stops),
@@ -44,7 +49,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corvid_actors.events import (
+    Assistant,
     ErrorEvent,
+    MessageStop,
     SystemEvent,
     Thinking,
     context_compacted,
@@ -64,17 +71,21 @@ from corvid_actors.loop.effects import (
     Effect,
     Emit,
     Exit,
+    InterruptTurn,
     LoopInput,
     ModelFailed,
+    ModelStopped,
     ModelSucceeded,
     ReleaseSlot,
     SlotGranted,
     SlotTimedOut,
+    StopModelCall,
     TimerFired,
     ToolFinished,
     TurnFinished,
     TurnMetrics,
     UserMessage,
+    WithdrawApproval,
 )
 from corvid_actors.loop.payload_guard import GrowthCheck, compact_for_growth
 from corvid_actors.loop.repeats import RepeatTracker
@@ -86,7 +97,13 @@ from corvid_actors.loop.tiers import (
     tier_for_model,
 )
 from corvid_actors.loop.tool_walk import ToolWalk
-from corvid_actors.loop.turn import InputQueue, Phase, TurnAccount
+from corvid_actors.loop.turn import (
+    InputQueue,
+    Phase,
+    TurnAccount,
+    interrupt_step,
+    interrupted_reply,
+)
 from corvid_actors.providers.base import ChatMessage, ModelRequest, ProviderError
 from corvid_actors.vocabulary import AGENT_KINDS, TASK_AGENT, PermissionCheck, ToolSpec
 
@@ -100,6 +117,8 @@ class _Turn(TurnAccount):
     purpose: str = "turn"
     overflow_retried: bool = False
     walk: ToolWalk = field(default_factory=ToolWalk)
+    #: the user's next message interrupts this turn at its next safe point
+    interrupted: bool = False
 
 
 class DirectLoop(DirectReplies, DirectToolCalls):
@@ -210,7 +229,34 @@ class DirectLoop(DirectReplies, DirectToolCalls):
         elif isinstance(event, TimerFired) and phase is Phase.WAIT_RETRY:
             if event.token == self._retry_token:
                 return self._call_model(turn.purpose)
+        elif isinstance(event, InterruptTurn):
+            return self._on_interrupt()
+        elif isinstance(event, ModelStopped) and phase is Phase.WAIT_MODEL:
+            return self._end_interrupted(event.text)
         return []
+
+    # --- double texting: interrupt ------------------------------------------------------
+
+    def _on_interrupt(self) -> list[Effect]:
+        turn = self._turn
+        step = interrupt_step(self._phase, waiting=len(self._queue), call_purpose=turn.purpose,
+                              interrupted=turn.interrupted)
+        turn.interrupted = turn.interrupted or step != "ignore"
+        if step == "stop":
+            return [StopModelCall()]
+        if step == "withdraw":  # its denial comes back as ApprovalDecided: the turn ends then
+            return [WithdrawApproval()]
+        # "later": _next_iteration (slot granted, tools done) or _next_call (tool finished) ends the turn
+        return self._end_interrupted("") if step == "end" else []
+
+    def _end_interrupted(self, partial: str) -> list[Effect]:
+        """The turn ends here: ``partial`` (what the stopped call streamed) kept, marked."""
+        reply = interrupted_reply(partial)
+        self._history.append(ChatMessage(role="assistant", content=reply))
+        self._turn.last_text = reply
+        self._turn.metrics.termination_reason = "interrupted"
+        return [Emit(Assistant(content=reply, interrupted=True)), Emit(MessageStop())] + self._finish_turn(
+            "interrupted")
 
     # --- turn structure ---------------------------------------------------------------
 
@@ -227,6 +273,8 @@ class DirectLoop(DirectReplies, DirectToolCalls):
 
     def _next_iteration(self) -> list[Effect]:
         turn = self._turn
+        if turn.interrupted:  # a safe point: the slot came, or the turn's tools are done
+            return self._end_interrupted("")
         if turn.iteration >= self.caps.max_tool_iterations:
             turn.metrics.termination_reason = "max_iterations"
             return self._summary_epilogue() if turn.tools_used else self._finish_turn()
@@ -282,8 +330,8 @@ class DirectLoop(DirectReplies, DirectToolCalls):
         turn.metrics.iterations = turn.iteration
         return Emit(turn.result(subtype, num_turns=turn.iteration))
 
-    def _finish_turn(self) -> list[Effect]:
-        effects: list[Effect] = [self._result("success"), Emit(Thinking(thinking=False))]
+    def _finish_turn(self, subtype: str = "success") -> list[Effect]:
+        effects: list[Effect] = [self._result(subtype), Emit(Thinking(thinking=False))]
         effects += self._release()
         effects.append(TurnFinished())
         self._phase = Phase.IDLE

@@ -21,7 +21,7 @@ from corvid_actors.loop.rules import LoopRules, settings_from_config
 from corvid_actors.loop.tokens import estimate_messages_tokens
 from corvid_actors.loop.tool_results import TruncationShape, cap_tool_result, max_tool_result_chars
 from corvid_actors.loop.tool_walk import announce, check_call, finished_status, gate, running_status
-from corvid_actors.loop.turn import Phase
+from corvid_actors.loop.turn import NOT_RUN_INTERRUPTED, Phase
 from corvid_actors.providers.base import ChatMessage, ToolCall
 from corvid_actors.vocabulary import PermissionCheck, ToolResult
 
@@ -49,14 +49,22 @@ class DirectToolCalls:
     _rules: LoopRules
     _permission_check: PermissionCheck
 
-    if TYPE_CHECKING:  # the loop's: the calls are done, call the model again
+    if TYPE_CHECKING:  # the loop's: the calls are done, call the model again; or the
+        # user's next message interrupted the turn
 
         def _next_iteration(self) -> list[Effect]: ...
+
+        def _end_interrupted(self, partial: str) -> list[Effect]: ...
 
     def _next_call(self) -> list[Effect]:
         """Work through the pending calls until one needs the actor (run or approval)."""
         walk = self._turn.walk
         effects: list[Effect] = []
+        if self._turn.interrupted:
+            # a safe point (no tool runs now): the calls left are not run, the model reads why
+            while (call := walk.current) is not None:
+                effects += self._record_result(call, ToolResult(NOT_RUN_INTERRUPTED, is_error=True))
+            return effects + [Emit(MessageStop())] + self._end_interrupted("")
         while (call := walk.current) is not None:
             effects.append(announce(call))
             failed = check_call(call, self._tool_names)
@@ -80,6 +88,8 @@ class DirectToolCalls:
 
     def _on_approval(self, call: ToolCall, decision: ApprovalDecided) -> list[Effect]:
         self._rules.approved(call, decision)
+        if self._turn.interrupted:  # interrupted while it waited: not run (_next_call says so)
+            return self._next_call()
         if not decision.allowed:
             return self._record_result(call, denied(call.name, decision.message)) + self._next_call()
         if decision.updated_input is not None:

@@ -116,6 +116,19 @@ class Exit:
 
 
 @dataclass(frozen=True)
+class StopModelCall:
+    """Cancel the outstanding model call now (between two streamed chunks) and answer with
+    :class:`ModelStopped`, carrying the text streamed so far. Asked after
+    :class:`InterruptTurn`; never for a tool run, which is let finish."""
+
+
+@dataclass(frozen=True)
+class WithdrawApproval:
+    """Withdraw the approval request the loop waits for (after :class:`InterruptTurn`):
+    the broker denies it, and the answer comes back as ``ApprovalDecided``. Nothing ran."""
+
+
+@dataclass(frozen=True)
 class PersistMessage:
     """Store a message of the conversation (assistant replies and summaries)."""
 
@@ -135,6 +148,8 @@ Effect = (
     | TurnFinished
     | Exit
     | PersistMessage
+    | StopModelCall
+    | WithdrawApproval
 )
 
 # --- inputs (actor -> loop) -----------------------------------------------------------
@@ -152,6 +167,22 @@ class UserMessage:
     def of(cls, prompt: str | UserMessage) -> UserMessage:
         """``prompt`` as a UserMessage (what ``Loop.start`` receives may be either)."""
         return prompt if isinstance(prompt, UserMessage) else cls(prompt)
+
+
+@dataclass(frozen=True)
+class InterruptTurn:
+    """The user sent another message while a turn runs (handed to ``handle`` just before
+    this) and the session's double-texting policy is ``interrupt``: end the turn at its
+    next safe point — its partial reply kept and marked interrupted — so that the waiting
+    message is answered next. A loop that does not know it ignores it (the message then
+    waits its turn, as with ``enqueue``)."""
+
+
+@dataclass(frozen=True)
+class ModelStopped:
+    """The model call was cancelled on :class:`StopModelCall`; ``text``: what it streamed."""
+
+    text: str = ""
 
 
 @dataclass(frozen=True)
@@ -207,6 +238,8 @@ LoopInput = (
     | SlotGranted
     | SlotTimedOut
     | TimerFired
+    | InterruptTurn
+    | ModelStopped
 )
 
 
@@ -220,6 +253,14 @@ class Loop(Protocol):
     unless the session ends first (``Exit``, ``ReportOutage``). The actor counts the
     messages it handed over against the ``TurnFinished`` it saw to know whether a turn
     runs (for the idle timeout and turn durations).
+
+    **Interrupt.** With the double-texting policy ``interrupt`` the actor follows a
+    mid-turn message with :class:`InterruptTurn`. The loop ends the turn at its next safe
+    point — a model stream at once (``StopModelCall``, answered by ``ModelStopped``), an
+    approval wait at once (``WithdrawApproval``), a running tool once it has finished —
+    keeping the partial reply marked
+    (``turn.interrupted_reply``), with a ``result`` of subtype ``interrupted`` and
+    ``TurnFinished``; the waiting message's turn follows. A loop may ignore it (enqueue).
 
     **Abort.** ``abort()`` returns clean-up effects, and the actor applies them — but
     only those that publish and start nothing, because the session's lifeline may be

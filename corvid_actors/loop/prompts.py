@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from corvid_actors.content import strip_conversation_history
 from corvid_actors.loop.doom import canonical_input
+from corvid_actors.loop.turn import as_said
 from corvid_actors.providers.base import ChatMessage
 
 SKILL_HEADING = "## Skill Instructions"
@@ -165,17 +166,18 @@ def build_resume_prompt(
     and assistant messages count; earlier injected history blocks are stripped so resumes
     never nest; the last ``max_messages`` are each cut to ``max_chars`` and prefixed
     ``[User]:`` / ``[Assistant]:`` inside a ``<conversation_history>`` block that starts
-    with an instruction line, then the new prompt follows. ``interrupted`` picks the
+    with an instruction line, then the new prompt follows (a reply cut by double texting
+    before the message that cut it: ``turn.as_said``). ``interrupted`` picks the
     "session was interrupted, continue" instruction (default: when there is no new
     prompt). With no usable history the result is just the new prompt.
     """
     if interrupted is None:
         interrupted = not new_prompt
-    usable = [
+    usable = as_said([
         (role, stripped)
         for role, content in history
         if role in _ROLE_LABELS and (stripped := strip_conversation_history(content))
-    ]
+    ])
     # filter before taking the window, so system rows never crowd out real messages
     recent = usable[-max_messages:] if max_messages > 0 else []
     if not recent:

@@ -17,6 +17,8 @@ Behaviour of the SDK-process and stream-processor seeds, without I/O (see
   call); a compaction that did not bring the context under the threshold is not repeated
   in the same turn.
 - fatal errors: ``result`` subtype ``"error"``, ``error`` (``sdk_error``), ``Exit(1)``.
+- ``InterruptTurn`` (double texting) ends the turn at its next safe point
+  (``turn.interrupt_step``): ``result`` subtype ``"interrupted"``, the partial reply kept.
   ``abort()`` returns no effects, and nothing is emitted after it.
 
 The tool-call walk is :mod:`.sdk_tools` (on the shared :mod:`.tool_walk`), compaction
@@ -40,17 +42,21 @@ from corvid_actors.loop.effects import (
     Effect,
     Emit,
     Exit,
+    InterruptTurn,
     LoopInput,
     ModelFailed,
+    ModelStopped,
     ModelSucceeded,
     PersistMessage,
     ReportOutage,
     Schedule,
+    StopModelCall,
     TimerFired,
     ToolFinished,
     TurnFinished,
     TurnMetrics,
     UserMessage,
+    WithdrawApproval,
 )
 from corvid_actors.loop.payload_guard import GrowthCheck
 from corvid_actors.loop.retry import retry_delay, should_retry
@@ -59,7 +65,13 @@ from corvid_actors.loop.sdk_compaction import SdkCompaction, context_tokens, nex
 from corvid_actors.loop.sdk_tools import SdkToolCalls
 from corvid_actors.loop.settings import SdkLoopSettings
 from corvid_actors.loop.tool_walk import ToolWalk, pending_status
-from corvid_actors.loop.turn import InputQueue, Phase, TurnAccount
+from corvid_actors.loop.turn import (
+    InputQueue,
+    Phase,
+    TurnAccount,
+    interrupt_step,
+    interrupted_reply,
+)
 from corvid_actors.providers.base import (
     ChatMessage,
     ErrorKind,
@@ -87,6 +99,8 @@ class _Turn(TurnAccount):
     compaction_blocked: bool = False
     #: the one compaction-and-retry for a context overflow is used
     overflow_retry_used: bool = False
+    #: the user's next message interrupts this turn at its next safe point
+    interrupted: bool = False
 
 
 class SdkLoop(SdkCompaction, SdkToolCalls):
@@ -189,7 +203,35 @@ class SdkLoop(SdkCompaction, SdkToolCalls):
             ):
                 self._phase = Phase.TOOLS
                 return self._finish_call(self._current_call(), result) + self._advance_tools()
+            case InterruptTurn():
+                return self._on_interrupt()
+            case ModelStopped(text=text) if self._phase is Phase.WAIT_MODEL:
+                return self._end_interrupted(text)
         return []
+
+    # --- double texting: interrupt -------------------------------------------------
+
+    def _on_interrupt(self) -> list[Effect]:
+        turn, purpose = self._turn, self._pending.purpose if self._pending is not None else ""
+        step = interrupt_step(self._phase, waiting=len(self._queue), call_purpose=purpose,
+                              interrupted=turn.interrupted)
+        turn.interrupted = turn.interrupted or step != "ignore"
+        if step == "stop":
+            return [StopModelCall()]
+        if step == "withdraw":  # its denial comes back as ApprovalDecided: the turn ends then
+            return [WithdrawApproval()]
+        # "later": _advance_tools (tool finished) or _call_model ends it
+        return self._end_interrupted("") if step == "end" else []
+
+    def _end_interrupted(self, partial: str) -> list[Effect]:
+        """The turn ends here: ``partial`` (what the stopped call streamed) kept, marked."""
+        reply = interrupted_reply(partial)
+        self._pending = None
+        self._retry_token = None
+        self._messages.append(ChatMessage(role="assistant", content=reply))
+        self._turn.last_text = reply
+        return [Emit(Assistant(content=reply, interrupted=True)), PersistMessage(role="assistant", content=reply),
+                *self._end_turn("interrupted", "interrupted")]
 
     # --- turns ---------------------------------------------------------------------
 
@@ -217,6 +259,8 @@ class SdkLoop(SdkCompaction, SdkToolCalls):
         return self._call_model()
 
     def _call_model(self) -> list[Effect]:
+        if self._turn.interrupted:  # a safe point: after the tools, or a compaction
+            return self._end_interrupted("")
         self._messages = self._rules.prepare_history(self._messages)
         request = ModelRequest(
             model=self._model,

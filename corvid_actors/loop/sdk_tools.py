@@ -25,7 +25,7 @@ from corvid_actors.loop.tool_walk import (
     gate,
     running_status,
 )
-from corvid_actors.loop.turn import Phase
+from corvid_actors.loop.turn import NOT_RUN_INTERRUPTED, Phase
 from corvid_actors.providers.base import ChatMessage, ToolCall
 from corvid_actors.vocabulary import PermissionCheck, ToolResult
 
@@ -57,8 +57,13 @@ class SdkToolCalls:
 
         def _proceed(self, *, blocked: bool = False, reason: str = "normal") -> list[Effect]: ...
 
+        def _end_interrupted(self, partial: str) -> list[Effect]: ...
+
     def _advance_tools(self) -> list[Effect]:
         """Walk the remaining calls until one waits (approval or run) or all are done."""
+        if self._turn.interrupted:
+            # a safe point (no tool runs now): the calls left are not run, the model reads why
+            return self._skip_remaining(NOT_RUN_INTERRUPTED) + self._end_interrupted("")
         effects: list[Effect] = []
         while self._phase is Phase.TOOLS and (call := self._walk.current) is not None:
             effects += self._open_call(call)
@@ -104,6 +109,8 @@ class SdkToolCalls:
 
     def _on_approval(self, call: ToolCall, decision: ApprovalDecided) -> list[Effect]:
         self._phase = Phase.TOOLS
+        if self._turn.interrupted:  # interrupted while it waited: not run (_advance_tools)
+            return self._advance_tools()
         if self._approval_kind == "doom_loop":
             if not decision.allowed:
                 return self._stop_turn(call, decision.message or DOOM_DENIAL_MESSAGE, "doom_loop")

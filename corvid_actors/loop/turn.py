@@ -11,11 +11,20 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from corvid_actors.events import Result
 from corvid_actors.loop.effects import TurnMetrics, UserMessage
 from corvid_actors.providers.base import ModelResponse
+
+#: ends a reply cut short by the user's next message (double texting ``interrupt``): in
+#: the conversation the model sees and in the stored message alike
+INTERRUPTED_MARKER = "[interrupted by the user's next message]"
+#: why an approval the interrupted turn waited for was withdrawn (what its asker is shown)
+APPROVAL_WITHDRAWN = "Withdrawn: the user's next message interrupted the turn."
+#: what the model reads for a tool call of an interrupted turn that was not run
+NOT_RUN_INTERRUPTED = "Not run: the turn was interrupted by the user's next message."
 
 #: the usage counters a turn adds up, in the order the ``result`` event lists them
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens")
@@ -92,3 +101,41 @@ class InputQueue:
         no effects — the actor releases what it holds itself)."""
         self._waiting.clear()
 
+
+def interrupted_reply(partial: str) -> str:
+    """The assistant message kept for a turn the user's next message interrupted: what
+    was streamed of the reply, then :data:`INTERRUPTED_MARKER` (the marker alone when
+    nothing was)."""
+    partial = partial.rstrip()
+    return f"{partial}\n\n{INTERRUPTED_MARKER}" if partial else INTERRUPTED_MARKER
+
+
+def interrupt_step(phase: Phase, *, waiting: int, call_purpose: str, interrupted: bool) -> str:
+    """What a loop does on ``InterruptTurn`` (double texting ``interrupt``), in ``phase``
+    with ``waiting`` queued messages, ``call_purpose`` the outstanding model call's
+    ("turn", "summary", "compaction"; "" for none) and ``interrupted`` when the turn was
+    interrupted already: ``ignore`` (between turns, ended, nothing waits, or said
+    before), ``stop`` (a turn's model stream: ``StopModelCall`` now), ``end`` (a retry
+    wait: the turn ends now), ``withdraw`` (an approval wait: ``WithdrawApproval`` now; its
+    denial ends the turn), or ``later`` — a slot, a running tool, a summary or a compaction
+    call is let finish, and the turn ends at the loop's next safe point."""
+    if phase in (Phase.IDLE, Phase.DONE) or not waiting or interrupted:
+        return "ignore"
+    if phase is Phase.WAIT_MODEL and call_purpose == "turn":
+        return "stop"
+    if phase is Phase.WAIT_APPROVAL:
+        return "withdraw"
+    return "end" if phase is Phase.WAIT_RETRY else "later"
+
+
+def as_said(history: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Stored ``(role, content)`` messages, oldest first, in the order they were said: a
+    reply the user's next message interrupted (ending with :data:`INTERRUPTED_MARKER`) is
+    stored after that message — a message is stored when it is accepted, the cut reply
+    when the turn ends — so it goes back before the user message stored just before it."""
+    said = list(history)
+    for i in range(1, len(said)):
+        role, content = said[i]
+        if role == "assistant" and content.endswith(INTERRUPTED_MARKER) and said[i - 1][0] == "user":
+            said[i - 1], said[i] = said[i], said[i - 1]
+    return said

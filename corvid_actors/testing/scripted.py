@@ -36,6 +36,7 @@ the restart takes the next one: two scripted turns for one user message.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -84,6 +85,8 @@ class ScriptedTurn:
     text: str = ""
     deltas: int = 1
     latency_s: float = 0.0
+    #: simulated seconds between two streamed chunks (0: all at once, after the latency)
+    delta_interval_s: float = 0.0
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = field(default_factory=Usage)
     cost_usd: float = 0.0
@@ -103,17 +106,19 @@ class Turn:
     """Constructors of :class:`ScriptedTurn` values, for ``for_session`` and ``add``."""
 
     @staticmethod
-    def reply(text: str = "", *, deltas: int = 1, latency_s: float = 0.0,
+    def reply(text: str = "", *, deltas: int = 1, latency_s: float = 0.0, delta_interval_s: float = 0.0,
               tool_calls: Iterable[ToolCallLike] = (), usage: Usage | Mapping[str, int] | None = None,
               cost_usd: float = 0.0, stop_reason: str | None = None) -> ScriptedTurn:
         """A model reply: ``text`` streamed in ``deltas`` chunks after ``latency_s`` simulated
-        seconds, with ``tool_calls`` (``ToolCall`` or ``(name, arguments)``; ids are given
+        seconds — the first chunk then, each next one ``delta_interval_s`` later (a slow
+        stream: a stop or an interrupt may cut it between chunks) — with ``tool_calls`` (``ToolCall`` or ``(name, arguments)``; ids are given
         when the turn is served if left empty) and ``usage`` (a ``Usage`` or a dict such as
         ``{"input_tokens": 120, "output_tokens": 40}``; estimated from the text if left out)."""
         calls = tuple(c if isinstance(c, ToolCall) else ToolCall("", c[0], dict(c[1])) for c in tool_calls)
         if isinstance(usage, Mapping):
             usage = Usage(**usage)
-        return ScriptedTurn(text=text, deltas=deltas, latency_s=latency_s, tool_calls=calls,
+        return ScriptedTurn(text=text, deltas=deltas, latency_s=latency_s, delta_interval_s=delta_interval_s,
+                            tool_calls=calls,
                             usage=usage or Usage(), cost_usd=cost_usd,
                             stop_reason=stop_reason or ("tool_use" if calls else "end_turn"))
 
@@ -235,11 +240,11 @@ class ScriptedProvider:
             self._turns.append(turn)
         return self
 
-    def reply(self, text: str, *, deltas: int = 1, latency_s: float = 0.0, match: str | None = None,
-              usage: Usage | Mapping[str, int] | None = None, cost_usd: float = 0.0,
+    def reply(self, text: str, *, deltas: int = 1, latency_s: float = 0.0, delta_interval_s: float = 0.0,
+              match: str | None = None, usage: Usage | Mapping[str, int] | None = None, cost_usd: float = 0.0,
               tool_calls: Iterable[ToolCallLike] = ()) -> ScriptedProvider:
-        turn = Turn.reply(text, deltas=deltas, latency_s=latency_s, usage=usage, cost_usd=cost_usd,
-                          tool_calls=tool_calls)
+        turn = Turn.reply(text, deltas=deltas, latency_s=latency_s, delta_interval_s=delta_interval_s,
+                          usage=usage, cost_usd=cost_usd, tool_calls=tool_calls)
         return self.add(replace(turn, match=match))
 
     def tool_call(self, name: str, arguments: dict[str, Any], *, text: str = "", call_id: str | None = None,
@@ -296,32 +301,56 @@ class ScriptedProvider:
         if turn.latency_s > 0:
             if not self._need_clock().wait(turn.latency_s, cancel):
                 raise StreamCancelled()
-        return self._serve(turn, request, on_event, cancel)
+        self._open(turn, request, cancel)
+        for i, chunk in enumerate(_chunks(turn.text, turn.deltas)):
+            if i and turn.delta_interval_s > 0 and not self._need_clock().wait(turn.delta_interval_s, cancel):
+                raise StreamCancelled()
+            cancel.raise_if_cancelled()
+            on_event(TextDelta(chunk))
+        return self._response(turn, request)
 
     def stream_soon(self, request: ModelRequest, on_event: StreamCallback, cancel: CancelToken,
                     done: CallDone) -> bool:
         """:meth:`stream` without a thread (``providers.base.ClockStreaming``): the latency
-        is a timer on the clock; ``done`` gets the reply or the error. False (nothing done)
-        for a subclass that overrides :meth:`stream`: its own code must run."""
+        and the pauses between chunks are timers on the clock; ``done`` gets the reply or
+        the error. False (nothing done) for a subclass that overrides :meth:`stream`: its
+        own code must run."""
         if type(self).stream is not ScriptedProvider.stream:
             return False
         turn = self._next_turn(request)
+        chunks = _chunks(turn.text, turn.deltas)
+
+        def later(delay_s: float, then: Callable[[], None]) -> None:
+            handle = self._need_clock().call_later(delay_s, then)
+            cancel.on_cancel(handle.cancel)
+
+        def send(i: int) -> None:
+            # chunk i is due now; the next ones follow at once or after delta_interval_s
+            while i < len(chunks):
+                if cancel.cancelled:
+                    return
+                on_event(TextDelta(chunks[i]))
+                i += 1
+                if i < len(chunks) and turn.delta_interval_s > 0:
+                    later(turn.delta_interval_s, functools.partial(send, i))
+                    return
+            if not cancel.cancelled:
+                done(self._response(turn, request), None)
 
         def serve() -> None:
             if cancel.cancelled:
                 return
             try:
-                response = self._serve(turn, request, on_event, cancel)
+                self._open(turn, request, cancel)
             except StreamCancelled:
                 return
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, as stream() raises it
                 done(None, exc)
                 return
-            done(response, None)
+            send(0)
 
         if turn.latency_s > 0:
-            handle = self._need_clock().call_later(turn.latency_s, serve)
-            cancel.on_cancel(handle.cancel)
+            later(turn.latency_s, serve)
         else:
             serve()
         return True
@@ -331,9 +360,9 @@ class ScriptedProvider:
             raise RuntimeError("ScriptedProvider needs a clock for latency")
         return self.clock
 
-    def _serve(self, turn: ScriptedTurn, request: ModelRequest, on_event: StreamCallback,
-               cancel: CancelToken) -> ModelResponse:
-        """The scripted turn once its latency has passed: its error, exit or streamed reply."""
+    def _open(self, turn: ScriptedTurn, request: ModelRequest, cancel: CancelToken) -> None:
+        """The scripted turn once its latency has passed: raises its error or exit (or a
+        :class:`ScriptError`); returns when its reply may stream."""
         cancel.raise_if_cancelled()
         if turn.tool_calls and not request.tools:
             error = self._no_tools_error(turn, request)
@@ -344,9 +373,9 @@ class ScriptedProvider:
             raise turn.error
         if turn.exit_code is not None:
             raise SessionExit(turn.exit_code)
-        for chunk in _chunks(turn.text, turn.deltas):
-            cancel.raise_if_cancelled()
-            on_event(TextDelta(chunk))
+
+    @staticmethod
+    def _response(turn: ScriptedTurn, request: ModelRequest) -> ModelResponse:
         usage = turn.usage
         if usage == Usage():
             usage = Usage(input_tokens=sum(len(m.content) for m in request.messages) // 4,

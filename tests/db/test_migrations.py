@@ -10,7 +10,7 @@ import pytest
 
 from corvid_actors.db import migrations
 from corvid_actors.db.store import Store
-from corvid_actors.errors import StoreError
+from corvid_actors.errors import AgentSettingError, StoreError
 from tests.db.conftest import run_together
 
 
@@ -158,6 +158,27 @@ def test_a_version_3_database_gets_the_open_turns_column(tmp_path) -> None:
         store.close()
 
 
+def test_a_version_12_database_gets_the_agents_double_texting_column(tmp_path) -> None:
+    # issue 35 item 6: nullable (NULL: [agents] double_texting, else by the agent's kind);
+    # the migration is idempotent, so a merge may renumber it
+    url = f"sqlite:///{tmp_path / 'corvid.db'}"
+    old = Store(url)
+    agent = old.create_agent("from before")
+    old.db.execute_sql('ALTER TABLE agents DROP COLUMN "double_texting"')
+    old.m.SchemaVersion.delete().where(old.m.SchemaVersion.version > 12).execute()
+    old.close()
+
+    store = Store(url)
+    try:
+        assert recorded_versions(store)[-1] == len(migrations.MIGRATIONS)
+        assert store.get_agent(agent.id).double_texting is None
+        assert store.update_agent(agent.id, double_texting="reject").double_texting == "reject"
+        with pytest.raises(AgentSettingError, match="double_texting 'later' is not one of enqueue, interrupt, reject"):
+            store.update_agent(agent.id, double_texting="later")
+    finally:
+        store.close()
+
+
 def test_a_version_11_database_gets_the_agents_access_columns(tmp_path) -> None:
     # migration 12 (issue 35 item 7): nullable columns, NULL meaning the [access] config's value
     url = f"sqlite:///{tmp_path / 'corvid.db'}"
@@ -172,7 +193,7 @@ def test_a_version_11_database_gets_the_agents_access_columns(tmp_path) -> None:
 
     store = Store(url)
     try:
-        assert recorded_versions(store)[-2:] == [12, 13]  # 13: the agents' kind, after it
+        assert recorded_versions(store)[-3:] == [12, 13, 14]  # 13: the agents' kind, 14: double texting
         assert set(migrations._AGENT_ACCESS_COLUMNS) <= {c.name for c in store.db.get_columns("agents")}
         row = store.get_agent(agent.id)
         assert (row.conversation_mode, row.conversation_allowlist, row.max_budget_usd) == (None, None, None)

@@ -19,9 +19,10 @@ from corvid_actors.testing import EventRecorder, sim_runtime
 OWNER = "olivia"
 
 
-def make_bot(sim_clock, scripted, tmp_path, *, credits=None, direct=False, settings=None):
+def make_bot(sim_clock, scripted, tmp_path, *, credits=None, direct=False, settings=None, double_texting=""):
     cfg = Config().replace(credits={"credits_per_turn": 1, "low_credit_threshold": 3,
-                                    "free_credits_on_first_message": 10, **(credits or {})})
+                                    "free_credits_on_first_message": 10, **(credits or {})},
+                           agents={"double_texting": double_texting})
     extra = {"loop_for_provider": {"scripted": "direct"}} if direct else {}
     rt = sim_runtime(sim_clock, scripted, config=cfg, workspace_dir=tmp_path / "ws", with_credits=True,
                      is_owner={OWNER}.__contains__, **extra)
@@ -184,7 +185,9 @@ def test_low_credit_warning_reaches_the_participant_once(sim_clock, scripted, tm
 
 
 def test_exhaustion_mid_session_stops_it_and_refuses_more_until_a_top_up(sim_clock, scripted, tmp_path):
-    rt, transport, bridge = make_bot(sim_clock, scripted, tmp_path, credits={"free_credits_on_first_message": 1})
+    # a chat agent would interrupt the first answer (issue 35 item 6): this bot queues
+    rt, transport, bridge = make_bot(sim_clock, scripted, tmp_path, credits={"free_credits_on_first_message": 1},
+                                     double_texting="enqueue")
     recorder = EventRecorder.attach(rt)
     try:
         scripted.reply("first answer", latency_s=5)

@@ -23,6 +23,7 @@ from corvid_actors.actors.supervisor._messages import StartTicket
 from corvid_actors.actors.supervisor._state import Incarnation, Meta
 from corvid_actors.actors.timers import CancelTimer
 from corvid_actors.content import UserContent, content_blocks, text_parts
+from corvid_actors.double_texting import double_texting_policy
 from corvid_actors.events import ErrorEvent, SessionError, SessionStarted, SystemEvent
 
 
@@ -83,6 +84,10 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
         io_loop=core.io_loop,
         deadline_sink=core.cluster.note_deadline if core.cluster is not None else None,
         inherited_deadline=None if begin else inherited_deadline,
+        double_texting=double_texting_policy(
+            getattr(ctx.agent, "double_texting", None),
+            core.cfg.agents.kind_for(getattr(ctx.agent, "kind", None), session.source),
+            config_default=core.cfg.agents.double_texting),
     )
     builder, slot_pool = core.builder, core.slot_pool
 
@@ -98,7 +103,7 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
         ), built
 
     ref = SessionActor.start(core.tracker, partial, build)
-    entry = LiveSession(sid, gen, ref, lifeline, tally, begun=begin)
+    entry = LiveSession(sid, gen, ref, lifeline, tally, begun=begin, double_texting=partial.double_texting)
     ticket = StartTicket(core.tracker.inline)
     first: Begin | Ready = Begin(text, blocks) if begin else Ready()
     core.live.starting(sid, gen)

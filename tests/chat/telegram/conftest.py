@@ -29,7 +29,9 @@ def scripted() -> ScriptedProvider:
 
 
 def make_runtime(scripted, tmp_path, **kwargs) -> Runtime:
-    cfg = Config().replace(providers={"default_provider": scripted.name})
+    # the transport's tests answer every message in turn (a chat agent would interrupt a
+    # turn for the participant's next message: tests/sim/test_double_texting.py)
+    cfg = Config().replace(providers={"default_provider": scripted.name}, agents={"double_texting": "enqueue"})
     (tmp_path / "ws").mkdir(exist_ok=True)
     (tmp_path / "ws" / "notes.txt").write_text("hello\n")
     return Runtime(cfg, clock=RealClock(), store_url="sqlite:///:memory:", providers={scripted.name: scripted},
