@@ -158,6 +158,34 @@ def protected_match(
     return None
 
 
+def project_parts(project_dir: str | os.PathLike[str], path: str | os.PathLike[str]) -> tuple[str, ...]:
+    """``path`` as normalised components relative to ``project_dir`` (``()``: the project),
+    or :class:`PathDenied` — judged by its text alone, the file system untouched.
+
+    The same rules as :func:`resolve_in_project` for what is written (empty, NUL, ``~``,
+    an absolute path elsewhere, ``..`` leaving the project); symlinks are the business of
+    whoever opens the path (:mod:`corvid_actors.tools.safe_open`), at the moment it does.
+    """
+    text = os.fspath(path)
+    if not text:
+        raise PathDenied("Path is empty: give a path relative to the project directory")
+    if "\0" in text:
+        raise PathDenied(f"Path contains a NUL byte: {text!r}")
+    if text.startswith("~"):
+        raise PathDenied(
+            f"Home-relative paths are not allowed: {text} (use a path inside the project)"
+        )
+    root = _real_root(project_dir)
+    joined = os.path.normpath(os.path.join(root, text))
+    for spelling in (root, os.path.normpath(os.path.abspath(os.fspath(project_dir)))):
+        if is_within(joined, spelling):
+            relative = joined[len(spelling):].lstrip(os.sep)
+            return tuple(relative.split(os.sep)) if relative else ()
+    if os.path.isabs(text):
+        raise PathDenied(f"Path outside the project directory denied: {text}")
+    raise PathDenied(f"Path traversal denied: {text} leaves the project directory")
+
+
 def resolve_in_project(project_dir: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
     """The real path of ``path`` inside ``project_dir``, or :class:`PathDenied`.
 
