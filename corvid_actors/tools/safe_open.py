@@ -120,6 +120,16 @@ def _no_check(parts: tuple[str, ...]) -> None:
     return None
 
 
+def _no_longer_a_link(name: str, dir_fd: int, last: bool) -> bool:
+    """After an open refused ``name`` as a symlink and it could not be read as one: is it
+    now what the open wanted (a directory on the way; anything but a link at the end)?"""
+    try:
+        mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISLNK(mode) if last else stat.S_ISDIR(mode)
+
+
 def _read_link(name: str, dir_fd: int) -> str | None:
     try:
         return os.readlink(name, dir_fd=dir_fd)
@@ -212,6 +222,11 @@ class ProjectTree:
                 except OSError as exc:
                     target = (_read_link(name, here)
                               if exc.errno in (errno.ELOOP, errno.ENOTDIR) else None)
+                    if target is None and exc.errno == (errno.ELOOP if last else errno.ENOTDIR) \
+                            and _no_longer_a_link(name, here, last) and links < MAX_SYMLINKS:
+                        links += 1  # a symlink swapped back meanwhile: look again
+                        pending.append(name)
+                        continue
                     if target is not None:
                         links += 1
                         if links > MAX_SYMLINKS:

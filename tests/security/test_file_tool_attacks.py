@@ -8,6 +8,7 @@ process is a subprocess of the (root) test, as another session's command would b
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -17,7 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.security.as_user import Daemon
+from corvid_actors.tools.base import PathDenied
+from corvid_actors.tools.safe_open import READ_FLAGS, ProjectTree
+from tests.security.as_user import Daemon, shared_dir
+from tests.security.conftest import make_project
 
 #: how long one race runs, and at most how many tool calls it makes
 RACE_S = 1.0
@@ -129,6 +133,33 @@ def test_edit_file_never_edits_outside_through_a_swapped_directory(daemon_factor
     outputs = race(daemon, "edit_file", flip)
     assert_outside_untouched(daemon.project)
     assert any(o.startswith("Edited") for o in outputs)
+
+
+@pytest.mark.parametrize("use_openat2", [True, False], ids=["openat2", "walk"])
+def test_project_tree_never_leaves_the_project_under_the_race_either_way(use_openat2):
+    base = shared_dir("corvid-race-")
+    project = make_project(base / "project")
+    arrange_race(project)
+    counts = {"inside": 0, "refused": 0, "leaked": 0, "written": 0}
+    try:
+        deadline = time.monotonic() + RACE_S
+        with Swapper(project, RACE_S + 0.2), ProjectTree(project, use_openat2=use_openat2) as tree:
+            while time.monotonic() < deadline and sum(counts.values()) < 4 * RACE_MAX_CALLS:
+                try:
+                    opened = tree.open(("sub", "data.txt"), READ_FLAGS)
+                    with os.fdopen(opened.fd) as handle:
+                        counts["leaked" if OUTSIDE_SECRET in handle.read() else "inside"] += 1
+                    opened = tree.open(("sub", "made", "new.txt"), os.O_WRONLY | os.O_CREAT,
+                                       create_dirs=True)
+                    os.close(opened.fd)
+                    counts["written"] += 1
+                except PathDenied:
+                    counts["refused"] += 1
+        assert counts["leaked"] == 0, counts
+        assert counts["inside"] and counts["refused"], counts  # both sides of the race were met
+        assert_outside_untouched(project)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_an_in_project_symlink_to_a_protected_file_stays_protected(daemon_factory):
