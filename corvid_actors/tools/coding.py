@@ -25,9 +25,9 @@ from typing import Any
 from corvid_actors.tools.base import Tool, ToolContext, ToolError
 from corvid_actors.tools.coding_base import (
     DEFAULT_SETTINGS,
-    CodingToolSettings,
     EDIT_FLAGS,
     WRITE_FLAGS,
+    CodingToolSettings,
     closing_fd,
     error_result,
     guarded,
@@ -114,9 +114,10 @@ def _write_file(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolCon
             try:
                 fd = tree.open(parts, WRITE_FLAGS | os.O_CREAT | os.O_EXCL, check=check,
                                create_dirs=True, shown=raw).fd
-            except FileExistsError:
+            except FileExistsError:  # or a symlink by that name: followed if it stays inside
                 existed = True
-                fd = tree.open(parts, WRITE_FLAGS, check=check, shown=raw).fd
+                fd = tree.open(parts, WRITE_FLAGS | os.O_CREAT, check=check, create_dirs=True,
+                               shown=raw).fd
         except IsADirectoryError:
             return error_result(f"{raw} is a directory: give a file path")
         except OSError as exc:

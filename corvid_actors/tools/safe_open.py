@@ -80,16 +80,26 @@ class _Openat2:
             return None
         how = _OpenHow(flags | _CLOEXEC, mode if flags & os.O_CREAT else 0,
                        RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
-        fd = self._syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(dir_fd),
-                           ctypes.c_char_p(os.fsencode(path)), ctypes.byref(how),
-                           ctypes.c_size_t(ctypes.sizeof(how)))
+        fd, code = self._call(dir_fd, path, how)
         if fd >= 0:
-            return int(fd)
-        code = ctypes.get_errno()
+            return fd
+        if code == errno.EPERM:  # a seccomp filter, or this file (immutable, O_NOATIME…)?
+            probe, probe_code = self._call(dir_fd, ".", _OpenHow(os.O_PATH | _CLOEXEC, 0, 0))
+            if probe >= 0:
+                os.close(probe)
+                raise OSError(code, os.strerror(code), path)
+            code = probe_code
         if code in (errno.ENOSYS, errno.EPERM):  # an old kernel, or a seccomp filter
             self.available = False
             return None
         raise OSError(code, os.strerror(code), path)
+
+    def _call(self, dir_fd: int, path: str, how: _OpenHow) -> tuple[int, int]:
+        assert self._syscall is not None
+        fd = self._syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(dir_fd),
+                           ctypes.c_char_p(os.fsencode(path)), ctypes.byref(how),
+                           ctypes.c_size_t(ctypes.sizeof(how)))
+        return int(fd), (0 if fd >= 0 else ctypes.get_errno())
 
 
 _openat2 = _Openat2()

@@ -74,6 +74,14 @@ def test_a_symlink_leading_out_is_refused(tree, project, tmp_path, target):
     assert open_fds() == before
 
 
+def test_an_absolute_symlink_through_the_project_s_other_spelling_stays_inside(project, tmp_path,
+                                                                              use_openat2):
+    os.symlink(project, tmp_path / "project-link")
+    os.symlink(str(tmp_path / "project-link" / "src" / "a.py"), project / "via-link.py")
+    with ProjectTree(tmp_path / "project-link", use_openat2=use_openat2) as tree:
+        assert read(tree, "via-link.py") == (("src", "a.py"), "x = 1\n")
+
+
 def test_a_symlink_loop_fails_with_eloop(tree, project):
     os.symlink("b", project / "a")
     os.symlink("a", project / "b")
