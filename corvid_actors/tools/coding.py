@@ -22,7 +22,7 @@ import os
 import stat
 from typing import Any
 
-from corvid_actors.tools.base import Tool, ToolContext, ToolError
+from corvid_actors.tools.base import Tool, ToolContext
 from corvid_actors.tools.coding_base import (
     DEFAULT_SETTINGS,
     EDIT_FLAGS,
@@ -34,7 +34,6 @@ from corvid_actors.tools.coding_base import (
     not_regular,
     number_arg,
     output_result,
-    protected_patterns_of,
     read_all,
     refusal,
     required_arg,
@@ -42,7 +41,7 @@ from corvid_actors.tools.coding_base import (
 )
 from corvid_actors.tools.corvid_tools import describe_send_message
 from corvid_actors.tools.file_search import list_files, search_files
-from corvid_actors.tools.paths import is_protected, project_parts
+from corvid_actors.tools.paths import project_parts
 from corvid_actors.tools.run_command import run_command
 from corvid_actors.tools.safe_open import READ_FLAGS, ProjectTree
 from corvid_actors.vocabulary import ToolKind, ToolResult, ToolSpec
@@ -57,12 +56,11 @@ def _read_file(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolCont
     offset = int(number_arg(args, "offset", integer=True) or 1)
     limit = number_arg(args, "limit", integer=True)
     parts = project_parts(ctx.project_dir, raw)
-    message = f"Cannot read protected file: {raw}"
-    if is_protected(ctx.project_dir, raw, protected_patterns_of(ctx)):
-        return error_result(message)
+    check = refusal(ctx, f"Cannot read protected file: {raw}")
+    check(parts)  # the name as written; tree.open judges the name it resolves to
     with ProjectTree(ctx.project_dir) as tree:
         try:
-            fd = tree.open(parts, READ_FLAGS, check=refusal(ctx, message), shown=raw).fd
+            fd = tree.open(parts, READ_FLAGS, check=check, shown=raw).fd
         except FileNotFoundError:
             return error_result(f"File not found: {raw}")
     with closing_fd(fd):
@@ -97,17 +95,12 @@ def _numbered_lines(handle: io.TextIOWrapper, raw: str, offset: int, limit: floa
     return output_result("\n".join(lines), settings)
 
 
-def _refuse_protected(ctx: ToolContext, raw: str) -> None:
-    if is_protected(ctx.project_dir, raw, protected_patterns_of(ctx)):
-        raise ToolError(f"Cannot modify protected file: {raw}")
-
-
 def _write_file(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     raw = required_arg(args, "path")
     content = required_arg(args, "content", empty_ok=True)
     parts = project_parts(ctx.project_dir, raw)
-    _refuse_protected(ctx, raw)
     check = refusal(ctx, f"Cannot modify protected file: {raw}")
+    check(parts)  # the name as written; tree.open judges the name it resolves to
     existed = False
     with ProjectTree(ctx.project_dir) as tree:
         try:
@@ -140,13 +133,13 @@ def _edit_file(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolCont
     old = required_arg(args, "old_string")
     new = required_arg(args, "new_string", empty_ok=True)
     parts = project_parts(ctx.project_dir, raw)
-    _refuse_protected(ctx, raw)
+    check = refusal(ctx, f"Cannot modify protected file: {raw}")
+    check(parts)  # the name as written; tree.open judges the name it resolves to
     if old == new:
         return error_result("old_string and new_string are identical: nothing to change")
     with ProjectTree(ctx.project_dir) as tree:
         try:
-            fd = tree.open(parts, EDIT_FLAGS, shown=raw,
-                           check=refusal(ctx, f"Cannot modify protected file: {raw}")).fd
+            fd = tree.open(parts, EDIT_FLAGS, check=check, shown=raw).fd
         except (FileNotFoundError, IsADirectoryError):
             return error_result(f"File not found: {raw}")
     with closing_fd(fd):

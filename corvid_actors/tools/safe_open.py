@@ -130,14 +130,16 @@ def _no_check(parts: tuple[str, ...]) -> None:
     return None
 
 
-def _no_longer_a_link(name: str, dir_fd: int, last: bool) -> bool:
-    """After an open refused ``name`` as a symlink and it could not be read as one: is it
-    now what the open wanted (a directory on the way; anything but a link at the end)?"""
+def _changing(name: str, dir_fd: int, last: bool) -> bool:
+    """After an open refused ``name`` as a symlink that then could not be read as one: is
+    it being swapped (worth another look), rather than plainly not a directory?"""
+    if last:
+        return True  # ELOOP at the end comes from a symlink only
     try:
         mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
     except OSError:
         return False
-    return not stat.S_ISLNK(mode) if last else stat.S_ISDIR(mode)
+    return stat.S_ISDIR(mode) or stat.S_ISLNK(mode)
 
 
 def _read_link(name: str, dir_fd: int) -> str | None:
@@ -233,8 +235,8 @@ class ProjectTree:
                     target = (_read_link(name, here)
                               if exc.errno in (errno.ELOOP, errno.ENOTDIR) else None)
                     if target is None and exc.errno == (errno.ELOOP if last else errno.ENOTDIR) \
-                            and _no_longer_a_link(name, here, last) and links < MAX_SYMLINKS:
-                        links += 1  # a symlink swapped back meanwhile: look again
+                            and _changing(name, here, last) and links < MAX_SYMLINKS:
+                        links += 1  # a symlink swapped back meanwhile: look again (bounded)
                         pending.append(name)
                         continue
                     if target is not None:
