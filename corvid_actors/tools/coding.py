@@ -6,9 +6,12 @@ refuses protected paths itself, in addition to the permission check that runs be
 — a missing or invalid argument, a file not found, a denied path — come back as an
 error :class:`ToolResult` the model can act on; handlers never raise for bad input.
 
-Handlers run on a session's worker thread and may block. The two that can run long
-(``run_command``, ``search_files``) schedule their time limit with ``ctx.call_later``
-and stop at once on ``ctx.cancel``; neither reads a clock. ``run_command`` runs its shell
+Handlers run on a session's worker thread and may block. Those that can run long
+(``run_command``, ``search_files``, ``list_files`` globs) schedule their time limit with
+``ctx.call_later`` and stop at once on ``ctx.cancel``; none reads a clock. The file tools
+run in the daemon's own process: they open every path relative to the project's fd
+(:mod:`corvid_actors.tools.safe_open`), never block on a FIFO or device, and work on the
+file they judged. ``run_command`` runs its shell
 in the OS sandbox given as ``ctx.sandbox`` (``corvid_actors.tools.sandbox``; its mode
 decides what happens when none can run); ``search_files`` matches with RE2, in linear time.
 """
@@ -50,6 +53,8 @@ from corvid_actors.vocabulary import ToolKind, ToolResult, ToolSpec
 # Each opens its path once, relative to the project's fd (safe_open), and works on that
 # fd: what was judged (confinement, protection, type) is what is read or written.
 
+CRLF = "\r\n"
+
 
 def _read_file(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     raw = required_arg(args, "path")
@@ -85,7 +90,7 @@ def _numbered_lines(handle: io.TextIOWrapper, raw: str, offset: int, limit: floa
     for number, line in enumerate(handle, start=1):
         total = number
         if number >= offset and (last is None or number <= last):
-            lines.append(f"{number}\t{line.rstrip(chr(13) + chr(10))}")
+            lines.append(f"{number}\t{line.rstrip(CRLF)}")
         elif last is not None and number > last:
             break
     if total == 0:

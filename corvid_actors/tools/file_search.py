@@ -1,5 +1,10 @@
 """list_files and search_files: directory listings and globs, and a bounded RE2 search of
-the project's files (see :mod:`.coding` for the rules every coding tool follows)."""
+the project's files (see :mod:`.coding` for the rules every coding tool follows).
+
+Both walk the project through directory fds (:meth:`ProjectTree.walk`): no symlink is
+followed, special files are never opened to be read, and a walk stops at its entry cap,
+its deadline (``ctx.call_later``) or the session's cancel, checked at every entry and, in
+search_files, at every line of a file."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Path safety for the coding tools: confinement to the project and protected paths.
 
-Two rules, both pure functions of the file system as it is now:
+Two rules, both pure functions (of the path's text, and for protection of the file system
+as it is now):
 
 * :func:`project_parts` turns a tool's ``path`` argument into components relative to the
   project directory, or raises :class:`PathDenied` (absolute paths elsewhere, ``..``
