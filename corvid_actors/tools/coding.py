@@ -6,67 +6,93 @@ refuses protected paths itself, in addition to the permission check that runs be
 — a missing or invalid argument, a file not found, a denied path — come back as an
 error :class:`ToolResult` the model can act on; handlers never raise for bad input.
 
-Handlers run on a session's worker thread and may block. The two that can run long
-(``run_command``, ``search_files``) schedule their time limit with ``ctx.call_later``
-and stop at once on ``ctx.cancel``; neither reads a clock. ``run_command`` runs its shell
+Handlers run on a session's worker thread and may block. Those that can run long
+(``run_command``, ``search_files``, ``list_files`` globs) schedule their time limit with
+``ctx.call_later`` and stop at once on ``ctx.cancel``; none reads a clock. The file tools
+run in the daemon's own process: they open every path relative to the project's fd
+(:mod:`corvid_actors.tools.safe_open`), never block on a FIFO or device, and work on the
+file they judged. ``run_command`` runs its shell
 in the OS sandbox given as ``ctx.sandbox`` (``corvid_actors.tools.sandbox``; its mode
 decides what happens when none can run); ``search_files`` matches with RE2, in linear time.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
+import io
+import os
+import stat
 from typing import Any
 
-from corvid_actors.tools.base import Tool, ToolContext, ToolError
+from corvid_actors.tools.base import Tool, ToolContext
 from corvid_actors.tools.coding_base import (
     DEFAULT_SETTINGS,
+    EDIT_FLAGS,
+    WRITE_FLAGS,
     CodingToolSettings,
+    closing_fd,
     error_result,
     guarded,
-    is_binary,
+    not_regular,
     number_arg,
     output_result,
-    protected_patterns_of,
+    read_all,
+    refusal,
     required_arg,
+    write_all,
 )
 from corvid_actors.tools.corvid_tools import describe_send_message
 from corvid_actors.tools.file_search import list_files, search_files
-from corvid_actors.tools.paths import (
-    is_protected,
-    resolve_in_project,
-)
+from corvid_actors.tools.paths import project_parts
 from corvid_actors.tools.run_command import run_command
+from corvid_actors.tools.safe_open import READ_FLAGS, ProjectTree
 from corvid_actors.vocabulary import ToolKind, ToolResult, ToolSpec
 
 # --- file tools -------------------------------------------------------------------------
+# Each opens its path once, relative to the project's fd (safe_open), and works on that
+# fd: what was judged (confinement, protection, type) is what is read or written.
+
+CRLF = "\r\n"
 
 
 def _read_file(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     raw = required_arg(args, "path")
     offset = int(number_arg(args, "offset", integer=True) or 1)
     limit = number_arg(args, "limit", integer=True)
-    path = resolve_in_project(ctx.project_dir, raw)
-    if is_protected(ctx.project_dir, raw, protected_patterns_of(ctx)):
-        return error_result(f"Cannot read protected file: {raw}")
-    if not path.exists():
-        return error_result(f"File not found: {raw}")
-    if path.is_dir():
-        return error_result(f"{raw} is a directory: use list_files to see its contents")
-    if limit is None and path.stat().st_size > settings.read_max_file_bytes:
-        return error_result(f"{raw} is {path.stat().st_size} bytes: read it in parts with offset and limit")
-    if is_binary(str(path), settings.binary_sniff_bytes):
-        return error_result(f"{raw} is a binary file")
+    parts = project_parts(ctx.project_dir, raw)
+    check = refusal(ctx, f"Cannot read protected file: {raw}")
+    check(parts)  # the name as written; tree.open judges the name it resolves to
+    with ProjectTree(ctx.project_dir) as tree:
+        try:
+            fd = tree.open(parts, READ_FLAGS, check=check, shown=raw).fd
+        except FileNotFoundError:
+            return error_result(f"File not found: {raw}")
+    with closing_fd(fd):
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            return error_result(f"{raw} is a directory: use list_files to see its contents")
+        if not stat.S_ISREG(info.st_mode):
+            return not_regular(raw, info.st_mode, "read_file")
+        if limit is None and info.st_size > settings.read_max_file_bytes:
+            return error_result(f"{raw} is {info.st_size} bytes: read it in parts with offset and limit")
+        if b"\0" in os.pread(fd, settings.binary_sniff_bytes, 0):
+            return error_result(f"{raw} is a binary file")
+        raw_file = io.BufferedReader(io.FileIO(fd, "rb", closefd=False))
+        with io.TextIOWrapper(raw_file, encoding="utf-8", errors="replace", newline="") as handle:
+            return _numbered_lines(handle, raw, offset, limit, settings)
+
+
+def _numbered_lines(handle: io.TextIOWrapper, raw: str, offset: int, limit: float | None,
+                    settings: CodingToolSettings) -> ToolResult:
     last = None if limit is None else offset + int(limit) - 1
     lines, total = [], 0
-    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
-        for number, line in enumerate(handle, start=1):
-            total = number
-            if number >= offset and (last is None or number <= last):
-                text = line.rstrip("\r\n")
-                lines.append(f"{number}\t{text}")
-            elif last is not None and number > last:
-                break
+    for number, line in enumerate(handle, start=1):
+        total = number
+        if number >= offset and (last is None or number <= last):
+            lines.append(f"{number}\t{line.rstrip(CRLF)}")
+        elif last is not None and number > last:
+            break
     if total == 0:
         return ToolResult(f"(empty file: {raw})")
     if not lines:
@@ -74,22 +100,35 @@ def _read_file(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolCont
     return output_result("\n".join(lines), settings)
 
 
-def _refuse_protected(ctx: ToolContext, raw: str) -> None:
-    if is_protected(ctx.project_dir, raw, protected_patterns_of(ctx)):
-        raise ToolError(f"Cannot modify protected file: {raw}")
-
-
 def _write_file(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     raw = required_arg(args, "path")
     content = required_arg(args, "content", empty_ok=True)
-    path = resolve_in_project(ctx.project_dir, raw)
-    _refuse_protected(ctx, raw)
-    if path.is_dir():
-        return error_result(f"{raw} is a directory: give a file path")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    existed = path.exists()
-    with open(path, "w", encoding="utf-8", newline="") as handle:
-        handle.write(content)
+    parts = project_parts(ctx.project_dir, raw)
+    check = refusal(ctx, f"Cannot modify protected file: {raw}")
+    check(parts)  # the name as written; tree.open judges the name it resolves to
+    existed = False
+    with ProjectTree(ctx.project_dir) as tree:
+        try:
+            try:
+                fd = tree.open(parts, WRITE_FLAGS | os.O_CREAT | os.O_EXCL, check=check,
+                               create_dirs=True, shown=raw).fd
+            except FileExistsError:  # or a symlink by that name: followed if it stays inside
+                existed = True
+                fd = tree.open(parts, WRITE_FLAGS | os.O_CREAT, check=check, create_dirs=True,
+                               shown=raw).fd
+        except IsADirectoryError:
+            return error_result(f"{raw} is a directory: give a file path")
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # a FIFO no one reads
+                return error_result(f"{raw} is not a regular file (FIFO): write_file writes "
+                                    "regular files only")
+            raise
+    with closing_fd(fd):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return not_regular(raw, info.st_mode, "write_file")
+        os.ftruncate(fd, 0)
+        write_all(fd, content.encode("utf-8"))
     verb = "Overwrote" if existed else "Created"
     return ToolResult(f"{verb} {raw} ({len(content)} chars)")
 
@@ -98,30 +137,36 @@ def _edit_file(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolCont
     raw = required_arg(args, "path")
     old = required_arg(args, "old_string")
     new = required_arg(args, "new_string", empty_ok=True)
-    path = resolve_in_project(ctx.project_dir, raw)
-    _refuse_protected(ctx, raw)
+    parts = project_parts(ctx.project_dir, raw)
+    check = refusal(ctx, f"Cannot modify protected file: {raw}")
+    check(parts)  # the name as written; tree.open judges the name it resolves to
     if old == new:
         return error_result("old_string and new_string are identical: nothing to change")
-    if not path.is_file():
-        return error_result(f"File not found: {raw}")
-    try:
-        with open(path, encoding="utf-8", errors="strict", newline="") as handle:
-            text = handle.read()
-    except UnicodeDecodeError:
-        return error_result(f"{raw} is not UTF-8 text: edit_file only edits text files")
-    count = text.count(old)
-    if count == 0:
-        return error_result(f"old_string not found in {raw}: read the file first and copy the exact text")
-    if count > 1:
-        return error_result(
-            f"old_string occurs {count} times in {raw}: include more context to make it unique"
-        )
-    with open(path, "w", encoding="utf-8", newline="") as handle:
-        handle.write(text.replace(old, new, 1))
+    with ProjectTree(ctx.project_dir) as tree:
+        try:
+            fd = tree.open(parts, EDIT_FLAGS, check=check, shown=raw).fd
+        except (FileNotFoundError, IsADirectoryError):
+            return error_result(f"File not found: {raw}")
+    with closing_fd(fd):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return not_regular(raw, info.st_mode, "edit_file")
+        try:
+            text = read_all(fd).decode("utf-8", errors="strict")
+        except UnicodeDecodeError:
+            return error_result(f"{raw} is not UTF-8 text: edit_file only edits text files")
+        count = text.count(old)
+        if count == 0:
+            return error_result(f"old_string not found in {raw}: read the file first and copy the exact text")
+        if count > 1:
+            return error_result(
+                f"old_string occurs {count} times in {raw}: include more context to make it unique"
+            )
+        data = text.replace(old, new, 1).encode("utf-8")
+        os.lseek(fd, 0, os.SEEK_SET)
+        write_all(fd, data)
+        os.ftruncate(fd, len(data))
     return ToolResult(f"Edited {raw}")
-
-
-
 
 
 # --- specs ------------------------------------------------------------------------------

@@ -3,13 +3,15 @@ the wrapper that turns expected failures into error results (see :mod:`.coding`)
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from corvid_actors.tools.base import Handler, ToolContext, ToolError
-from corvid_actors.tools.paths import (
-    DEFAULT_PROTECTED_PATTERNS,
-)
+from corvid_actors.tools.base import Handler, PathDenied, ToolContext, ToolError
+from corvid_actors.tools.paths import DEFAULT_PROTECTED_PATTERNS, compile_patterns
+from corvid_actors.tools.safe_open import Check, special_kind
 from corvid_actors.tools.shell_guard import (
     GuardSettings,
 )
@@ -24,10 +26,17 @@ class CodingToolSettings:
     command_timeout_default_s: float = 30
     command_timeout_max_s: float = 120
     list_max_entries: int = 500
-    #: glob matches collected before list_files stops looking (huge trees)
-    list_glob_scan_max: int = 10_000
+    #: entries a list_files glob (or directory listing) visits before it stops looking;
+    #: directory symlinks are never followed, so this bounds the walk
+    list_walk_max_entries: int = 20_000
+    #: a list_files glob stops looking after this long (and at once on a session stop)
+    list_timeout_s: float = 15
     search_max_lines: int = 200
     search_timeout_s: float = 15
+    #: entries search_files visits before it stops (besides its time limit)
+    search_walk_max_entries: int = 200_000
+    #: special files (FIFOs, sockets, devices) named in search_files' "skipped" note
+    search_skipped_shown: int = 10
     #: longest matching line shown by search_files (minified files have huge lines)
     search_line_max_chars: int = 500
     #: files bigger than this are not searched
@@ -141,7 +150,50 @@ def guarded(handler: Handler) -> Handler:
 DEFAULT_SETTINGS = CodingToolSettings()
 
 
-def is_binary(path: str, sniff_bytes: int) -> bool:
-    """Does the file have a NUL in its first ``sniff_bytes`` bytes (grep's test)?"""
-    with open(path, "rb") as handle:
-        return b"\0" in handle.read(sniff_bytes)
+#: how the file tools open a file to write, or to edit in place: never blocking on a FIFO
+#: (no reader: ENXIO) and never taking a terminal as the controlling one
+WRITE_FLAGS = os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY
+EDIT_FLAGS = os.O_RDWR | os.O_NONBLOCK | os.O_NOCTTY
+
+
+@contextmanager
+def closing_fd(fd: int) -> Iterator[int]:
+    """``fd``, closed when the block ends."""
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def read_all(fd: int) -> bytes:
+    """Everything from ``fd``'s position to its end."""
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """All of ``data`` to ``fd`` (a regular file: short writes only continue)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def not_regular(raw: str, mode: int, tool: str) -> ToolResult:
+    """The error for a FIFO, socket or device node named to a file tool."""
+    return error_result(f"{raw} is not a regular file ({special_kind(mode)}): {tool} "
+                        "works on regular files only")
+
+
+def refusal(ctx: ToolContext, message: str) -> Check:
+    """A :class:`~corvid_actors.tools.safe_open.ProjectTree` check refusing (with
+    ``message``) a resolved path that is protected: the name actually opened, after
+    symlinks, is judged as well as the name the model wrote."""
+    compiled = compile_patterns(protected_patterns_of(ctx))
+
+    def check(parts: tuple[str, ...]) -> None:
+        if compiled.matches(list(parts)):
+            raise PathDenied(message)
+
+    return check

@@ -1,10 +1,12 @@
 """Path safety for the coding tools: confinement to the project and protected paths.
 
-Two rules, both pure functions of the file system as it is now:
+Two rules, both pure functions (of the path's text, and for protection of the file system
+as it is now):
 
-* :func:`resolve_in_project` turns a tool's ``path`` argument into a real path inside
-  the project directory, or raises :class:`PathDenied` (absolute paths elsewhere, ``..``
-  escapes, symlinks that lead out, ``~``).
+* :func:`project_parts` turns a tool's ``path`` argument into components relative to the
+  project directory, or raises :class:`PathDenied` (absolute paths elsewhere, ``..``
+  escapes, ``~``); the file tools then open those components relative to the project's
+  fd (:mod:`corvid_actors.tools.safe_open`), which refuses symlinks that lead out.
 * :func:`is_protected` says whether a path is protected (secrets, the database, key
   stores, ``.git/``). Protection is checked before any permission mode, so even a
   ``full-auto`` agent cannot write these paths (SDK-process seed, invariant 1).
@@ -27,7 +29,6 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
 from corvid_actors.tools.base import PathDenied
 
@@ -158,15 +159,17 @@ def protected_match(
     return None
 
 
-def resolve_in_project(project_dir: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
-    """The real path of ``path`` inside ``project_dir``, or :class:`PathDenied`.
+def project_parts(project_dir: str | os.PathLike[str], path: str | os.PathLike[str]) -> tuple[str, ...]:
+    """``path`` as normalised components relative to ``project_dir`` (``()``: the project),
+    or :class:`PathDenied` — judged by its text alone, the file system untouched.
 
     Relative paths are taken from the project directory. An absolute path is accepted
-    only when it lies inside the project (the model often echoes absolute paths back
-    from tool output). ``..`` that leaves the project and symlinks whose target lies
-    outside it are denied; ``~`` is denied rather than creating a directory named ``~``.
-    The returned path has its symlinks resolved, so the caller acts on the file that
-    was checked.
+    only when it lies inside the project, under either spelling of its root (the model
+    often echoes absolute paths back; the project may be named through a symlink, e.g.
+    /tmp -> /private/tmp). ``..`` that leaves the project is denied, and ``~`` rather than
+    creating a directory named ``~``. Symlinks are the business of whoever opens the path
+    (:class:`corvid_actors.tools.safe_open.ProjectTree`), at the moment it opens it: a
+    path resolved here and opened later would lose to a directory swapped for a symlink.
     """
     text = os.fspath(path)
     if not text:
@@ -178,25 +181,14 @@ def resolve_in_project(project_dir: str | os.PathLike[str], path: str | os.PathL
             f"Home-relative paths are not allowed: {text} (use a path inside the project)"
         )
     root = _real_root(project_dir)
-    joined = os.path.join(root, text)
-    # the project may be named through a symlink (e.g. /tmp -> /private/tmp): an
-    # absolute path is inside when it is under either spelling of the project root
-    roots = (root, os.path.normpath(os.path.abspath(os.fspath(project_dir))))
-    if not any(is_within(os.path.normpath(joined), r) for r in roots):
-        if os.path.isabs(text):
-            raise PathDenied(f"Path outside the project directory denied: {text}")
-        raise PathDenied(f"Path traversal denied: {text} leaves the project directory")
-    real = os.path.realpath(joined)
-    if not is_within(real, root):
-        raise PathDenied(f"Symlink escape denied: {text} resolves to {real}, outside the project")
-    return Path(real)
-
-
-def relative_to_project(project_dir: str | os.PathLike[str], path: str | os.PathLike[str]) -> str:
-    """``path`` relative to the project (POSIX separators), for messages and listings."""
-    root = _real_root(project_dir)
-    relative = os.path.relpath(os.fspath(path), root)
-    return relative.replace(os.sep, "/")
+    joined = os.path.normpath(os.path.join(root, text))
+    for spelling in (root, os.path.normpath(os.path.abspath(os.fspath(project_dir)))):
+        if is_within(joined, spelling):
+            relative = joined[len(spelling):].lstrip(os.sep)
+            return tuple(relative.split(os.sep)) if relative else ()
+    if os.path.isabs(text):
+        raise PathDenied(f"Path outside the project directory denied: {text}")
+    raise PathDenied(f"Path traversal denied: {text} leaves the project directory")
 
 
 class TreeTooLarge(Exception):

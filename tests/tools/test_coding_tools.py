@@ -545,3 +545,73 @@ def test_edit_file_refuses_a_file_that_is_not_utf8(ctx, project):
 def test_read_file_keeps_windows_line_endings_out_of_the_text(ctx, project):
     (project / "crlf.txt").write_bytes(b"a\r\nb\r\n")
     assert call("read_file", ctx, path="crlf.txt").output == "1\ta\n2\tb"
+
+
+# --- limits inside one file and one walk (issue 33, breaks 5 and 6) --------------------
+
+
+def test_search_files_stops_inside_a_huge_file_at_its_deadline(project, timers):
+    with open(project / "huge.txt", "wb") as handle:  # ~8 MB: seconds to scan, line by line
+        handle.write(b"a\n" * 4_000_000 + b"needle\n")
+    settings = CodingToolSettings(search_timeout_s=0.05, search_max_file_bytes=1 << 30)
+    ctx = ToolContext(project_dir=project, call_later=timers)
+    result = bounded(lambda: call("search_files", ctx, settings, pattern="needle", path="."),
+                     limit_s=60)
+    assert "search stopped after 0.05 s" in result.output
+    assert "huge.txt:4000001:needle" not in result.output  # stopped mid-file, not after it
+
+
+def test_search_files_stops_when_the_session_is_cancelled(project):
+    token = CancelToken()
+
+    def call_later(delay, fn):  # the session is stopped just as the search begins
+        token.cancel()
+        return lambda: None
+
+    ctx = ToolContext(project_dir=project, cancel=token, call_later=call_later)
+    result = call("search_files", ctx, pattern="x")
+    assert result.is_error and result.output == "search_files cancelled: x"
+
+
+def test_list_files_glob_reports_its_entry_cap(ctx, project):
+    for index in range(30):
+        (project / "src" / f"f{index}.txt").write_text("")
+    result = call("list_files", ctx, CodingToolSettings(list_walk_max_entries=10), path="**/*.txt")
+    assert result.output.endswith("(stopped looking after visiting 10 entries: narrow the pattern)")
+    assert len(result.output.splitlines()) <= 10
+
+
+def test_list_files_glob_stops_at_its_deadline(project):
+    ctx = ToolContext(project_dir=project, call_later=RecordingTimers(fire_at_once=True))
+    result = call("list_files", ctx, CodingToolSettings(list_timeout_s=3), path="**/*")
+    assert result.output.endswith("(stopped looking after 3 s: narrow the pattern)")
+
+
+def test_list_files_glob_stops_when_the_session_is_cancelled(project):
+    token = CancelToken()
+
+    def call_later(delay, fn):  # the session is stopped just as the walk begins
+        token.cancel()
+        return lambda: None
+
+    ctx = ToolContext(project_dir=project, cancel=token, call_later=call_later)
+    result = call("list_files", ctx, path="**/*")
+    assert result.is_error and result.output == "list_files cancelled: **/*"
+
+
+def test_list_files_glob_lists_symlinks_without_entering_them(ctx, project):
+    os.symlink("src", project / "alias")
+    os.symlink(".", project / "src" / "self")
+    result = call("list_files", ctx, path="**/*")
+    assert result.output.splitlines() == ["README.md", "alias", "corvid.db", "src", "src/a.py",
+                                          "src/self"]
+
+
+def test_write_and_edit_keep_working_through_an_in_project_symlink(ctx, project):
+    os.symlink("src", project / "alias")
+    os.symlink(str(project / "src" / "a.py"), project / "abs.py")
+    assert call("write_file", ctx, path="alias/new.py", content="z = 0\n").output.startswith("Created")
+    assert (project / "src" / "new.py").read_text() == "z = 0\n"
+    assert not call("edit_file", ctx, path="abs.py", old_string="y = 2", new_string="y = 3").is_error
+    assert (project / "src" / "a.py").read_text() == "x = 1\ny = 3\nx = 3\n"
+    assert call("read_file", ctx, path="alias/../README.md").output == "1\t# demo"

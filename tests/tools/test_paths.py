@@ -10,7 +10,7 @@ from corvid_actors.tools.base import PathDenied
 from corvid_actors.tools.paths import (
     DEFAULT_PROTECTED_PATTERNS,
     is_protected,
-    resolve_in_project,
+    project_parts,
 )
 
 
@@ -27,61 +27,37 @@ def project(tmp_path):
     return root
 
 
-# --- resolve_in_project ----------------------------------------------------------------
+# --- project_parts (the path as written; ProjectTree, tests/tools/test_safe_open.py, opens it)
 
 
-def test_relative_path_resolves_under_the_project(project):
-    assert resolve_in_project(project, "src/a.py") == (project / "src" / "a.py").resolve()
-    assert resolve_in_project(project, ".") == project.resolve()
-    assert resolve_in_project(project, "src/../src/a.py") == (project / "src/a.py").resolve()
-
-
-def test_a_new_file_may_be_named(project):
-    assert resolve_in_project(project, "new/dir/b.txt") == project.resolve() / "new/dir/b.txt"
+def test_relative_path_becomes_components_under_the_project(project):
+    assert project_parts(project, "src/a.py") == ("src", "a.py")
+    assert project_parts(project, ".") == ()
+    assert project_parts(project, "src/../src/a.py") == ("src", "a.py")
+    assert project_parts(project, "new/dir/b.txt") == ("new", "dir", "b.txt")
 
 
 def test_absolute_path_inside_the_project_is_accepted(project):
-    inside = str(project / "src" / "a.py")
-    assert resolve_in_project(project, inside) == (project / "src" / "a.py").resolve()
+    assert project_parts(project, str(project / "src" / "a.py")) == ("src", "a.py")
 
 
 @pytest.mark.parametrize("path", ["/etc/passwd", "/", "/tmp"])
 def test_absolute_path_outside_the_project_is_denied(project, path):
     with pytest.raises(PathDenied, match="outside the project"):
-        resolve_in_project(project, path)
+        project_parts(project, path)
 
 
 @pytest.mark.parametrize("path", ["../x", "..", "src/../../x", "src/../../outside/secret.txt"])
 def test_dot_dot_escape_is_denied(project, path):
     with pytest.raises(PathDenied, match="Path traversal denied"):
-        resolve_in_project(project, path)
-
-
-def test_symlink_to_a_file_outside_is_denied(project, tmp_path):
-    os.symlink(tmp_path / "outside" / "secret.txt", project / "link.txt")
-    with pytest.raises(PathDenied, match="Symlink escape denied"):
-        resolve_in_project(project, "link.txt")
-
-
-def test_path_through_a_symlinked_directory_outside_is_denied(project, tmp_path):
-    os.symlink(tmp_path / "outside", project / "linkdir")
-    with pytest.raises(PathDenied, match="Symlink escape denied"):
-        resolve_in_project(project, "linkdir/secret.txt")
-    with pytest.raises(PathDenied, match="Symlink escape denied"):
-        resolve_in_project(project, "linkdir/new-file.txt")
-
-
-def test_symlink_inside_the_project_resolves_to_its_target(project):
-    os.symlink(project / "src" / "a.py", project / "alias.py")
-    assert resolve_in_project(project, "alias.py") == (project / "src" / "a.py").resolve()
+        project_parts(project, path)
 
 
 def test_project_named_through_a_symlink_accepts_its_absolute_paths(project, tmp_path):
     os.symlink(project, tmp_path / "project-link")
     linked = tmp_path / "project-link"
-    assert resolve_in_project(linked, str(linked / "src" / "a.py")) == (
-        project / "src" / "a.py"
-    ).resolve()
+    assert project_parts(linked, str(linked / "src" / "a.py")) == ("src", "a.py")
+    assert project_parts(linked, str(project / "src" / "a.py")) == ("src", "a.py")
 
 
 @pytest.mark.parametrize(
@@ -90,7 +66,7 @@ def test_project_named_through_a_symlink_accepts_its_absolute_paths(project, tmp
 )
 def test_unusable_paths_are_denied_with_a_clear_message(project, path, message):
     with pytest.raises(PathDenied, match=message):
-        resolve_in_project(project, path)
+        project_parts(project, path)
 
 
 # --- is_protected ----------------------------------------------------------------------
