@@ -51,6 +51,8 @@ __all__ = ["AdoptSessions", "ClusterMember", "ClusterSeat", "ClusterStats", "Ses
 
 #: a deadline the lease may hold, not written from here (written at the next change)
 _UNKNOWN = object()
+#: a session's (inactivity, idle-exit) deadlines as reported to the seat
+_Dues = tuple[datetime | None, datetime | None]
 
 
 def new_daemon_id() -> str:
@@ -109,10 +111,10 @@ class ClusterSeat:
     _lost: set[str] = field(default_factory=set)
     #: sessions whose lease holds a durable timer set from here (cleared when it is done)
     _timed: set[str] = field(default_factory=set)
-    #: inactivity deadlines reported since the last flush (latest per session; None: a
-    #: turn is running) and the ones the leases hold as written from here
-    _deadlines: dict[str, datetime | None] = field(default_factory=dict)
-    _stored_deadlines: dict[str, datetime | None] = field(default_factory=dict)
+    #: (inactivity, idle-exit) deadlines reported since the last flush (latest per
+    #: session; None: a turn is running) and the ones the leases hold as written from here
+    _deadlines: dict[str, _Dues] = field(default_factory=dict)
+    _stored_deadlines: dict[str, _Dues] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def register(self) -> None:
@@ -162,13 +164,14 @@ class ClusterSeat:
             self._forget_deadline(sid)  # what the lease holds was written by another incarnation
             self.store.fence(sid, epoch)
 
-    def note_deadline(self, sid: str, due: datetime | None) -> None:
+    def note_deadline(self, sid: str, due: datetime | None, idle_due: datetime | None = None) -> None:
         """The session's inactivity deadline is now ``due`` (None: a turn is running, the
-        deadline is re-armed by its events). Kept in memory only; the next heartbeat
-        stores the changed ones (:meth:`flush_deadlines`). Called by the session actor on
-        its thread when it starts waiting for its user, starts a turn, or is extended."""
+        deadline is re-armed by its events) and its idle exit is due at ``idle_due`` (None:
+        none armed). Kept in memory only; the next heartbeat stores the changed ones
+        (:meth:`flush_deadlines`). Called by the session actor on its thread when it starts
+        waiting for its user, starts a turn, or is extended."""
         with self._lock:
-            self._deadlines[sid] = due
+            self._deadlines[sid] = (due, idle_due)
 
     def flush_deadlines(self) -> int:
         """Store the inactivity deadlines that changed since the last flush in their leases,
@@ -178,9 +181,9 @@ class ClusterSeat:
         on a store error the deadlines are kept for the next one (and it raises)."""
         with self._lock:
             pending, self._deadlines = self._deadlines, {}
-            rows = [Deadline(sid, epoch, due) for sid, due in sorted(pending.items(), key=lambda item: item[0])
+            rows = [Deadline(sid, epoch, *dues) for sid, dues in sorted(pending.items(), key=lambda item: item[0])
                     if (epoch := self.store.epoch_of(sid)) is not None and sid not in self._lost
-                    and self._stored_deadlines.get(sid, _UNKNOWN) != due]
+                    and self._stored_deadlines.get(sid, _UNKNOWN) != dues]
         if not rows:
             return 0
         try:
@@ -188,12 +191,12 @@ class ClusterSeat:
         except StoreError:
             with self._lock:
                 for row in rows:
-                    self._deadlines.setdefault(row.session_id, row.due)  # unless a newer one came
+                    self._deadlines.setdefault(row.session_id, (row.due, row.idle_due))  # unless a newer one came
             raise
         with self._lock:
             for row in rows:
                 if self.store.epoch_of(row.session_id) == row.epoch:
-                    self._stored_deadlines[row.session_id] = row.due
+                    self._stored_deadlines[row.session_id] = (row.due, row.idle_due)
         return written
 
     def _forget_deadline(self, sid: str) -> None:

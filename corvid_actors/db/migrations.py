@@ -197,10 +197,19 @@ def _agent_access(models: SimpleNamespace, db: pw.Database) -> None:
             db.execute_sql(f'ALTER TABLE "agents" ADD COLUMN "{name}" {kind}')
 
 
+def _session_lease_idle_due(models: SimpleNamespace, db: pw.Database) -> None:
+    # Issue 36 item 1: the idle exit is a durable timer too (the lease's idle_due_at).
+    # Nullable, so the previous release runs on; a database made by this version's
+    # baseline has it already. (Numbered 16 on its branch; the merge renumbers it.)
+    if "idle_due_at" not in {c.name for c in db.get_columns("session_leases")}:
+        db.execute_sql('ALTER TABLE "session_leases" ADD COLUMN "idle_due_at" TIMESTAMP')
+
+
 MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
                                _session_open_turns, _webhook_replays, _cluster_leases, _cluster_bus,
                                _cluster_commands_created_at, _session_message_role_index,
-                               _session_channel_index, _session_lease_held_index, _agent_access]
+                               _session_channel_index, _session_lease_held_index, _agent_access,
+                               _session_lease_idle_due]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

@@ -40,7 +40,8 @@ def claim_here(core: SupervisorCore, sid: str) -> bool:
 
 def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: bool = True,
           turns: int | None = None, session: Any | None = None,
-          inherited_deadline: datetime | None = None) -> StartTicket | None:
+          inherited_deadline: datetime | None = None,
+          inherited_idle_deadline: datetime | None = None) -> StartTicket | None:
     """Start an incarnation. ``begin``: its first turn is ``prompt`` (or the initial
     prompt); otherwise it comes up ready and waits for a message. ``turns``: the turn
     count it starts with (default, as the original's start: at least 1, the prompt).
@@ -51,7 +52,7 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
     could not start (an unknown project; an ``error`` event says so). ``session``: the
     session's row if the caller has just read it. ``inherited_deadline``: a session taken
     over while it waited for its user (``begin=False``) keeps the inactivity deadline its
-    old owner stored (issue 20)."""
+    old owner stored (issue 20), and ``inherited_idle_deadline`` its idle exit's (issue 36)."""
     if sid in core.running:
         core.stop_session(sid, "replaced")
     ctx = core.store.session_context(sid, session)  # NotFoundError goes to the asker
@@ -83,6 +84,7 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
         io_loop=core.io_loop,
         deadline_sink=core.cluster.note_deadline if core.cluster is not None else None,
         inherited_deadline=None if begin else inherited_deadline,
+        inherited_idle_deadline=None if begin else inherited_idle_deadline,
     )
     builder, slot_pool = core.builder, core.slot_pool
 
