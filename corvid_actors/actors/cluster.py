@@ -46,13 +46,22 @@ from corvid_actors.db.models import DaemonState
 from corvid_actors.db.store import Store
 from corvid_actors.errors import FencedWrite, StoreError
 
-__all__ = ["AdoptSessions", "ClusterMember", "ClusterSeat", "ClusterStats", "SessionsLost", "new_daemon_id"]
+__all__ = ["AdoptSessions", "ClusterMember", "ClusterSeat", "ClusterStats", "SessionsLost", "new_daemon_id",
+           "sweep_resumes_at"]
 
 
 #: a deadline the lease may hold, not written from here (written at the next change)
 _UNKNOWN = object()
 #: a session's (inactivity, idle-exit) deadlines as reported to the seat
 _Dues = tuple[datetime | None, datetime | None]
+
+
+def sweep_resumes_at(store_back_at: float, config: ClusterConfig) -> float:
+    """When (monotonic) a daemon that saw the store come back at ``store_back_at`` sweeps
+    again: one heartbeat later — every live daemon's heartbeat retries the store at once,
+    so each has renewed its leases by then — plus ``outage_grace_s`` for the spread of the
+    daemons' clocks and reconnects."""
+    return store_back_at + config.heartbeat_s + config.outage_grace_s
 
 
 def new_daemon_id() -> str:
@@ -115,6 +124,10 @@ class ClusterSeat:
     #: session; None: a turn is running) and the ones the leases hold as written from here
     _deadlines: dict[str, _Dues] = field(default_factory=dict)
     _stored_deadlines: dict[str, _Dues] = field(default_factory=dict)
+    #: the store was seen down and not back since (its availability listener: ``store_seen``)
+    _store_down: bool = False
+    #: monotonic time this daemon last saw the store come back from an outage (None: never)
+    _store_back_at: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def register(self) -> None:
@@ -127,6 +140,36 @@ class ClusterSeat:
     def lease_valid(self) -> bool:
         """True while a heartbeat has renewed this daemon's leases less than ``lease_s`` ago."""
         return self.clock.monotonic() < self.valid_until
+
+    def store_seen(self, reason: str | None) -> None:
+        """The store's availability listener: ``reason`` when it went down, None when it is
+        back (on whichever thread noticed; cheap)."""
+        with self._lock:
+            if reason is not None:
+                self._store_down = True
+            elif self._store_down:
+                self._store_down = False
+                self._store_back_at = self.clock.monotonic()
+
+    @property
+    def store_back_at(self) -> float | None:
+        """Monotonic time this daemon last saw the store come back from an outage (None: never)."""
+        return self._store_back_at
+
+    def store_down(self) -> bool:
+        """The store was seen down and has not been seen back since."""
+        return self._store_down
+
+    def sweep_held(self) -> bool:
+        """No sweep now (issue 36): the store is down, or came back less than ``heartbeat_s
+        + outage_grace_s`` ago. During an outage longer than ``lease_s`` every lease lapses;
+        the owners' first heartbeats after it renew them, and a sweep before those would
+        take the sessions of healthy daemons (and declare them gone)."""
+        with self._lock:
+            if self._store_down:
+                return True
+            back_at = self._store_back_at
+        return back_at is not None and self.clock.monotonic() < sweep_resumes_at(back_at, self.config)
 
     def owns(self, sid: str) -> bool:
         """The store writes for ``sid`` under a lease this daemon claimed and has not lost."""
@@ -311,6 +354,7 @@ class ClusterMember(TrackedActor):
         self._stats = {"heartbeats": 0, "sweeps": 0, "adopted": 0, "lost": 0}
 
     def on_start(self) -> None:
+        self.seat.store.add_listener(self.seat.store_seen)
         self._schedule(_Heartbeat(), self.seat.config.heartbeat_s)
         self._schedule(_Sweep(), self._rng.uniform(0.0, self.seat.config.sweep_jitter_s))
 
@@ -331,6 +375,9 @@ class ClusterMember(TrackedActor):
                 return {"daemon_id": self.seat.daemon_id, **self._stats, "owned": len(self.seat.believed())}
         return None
 
+    def on_stop(self) -> None:
+        self.seat.store.remove_listener(self.seat.store_seen)
+
     def _schedule(self, message: object, delay_s: float) -> None:
         tell(self.timers, ScheduleTimer(("cluster", type(message).__name__), delay_s, self.actor_ref, message))
 
@@ -338,6 +385,10 @@ class ClusterMember(TrackedActor):
         seat, cfg = self.seat, self.seat.config
         started = seat.clock.monotonic()
         believed = seat.believed()
+        if seat.store_down():
+            # retry the store now, whatever its reconnect backoff: the owners renew their
+            # leases within one heartbeat of the store's return (the sweeps wait that long)
+            seat.store.probe()
         try:
             renewed = seat.cluster.heartbeat(seat.daemon_id, seat.clock.now(), cfg.lease_s)
         except FencedWrite:
@@ -378,6 +429,10 @@ class ClusterMember(TrackedActor):
 
     def _sweep(self) -> None:
         seat, cfg = self.seat, self.seat.config
+        if seat.store_down():
+            seat.store.probe()  # back? then the grace starts now (sweep_held)
+        if seat.sweep_held():
+            return
         now = seat.clock.now()
         try:
             seat.cluster.expire_dead_daemons(now, cfg.dead_daemon_grace_s, sparing=seat.daemon_id)
