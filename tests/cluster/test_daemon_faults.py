@@ -7,6 +7,8 @@ Timings as tests/cluster/test_daemon_processes.py: heartbeat 0.2 s, lease 1 s.""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,3 +84,23 @@ def test_a_store_outage_longer_than_the_lease_moves_no_session(daemons, pg_url):
             assert [content for role, content in messages if role == "user"] == ["hello"], sid
             [reply] = [content for role, content in messages if role == "assistant"]
             assert reply == reply_of(placed[sid], WORDS, "."), sid
+
+
+def test_a_woken_daemon_answers_without_the_sessions_taken_from_it(daemons, pg_url):
+    a, b = daemons(pg_url, "a", "b", chunk_delay_s=SLOW_CHUNK_S, reply=lambda name: reply_of(name, WORDS, "."))
+    sid = a.call("start", agent="storyteller", prompt="a long story")["session"]  # placed on a (the tie)
+    assert owners(pg_url)[sid] == "a" and sid in running_on(a)
+    os.kill(a.pid, signal.SIGSTOP)  # mid-turn, past its lease
+    try:
+        wait_for(lambda: owners(pg_url).get(sid) == "b" and sid in running_on(b), "b took the session over",
+                 timeout_s=LEASE_S + WAIT_S)
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    # a's first answers: it renewed (and found the session gone) before answering
+    listed = {s["id"]: s for s in a.call("sessions")}
+    assert (listed[sid]["here"], listed[sid]["owner"]) == (False, "b")
+    assert a.call("session", session=sid)["answered_by"] == "b"
+    wait_for(lambda: any("claimed by another daemon" in line for line in a.lines), "a logged the loss")
+    # the turn is answered once, by b; nothing a streamed was stored
+    answered = wait_for(lambda: conversations(pg_url, {sid}, complete=True), "b answered", timeout_s=WAIT_S * 2)
+    assert [content for role, content in answered[sid] if role == "assistant"] == [reply_of("b", WORDS, ".")]

@@ -68,7 +68,7 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
     gen = core.generation
     sup = core.sup
     lifeline = Lifeline(sid, core.bus, coalesce=sup.coalesce_deltas,
-                        gate=core.cluster.lease_valid if core.cluster is not None else None)
+                        gate=core.cluster.may_publish if core.cluster is not None else None)
     timeout_s = sup.session_timeout_s
     meta = core.meta.setdefault(sid, Meta(source=session.source))
     meta.source = session.source
