@@ -278,6 +278,8 @@ class AdminActor(TrackedActor):
 
     def _cmd_start_session(self, args: Mapping[str, Any]) -> dict[str, Any]:
         store = self.w.store
+        if store.schema_refusal is not None:  # issue 36: nothing is created here
+            raise AdminError(UNAVAILABLE, f"this daemon takes no new work: {store.schema_refusal}")
         agent = store.find_agent(args["agent"])
         created = agent is None
         settings = {k: args[k] for k in ("provider", "model", "permission_mode", "conversation_mode",

@@ -44,6 +44,7 @@ from loguru import logger
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.cluster_seat import ClusterSeat, sweep_resumes_at
 from corvid_actors.actors.timers import ScheduleTimer, Timers
+from corvid_actors.db.models import DaemonState
 from corvid_actors.errors import FencedWrite, StoreError
 
 __all__ = ["AdoptSessions", "ClusterMember", "ClusterSeat", "ClusterStats", "RenewNow", "SessionsLost", "new_daemon_id",
@@ -189,6 +190,26 @@ class ClusterMember(TrackedActor):
             seat.flush_deadlines()
         except StoreError as exc:  # kept: the next heartbeat writes them
             logger.warning("cluster: could not store the sessions' inactivity deadlines ({})", exc)
+        self._check_schema()
+
+    def _check_schema(self) -> None:
+        """Another release may have migrated the database since this daemon opened it (one
+        row read per heartbeat): on a schema it cannot run with, it takes no new work — no
+        sweep, no start (the supervisor refuses), and its row says draining, so nobody
+        places a session on it (issue 36)."""
+        seat = self.seat
+        refused_before = seat.store.schema_refusal is not None
+        try:
+            refusal = seat.store.check_schema()
+        except StoreError as exc:
+            logger.warning("cluster: could not read the schema's version ({})", exc)
+            return
+        if refusal is not None and not refused_before:
+            logger.error("cluster: this daemon takes no new work (its row says draining): {}", refusal)
+            try:
+                seat.cluster.set_daemon_state(seat.daemon_id, DaemonState.DRAINING)
+            except StoreError as exc:
+                logger.warning("cluster: could not mark this daemon draining ({})", exc)
 
     def _lost(self, sids: set[str]) -> None:
         if not sids:
@@ -203,7 +224,7 @@ class ClusterMember(TrackedActor):
         seat, cfg = self.seat, self.seat.config
         if seat.store_down():
             seat.store.probe()  # back? then the grace starts now (sweep_held)
-        if seat.sweep_held():
+        if seat.sweep_held() or seat.store.schema_refusal is not None:
             return
         now = seat.clock.now()
         try:

@@ -79,6 +79,21 @@ def schema_verdict(known: int, found: int, breaking_ahead: bool, releases_ahead:
     return None
 
 
+def running_schema_verdict(db: pw.Database, known: int) -> str | None:
+    """:func:`schema_verdict` for code already running on ``db`` (issue 36): another release
+    may have migrated it since this code opened it. One row read, cheap enough for every
+    heartbeat and every reconnect. None: it may run on (or ``schema_version`` is missing)."""
+    p = db.param
+    row = db.execute_sql(
+        "SELECT MAX(version), "
+        f"MAX(CASE WHEN version > {p} AND breaking THEN 1 ELSE 0 END), "
+        f"COUNT(DISTINCT CASE WHEN version > {p} THEN COALESCE(release, 'before-release-column:' || version) END) "
+        "FROM schema_version", (known, known)).fetchone()
+    if row is None or row[0] is None:
+        return None
+    return schema_verdict(known, int(row[0]), bool(row[1]), int(row[2] or 0))
+
+
 def _baseline(models: SimpleNamespace, db: pw.Database) -> None:
     db.create_tables([m for m in models.all if m is not models.SchemaVersion], safe=True)
 

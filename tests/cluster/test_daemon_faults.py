@@ -104,3 +104,33 @@ def test_a_woken_daemon_answers_without_the_sessions_taken_from_it(daemons, pg_u
     # the turn is answered once, by b; nothing a streamed was stored
     answered = wait_for(lambda: conversations(pg_url, {sid}, complete=True), "b answered", timeout_s=WAIT_S * 2)
     assert [content for role, content in answered[sid] if role == "assistant"] == [reply_of("b", WORDS, ".")]
+
+
+def test_a_running_daemon_takes_no_new_work_on_a_schema_it_cannot_run_with(daemons, pg_url):
+    from corvid_actors.daemon.client import AdminRequestFailed
+    from corvid_actors.db.migrations import MIGRATIONS
+    from tests.db.test_running_schema import _breaking_notes_table, upgrade
+
+    [a] = daemons(pg_url, "a", chunk_delay_s=0.0)
+    first = a.call("start", agent="before", prompt="hello")["session"]
+    wait_for(lambda: conversations(pg_url, {first}, complete=True), "a answered")
+    assert a.call("health")["accepting_new_work"] is True
+
+    upgrade(pg_url, _breaking_notes_table, release="next")  # another release's first daemon, as it opens it
+    health = wait_for(lambda: (h := a.call("health"))["accepting_new_work"] is False and h, "a noticed",
+                      timeout_s=WAIT_S)
+    assert health["status"] == "degraded" and health["store"]["schema_refused"]
+    assert any("is breaking" in r and "takes no new work" in r for r in health["reasons"]), health["reasons"]
+    with pytest.raises(AdminRequestFailed, match="takes no new work") as refused:
+        a.call("start", agent="after", prompt="hello")
+    assert refused.value.code == "unavailable"
+    assert [s["id"] for s in a.call("sessions")] == [first]  # nothing was created
+    # what runs here goes on: the session it had still answers
+    assert a.call("send", session=first, text="still there?")["delivered"] is True
+    newer = Store(pg_url, migrations=[*MIGRATIONS, _breaking_notes_table], release="next")  # the new release's view
+    try:
+        assert newer.m.Daemon.get_by_id("a").state == "draining"  # nobody places a session on it
+        wait_for(lambda: [m.role for m in newer.messages(first)][-1:] == ["assistant"]
+                 and "still there?" in [m.content for m in newer.messages(first)], "the second answer")
+    finally:
+        newer.close()

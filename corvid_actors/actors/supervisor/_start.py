@@ -23,13 +23,19 @@ from corvid_actors.actors.supervisor._messages import StartTicket
 from corvid_actors.actors.supervisor._state import Incarnation, Meta
 from corvid_actors.actors.timers import CancelTimer
 from corvid_actors.content import UserContent, content_blocks, text_parts
+from corvid_actors.errors import SchemaTooNew
 from corvid_actors.events import ErrorEvent, SessionError, SessionStarted, SystemEvent
 
 
 def claim_here(core: SupervisorCore, sid: str) -> bool:
     """Several daemons: this daemon holds ``sid``'s lease (claimed now if need be); False,
     with an ``owned_elsewhere`` error event, when another live daemon holds it. Called
-    before anything is written for the session (a prompt included). One daemon: True."""
+    before anything is written for the session (a prompt included). One daemon: True.
+    Raises SchemaTooNew for a new incarnation once the database's schema changed to one
+    this code cannot run with (issue 36: it takes no new work; ``Store.check_schema``)."""
+    refusal = core.store.schema_refusal
+    if refusal is not None and not (core.cluster is not None and core.cluster.owns(sid)):
+        raise SchemaTooNew(f"this daemon takes no new work: {refusal}")
     if core.cluster is None or core.cluster.owns(sid) or core.cluster.claim(sid) is not None:
         return True
     owner = core.cluster.cluster.owner_of(sid)
