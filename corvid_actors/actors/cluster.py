@@ -138,6 +138,7 @@ class ClusterMember(TrackedActor):
             case RenewNow():
                 try:
                     if not self.seat.lease_valid():
+                        self.seat.renewing_off_schedule()
                         self._heartbeat()
                 finally:
                     self.seat.renewal_ran()

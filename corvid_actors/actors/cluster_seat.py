@@ -68,8 +68,10 @@ class ClusterSeat:
     #: waits for it, ``tell_renewal`` does not (see :class:`RenewNow`)
     ask_renewal: Callable[[], object] | None = None
     tell_renewal: Callable[[], object] | None = None
-    #: a renewal was told and has not run yet (one at a time)
+    #: a renewal was told and has not run yet (one at a time), and when (monotonic) the
+    #: last renewal off schedule began: while cut off, at most one per ``heartbeat_s``
     _renewal_told: bool = False
+    _renewed_off_schedule_at: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def register(self) -> None:
@@ -93,8 +95,10 @@ class ClusterSeat:
         tell_renewal = self.tell_renewal
         if tell_renewal is not None:
             with self._lock:
-                told, self._renewal_told = self._renewal_told, True
-            if not told:
+                tell_now = not self._renewal_told and not self._renewed_recently()
+                if tell_now:
+                    self._renewal_told = True
+            if tell_now:
                 tell_renewal()
         return False
 
@@ -105,14 +109,27 @@ class ClusterSeat:
         True when the leases are surely this daemon's afterwards."""
         if self.lease_valid():
             return True
-        if self.ask_renewal is not None:
+        with self._lock:
+            recently = self._renewed_recently()
+        if self.ask_renewal is not None and not recently:
             self.ask_renewal()
         return self.lease_valid()
+
+    def renewing_off_schedule(self) -> None:
+        """The member begins a renewal off schedule (:class:`RenewNow`)."""
+        with self._lock:
+            self._renewed_off_schedule_at = self.clock.monotonic()
 
     def renewal_ran(self) -> None:
         """The member renewed (or tried): the next dropped event may tell another renewal."""
         with self._lock:
             self._renewal_told = False
+
+    def _renewed_recently(self) -> bool:
+        # with the lock held: a daemon cut off drops events all the time, and each renewal
+        # tries to reconnect; once per heartbeat_s is enough (a woken one renews at once)
+        at = self._renewed_off_schedule_at
+        return at is not None and self.clock.monotonic() - at < self.config.heartbeat_s
 
     def store_seen(self, reason: str | None) -> None:
         """The store's availability listener: ``reason`` when it went down, None when it is
