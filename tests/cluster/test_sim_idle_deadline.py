@@ -55,3 +55,21 @@ def test_an_idle_exit_passed_before_the_takeover_ends_the_session_at_once(pg_url
         assert len(started) == 1 and started[0] > 30.0  # ... b took it over after the deadline
         assert sim.b.events.times("session_exited", sid) == [started[0]]  # and ended it at once
         assert sim.b.model.requests == [] and not b.is_running(sid)
+
+
+def test_a_turn_the_heartbeat_did_not_store_moves_the_idle_exit_up_to_its_end(pg_url):
+    # the heartbeat at 30 stored 100 (the first turn's); the turn at 31 set 131 and a is cut
+    # off before its heartbeat at 35 could store it: b counts from the session's last
+    # stored change (that turn's end), as for the inactivity deadline
+    with sim_pair(pg_url, supervisor=SUPERVISOR) as sim:
+        clock, a, b = sim.clock, sim.a.runtime, sim.b.runtime
+        sid = a.create_session(source="web").id
+        a.start_process(sid, "hi")
+        clock.advance_to(31)
+        assert a.send_message(sid, "one more")
+        clock.advance_to(33)
+        sim.proxy.partition()
+        clock.advance_to(131.0 - 0.1)
+        assert b.is_running(sid) and sim.b.events.times("session_exited", sid) == []
+        clock.advance_to(131.0 + MICROSECOND)
+        assert sim.b.events.times("session_exited", sid) == [pytest.approx(131.0, abs=MICROSECOND)]
