@@ -280,6 +280,9 @@ class ClusterConfig:
     max_sessions: int = field(metadata=AT_LEAST_ONE)
     dead_daemon_grace_s: float = field(metadata=POSITIVE)
     bus: ClusterBusConfig
+    #: after the store comes back from an outage, this daemon sweeps no lease (and declares
+    #: no daemon gone) until ``heartbeat_s + outage_grace_s`` after it saw it back (issue 36)
+    outage_grace_s: float = field(default=5.0, metadata=NON_NEGATIVE)
 
     def __post_init__(self) -> None:
         # A lease shorter than a heartbeat expires between two renewals of a live owner.

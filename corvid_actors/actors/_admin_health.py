@@ -21,7 +21,10 @@ def health_report(base: Mapping[str, Any], alive: Mapping[str, bool], store: Any
     # The store first: a lost connection or a SQLite file gone / read-only makes the
     # daemon refuse sends, so health must say so (and why) until it is back.
     reason = store.probe() if hasattr(store, "probe") else None
-    store_health = {"ok": reason is None, **({"reason": reason} if reason else {})}
+    # the schema another release migrated it to, if this code cannot run with it (issue 36)
+    refusal = getattr(store, "schema_refusal", None)
+    store_health = {"ok": reason is None and refusal is None, **({"reason": reason} if reason else {}),
+                    **({"schema_refused": refusal} if refusal else {})}
     results: dict[str, Any] = {}
     for name, provider in providers.items():
         try:
@@ -30,12 +33,14 @@ def health_report(base: Mapping[str, Any], alive: Mapping[str, bool], store: Any
             healthy, results[name] = False, {"error": str(exc)}
         results.setdefault(name, {})["healthy"] = healthy
     cluster_problems = list(base.get("cluster", {}).get("problems", ()))  # several daemons (issue 20)
-    ok = (reason is None and all(alive.values()) and all(r["healthy"] for r in results.values())
+    ok = (reason is None and refusal is None and all(alive.values()) and all(r["healthy"] for r in results.values())
           and not cluster_problems)
-    reasons = ([f"store unavailable: {reason}"] if reason else []) + [
+    reasons = ([f"store unavailable: {reason}"] if reason else []) + (
+        [f"schema: {refusal} — this daemon takes no new work"] if refusal else []) + [
         f"the {name} actor is dead" for name, up in alive.items() if not up] + [
         f"model provider {name} is not healthy" for name, r in results.items() if not r["healthy"]] + cluster_problems
     return {"status": "ok" if ok else "degraded", **({"reasons": reasons} if reasons else {}),
+            "accepting_new_work": refusal is None,
             **base, "store": store_health, "providers": results}
 
 

@@ -204,6 +204,10 @@ class AdminActor(TrackedActor):
                     raise AdminError(BAD_REQUEST, f"the admin actor has no command {name!r}")
                 if self._stopping and name in MUTATING_COMMANDS:
                     raise AdminError(SHUTTING_DOWN, "the daemon is shutting down and accepts no new work")
+                if self.w.router is not None:
+                    # a daemon just woken (or cut off) first learns which sessions are still
+                    # its own: nothing it answers or delivers is about one taken meanwhile
+                    self.w.router.seat.confirm_leases()
                 if self.w.router is not None and not forwarded:
                     me = self.actor_ref
                     return route(self.w.router, name, args, handler, self._sid,
@@ -235,7 +239,7 @@ class AdminActor(TrackedActor):
         status = args.get("status")
         rows = self.w.store.list_sessions(statuses=[status] if status else None,
                                           limit=args.get("limit", self.s.session_list_limit))
-        info = ask_actor(self.w.supervisor, sv.SessionInfo(None))
+        info = self._own(ask_actor(self.w.supervisor, sv.SessionInfo(None)))
         pending = cmd.pending_counts(self.w.approvals)
         agent_rows = self.w.store.list_agents()
         agents = {a.id: a.name for a in agent_rows}
@@ -250,7 +254,7 @@ class AdminActor(TrackedActor):
     def _cmd_session(self, args: Mapping[str, Any]) -> dict[str, Any]:
         sid = self._sid(args)
         row = self.w.store.require_session(sid)
-        info = ask_actor(self.w.supervisor, sv.SessionInfo(sid)).get(sid)
+        info = self._own(ask_actor(self.w.supervisor, sv.SessionInfo(sid))).get(sid)
         approvals = ask_actor(self.w.approvals, ap.ListPending(sid))
         agent_rows = self.w.store.list_agents()
         agents = {a.id: a.name for a in agent_rows}
@@ -261,11 +265,21 @@ class AdminActor(TrackedActor):
         n_events = args.get("events", self.s.recent_events)
         return session_detail(summary, row, info, approvals, messages, self._recent.of(sid)[-n_events:])
 
+    def _own(self, info: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The supervisor's facts of the sessions this daemon still owns (several daemons:
+        an incarnation whose lease was taken is on its way out; it does not run "here")."""
+        if self.w.router is None:
+            return info
+        seat = self.w.router.seat
+        return {sid: facts for sid, facts in info.items() if seat.owns(sid) or not facts.get("running")}
+
     def _cmd_approvals(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
         return cmd.list_approvals(self.w.approvals, self._sid(args) if args.get("session") else None)
 
     def _cmd_start_session(self, args: Mapping[str, Any]) -> dict[str, Any]:
         store = self.w.store
+        if store.schema_refusal is not None:  # issue 36: nothing is created here
+            raise AdminError(UNAVAILABLE, f"this daemon takes no new work: {store.schema_refusal}")
         agent = store.find_agent(args["agent"])
         created = agent is None
         settings = {k: args[k] for k in ("provider", "model", "permission_mode", "kind", "conversation_mode",

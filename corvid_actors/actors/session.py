@@ -114,6 +114,8 @@ class SessionActor(SessionEffects, TrackedActor):
         self._worker_seq = 0
         #: an idle timer is scheduled (cancel it only then: one message fewer per turn)
         self._idle_armed = False
+        #: when the armed idle exit is due (wall clock, stored by the cluster seat), or None
+        self._idle_due: datetime | None = None
         self._worker_cancel: CancelToken | None = None
         #: the text the model call in flight has streamed so far (for StopModelCall)
         self._streamed: list[str] = []
@@ -212,7 +214,7 @@ class SessionActor(SessionEffects, TrackedActor):
                 if self.w.inherited_deadline is not None:
                     self._inherit_deadline(self.w.inherited_deadline)
                 self.w.lifeline.publish(Thinking(thinking=False))
-                self._schedule_idle()
+                self._schedule_idle(self.w.inherited_idle_deadline)
                 self._note_deadline()
             case UserInput(text, blocks) if not self._begun:
                 self._count_turn()
@@ -348,9 +350,10 @@ class SessionActor(SessionEffects, TrackedActor):
         if sink is None:
             return
         if busy:
-            sink(self.sid, None)
+            sink(self.sid, None, None)
         else:
-            sink(self.sid, self._clock.now() + timedelta(seconds=self._deadline() - self._clock.monotonic()))
+            now = self._clock.now()
+            sink(self.sid, now + timedelta(seconds=self._deadline() - self._clock.monotonic()), self._idle_due)
 
     def _schedule_timeout(self, delay_s: float) -> None:
         delay_s = max(delay_s, 0.0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pykka
@@ -96,6 +97,8 @@ class SessionEffects:
     _slot_request: int
     _slot_state: str
     _slot_queued: bool
+    _idle_armed: bool
+    _idle_due: datetime | None
 
     if TYPE_CHECKING:  # the actor's own (SessionActor)
 
@@ -223,15 +226,22 @@ class SessionEffects:
         self._schedule_idle()
         self._note_deadline()
 
-    def _schedule_idle(self) -> None:
-        """Between turns: waiting ``idle_timeout_s`` for a user message ends the session."""
+    def _schedule_idle(self, due: datetime | None = None) -> None:
+        """Between turns: waiting ``idle_timeout_s`` for a user message ends the session.
+        ``due``: the idle exit another daemon stored for this session taken over (issue 36),
+        kept instead of a full ``idle_timeout_s`` from now (at once if it has passed). The
+        wall-clock due time is what the cluster seat stores (``_note_deadline``)."""
         if self.w.idle_timeout_s is None:
             return
+        now = self._clock.now()
+        delay_s = self.w.idle_timeout_s if due is None else max((due - now).total_seconds(), 0.0)
         self._idle_armed = True
-        tell(self.w.timers, ScheduleTimer((self.sid, "idle", self.gen), self.w.idle_timeout_s,
+        self._idle_due = now + timedelta(seconds=delay_s)
+        tell(self.w.timers, ScheduleTimer((self.sid, "idle", self.gen), delay_s,
                                           self.actor_ref, IdleDue(self.gen, self._turn_seq)))
 
     def _cancel_idle(self) -> None:
+        self._idle_due = None
         if self._idle_armed:
             self._idle_armed = False
             tell(self.w.timers, CancelTimer((self.sid, "idle", self.gen)))

@@ -198,13 +198,16 @@ class SessionWiring:
     write_retry: RetrySchedule = field(default_factory=RetrySchedule)
     #: the runtime's I/O loop: a provider with ``astream`` streams there (None: workers)
     io_loop: IoLoop[Any] | None = None
-    #: several daemons (issue 20): told ``(session_id, deadline)`` when the incarnation
-    #: starts waiting for its user (the wall-clock inactivity deadline), starts a turn
-    #: (None) or is extended — the ClusterSeat's ``note_deadline``; None with one daemon
-    deadline_sink: Callable[[str, datetime | None], None] | None = None
+    #: several daemons (issue 20): told ``(session_id, deadline, idle_deadline)`` when the
+    #: incarnation starts waiting for its user (the wall-clock inactivity deadline, and the
+    #: idle exit's when one is armed), starts a turn (None, None) or is extended — the
+    #: ClusterSeat's ``note_deadline``; None with one daemon
+    deadline_sink: Callable[[str, datetime | None, datetime | None], None] | None = None
     #: a waiting session taken over from another daemon: the inactivity deadline that
     #: daemon stored, kept until the session's next event (None: a full timeout)
     inherited_deadline: datetime | None = None
     #: what a user message that arrives mid-turn does: ``enqueue``, ``interrupt`` or
     #: ``reject`` (:mod:`corvid_actors.double_texting`, resolved at the start)
     double_texting: str = ENQUEUE
+    #: ... and its idle exit's deadline (issue 36; None: a full ``idle_timeout_s``)
+    inherited_idle_deadline: datetime | None = None

@@ -44,7 +44,7 @@ from corvid_actors.db.store_base import store_op
 from corvid_actors.errors import FencedWrite
 
 #: the durable timers of a lease (:meth:`ClusterStore.set_timers`)
-TIMER_COLUMNS = ("restart_due_at", "resume_due_at", "inactivity_due_at")
+TIMER_COLUMNS = ("restart_due_at", "resume_due_at", "inactivity_due_at", "idle_due_at")
 #: ``place_new_session`` without a bound
 _NO_BOUND = 2**31 - 1
 
@@ -57,12 +57,14 @@ class Claim(NamedTuple):
 
 
 class Deadline(NamedTuple):
-    """A running session's inactivity deadline (None: none, a turn is running), stored by
-    the incarnation of ``epoch`` (:meth:`ClusterStore.set_inactivity_deadlines`)."""
+    """A running session's inactivity deadline (None: none, a turn is running) and idle-exit
+    deadline (None: none — a turn is running, or its loop never exits idle), stored by the
+    incarnation of ``epoch`` (:meth:`ClusterStore.set_inactivity_deadlines`)."""
 
     session_id: str
     epoch: int
     due: datetime | None
+    idle_due: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class Lease:
     restart_due_at: datetime | None
     resume_due_at: datetime | None
     inactivity_due_at: datetime | None
+    idle_due_at: datetime | None = None
 
 
 def fair_share(expired: int, live_daemons: int, max_sessions: int, owned: int) -> int:
@@ -94,6 +97,10 @@ def fair_share(expired: int, live_daemons: int, max_sessions: int, owned: int) -
 def _naive(moment: datetime) -> datetime:
     # the columns hold naive UTC (models._now); an aware time is converted, a naive one is UTC
     return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
+
+
+def _naive_or_none(moment: datetime | None) -> datetime | None:
+    return None if moment is None else _naive(moment)
 
 
 def _aware(value: Any) -> datetime | None:
@@ -331,7 +338,7 @@ class ClusterStore:
     @store_op
     def set_timers(self, daemon_id: str, session_id: str, epoch: int, **due: datetime | None) -> bool:
         """Store durable timers of a session (``restart_due_at``, ``resume_due_at``,
-        ``inactivity_due_at``; None clears one) in its lease, so a daemon that takes the
+        ``inactivity_due_at``, ``idle_due_at``; None clears one) in its lease, so a daemon that takes the
         session over finds them. Guarded by owner and epoch: False (nothing written) when
         the lease is no longer this incarnation's."""
         unknown = set(due) - set(TIMER_COLUMNS)
@@ -347,8 +354,8 @@ class ClusterStore:
 
     @store_op
     def set_inactivity_deadlines(self, daemon_id: str, deadlines: Sequence[Deadline]) -> int:
-        """Store the inactivity deadlines of several running sessions (None clears one) in
-        their leases, each guarded by owner and epoch as :meth:`set_timers` is: a lease no
+        """Store the inactivity and idle-exit deadlines of several running sessions (None
+        clears one) in their leases, each guarded by owner and epoch as :meth:`set_timers` is: a lease no
         longer this incarnation's is left alone. One statement on PostgreSQL whatever the
         count (the heartbeat's flush, :class:`~corvid_actors.actors.cluster.ClusterSeat`);
         one per row on SQLite (one daemon). Returns how many leases were written."""
@@ -356,12 +363,13 @@ class ClusterStore:
             return 0
         with self.store.transaction():
             if self.store.is_sqlite:
-                return sum(self._execute(self._sql.inactivity_deadlines, None if due is None else _naive(due),
-                                         sid, epoch, daemon_id).rowcount for sid, epoch, due in deadlines)
-            ids = [str(sid) for sid, _, _ in deadlines]
-            epochs = [int(epoch) for _, epoch, _ in deadlines]
-            dues = [None if due is None else _naive(due) for _, _, due in deadlines]
-            return int(self._execute(self._sql.inactivity_deadlines, ids, epochs, dues, daemon_id).rowcount)
+                return sum(self._execute(self._sql.inactivity_deadlines, _naive_or_none(due), _naive_or_none(idle),
+                                         sid, epoch, daemon_id).rowcount for sid, epoch, due, idle in deadlines)
+            ids = [str(row.session_id) for row in deadlines]
+            epochs = [int(row.epoch) for row in deadlines]
+            dues = [_naive_or_none(row.due) for row in deadlines]
+            idles = [_naive_or_none(row.idle_due) for row in deadlines]
+            return int(self._execute(self._sql.inactivity_deadlines, ids, epochs, dues, idles, daemon_id).rowcount)
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -379,8 +387,8 @@ class ClusterStore:
         with self.store.transaction():
             sql = self._sql.leases.format(candidates=self._sql.ids_param)
             rows = self._execute(sql, self._ids_arg(session_ids)).fetchall()
-        return [Lease(str(r[0]), r[1], int(r[2]), _aware(r[3]), _aware(r[4]), _aware(r[5]), _aware(r[6]))
-                for r in rows]
+        return [Lease(str(r[0]), r[1], int(r[2]), _aware(r[3]), _aware(r[4]), _aware(r[5]), _aware(r[6]),
+                      _aware(r[7])) for r in rows]
 
     @store_op
     def owned_by(self, daemon_id: str) -> list[str]:

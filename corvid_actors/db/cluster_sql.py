@@ -26,7 +26,7 @@ EXPIRED = ("(lease_expires_at IS NOT NULL AND (owner_id IS NULL OR "
            "(owner_id <> %s AND lease_expires_at <= %s)))")
 
 _LEASE_COLUMNS = ("session_id, owner_id, epoch, lease_expires_at, restart_due_at, resume_due_at, "
-                  "inactivity_due_at")
+                  "inactivity_due_at, idle_due_at")
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,9 @@ class Statements:
     release: str
     release_all: str
     finish: str
-    #: PostgreSQL: (ids, epochs, deadlines, daemon): the inactivity deadlines of several
-    #: leases in one statement, each guarded by owner and epoch; SQLite: one row per statement
+    #: PostgreSQL: (ids, epochs, deadlines, idle deadlines, daemon): the inactivity and
+    #: idle-exit deadlines of several leases in one statement, each guarded by owner and
+    #: epoch; SQLite: (deadline, idle deadline, id, epoch, daemon), one row per statement
     inactivity_deadlines: str
     #: (ids param) -> lease rows
     leases: str
@@ -123,11 +124,11 @@ _PG = Statements(
     release="UPDATE session_leases SET owner_id = NULL WHERE owner_id = %s AND session_id IN ({candidates})",
     release_all="UPDATE session_leases SET owner_id = NULL WHERE owner_id = %s",
     finish=("UPDATE session_leases SET owner_id = NULL, lease_expires_at = NULL, restart_due_at = NULL, "
-            "resume_due_at = NULL, inactivity_due_at = NULL "
+            "resume_due_at = NULL, inactivity_due_at = NULL, idle_due_at = NULL "
             "WHERE owner_id = %s AND session_id IN ({candidates})"),
     inactivity_deadlines=(
-        "UPDATE session_leases AS l SET inactivity_due_at = d.due "
-        "FROM unnest(%s::text[], %s::bigint[], %s::timestamp[]) AS d(session_id, epoch, due) "
+        "UPDATE session_leases AS l SET inactivity_due_at = d.due, idle_due_at = d.idle "
+        "FROM unnest(%s::text[], %s::bigint[], %s::timestamp[], %s::timestamp[]) AS d(session_id, epoch, due, idle) "
         "WHERE l.session_id = d.session_id AND l.epoch = d.epoch AND l.owner_id = %s"),
     leases=f"SELECT {_LEASE_COLUMNS} FROM session_leases WHERE session_id IN ({{candidates}}) ORDER BY session_id",
     owned_by="SELECT session_id FROM session_leases WHERE owner_id = %s ORDER BY session_id",
@@ -155,7 +156,7 @@ _SQLITE = Statements(
     claim_read="SELECT session_id, epoch FROM session_leases WHERE session_id IN ({candidates})",
     count_expired=(f"SELECT (SELECT count(*) FROM session_leases WHERE {EXPIRED}), "
                    "(SELECT count(*) FROM session_leases WHERE owner_id = %s)"),
-    inactivity_deadlines=("UPDATE session_leases SET inactivity_due_at = %s "
+    inactivity_deadlines=("UPDATE session_leases SET inactivity_due_at = %s, idle_due_at = %s "
                           "WHERE session_id = %s AND epoch = %s AND owner_id = %s"),
 )
 

@@ -79,6 +79,21 @@ def schema_verdict(known: int, found: int, breaking_ahead: bool, releases_ahead:
     return None
 
 
+def running_schema_verdict(db: pw.Database, known: int) -> str | None:
+    """:func:`schema_verdict` for code already running on ``db`` (issue 36): another release
+    may have migrated it since this code opened it. One row read, cheap enough for every
+    heartbeat and every reconnect. None: it may run on (or ``schema_version`` is missing)."""
+    p = db.param
+    row = db.execute_sql(
+        "SELECT MAX(version), "
+        f"MAX(CASE WHEN version > {p} AND breaking THEN 1 ELSE 0 END), "
+        f"COUNT(DISTINCT CASE WHEN version > {p} THEN COALESCE(release, 'before-release-column:' || version) END) "
+        "FROM schema_version", (known, known)).fetchone()
+    if row is None or row[0] is None:
+        return None
+    return schema_verdict(known, int(row[0]), bool(row[1]), int(row[2] or 0))
+
+
 def _baseline(models: SimpleNamespace, db: pw.Database) -> None:
     db.create_tables([m for m in models.all if m is not models.SchemaVersion], safe=True)
 
@@ -214,11 +229,19 @@ def _agent_double_texting(models: SimpleNamespace, db: pw.Database) -> None:
         db.execute_sql('ALTER TABLE "agents" ADD COLUMN "double_texting" VARCHAR(20)')
 
 
+def _session_lease_idle_due(models: SimpleNamespace, db: pw.Database) -> None:
+    # Issue 36 item 1: the idle exit is a durable timer too (the lease's idle_due_at).
+    # Nullable, so the previous release runs on; a database made by this version's
+    # baseline has it already. Migration 15, after the agents' double texting (14).
+    if "idle_due_at" not in {c.name for c in db.get_columns("session_leases")}:
+        db.execute_sql('ALTER TABLE "session_leases" ADD COLUMN "idle_due_at" TIMESTAMP')
+
+
 MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
                                _session_open_turns, _webhook_replays, _cluster_leases, _cluster_bus,
                                _cluster_commands_created_at, _session_message_role_index,
                                _session_channel_index, _session_lease_held_index, _agent_access,
-                               _agent_kind, _agent_double_texting]
+                               _agent_kind, _agent_double_texting, _session_lease_idle_due]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

@@ -301,10 +301,12 @@ def build_models(database: pw.Database, now: Callable[[], datetime] | None = Non
         lease_expires_at = pw.DateTimeField(null=True)
         #: +1 at every claim; the writes of an incarnation carry it (``writer_epoch``)
         epoch = pw.BigIntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
-        #: durable timers: crash-restart due time, outage auto-resume due time, inactivity deadline
+        #: durable timers: crash-restart due time, outage auto-resume due time, inactivity
+        #: deadline, idle-exit deadline (issue 36)
         restart_due_at = pw.DateTimeField(null=True)
         resume_due_at = pw.DateTimeField(null=True)
         inactivity_due_at = pw.DateTimeField(null=True)
+        idle_due_at = pw.DateTimeField(null=True)
 
         class Meta:
             table_name = "session_leases"

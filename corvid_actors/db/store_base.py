@@ -29,7 +29,7 @@ from corvid_actors.db.faults import (
 from corvid_actors.db.group_commit import GroupCommitter
 from corvid_actors.db.memory_schema import copy_memory_schema
 from corvid_actors.db.message_batches import MessageRow
-from corvid_actors.db.migrations import Migration, migrate
+from corvid_actors.db.migrations import MIGRATIONS, Migration, migrate, running_schema_verdict
 from corvid_actors.db.models import build_models
 from corvid_actors.db.row_reads import RowReader
 from corvid_actors.db.writer import MessageWriter
@@ -97,6 +97,11 @@ class StoreBase:
         #: the writer thread (``message_writes == "writer"``; it starts with the first write)
         self.writer: MessageWriter[tuple[MessageRow, ...], list[int]] = MessageWriter(
             self._commit_message_groups, max_batch=max_message_batch, name="corvid-store-writer")
+        #: how many migrations this code knows, and why it must take no new work on the
+        #: database as it is now (a release it cannot run with migrated it since it was
+        #: opened: :meth:`check_schema`), or None
+        self.known_migrations = len(MIGRATIONS if migrations is None else migrations)
+        self.schema_refusal: str | None = None
         self.db = open_database(url, busy_timeout_ms=busy_timeout_ms)
         try:
             self.db.connect(reuse_if_open=True)
@@ -305,10 +310,29 @@ class StoreBase:
         return conn is not None and bool(getattr(conn, "closed", 0))
 
     def _reconnect(self) -> None:
-        """Drop the connection (whatever state it is in) and open a fresh one. Under the lock."""
+        """Drop the connection (whatever state it is in) and open a fresh one. Under the lock.
+        A reconnect also rereads the schema's version (:meth:`check_schema`): the outage may
+        have been another release's upgrade."""
         drop_connection(self.db, close=True)
         self.db.connect()
         self.db.execute_sql("SELECT 1").fetchone()
+        self._check_schema()
+
+    def check_schema(self) -> str | None:
+        """Reread the schema's version (one row): why this code must take no new work on the
+        database — another release applied a migration it cannot run with (a breaking one,
+        or more than one release ahead) since it was opened — or None. Kept in
+        :attr:`schema_refusal` (once refused, it stays: only a restart on the right release
+        clears it). Called at every heartbeat and every reconnect (issue 36)."""
+        return self.run(self._check_schema)
+
+    def _check_schema(self) -> str | None:
+        with self._lock:
+            refusal = running_schema_verdict(self.db, self.known_migrations)
+        if refusal is not None and self.schema_refusal is None:
+            logger.error("the database's schema changed under this daemon: {}; it takes no new work", refusal)
+            self.schema_refusal = refusal
+        return self.schema_refusal
 
     def _recover_if_due(self) -> None:
         """While down: raise at once until the backoff passed, then try to recover."""

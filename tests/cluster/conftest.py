@@ -53,26 +53,41 @@ class SimDaemon:
 @dataclass
 class SimPair:
     """Daemon ``a`` reaches PostgreSQL through ``proxy`` (``proxy.partition()`` cuts it off);
-    daemon ``b`` directly. Both run on ``clock``."""
+    daemon ``b`` directly, or through ``b_proxy`` when asked. Both run on ``clock``."""
 
     clock: SimClock
     proxy: TcpProxy
     a: SimDaemon
     b: SimDaemon
+    b_proxy: TcpProxy | None = None
+
+    def store_outage(self) -> None:
+        """The database is gone for both daemons (needs ``b_proxy``)."""
+        assert self.b_proxy is not None
+        self.proxy.partition()
+        self.b_proxy.partition()
+
+    def store_back(self) -> None:
+        """... and back."""
+        assert self.b_proxy is not None
+        self.proxy.admit()
+        self.b_proxy.admit()
 
 
 @contextmanager
-def sim_pair(url: str, *, supervisor: dict[str, Any] | None = None, b_store: Store | None = None
-             ) -> Iterator[SimPair]:
+def sim_pair(url: str, *, supervisor: dict[str, Any] | None = None, b_store: Store | None = None,
+             b_proxy: bool = False, cluster: dict[str, Any] | None = None) -> Iterator[SimPair]:
     """Two daemons on one simulated clock and one PostgreSQL at ``url`` (see
-    :class:`SimPair`), shut down on exit. ``b_store``: b's store (default: its own on ``url``)."""
+    :class:`SimPair`), shut down on exit. ``b_store``: b's store (default: its own on ``url``,
+    through a proxy of its own with ``b_proxy``). ``cluster``: overrides of SIM_CLUSTER."""
     clock = SimClock()
     proxy = TcpProxy("127.0.0.1", 5432).start()
+    second = TcpProxy("127.0.0.1", 5432).start() if b_proxy else None
     made: list[Any] = []
 
     def daemon(name: str, store_args: dict[str, Any]) -> SimDaemon:
         model = ScriptedProvider(clock, default_reply=f"reply from {name}")
-        config: dict[str, Any] = {"cluster": {**SIM_CLUSTER, "daemon_id": name}}
+        config: dict[str, Any] = {"cluster": {**SIM_CLUSTER, **(cluster or {}), "daemon_id": name}}
         if supervisor:
             config["supervisor"] = supervisor
         runtime = sim_runtime(clock, model, config=config, **store_args)
@@ -81,10 +96,13 @@ def sim_pair(url: str, *, supervisor: dict[str, Any] | None = None, b_store: Sto
 
     try:
         a = daemon("a", {"store_url": proxy.url(url)})
-        b = daemon("b", {"store": b_store} if b_store is not None else {"store_url": url})
-        yield SimPair(clock, proxy, a, b)
+        b_url = second.url(url) if second is not None else url
+        b = daemon("b", {"store": b_store} if b_store is not None else {"store_url": b_url})
+        yield SimPair(clock, proxy, a, b, second)
     finally:
         proxy.close()
+        if second is not None:
+            second.close()
         for runtime in reversed(made):
             runtime.shutdown()
         clock.close()

@@ -69,6 +69,13 @@ def test_the_flush_writes_only_the_deadlines_that_changed_in_one_statement(pg_ur
     assert seat.flush_deadlines() == 2 and len(statements) == 1
     assert [lease_of[sid]() for sid in sids] == [at(99), None, None, at(60)]
 
+    statements.clear()  # the idle exit's deadline (issue 36) rides in the same statement
+    seat.note_deadline(sids[0], at(99), at(40))
+    seat.note_deadline(sids[3], at(60), at(45))
+    assert seat.flush_deadlines() == 2 and len(statements) == 1
+    idle = {lease.session_id: lease.idle_due_at for lease in seat.cluster.leases(sids)}
+    assert [idle[sid] for sid in sids] == [at(40), None, None, at(45)]
+
     seat.finish(sids[3])  # the lease's end clears its deadline; a late report is not written
     seat.note_deadline(sids[3], at(61))
     statements.clear()

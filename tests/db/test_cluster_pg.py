@@ -461,7 +461,7 @@ def test_inactivity_deadlines_are_stored_in_one_statement_guarded_by_owner_and_e
     statements = counted_statements(monkeypatch, a.store)
     written = a.set_inactivity_deadlines("a", [
         Deadline(sids[0], epochs[sids[0]], at(1800)),
-        Deadline(sids[1], epochs[sids[1]], at(1801.5)),
+        Deadline(sids[1], epochs[sids[1]], at(1801.5), at(300)),  # with its idle exit (issue 36)
         Deadline(sids[2], epochs[sids[2]] - 1, at(99)),  # a stale incarnation's: refused
         Deadline(sids[3], epochs[sids[3]], None),  # a turn started: cleared
         Deadline(sids[4], epochs[sids[4]], at(99)),  # b's now: refused
@@ -470,6 +470,8 @@ def test_inactivity_deadlines_are_stored_in_one_statement_guarded_by_owner_and_e
     monkeypatch.undo()
     due = {lease.session_id: lease.inactivity_due_at for lease in a.leases(sids)}
     assert [due[sid] for sid in sids] == [at(1800), at(1801.5), None, None, None]
+    idle = {lease.session_id: lease.idle_due_at for lease in a.leases(sids)}
+    assert [idle[sid] for sid in sids] == [None, at(300), None, None, None]
     assert a.set_inactivity_deadlines("a", []) == 0
     assert b.set_inactivity_deadlines("b", [Deadline(sids[4], b_epoch, at(7))]) == 1
     assert b.owner_of(sids[4]).inactivity_due_at == at(7)

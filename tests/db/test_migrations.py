@@ -193,7 +193,7 @@ def test_a_version_11_database_gets_the_agents_access_columns(tmp_path) -> None:
 
     store = Store(url)
     try:
-        assert recorded_versions(store)[-3:] == [12, 13, 14]  # 13: the agents' kind, 14: double texting
+        assert recorded_versions(store)[-4:] == [12, 13, 14, 15]  # the agents' kind, double texting, idle due
         assert set(migrations._AGENT_ACCESS_COLUMNS) <= {c.name for c in store.db.get_columns("agents")}
         row = store.get_agent(agent.id)
         assert (row.conversation_mode, row.conversation_allowlist, row.max_budget_usd) == (None, None, None)
@@ -203,6 +203,26 @@ def test_a_version_11_database_gets_the_agents_access_columns(tmp_path) -> None:
             "allowlist", '["bob"]', 1.5)
         assert store.agent_spend_usd(agent.id) == 0.25
         assert store.spend_by_agent() == {agent.id: 0.25}
+    finally:
+        store.close()
+
+
+def test_a_version_14_database_gets_the_leases_idle_deadline(tmp_path) -> None:
+    # the idle exit's durable timer (issue 36 item 1): a nullable column, NULL for every lease
+    url = f"sqlite:///{tmp_path / 'corvid.db'}"
+    old = Store(url)
+    session = old.create_session(name="leased")
+    old.db.execute_sql("INSERT INTO session_leases (session_id, epoch) VALUES (?, 3)", (session.id,))
+    old.db.execute_sql('ALTER TABLE session_leases DROP COLUMN "idle_due_at"')
+    old.m.SchemaVersion.delete().where(old.m.SchemaVersion.version >= 15).execute()
+    old.close()
+
+    store = Store(url)
+    try:
+        assert recorded_versions(store)[-1] == len(migrations.MIGRATIONS)
+        assert "idle_due_at" in {c.name for c in store.db.get_columns("session_leases")}
+        lease = store.m.SessionLease.get(store.m.SessionLease.session == session.id)
+        assert (lease.epoch, lease.idle_due_at) == (3, None)
     finally:
         store.close()
 

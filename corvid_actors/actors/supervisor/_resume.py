@@ -41,11 +41,13 @@ def _warm_path_failed(core: SupervisorCore, sid: str) -> None:
 
 
 def resume(core: SupervisorCore, sid: str, prompt: UserContent | None, *,
-           idle_deadline: datetime | None = None) -> StartTicket | int | None:
+           idle_deadline: datetime | None = None,
+           idle_exit_deadline: datetime | None = None) -> StartTicket | int | None:
     """Deliver ``prompt`` to the running incarnation, or start one with the history.
     Replies as :class:`~corvid_actors.actors.supervisor.ResumeProcess` says.
     ``idle_deadline``: a session taken over from another daemon — if it comes up waiting
-    for its user, it keeps this inactivity deadline (the one its old owner stored)."""
+    for its user, it keeps this inactivity deadline (the one its old owner stored), and
+    ``idle_exit_deadline`` as its idle exit's (issue 36)."""
     session_cfg = core.cfg.session
     inc = core.running.get(sid)
     if inc is not None:
@@ -78,9 +80,12 @@ def resume(core: SupervisorCore, sid: str, prompt: UserContent | None, *,
         core.store.append_message(sid, "user", prompt)
     turns = active_turns(history, new_prompt=bool(prompt))
     if not prompt and (unanswered is None or not (history or unanswered)):
-        inherited = inherited_inactivity_deadline(idle_deadline, _aware(session.updated_at),
-                                                  core.sup.session_timeout_s)
-        return start(core, sid, None, begin=False, turns=turns, session=session, inherited_deadline=inherited)
+        last_write = _aware(session.updated_at)
+        inherited = inherited_inactivity_deadline(idle_deadline, last_write, core.sup.session_timeout_s)
+        # the idle exit is counted from the same turn's end, so the same rule applies
+        idle_exit = inherited_inactivity_deadline(idle_exit_deadline, last_write, core.sup.session_idle_timeout_s)
+        return start(core, sid, None, begin=False, turns=turns, session=session, inherited_deadline=inherited,
+                     inherited_idle_deadline=idle_exit)
     blocks = content_blocks(prompt) if prompt else ()
     new_text = text_parts(blocks) if blocks else str(prompt or "")
     if history:

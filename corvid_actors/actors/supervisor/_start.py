@@ -24,13 +24,19 @@ from corvid_actors.actors.supervisor._state import Incarnation, Meta
 from corvid_actors.actors.timers import CancelTimer
 from corvid_actors.content import UserContent, content_blocks, text_parts
 from corvid_actors.double_texting import double_texting_policy
+from corvid_actors.errors import SchemaTooNew
 from corvid_actors.events import ErrorEvent, SessionError, SessionStarted, SystemEvent
 
 
 def claim_here(core: SupervisorCore, sid: str) -> bool:
     """Several daemons: this daemon holds ``sid``'s lease (claimed now if need be); False,
     with an ``owned_elsewhere`` error event, when another live daemon holds it. Called
-    before anything is written for the session (a prompt included). One daemon: True."""
+    before anything is written for the session (a prompt included). One daemon: True.
+    Raises SchemaTooNew for a new incarnation once the database's schema changed to one
+    this code cannot run with (issue 36: it takes no new work; ``Store.check_schema``)."""
+    refusal = core.store.schema_refusal
+    if refusal is not None and not (core.cluster is not None and core.cluster.owns(sid)):
+        raise SchemaTooNew(f"this daemon takes no new work: {refusal}")
     if core.cluster is None or core.cluster.owns(sid) or core.cluster.claim(sid) is not None:
         return True
     owner = core.cluster.cluster.owner_of(sid)
@@ -41,7 +47,8 @@ def claim_here(core: SupervisorCore, sid: str) -> bool:
 
 def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: bool = True,
           turns: int | None = None, session: Any | None = None,
-          inherited_deadline: datetime | None = None) -> StartTicket | None:
+          inherited_deadline: datetime | None = None,
+          inherited_idle_deadline: datetime | None = None) -> StartTicket | None:
     """Start an incarnation. ``begin``: its first turn is ``prompt`` (or the initial
     prompt); otherwise it comes up ready and waits for a message. ``turns``: the turn
     count it starts with (default, as the original's start: at least 1, the prompt).
@@ -52,7 +59,7 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
     could not start (an unknown project; an ``error`` event says so). ``session``: the
     session's row if the caller has just read it. ``inherited_deadline``: a session taken
     over while it waited for its user (``begin=False``) keeps the inactivity deadline its
-    old owner stored (issue 20)."""
+    old owner stored (issue 20), and ``inherited_idle_deadline`` its idle exit's (issue 36)."""
     if sid in core.running:
         core.stop_session(sid, "replaced")
     ctx = core.store.session_context(sid, session)  # NotFoundError goes to the asker
@@ -68,7 +75,7 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
     gen = core.generation
     sup = core.sup
     lifeline = Lifeline(sid, core.bus, coalesce=sup.coalesce_deltas,
-                        gate=core.cluster.lease_valid if core.cluster is not None else None)
+                        gate=core.cluster.may_publish if core.cluster is not None else None)
     timeout_s = sup.session_timeout_s
     meta = core.meta.setdefault(sid, Meta(source=session.source))
     meta.source = session.source
@@ -88,6 +95,7 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
             getattr(ctx.agent, "double_texting", None),
             core.cfg.agents.kind_for(getattr(ctx.agent, "kind", None), session.source),
             config_default=core.cfg.agents.double_texting),
+        inherited_idle_deadline=None if begin else inherited_idle_deadline,
     )
     builder, slot_pool = core.builder, core.slot_pool
 

@@ -10,8 +10,10 @@ old owner stored in the lease honoured at the same instant it would have honoure
 - otherwise resumed now: a turn only for a session that was mid-turn (the resume's own
   rule), a ready incarnation for one that was waiting for its user — which keeps the
   inactivity deadline the old owner stored (its heartbeat flushes it: ``ClusterSeat``),
-  so it times out at the same instant (at once if that instant has passed). A mid-turn
-  session re-runs its turn, whose events re-arm the deadline anyway.
+  so it times out at the same instant (at once if that instant has passed), and the idle
+  exit's deadline (issue 36: a direct-loop session ends idle when it would have there,
+  not a full ``session_idle_timeout_s`` after the takeover). A mid-turn session re-runs
+  its turn, whose events re-arm both anyway.
 
 What lived only in the old daemon's memory starts over: the restart and outage counters.
 """
@@ -52,7 +54,8 @@ def adopt(core: SupervisorCore, sids: tuple[str, ...]) -> None:
             elif lease is not None and lease.restart_due_at is not None:
                 _restart_at(core, sid, lease.restart_due_at)
             else:
-                resume(core, sid, None, idle_deadline=lease.inactivity_due_at if lease is not None else None)
+                resume(core, sid, None, idle_deadline=lease.inactivity_due_at if lease is not None else None,
+                       idle_exit_deadline=lease.idle_due_at if lease is not None else None)
         except StoreError as exc:  # perhaps passing: hand it over, a sweep (maybe ours) tries again
             logger.bind(session_id=sid).warning("could not resume a session claimed from another daemon ({}); "
                                                 "handing its lease over", exc)
