@@ -15,6 +15,8 @@ from corvid_actors.errors import ConfigError
 
 #: the sandbox modes (README "Security model")
 SANDBOX_MODES = ("auto", "required", "off")
+#: the sandbox backends: ``auto`` tries bwrap, then Landlock (README "Security model")
+SANDBOX_BACKENDS = ("auto", "bwrap", "landlock")
 
 
 @section("tools.sandbox")
@@ -23,6 +25,7 @@ class SandboxConfig:
     which takes this section as its settings (``SandboxSettings`` is this class)."""
 
     mode: str = field(metadata=one_of(*SANDBOX_MODES))
+    backend: str = field(metadata=one_of(*SANDBOX_BACKENDS))
     bwrap_path: str
     network_modes: tuple[str, ...]
     network_agents: tuple[str, ...]
