@@ -15,8 +15,10 @@ granted one by one.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -97,7 +99,17 @@ def confine_argv(argv: Sequence[str], *, rules: list[list[str]], network: bool,
     if len(spec) > _MAX_SPEC_CHARS:
         raise ValueError(f"the Landlock rules take {len(spec)} characters (the most is "
                          f"{_MAX_SPEC_CHARS}): the project has too many protected files")
-    return [sys.executable, "-I", "-S", CONFINE_SCRIPT, spec, *argv]
+    return [_interpreter(), "-I", "-S", CONFINE_SCRIPT, spec, *argv]
+
+
+@functools.cache
+def _interpreter() -> str:
+    """The Python that runs the wrapper: the daemon's own, unless this uid may not execute
+    it (an interpreter under another user's home), then ``python3`` on PATH (the wrapper
+    needs the standard library of any Python ≥ 3.9, nothing else)."""
+    if sys.executable and os.access(sys.executable, os.X_OK):
+        return sys.executable
+    return shutil.which("python3") or sys.executable
 
 
 _probe_lock = threading.Lock()
@@ -113,7 +125,7 @@ def probe_landlock() -> str:
     spec = json.dumps({"rules": [["/", "ro"]], "network": False, "limits": {}, "env": {}})
     try:
         done = subprocess.run(
-            [sys.executable, "-I", "-S", CONFINE_SCRIPT, spec, "--probe"],
+            [_interpreter(), "-I", "-S", CONFINE_SCRIPT, spec, "--probe"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             timeout=10, check=False)
         reason = "" if done.returncode == 0 else (
