@@ -5,7 +5,6 @@ as uid 65534 (the ``daemon_factory`` fixture), for real."""
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 import uuid

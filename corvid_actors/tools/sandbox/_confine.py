@@ -401,9 +401,9 @@ def supervise(spec: dict, argv: list[str]) -> int:
     _pid, status = os.waitpid(child, 0)
     _end_the_rest()
     if failure:
-        code, _, message = failure.decode("utf-8", "replace").partition(" ")
+        exit_code, _, message = failure.decode("utf-8", "replace").partition(" ")
         sys.stderr.write(message + "\n")
-        return int(code)
+        return int(exit_code)
     return _status_code(status)
 
 
