@@ -72,19 +72,22 @@ def test_protected_files_cannot_be_changed_moved_or_linked(docker_like):
     for command in (f"echo x > {ENV}", f"echo x >> sub/{ENV}.local", f"rm -f {ENV}",
                     f"mv {ENV} moved", f"truncate -s0 {ENV}", "T=.env; rm -f \"$T\"",
                     f"ln {ENV} sub/hardlink", f"mv sub/{ENV}.local sub/moved",
+                    f"ln {ENV} src/hardlink", f"mv {ENV} src/moved", f"cp --reflink=auto {ENV} src/copy",
                     "python3 -c \"import os; os.remove('.e'+'nv')\""):
         docker_like.run(command)
         assert_secrets_intact(project)
     assert not (project / "moved").exists() and not (project / "sub" / "moved").exists()
     assert not (project / "sub" / "hardlink").exists()
-    docker_like.run(f"ln -s ../{ENV} sub/soft")
-    assert SECRET not in docker_like.run("cat sub/soft").output
+    assert not (project / "src" / "hardlink").exists() and not (project / "src" / "moved").exists()
+    assert SECRET not in (project / "src" / "copy").read_text() if (project / "src" / "copy").exists() else True
+    docker_like.run(f"ln -s ../{ENV} src/soft")
+    assert SECRET not in docker_like.run("cat src/soft").output
 
 
 def test_a_new_protected_file_is_removed_after_the_command(docker_like):
-    result = docker_like.run(f"echo EVIL=1 > sub/{ENV}.production; echo done")
-    assert "done" in result.output
-    assert not (docker_like.project / "sub" / ".env.production").exists()
+    result = docker_like.run(f"echo EVIL=1 > src/{ENV}.production; echo done")
+    assert "done" in result.output and ".env.production" in result.output
+    assert not (docker_like.project / "src" / ".env.production").exists()
 
 
 def test_git_is_read_only(docker_like):
@@ -146,6 +149,11 @@ def test_no_ptrace_signal_or_environ_of_the_daemon(docker_like):
     assert "SIGNALLED" not in result.output and "READ-MEM" not in result.output
     assert "ATTACH -1" in result.output
     assert docker_like.run("echo alive").output.strip() == "alive"  # not stopped
+
+
+def test_no_controlling_terminal_to_inject_into(docker_like):
+    result = docker_like.run("python3 -c \"import os; os.open('/dev/tty', os.O_RDWR); print('HAS-TTY')\"")
+    assert "HAS-TTY" not in result.output
 
 
 def test_namespaces_mounts_setsid_and_set_uid_bits_are_refused(docker_like):

@@ -1,8 +1,9 @@
 """The Landlock backend's exec wrapper: confine this process, then run a command in it.
 
-Run as ``python -I -S <this file> <json spec> <argv...>`` by the launcher (never imported
-by the daemon: it stays standard-library only and imports nothing of the package, so a
-command pays ~15 ms of interpreter start-up, not the package's import time). The daemon
+Run as ``python -I -S <this file> <spec> <argv...>`` by the launcher (the daemon imports
+it only for :func:`encode_spec`): it stays standard-library only and imports nothing of the package, nor
+``json``, ``re``, ``platform`` or ``signal``, so a command pays the interpreter's start-up
+and ``ctypes``, not the package's import time). The daemon
 starts it in a new session (``start_new_session=True``); then, without any namespace:
 
 * ``PR_SET_NO_NEW_PRIVS`` and the resource limits (processes, CPU seconds, file size,
@@ -20,23 +21,22 @@ starts it in a new session (``start_new_session=True``); then, without any names
   as root, every capability dropped (bounding, ambient, effective, permitted,
   inheritable: uid 0 without privileges); then a seccomp filter (:func:`_seccomp_program`).
 
-The spec: ``{"rules": [[path, kind], ...], "network": bool, "limits": {name: value},
-"env": {name: value}}``; kinds: ``ro`` (read, list, execute beneath), ``rw`` (and write,
-create, remove, rename beneath), ``list`` (list directories beneath only), ``dev`` (a
-device file read and written). Exit status: the command's, 128 + N when a signal N ended
+The spec (:func:`encode_spec` writes it, :func:`decode_spec` reads it: one line per item,
+``\\`` and newlines escaped) holds the rules (path, kind), ``network``, ``limits`` {name:
+value} and ``env`` {name: value}; kinds: ``ro`` (read, list, execute beneath), ``rw`` (and
+write, create, remove, rename beneath), ``list`` (list directories beneath only), ``dev``
+(a device file read and written). Exit status: the command's, 128 + N when a signal N ended
 it, 126 when confinement failed (the reason on stderr), 127 when the program is missing.
 ``--probe`` instead of argv: confine a child, exit 0 when every layer took.
 """
 
 from __future__ import annotations
 
+import _signal
 import ctypes
 import errno
-import json
 import os
-import platform
 import resource
-import signal
 import struct
 import sys
 
@@ -64,6 +64,8 @@ MAKE_REG, MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK = 1 << 8, 1 << 9, 1 << 10, 1 << 11
 MAKE_SYM, REFER, TRUNCATE, IOCTL_DEV = 1 << 12, 1 << 13, 1 << 14, 1 << 15
 NET_BIND_TCP, NET_CONNECT_TCP = 1, 2
 SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1, 2
+#: the oldest ABI used: 3 governs truncate(); 4 adds TCP, 6 signal and abstract-socket scoping
+_MIN_ABI = 3
 #: the rights a rule on a file (not a directory) may carry
 _FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
 
@@ -169,8 +171,11 @@ def _kind_rights(kind: str, handled: int) -> int:
 def apply_landlock(rules: list[list[str]], network: bool) -> int:
     """Restrict this process (and what it starts) to ``rules``; returns the ABI used."""
     abi = landlock_abi()
-    if abi < 1:
-        raise ConfinementFailed("Landlock is not available in this kernel (or disabled at boot)")
+    if abi < _MIN_ABI:
+        raise ConfinementFailed(
+            f"Landlock ABI {abi} (at least {_MIN_ABI}, Linux 6.2, is needed: before it "
+            "truncate() of a protected file is not governed)" if abi else
+            "Landlock is not available in this kernel (or disabled at boot)")
     handled = _fs_rights(abi)
     net = NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 and not network else 0
     scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0
@@ -222,7 +227,7 @@ def drop_capabilities() -> None:
     _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     header = ctypes.create_string_buffer(struct.pack("=Ii", 0x20080522, 0), 8)  # v3, self
     data = ctypes.create_string_buffer(bytes(24), 24)  # two {effective, permitted, inheritable}
-    _check(_libc.syscall(126 if platform.machine() == "x86_64" else 91, header, data), "capset")
+    _check(_libc.syscall(126 if os.uname().machine == "x86_64" else 91, header, data), "capset")
 
 
 # -- seccomp ----------------------------------------------------------------------------
@@ -286,7 +291,7 @@ class _SockFprog(ctypes.Structure):
 
 
 def apply_seccomp(network: bool) -> None:
-    machine = platform.machine()
+    machine = os.uname().machine
     if machine not in _ARCHES:
         raise ConfinementFailed(f"no seccomp filter for the {machine} architecture")
     program = _seccomp_program(machine, network)
@@ -298,6 +303,7 @@ def apply_seccomp(network: bool) -> None:
 
 # -- limits, supervision, exec ----------------------------------------------------------
 
+_SIGHUP, _SIGINT, _SIGQUIT, _SIGKILL, _SIGPIPE, _SIGTERM = 1, 2, 3, 9, 13, 15
 _LIMITS = {"nproc": resource.RLIMIT_NPROC, "cpu": resource.RLIMIT_CPU,
            "fsize": resource.RLIMIT_FSIZE, "as": resource.RLIMIT_AS}
 
@@ -347,7 +353,7 @@ def _end_the_rest() -> None:
             continue
         for member in _group_members():
             try:
-                os.kill(member, signal.SIGKILL)
+                os.kill(member, _SIGKILL)
             except OSError:
                 pass
         try:
@@ -374,9 +380,8 @@ def supervise(spec: dict, argv: list[str]) -> int:
     child = os.fork()
     if child == 0:
         os.close(read_end)
-        for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
-                       signal.SIGPIPE):
-            signal.signal(number, signal.SIG_DFL)
+        for number in (_SIGTERM, _SIGINT, _SIGHUP, _SIGQUIT, _SIGPIPE):
+            _signal.signal(number, _signal.SIG_DFL)
         try:
             confine_command(spec)
             if not argv:
@@ -392,8 +397,8 @@ def supervise(spec: dict, argv: list[str]) -> int:
     os.close(write_end)
     # the command's group may be signalled as a whole (timeout(1) without setpgid does):
     # the supervisor outlives such signals to reap the group; the daemon's SIGKILL ends it
-    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(number, signal.SIG_IGN)
+    for number in (_SIGTERM, _SIGINT, _SIGHUP, _SIGQUIT):
+        _signal.signal(number, _signal.SIG_IGN)
     failure = b""
     while chunk := os.read(read_end, 4096):
         failure += chunk
@@ -407,11 +412,56 @@ def supervise(spec: dict, argv: list[str]) -> int:
     return _status_code(status)
 
 
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out, chars = [], iter(text)
+    for char in chars:
+        if char == "\\":
+            char = "\n" if next(chars, "") == "n" else "\\"
+        out.append(char)
+    return "".join(out)
+
+
+def encode_spec(rules: list[list[str]], network: bool, limits: dict[str, int],
+                env: dict[str, str]) -> str:
+    """The spec as one command-line argument (see the module docstring)."""
+    lines = [f"net {int(network)}"]
+    lines += [f"limit {name} {int(value)}" for name, value in limits.items()]
+    lines += [f"env {name} {_escape(value)}" for name, value in env.items()]
+    lines += [f"rule {kind} {_escape(path)}" for path, kind in rules]
+    return "\n".join(lines)
+
+
+def decode_spec(text: str) -> dict:
+    spec: dict = {"rules": [], "network": False, "limits": {}, "env": {}}
+    for line in text.split("\n"):
+        key, _, rest = line.partition(" ")
+        if key == "net":
+            spec["network"] = rest == "1"
+        elif key == "limit":
+            name, _, value = rest.partition(" ")
+            spec["limits"][name] = int(value)
+        elif key == "env":
+            name, _, value = rest.partition(" ")
+            spec["env"][name] = _unescape(value)
+        elif key == "rule":
+            kind, _, path = rest.partition(" ")
+            spec["rules"].append([_unescape(path), kind])
+        elif key:
+            raise ValueError(f"unknown spec line: {line[:80]!r}")
+    return spec
+
+
 def main(args: list[str]) -> int:
     if not args:
         sys.stderr.write("usage: _confine.py SPEC [--probe | ARGV...]\n")
         return 2
-    spec = json.loads(args[0])
+    spec = decode_spec(args[0])
     argv = args[1:]
     if argv == ["--probe"]:
         argv = []

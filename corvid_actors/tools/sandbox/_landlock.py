@@ -16,7 +16,6 @@ granted one by one.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import shutil
 import subprocess
@@ -26,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from corvid_actors.tools.paths import is_within
+from corvid_actors.tools.sandbox._confine import encode_spec
 
 #: the wrapper, run by path (``python -I -S``): standard library only, nothing imported
 CONFINE_SCRIPT = str(Path(__file__).with_name("_confine.py"))
@@ -94,8 +94,7 @@ def landlock_rules(*, hidden: Iterable[str], shown: Iterable[str], root: str | N
 def confine_argv(argv: Sequence[str], *, rules: list[list[str]], network: bool,
                  limits: dict[str, int], env: dict[str, str]) -> list[str]:
     """The wrapper's command line running ``argv`` confined; ValueError if too large."""
-    spec = json.dumps({"rules": rules, "network": network, "limits": limits, "env": env},
-                      separators=(",", ":"))
+    spec = encode_spec(rules, network, limits, env)
     if len(spec) > _MAX_SPEC_CHARS:
         raise ValueError(f"the Landlock rules take {len(spec)} characters (the most is "
                          f"{_MAX_SPEC_CHARS}): the project has too many protected files")
@@ -122,7 +121,7 @@ def probe_landlock() -> str:
     with _probe_lock:
         if _probe_result:
             return _probe_result[0]
-    spec = json.dumps({"rules": [["/", "ro"]], "network": False, "limits": {}, "env": {}})
+    spec = encode_spec([["/", "ro"]], False, {}, {})
     try:
         done = subprocess.run(
             [_interpreter(), "-I", "-S", CONFINE_SCRIPT, spec, "--probe"],
