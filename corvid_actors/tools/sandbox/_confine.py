@@ -473,4 +473,6 @@ def main(args: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    _code = main(sys.argv[1:])
+    sys.stderr.flush()
+    os._exit(_code)  # no interpreter finalisation: a command pays for none
