@@ -308,9 +308,30 @@ _LIMITS = {"nproc": resource.RLIMIT_NPROC, "cpu": resource.RLIMIT_CPU,
            "fsize": resource.RLIMIT_FSIZE, "as": resource.RLIMIT_AS}
 
 
+def _tasks_of_this_uid() -> int:
+    """How many tasks (threads included) this real uid runs now: what RLIMIT_NPROC counts.
+    A ``/proc/PID/task`` directory has two links more than the process has threads."""
+    uid, count = os.getuid(), 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    count += os.stat(f"/proc/{name}/task").st_nlink - 2
+            except OSError:
+                continue
+    return count
+
+
 def apply_limits(limits: dict[str, int]) -> None:
+    """The resource limits. Without a user namespace RLIMIT_NPROC counts every task of the
+    uid — the daemon's own threads too — so ``nproc`` is the headroom above what the uid
+    runs now (root is not bound by it: the pids cgroup is)."""
     for name, value in limits.items():
         which = _LIMITS[name]
+        if name == "nproc":
+            if os.getuid() == 0:
+                continue
+            value += _tasks_of_this_uid()
         _soft, hard = resource.getrlimit(which)
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(which, (value, value))
