@@ -104,3 +104,17 @@ def test_a_server_runs_confined_by_landlock(project, data_dir):
     while live_processes(tag) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert live_processes(tag) == []
+
+
+def test_landlock_hides_a_data_dir_inside_the_project(project, timers):
+    from corvid_actors.tools.base import ToolContext
+    from tests.security.conftest import run
+
+    (project / "data").mkdir()
+    (project / "data" / "corvid.db").write_text("db-content")
+    sandbox = Sandbox(SandboxSettings(backend="landlock"),
+                      hidden_paths=(str(project), str(project / "data")))
+    ctx = ToolContext(project_dir=project, env=safe_env({}), call_later=timers, sandbox=sandbox)
+    result = run(ctx, "cat README.md; cat data/corvid.d$(echo b); echo x > data/new")
+    assert "hello" in result.output and "db-content" not in result.output
+    assert not (project / "data" / "new").exists()
