@@ -303,7 +303,7 @@ def apply_seccomp(network: bool) -> None:
 
 # -- limits, supervision, exec ----------------------------------------------------------
 
-_SIGHUP, _SIGINT, _SIGQUIT, _SIGKILL, _SIGPIPE, _SIGTERM = 1, 2, 3, 9, 13, 15
+_SIGHUP, _SIGINT, _SIGQUIT, _SIGKILL, _SIGPIPE, _SIGTERM, _SIGXFSZ = 1, 2, 3, 9, 13, 15, 25
 _LIMITS = {"nproc": resource.RLIMIT_NPROC, "cpu": resource.RLIMIT_CPU,
            "fsize": resource.RLIMIT_FSIZE, "as": resource.RLIMIT_AS}
 
@@ -401,7 +401,8 @@ def supervise(spec: dict, argv: list[str]) -> int:
     child = os.fork()
     if child == 0:
         os.close(read_end)
-        for number in (_SIGTERM, _SIGINT, _SIGHUP, _SIGQUIT, _SIGPIPE):
+        # Python ignores SIGPIPE and SIGXFSZ: the command gets the defaults back
+        for number in (_SIGTERM, _SIGINT, _SIGHUP, _SIGQUIT, _SIGPIPE, _SIGXFSZ):
             _signal.signal(number, _signal.SIG_DFL)
         try:
             confine_command(spec)
