@@ -118,3 +118,25 @@ def test_landlock_hides_a_data_dir_inside_the_project(project, timers):
     result = run(ctx, "cat README.md; cat data/corvid.d$(echo b); echo x > data/new")
     assert "hello" in result.output and "db-content" not in result.output
     assert not (project / "data" / "new").exists()
+
+
+def test_a_session_stop_ends_a_landlock_command_at_once(project, timers):
+    import threading
+    import uuid
+
+    from corvid_actors.tools.base import ToolContext
+    from tests.security.conftest import host_processes_with, run
+
+    sandbox = Sandbox(SandboxSettings(backend="landlock"))
+    ctx = ToolContext(project_dir=project, env=safe_env({}), call_later=timers, sandbox=sandbox)
+    marker = f"corvid-stopped-{uuid.uuid4().hex}"
+    threading.Timer(0.5, ctx.cancel.cancel).start()  # the session is stopped mid-command
+    started = time.monotonic()
+    result = run(ctx, f"bash -c 'sleep 100; : {marker}' & (bash -c 'sleep 100; : {marker}' &); "
+                      f"bash -c 'sleep 100; : {marker}'", timeout=60)
+    assert result.is_error and result.output.startswith("Command cancelled")
+    assert time.monotonic() - started < 3
+    deadline = time.monotonic() + 1.0
+    while host_processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert host_processes_with(marker) == []
