@@ -169,7 +169,7 @@ def _persistence(r: dict[str, Any]) -> list[str]:
 
 
 def _sandbox(r: dict[str, Any]) -> list[str]:
-    kinds = [k for k in ("plain", "sandbox", "sandbox_no_cgroup") if k in r["rows"][0]]
+    kinds = [k for k in ("plain", "sandbox", "sandbox_no_cgroup", "landlock") if k in r["rows"][0]]
     rows = [[x["command"], *[f"{x[k]['p50']} / {x[k]['p99']}" for k in kinds], x["added_p50_ms"]]
             for x in r["rows"]]
     return _table(["command", *[f"{k.replace('_', ' ')} p50 / p99 ms" for k in kinds], "added at p50 ms"],

@@ -68,6 +68,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "sandbox": ToolContext(project_dir=project, env=safe_env({}), call_later=_call_later,
                                    sandbox=sandbox),
         }
+        landlock = Sandbox(SandboxSettings(backend="landlock"))
+        if landlock.active:  # the backend for hosts without namespaces, on the same machine
+            contexts["landlock"] = ToolContext(project_dir=project, env=safe_env({}),
+                                               call_later=_call_later, sandbox=landlock)
         if sandbox._cgroup_root is not None:
             # as root the process limit is a pids cgroup; what joining it costs, apart
             contexts["sandbox_no_cgroup"] = ToolContext(
@@ -88,6 +92,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 ms = [t.extra["ms"] for t in values]
                 row[kind] = {"p50": round(percentile(ms, 50), 2), "p99": round(percentile(ms, 99), 2)}
             row["added_p50_ms"] = round(median(diffs(trials["plain"], trials["sandbox"], "ms")), 2)
+            if "landlock" in trials:
+                row["landlock_added_p50_ms"] = round(median(diffs(trials["plain"], trials["landlock"], "ms")), 2)
+                row["landlock_minus_bwrap_p50_ms"] = round(
+                    median(diffs(trials["sandbox"], trials["landlock"], "ms")), 2)
             row["paired"] = [compare(trials, "plain", kind, kind="cost", label=f"run_command {command}: "
                                      f"{kind.replace('_', ' ')} / plain (time per call)", digits=2)
                              for kind in contexts if kind != "plain"]

@@ -21,6 +21,8 @@ NETWORK_CHOICES = ("none", "host")
 #: the permission modes (``tools.permissions.PermissionMode``): the keys of
 #: ``[tools.sandbox] network``
 PERMISSION_MODE_NAMES = ("default", "plan", "auto-edit", "full-auto")
+#: the sandbox backends: ``auto`` tries bwrap, then Landlock (README "Security model")
+SANDBOX_BACKENDS = ("auto", "bwrap", "landlock")
 
 
 @section("tools.sandbox")
@@ -29,6 +31,7 @@ class SandboxConfig:
     which takes this section as its settings (``SandboxSettings`` is this class)."""
 
     mode: str = field(metadata=one_of(*SANDBOX_MODES))
+    backend: str = field(metadata=one_of(*SANDBOX_BACKENDS))
     bwrap_path: str
     #: permission mode -> "none" | "host" (a mode left out: "none"); earlier releases'
     #: ``network_modes`` list is read as this table (corvid_actors.config)

@@ -376,6 +376,7 @@ def test_extend_mode_credits_and_stats_over_the_socket(shared):
     assert health["providers"]["ollama"]["healthy"] is True
     # which confinement is in force, in both (the CI machine has a working bwrap)
     assert health["daemon"]["sandbox"]["mode"] == "auto" and health["daemon"]["sandbox"]["active"] is True
+    assert health["daemon"]["sandbox"]["backend"] == "bwrap"  # bwrap first; Landlock without namespaces
     assert stats["sandbox"] == health["daemon"]["sandbox"]
     assert health["daemon"]["dumpable"] is False  # prctl(PR_SET_DUMPABLE, 0) at start-up
 

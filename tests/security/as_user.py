@@ -115,7 +115,10 @@ class Daemon:
     """The daemon side of an attack: tools run in ``project`` with ``data_dir`` hidden.
 
     ``user`` is ``"root"`` (this process) or ``"nobody"`` (a child as uid 65534).
-    ``settings`` are ``[tools.sandbox]`` overrides. Start with :meth:`start`.
+    ``settings`` are ``[tools.sandbox]`` overrides. ``no_userns``: the daemon side runs in
+    a child under a seccomp filter that refuses namespaces as Docker's default profile
+    does (root too: then in a child of its own, not in this process). Start with
+    :meth:`start`.
     """
 
     user: str
@@ -123,6 +126,7 @@ class Daemon:
     data_dir: Path
     settings: dict[str, Any] = field(default_factory=dict)
     network: bool = False
+    no_userns: bool = False
     status: dict[str, Any] = field(default_factory=dict)
     _child: subprocess.Popen[str] | None = None
     _ctx: Any = None
@@ -133,7 +137,7 @@ class Daemon:
         return 0 if self.user == "root" else NOBODY
 
     def start(self) -> Daemon:
-        if self.user == "root":
+        if self.user == "root" and not self.no_userns:
             self._start_here()
         else:
             self._start_child()
@@ -154,15 +158,16 @@ class Daemon:
     def _start_child(self) -> None:
         copy = readable_copy()
         spec = {"project": str(self.project), "hidden": [str(self.data_dir)],
-                "settings": self.settings, "network": self.network}
+                "settings": self.settings, "network": self.network, "no_userns": self.no_userns}
         env = unprivileged_env()
         python = os.path.realpath(sys.executable)
+        as_user = setpriv_argv(self.uid) if self.uid else []
         self._child = subprocess.Popen(
-            [*setpriv_argv(), python, "-s", str(copy / "daemon_child.py"), json.dumps(spec)],
+            [*as_user, python, "-s", str(copy / "daemon_child.py"), json.dumps(spec)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=env, cwd=str(copy))
         ready = self._read_line(60)
-        assert ready.get("uid") == NOBODY, ready
+        assert ready.get("uid") == self.uid, ready
         self.status = ready["sandbox"]
 
     def _read_line(self, timeout: float) -> dict[str, Any]:
@@ -180,7 +185,7 @@ class Daemon:
 
     def tool(self, name: str, *, wait_s: float = 60, **args: Any) -> ToolResult:
         """Call one tool as a session would; its result (a raised error re-raised here)."""
-        if self.user == "root":
+        if self._child is None:
             from corvid_actors.tools.coding import coding_tools
 
             return {t.name: t for t in coding_tools()}[name].handler(args, self._ctx)

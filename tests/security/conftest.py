@@ -141,12 +141,13 @@ def daemon_user(request) -> str:
 @pytest.fixture
 def daemon_factory(daemon_user: str):
     """Build :class:`Daemon`\\ s as ``daemon_user`` over a fresh project and data directory
-    (``settings``: ``[tools.sandbox]`` overrides); stopped and removed after the test."""
+    (``settings``: ``[tools.sandbox]`` overrides; ``no_userns``: the daemon side cannot make
+    namespaces, as in a Docker container); stopped and removed after the test."""
     made: list[Daemon] = []
     dirs: list[Path] = []
 
     def build(settings: dict | None = None, network: bool = False,
-              arrange: Callable[[Path], None] | None = None) -> Daemon:
+              arrange: Callable[[Path], None] | None = None, no_userns: bool = False) -> Daemon:
         base = shared_dir("corvid-sec-")
         dirs.append(base)
         project = make_project(base / "project")
@@ -155,7 +156,7 @@ def daemon_factory(daemon_user: str):
         data = base / "data"
         data.mkdir()
         (data / "corvid.db").write_text("db")
-        daemon = Daemon(daemon_user, project, data, settings or {}, network)
+        daemon = Daemon(daemon_user, project, data, settings or {}, network, no_userns)
         if daemon.uid:
             chown_tree(project, daemon.uid)
         made.append(daemon)

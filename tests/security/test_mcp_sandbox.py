@@ -47,9 +47,9 @@ def test_launch_choice_per_mode(tmp_path):
     assert sandboxed_argv(None, spec, str(tmp_path)) == (None, None)
     off = Sandbox(SandboxSettings(mode="off"))
     assert sandboxed_argv(off, spec, str(tmp_path)) == (None, None)
-    auto_missing = Sandbox(SandboxSettings(mode="auto", bwrap_path="/nonexistent/bwrap"))
+    auto_missing = Sandbox(SandboxSettings(mode="auto", bwrap_path="/nonexistent/bwrap", backend="bwrap"))
     assert sandboxed_argv(auto_missing, spec, str(tmp_path)) == (None, None)
-    required_missing = Sandbox(SandboxSettings(mode="required", bwrap_path="/nonexistent/bwrap"))
+    required_missing = Sandbox(SandboxSettings(mode="required", bwrap_path="/nonexistent/bwrap", backend="bwrap"))
     with pytest.raises(SandboxUnavailable):
         sandboxed_argv(required_missing, spec, str(tmp_path))
 

@@ -64,7 +64,7 @@ def test_parameter_expansion_delete_is_denied_in_every_mode(make_e2e, stub, proj
 def test_auto_without_bwrap_warns_per_session_and_runs_unconfined(make_e2e, stub, project_dir):
     stub.add_tool_use([("run_command", {"command": "echo unconfined"})])
     stub.add_reply("ok")
-    e2e, s = session(make_e2e, stub, "full-auto", mode="auto", bwrap_path=MISSING)
+    e2e, s = session(make_e2e, stub, "full-auto", mode="auto", bwrap_path=MISSING, backend="bwrap")
     assert e2e.runtime.internals.builder.sandbox.status.as_dict()["active"] is False
     e2e.runtime.start_process(s.id, "go")
     e2e.runtime.settle()
@@ -77,7 +77,7 @@ def test_auto_without_bwrap_warns_per_session_and_runs_unconfined(make_e2e, stub
 def test_required_without_bwrap_refuses_commands(make_e2e, stub, project_dir):
     stub.add_tool_use([("run_command", {"command": "echo should-not-run > ran.txt"})])
     stub.add_reply("ok")
-    e2e, s = session(make_e2e, stub, "full-auto", mode="required", bwrap_path=MISSING)
+    e2e, s = session(make_e2e, stub, "full-auto", mode="required", bwrap_path=MISSING, backend="bwrap")
     e2e.runtime.start_process(s.id, "go")
     e2e.runtime.settle()
     [notice] = sandbox_notices(e2e, s.id)
@@ -100,7 +100,7 @@ def test_auto_edit_auto_approves_only_when_sandboxed(make_e2e, stub):
 def test_auto_edit_asks_without_the_sandbox(make_e2e, stub):
     stub.add_tool_use([("run_command", {"command": "ls"})])
     stub.add_reply("ok")
-    e2e, s = session(make_e2e, stub, "auto-edit", mode="auto", bwrap_path=MISSING)
+    e2e, s = session(make_e2e, stub, "auto-edit", mode="auto", bwrap_path=MISSING, backend="bwrap")
     e2e.runtime.start_process(s.id, "go")
     e2e.runtime.settle()
     [request] = e2e.events(s.id, "approval_request")

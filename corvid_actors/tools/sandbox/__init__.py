@@ -1,4 +1,4 @@
-"""The OS sandbox every model-chosen program runs in (bubblewrap).
+"""The OS sandbox every model-chosen program runs in (bubblewrap, or Landlock + seccomp).
 
 The shell guard (``tools.shell_guard``) is a static reading of a command; a program can
 compute names, read ``/proc`` or connect to sockets at run time, so the guard is advice
@@ -62,15 +62,25 @@ What the kernel layer cannot express, the launcher settles after each command
   where the command put it; two commands running at once in one project see each
   other's moves only when the first of them ends.
 
-``mode`` (``[tools.sandbox] mode``): ``auto`` uses the sandbox when ``bwrap`` works and
-otherwise runs commands unconfined after one loud warning per daemon start and per
-session; ``required`` refuses to run commands without it; ``off`` never uses it.
+Where namespaces are refused (Docker's default seccomp profile, hardened kernels), the
+*Landlock backend* confines a command without them: ``_landlock.py`` builds an allow-list
+of paths (the same hidden paths, masks and ``.git`` rules, as far as Landlock can say
+them) and ``_confine.py``, a standard-library wrapper, applies no_new_privs, the limits,
+Landlock, a capability drop and a seccomp filter in the command's own process, and
+supervises its process group (README "Security model" says what it cannot do that bwrap
+does). :attr:`SandboxStatus.backend` says which one is in force.
+
+``mode`` (``[tools.sandbox] mode``): ``auto`` uses a sandbox when one works — ``backend``
+``auto`` tries bwrap, then Landlock — and otherwise runs commands unconfined after one
+loud warning per daemon start and per session; ``required`` refuses to run commands
+without one; ``off`` never uses one.
 
 Thread-safety: a :class:`Sandbox` is immutable after construction except for its
 probe cache (guarded); ``wrap`` may be called from any worker thread.
 """
 
-from corvid_actors.tool_sections import SANDBOX_MODES
+from corvid_actors.tool_sections import SANDBOX_BACKENDS, SANDBOX_MODES
+from corvid_actors.tools.sandbox._landlock import probe_landlock
 from corvid_actors.tools.sandbox._launcher import Launch, Sandbox, current_sandbox
 from corvid_actors.tools.sandbox._probe import (
     SandboxSettings,
@@ -88,8 +98,8 @@ from corvid_actors.tools.sandbox._settle import (
 )
 
 __all__ = [
-    "SANDBOX_MODES", "Launch", "ProjectScan", "Sandbox", "SandboxSettings", "SandboxStatus",
-    "SandboxUnavailable", "Settlement", "current_sandbox", "find_bwrap", "new_protected_files",
-    "probe_bwrap", "sandbox_status", "scan_before_command", "scan_project",
-    "settle_after_command",
+    "SANDBOX_BACKENDS", "SANDBOX_MODES", "Launch", "ProjectScan", "Sandbox", "SandboxSettings",
+    "SandboxStatus", "SandboxUnavailable", "Settlement", "current_sandbox", "find_bwrap",
+    "new_protected_files", "probe_bwrap", "probe_landlock", "sandbox_status", "scan_before_command",
+    "scan_project", "settle_after_command",
 ]

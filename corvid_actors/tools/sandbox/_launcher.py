@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from corvid_actors.tools.paths import DEFAULT_PROTECTED_PATTERNS, is_within
+from corvid_actors.tools.sandbox._landlock import confine_argv, landlock_rules
 from corvid_actors.tools.sandbox._probe import (
     SandboxSettings,
     SandboxStatus,
@@ -71,6 +72,8 @@ class Launch:
     scan: ProjectScan | None = None
     cgroup: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: the Landlock backend's private temporary directory (its ``/tmp`` and ``$HOME``)
+    private_dir: str | None = None
 
     def finish(self, sandbox: Sandbox, patterns: Sequence[str]) -> list[str]:
         """After the program ended: settle the project (``_settle``: protected files it
@@ -81,6 +84,8 @@ class Launch:
             notes = settle_after_command(self.scan, patterns, sandbox.settings).notes()
         if self.cgroup is not None:
             sandbox.release_cgroup(self.cgroup)
+        if self.private_dir is not None:
+            shutil.rmtree(self.private_dir, ignore_errors=True)
         return notes
 
 
@@ -221,6 +226,9 @@ class Sandbox:
         root = os.path.realpath(project_dir) if project_dir else None
         patterns = tuple(patterns) or self.patterns
         scan = scan_before_command(root, patterns, self.settings) if root else None
+        if self.status.backend == "landlock":
+            return self._wrap_landlock(argv, root, scan, network, writable_project,
+                                       readable_files)
         blanks = _Blanks.get()
         # no --new-session: callers start the launcher in a session of its own, without a
         # controlling terminal (run_command and the mcp client both do), so there is no
@@ -267,3 +275,30 @@ class Sandbox:
             procs = os.path.join(cgroup, "cgroup.procs")
             command = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procs, *command]
         return Launch(command, scan, cgroup)
+
+    def _wrap_landlock(self, argv: Sequence[str], root: str | None, scan: ProjectScan | None,
+                       network: bool, writable_project: bool,
+                       readable_files: Sequence[str]) -> Launch:
+        """The Landlock backend's command line (``_landlock.py``, ``_confine.py``)."""
+        private = tempfile.mkdtemp(prefix="corvid-sbx-tmp-")
+        shown = [*self.visible, *(real for real in dict.fromkeys(
+            os.path.realpath(f) for f in readable_files) if os.path.isfile(real))]
+        s = self.settings
+        try:
+            rules = landlock_rules(
+                hidden=self.hidden, shown=shown, root=root, writable_project=writable_project,
+                protected=[*scan.masked_files, *scan.masked_dirs] if scan else [],
+                git_dirs=scan.git_dirs if scan else [], private_dir=private)
+            command = confine_argv(
+                argv, rules=rules, network=network,
+                limits={"nproc": s.max_processes, "cpu": s.cpu_seconds,
+                        "fsize": s.max_file_bytes, "as": s.max_address_space_bytes},
+                env={"TMPDIR": private, "HOME": private})
+        except (OSError, ValueError) as exc:
+            shutil.rmtree(private, ignore_errors=True)
+            raise SandboxUnavailable(str(exc)) from exc
+        cgroup = self._new_cgroup()
+        if cgroup is not None:
+            procs = os.path.join(cgroup, "cgroup.procs")
+            command = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procs, *command]
+        return Launch(command, scan, cgroup, private_dir=private)

