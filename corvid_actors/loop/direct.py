@@ -79,13 +79,11 @@ from corvid_actors.loop.effects import (
     ReleaseSlot,
     SlotGranted,
     SlotTimedOut,
-    StopModelCall,
     TimerFired,
     ToolFinished,
     TurnFinished,
     TurnMetrics,
     UserMessage,
-    WithdrawApproval,
 )
 from corvid_actors.loop.payload_guard import GrowthCheck, compact_for_growth
 from corvid_actors.loop.repeats import RepeatTracker
@@ -101,6 +99,7 @@ from corvid_actors.loop.turn import (
     InputQueue,
     Phase,
     TurnAccount,
+    interrupt_effects,
     interrupt_step,
     interrupted_reply,
 )
@@ -242,12 +241,8 @@ class DirectLoop(DirectReplies, DirectToolCalls):
         step = interrupt_step(self._phase, waiting=len(self._queue), call_purpose=turn.purpose,
                               interrupted=turn.interrupted)
         turn.interrupted = turn.interrupted or step != "ignore"
-        if step == "stop":
-            return [StopModelCall()]
-        if step == "withdraw":  # its denial comes back as ApprovalDecided: the turn ends then
-            return [WithdrawApproval()]
         # "later": _next_iteration (slot granted, tools done) or _next_call (tool finished) ends the turn
-        return self._end_interrupted("") if step == "end" else []
+        return interrupt_effects(step, self._end_interrupted)
 
     def _end_interrupted(self, partial: str) -> list[Effect]:
         """The turn ends here: ``partial`` (what the stopped call streamed) kept, marked."""

@@ -50,13 +50,11 @@ from corvid_actors.loop.effects import (
     PersistMessage,
     ReportOutage,
     Schedule,
-    StopModelCall,
     TimerFired,
     ToolFinished,
     TurnFinished,
     TurnMetrics,
     UserMessage,
-    WithdrawApproval,
 )
 from corvid_actors.loop.payload_guard import GrowthCheck
 from corvid_actors.loop.retry import retry_delay, should_retry
@@ -69,6 +67,7 @@ from corvid_actors.loop.turn import (
     InputQueue,
     Phase,
     TurnAccount,
+    interrupt_effects,
     interrupt_step,
     interrupted_reply,
 )
@@ -216,12 +215,8 @@ class SdkLoop(SdkCompaction, SdkToolCalls):
         step = interrupt_step(self._phase, waiting=len(self._queue), call_purpose=purpose,
                               interrupted=turn.interrupted)
         turn.interrupted = turn.interrupted or step != "ignore"
-        if step == "stop":
-            return [StopModelCall()]
-        if step == "withdraw":  # its denial comes back as ApprovalDecided: the turn ends then
-            return [WithdrawApproval()]
-        # "later": _advance_tools (tool finished) or _call_model ends it
-        return self._end_interrupted("") if step == "end" else []
+        # "later": _advance_tools (tool finished) or _call_model ends the turn
+        return interrupt_effects(step, self._end_interrupted)
 
     def _end_interrupted(self, partial: str) -> list[Effect]:
         """The turn ends here: ``partial`` (what the stopped call streamed) kept, marked."""

@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from corvid_actors.events import Result
-from corvid_actors.loop.effects import TurnMetrics, UserMessage
+from corvid_actors.loop.effects import (
+    Effect,
+    StopModelCall,
+    TurnMetrics,
+    UserMessage,
+    WithdrawApproval,
+)
 from corvid_actors.providers.base import ModelResponse
 
 #: ends a reply cut short by the user's next message (double texting ``interrupt``): in
@@ -126,6 +132,18 @@ def interrupt_step(phase: Phase, *, waiting: int, call_purpose: str, interrupted
     if phase is Phase.WAIT_APPROVAL:
         return "withdraw"
     return "end" if phase is Phase.WAIT_RETRY else "later"
+
+
+def interrupt_effects(step: str, end_turn: Callable[[str], list[Effect]]) -> list[Effect]:
+    """The effects of an :func:`interrupt_step` verdict: ``stop`` the model call,
+    ``withdraw`` the approval (its denial comes back and ends the turn), ``end`` the turn
+    now through ``end_turn`` (nothing was streamed), or nothing — ``later``: the loop's
+    next safe point ends it; ``ignore``."""
+    if step == "stop":
+        return [StopModelCall()]
+    if step == "withdraw":
+        return [WithdrawApproval()]
+    return end_turn("") if step == "end" else []
 
 
 def as_said(history: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:

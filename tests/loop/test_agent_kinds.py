@@ -11,16 +11,11 @@ from corvid_actors.loop.direct import DirectLoop
 from corvid_actors.loop.nudges import HALLUCINATION_NUDGE, NudgeReason, nudge_message
 from corvid_actors.loop.settings import DirectLoopSettings
 from corvid_actors.providers.base import ChatMessage
+from tests.fixtures.probe_conversation import LONG, PARIS, SHORT
 from tests.loop.test_direct_loop import TOOLS, allow_all, call, make, text, tools
 
 #: the issue's probe conversation: each reply is a legitimate chat answer that a task
 #: agent's nudges took for not acting
-PARIS = "Paris is the capital of France. Let me know if you'd like more details!"
-SHORT = "Sure, happy to help"
-LONG = ("The French Revolution began in 1789 and reshaped France and Europe. It ended the absolute "
-        "monarchy, proclaimed the rights of man and of the citizen, and led to the First Republic. "
-        "Its causes were fiscal crisis, food shortages and Enlightenment ideas; its course ran from the "
-        "Estates-General through the Terror to the Directory, and Napoleon's coup of 1799 closed it.")
 PROBE = [("What is the capital of France?", PARIS, NudgeReason.ASKED_INSTEAD_OF_ACTING),
          ("Can you help me?", SHORT, NudgeReason.TOO_SHORT),
          ("Tell me about the French Revolution.", LONG, NudgeReason.WROTE_BUT_DIDNT_ACT)]

@@ -46,14 +46,7 @@ class RealTimers:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    (root / "sub").mkdir(parents=True)
-    (root / ".git").mkdir()
-    (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
-    (root / ".env").write_text(f"ANTHROPIC_API_KEY={SECRET}\n")
-    (root / "sub" / ".env.local").write_text(f"TOKEN={SECRET}\n")
-    (root / "README.md").write_text("hello\n")
-    return root
+    return make_project(tmp_path / "project")
 
 
 @pytest.fixture

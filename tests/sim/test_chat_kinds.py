@@ -14,14 +14,7 @@ from loguru import logger
 from corvid_actors.chat import BridgeSettings, ChatBridge, MemoryTransport
 from corvid_actors.config import Config
 from corvid_actors.testing import sim_runtime
-
-PARIS = "Paris is the capital of France. Let me know if you'd like more details!"
-SHORT = "Sure, happy to help"
-LONG = ("The French Revolution began in 1789 and reshaped France and Europe. It ended the absolute "
-        "monarchy, proclaimed the rights of man and of the citizen, and led to the First Republic. "
-        "Its causes were fiscal crisis, food shortages and Enlightenment ideas; its course ran from the "
-        "Estates-General through the Terror to the Directory, and Napoleon's coup of 1799 closed it.")
-QUESTIONS = ["What is the capital of France?", "Can you help me?", "Tell me about the French Revolution."]
+from tests.fixtures.probe_conversation import LONG, PARIS, QUESTIONS, SHORT
 
 
 def make_bot(sim_clock, scripted, tmp_path, *, kind=None, agent=True, config=None, settings=None):

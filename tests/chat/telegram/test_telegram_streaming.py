@@ -17,6 +17,7 @@ from corvid_actors.config import Config
 from corvid_actors.runtime import Runtime
 from corvid_actors.testing.ollama_stub import OllamaStubServer
 from tests.chat.telegram.conftest import eventually
+from tests.fixtures.probe_conversation import LONG, PARIS, QUESTIONS, SHORT
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning")]
 
@@ -29,13 +30,6 @@ JITTER_S = 0.2
 WORDS = [f"word{i} " for i in range(23)] + ["end."]
 STREAMED = "".join(WORDS)
 
-PARIS = "Paris is the capital of France. Let me know if you'd like more details!"
-SHORT = "Sure, happy to help"
-LONG = ("The French Revolution began in 1789 and reshaped France and Europe. It ended the absolute "
-        "monarchy, proclaimed the rights of man and of the citizen, and led to the First Republic. "
-        "Its causes were fiscal crisis, food shortages and Enlightenment ideas; its course ran from the "
-        "Estates-General through the Terror to the Directory, and Napoleon's coup of 1799 closed it.")
-QUESTIONS = ["What is the capital of France?", "Can you help me?", "Tell me about the French Revolution."]
 
 
 @pytest.fixture
