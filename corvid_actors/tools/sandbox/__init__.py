@@ -39,12 +39,14 @@ probe cache (guarded); ``wrap`` may be called from any worker thread.
 """
 
 from corvid_actors.tool_sections import SANDBOX_MODES
-from corvid_actors.tools.sandbox._launcher import Launch, Sandbox, current_sandbox
+from corvid_actors.tools.sandbox._cgroups import SessionCgroup
+from corvid_actors.tools.sandbox._launcher import Launch, Sandbox, current_sandbox, tmpfs_sizes
 from corvid_actors.tools.sandbox._probe import (
     SandboxSettings,
     SandboxStatus,
     SandboxUnavailable,
     find_bwrap,
+    isolation_flags,
     probe_bwrap,
     sandbox_status,
 )
@@ -52,6 +54,6 @@ from corvid_actors.tools.sandbox._scan import ProjectScan, new_protected_files, 
 
 __all__ = [
     "SANDBOX_MODES", "Launch", "ProjectScan", "Sandbox", "SandboxSettings", "SandboxStatus",
-    "SandboxUnavailable", "current_sandbox", "find_bwrap", "new_protected_files", "probe_bwrap",
-    "sandbox_status", "scan_project",
+    "SandboxUnavailable", "SessionCgroup", "current_sandbox", "find_bwrap", "isolation_flags",
+    "new_protected_files", "probe_bwrap", "sandbox_status", "scan_project", "tmpfs_sizes",
 ]

@@ -1,0 +1,131 @@
+"""pids cgroups that bound a root daemon's sandboxed processes (the kernel does not apply
+``RLIMIT_NPROC`` to uid 0).
+
+A session incarnation's commands share one cgroup (:class:`SessionCgroup`), made at its
+first command and removed when the incarnation's resources are closed: making and
+removing a cgroup per command cost ~8 ms of each. Its ``pids.max`` bounds the session's
+commands together. A launch without a session (an MCP server, ``Runtime.run_tool``, a
+context built by hand) gets a cgroup of its own, removed when it ends.
+
+Names are ``corvid-sbx-<daemon pid>-<random>``: a daemon sweeps the ones a dead process
+left at start, and removes its own at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import threading
+import uuid
+from collections.abc import Sequence
+
+#: pids cgroups made for sandboxes: corvid-sbx-<daemon pid>-<random>
+CGROUP_PREFIX = "corvid-sbx-"
+
+
+class PidsCgroups:
+    """Makes and removes the pids cgroups of one :class:`Sandbox` (root only).
+
+    ``root`` is None when no pids hierarchy under ``roots`` is writable (then no cgroup
+    is ever made). Thread-safe: any worker may make or release one.
+    """
+
+    def __init__(self, roots: Sequence[str], max_processes: int) -> None:
+        self.max_processes = max_processes
+        self._stale: list[str] = []
+        self._lock = threading.Lock()
+        self.root = _writable_root(roots)
+        if self.root is not None:
+            self._sweep_dead()
+            atexit.register(self.reap)
+
+    def _sweep_dead(self) -> None:
+        """Remove the cgroups a dead process left (its pid is in their name)."""
+        assert self.root is not None
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.root):
+                parts = name.split("-")
+                if name.startswith(CGROUP_PREFIX) and len(parts) == 4 and parts[2].isdigit() \
+                        and not os.path.exists(f"/proc/{parts[2]}"):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(os.path.join(self.root, name))
+
+    def new(self) -> str | None:
+        """A fresh cgroup whose ``pids.max`` is ``max_processes`` (None: none could be made)."""
+        if self.root is None:
+            return None
+        self.reap()
+        path = os.path.join(self.root, f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}")
+        try:
+            os.mkdir(path)
+            with open(os.path.join(path, "pids.max"), "w") as handle:
+                handle.write(str(self.max_processes))
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+            return None
+        return path
+
+    def release(self, path: str) -> None:
+        """Remove ``path`` now, or at the next :meth:`reap` if processes still hold it."""
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            pass
+        except OSError:  # the namespace's last processes are still being reaped
+            with self._lock:
+                self._stale.append(path)
+
+    def reap(self) -> None:
+        """Try again to remove the cgroups that were busy when released."""
+        with self._lock:
+            stale, self._stale = self._stale, []
+        for path in stale:
+            if os.path.isdir(path):
+                self.release(path)
+
+    def session(self) -> SessionCgroup:
+        """The cgroup of one session incarnation (made at its first command)."""
+        return SessionCgroup(self)
+
+
+class SessionCgroup:
+    """One session incarnation's pids cgroup: :meth:`path` makes it on first use and
+    :meth:`close` removes it (a closer of the incarnation's resources). Thread-safe."""
+
+    def __init__(self, cgroups: PidsCgroups) -> None:
+        self._cgroups = cgroups
+        self._lock = threading.Lock()
+        self._path: str | None = None
+        self._closed = False
+
+    def path(self) -> str | None:
+        """The cgroup, made now if needed; None when closed or none can be made (the
+        command then gets a cgroup of its own)."""
+        with self._lock:
+            if self._path is None and not self._closed:
+                self._path = self._cgroups.new()
+            return self._path
+
+    def close(self) -> None:
+        """Remove the cgroup (idempotent); later commands get one of their own."""
+        with self._lock:
+            path, self._path, self._closed = self._path, None, True
+        if path is not None:
+            self._cgroups.release(path)
+
+
+def _writable_root(roots: Sequence[str]) -> str | None:
+    for root in roots:
+        probe = os.path.join(root, f"corvid-probe-{uuid.uuid4().hex[:8]}")
+        try:
+            os.mkdir(probe)
+        except OSError:
+            continue
+        usable = os.path.exists(os.path.join(probe, "pids.max"))
+        with contextlib.suppress(OSError):
+            os.rmdir(probe)
+        if usable:
+            return root
+    return None
