@@ -104,7 +104,7 @@ def _confinement(ctx: ToolContext, argv: list[str]) -> tuple[Any, list[str], str
         return None, argv, None  # auto: warned once per daemon start and per session
     try:
         launch = sandbox.wrap(argv, project_dir=str(ctx.project_dir), network=ctx.sandbox_network,
-                              patterns=protected_patterns_of(ctx))
+                              patterns=protected_patterns_of(ctx), cgroup=ctx.sandbox_cgroup)
     except SandboxUnavailable as exc:
         return None, argv, f"Refused: the command cannot be sandboxed: {exc}"
     return launch, launch.argv, None

@@ -16,12 +16,20 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import select
+import signal
 import threading
 import uuid
 from collections.abc import Sequence
 
 #: pids cgroups made for sandboxes: corvid-sbx-<daemon pid>-<random>
 CGROUP_PREFIX = "corvid-sbx-"
+#: how long closing a session's cgroup waits, per round, for what is left in it to exit:
+#: a sandbox's init is still on its way out for a few ms after the command returned
+#: (bwrap reports the exit status before its init is gone)
+RELEASE_WAIT_S = 1.0
+#: rounds of kill-wait-remove before a busy cgroup is left to the next :meth:`reap`
+RELEASE_ROUNDS = 3
 
 
 class PidsCgroups:
@@ -77,6 +85,20 @@ class PidsCgroups:
             with self._lock:
                 self._stale.append(path)
 
+    def release_now(self, path: str) -> None:
+        """Remove ``path``, first killing what is left in it and waiting (bounded, on
+        pidfds: no polling) until it is gone; still busy: left to :meth:`reap`. Blocks:
+        for a closer's worker, not a command's."""
+        for _ in range(RELEASE_ROUNDS):
+            try:
+                os.rmdir(path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                _kill_and_wait(os.path.join(path, "cgroup.procs"), RELEASE_WAIT_S)
+        self.release(path)
+
     def reap(self) -> None:
         """Try again to remove the cgroups that were busy when released."""
         with self._lock:
@@ -109,11 +131,12 @@ class SessionCgroup:
             return self._path
 
     def close(self) -> None:
-        """Remove the cgroup (idempotent); later commands get one of their own."""
+        """Remove the cgroup (idempotent; what still runs in it is killed: the incarnation
+        has ended); later commands get one of their own. May block up to a few seconds."""
         with self._lock:
             path, self._path, self._closed = self._path, None, True
         if path is not None:
-            self._cgroups.release(path)
+            self._cgroups.release_now(path)
 
 
 def _writable_root(roots: Sequence[str]) -> str | None:
@@ -129,3 +152,29 @@ def _writable_root(roots: Sequence[str]) -> str | None:
         if usable:
             return root
     return None
+
+
+def _kill_and_wait(procs: str, wait_s: float) -> None:
+    """SIGKILL the processes listed in ``procs`` and wait, at most ``wait_s`` and without
+    polling, until each has exited (a pidfd is readable then)."""
+    try:
+        with open(procs) as handle:
+            pids = [int(line) for line in handle if line.strip()]
+    except (OSError, ValueError):
+        return
+    fds: list[int] = []
+    try:
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                fds.append(os.pidfd_open(pid))
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        pending = fds
+        while pending:
+            ready, _, _ = select.select(pending, [], [], wait_s)
+            if not ready:
+                return
+            pending = [fd for fd in pending if fd not in ready]
+    finally:
+        for fd in fds:
+            os.close(fd)
