@@ -59,3 +59,14 @@ def test_every_private_tmpfs_is_bounded(daemon_factory):
     assert {"/tmp", "/var/tmp"} <= set(sizes), result.output
     assert all(int(size) < total for size in sizes.values()), sizes
     assert sum(int(size) for size in sizes.values()) <= total, sizes
+
+
+def test_the_split_of_the_total():
+    from corvid_actors.tools.sandbox import tmpfs_sizes
+
+    total = 256 * MIB
+    four = tmpfs_sizes(["/tmp", "/var/tmp", "/root", "/run/user/0", "/srv/data"], total)
+    assert four["/tmp"] == 128 * MIB and four["/srv/data"] == 32 * MIB
+    assert sum(four.values()) <= total
+    assert tmpfs_sizes(["/tmp"], total) == {"/tmp": total}
+    assert tmpfs_sizes(["/var/tmp", "/root"], total) == {"/var/tmp": total // 2, "/root": total // 2}
