@@ -20,6 +20,7 @@ from corvid_actors.tools.sandbox._probe import (
     SandboxSettings,
     SandboxStatus,
     SandboxUnavailable,
+    isolation_flags,
     sandbox_status,
 )
 from corvid_actors.tools.sandbox._scan import ProjectScan, new_protected_files, scan_project
@@ -172,7 +173,8 @@ class Sandbox:
         # terminal to inject input into (TIOCSTI); bwrap's setsid added ~15 ms per command
         # namespaces, every capability dropped, no nested user namespace: the flags the
         # probe checked (a command that could remount would undo every mount below)
-        args = [self.status.binary, *self.status.flags, "--ro-bind", "/", "/"]
+        flags = self.status.flags or isolation_flags(self.status.binary)
+        args = [self.status.binary, *flags, "--ro-bind", "/", "/"]
         if not network:
             args.append("--unshare-net")
         # hidden paths below the project are mounted over after it; the project itself,
