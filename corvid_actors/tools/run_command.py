@@ -128,13 +128,16 @@ def run_command(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolCon
         return error_result(refusal)
     wake_r, wake_w = os.pipe()
     try:
-        proc = subprocess.Popen(
-            argv,
-            cwd=os.path.realpath(ctx.project_dir),
-            env=dict(ctx.env),  # exactly the allowlisted environment, never os.environ
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True,  # its own process group, so a kill reaches grandchildren
-        )
+        def popen() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
+                argv,
+                cwd=os.path.realpath(ctx.project_dir),
+                env=dict(ctx.env),  # exactly the allowlisted environment, never os.environ
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True,  # its own process group, so a kill reaches grandchildren
+            )
+        # sandboxed: started where it must be born (a session's pids cgroup)
+        proc = launch.start(popen) if launch is not None else popen()
     except BaseException:
         os.close(wake_r)
         os.close(wake_w)

@@ -16,11 +16,15 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import queue
 import select
 import signal
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
+
+_T = TypeVar("_T")
 
 #: pids cgroups made for sandboxes: corvid-sbx-<daemon pid>-<random>
 CGROUP_PREFIX = "corvid-sbx-"
@@ -114,12 +118,19 @@ class PidsCgroups:
 
 class SessionCgroup:
     """One session incarnation's pids cgroup: :meth:`path` makes it on first use and
-    :meth:`close` removes it (a closer of the incarnation's resources). Thread-safe."""
+    :meth:`close` removes it (a closer of the incarnation's resources). Thread-safe.
+
+    Joining a cgroup (a write to ``cgroup.procs``) waits for an RCU grace period, several
+    ms — most of what a cgroup cost per command. In a v1 hierarchy, where threads of one
+    process may sit in different cgroups, a thread of the daemon joins the session's
+    cgroup once (:class:`_Spawner`) and starts its commands: they are born inside it.
+    """
 
     def __init__(self, cgroups: PidsCgroups) -> None:
         self._cgroups = cgroups
         self._lock = threading.Lock()
         self._path: str | None = None
+        self._spawner: _Spawner | None = None
         self._closed = False
 
     def path(self) -> str | None:
@@ -128,15 +139,82 @@ class SessionCgroup:
         with self._lock:
             if self._path is None and not self._closed:
                 self._path = self._cgroups.new()
+                tasks = os.path.join(self._path, "tasks") if self._path else ""
+                if tasks and os.path.exists(tasks):  # v1: a thread may join on its own
+                    self._spawner = _Spawner(tasks)
             return self._path
+
+    @property
+    def spawns_inside(self) -> bool:
+        """Whether :meth:`spawn` starts processes inside the cgroup (no join needed)."""
+        spawner = self._spawner
+        return spawner is not None and spawner.joined
+
+    def spawn(self, start: Callable[[], _T]) -> _T:
+        """``start()`` (a ``Popen``) on the thread inside the cgroup when there is one,
+        else here; its result, or what it raised."""
+        spawner = self._spawner
+        if spawner is None or not spawner.joined:
+            return start()
+        return spawner.call(start)
 
     def close(self) -> None:
         """Remove the cgroup (idempotent; what still runs in it is killed: the incarnation
         has ended); later commands get one of their own. May block up to a few seconds."""
         with self._lock:
             path, self._path, self._closed = self._path, None, True
+            spawner, self._spawner = self._spawner, None
+        if spawner is not None:
+            spawner.stop()  # its thread leaves the cgroup as it ends
         if path is not None:
             self._cgroups.release_now(path)
+
+
+class _Spawner:
+    """A daemon thread that joined a v1 cgroup (``tasks``) and runs start-up calls on
+    request: a process it forks is born in the cgroup."""
+
+    def __init__(self, tasks: str) -> None:
+        self._tasks = tasks
+        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._ready = threading.Event()
+        self.joined = False
+        self._thread = threading.Thread(target=self._run, name="sandbox-spawner", daemon=True)
+        self._thread.start()
+        self._ready.wait()  # one write to ``tasks``: a grace period at most
+
+    def _run(self) -> None:
+        try:
+            with open(self._tasks, "w") as handle:
+                handle.write(str(threading.get_native_id()))
+            self.joined = True
+        except OSError:
+            pass  # spawn() then starts processes on the caller's thread
+        self._ready.set()
+        while True:
+            request = self._requests.get()
+            if request is None:
+                return
+            start, box, done = request
+            try:
+                box.append((start(), None))
+            except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+                box.append((None, exc))
+            done.set()
+
+    def call(self, start: Callable[[], _T]) -> _T:
+        box: list[tuple[Any, BaseException | None]] = []
+        done = threading.Event()
+        self._requests.put((start, box, done))
+        done.wait()  # bounded by ``start`` itself: a fork and exec
+        result, error = box[0]
+        if error is not None:
+            raise error
+        return cast(_T, result)
+
+    def stop(self) -> None:
+        self._requests.put(None)
+        self._thread.join()
 
 
 def _writable_root(roots: Sequence[str]) -> str | None:
@@ -159,7 +237,8 @@ def _kill_and_wait(procs: str, wait_s: float) -> None:
     polling, until each has exited (a pidfd is readable then)."""
     try:
         with open(procs) as handle:
-            pids = [int(line) for line in handle if line.strip()]
+            # never this process: a thread of it (a spawner) may sit in the cgroup
+            pids = [int(line) for line in handle if line.strip() and int(line) != os.getpid()]
     except (OSError, ValueError):
         return
     fds: list[int] = []

@@ -10,9 +10,10 @@ import shutil
 import sys
 import tempfile
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 from corvid_actors.tools.paths import DEFAULT_PROTECTED_PATTERNS, is_within
 from corvid_actors.tools.sandbox._cgroups import PidsCgroups, SessionCgroup
@@ -24,6 +25,8 @@ from corvid_actors.tools.sandbox._probe import (
     sandbox_status,
 )
 from corvid_actors.tools.sandbox._scan import ProjectScan, new_protected_files, scan_project
+
+_T = TypeVar("_T")
 
 #: the launcher of the runtime building a session, while its ``extra_tools`` hooks run
 #: (the MCP hook starts its servers through it; None outside a build)
@@ -68,6 +71,13 @@ class Launch:
     scan: ProjectScan | None = None
     cgroup: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: how to start the program (``start(lambda: Popen(argv, ...))``): the session
+    #: cgroup's thread when it has one (see ``_cgroups.SessionCgroup``), else the caller
+    spawn: Callable[[Callable[[], Any]], Any] | None = None
+
+    def start(self, popen: Callable[[], _T]) -> _T:
+        """Run ``popen`` (which starts :attr:`argv`) where the program must be born."""
+        return self.spawn(popen) if self.spawn is not None else popen()
 
     def finish(self, sandbox: Sandbox, patterns: Sequence[str]) -> list[str]:
         """After the program ended: remove new protected files and the cgroup; returns
@@ -212,6 +222,9 @@ class Sandbox:
         shared = cgroup.path() if cgroup is not None else None
         own = self.cgroups.new() if shared is None else None
         command = [*args, "--", *self._limits(), *argv]
+        if cgroup is not None and shared and cgroup.spawns_inside:
+            # started by the session's thread inside its cgroup: born there (no join)
+            return Launch(command, scan, None, spawn=cgroup.spawn)
         if shared or own:
             # join the cgroup before bwrap starts, so every process it makes counts
             procs = os.path.join(shared or own or "", "cgroup.procs")
