@@ -31,7 +31,9 @@ command line that gives it:
   does not enforce ``RLIMIT_NPROC`` — a pids cgroup (v1 ``pids`` or a writable v2
   hierarchy) bounds the process count instead, when one can be created: one per session
   incarnation (:meth:`Sandbox.session_cgroup`, closed with the incarnation), so the
-  limit bounds a session's commands together; a launch without one gets its own;
+  limit bounds a session's commands together; a launch without one gets its own. In a
+  v1 hierarchy a daemon thread joins the session's cgroup once and starts its commands
+  (:meth:`Launch.start`), so they are born inside it without a per-command join;
 * no network (a new, empty network namespace) unless the caller allows it.
 
 What the kernel layer cannot express (and :func:`new_protected_files` covers after the
