@@ -1,6 +1,6 @@
 """Issue 33, "Also" 1: as root, a session incarnation's commands share one pids cgroup,
-made at its first command and removed when the incarnation ends (a cgroup made and
-removed per command cost ~8 ms of each); its ``pids.max`` still bounds a fork bomb."""
+made at its first command and removed when the incarnation ends (a cgroup joined per
+command cost ~8 ms of each); its ``pids.max`` still bounds a fork bomb."""
 
 from __future__ import annotations
 
