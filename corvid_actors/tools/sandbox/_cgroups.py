@@ -141,7 +141,7 @@ class SessionCgroup:
                 self._path = self._cgroups.new()
                 tasks = os.path.join(self._path, "tasks") if self._path else ""
                 if tasks and os.path.exists(tasks):  # v1: a thread may join on its own
-                    self._spawner = _Spawner(tasks)
+                    self._spawner = _Spawner(tasks, _own_tasks_file(self._cgroups.root or ""))
             return self._path
 
     @property
@@ -172,10 +172,14 @@ class SessionCgroup:
 
 class _Spawner:
     """A daemon thread that joined a v1 cgroup (``tasks``) and runs start-up calls on
-    request: a process it forks is born in the cgroup."""
+    request: a process it forks is born in the cgroup. On :meth:`stop` it moves back to
+    ``home`` (the ``tasks`` file of the cgroup it came from) before it ends: a Python
+    thread that has been joined may still be exiting in the kernel, and a cgroup holding
+    it cannot be removed."""
 
-    def __init__(self, tasks: str) -> None:
+    def __init__(self, tasks: str, home: str | None) -> None:
         self._tasks = tasks
+        self._home = home
         self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._ready = threading.Event()
         self.joined = False
@@ -194,6 +198,10 @@ class _Spawner:
         while True:
             request = self._requests.get()
             if request is None:
+                if self.joined and self._home is not None:
+                    with contextlib.suppress(OSError):
+                        with open(self._home, "w") as handle:
+                            handle.write(str(threading.get_native_id()))
                 return
             start, box, done = request
             try:
@@ -215,6 +223,22 @@ class _Spawner:
     def stop(self) -> None:
         self._requests.put(None)
         self._thread.join()
+
+
+def _own_tasks_file(root: str) -> str | None:
+    """The ``tasks`` file of the pids cgroup this thread is in now, below ``root`` (the
+    hierarchy's mount point), or None when it cannot be told."""
+    try:
+        with open("/proc/thread-self/cgroup") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "pids" in controllers.split(","):
+            tasks = os.path.join(root, path.lstrip("/"), "tasks")
+            return tasks if os.path.exists(tasks) else None
+    return None
 
 
 def _writable_root(roots: Sequence[str]) -> str | None:
