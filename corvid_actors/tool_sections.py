@@ -41,6 +41,8 @@ class SandboxConfig:
     cpu_seconds: int = field(metadata=AT_LEAST_ONE)
     max_file_bytes: int = field(metadata=AT_LEAST_ONE)
     max_address_space_bytes: int = field(metadata=AT_LEAST_ONE)
+    #: the private tmpfs mounts' size in all: /tmp half, the other hidden paths the rest
+    tmpfs_max_bytes: int = field(metadata=AT_LEAST_ONE)
     hidden_paths: tuple[str, ...]
     visible_paths: tuple[str, ...]
     mask_walk_max_entries: int = field(metadata=AT_LEAST_ONE)

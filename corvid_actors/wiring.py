@@ -298,8 +298,12 @@ class SessionBuilder:
                        history_policy=self.history_policy_factory(spec))
         loop = self.loops[loop_kind](spec)
 
+        # as root, the incarnation's commands share one pids cgroup, removed when it ends
+        cgroup = self.sandbox.session_cgroup()
+        if cgroup is not None:
+            resources.append(cgroup.close)
         tool_context = self.tool_context(project_dir, mode, agent_name, project_env=ctx.project_env,
-                                         session_id=session.id,
+                                         session_id=session.id, sandbox_cgroup=cgroup,
                                          extra={"depth": session.depth, "source": session.source})
         notices.extend(self._sandbox_notices(session.id, tools))
         weight = self.config.slots.weight_for(info.parameter_size_b)
@@ -317,11 +321,12 @@ class SessionBuilder:
 
     def tool_context(self, project_dir: Path, mode: str, agent_name: str = "", *,
                      project_env: Mapping[str, str] | None = None, session_id: str = "",
-                     extra: dict[str, Any] | None = None) -> ToolContext:
+                     extra: dict[str, Any] | None = None, sandbox_cgroup: Any = None) -> ToolContext:
         """The context a session's tools run in: the allowlisted environment
         (``safe_env``), the real-time deadline scheduler, the protected paths, and the OS
-        sandbox launcher with the network choice for ``mode`` and ``agent_name``. Used by
-        every incarnation and by :meth:`run_tool`, so the two cannot drift."""
+        sandbox launcher with the network choice for ``mode`` and ``agent_name`` (and an
+        incarnation's pids cgroup, ``sandbox_cgroup``). Used by every incarnation and by
+        :meth:`run_tool`, so the two cannot drift."""
 
         return ToolContext(
             project_dir=project_dir,
@@ -332,6 +337,7 @@ class SessionBuilder:
             extra=dict(extra or {}),
             sandbox=self.sandbox,
             sandbox_network=self.sandbox.network_for(mode or "default", agent_name),
+            sandbox_cgroup=sandbox_cgroup,
         )
 
     def run_tool(self, project_dir: Path, tool: str, args: Mapping[str, Any], *, mode: str = "default",

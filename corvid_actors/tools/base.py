@@ -43,6 +43,9 @@ class ToolContext:
     (``corvid_actors.tools.sandbox.Sandbox``; None: commands run unconfined, as in unit
     tests of the tools themselves) and ``sandbox_network`` whether its commands get the
     host network (decided per permission mode and agent when the session is built).
+    ``sandbox_cgroup`` is the session incarnation's pids cgroup
+    (``corvid_actors.tools.sandbox.SessionCgroup``, root only; None: each command gets
+    one of its own), which the incarnation's resources close.
     """
 
     project_dir: Path
@@ -54,6 +57,7 @@ class ToolContext:
     extra: dict[str, Any] = field(default_factory=dict)
     sandbox: Any = None
     sandbox_network: bool = False
+    sandbox_cgroup: Any = None
 
 
 Handler = Callable[[dict[str, Any], ToolContext], ToolResult]

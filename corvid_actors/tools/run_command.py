@@ -104,7 +104,7 @@ def _confinement(ctx: ToolContext, argv: list[str]) -> tuple[Any, list[str], str
         return None, argv, None  # auto: warned once per daemon start and per session
     try:
         launch = sandbox.wrap(argv, project_dir=str(ctx.project_dir), network=ctx.sandbox_network,
-                              patterns=protected_patterns_of(ctx))
+                              patterns=protected_patterns_of(ctx), cgroup=ctx.sandbox_cgroup)
     except SandboxUnavailable as exc:
         return None, argv, f"Refused: the command cannot be sandboxed: {exc}"
     return launch, launch.argv, None
@@ -128,13 +128,16 @@ def run_command(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolCon
         return error_result(refusal)
     wake_r, wake_w = os.pipe()
     try:
-        proc = subprocess.Popen(
-            argv,
-            cwd=os.path.realpath(ctx.project_dir),
-            env=dict(ctx.env),  # exactly the allowlisted environment, never os.environ
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True,  # its own process group, so a kill reaches grandchildren
-        )
+        def popen() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
+                argv,
+                cwd=os.path.realpath(ctx.project_dir),
+                env=dict(ctx.env),  # exactly the allowlisted environment, never os.environ
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True,  # its own process group, so a kill reaches grandchildren
+            )
+        # sandboxed: started where it must be born (a session's pids cgroup)
+        proc = launch.start(popen) if launch is not None else popen()
     except BaseException:
         os.close(wake_r)
         os.close(wake_w)

@@ -377,6 +377,11 @@ def test_extend_mode_credits_and_stats_over_the_socket(shared):
     # which confinement is in force, in both (the CI machine has a working bwrap)
     assert health["daemon"]["sandbox"]["mode"] == "auto" and health["daemon"]["sandbox"]["active"] is True
     assert health["daemon"]["sandbox"]["backend"] == "bwrap"  # bwrap first; Landlock without namespaces
+    # the probe's check inside the sandbox: no capability, no nested user namespace, and
+    # tmpfs mounts with a size (issue 33)
+    assert health["daemon"]["sandbox"]["capabilities"] == "none"
+    assert health["daemon"]["sandbox"]["userns"] == "disabled"
+    assert health["daemon"]["sandbox"]["tmpfs"] == "sized"
     assert stats["sandbox"] == health["daemon"]["sandbox"]
     assert health["daemon"]["dumpable"] is False  # prctl(PR_SET_DUMPABLE, 0) at start-up
 

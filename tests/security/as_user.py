@@ -151,9 +151,11 @@ class Daemon:
 
         sandbox = Sandbox(SandboxSettings(**self.settings), hidden_paths=[str(self.data_dir)])
         self.status = sandbox.status.as_dict()
+        # as a session builds it: as root, one pids cgroup for all its commands
         self._ctx = ToolContext(project_dir=self.project, env=safe_env({}),
                                 call_later=_RealTimers(), sandbox=sandbox,
-                                sandbox_network=self.network)
+                                sandbox_network=self.network,
+                                sandbox_cgroup=sandbox.session_cgroup())
 
     def _start_child(self) -> None:
         copy = readable_copy()
@@ -203,6 +205,9 @@ class Daemon:
         return self.tool("run_command", wait_s=timeout + 30, command=command, timeout=timeout)
 
     def stop(self) -> None:
+        """End the daemon side (idempotent): its session cgroup goes as a session's does."""
+        if self._ctx is not None and self._ctx.sandbox_cgroup is not None:
+            self._ctx.sandbox_cgroup.close()
         if self._child is not None:
             if self._child.stdin:
                 self._child.stdin.close()

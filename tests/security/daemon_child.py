@@ -80,7 +80,8 @@ def main() -> int:
     sandbox = Sandbox(settings, hidden_paths=spec.get("hidden", []))
     ctx = ToolContext(project_dir=Path(spec["project"]), env=safe_env({}),
                       call_later=_RealTimers(), sandbox=sandbox,
-                      sandbox_network=bool(spec.get("network", False)))
+                      sandbox_network=bool(spec.get("network", False)),
+                      sandbox_cgroup=sandbox.session_cgroup())
     tools = {t.name: t for t in coding_tools()}
     print(json.dumps({"ready": True, "uid": os.geteuid(),
                       "sandbox": sandbox.status.as_dict()}), flush=True)
@@ -92,6 +93,8 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001 - the test reads what was raised
             reply = {"raised": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(reply), flush=True)
+    if ctx.sandbox_cgroup is not None:
+        ctx.sandbox_cgroup.close()
     return 0
 
 

@@ -10,24 +10,25 @@ import shutil
 import sys
 import tempfile
 import threading
-import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 from corvid_actors.tools.paths import DEFAULT_PROTECTED_PATTERNS, is_within
+from corvid_actors.tools.sandbox._cgroups import PidsCgroups, SessionCgroup
 from corvid_actors.tools.sandbox._landlock import confine_argv, landlock_rules
 from corvid_actors.tools.sandbox._probe import (
     SandboxSettings,
     SandboxStatus,
     SandboxUnavailable,
+    isolation_flags,
     sandbox_status,
 )
 from corvid_actors.tools.sandbox._scan import ProjectScan
 from corvid_actors.tools.sandbox._settle import scan_before_command, settle_after_command
 
-#: pids cgroups made for sandboxes: corvid-sbx-<daemon pid>-<random>
-_CGROUP_PREFIX = "corvid-sbx-"
+_T = TypeVar("_T")
 
 #: the launcher of the runtime building a session, while its ``extra_tools`` hooks run
 #: (the MCP hook starts its servers through it; None outside a build)
@@ -74,6 +75,13 @@ class Launch:
     notes: list[str] = field(default_factory=list)
     #: the Landlock backend's private temporary directory (its ``/tmp`` and ``$HOME``)
     private_dir: str | None = None
+    #: how to start the program (``start(lambda: Popen(argv, ...))``): the session
+    #: cgroup's thread when it has one (see ``_cgroups.SessionCgroup``), else the caller
+    spawn: Callable[[Callable[[], Any]], Any] | None = None
+
+    def start(self, popen: Callable[[], _T]) -> _T:
+        """Run ``popen`` (which starts :attr:`argv`) where the program must be born."""
+        return self.spawn(popen) if self.spawn is not None else popen()
 
     def finish(self, sandbox: Sandbox, patterns: Sequence[str]) -> list[str]:
         """After the program ended: settle the project (``_settle``: protected files it
@@ -112,13 +120,9 @@ class Sandbox:
             real for real in (os.path.realpath(os.path.expanduser(p)) for p in shown if p)
             if any(is_within(real, h) for h in self.hidden) and os.path.exists(real)))
         self._prlimit = shutil.which("prlimit")
-        self._stale_cgroups: list[str] = []
-        self._cgroup_lock = threading.Lock()
-        self._cgroup_root: str | None = (
-            self._find_cgroup_root() if self.status.active and os.geteuid() == 0 else None)
-        if self._cgroup_root is not None:
-            self._sweep_dead_cgroups()
-            atexit.register(self._reap_cgroups)
+        self.cgroups = PidsCgroups(
+            settings.pids_cgroup_roots if self.status.active and os.geteuid() == 0 else (),
+            settings.max_processes)
 
     @property
     def active(self) -> bool:
@@ -144,60 +148,18 @@ class Sandbox:
 
     # -- cgroups (root only: the kernel does not apply RLIMIT_NPROC to uid 0) --
 
-    def _find_cgroup_root(self) -> str | None:
-        for root in self.settings.pids_cgroup_roots:
-            probe = os.path.join(root, f"corvid-probe-{uuid.uuid4().hex[:8]}")
-            try:
-                os.mkdir(probe)
-            except OSError:
-                continue
-            usable = os.path.exists(os.path.join(probe, "pids.max"))
-            with contextlib.suppress(OSError):
-                os.rmdir(probe)
-            if usable:
-                return root
-        return None
+    @property
+    def _cgroup_root(self) -> str | None:
+        return self.cgroups.root
 
-    def _sweep_dead_cgroups(self) -> None:
-        """Remove the cgroups a dead process left (its pid is in their name)."""
-        assert self._cgroup_root is not None
-        with contextlib.suppress(OSError):
-            for name in os.listdir(self._cgroup_root):
-                parts = name.split("-")
-                if name.startswith(_CGROUP_PREFIX) and len(parts) == 4 and parts[2].isdigit() \
-                        and not os.path.exists(f"/proc/{parts[2]}"):
-                    with contextlib.suppress(OSError):
-                        os.rmdir(os.path.join(self._cgroup_root, name))
-
-    def _new_cgroup(self) -> str | None:
-        if self._cgroup_root is None:
-            return None
-        self._reap_cgroups()
-        path = os.path.join(self._cgroup_root,
-                            f"{_CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}")
-        try:
-            os.mkdir(path)
-            with open(os.path.join(path, "pids.max"), "w") as handle:
-                handle.write(str(self.settings.max_processes))
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.rmdir(path)
-            return None
-        return path
+    def session_cgroup(self) -> SessionCgroup | None:
+        """The pids cgroup a session incarnation's commands share (None: no cgroup is
+        made here, the daemon is not root or none is writable). Close it with the
+        incarnation (``SessionCgroup.close``); see ``_cgroups``."""
+        return self.cgroups.session() if self.cgroups.root is not None else None
 
     def release_cgroup(self, path: str) -> None:
-        try:
-            os.rmdir(path)
-        except OSError:  # the namespace's last processes are still being reaped
-            with self._cgroup_lock:
-                self._stale_cgroups.append(path)
-
-    def _reap_cgroups(self) -> None:
-        with self._cgroup_lock:
-            stale, self._stale_cgroups = self._stale_cgroups, []
-        for path in stale:
-            if os.path.isdir(path):
-                self.release_cgroup(path)
+        self.cgroups.release(path)
 
     # -- command lines --
 
@@ -210,7 +172,7 @@ class Sandbox:
 
     def wrap(self, argv: Sequence[str], *, project_dir: str | None, network: bool,
              patterns: Sequence[str] = (), writable_project: bool = True,
-             readable_files: Sequence[str] = ()) -> Launch:
+             readable_files: Sequence[str] = (), cgroup: SessionCgroup | None = None) -> Launch:
         """The bwrap command line running ``argv`` confined (see the module docstring).
 
         ``project_dir`` (real path) is bound read-write (read-only when not
@@ -220,6 +182,8 @@ class Sandbox:
         must start the command line in a new session (``start_new_session=True``).
         ``readable_files``: files an operator named (an MCP server's program and script) that
         stay readable, one by one, when they lie under a hidden path such as ``/tmp``.
+        ``cgroup``: the session's pids cgroup (:meth:`session_cgroup`) the program joins;
+        None: as root, one of its own, removed by :meth:`Launch.finish`.
         """
         if not self.status.active:
             raise SandboxUnavailable(f"the OS sandbox is not available: {self.status.reason}")
@@ -228,14 +192,15 @@ class Sandbox:
         scan = scan_before_command(root, patterns, self.settings) if root else None
         if self.status.backend == "landlock":
             return self._wrap_landlock(argv, root, scan, network, writable_project,
-                                       readable_files)
+                                       readable_files, cgroup)
         blanks = _Blanks.get()
         # no --new-session: callers start the launcher in a session of its own, without a
         # controlling terminal (run_command and the mcp client both do), so there is no
         # terminal to inject input into (TIOCSTI); bwrap's setsid added ~15 ms per command
-        args = [self.status.binary, "--unshare-user", "--unshare-pid", "--unshare-ipc",
-                "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
-                "--ro-bind", "/", "/"]
+        # namespaces, every capability dropped, no nested user namespace: the flags the
+        # probe checked (a command that could remount would undo every mount below)
+        flags = self.status.flags or isolation_flags(self.status.binary)
+        args = [self.status.binary, *flags, "--ro-bind", "/", "/"]
         if not network:
             args.append("--unshare-net")
         # hidden paths below the project are mounted over after it; the project itself,
@@ -245,8 +210,10 @@ class Sandbox:
         # a hidden path inside another hidden path is already gone (its mount point too)
         outside = [h for h in sorted(outside, key=len)
                    if not any(o != h and is_within(h, o) for o in outside)]
+        mounted = [*outside, *(h for h in inside if os.path.isdir(h))]
+        sizes = tmpfs_sizes(mounted, self.settings.tmpfs_max_bytes)
         for path in outside:
-            args += ["--tmpfs", path]
+            args += [*self._size(sizes[path]), "--tmpfs", path]
         for real in self.visible:
             args += ["--ro-bind", real, real]
         for real in dict.fromkeys(os.path.realpath(f) for f in readable_files):
@@ -264,21 +231,31 @@ class Sandbox:
                 args += ["--ro-bind", blanks.empty_dir, path]
             for path in inside:
                 if os.path.isdir(path):
-                    args += ["--tmpfs", path]
+                    args += [*self._size(sizes[path]), "--tmpfs", path]
             args += ["--chdir", root]
         else:
             args += ["--chdir", "/tmp"]
-        cgroup = self._new_cgroup()
         command = [*args, "--", *self._limits(), *argv]
-        if cgroup is not None:
-            # join the cgroup before bwrap starts, so every process it makes counts
-            procs = os.path.join(cgroup, "cgroup.procs")
+        return self._in_cgroup(command, scan, cgroup)
+
+    def _in_cgroup(self, command: list[str], scan: ProjectScan | None,
+                   cgroup: SessionCgroup | None, private_dir: str | None = None) -> Launch:
+        """``command`` started inside the session's pids cgroup (``cgroup``), else one of
+        its own when this daemon makes pids cgroups (root), else as it is."""
+        shared = cgroup.path() if cgroup is not None else None
+        own = self.cgroups.new() if shared is None else None
+        if cgroup is not None and shared and cgroup.spawns_inside:
+            # started by the session's thread inside its cgroup: born there (no join)
+            return Launch(command, scan, None, spawn=cgroup.spawn, private_dir=private_dir)
+        if shared or own:
+            # join the cgroup before the sandbox starts, so every process it makes counts
+            procs = os.path.join(shared or own or "", "cgroup.procs")
             command = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procs, *command]
-        return Launch(command, scan, cgroup)
+        return Launch(command, scan, own, private_dir=private_dir)
 
     def _wrap_landlock(self, argv: Sequence[str], root: str | None, scan: ProjectScan | None,
                        network: bool, writable_project: bool,
-                       readable_files: Sequence[str]) -> Launch:
+                       readable_files: Sequence[str], cgroup: SessionCgroup | None) -> Launch:
         """The Landlock backend's command line (``_landlock.py``, ``_confine.py``)."""
         private = tempfile.mkdtemp(prefix="corvid-sbx-tmp-")
         shown = [*self.visible, *(real for real in dict.fromkeys(
@@ -297,8 +274,18 @@ class Sandbox:
         except (OSError, ValueError) as exc:
             shutil.rmtree(private, ignore_errors=True)
             raise SandboxUnavailable(str(exc)) from exc
-        cgroup = self._new_cgroup()
-        if cgroup is not None:
-            procs = os.path.join(cgroup, "cgroup.procs")
-            command = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procs, *command]
-        return Launch(command, scan, cgroup, private_dir=private)
+        return self._in_cgroup(command, scan, cgroup, private)
+
+    def _size(self, size: int) -> list[str]:
+        return ["--size", str(size)] if self.status.sized_tmpfs else []
+
+
+def tmpfs_sizes(paths: Sequence[str], total: int) -> dict[str, int]:
+    """Each private tmpfs's size, ``total`` bytes in all: ``/tmp`` (the scratch space
+    programs use) gets half, the others share the rest equally; ``/tmp`` alone gets it all."""
+    others = [p for p in paths if p != "/tmp"]
+    if not others:
+        return {p: total for p in paths}
+    tmp = total // 2 if "/tmp" in paths else 0
+    share = max((total - tmp) // len(others), 1)
+    return {p: (tmp if p == "/tmp" else share) for p in paths}
