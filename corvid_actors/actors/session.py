@@ -64,7 +64,7 @@ from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.cluster import SessionsLost
 from corvid_actors.actors.credits import CreditsExhausted
 from corvid_actors.actors.retry import PendingWrites, RetryWrites
-from corvid_actors.actors.session_budget import TurnBudget, budget_error
+from corvid_actors.actors.session_budget import TurnBudget, budget_events
 from corvid_actors.actors.session_effects import SessionEffects
 from corvid_actors.actors.session_messages import (
     Abort,
@@ -346,13 +346,14 @@ class SessionActor(SessionEffects, TrackedActor):
         return False
 
     def _over_budget(self) -> bool:
-        """A spending cap is reached: the turn is not started, the session gets its
-        ``session_error`` (``budget_exceeded``), the user message stays stored as sent."""
+        """A spending cap is reached: the turn is not started, the session gets an ``error``
+        and a ``session_error`` (``budget_exceeded``), the user message stays stored as sent."""
         spend = self._budget.refusal(self._tally.cost_usd)
         if spend is None:
             return False
         logger.bind(session_id=self.sid, event="budget_exceeded").info("turn not started: {}", spend.message())
-        self.w.lifeline.publish(budget_error(spend))
+        for event in budget_events(spend):
+            self.w.lifeline.publish(event)
         return True
 
     def _count_turn(self) -> None:

@@ -17,15 +17,18 @@ from loguru import logger
 
 from corvid_actors.access import SessionBudget, Spend, agent_access
 from corvid_actors.config_sections import AccessConfig
-from corvid_actors.events import SessionError
+from corvid_actors.events import ErrorEvent, Event, SessionError
 
-__all__ = ["TurnBudget", "budget_error"]
+__all__ = ["TurnBudget", "budget_events"]
 
 
-def budget_error(spend: Spend) -> SessionError:
-    """The ``session_error`` of a turn not started for the budget (as ``Runtime.check_budget``'s)."""
-    return SessionError(error_type="budget_exceeded", message=spend.message(), severity="warning",
-                        recoverable=False)
+def budget_events(spend: Spend) -> tuple[Event, ...]:
+    """What a session publishes for a turn it did not start for the budget: an ``error``
+    event (the chat bridge tells its participant: the message got past the bridge's own
+    check, so nobody else will) and the ``session_error`` ``Runtime.check_budget`` publishes."""
+    message = spend.message()
+    return (ErrorEvent(error_type="budget_exceeded", message=message),
+            SessionError(error_type="budget_exceeded", message=message, severity="warning", recoverable=False))
 
 
 class TurnBudget:
