@@ -42,9 +42,10 @@ the supervisor for start/resume prompts); assistant text and the loop's notes
 (``PersistMessage``) — this actor; exit notes — the supervisor. A write that fails is
 retried with backoff (``corvid_actors.actors.retry``), never fatal to the actor.
 
-Spending caps are checked here before every turn, whoever started it (:mod:`.session_budget`):
-over a cap the turn is not started — a ``session_error`` (``budget_exceeded``), the user
-message left stored as sent, the session waiting for its user. A capped session keeps the
+Spending caps are checked here before every turn, whoever started it
+(:mod:`.session_budget`): over a cap the turn is not started — an ``error`` and a
+``session_error`` (``budget_exceeded``), the user message left stored as sent (the
+running loop does not see it), the session waiting for its user. A capped session keeps the
 messages that arrive mid-turn itself (not in the loop's queue, whose next turn would start
 unchecked right after ``TurnFinished``) — except under ``interrupt``, where the loop needs
 the message to end the running turn, and the check comes when it arrives.
