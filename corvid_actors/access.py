@@ -15,7 +15,8 @@ takes the ``[access]`` config's value (:class:`~corvid_actors.config_sections.Ac
   together): a turn is not started once the spend (the turns' model cost, ``total_cost_usd``)
   has reached a cap (:class:`Spend`; 0: no cap).
 
-Nothing here reads a clock, a store or a thread: the chat bridge and the Runtime call it.
+Nothing here reads a clock, a store or a thread: the chat bridge, the Runtime and the
+session actor (:class:`SessionBudget`, checked at the start of every turn) call it.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from typing import Any
 from corvid_actors.config_sections import CONVERSATION_MODES, AccessConfig
 from corvid_actors.errors import AgentSettingError
 
-__all__ = ["AgentAccess", "RateWindow", "Spend", "agent_access", "agent_access_fields", "duration_text",
-           "rate_limited_text", "refusal_text", "usd"]
+__all__ = ["AgentAccess", "RateWindow", "SessionBudget", "Spend", "agent_access", "agent_access_fields",
+           "duration_text", "rate_limited_text", "refusal_text", "session_budget", "usd"]
 
 #: the agent columns this module reads, and the config key each falls back to
 ACCESS_FIELDS = ("conversation_mode", "conversation_allowlist", "conversation_rate_limit_window_s",
@@ -218,3 +219,42 @@ class Spend:
         return {"session_usd": round(self.session_usd, 6), "max_budget_usd": self.max_budget_usd or None,
                 "agent_usd": round(self.agent_usd, 6), "max_total_budget_usd": self.max_total_budget_usd or None,
                 "exceeded": self.exceeded}
+
+
+@dataclass(frozen=True)
+class SessionBudget:
+    """The caps one session incarnation enforces at the start of each turn, resolved when
+    it starts (:func:`session_budget`): the session's spend is counted in memory (what it
+    had spent when it started, plus what its turns cost since), the agent's total is read
+    from the store only when the agent has a cap on it."""
+
+    agent_id: str | None
+    max_budget_usd: float
+    #: 0 for a session without an agent (there is no agent total to cap)
+    max_total_budget_usd: float
+    #: the session's stored spend when the incarnation started, less what its tally
+    #: started with (the tally goes on counting from the supervisor's memory)
+    spent_before_usd: float
+
+    def spend(self, session_id: str, tally_usd: float, agent_usd: float | None) -> Spend:
+        """The :class:`Spend` for the tally's ``tally_usd``; ``agent_usd``: the agent's total
+        (None: not read, because the agent's total is not capped)."""
+        session_usd = self.spent_before_usd + tally_usd
+        return Spend(session_id, session_usd, self.max_budget_usd, self.agent_id,
+                     session_usd if agent_usd is None else agent_usd, self.max_total_budget_usd)
+
+    def with_access(self, access: AgentAccess) -> SessionBudget:
+        """The same session under the agent's settings as they are now."""
+        return SessionBudget(self.agent_id, access.max_budget_usd,
+                             access.max_total_budget_usd if self.agent_id else 0.0, self.spent_before_usd)
+
+
+def session_budget(agent: Any | None, cfg: AccessConfig, *, stored_usd: float,
+                   tally_usd: float) -> SessionBudget | None:
+    """The caps of a session of ``agent`` (its row, or None) starting an incarnation whose
+    stored spend is ``stored_usd`` and whose tally starts at ``tally_usd``; None when no
+    cap applies (then a turn costs no check at all)."""
+    access = agent_access(agent, cfg)
+    agent_id = getattr(agent, "id", None) if agent is not None else None
+    budget = SessionBudget(agent_id, 0.0, 0.0, max(stored_usd - tally_usd, 0.0)).with_access(access)
+    return budget if budget.max_budget_usd > 0 or budget.max_total_budget_usd > 0 else None

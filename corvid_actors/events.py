@@ -89,7 +89,7 @@ class SessionRestarting(Event):
 class ErrorEvent(Event):
     """An error; ``error_type`` is one of the seed's types (not_found, spawn_error,
     direct_process_error, sdk_error, slot_timeout, credits_exhausted, api_outage,
-    auto_resume_exhausted, crash, payload_growth, …)."""
+    auto_resume_exhausted, crash, payload_growth, budget_exceeded, …)."""
 
     type: ClassVar[str] = "error"
     #: the kind of error (see above)

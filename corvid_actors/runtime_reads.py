@@ -148,8 +148,9 @@ class RuntimeReads:
         no cap is reached; else the session gets a ``session_error`` of type
         ``budget_exceeded`` (a warning, not recoverable by sending) and this raises
         :class:`~corvid_actors.errors.BudgetExceededError` with the same message, so the
-        caller does not start the turn. The chat bridge calls it for every message; a host
-        that starts turns itself calls it first."""
+        caller does not send. The session checks the caps itself before every turn (whoever
+        started it); the chat bridge calls this for every message so that it can answer the
+        participant before anything is stored, and a host may do the same."""
         spend = self.spend(session_id)
         if spend.exceeded is None:
             return spend

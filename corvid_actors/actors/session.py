@@ -41,10 +41,19 @@ user messages — whoever accepts them (``Runtime.send_message`` on the caller's
 the supervisor for start/resume prompts); assistant text and the loop's notes
 (``PersistMessage``) — this actor; exit notes — the supervisor. A write that fails is
 retried with backoff (``corvid_actors.actors.retry``), never fatal to the actor.
+
+Spending caps are checked here before every turn, whoever started it
+(:mod:`.session_budget`): over a cap the turn is not started — an ``error`` and a
+``session_error`` (``budget_exceeded``), the user message left stored as sent (the
+running loop does not see it), the session waiting for its user. A capped session keeps the
+messages that arrive mid-turn itself (not in the loop's queue, whose next turn would start
+unchecked right after ``TurnFinished``) — except under ``interrupt``, where the loop needs
+the message to end the running turn, and the check comes when it arrives.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -56,6 +65,7 @@ from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.cluster import SessionsLost
 from corvid_actors.actors.credits import CreditsExhausted
 from corvid_actors.actors.retry import PendingWrites, RetryWrites
+from corvid_actors.actors.session_budget import TurnBudget, budget_events
 from corvid_actors.actors.session_effects import SessionEffects
 from corvid_actors.actors.session_messages import (
     Abort,
@@ -138,6 +148,11 @@ class SessionActor(SessionEffects, TrackedActor):
         self._begun = False
         self._last_error = ""
         self._tally = wiring.tally
+        #: the spending caps, checked before each turn (see :mod:`.session_budget`)
+        self._budget = TurnBudget(self.sid, wiring.budget, wiring.access, wiring.store)
+        #: user messages that came mid-turn to a capped session: each starts its turn after
+        #: the running one, once the caps are checked (uncapped, the loop queues them)
+        self._held: deque[tuple[str, tuple[dict[str, Any], ...]]] = deque()
         self._writes = PendingWrites(timers=wiring.timers, owner=None, key=(self.sid, "write-retry", self.gen),
                                      publish=lambda _sid, event: self.w.lifeline.publish(event),
                                      schedule=wiring.write_retry,
@@ -204,36 +219,25 @@ class SessionActor(SessionEffects, TrackedActor):
             case InjectedCrash(reason):
                 raise InjectedCrashError(reason)
             case Begin(prompt, blocks, counts_turn):
-                if counts_turn:
-                    self._count_turn()
-                self._begin(prompt, blocks)
+                if self._over_budget():
+                    self._wait_for_user()  # the prompt stays stored; the next message may start
+                else:
+                    if counts_turn:
+                        self._count_turn()
+                    self._begin(prompt, blocks)
             case Ready():
-                # no turn: wait for the first message as after a finished turn (a late
-                # subscriber hears "not thinking", as between turns)
-                self._touch()
-                if self.w.inherited_deadline is not None:
-                    self._inherit_deadline(self.w.inherited_deadline)
-                self.w.lifeline.publish(Thinking(thinking=False))
-                self._schedule_idle(self.w.inherited_idle_deadline)
-                self._note_deadline()
+                self._wait_for_user()
             case UserInput(text, blocks) if not self._begun:
-                self._count_turn()
-                self._begin(text, blocks)  # the supervisor sends Begin first; never lose a message
+                if not self._over_budget():
+                    self._count_turn()
+                    self._begin(text, blocks)  # the supervisor sends Begin first; never lose a message
+            case UserInput(text, blocks) if self._turns_open and self._budget.capped and (
+                    self.w.double_texting != INTERRUPT):
+                # capped: it waits here, not in the loop, so that its turn is checked when it
+                # would start (the loop would start it right after the running turn)
+                self._held.append((text, blocks))
             case UserInput(text, blocks):
-                self._count_turn()
-                self._touch()
-                if not self._turns_open:
-                    self._turn_started = self._clock.monotonic()
-                    self._cancel_idle()
-                    self._note_deadline(busy=True)
-                # mid-turn, the loop queues it: its turn starts after TurnFinished
-                mid_turn = self._turns_open > 0
-                self._turns_open += 1
-                self._tally.in_turn = True
-                self._perform(self._loop.handle(fx.UserMessage(text, blocks)))
-                if mid_turn and self.w.double_texting == INTERRUPT:
-                    # double texting: the running turn ends at its next safe point instead
-                    self._perform(self._loop.handle(fx.InterruptTurn()))
+                self._user_turn(text, blocks)
             case WorkerDone(seq, result):
                 if seq == self._worker_seq:
                     self._worker_cancel = None
@@ -300,6 +304,58 @@ class SessionActor(SessionEffects, TrackedActor):
             case RetryWrites():
                 self._writes.flush()
         return None
+
+    def _wait_for_user(self) -> None:
+        """No turn: wait for the first message as after a finished turn (a late subscriber
+        hears "not thinking", as between turns)."""
+        self._touch()
+        if self.w.inherited_deadline is not None:
+            self._inherit_deadline(self.w.inherited_deadline)
+        self.w.lifeline.publish(Thinking(thinking=False))
+        self._schedule_idle(self.w.inherited_idle_deadline)
+        self._note_deadline()
+
+    def _user_turn(self, text: str, blocks: tuple[dict[str, Any], ...]) -> None:
+        """A user message for the begun loop: its turn starts now (idle), or it waits in the
+        loop's queue (mid-turn); not at all when a spending cap is reached."""
+        if self._over_budget():
+            return
+        self._count_turn()
+        self._touch()
+        if not self._turns_open:
+            self._turn_started = self._clock.monotonic()
+            self._cancel_idle()
+            self._note_deadline(busy=True)
+        # mid-turn, the loop queues it: its turn starts after TurnFinished
+        mid_turn = self._turns_open > 0
+        self._turns_open += 1
+        self._tally.in_turn = True
+        self._perform(self._loop.handle(fx.UserMessage(text, blocks)))
+        if mid_turn and self.w.double_texting == INTERRUPT:
+            # double texting: the running turn ends at its next safe point instead
+            self._perform(self._loop.handle(fx.InterruptTurn()))
+
+    def _start_held_turn(self) -> bool:
+        """The last turn finished: the oldest message held for the budget check starts its
+        turn (True), or — a cap reached — each held message is refused in turn (False:
+        the session waits for its user)."""
+        while self._held and not self._ended:
+            text, blocks = self._held.popleft()
+            self._user_turn(text, blocks)
+            if self._turns_open:
+                return True
+        return False
+
+    def _over_budget(self) -> bool:
+        """A spending cap is reached: the turn is not started, the session gets an ``error``
+        and a ``session_error`` (``budget_exceeded``), the user message stays stored as sent."""
+        spend = self._budget.refusal(self._tally.cost_usd)
+        if spend is None:
+            return False
+        logger.bind(session_id=self.sid, event="budget_exceeded").info("turn not started: {}", spend.message())
+        for event in budget_events(spend):
+            self.w.lifeline.publish(event)
+        return True
 
     def _count_turn(self) -> None:
         """A user message opens a turn: counted here, stored open until its result."""

@@ -110,6 +110,8 @@ class SessionEffects:
 
         def _rearm_timeout(self) -> None: ...
 
+        def _start_held_turn(self) -> bool: ...
+
     # --- effects --------------------------------------------------------------------------
 
     def _perform(self, effects: list[fx.Effect]) -> None:
@@ -221,6 +223,8 @@ class SessionEffects:
         if self._turns_open:
             # the loop starts the next queued message's turn right after TurnFinished
             self._turn_started = self._clock.monotonic()
+            return
+        if self._start_held_turn():
             return
         self._rearm_timeout()
         self._schedule_idle()

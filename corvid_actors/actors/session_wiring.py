@@ -18,11 +18,12 @@ from typing import Any
 
 import pykka
 
+from corvid_actors.access import SessionBudget
 from corvid_actors.actors.base import tell
 from corvid_actors.actors.events import DeltaBuffer, Publish, PublishDeltas, PublishMany
 from corvid_actors.actors.timers import Timers
 from corvid_actors.clock import Clock
-from corvid_actors.config_sections import RetrySchedule
+from corvid_actors.config_sections import AccessConfig, RetrySchedule
 from corvid_actors.double_texting import ENQUEUE
 from corvid_actors.events import ContentBlockDelta, Event
 from corvid_actors.io_loop import IoLoop
@@ -211,3 +212,7 @@ class SessionWiring:
     double_texting: str = ENQUEUE
     #: ... and its idle exit's deadline (issue 36; None: a full ``idle_timeout_s``)
     inherited_idle_deadline: datetime | None = None
+    #: the spending caps checked before each turn (resolved at the start; None: no cap),
+    #: and the ``[access]`` config a re-read agent's settings fall back to
+    budget: SessionBudget | None = None
+    access: AccessConfig = field(default_factory=AccessConfig)

@@ -92,6 +92,9 @@ def transactions_text(rows: list[dict[str, object]]) -> str:
 
 
 #: stop reasons the participant already heard about (their /stop, the exhaustion error)
+#: a message the session did not answer for a spending cap (see :func:`_render_error`)
+BUDGET_REFUSED = ("Sorry, this bot has reached its spending limit, so this message was not answered. "
+                  "Its owner can raise it.")
 _QUIET_STOP_REASONS = frozenset({"user_stop", "credits_exhausted", "replaced"})
 
 
@@ -132,4 +135,8 @@ def _render_error(error_type: str, message: str) -> tuple[str, str] | None:
         return "notice", f"The model is unavailable; retrying automatically. ({message})"
     if error_type == "credits_exhausted":
         return "notice", message
+    if error_type == "budget_exceeded":
+        # the session refused a message the bridge had let through (queued behind the turn
+        # that reached the cap); one the bridge refuses gets its own notice and no error event
+        return "notice", BUDGET_REFUSED
     return "notice", f"Error ({error_type}): {message}"

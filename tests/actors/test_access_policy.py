@@ -14,6 +14,7 @@ from corvid_actors.access import (
     agent_access,
     agent_access_fields,
     duration_text,
+    session_budget,
     usd,
 )
 from corvid_actors.config import Config
@@ -107,3 +108,20 @@ def test_spend_says_which_cap_is_reached():
     assert Spend("s", 0.01, 0.0, "a", 2.0, 2.0).as_dict() == {
         "session_usd": 0.01, "max_budget_usd": None, "agent_usd": 2.0, "max_total_budget_usd": 2.0,
         "exceeded": "agent"}
+
+
+def test_a_session_budget_is_none_without_a_cap_and_counts_from_the_stored_spend():
+    uncapped = SimpleNamespace(id="a", max_budget_usd=None, max_total_budget_usd=None)
+    assert session_budget(uncapped, CFG, stored_usd=3.0, tally_usd=0.0) is None  # no check, no read
+    agent = SimpleNamespace(id="a", max_budget_usd=0.05, max_total_budget_usd=None)
+    # stored $0.04, of which this daemon's earlier incarnations (the tally's start) $0.01
+    budget = session_budget(agent, CFG, stored_usd=0.04, tally_usd=0.01)
+    assert budget is not None and budget.spent_before_usd == pytest.approx(0.03)
+    assert budget.spend("s", 0.01, None).exceeded is None  # $0.04
+    spend = budget.spend("s", 0.02, None)  # $0.05: reached
+    assert (spend.exceeded, spend.session_usd) == ("session", pytest.approx(0.05))
+    # the agent's total caps only a session with an agent
+    total = SimpleNamespace(id="a", max_budget_usd=None, max_total_budget_usd=1.0)
+    assert session_budget(total, CFG, stored_usd=0.0, tally_usd=0.0).spend("s", 0.0, 1.0).exceeded == "agent"
+    raised = budget.with_access(agent_access(SimpleNamespace(max_budget_usd=1.0, max_total_budget_usd=None), CFG))
+    assert raised.spend("s", 0.02, None).exceeded is None

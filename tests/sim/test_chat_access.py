@@ -190,3 +190,23 @@ def test_the_agents_cap_counts_every_session(bot, scripted):
         rt.check_budget(alice)
     assert caught.value.spend.exceeded == "agent"
     assert "max_total_budget_usd" in str(caught.value)
+
+
+def test_a_message_queued_behind_the_turn_that_reaches_the_cap_gets_one_notice(bot, scripted):
+    # the bridge lets "two" through (nothing spent yet); the session refuses its turn and
+    # its error event is the participant's one notice; "three" the bridge refuses itself
+    rt, transport, bridge, agent, recorder = bot
+    rt.update_agent(agent.id, max_budget_usd=0.05, double_texting="enqueue")
+    scripted.reply("dear", cost_usd=0.06, latency_s=5)
+    assert say(rt, transport, "alice", "one") == "delivered"
+    rt.clock.advance(2)
+    assert say(rt, transport, "alice", "two") == "delivered"
+    rt.clock.advance(60)
+    assert replies(transport, "alice") == ["dear"]
+    assert notices(transport, "alice") == [
+        "Sorry, this bot has reached its spending limit, so this message was not answered. Its owner can raise it."]
+    assert say(rt, transport, "alice", "three") == "refused"
+    assert len(scripted.requests) == 1
+    assert len(notices(transport, "alice")) == 2  # one per message not answered
+    sid = bridge.conversation("memory", "alice").session_id
+    assert [r.event.error_type for r in recorder.of(sid, "session_error")] == ["budget_exceeded"] * 2

@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from corvid_actors.access import session_budget
 from corvid_actors.actors.base import tell
 from corvid_actors.actors.live import LiveSession
 from corvid_actors.actors.session import SessionActor
@@ -96,6 +97,9 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
             core.cfg.agents.kind_for(getattr(ctx.agent, "kind", None), session.source),
             config_default=core.cfg.agents.double_texting),
         inherited_idle_deadline=None if begin else inherited_idle_deadline,
+        budget=session_budget(ctx.agent, core.cfg.access, stored_usd=float(session.total_cost_usd or 0.0),
+                              tally_usd=tally.cost_usd),
+        access=core.cfg.access,
     )
     builder, slot_pool = core.builder, core.slot_pool
 
