@@ -40,6 +40,7 @@ from corvid_actors.db.store import Store
 from corvid_actors.errors import ConfigError
 from corvid_actors.io_loop import IoLoop
 from corvid_actors.providers.base import Provider
+from corvid_actors.telemetry.tracing import NO_TRACING, Tracing
 from corvid_actors.wiring import SessionBuilder
 
 __all__ = ["RuntimeInternals", "default_providers", "open_store", "resolve_providers", "start_actor_tree"]
@@ -149,7 +150,7 @@ def open_store(config: Config, clock: Clock, store_url: str | None = None) -> St
 
 def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, store: Store,
                      builder: SessionBuilder, with_credits: bool,
-                     is_owner: Callable[[str], bool] | None) -> RuntimeInternals:
+                     is_owner: Callable[[str], bool] | None, tracing: Tracing = NO_TRACING) -> RuntimeInternals:
     """Make the timer table and start the core actors on ``tracker``, each given the refs
     (and the table) it talks to.
 
@@ -173,6 +174,7 @@ def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, 
     supervisor = sv.SessionSupervisor.start(
         tracker, config=config, clock=clock, store=store, builder=builder, bus=bus, timers=timers,
         slot_pool=slot_pool, approvals=approvals, credits=credits, live=live, io_loop=io_loop, cluster=seat,
+        tracing=tracing,
     )
     if credits is not None:
         credits.tell(BindSupervisor(supervisor))

@@ -28,6 +28,7 @@ from corvid_actors.events import ContentBlockDelta, Event
 from corvid_actors.io_loop import IoLoop
 from corvid_actors.loop import effects as fx
 from corvid_actors.providers.base import Provider
+from corvid_actors.telemetry.tracing import NO_TRACING, Tracing
 from corvid_actors.tools.base import ToolContext, ToolRegistry
 from corvid_actors.vocabulary import CancelToken
 
@@ -211,3 +212,8 @@ class SessionWiring:
     double_texting: str = ENQUEUE
     #: ... and its idle exit's deadline (issue 36; None: a full ``idle_timeout_s``)
     inherited_idle_deadline: datetime | None = None
+    #: OpenTelemetry spans of its turns, model and tool calls (the runtime's tracer)
+    tracing: Tracing = NO_TRACING
+    #: the agent's name and the provider's (span attributes)
+    agent: str = ""
+    provider_name: str = ""

@@ -1,0 +1,222 @@
+"""OpenTelemetry spans of a scripted session (corvid_actors.telemetry.tracing): turns, model
+calls with the GenAI conventions, tool calls, and the supervisor's decisions, recorded by
+the SDK's in-memory exporter through the Runtime's own TracerProvider (no globals)."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from corvid_actors.testing import EventRecorder, sim_runtime
+from corvid_actors.testing.scripted import Turn
+
+MIN = 60.0
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+def traced_runtime(sim_clock, scripted, tmp_path, exporter, **kwargs):
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return sim_runtime(sim_clock, scripted, workspace_dir=tmp_path / "ws", tracer_provider=provider, **kwargs)
+
+
+@pytest.fixture
+def traced(sim_clock, scripted, tmp_path, exporter):
+    rt = traced_runtime(sim_clock, scripted, tmp_path, exporter)
+    yield rt
+    rt.shutdown()
+
+
+@pytest.fixture
+def tool_runtime(sim_clock, scripted, tmp_path, exporter):
+    (tmp_path / "ws").mkdir()
+    rt = traced_runtime(sim_clock, scripted, tmp_path, exporter, loop_for_provider={"scripted": "direct"})
+    yield rt
+    rt.shutdown()
+
+
+def spans(exporter, name=None) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if name is None or s.name == name]
+
+
+def one(exporter, name) -> ReadableSpan:
+    [span] = spans(exporter, name)
+    return span
+
+
+def parent_of(span: ReadableSpan, candidates: list[ReadableSpan]) -> ReadableSpan | None:
+    assert span.parent is not None
+    return next((c for c in candidates if c.context.span_id == span.parent.span_id), None)
+
+
+# --- a turn and its model call --------------------------------------------------------------
+
+
+def test_a_turn_has_a_span_parenting_its_model_call_with_the_genai_attributes(traced, scripted, exporter):
+    agent = traced.create_agent("helper")
+    s = traced.create_session(agent_id=agent.id, source="web")
+    scripted.reply("Hello there.", usage={"input_tokens": 12, "output_tokens": 3})
+    traced.start_process(s.id, "Say hello")
+    traced.settle()
+
+    turn = one(exporter, "corvid.turn")
+    assert {k: turn.attributes[k] for k in ("corvid.session.id", "corvid.agent.name", "corvid.session.source",
+                                            "corvid.turn.number", "corvid.turn.termination_reason")} == {
+        "corvid.session.id": s.id, "corvid.agent.name": "helper", "corvid.session.source": "web",
+        "corvid.turn.number": 1, "corvid.turn.termination_reason": "success"}
+    [call] = [sp for sp in spans(exporter) if sp.attributes.get("gen_ai.operation.name") == "chat"]
+    assert call.name == f"chat {call.attributes['gen_ai.request.model']}"
+    assert call.attributes["gen_ai.provider.name"] == "scripted"
+    assert call.attributes["gen_ai.request.model"]
+    assert (call.attributes["gen_ai.usage.input_tokens"], call.attributes["gen_ai.usage.output_tokens"]) == (12, 3)
+    assert call.attributes["gen_ai.response.finish_reasons"] == ("end_turn",)
+    # the turn's span parents the model call (made on another message, ended where it streamed)
+    assert parent_of(call, [turn]) is turn
+    assert call.context.trace_id == turn.context.trace_id
+    assert turn.parent is None
+
+
+def test_each_turn_of_a_session_has_its_own_span_numbered_in_order(traced, scripted, exporter):
+    s = traced.create_session(source="web")
+    scripted.reply("One.")
+    scripted.reply("Two.")
+    traced.start_process(s.id, "first")
+    traced.settle()
+    traced.send_message(s.id, "second")
+    traced.settle()
+    turns = spans(exporter, "corvid.turn")
+    assert [t.attributes["corvid.turn.number"] for t in turns] == [1, 2]
+    assert len({t.context.trace_id for t in turns}) == 2  # one trace per turn
+
+
+def test_prompt_and_reply_text_stay_out_of_spans_by_default(traced, scripted, exporter):
+    s = traced.create_session(source="web")
+    scripted.reply("The secret reply.")
+    traced.start_process(s.id, "my secret prompt")
+    traced.settle()
+    values = [str(v) for sp in spans(exporter) for v in sp.attributes.values()]
+    assert spans(exporter)
+    assert not any("secret" in v for v in values)
+    [call] = [sp for sp in spans(exporter) if sp.attributes.get("gen_ai.operation.name") == "chat"]
+    assert "gen_ai.input.messages" not in call.attributes
+    assert "gen_ai.output.messages" not in call.attributes
+
+
+def test_capture_content_puts_the_prompt_and_reply_in_the_model_call_span(sim_clock, scripted, tmp_path,
+                                                                          exporter):
+    rt = traced_runtime(sim_clock, scripted, tmp_path, exporter, config={"telemetry": {"capture_content": True}})
+    try:
+        s = rt.create_session(source="web")
+        scripted.reply("The secret reply.")
+        rt.start_process(s.id, "my secret prompt")
+        rt.settle()
+    finally:
+        rt.shutdown()
+    [call] = [sp for sp in spans(exporter) if sp.attributes.get("gen_ai.operation.name") == "chat"]
+    assert "my secret prompt" in call.attributes["gen_ai.input.messages"]
+    assert "The secret reply." in call.attributes["gen_ai.output.messages"]
+
+
+# --- tool calls -----------------------------------------------------------------------------
+
+
+def test_a_tool_call_is_a_child_of_its_turn_with_approval_sandbox_exit_status_and_duration(tool_runtime,
+                                                                                             scripted, exporter):
+    agent = tool_runtime.create_agent("builder", permission_mode="full-auto")
+    s = tool_runtime.create_session(agent_id=agent.id, source="web")
+    scripted.for_session(s.id, Turn.reply("Running it.", tool_calls=[("run_command", {"command": "exit 3"})]),
+                         Turn.reply("It exited with 3."))
+    tool_runtime.start_process(s.id, "run the check")
+    tool_runtime.settle()
+
+    turn = one(exporter, "corvid.turn")
+    tool = one(exporter, "execute_tool run_command")
+    assert tool.attributes["gen_ai.operation.name"] == "execute_tool"
+    assert tool.attributes["gen_ai.tool.name"] == "run_command"
+    assert tool.attributes["corvid.tool.approval"] == "not_required"  # full-auto: nobody was asked
+    assert isinstance(tool.attributes["corvid.tool.sandboxed"], bool)
+    assert tool.attributes["process.exit.code"] == 3
+    assert tool.attributes["corvid.tool.status"] == "error"
+    assert tool.attributes["corvid.tool.duration_s"] >= 0.0
+    assert tool.status.status_code is StatusCode.ERROR
+    assert parent_of(tool, [turn]) is turn
+    calls = [sp for sp in spans(exporter) if sp.attributes.get("gen_ai.operation.name") == "chat"]
+    assert len(calls) == 2 and all(parent_of(c, [turn]) is turn for c in calls)
+    assert turn.attributes["corvid.turn.termination_reason"] == "success"
+
+
+def test_an_approved_tool_call_says_allow_and_a_denied_one_did_not_run(tool_runtime, scripted, exporter):
+    recorder = EventRecorder.attach(tool_runtime)
+    s = tool_runtime.create_session(source="web")
+    scripted.for_session(s.id, Turn.reply("", tool_calls=[("run_command", {"command": "echo hi"})]),
+                         Turn.reply("", tool_calls=[("run_command", {"command": "echo again"})]),
+                         Turn.reply("Done."))
+    tool_runtime.start_process(s.id, "go")
+    tool_runtime.settle()
+    tool_runtime.resolve_approval(recorder.last("approval_request", s.id).id, "allow")
+    tool_runtime.settle()
+    tool_runtime.resolve_approval(recorder.last("approval_request", s.id).id, "deny")
+    tool_runtime.settle()
+
+    turn = one(exporter, "corvid.turn")
+    ran, denied = spans(exporter, "execute_tool run_command")
+    assert (ran.attributes["corvid.tool.approval"], ran.attributes["corvid.tool.status"]) == ("allow", "ok")
+    assert ran.attributes["process.exit.code"] == 0
+    assert (denied.attributes["corvid.tool.approval"], denied.attributes["corvid.tool.status"]) == ("deny",
+                                                                                                   "not_run")
+    assert parent_of(ran, [turn]) is turn and parent_of(denied, [turn]) is turn
+
+
+# --- the supervisor's decisions -------------------------------------------------------------
+
+
+def decisions(exporter) -> list[tuple[str, dict]]:
+    return [(sp.name.removeprefix("corvid.session."), dict(sp.attributes)) for sp in spans(exporter)
+            if sp.name.startswith("corvid.session.")]
+
+
+def test_a_crash_and_its_restart_with_backoff_are_spans(traced, scripted, exporter, chat_session):
+    scripted.crash("model server fell over")
+    scripted.reply("Back.")
+    traced.start_process(chat_session.id, "hi")
+    traced.settle()
+    traced.clock.advance(5)
+
+    names = [name for name, _ in decisions(exporter)]
+    assert names == ["start", "exit", "restart", "start"]
+    exit_attrs = decisions(exporter)[1][1]
+    assert exit_attrs["corvid.session.id"] == chat_session.id
+    assert (exit_attrs["corvid.exit.code"], exit_attrs["corvid.restart.decided"],
+            exit_attrs["corvid.restart.attempt"], exit_attrs["corvid.restart.backoff_s"]) == (1, True, 1, 5.0)
+    first_turn = spans(exporter, "corvid.turn")[0]
+    assert first_turn.attributes["corvid.turn.termination_reason"] == "error"
+    assert first_turn.status.status_code is StatusCode.ERROR
+    # lifecycle decisions are roots of their own traces
+    assert all(sp.parent is None for sp in spans(exporter) if sp.name.startswith("corvid.session."))
+
+
+def test_an_outage_pause_and_its_automatic_resume_are_spans(traced, scripted, exporter, chat_session):
+    scripted.outage("connection refused")
+    traced.start_process(chat_session.id, "hi")
+    traced.settle()
+    pause = dict(decisions(exporter))["pause"]
+    assert (pause["corvid.outage.attempt"], pause["corvid.outage.resume_in_s"]) == (1, 5 * MIN)
+    turn = one(exporter, "corvid.turn")
+    assert turn.attributes["corvid.turn.termination_reason"] == "outage"
+
+    traced.clock.advance(5 * MIN)
+    names = [name for name, _ in decisions(exporter)]
+    assert names == ["start", "pause", "probe", "resume", "start"]
+    assert dict(decisions(exporter))["resume"]["corvid.resume.automatic"] is True
+
+
+@pytest.fixture
+def chat_session(traced):
+    return traced.create_session(source="chat", name="chat with alice", participant="alice")
