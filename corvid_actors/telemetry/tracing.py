@@ -28,6 +28,7 @@ SDK's clock (real time, also in simulations). Any thread unless said otherwise.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -35,6 +36,8 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
+
+from corvid_actors.errors import ConfigError
 
 #: the instrumentation scope of every span of the runtime
 TRACER_NAME = "corvid_actors"
@@ -49,7 +52,7 @@ class Tracing:
     """The runtime's tracer and content switch (see the module docstring).
 
     ``provider``: the ``TracerProvider`` spans go to (None: the global one, a no-op until
-    an SDK sets it — :mod:`corvid_actors.telemetry.otel_setup`). ``capture_content``:
+    an SDK sets it; the daemon's is :func:`tracer_provider_from_environment`). ``capture_content``:
     prompt and reply text go into model-call spans (``[telemetry] capture_content``; off
     by default: they may hold what users would not want in a trace backend).
     ``monotonic``: the runtime's clock, which times tool runs (None: untimed)."""
@@ -96,6 +99,9 @@ class Tracing:
         if span.is_recording():
             span.set_attributes({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
                                  "gen_ai.tool.call.id": call_id, "corvid.tool.approval": approval})
+        if not _carries(span):  # the no-op tracer: nothing to time or make current
+            yield span
+            return
         monotonic = self._monotonic if span.is_recording() else None
         started = monotonic() if monotonic is not None else 0.0
         with trace.use_span(span, end_on_exit=False, record_exception=True, set_status_on_exception=True):
@@ -232,7 +238,7 @@ class TurnTrace:
 def activated(span: Span | None) -> Iterator[None]:
     """``span`` is the current span while the body runs (on this thread): spans started
     beneath it (an instrumented HTTP client) and :func:`note_command` land on it."""
-    if span is None:
+    if not _carries(span):
         yield
         return
     token = otel_context.attach(trace.set_span_in_context(span))
@@ -262,12 +268,77 @@ def note_tool_result(span: Span, is_error: bool) -> None:
             span.set_status(Status(StatusCode.ERROR, "the tool returned an error"))
 
 
+def tracer_provider_from_environment() -> TracerProvider | None:
+    """An SDK ``TracerProvider`` that exports as the standard ``OTEL_*`` variables say, or
+    None when they ask for no traces (the daemon then runs on the API's no-op tracer).
+
+    Traces are on when ``OTEL_TRACES_EXPORTER`` names exporters (``otlp``, ``console``;
+    ``none``: off) or, with it unset, when an OTLP endpoint is set
+    (``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``);
+    ``OTEL_SDK_DISABLED=true`` turns them off. OTLP speaks ``OTEL_EXPORTER_OTLP_PROTOCOL``
+    (``http/protobuf`` by default, or ``grpc``); endpoint, headers, service name
+    (default ``corvid-actors``) and resource come from their ``OTEL_*`` variables, read by
+    the SDK. Needs the ``otel`` extra: :class:`~corvid_actors.errors.ConfigError` names it
+    when traces are asked for without it. Call it in the process that serves (after a fork)."""
+    env = os.environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    names = [n.strip().lower() for n in env.get("OTEL_TRACES_EXPORTER", "").split(",") if n.strip()]
+    if not names:
+        endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        names = ["otlp"] if endpoint else []
+    names = [n for n in names if n != "none"]
+    if not names:
+        return None
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        raise ConfigError(_NEEDS_EXTRA.format(what="the OpenTelemetry SDK")) from None
+    named = "OTEL_SERVICE_NAME" in env or "service.name=" in env.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    provider = SdkTracerProvider(resource=Resource.create({} if named else {"service.name": "corvid-actors"}))
+    for name in names:
+        provider.add_span_processor(BatchSpanProcessor(_exporter(name, env)))
+    return provider
+
+
+def _exporter(name: str, env: Mapping[str, str]) -> Any:
+    if name == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter()
+    if name != "otlp":
+        raise ConfigError(f"OTEL_TRACES_EXPORTER names {name!r}: corvid-actors knows otlp, console and none")
+    protocol = (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+                or "http/protobuf").strip().lower()
+    try:
+        if protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        else:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError:
+        raise ConfigError(_NEEDS_EXTRA.format(what=f"the OTLP exporter ({protocol})")) from None
+    return OTLPSpanExporter()
+
+
+_NEEDS_EXTRA = ("the OTEL_* environment asks for traces but {what} is not installed: "
+                "pip install 'corvid-actors[otel]' (or unset OTEL_TRACES_EXPORTER / OTEL_EXPORTER_OTLP_ENDPOINT)")
+
+
 NO_TRACING = Tracing(trace.NoOpTracerProvider())
 """A Tracing that records nothing (the default of wiring made without a runtime)."""
 
 
 def _under(parent: Span | None) -> otel_context.Context | None:
-    return trace.set_span_in_context(parent) if parent is not None else None
+    """The context ``parent`` heads (None: no parent, or a no-op span — nothing to carry)."""
+    return trace.set_span_in_context(parent) if _carries(parent) else None
+
+
+def _carries(span: Span | None) -> bool:
+    """``span`` has a real context to pass on: not None, nor the no-op tracer's (whose
+    context is invalid: attaching it costs a context switch and carries nothing)."""
+    return span is not None and span.get_span_context().is_valid
 
 
 def _failed(span: Span, error: BaseException) -> None:

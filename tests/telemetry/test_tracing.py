@@ -10,6 +10,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from corvid_actors.errors import ConfigError
+from corvid_actors.telemetry.tracing import Tracing, tracer_provider_from_environment
 from corvid_actors.testing import EventRecorder, sim_runtime
 from corvid_actors.testing.scripted import Turn
 
@@ -220,3 +222,61 @@ def test_an_outage_pause_and_its_automatic_resume_are_spans(traced, scripted, ex
 @pytest.fixture
 def chat_session(traced):
     return traced.create_session(source="chat", name="chat with alice", participant="alice")
+
+
+# --- configured by the OTEL_* environment ---------------------------------------------------
+
+OTEL_VARS = ("OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
+             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_SERVICE_NAME")
+
+
+@pytest.fixture
+def otel_env(monkeypatch):
+    for name in OTEL_VARS:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_without_otel_variables_the_daemon_keeps_the_no_op_tracer(otel_env):
+    assert tracer_provider_from_environment() is None
+    otel_env.setenv("OTEL_TRACES_EXPORTER", "none")
+    otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    assert tracer_provider_from_environment() is None
+
+
+def test_otel_traces_exporter_gives_an_sdk_provider_named_for_the_service(otel_env):
+    otel_env.setenv("OTEL_TRACES_EXPORTER", "console")
+    provider = tracer_provider_from_environment()
+    try:
+        assert isinstance(provider, TracerProvider)
+        assert provider.resource.attributes["service.name"] == "corvid-actors"
+    finally:
+        provider.shutdown()
+    otel_env.setenv("OTEL_SERVICE_NAME", "my-agents")
+    provider = tracer_provider_from_environment()
+    try:
+        assert provider.resource.attributes["service.name"] == "my-agents"
+    finally:
+        provider.shutdown()
+
+
+def test_an_otlp_endpoint_without_the_otel_extra_is_a_config_error_naming_it(otel_env):
+    try:
+        import opentelemetry.exporter.otlp.proto.http.trace_exporter  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("the OTLP exporter is installed here")
+    otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    with pytest.raises(ConfigError, match=r"corvid-actors\[otel\]"):
+        tracer_provider_from_environment()
+
+
+def test_without_an_sdk_every_span_is_a_no_op():
+    tracing = Tracing()  # the global provider: no SDK configured in the tests
+    turn = tracing.start_turn(session_id="s", agent="a", source="web", turn=1, generation=1)
+    assert not turn.is_recording()
+    call = tracing.start_model_call(turn, None, "scripted")
+    call.finish(None, None)
+    with tracing.tool_call(turn, "run_command", "c1", "not_required") as span:
+        assert not span.is_recording()
