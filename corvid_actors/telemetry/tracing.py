@@ -238,7 +238,7 @@ class TurnTrace:
 def activated(span: Span | None) -> Iterator[None]:
     """``span`` is the current span while the body runs (on this thread): spans started
     beneath it (an instrumented HTTP client) and :func:`note_command` land on it."""
-    if not _carries(span):
+    if span is None or not _carries(span):
         yield
         return
     token = otel_context.attach(trace.set_span_in_context(span))
@@ -332,7 +332,7 @@ NO_TRACING = Tracing(trace.NoOpTracerProvider())
 
 def _under(parent: Span | None) -> otel_context.Context | None:
     """The context ``parent`` heads (None: no parent, or a no-op span — nothing to carry)."""
-    return trace.set_span_in_context(parent) if _carries(parent) else None
+    return trace.set_span_in_context(parent) if parent is not None and _carries(parent) else None
 
 
 def _carries(span: Span | None) -> bool:
