@@ -10,9 +10,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from corvid_actors.config import Config
 from corvid_actors.errors import ConfigError
+from corvid_actors.providers.ollama import OllamaProvider
+from corvid_actors.runtime import Runtime
 from corvid_actors.telemetry.tracing import Tracing, tracer_provider_from_environment
-from corvid_actors.testing import EventRecorder, sim_runtime
+from corvid_actors.testing import EventRecorder, SimClock, sim_runtime
+from corvid_actors.testing.ollama_stub import OllamaStubServer
 from corvid_actors.testing.scripted import Turn
 
 MIN = 60.0
@@ -124,6 +128,53 @@ def test_capture_content_puts_the_prompt_and_reply_in_the_model_call_span(sim_cl
     [call] = [sp for sp in spans(exporter) if sp.attributes.get("gen_ai.operation.name") == "chat"]
     assert "my secret prompt" in call.attributes["gen_ai.input.messages"]
     assert "The secret reply." in call.attributes["gen_ai.output.messages"]
+
+
+def test_a_model_call_streamed_on_a_worker_thread_is_a_child_of_its_turn(sim_clock, scripted, tmp_path,
+                                                                          exporter):
+    # the threads dispatcher: the scripted call runs on a worker, not on the clock's thread
+    rt = traced_runtime(sim_clock, scripted, tmp_path, exporter, dispatcher="threads")
+    try:
+        s = rt.create_session(source="web")
+        scripted.reply("From a worker.", usage={"input_tokens": 5, "output_tokens": 2})
+        rt.start_process(s.id, "hi")
+        rt.settle()
+    finally:
+        rt.shutdown()
+    turn = one(exporter, "corvid.turn")
+    [call] = [sp for sp in spans(exporter) if sp.attributes.get("gen_ai.operation.name") == "chat"]
+    assert parent_of(call, [turn]) is turn
+    assert call.attributes["gen_ai.usage.output_tokens"] == 2
+    assert turn.attributes["corvid.turn.termination_reason"] == "success"
+
+
+def test_a_model_call_on_the_io_loop_over_the_real_ollama_client_has_the_genai_attributes(tmp_path, exporter):
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    clock = SimClock()
+    with OllamaStubServer() as stub:
+        stub.default_reply = "hello from ollama"
+        rt = Runtime(Config(), clock=clock, store_url="sqlite:///:memory:",
+                     providers={"ollama": OllamaProvider(stub.url)}, workspace_dir=tmp_path / "ws",
+                     tracer_provider=provider)
+        try:
+            agent = rt.create_agent("local", provider="ollama", model="llama3.1:8b")
+            s = rt.create_session(agent_id=agent.id, source="web")
+            rt.start_process(s.id, "hi")
+            rt.settle()
+        finally:
+            rt.shutdown()
+            clock.close()
+    turn = one(exporter, "corvid.turn")
+    calls = [sp for sp in spans(exporter) if sp.attributes.get("gen_ai.operation.name") == "chat"]
+    assert calls and all(parent_of(c, [turn]) is turn for c in calls)  # the direct loop may call again
+    call = calls[0]
+    assert call.name == "chat llama3.1:8b"
+    assert (call.attributes["gen_ai.provider.name"], call.attributes["gen_ai.request.model"]) == (
+        "ollama", "llama3.1:8b")
+    assert call.attributes["gen_ai.usage.input_tokens"] > 0 and call.attributes["gen_ai.usage.output_tokens"] > 0
+    assert call.attributes["gen_ai.response.finish_reasons"]
+    assert parent_of(call, [turn]) is turn
 
 
 # --- tool calls -----------------------------------------------------------------------------
