@@ -63,7 +63,6 @@ from corvid_actors.providers.base import Provider, ToolCall
 from corvid_actors.runtime_lifecycle import RuntimeLifecycle
 from corvid_actors.runtime_tree import open_store, resolve_providers, start_actor_tree
 from corvid_actors.session_control import RuntimeSessionControl, session_tools_hook
-from corvid_actors.telemetry.tracing import Tracing
 from corvid_actors.tools.base import ToolRegistry
 from corvid_actors.tools.mcp_client import add_mcp_server
 from corvid_actors.vocabulary import PermissionCheck, ToolKind
@@ -102,9 +101,7 @@ class Runtime(RuntimeLifecycle):
         runtime_tools: offer the corvid_* tools and the agents' MCP servers besides
             ``extra_tools`` (``corvid_actors.session_control``: the tools reach this runtime
             only through a ``SessionControl``).
-        tracer_provider: the OpenTelemetry ``TracerProvider`` of this runtime's spans
-            (``corvid_actors.telemetry.tracing``); default: the global one (a no-op until an
-            SDK is configured, e.g. ``configure_from_environment`` with the ``otel`` extra).
+        tracer_provider: where its OpenTelemetry spans go (default: the global provider).
     """
 
     def __init__(
@@ -170,12 +167,9 @@ class Runtime(RuntimeLifecycle):
         self._fail_lock = threading.Lock()
         tracker.on_actor_exit = self._actor_exited
         tracker.on_message_error = self._message_failed
-        #: OpenTelemetry spans (turns, model and tool calls, supervisor decisions)
-        self.tracing = Tracing(tracer_provider, capture_content=config.telemetry.capture_content,
-                               monotonic=clock.monotonic)
         self._internals = start_actor_tree(config=config, clock=clock, tracker=tracker, store=store,
                                            builder=builder, with_credits=with_credits, is_owner=is_owner,
-                                           tracing=self.tracing)
+                                           tracer_provider=tracer_provider)
         for name, ref in self._internals.core_actors():
             self.watch(ref, name)
 
