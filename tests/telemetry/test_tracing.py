@@ -102,6 +102,21 @@ def test_each_turn_of_a_session_has_its_own_span_numbered_in_order(traced, scrip
     assert len({t.context.trace_id for t in turns}) == 2  # one trace per turn
 
 
+def test_a_message_queued_mid_turn_gets_the_next_turn_span_once_the_first_ends(traced, scripted, exporter):
+    s = traced.create_session(source="web")  # a task agent: a mid-turn message waits its turn
+    scripted.reply("One.", latency_s=10)
+    scripted.reply("Two.", latency_s=10)
+    traced.start_process(s.id, "first")
+    traced.settle()
+    traced.clock.advance(5)
+    traced.send_message(s.id, "second")
+    traced.clock.advance(30)
+    first, second = spans(exporter, "corvid.turn")
+    assert [t.attributes["corvid.turn.number"] for t in (first, second)] == [1, 2]
+    assert [t.attributes["corvid.turn.termination_reason"] for t in (first, second)] == ["success", "success"]
+    assert first.end_time <= second.start_time
+
+
 def test_prompt_and_reply_text_stay_out_of_spans_by_default(traced, scripted, exporter):
     s = traced.create_session(source="web")
     scripted.reply("The secret reply.")
