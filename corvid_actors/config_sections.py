@@ -59,6 +59,14 @@ class SessionConfig:
     zero_turn_breaker_threshold: int = field(metadata=AT_LEAST_ONE)
 
 
+@section("telemetry")
+class TelemetryConfig:
+    """``[telemetry]``: what OpenTelemetry traces hold (:mod:`corvid_actors.telemetry.tracing`;
+    where they go is the ``OTEL_*`` environment's)."""
+
+    capture_content: bool
+
+
 @section("providers")
 class ProvidersConfig:
     default_provider: str

@@ -32,6 +32,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from opentelemetry.trace import TracerProvider
+
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
 from corvid_actors.actors.base import ActivityAware, ActivityTracker, DispatcherKind
@@ -99,6 +101,7 @@ class Runtime(RuntimeLifecycle):
         runtime_tools: offer the corvid_* tools and the agents' MCP servers besides
             ``extra_tools`` (``corvid_actors.session_control``: the tools reach this runtime
             only through a ``SessionControl``).
+        tracer_provider: where its OpenTelemetry spans go (default: the global provider).
     """
 
     def __init__(
@@ -125,6 +128,7 @@ class Runtime(RuntimeLifecycle):
         dispatcher: DispatcherKind = "threads",
         seed: int | None = None,
         explore: bool = False,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         self._config = config = config or load_config()
         self._clock = clock = clock or RealClock()
@@ -164,7 +168,8 @@ class Runtime(RuntimeLifecycle):
         tracker.on_actor_exit = self._actor_exited
         tracker.on_message_error = self._message_failed
         self._internals = start_actor_tree(config=config, clock=clock, tracker=tracker, store=store,
-                                           builder=builder, with_credits=with_credits, is_owner=is_owner)
+                                           builder=builder, with_credits=with_credits, is_owner=is_owner,
+                                           tracer_provider=tracer_provider)
         for name, ref in self._internals.core_actors():
             self.watch(ref, name)
 

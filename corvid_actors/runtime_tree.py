@@ -22,6 +22,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import pykka
+from opentelemetry.trace import TracerProvider
 
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
@@ -40,6 +41,7 @@ from corvid_actors.db.store import Store
 from corvid_actors.errors import ConfigError
 from corvid_actors.io_loop import IoLoop
 from corvid_actors.providers.base import Provider
+from corvid_actors.telemetry.tracing import Tracing
 from corvid_actors.wiring import SessionBuilder
 
 __all__ = ["RuntimeInternals", "default_providers", "open_store", "resolve_providers", "start_actor_tree"]
@@ -149,15 +151,18 @@ def open_store(config: Config, clock: Clock, store_url: str | None = None) -> St
 
 def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, store: Store,
                      builder: SessionBuilder, with_credits: bool,
-                     is_owner: Callable[[str], bool] | None) -> RuntimeInternals:
+                     is_owner: Callable[[str], bool] | None,
+                     tracer_provider: TracerProvider | None = None) -> RuntimeInternals:
     """Make the timer table and start the core actors on ``tracker``, each given the refs
     (and the table) it talks to.
 
-    The tracker's failure hooks must be set before: an actor may end as soon as it starts."""
+    The tracker's failure hooks must be set before: an actor may end as soon as it starts.
+    ``tracer_provider``: where the spans go (None: the global provider)."""
     sc = config.store
     io_loop: IoLoop[Any] = IoLoop(begin=tracker.begin, end=tracker.end)
     io_loop.start()
     timers = Timers(clock)
+    tracing = Tracing(tracer_provider, capture_content=config.telemetry.capture_content, monotonic=clock.monotonic)
     store_watch = StoreWatch.start(tracker, store=store, timers=timers,
                                    backoff_s=(sc.reconnect_backoff_initial_s, sc.reconnect_backoff_max_s))
     bus = EventBus.start(tracker)
@@ -173,6 +178,7 @@ def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, 
     supervisor = sv.SessionSupervisor.start(
         tracker, config=config, clock=clock, store=store, builder=builder, bus=bus, timers=timers,
         slot_pool=slot_pool, approvals=approvals, credits=credits, live=live, io_loop=io_loop, cluster=seat,
+        tracing=tracing,
     )
     if credits is not None:
         credits.tell(BindSupervisor(supervisor))

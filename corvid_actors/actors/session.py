@@ -95,6 +95,7 @@ from corvid_actors.clock import iso_after
 from corvid_actors.double_texting import INTERRUPT
 from corvid_actors.events import ApprovalRequestEvent, ApprovalResolved, QueueStatus, Thinking
 from corvid_actors.loop import effects as fx
+from corvid_actors.telemetry.tracing import TurnTrace
 from corvid_actors.vocabulary import CancelToken
 from corvid_actors.wiring import close_resources
 
@@ -153,6 +154,9 @@ class SessionActor(SessionEffects, TrackedActor):
         #: user messages that came mid-turn to a capped session: each starts its turn after
         #: the running one, once the caps are checked (uncapped, the loop queues them)
         self._held: deque[tuple[str, tuple[dict[str, Any], ...]]] = deque()
+        #: the span of the turn in flight (OpenTelemetry), across the turn's messages
+        self._trace = TurnTrace(wiring.tracing, session_id=self.sid, agent=wiring.agent, source=wiring.source,
+                                generation=self.gen)
         self._writes = PendingWrites(timers=wiring.timers, owner=None, key=(self.sid, "write-retry", self.gen),
                                      publish=lambda _sid, event: self.w.lifeline.publish(event),
                                      schedule=wiring.write_retry,
@@ -199,6 +203,7 @@ class SessionActor(SessionEffects, TrackedActor):
             "session actor crashed"
         )
         self.w.lifeline.refuse_input()
+        self._trace.end("crashed")
         self._release_everything()
         tell(self.w.supervisor, SessionCrashed(self.sid, self.gen, f"{exception_type.__name__}: {exception_value}"))
 
@@ -276,6 +281,7 @@ class SessionActor(SessionEffects, TrackedActor):
                     return None
                 self._awaiting_approval.discard(call_id)
                 self._approval_details.pop(call_id, None)
+                self._trace.decided(call_id, allowed)
                 self._touch()
                 if approval_id in self._announced:
                     # a request answered at once was never shown, so its answer is not either
@@ -326,6 +332,7 @@ class SessionActor(SessionEffects, TrackedActor):
             self._turn_started = self._clock.monotonic()
             self._cancel_idle()
             self._note_deadline(busy=True)
+            self._trace.start(self._tally.turns)
         # mid-turn, the loop queues it: its turn starts after TurnFinished
         mid_turn = self._turns_open > 0
         self._turns_open += 1
@@ -374,6 +381,7 @@ class SessionActor(SessionEffects, TrackedActor):
         self._turn_started = self._clock.monotonic()
         self._turns_open = 1
         self._tally.in_turn = True
+        self._trace.start(self._tally.turns)
         # a plain string unless multimodal: loops written for strings keep working
         self._perform(self._loop.start(fx.UserMessage(prompt, blocks) if blocks else prompt))
 

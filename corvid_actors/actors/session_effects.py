@@ -68,6 +68,7 @@ from corvid_actors.providers.base import (
     streams_async,
     streams_on_clock,
 )
+from corvid_actors.telemetry.tracing import ModelCallSpan, TurnTrace
 from corvid_actors.vocabulary import CancelToken, StreamCancelled
 
 
@@ -82,6 +83,7 @@ class SessionEffects:
     _clock: Clock
     _loop: fx.Loop
     _tally: TurnTally
+    _trace: TurnTrace
     _writes: PendingWrites
     _ended: bool
     _last_error: str
@@ -155,6 +157,7 @@ class SessionEffects:
                                                   self.actor_ref, LoopTimerDue(self.gen, token)))
             case fx.ReportOutage(text):
                 self.w.lifeline.refuse_input()
+                self._trace.end("outage")
                 self._release_everything()
                 self._ended = True
                 tell(self.w.supervisor, OutageReported(self.sid, self.gen, text))
@@ -199,6 +202,7 @@ class SessionEffects:
             event = replace(event, duration_ms=int((self._clock.monotonic() - self._turn_started) * 1000))
         self.w.lifeline.publish(event)
         if isinstance(event, Result):
+            self._trace.end(event.subtype)
             self._turn_completed(event.subtype, event.total_cost_usd)
 
     def _turn_completed(self, subtype: str, cost: float) -> None:
@@ -223,7 +227,9 @@ class SessionEffects:
         if self._turns_open:
             # the loop starts the next queued message's turn right after TurnFinished
             self._turn_started = self._clock.monotonic()
+            self._trace.start(self._tally.turns - self._turns_open + 1)
             return
+        self._trace.end("finished")  # a turn that ended without a result
         if self._start_held_turn():
             return
         self._rearm_timeout()
@@ -252,12 +258,14 @@ class SessionEffects:
 
     def _end(self, code: int) -> None:
         self.w.lifeline.refuse_input()
+        self._trace.end("exited")
         self._release_everything()
         self._ended = True
         tell(self.w.supervisor, SessionEnded(self.sid, self.gen, code, self._last_error if code else ""))
 
     def _abort(self) -> None:
         self.w.lifeline.refuse_input()
+        self._trace.end("aborted")
         if not self._ended and self._loop is not None:  # no loop yet while it builds
             self._clean_up(self._loop.abort())
         self._release_everything()
@@ -311,14 +319,15 @@ class SessionEffects:
                 lifeline.publish_text(event.text)
 
         provider, io_loop = self.w.provider, self.w.io_loop
+        span = self._trace.model_call(request, self.w.provider_name)
         if self._tracker.inline is not None and streams_on_clock(provider):
-            cancel, on_done = self._new_call(request)
+            cancel, on_done = self._new_call(request, span)
             if provider.stream_soon(request, on_event, cancel, on_done):
                 return
         if io_loop is not None and streams_async(provider):
-            self._run_on_io_loop(io_loop, provider, request, on_event)
+            self._run_on_io_loop(io_loop, provider, request, on_event, span)
         else:
-            self._run_on_worker(model_call(provider, request, on_event, self.sid), f"model-{self.sid[:8]}")
+            self._run_on_worker(model_call(provider, request, on_event, self.sid, span), f"model-{self.sid[:8]}")
 
     def _stop_model_call(self) -> None:
         """``StopModelCall`` (double texting ``interrupt``): cancel the model call in flight
@@ -332,7 +341,7 @@ class SessionEffects:
         self._touch()
         self._perform(self._loop.handle(fx.ModelStopped(streamed)))
 
-    def _new_call(self, request: ModelRequest) -> tuple[CancelToken, CallDone]:
+    def _new_call(self, request: ModelRequest, span: ModelCallSpan) -> tuple[CancelToken, CallDone]:
         """A model call that runs without a worker: its cancel token (cancelled with the
         run: a stop, an abort, the lifeline closing) and the ``on_done`` that reports its
         outcome as ``WorkerDone``, like a worker's (any thread; nothing once cancelled)."""
@@ -344,6 +353,7 @@ class SessionEffects:
         ref, sid = self.actor_ref, self.sid
 
         def on_done(response: Any, error: BaseException | None) -> None:
+            span.finish(response, error if error is not None or not cancel.cancelled else StreamCancelled())
             if cancel.cancelled or isinstance(error, (StreamCancelled, asyncio.CancelledError)):
                 return
             tell(ref, WorkerDone(seq, model_outcome(response, error, request, sid)))
@@ -351,20 +361,22 @@ class SessionEffects:
         return cancel, on_done
 
     def _run_on_io_loop(self, io_loop: IoLoop[Any], provider: AsyncStreaming, request: ModelRequest,
-                        on_event: Any) -> None:
+                        on_event: Any, span: ModelCallSpan) -> None:
         """The model call as a task on the runtime's I/O loop (no thread of its own); its
         outcome comes back as ``WorkerDone`` like a worker's. Cancelling the run's token (a
         stop, an abort, the lifeline closing) cancels the task: the stream is closed."""
-        cancel, on_done = self._new_call(request)
+        cancel, on_done = self._new_call(request, span)
         try:
             call = io_loop.submit(async_model_call(provider, request, on_event, cancel), on_done)
         except IoLoopStopped:  # the runtime is shutting down: the call would never answer
-            self._run_on_worker(model_call(self.w.provider, request, on_event, self.sid), f"model-{self.sid[:8]}")
+            self._run_on_worker(model_call(self.w.provider, request, on_event, self.sid, span),
+                                f"model-{self.sid[:8]}")
             return
         cancel.on_cancel(call.cancel)
 
     def _start_tool(self, call: ToolCall) -> None:
-        work = tool_run(self.w.tools.get(call.name), self.w.tool_context, call)
+        work = tool_run(self.w.tools.get(call.name), self.w.tool_context, call,
+                        self._trace.tool_call(call.name, call.id))
         self._run_on_worker(work, f"tool-{call.name}-{self.sid[:8]}")
 
     def _run_on_worker(self, work: Work, name: str) -> None:
@@ -394,6 +406,7 @@ class SessionEffects:
         approval_id = approval_id_for(self.sid, self.gen, self._approval_seq)
         # approval_request is published when the broker says a human is asked (ApprovalAsked)
         self._approval_details[call.id] = (call, description, kind)
+        self._trace.asked(call.id, call.name)
         self._tally.asked_slots_or_approvals = True
         tell(self.w.approvals, RequestApproval(
             approval_id=approval_id, session_id=self.sid, call_id=call.id, tool_name=call.name,

@@ -29,6 +29,7 @@ from corvid_actors.events import ContentBlockDelta, Event
 from corvid_actors.io_loop import IoLoop
 from corvid_actors.loop import effects as fx
 from corvid_actors.providers.base import Provider
+from corvid_actors.telemetry.tracing import NO_TRACING, Tracing
 from corvid_actors.tools.base import ToolContext, ToolRegistry
 from corvid_actors.vocabulary import CancelToken
 
@@ -216,3 +217,8 @@ class SessionWiring:
     #: and the ``[access]`` config a re-read agent's settings fall back to
     budget: SessionBudget | None = None
     access: AccessConfig = field(default_factory=AccessConfig)
+    #: OpenTelemetry spans of its turns, model and tool calls (the runtime's tracer)
+    tracing: Tracing = NO_TRACING
+    #: the agent's name and the provider's (span attributes)
+    agent: str = ""
+    provider_name: str = ""

@@ -10,11 +10,13 @@ given.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
 from loguru import logger
+from opentelemetry.trace import INVALID_SPAN, Span
 
 from corvid_actors.loop import effects as fx
 from corvid_actors.loop.payload_guard import request_size
@@ -29,6 +31,7 @@ from corvid_actors.providers.base import (
     StreamEvent,
     ToolCall,
 )
+from corvid_actors.telemetry.tracing import ModelCallSpan, activated, note_tool_result
 from corvid_actors.tools.base import Tool, ToolContext
 from corvid_actors.vocabulary import CancelToken, StreamCancelled, ToolResult
 
@@ -50,19 +53,26 @@ def request_bytes(request: ModelRequest) -> int:
 
 
 def model_call(
-    provider: Provider, request: ModelRequest, on_event: Callable[[StreamEvent], None], session_id: str
+    provider: Provider, request: ModelRequest, on_event: Callable[[StreamEvent], None], session_id: str,
+    span: ModelCallSpan | None = None,
 ) -> Work:
     """One model call: its reply (``ModelSucceeded``), a classified failure
     (``ModelFailed``; an unclassified provider bug is fatal, not a hang), or the
-    provider's request to end the session."""
+    provider's request to end the session. ``span``: the call's (ended with its outcome;
+    the current span while it streams)."""
 
     def call(cancel: CancelToken) -> fx.LoopInput | ExitRequested:
         try:
-            response = provider.stream(request, on_event, cancel)
-        except StreamCancelled:
-            raise
-        except Exception as exc:  # noqa: BLE001 - classified by model_outcome
+            with activated(span.span if span is not None else None):
+                response = provider.stream(request, on_event, cancel)
+        except BaseException as exc:
+            if span is not None:
+                span.finish(None, exc)
+            if isinstance(exc, StreamCancelled) or not isinstance(exc, Exception):
+                raise
             return model_outcome(None, exc, request, session_id)
+        if span is not None:
+            span.finish(response, None)
         return model_outcome(response, None, request, session_id)
 
     return call
@@ -90,16 +100,21 @@ def model_outcome(response: ModelResponse | None, error: BaseException | None, r
     return fx.ModelFailed(ProviderError(ErrorKind.FATAL, f"{type(error).__name__}: {error}"))
 
 
-def tool_run(tool: Tool | None, context: ToolContext, call: ToolCall) -> Work:
-    """One tool run; a tool that raises gives an error result the model sees."""
+def tool_run(tool: Tool | None, context: ToolContext, call: ToolCall,
+             span: AbstractContextManager[Span] | None = None) -> Work:
+    """One tool run; a tool that raises gives an error result the model sees. ``span``:
+    the run's span (``TurnTrace.tool_call``), entered on the worker around the run."""
 
     def run(cancel: CancelToken) -> fx.LoopInput | ExitRequested:
-        if tool is None:
-            return fx.ToolFinished(call.id, ToolResult(f"Unknown tool: {call.name}", is_error=True))
-        try:
-            result = tool.handler(dict(call.arguments), replace(context, cancel=cancel))
-        except Exception as exc:  # noqa: BLE001 - a tool bug becomes a result the model sees
-            result = ToolResult(f"Tool execution error: {type(exc).__name__}: {exc}", is_error=True)
+        with span if span is not None else nullcontext(INVALID_SPAN) as current:
+            if tool is None:
+                result = ToolResult(f"Unknown tool: {call.name}", is_error=True)
+            else:
+                try:
+                    result = tool.handler(dict(call.arguments), replace(context, cancel=cancel))
+                except Exception as exc:  # noqa: BLE001 - a tool bug becomes a result the model sees
+                    result = ToolResult(f"Tool execution error: {type(exc).__name__}: {exc}", is_error=True)
+            note_tool_result(current, result.is_error)
         return fx.ToolFinished(call.id, result)
 
     return run

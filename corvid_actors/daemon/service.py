@@ -78,6 +78,7 @@ from corvid_actors.db.models import DaemonState
 from corvid_actors.errors import SHUTTING_DOWN, AdminError, CorvidError
 from corvid_actors.runtime import Runtime
 from corvid_actors.runtime_lifecycle import freeze_startup_heap
+from corvid_actors.telemetry.tracing import tracer_provider_from_environment
 
 # --- the daemon ----------------------------------------------------------------------------
 
@@ -146,7 +147,8 @@ class Daemon:
     def _start_runtime(self, models: ModelServer, server: AdminSocketServer) -> Runtime:
         credits = self.settings.with_credits and _credits_available()
         self.runtime = runtime = Runtime(models.config, providers=models.providers,
-                                         workspace_dir=self.data_dir / "workspace", with_credits=credits)
+                                         workspace_dir=self.data_dir / "workspace", with_credits=credits,
+                                         tracer_provider=tracer_provider_from_environment())
         if runtime.stale_session_ids:
             logger.warning("{} session(s) were left running by a previous daemon: reset and marked for resume",
                            len(runtime.stale_session_ids))

@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
+from corvid_actors.telemetry.tracing import note_command
 from corvid_actors.tools.base import ToolContext
 from corvid_actors.tools.coding_base import (
     CodingToolSettings,
@@ -183,6 +184,7 @@ def run_command(settings: CodingToolSettings, args: dict[str, Any], ctx: ToolCon
         os.close(wake_w)
         if launch is not None:
             notes = launch.finish(ctx.sandbox, protected_patterns_of(ctx))
+    note_command(code, sandboxed=launch is not None, ended_by=ended_by[0] if ended_by else "")
     if notes:  # what the sandbox did to the project after the command (_settle)
         stderr = "\n".join([stderr.rstrip("\n"), *notes] if stderr else notes)
     output = stdout + (f"\n[stderr]\n{stderr}" if stderr else "")

@@ -28,6 +28,13 @@ PROVIDER_SDKS = {"corvid_actors.providers.anthropic", "corvid_actors.providers.o
 
 #: (module, imported module) -> why it is imported inside a function
 ALLOWED = {
+    # the `otel` extra (the SDK, the OTLP exporters): loaded only when OTEL_* variables ask
+    # the daemon for traces; without the extra they are a ConfigError naming it
+    ("telemetry/tracing.py", "opentelemetry.sdk.resources"): "the otel extra, when asked for",
+    ("telemetry/tracing.py", "opentelemetry.sdk.trace"): "the otel extra, when asked for",
+    ("telemetry/tracing.py", "opentelemetry.sdk.trace.export"): "the otel extra, when asked for",
+    ("telemetry/tracing.py", "opentelemetry.exporter.otlp.proto.grpc.trace_exporter"): "the otel extra",
+    ("telemetry/tracing.py", "opentelemetry.exporter.otlp.proto.http.trace_exporter"): "the otel extra",
     # `corvid-actors admin …` starts in ~0.3 s instead of ~0.9 s: serve and run load the
     # runtime (providers' SDKs, actors, the store) only when one of them runs
     ("daemon/admin_cli.py", "corvid_actors.daemon.service"): "lazy runtime for the CLI",

@@ -76,10 +76,12 @@ class SimPair:
 
 @contextmanager
 def sim_pair(url: str, *, supervisor: dict[str, Any] | None = None, b_store: Store | None = None,
-             b_proxy: bool = False, cluster: dict[str, Any] | None = None) -> Iterator[SimPair]:
+             b_proxy: bool = False, cluster: dict[str, Any] | None = None,
+             b_tracer_provider: Any = None) -> Iterator[SimPair]:
     """Two daemons on one simulated clock and one PostgreSQL at ``url`` (see
     :class:`SimPair`), shut down on exit. ``b_store``: b's store (default: its own on ``url``,
-    through a proxy of its own with ``b_proxy``). ``cluster``: overrides of SIM_CLUSTER."""
+    through a proxy of its own with ``b_proxy``). ``cluster``: overrides of SIM_CLUSTER.
+    ``b_tracer_provider``: the OpenTelemetry TracerProvider of b's spans."""
     clock = SimClock()
     proxy = TcpProxy("127.0.0.1", 5432).start()
     second = TcpProxy("127.0.0.1", 5432).start() if b_proxy else None
@@ -97,7 +99,8 @@ def sim_pair(url: str, *, supervisor: dict[str, Any] | None = None, b_store: Sto
     try:
         a = daemon("a", {"store_url": proxy.url(url)})
         b_url = second.url(url) if second is not None else url
-        b = daemon("b", {"store": b_store} if b_store is not None else {"store_url": b_url})
+        b = daemon("b", {**({"store": b_store} if b_store is not None else {"store_url": b_url}),
+                         "tracer_provider": b_tracer_provider})
         yield SimPair(clock, proxy, a, b, second)
     finally:
         proxy.close()

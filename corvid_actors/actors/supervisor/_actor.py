@@ -75,6 +75,7 @@ from corvid_actors.content import UserContent
 from corvid_actors.events import SessionError
 from corvid_actors.io_loop import IoLoop
 from corvid_actors.supervision import extended_timeout, failure_kind
+from corvid_actors.telemetry.tracing import NO_TRACING, Tracing
 
 #: a restart or resume due when the store failed is due again this much later (seconds)
 DUE_RETRY_S = 5.0
@@ -104,12 +105,14 @@ class SessionSupervisor(TrackedActor):
         live: LiveSessions | None = None,
         io_loop: IoLoop[Any] | None = None,
         cluster: ClusterSeat | None = None,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         super().__init__(tracker)
         self.core = SupervisorCore(
             tracker, config=config, clock=clock, store=store, builder=builder, bus=bus, timers=timers,
             slot_pool=slot_pool, approvals=approvals, credits=credits,
             live=live if live is not None else LiveSessions(), io_loop=io_loop, cluster=cluster,
+            tracing=tracing,
         )
 
     def on_start(self) -> None:

@@ -36,6 +36,7 @@ from corvid_actors.events import Event, SessionStopped
 from corvid_actors.io_loop import IoLoop
 from corvid_actors.loop.payload_guard import snapshot_dir
 from corvid_actors.supervision import fallback_check_at, overdue_after
+from corvid_actors.telemetry.tracing import NO_TRACING, Tracing
 from corvid_actors.wiring import close_resources
 
 
@@ -60,8 +61,11 @@ class SupervisorCore:
         live: LiveSessions,
         io_loop: IoLoop[Any] | None = None,
         cluster: ClusterSeat | None = None,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         self.tracker = tracker
+        #: OpenTelemetry spans: the supervisor's decisions here, the sessions' through their wiring
+        self.tracing = tracing
         #: the runtime's I/O loop: model calls of providers that stream asynchronously
         self.io_loop = io_loop
         #: this daemon's seat among several on one PostgreSQL (issue 20); None: one daemon

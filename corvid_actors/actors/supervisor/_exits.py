@@ -48,6 +48,9 @@ def handle_exit(core: SupervisorCore, sid: str, code: int, error: str = "") -> N
     note = completed_note(duration_s, meta.turns) if code == 0 else crashed_note(code, error, duration_s, meta.turns)
     core.write(sid, "the exit note", lambda: core.store.append_message(sid, "system", note))
     decision = restart_after_crash(sup, source=meta.source, exit_code=code, restarts_so_far=meta.restart_count)
+    core.tracing.decision("exit", sid, {"corvid.exit.code": code, "corvid.restart.decided": decision.restart,
+                                        "corvid.restart.attempt": decision.attempt,
+                                        "corvid.restart.backoff_s": decision.delay_s})
     if code != 0:
         core.publish(sid, SessionError(error_type="crash", message=error or f"Session crashed with exit code {code}",
                                        severity="warning" if decision.restart else "error", recoverable=True))
@@ -73,6 +76,7 @@ def handle_exit(core: SupervisorCore, sid: str, code: int, error: str = "") -> N
 def crashed(core: SupervisorCore, sid: str, error: str) -> None:
     """The incarnation's actor failed (a bug): an ``error`` event, then the crash path."""
     core.publish(sid, ErrorEvent(error_type="crash", message=error))
+    core.tracing.decision("crash", sid, {"error.type": error.split(":", 1)[0]})
     handle_exit(core, sid, 1, error)
 
 
@@ -86,6 +90,7 @@ def restart_due(core: SupervisorCore, sid: str) -> None:
         core.cleanup(sid)
         return
     meta.restart_pending = False
+    core.tracing.decision("restart", sid, {"corvid.restart.attempt": meta.restart_count})
     resume(core, sid, None)
 
 

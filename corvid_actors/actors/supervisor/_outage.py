@@ -34,6 +34,8 @@ def pause_for_outage(core: SupervisorCore, sid: str, reason: str) -> None:
     core.paused[sid] = Paused(core.seq, resume_iso)
     if core.cluster is not None:  # durable before announced: a daemon taking the session over resumes it then
         core.cluster.set_due(sid, resume_in_s=delay_s)
+    core.tracing.decision("pause", sid, {"corvid.outage.attempt": meta.outage_attempts + 1,
+                                         "corvid.outage.resume_in_s": delay_s})
     logger.bind(session_id=sid, event="api_outage").warning("session paused by an API outage: {}", reason)
     core.publish(sid, ErrorEvent(error_type="api_outage",
                                  message=f"Session paused due to API outage — auto-resume in {delay_s / 60:g}min"))
@@ -77,9 +79,12 @@ def probe_result(core: SupervisorCore, sid: str, seq: int, healthy: bool) -> Non
     paused = core.paused.get(sid)
     if paused is None or paused.seq != seq:
         return
+    core.tracing.decision("probe", sid, {"corvid.probe.healthy": healthy})
     if healthy:
         meta = core.meta_of(sid)
         meta.outage_attempts += 1  # attempts count resumes, not probes
+        core.tracing.decision("resume", sid, {"corvid.resume.automatic": True,
+                                              "corvid.outage.attempt": meta.outage_attempts})
         del core.paused[sid]
         core.publish(sid, SessionResumed(automatic=True))
         resume(core, sid, None)
@@ -96,6 +101,7 @@ def probe_result(core: SupervisorCore, sid: str, seq: int, healthy: bool) -> Non
 
 def _exhausted(core: SupervisorCore, sid: str, attempts: int) -> None:
     core.paused.pop(sid, None)
+    core.tracing.decision("resume_exhausted", sid, {"corvid.outage.attempt": attempts})
     core.set_status(sid, "error")
     core.publish(sid, ErrorEvent(error_type="auto_resume_exhausted",
                                  message=f"Auto-resume abandoned after {attempts} attempts"))
@@ -114,6 +120,7 @@ def manual_resume(core: SupervisorCore, sid: str) -> bool:
     meta = core.meta_of(sid)
     meta.restart_count = 0
     meta.outage_attempts = 0
+    core.tracing.decision("resume", sid, {"corvid.resume.automatic": False})
     core.publish(sid, SessionResumed(automatic=False))
     resume(core, sid, None)
     return True

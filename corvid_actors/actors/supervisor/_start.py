@@ -100,6 +100,7 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
         budget=session_budget(ctx.agent, core.cfg.access, stored_usd=float(session.total_cost_usd or 0.0),
                               tally_usd=tally.cost_usd),
         access=core.cfg.access,
+        tracing=core.tracing, agent=getattr(ctx.agent, "name", "") or "",
     )
     builder, slot_pool = core.builder, core.slot_pool
 
@@ -111,9 +112,11 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
             tool_context=built.tool_context,
             idle_timeout_s=sup.session_idle_timeout_s if built.loop_kind in sup.idle_exit_loops else None,
             slot_pool=slot_pool if built.uses_slots else None, approval_timeout_s=built.approval_timeout_s,
-            slot_weight=built.slot_weight,
+            slot_weight=built.slot_weight, provider_name=built.provider_name,
         ), built
 
+    core.tracing.decision("start", sid, {"corvid.session.generation": gen, "corvid.session.begin": begin,
+                                         "corvid.session.source": session.source or ""})
     ref = SessionActor.start(core.tracker, partial, build)
     entry = LiveSession(sid, gen, ref, lifeline, tally, begun=begin, double_texting=partial.double_texting)
     ticket = StartTicket(core.tracker.inline)

@@ -21,6 +21,7 @@ What lived only in the old daemon's memory starts over: the restart and outage c
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from loguru import logger
 
@@ -49,6 +50,7 @@ def adopt(core: SupervisorCore, sids: tuple[str, ...]) -> None:
             continue
         try:
             lease = core.cluster.cluster.owner_of(sid)
+            core.tracing.decision("takeover", sid, {"corvid.takeover.then": takeover_action(lease)})
             if lease is not None and lease.resume_due_at is not None:
                 _pause_until(core, sid, lease.resume_due_at)
             elif lease is not None and lease.restart_due_at is not None:
@@ -63,6 +65,16 @@ def adopt(core: SupervisorCore, sids: tuple[str, ...]) -> None:
         except CorvidError as exc:  # it cannot run (a deleted row): its lease ends, as a stopped session's
             logger.bind(session_id=sid).warning("could not resume a session claimed from another daemon: {}", exc)
             core.cluster.finish(sid)
+
+
+def takeover_action(lease: Any) -> str:
+    """What a session taken over does next: ``pause`` (an outage pause), ``restart`` (a
+    crash backoff) or ``resume``."""
+    if lease is not None and lease.resume_due_at is not None:
+        return "pause"
+    if lease is not None and lease.restart_due_at is not None:
+        return "restart"
+    return "resume"
 
 
 def _delay_until(core: SupervisorCore, due: datetime) -> float:

@@ -1,0 +1,1 @@
+"""Telemetry: OpenTelemetry traces (``tracing``) and Prometheus metrics (``metrics``)."""
