@@ -34,6 +34,7 @@ from corvid_actors.config_sections import (
     SlotsConfig,
     StoreConfig,
     SupervisorConfig,
+    TelemetryConfig,
     WebhookConfig,
 )
 from corvid_actors.errors import ConfigError
@@ -80,6 +81,7 @@ class Config:
     agents: AgentsConfig = field(default_factory=AgentsConfig)
     webhook: WebhookConfig = field(default_factory=WebhookConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
     def replace(self, **sections: Mapping[str, Any]) -> Config:
         """A copy with some keys changed: ``cfg.replace(supervisor={"max_restarts": 5})``."""
@@ -124,6 +126,7 @@ ENV_OVERRIDES: dict[str, tuple[str, str, typing.Callable[[str], Any]]] = {
     "CORVID_DB_URL": ("store", "url", str),
     "CORVID_DATA_DIR": ("store", "data_dir", str),
     "CORVID_CLUSTER": ("cluster", "enabled", _truthy),
+    "CORVID_METRICS_LISTEN": ("telemetry", "metrics_listen", str),
     "CORVID_DAEMON_ID": ("cluster", "daemon_id", str),
 }
 

@@ -214,6 +214,24 @@ class DaemonConfig:
     admin_idle_timeout_s: float = field(metadata=POSITIVE)
 
 
+def _listen_address(value: str) -> bool:
+    """Empty (off) or ``host:port`` with a port number."""
+    if value == "":
+        return True
+    host, sep, port = value.rpartition(":")
+    return bool(sep and host and port.isdigit() and 0 <= int(port) <= 65535)
+
+
+@section("telemetry")
+class TelemetryConfig:
+    """``[telemetry]``: the Prometheus metrics (:mod:`corvid_actors.telemetry.metrics`)."""
+
+    #: ``host:port`` the daemon serves ``/metrics`` on ("" = off)
+    metrics_listen: str = field(metadata=check(_listen_address, 'must be "" (off) or host:port'))
+    #: distinct agents (and tools) named in labels; later ones are counted as ``other``
+    metrics_label_cap: int = field(metadata=AT_LEAST_ONE)
+
+
 @section("agents")
 class AgentsConfig:
     """What an agent is and does when its row does not say (``agents.kind``,

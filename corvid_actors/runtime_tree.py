@@ -17,7 +17,8 @@ its actors. What it is built from sits in one :class:`RuntimeInternals` object,
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -28,9 +29,10 @@ from corvid_actors.actors import supervisor as sv
 from corvid_actors.actors.base import ActivityTracker
 from corvid_actors.actors.cluster import ClusterMember, ClusterSeat, new_daemon_id
 from corvid_actors.actors.credits import BindSupervisor, CreditBank
-from corvid_actors.actors.events import EventBus
+from corvid_actors.actors.events import EventBus, SubscribeAll
 from corvid_actors.actors.live import LiveSessions
 from corvid_actors.actors.slots import SlotPool
+from corvid_actors.actors.stats import runtime_stats
 from corvid_actors.actors.timers import Timers
 from corvid_actors.actors.watchdog import StoreWatch
 from corvid_actors.clock import Clock
@@ -40,6 +42,7 @@ from corvid_actors.db.store import Store
 from corvid_actors.errors import ConfigError
 from corvid_actors.io_loop import IoLoop
 from corvid_actors.providers.base import Provider
+from corvid_actors.telemetry.metrics import RuntimeMetrics, SessionLabels
 from corvid_actors.wiring import SessionBuilder
 
 __all__ = ["RuntimeInternals", "default_providers", "open_store", "resolve_providers", "start_actor_tree"]
@@ -79,6 +82,9 @@ class RuntimeInternals:
     #: actor that keeps it (heartbeats, sweeps); None for one daemon
     cluster: ClusterSeat | None = None
     cluster_member: pykka.ActorRef[Any] | None = None
+    #: the Prometheus registry and its counters (subscribed to every event; ``admin stats``
+    #: and ``/metrics`` read it)
+    metrics: RuntimeMetrics = field(default_factory=RuntimeMetrics)
 
     def core_actors(self) -> Iterator[tuple[str, pykka.ActorRef[Any]]]:
         """The root policy's actors, by the name a failure report gives them (the timer
@@ -161,6 +167,9 @@ def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, 
     store_watch = StoreWatch.start(tracker, store=store, timers=timers,
                                    backoff_s=(sc.reconnect_backoff_initial_s, sc.reconnect_backoff_max_s))
     bus = EventBus.start(tracker)
+    metrics = RuntimeMetrics(labels_of=partial(session_labels, store), monotonic=clock.monotonic,
+                             label_cap=config.telemetry.metrics_label_cap)
+    bus.ask(SubscribeAll(metrics.on_event))  # before any session: every event is counted
     slot_pool = SlotPool.start(tracker, config=config.slots, timers=timers)
     approvals = ap.ApprovalBroker.start(tracker, clock=clock, timers=timers, mode=config.approvals.mode)
     credits = None
@@ -178,10 +187,22 @@ def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, 
         credits.tell(BindSupervisor(supervisor))
     member = (ClusterMember.start(tracker, seat=seat, timers=timers, supervisor=supervisor)
               if seat is not None else None)
+    metrics.set_stats_source(partial(runtime_stats, supervisor=supervisor, bus=bus, slot_pool=slot_pool,
+                                     timers=timers, store=store))
     return RuntimeInternals(store=store, tracker=tracker, builder=builder, providers=builder.providers, live=live,
                             timers=timers, store_watch=store_watch, bus=bus, slot_pool=slot_pool,
                             approvals=approvals, credits=credits, supervisor=supervisor, io_loop=io_loop,
-                            cluster=seat, cluster_member=member)
+                            cluster=seat, cluster_member=member, metrics=metrics)
+
+
+def session_labels(store: Store, session_id: str) -> SessionLabels:
+    """A session's agent, provider and model for its metrics (the agent row's; ``default``
+    where the row leaves the choice to routing)."""
+    row = store.get_session(session_id)
+    agent = None if row is None or row.agent_id is None else store.get_agent(row.agent_id)
+    if agent is None:
+        return SessionLabels(agent="none", provider="default", model="default")
+    return SessionLabels(agent=agent.name, provider=agent.provider or "default", model=agent.model or "default")
 
 
 def cluster_seat(config: Config, clock: Clock, store: Store) -> ClusterSeat | None:

@@ -1,0 +1,1 @@
+"""Telemetry from the ecosystem: Prometheus metrics (``metrics``) and OpenTelemetry traces."""

@@ -1,0 +1,306 @@
+"""Prometheus metrics of one Runtime, from one registry that ``/metrics`` and ``admin stats`` read.
+
+:class:`RuntimeMetrics` holds a per-Runtime ``CollectorRegistry`` (never the global one:
+several runtimes share a test process). Two kinds of figures live in it:
+
+- **counters and histograms from events**: the runtime subscribes :meth:`RuntimeMetrics.on_event`
+  to every session's events (one global EventBus subscriber, on the bus thread), so turns,
+  model calls, tokens, cost, tool calls, crashes, restarts, outage pauses, give-ups and
+  approvals are counted where they are already announced — no actor changes;
+- **gauges read at scrape time** from one stats source (:func:`corvid_actors.actors.stats.runtime_stats`,
+  the same dict ``admin stats`` shows): sessions by status, the slot pool, the event bus,
+  the timer table. :meth:`RuntimeMetrics.read` gives ``admin stats`` that dict and the
+  registry's samples built from that one reading, so the two never disagree.
+
+Labels are bounded: agent and tool names pass through a :class:`LabelCap` (the first
+``[telemetry] metrics_label_cap`` distinct values, then ``other``); no label carries a
+session id. :class:`MetricsServer` serves the registry over HTTP (``[telemetry] metrics_listen``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from corvid_actors.events import (
+    ApprovalRequestEvent,
+    ApprovalResolved,
+    ErrorEvent,
+    Event,
+    Result,
+    SessionExited,
+    SessionPaused,
+    SessionRestarting,
+    SessionStarted,
+    SessionStopped,
+    ToolStatus,
+)
+
+__all__ = ["LabelCap", "MetricsServer", "RuntimeMetrics", "SessionLabels", "OTHER", "UNKNOWN"]
+
+#: the label value of every agent (or tool) past the cap
+OTHER = "other"
+#: the label value when a session's agent (provider, model) cannot be told
+UNKNOWN = "unknown"
+#: error types that end a session's supervision: the supervisor gave up on it
+GIVE_UP_ERRORS = frozenset({"max_restarts_exceeded", "auto_resume_exhausted"})
+#: a tool call's final states (``tool_status``), the ``outcome`` label
+TOOL_OUTCOMES = frozenset({"completed", "error"})
+#: usage keys counted as ``corvid_tokens_total{kind}`` (providers report these; others are ignored)
+TOKEN_KINDS = frozenset({"input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"})
+#: seconds: a turn takes from a second to many minutes (tool rounds included)
+TURN_SECONDS_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+#: seconds: a person answers an approval in seconds to an hour (``approvals.timeout_s``)
+APPROVAL_WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+#: sessions whose labels are remembered at once; past it the memo starts afresh (a bound
+#: against sessions that never announce their end, not a figure anyone tunes)
+LABEL_MEMO_MAX = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLabels:
+    """What a session's figures are labelled by (never its id)."""
+
+    agent: str = UNKNOWN
+    provider: str = UNKNOWN
+    model: str = UNKNOWN
+
+
+class LabelCap:
+    """Bounds one label's values: the first ``cap`` distinct values pass, later ones become
+    :data:`OTHER` (so a host with thousands of agents keeps a bounded series count)."""
+
+    def __init__(self, cap: int) -> None:
+        self._cap = cap
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, value: str) -> str:
+        value = value or UNKNOWN
+        with self._lock:
+            if value in self._seen:
+                return value
+            if len(self._seen) < self._cap:
+                self._seen.add(value)
+                return value
+        return OTHER
+
+
+class RuntimeMetrics:
+    """The registry of one Runtime and the counters its events move (see the module docstring).
+
+    ``labels_of(session_id)`` names a session's agent, provider and model (read once per
+    incarnation, on the bus thread); ``monotonic`` times approval waits."""
+
+    def __init__(self, *, labels_of: Callable[[str], SessionLabels] | None = None,
+                 monotonic: Callable[[], float] | None = None, label_cap: int = 100) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._labels_of = labels_of or (lambda _sid: SessionLabels())
+        self._monotonic = monotonic
+        self._agent = LabelCap(label_cap)
+        self._tool = LabelCap(label_cap)
+        self._memo: dict[str, SessionLabels] = {}
+        self._asked: dict[str, float | None] = {}  # approval id -> when asked (monotonic)
+        self._stats_source: Callable[[], Mapping[str, Any]] | None = None
+        r, model = self.registry, ("agent", "provider", "model")
+        self.sessions_started = Counter("corvid_session_starts", "Session incarnations started (starts, resumes, restarts)", ["agent"], registry=r)
+        self.turns = Counter("corvid_turns", "Turns ended, by outcome (success, error, interrupted)", [*model, "outcome"], registry=r)
+        self.turn_seconds = Histogram("corvid_turn_duration_seconds", "How long turns took (runtime clock)", ["agent"],
+                                      buckets=TURN_SECONDS_BUCKETS, registry=r)
+        self.model_calls = Counter("corvid_model_calls", "Model calls (loop iterations, tool rounds included)", model, registry=r)
+        self.tokens = Counter("corvid_tokens", "Tokens the provider reported, by kind", [*model, "kind"], registry=r)
+        self.cost = Counter("corvid_cost_usd", "Cost of turns in US dollars (as the provider priced them)", model, registry=r)
+        self.tool_calls = Counter("corvid_tool_calls", "Tool calls finished, by tool and outcome", ["tool", "outcome"], registry=r)
+        self.crashes = Counter("corvid_session_crashes", "Session incarnations that ended with a non-zero code", ["agent"], registry=r)
+        self.restarts = Counter("corvid_session_restarts", "Restarts with backoff scheduled after a crash", ["agent"], registry=r)
+        self.outage_pauses = Counter("corvid_session_outage_pauses", "Sessions paused by an upstream outage", ["agent"], registry=r)
+        self.give_ups = Counter("corvid_session_give_ups", "Sessions the supervisor gave up on, by reason", ["agent", "reason"], registry=r)
+        self.approvals = Counter("corvid_approvals_requested", "Approval requests, by kind (tool, command, doom_loop)", ["kind"], registry=r)
+        self.approvals_pending = Gauge("corvid_approvals_pending", "Approval requests awaiting an answer", registry=r)
+        self.approval_wait = Histogram("corvid_approval_wait_seconds", "From an approval request to its answer, by answer",
+                                       ["behavior"], buckets=APPROVAL_WAIT_BUCKETS, registry=r)
+        self._instruments = (self.sessions_started, self.turns, self.turn_seconds, self.model_calls, self.tokens,
+                             self.cost, self.tool_calls, self.crashes, self.restarts, self.outage_pauses,
+                             self.give_ups, self.approvals, self.approvals_pending, self.approval_wait)
+        r.register(_StatsCollector(self))
+
+    # --- events (the EventBus thread) ----------------------------------------------------------
+
+    def on_event(self, session_id: str, event: Event) -> None:
+        """An EventBus global subscriber: count what ``event`` says happened."""
+        if isinstance(event, SessionStarted):
+            self._memo.pop(session_id, None)  # a new incarnation: read its labels afresh
+            self.sessions_started.labels(self._labels(session_id).agent).inc()
+        elif isinstance(event, Result):
+            self._count_turn(self._labels(session_id), event)
+        elif isinstance(event, ToolStatus):
+            if event.state in TOOL_OUTCOMES:
+                self.tool_calls.labels(self._tool(event.tool_name), event.state).inc()
+        elif isinstance(event, ApprovalRequestEvent):
+            self.approvals.labels(event.kind).inc()
+            self._asked[event.id] = self._now()
+            self.approvals_pending.set(len(self._asked))
+        elif isinstance(event, ApprovalResolved):
+            self._answered(event)
+        elif isinstance(event, SessionRestarting):
+            self.restarts.labels(self._labels(session_id).agent).inc()
+        elif isinstance(event, SessionPaused):
+            self.outage_pauses.labels(self._labels(session_id).agent).inc()
+        elif isinstance(event, ErrorEvent) and event.error_type in GIVE_UP_ERRORS:
+            self.give_ups.labels(self._labels(session_id).agent, event.error_type).inc()
+        elif isinstance(event, SessionExited):
+            if event.code != 0:
+                self.crashes.labels(self._labels(session_id).agent).inc()
+            self._memo.pop(session_id, None)
+        elif isinstance(event, SessionStopped):
+            self._memo.pop(session_id, None)
+
+    def _count_turn(self, labels: SessionLabels, event: Result) -> None:
+        by_model = (labels.agent, labels.provider, labels.model)
+        self.turns.labels(*by_model, event.subtype).inc()
+        self.turn_seconds.labels(labels.agent).observe(event.duration_ms / 1000)
+        if event.num_turns > 0:
+            self.model_calls.labels(*by_model).inc(event.num_turns)
+        if event.total_cost_usd > 0:
+            self.cost.labels(*by_model).inc(event.total_cost_usd)
+        for kind, n in event.usage.items():
+            if kind in TOKEN_KINDS and isinstance(n, int) and n > 0:
+                self.tokens.labels(*by_model, kind).inc(n)
+
+    def _answered(self, event: ApprovalResolved) -> None:
+        if event.id not in self._asked:
+            return  # asked before this registry existed
+        asked = self._asked.pop(event.id)
+        now = self._now()
+        if asked is not None and now is not None:
+            self.approval_wait.labels(event.behavior).observe(max(0.0, now - asked))
+        self.approvals_pending.set(len(self._asked))
+
+    def _now(self) -> float | None:
+        return None if self._monotonic is None else self._monotonic()
+
+    def _labels(self, session_id: str) -> SessionLabels:
+        labels = self._memo.get(session_id)
+        if labels is not None:
+            return labels
+        try:
+            found = self._labels_of(session_id)
+        except Exception:  # noqa: BLE001 - a store that cannot answer must not lose the count
+            return SessionLabels(agent=self._agent(UNKNOWN))
+        labels = SessionLabels(self._agent(found.agent), found.provider or UNKNOWN, found.model or UNKNOWN)
+        if len(self._memo) >= LABEL_MEMO_MAX:
+            self._memo.clear()
+        self._memo[session_id] = labels
+        return labels
+
+    # --- figures read at scrape time -----------------------------------------------------------
+
+    def set_stats_source(self, source: Callable[[], Mapping[str, Any]]) -> None:
+        """Where the scrape-time gauges come from (the runtime's stats, as ``admin stats`` shows them)."""
+        self._stats_source = source
+
+    def read(self) -> tuple[dict[str, Any], dict[str, float]]:
+        """One reading of the stats source and the registry's samples made from it:
+        ``(stats, {"name{label=\\"value\\"}": value})`` (buckets left out). ``admin stats``
+        shows both; a scrape at the same moment shows the same numbers."""
+        stats = dict(self._stats_source()) if self._stats_source is not None else {}
+        families = [*self._event_families(), *stat_families(stats)]
+        return stats, flatten(families)
+
+    def _event_families(self) -> Iterator[Metric]:
+        for instrument in self._instruments:
+            yield from instrument.collect()
+
+
+class _StatsCollector(Collector):
+    """The scrape-time gauges: one reading of the stats source per scrape."""
+
+    def __init__(self, metrics: RuntimeMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        source = self._metrics._stats_source
+        if source is None:
+            return []
+        try:
+            stats = source()
+        except Exception:  # noqa: BLE001 - a stopping runtime: the counters are still worth serving
+            return []
+        return list(stat_families(stats))
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # names are known only when read: the registry must not collect at register
+
+
+def stat_families(stats: Mapping[str, Any]) -> Iterator[Metric]:
+    """The gauges (and the counters the actors keep themselves) of one stats reading."""
+    by_status = stats.get("sessions_by_status")
+    if by_status is not None:
+        g = GaugeMetricFamily("corvid_sessions", "Session rows by status (store)", labels=["status"])
+        for status, n in sorted(by_status.items()):
+            g.add_metric([status], n)
+        yield g
+    sup = stats.get("supervisor")
+    if sup is not None:
+        g = GaugeMetricFamily("corvid_live_sessions", "Sessions the supervisor holds, running or paused", labels=["state"])
+        g.add_metric(["running"], sup.get("processes", 0))
+        g.add_metric(["paused"], sup.get("paused_sessions", 0))
+        yield g
+    slots = stats.get("slots")
+    if slots is not None:
+        yield GaugeMetricFamily("corvid_slots_capacity", "Inference slots in the pool", value=slots.get("capacity", 0))
+        yield GaugeMetricFamily("corvid_slots_in_use", "Inference slots held", value=slots.get("in_use", 0))
+        yield GaugeMetricFamily("corvid_slots_waiting", "Sessions waiting for a slot", value=slots.get("waiting", 0))
+        yield CounterMetricFamily("corvid_slot_grants", "Slots granted", value=slots.get("grants", 0))
+    bus = stats.get("event_bus")
+    if bus is not None:
+        g = GaugeMetricFamily("corvid_event_bus_subscribers", "Event subscribers, per session or global", labels=["scope"])
+        g.add_metric(["session"], bus.get("subscribers", 0))
+        g.add_metric(["global"], bus.get("global_subscribers", 0))
+        yield g
+        yield GaugeMetricFamily("corvid_event_bus_queue_depth", "Messages waiting in the EventBus's mailbox",
+                                value=bus.get("queue_depth", 0))
+        yield CounterMetricFamily("corvid_event_bus_deltas_coalesced", "Text deltas merged for subscribers that fell behind",
+                                  value=bus.get("deltas_merged", 0))
+    timers = stats.get("timers")
+    if timers is not None:
+        yield GaugeMetricFamily("corvid_timers_pending", "Timers scheduled", value=timers.get("timers", 0))
+
+
+def flatten(families: Iterable[Metric]) -> dict[str, float]:
+    """Samples as ``{"name{label=\\"value\\"}": value}``, histogram buckets and ``_created`` left out."""
+    out: dict[str, float] = {}
+    for family in families:
+        for s in family.samples:
+            if s.name.endswith(("_bucket", "_created")):
+                continue
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out
+
+
+class MetricsServer:
+    """``/metrics`` over HTTP on ``host:port`` (prometheus_client's server, on its own
+    thread); :meth:`close` stops it and joins the thread."""
+
+    def __init__(self, registry: CollectorRegistry, listen: str) -> None:
+        host, _, port = listen.rpartition(":")
+        self._server, self._thread = start_http_server(int(port), addr=host.strip("[]"), registry=registry)
+        self.host = host
+        self.port: int = self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        """Where to scrape: ``http://host:port/metrics``."""
+        return f"http://{self.host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
