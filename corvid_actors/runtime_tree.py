@@ -170,7 +170,7 @@ def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, 
     metrics = RuntimeMetrics(labels_of=partial(session_labels, store), monotonic=clock.monotonic,
                              label_cap=config.telemetry.metrics_label_cap)
     bus.ask(SubscribeAll(metrics.on_event))  # before any session: every event is counted
-    slot_pool = SlotPool.start(tracker, config=config.slots, timers=timers)
+    slot_pool = SlotPool.start(tracker, config=config.slots, timers=timers, clock=clock)
     approvals = ap.ApprovalBroker.start(tracker, clock=clock, timers=timers, mode=config.approvals.mode)
     credits = None
     if with_credits:  # an optional part of the package (the daemon checks for it)

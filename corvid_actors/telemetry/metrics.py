@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
 from corvid_actors.events import (
@@ -56,6 +56,8 @@ TOOL_OUTCOMES = frozenset({"completed", "error"})
 TOKEN_KINDS = frozenset({"input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"})
 #: seconds: a turn takes from a second to many minutes (tool rounds included)
 TURN_SECONDS_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+#: seconds: a tool (a sandboxed command included) runs from milliseconds to its timeout
+TOOL_SECONDS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 #: seconds: a person answers an approval in seconds to an hour (``approvals.timeout_s``)
 APPROVAL_WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 #: sessions whose labels are remembered at once; past it the memo starts afresh (a bound
@@ -107,6 +109,7 @@ class RuntimeMetrics:
         self._tool = LabelCap(label_cap)
         self._memo: dict[str, SessionLabels] = {}
         self._asked: dict[str, float | None] = {}  # approval id -> when asked (monotonic)
+        self._running: dict[str, float] = {}  # tool call id -> when it began running (monotonic)
         self._stats_source: Callable[[], Mapping[str, Any]] | None = None
         r, model = self.registry, ("agent", "provider", "model")
         self.sessions_started = Counter("corvid_session_starts", "Session incarnations started (starts, resumes, restarts)", ["agent"], registry=r)
@@ -117,6 +120,9 @@ class RuntimeMetrics:
         self.tokens = Counter("corvid_tokens", "Tokens the provider reported, by kind", [*model, "kind"], registry=r)
         self.cost = Counter("corvid_cost_usd", "Cost of turns in US dollars (as the provider priced them)", model, registry=r)
         self.tool_calls = Counter("corvid_tool_calls", "Tool calls finished, by tool and outcome", ["tool", "outcome"], registry=r)
+        self.tool_seconds = Histogram("corvid_tool_call_duration_seconds",
+                                      "How long tool calls ran (run_command: the sandboxed command)", ["tool"],
+                                      buckets=TOOL_SECONDS_BUCKETS, registry=r)
         self.crashes = Counter("corvid_session_crashes", "Session incarnations that ended with a non-zero code", ["agent"], registry=r)
         self.restarts = Counter("corvid_session_restarts", "Restarts with backoff scheduled after a crash", ["agent"], registry=r)
         self.outage_pauses = Counter("corvid_session_outage_pauses", "Sessions paused by an upstream outage", ["agent"], registry=r)
@@ -126,7 +132,7 @@ class RuntimeMetrics:
         self.approval_wait = Histogram("corvid_approval_wait_seconds", "From an approval request to its answer, by answer",
                                        ["behavior"], buckets=APPROVAL_WAIT_BUCKETS, registry=r)
         self._instruments = (self.sessions_started, self.turns, self.turn_seconds, self.model_calls, self.tokens,
-                             self.cost, self.tool_calls, self.crashes, self.restarts, self.outage_pauses,
+                             self.cost, self.tool_calls, self.tool_seconds, self.crashes, self.restarts, self.outage_pauses,
                              self.give_ups, self.approvals, self.approvals_pending, self.approval_wait)
         r.register(_StatsCollector(self))
 
@@ -140,8 +146,7 @@ class RuntimeMetrics:
         elif isinstance(event, Result):
             self._count_turn(self._labels(session_id), event)
         elif isinstance(event, ToolStatus):
-            if event.state in TOOL_OUTCOMES:
-                self.tool_calls.labels(self._tool(event.tool_name), event.state).inc()
+            self._tool_status(event)
         elif isinstance(event, ApprovalRequestEvent):
             self.approvals.labels(event.kind).inc()
             self._asked[event.id] = self._now()
@@ -172,6 +177,19 @@ class RuntimeMetrics:
         for kind, n in event.usage.items():
             if kind in TOKEN_KINDS and isinstance(n, int) and n > 0:
                 self.tokens.labels(*by_model, kind).inc(n)
+
+    def _tool_status(self, event: ToolStatus) -> None:
+        now = self._now()
+        if event.state == "running" and now is not None and event.call_id:
+            if len(self._running) >= LABEL_MEMO_MAX:
+                self._running.clear()  # calls that never announced their end
+            self._running[event.call_id] = now
+        elif event.state in TOOL_OUTCOMES:
+            tool = self._tool(event.tool_name)
+            self.tool_calls.labels(tool, event.state).inc()
+            began = self._running.pop(event.call_id, None)
+            if began is not None and now is not None:
+                self.tool_seconds.labels(tool).observe(max(0.0, now - began))
 
     def _answered(self, event: ApprovalResolved) -> None:
         if event.id not in self._asked:
@@ -258,6 +276,10 @@ def stat_families(stats: Mapping[str, Any]) -> Iterator[Metric]:
         yield GaugeMetricFamily("corvid_slots_in_use", "Inference slots held", value=slots.get("in_use", 0))
         yield GaugeMetricFamily("corvid_slots_waiting", "Sessions waiting for a slot", value=slots.get("waiting", 0))
         yield CounterMetricFamily("corvid_slot_grants", "Slots granted", value=slots.get("grants", 0))
+        yield SummaryMetricFamily("corvid_slot_wait_seconds", "Time granted requests waited for a slot",
+                                  count_value=slots.get("grants", 0), sum_value=slots.get("wait_s_total", 0.0))
+        yield CounterMetricFamily("corvid_slot_wait_timeouts", "Requests that gave up waiting for a slot",
+                                  value=slots.get("wait_timeouts", 0))
     bus = stats.get("event_bus")
     if bus is not None:
         g = GaugeMetricFamily("corvid_event_bus_subscribers", "Event subscribers, per session or global", labels=["scope"])

@@ -91,6 +91,7 @@ def test_each_family_moves_as_a_session_calls_a_tool_crashes_restarts_and_pauses
     assert value(after_turn, "corvid_tokens_total", **CODER, kind="output_tokens") >= 30
     assert value(after_turn, "corvid_cost_usd_total", **CODER) == pytest.approx(0.25)
     assert value(after_turn, "corvid_tool_calls_total", tool="list_files", outcome="completed") == 1
+    assert value(after_turn, "corvid_tool_call_duration_seconds_count", tool="list_files") == 1
     assert value(after_turn, "corvid_turn_duration_seconds_count", agent="coder") == 1
     assert value(after_turn, "corvid_live_sessions", state="running") == 1
     assert value(after_turn, "corvid_sessions", status="running") == 1
@@ -149,6 +150,7 @@ def test_admin_stats_and_the_scrape_agree(served, scripted):
         assert stats["supervisor"]["processes"] == value(scraped, "corvid_live_sessions", state="running") == 2
         assert stats["slots"]["capacity"] == value(scraped, "corvid_slots_capacity")
         assert stats["slots"]["grants"] == value(scraped, "corvid_slot_grants_total")
+        assert stats["slots"]["wait_s_total"] == value(scraped, "corvid_slot_wait_seconds_sum")
         assert stats["event_bus"]["global_subscribers"] == value(scraped, "corvid_event_bus_subscribers", scope="global")
         assert stats["sessions_by_status"] == {"running": 2}
         assert stats["metrics"]['corvid_sessions{status="running"}'] == 2
@@ -175,7 +177,9 @@ def test_tool_names_are_capped_and_approval_waits_are_timed():
     metrics = RuntimeMetrics(monotonic=lambda: now[0], label_cap=1)
     for tool in ("read_file", "mcp_thing_1", "mcp_thing_2"):
         metrics.on_event("s", ToolStatus(tool_name=tool, state="error"))
-    metrics.on_event("s", ToolStatus(tool_name="read_file", state="running"))  # not finished: not counted
+    metrics.on_event("s", ToolStatus(tool_name="read_file", call_id="c1", state="running"))  # not counted yet
+    now[0] += 1.5
+    metrics.on_event("s", ToolStatus(tool_name="read_file", call_id="c1", state="completed"))
     metrics.on_event("s", ApprovalRequestEvent(id="ap1", kind="command"))
     _, pending = metrics.read()
     now[0] += 42.0
@@ -184,6 +188,9 @@ def test_tool_names_are_capped_and_approval_waits_are_timed():
     _, samples = metrics.read()
     assert samples['corvid_tool_calls_total{outcome="error",tool="read_file"}'] == 1
     assert samples['corvid_tool_calls_total{outcome="error",tool="other"}'] == 2
+    assert samples['corvid_tool_calls_total{outcome="completed",tool="read_file"}'] == 1
+    assert samples['corvid_tool_call_duration_seconds_sum{tool="read_file"}'] == 1.5
+    assert samples['corvid_tool_call_duration_seconds_count{tool="read_file"}'] == 1  # the timed one
     assert pending["corvid_approvals_pending"] == 1 and samples["corvid_approvals_pending"] == 0
     assert samples['corvid_approvals_requested_total{kind="command"}'] == 1
     assert samples['corvid_approval_wait_seconds_sum{behavior="allow"}'] == 42.0
