@@ -29,7 +29,7 @@ from corvid_actors.actors import supervisor as sv
 from corvid_actors.actors.base import ActivityTracker
 from corvid_actors.actors.cluster import ClusterMember, ClusterSeat, new_daemon_id
 from corvid_actors.actors.credits import BindSupervisor, CreditBank
-from corvid_actors.actors.events import EventBus, SubscribeAll
+from corvid_actors.actors.events import EventBus
 from corvid_actors.actors.live import LiveSessions
 from corvid_actors.actors.slots import SlotPool
 from corvid_actors.actors.stats import runtime_stats
@@ -42,7 +42,7 @@ from corvid_actors.db.store import Store
 from corvid_actors.errors import ConfigError
 from corvid_actors.io_loop import IoLoop
 from corvid_actors.providers.base import Provider
-from corvid_actors.telemetry.metrics import RuntimeMetrics, SessionLabels
+from corvid_actors.telemetry.metrics import RuntimeMetrics, SessionLabels, agent_labels
 from corvid_actors.wiring import SessionBuilder
 
 __all__ = ["RuntimeInternals", "default_providers", "open_store", "resolve_providers", "start_actor_tree"]
@@ -166,10 +166,10 @@ def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, 
     timers = Timers(clock)
     store_watch = StoreWatch.start(tracker, store=store, timers=timers,
                                    backoff_s=(sc.reconnect_backoff_initial_s, sc.reconnect_backoff_max_s))
-    bus = EventBus.start(tracker)
-    metrics = RuntimeMetrics(labels_of=partial(session_labels, store), monotonic=clock.monotonic,
+    live = LiveSessions()
+    metrics = RuntimeMetrics(labels_of=partial(session_labels, live, store), monotonic=clock.monotonic,
                              label_cap=config.telemetry.metrics_label_cap)
-    bus.ask(SubscribeAll(metrics.on_event))  # before any session: every event is counted
+    bus = EventBus.start(tracker, observer=metrics.on_event)  # every event is counted
     slot_pool = SlotPool.start(tracker, config=config.slots, timers=timers, clock=clock)
     approvals = ap.ApprovalBroker.start(tracker, clock=clock, timers=timers, mode=config.approvals.mode)
     credits = None
@@ -177,7 +177,6 @@ def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, 
 
         credits = CreditBank.start(tracker, store=store, config=config.credits, bus=bus,
                                    is_owner=is_owner or (lambda participant: False), timers=timers)
-    live = LiveSessions()
     seat = cluster_seat(config, clock, store)
     supervisor = sv.SessionSupervisor.start(
         tracker, config=config, clock=clock, store=store, builder=builder, bus=bus, timers=timers,
@@ -188,21 +187,22 @@ def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, 
     member = (ClusterMember.start(tracker, seat=seat, timers=timers, supervisor=supervisor)
               if seat is not None else None)
     metrics.set_stats_source(partial(runtime_stats, supervisor=supervisor, bus=bus, slot_pool=slot_pool,
-                                     timers=timers, store=store))
+                                     timers=timers, store=store, cluster_member=member))
     return RuntimeInternals(store=store, tracker=tracker, builder=builder, providers=builder.providers, live=live,
                             timers=timers, store_watch=store_watch, bus=bus, slot_pool=slot_pool,
                             approvals=approvals, credits=credits, supervisor=supervisor, io_loop=io_loop,
                             cluster=seat, cluster_member=member, metrics=metrics)
 
 
-def session_labels(store: Store, session_id: str) -> SessionLabels:
-    """A session's agent, provider and model for its metrics (the agent row's; ``default``
-    where the row leaves the choice to routing)."""
+def session_labels(live: LiveSessions, store: Store, session_id: str) -> SessionLabels:
+    """A session's agent, provider and model for its metrics: its live incarnation's (no
+    store read), else — an incarnation already gone when its first event is counted — the
+    agent row's."""
+    entry = live.get(session_id)
+    if entry is not None:
+        return entry.labels
     row = store.get_session(session_id)
-    agent = None if row is None or row.agent_id is None else store.get_agent(row.agent_id)
-    if agent is None:
-        return SessionLabels(agent="none", provider="default", model="default")
-    return SessionLabels(agent=agent.name, provider=agent.provider or "default", model=agent.model or "default")
+    return agent_labels(None if row is None or row.agent_id is None else store.get_agent(row.agent_id))
 
 
 def cluster_seat(config: Config, clock: Clock, store: Store) -> ClusterSeat | None:

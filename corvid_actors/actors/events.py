@@ -177,8 +177,11 @@ class BusStats:
 class EventBus(TrackedActor):
     survive_errors = True  # one bad told message never kills it (actors/base.py)
 
-    def __init__(self, tracker: ActivityTracker) -> None:
+    def __init__(self, tracker: ActivityTracker, *, observer: EventCallback | None = None) -> None:
         super().__init__(tracker)
+        #: the runtime's own listener (its metrics): hears every event first, and is no
+        #: subscriber (``BusStats`` counts the program's subscribers only)
+        self._observer = observer
         self._session_subs: dict[str, list[EventCallback]] = {}
         self._global_subs: list[EventCallback] = []
         # What a late subscriber needs to hear: is the session running, is it thinking.
@@ -234,6 +237,8 @@ class EventBus(TrackedActor):
         return None
 
     def _fan_out(self, session_id: str, event: Event) -> None:
+        if self._observer is not None:
+            self._deliver(self._observer, session_id, event)
         subs = self._session_subs.get(session_id)
         if subs:
             for callback in list(subs):

@@ -3,14 +3,17 @@
 :class:`RuntimeMetrics` holds a per-Runtime ``CollectorRegistry`` (never the global one:
 several runtimes share a test process). Two kinds of figures live in it:
 
-- **counters and histograms from events**: the runtime subscribes :meth:`RuntimeMetrics.on_event`
-  to every session's events (one global EventBus subscriber, on the bus thread), so turns,
-  model calls, tokens, cost, tool calls, crashes, restarts, outage pauses, give-ups and
-  approvals are counted where they are already announced — no actor changes;
-- **gauges read at scrape time** from one stats source (:func:`corvid_actors.actors.stats.runtime_stats`,
-  the same dict ``admin stats`` shows): sessions by status, the slot pool, the event bus,
-  the timer table. :meth:`RuntimeMetrics.read` gives ``admin stats`` that dict and the
-  registry's samples built from that one reading, so the two never disagree.
+- **counters and histograms from events**: the runtime makes :meth:`RuntimeMetrics.on_event`
+  the EventBus's observer (it hears every event on the bus thread, and is not counted among
+  the subscribers), so turns, model calls, tokens, cost, tool calls and their time, crashes,
+  restarts, outage pauses, give-ups, failed store writes and approvals are counted where
+  they are already announced;
+- **gauges and counters read at scrape time** from one stats source
+  (:func:`corvid_actors.actors.stats.runtime_stats`, the dict ``admin stats`` shows):
+  sessions by status, the slot pool and its waits, the event bus, the timer table, the
+  store's commits, replays and fenced writes, a cluster seat's leases and heartbeats.
+  :meth:`RuntimeMetrics.read` gives ``admin stats`` that dict and the registry's samples
+  built from that one reading, so the two never disagree.
 
 Labels are bounded: agent and tool names pass through a :class:`LabelCap` (the first
 ``[telemetry] metrics_label_cap`` distinct values, then ``other``); no label carries a
@@ -39,6 +42,7 @@ from corvid_actors.events import (
     ErrorEvent,
     Event,
     Result,
+    SessionError,
     SessionExited,
     SessionPaused,
     SessionRestarting,
@@ -47,14 +51,20 @@ from corvid_actors.events import (
     ToolStatus,
 )
 
-__all__ = ["LabelCap", "MetricsServer", "RuntimeMetrics", "SessionLabels", "OTHER", "UNKNOWN"]
+__all__ = ["LabelCap", "MetricsServer", "RuntimeMetrics", "SessionLabels", "agent_labels", "OTHER", "UNKNOWN"]
 
 #: the label value of every agent (or tool) past the cap
 OTHER = "other"
 #: the label value when a session's agent (provider, model) cannot be told
 UNKNOWN = "unknown"
+#: the agent label of a session without an agent
+NO_AGENT = "none"
+#: the provider (model) label where the agent leaves the choice to routing
+DEFAULT = "default"
 #: error types that end a session's supervision: the supervisor gave up on it
 GIVE_UP_ERRORS = frozenset({"max_restarts_exceeded", "auto_resume_exhausted"})
+#: the error type of a store write that failed (``session_error``: retried; ``error``: given up)
+STORE_ERROR = "store_error"
 #: a tool call's final states (``tool_status``), the ``outcome`` label
 TOOL_OUTCOMES = frozenset({"completed", "error"})
 #: usage keys counted as ``corvid_tokens_total{kind}`` (providers report these; others are ignored)
@@ -77,6 +87,14 @@ class SessionLabels:
     agent: str = UNKNOWN
     provider: str = UNKNOWN
     model: str = UNKNOWN
+
+
+def agent_labels(agent: Any) -> SessionLabels:
+    """The labels of a session of ``agent`` (an agent row, or None): ``none`` for a session
+    without an agent, ``default`` where the row leaves provider or model to routing."""
+    if agent is None:
+        return SessionLabels(agent=NO_AGENT, provider=DEFAULT, model=DEFAULT)
+    return SessionLabels(agent=agent.name, provider=agent.provider or DEFAULT, model=agent.model or DEFAULT)
 
 
 class LabelCap:
@@ -132,19 +150,21 @@ class RuntimeMetrics:
         self.restarts = Counter("corvid_session_restarts", "Restarts with backoff scheduled after a crash", ["agent"], registry=r)
         self.outage_pauses = Counter("corvid_session_outage_pauses", "Sessions paused by an upstream outage", ["agent"], registry=r)
         self.give_ups = Counter("corvid_session_give_ups", "Sessions the supervisor gave up on, by reason", ["agent", "reason"], registry=r)
+        self.store_write_failures = Counter("corvid_store_write_failures", "Writes that must happen and failed: "
+                                            "queued for a retry, or given up after the last", ["then"], registry=r)
         self.approvals = Counter("corvid_approvals_requested", "Approval requests, by kind (tool, command, doom_loop)", ["kind"], registry=r)
         self.approvals_pending = Gauge("corvid_approvals_pending", "Approval requests awaiting an answer", registry=r)
         self.approval_wait = Histogram("corvid_approval_wait_seconds", "From an approval request to its answer, by answer",
                                        ["behavior"], buckets=APPROVAL_WAIT_BUCKETS, registry=r)
         self._instruments = (self.sessions_started, self.turns, self.turn_seconds, self.model_calls, self.tokens,
                              self.cost, self.tool_calls, self.tool_seconds, self.crashes, self.restarts, self.outage_pauses,
-                             self.give_ups, self.approvals, self.approvals_pending, self.approval_wait)
+                             self.give_ups, self.store_write_failures, self.approvals, self.approvals_pending, self.approval_wait)
         r.register(_StatsCollector(self))
 
     # --- events (the EventBus thread) ----------------------------------------------------------
 
     def on_event(self, session_id: str, event: Event) -> None:
-        """An EventBus global subscriber: count what ``event`` says happened."""
+        """The EventBus's observer (on its thread): count what ``event`` says happened."""
         if isinstance(event, SessionStarted):
             self._memo.pop(session_id, None)  # a new incarnation: read its labels afresh
             self.sessions_started.labels(self._labels(session_id).agent).inc()
@@ -164,6 +184,8 @@ class RuntimeMetrics:
             self.outage_pauses.labels(self._labels(session_id).agent).inc()
         elif isinstance(event, ErrorEvent) and event.error_type in GIVE_UP_ERRORS:
             self.give_ups.labels(self._labels(session_id).agent, event.error_type).inc()
+        elif isinstance(event, SessionError | ErrorEvent) and event.error_type == STORE_ERROR:
+            self.store_write_failures.labels("retry" if isinstance(event, SessionError) else "give_up").inc()
         elif isinstance(event, SessionExited):
             if event.code != 0:
                 self.crashes.labels(self._labels(session_id).agent).inc()
@@ -295,6 +317,28 @@ def stat_families(stats: Mapping[str, Any]) -> Iterator[Metric]:
                                 value=bus.get("queue_depth", 0))
         yield CounterMetricFamily("corvid_event_bus_deltas_coalesced", "Text deltas merged for subscribers that fell behind",
                                   value=bus.get("deltas_merged", 0))
+    store = stats.get("store")
+    if store is not None:
+        yield SummaryMetricFamily("corvid_store_message_commit_seconds", "Message batches committed, and the time",
+                                  count_value=store.get("message_commits", 0),
+                                  sum_value=store.get("message_commit_s_total", 0.0))
+        yield GaugeMetricFamily("corvid_store_available", "1 while the store answers, 0 during an outage",
+                                value=1 if store.get("available", True) else 0)
+        yield CounterMetricFamily("corvid_store_replays", "Store operations replayed after a lost connection",
+                                  value=store.get("replays", 0))
+        yield CounterMetricFamily("corvid_store_fenced_writes", "Writes refused: a newer owner holds the session",
+                                  value=store.get("fenced_writes", 0))
+    cluster = stats.get("cluster")
+    if cluster is not None:
+        yield GaugeMetricFamily("corvid_cluster_leases_held", "Session leases this daemon holds", value=cluster.get("owned", 0))
+        yield CounterMetricFamily("corvid_cluster_takeovers", "Sessions claimed from daemons that stopped renewing",
+                                  value=cluster.get("adopted", 0))
+        yield CounterMetricFamily("corvid_cluster_sessions_lost", "Sessions another daemon claimed from this one",
+                                  value=cluster.get("lost", 0))
+        yield CounterMetricFamily("corvid_cluster_heartbeats", "Heartbeats that renewed this daemon's leases",
+                                  value=cluster.get("heartbeats", 0))
+        yield GaugeMetricFamily("corvid_cluster_heartbeat_age_seconds", "Seconds since the last successful heartbeat",
+                                value=cluster.get("heartbeat_age_s", 0.0))
     timers = stats.get("timers")
     if timers is not None:
         yield GaugeMetricFamily("corvid_timers_pending", "Timers scheduled", value=timers.get("timers", 0))

@@ -19,7 +19,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from corvid_actors.actors.admin import AdminActor, AdminCommand, AdminWiring, Ready
 from corvid_actors.config import Config, DaemonConfig
 from corvid_actors.errors import ConfigError
-from corvid_actors.events import ApprovalRequestEvent, ApprovalResolved, Result, ToolStatus
+from corvid_actors.events import (
+    ApprovalRequestEvent,
+    ApprovalResolved,
+    ErrorEvent,
+    Result,
+    ToolStatus,
+)
 from corvid_actors.runtime import Runtime
 from corvid_actors.telemetry.metrics import (
     OTHER,
@@ -28,7 +34,7 @@ from corvid_actors.telemetry.metrics import (
     RuntimeMetrics,
     SessionLabels,
 )
-from corvid_actors.testing import sim_runtime
+from corvid_actors.testing import StoreFault, sim_runtime
 from corvid_actors.testing.clock import SimClock
 from corvid_actors.testing.scripted import ScriptedProvider
 
@@ -215,3 +221,29 @@ def test_each_runtime_has_its_own_registry(sim_clock, scripted):
     finally:
         first.shutdown()
         second.shutdown()
+
+
+def test_store_writes_are_timed_and_failed_ones_counted(runtime, recorder):
+    sid = runtime.create_session(source="web").id
+    runtime.start_process(sid, "hi")
+    runtime.settle()
+    with StoreFault(runtime, "update_session"):  # the status write of the stop fails once
+        runtime.stop_process(sid)
+        runtime.settle()
+    runtime.clock.advance(60)  # ... and is retried
+    assert recorder.last("session_error", sid).error_type == "store_error"
+    _, samples = runtime.metrics.read()
+    assert samples['corvid_store_write_failures_total{then="retry"}'] == 1
+    assert samples["corvid_store_message_commit_seconds_count"] >= 2  # the user's message and the reply
+    assert samples["corvid_store_available"] == 1
+
+
+def test_give_ups_are_counted_by_reason_and_other_errors_are_not():
+    metrics = RuntimeMetrics(labels_of=lambda sid: SessionLabels("a", "p", "m"))
+    for error_type in ("max_restarts_exceeded", "auto_resume_exhausted", "store_error", "crash"):
+        metrics.on_event("s", ErrorEvent(error_type=error_type))
+    _, samples = metrics.read()
+    assert samples['corvid_session_give_ups_total{agent="a",reason="max_restarts_exceeded"}'] == 1
+    assert samples['corvid_session_give_ups_total{agent="a",reason="auto_resume_exhausted"}'] == 1
+    assert samples['corvid_store_write_failures_total{then="give_up"}'] == 1
+    assert sum(v for k, v in samples.items() if k.startswith("corvid_session_give_ups_total")) == 2
