@@ -188,6 +188,8 @@ class EventBus(TrackedActor):
         self._running: dict[str, bool] = {}
         #: deltas delivered inside another (coalesced while the bus was behind)
         self.deltas_merged = 0
+        #: deliveries a subscriber's callback raised on (the event was lost to it)
+        self.subscriber_errors = 0
 
     def on_receive(self, message: object) -> object:
         match message:
@@ -233,6 +235,7 @@ class EventBus(TrackedActor):
                     "subscribers": len(self._session_subs),
                     "global_subscribers": len(self._global_subs),
                     "deltas_merged": self.deltas_merged,
+                    "subscriber_errors": self.subscriber_errors,
                 }
         return None
 
@@ -256,11 +259,11 @@ class EventBus(TrackedActor):
         elif event.type in TERMINAL_EVENT_TYPES:
             self._running.pop(session_id, None)
 
-    @staticmethod
-    def _deliver(callback: EventCallback, session_id: str, event: Event) -> None:
+    def _deliver(self, callback: EventCallback, session_id: str, event: Event) -> None:
         try:
             callback(session_id, event)
         except Exception:  # noqa: BLE001 - one bad subscriber must not break delivery
+            self.subscriber_errors += 1
             logger.opt(exception=True).warning(
                 "event subscriber {} raised on {} for session {}", callback, event.type, session_id
             )

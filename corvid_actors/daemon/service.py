@@ -164,6 +164,7 @@ class Daemon:
             "stub": models.stub_url is not None, "credits": credits, "version": package_version(),
             "sandbox": sandbox.as_dict(), "dumpable": _dumpable(),
         }
+        runtime.metrics.add_stats_part("followers", server.follow_stats)  # `corvid-actors events` streams
         listen = runtime.config.telemetry.metrics_listen
         if listen:  # [telemetry] metrics_listen: Prometheus scrapes the runtime's registry here
             self.metrics_server = MetricsServer(runtime.metrics.registry, listen)

@@ -134,6 +134,7 @@ class RuntimeMetrics:
         self._asked: dict[str, float | None] = {}  # approval id -> when asked (monotonic)
         self._running: dict[str, float] = {}  # tool call id -> when it began running (monotonic)
         self._stats_source: Callable[[], Mapping[str, Any]] | None = None
+        self._parts: dict[str, Callable[[], Mapping[str, Any]]] = {}
         r, model = self.registry, ("agent", "provider", "model")
         self.sessions_started = Counter("corvid_session_starts", "Session incarnations started (starts, resumes, restarts)", ["agent"], registry=r)
         self.turns = Counter("corvid_turns", "Turns ended, by outcome (success, error, interrupted)", [*model, "outcome"], registry=r)
@@ -250,11 +251,22 @@ class RuntimeMetrics:
         """Where the scrape-time gauges come from (the runtime's stats, as ``admin stats`` shows them)."""
         self._stats_source = source
 
+    def add_stats_part(self, name: str, part: Callable[[], Mapping[str, Any]]) -> None:
+        """One more section of the stats (``stats[name] = part()``), for what a host adds
+        around the runtime (the daemon: its event followers)."""
+        self._parts[name] = part
+
+    def _stats(self) -> dict[str, Any]:
+        stats = dict(self._stats_source()) if self._stats_source is not None else {}
+        for name, part in self._parts.items():
+            stats[name] = dict(part())
+        return stats
+
     def read(self) -> tuple[dict[str, Any], dict[str, float]]:
         """One reading of the stats source and the registry's samples made from it:
         ``(stats, {"name{label=\\"value\\"}": value})`` (buckets left out). ``admin stats``
         shows both; a scrape at the same moment shows the same numbers."""
-        stats = dict(self._stats_source()) if self._stats_source is not None else {}
+        stats = self._stats()
         families = [*self._event_families(), *stat_families(stats)]
         return stats, flatten(families)
 
@@ -270,11 +282,8 @@ class _StatsCollector(Collector):
         self._metrics = metrics
 
     def collect(self) -> Iterable[Metric]:
-        source = self._metrics._stats_source
-        if source is None:
-            return []
         try:
-            stats = source()
+            stats = self._metrics._stats()
         except Exception:  # noqa: BLE001 - a stopping runtime: the counters are still worth serving
             return []
         return list(stat_families(stats))
@@ -315,6 +324,8 @@ def stat_families(stats: Mapping[str, Any]) -> Iterator[Metric]:
         yield g
         yield GaugeMetricFamily("corvid_event_bus_queue_depth", "Messages waiting in the EventBus's mailbox",
                                 value=bus.get("queue_depth", 0))
+        yield CounterMetricFamily("corvid_event_bus_subscriber_errors", "Deliveries a subscriber raised on (event lost to it)",
+                                  value=bus.get("subscriber_errors", 0))
         yield CounterMetricFamily("corvid_event_bus_deltas_coalesced", "Text deltas merged for subscribers that fell behind",
                                   value=bus.get("deltas_merged", 0))
     store = stats.get("store")
@@ -339,6 +350,12 @@ def stat_families(stats: Mapping[str, Any]) -> Iterator[Metric]:
                                   value=cluster.get("heartbeats", 0))
         yield GaugeMetricFamily("corvid_cluster_heartbeat_age_seconds", "Seconds since the last successful heartbeat",
                                 value=cluster.get("heartbeat_age_s", 0.0))
+    followers = stats.get("followers")
+    if followers is not None:
+        yield GaugeMetricFamily("corvid_event_followers", "Event streams followed over the admin socket",
+                                value=followers.get("followers", 0))
+        yield CounterMetricFamily("corvid_event_follower_dropped_events", "Events followers lost by falling behind",
+                                  value=followers.get("dropped_events", 0))
     timers = stats.get("timers")
     if timers is not None:
         yield GaugeMetricFamily("corvid_timers_pending", "Timers scheduled", value=timers.get("timers", 0))

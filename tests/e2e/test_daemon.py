@@ -728,6 +728,7 @@ def test_metrics_listen_serves_the_registry_admin_stats_reads_and_stops_with_the
     daemon = daemons(data_dir, chunk_delay_s=0.0, reply="short",
                      extra_config='[telemetry]\nmetrics_listen = "127.0.0.1:0"\n')
     url = _health_once_free(daemon)["daemon"]["metrics"]
+    follower = Follower(daemon)  # `corvid-actors events`: counted among the followers
     sid = daemon.call("start", agent="scraped", prompt="hello")["session"]
 
     def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -749,6 +750,9 @@ def test_metrics_listen_serves_the_registry_admin_stats_reads_and_stops_with_the
     assert stats["sessions_by_status"] == {"running": 1}
     assert samples[("corvid_sessions", (("status", "running"),))] == 1
     assert not any(sid in value for _, labels in samples for _, value in labels)
+    assert samples[("corvid_event_followers", ())] == stats["followers"]["followers"] == 1
+    assert samples[("corvid_event_follower_dropped_events_total", ())] == 0
+    follower.close()
 
     assert daemon.cli(capsys, "admin", "shutdown", "--wait") == (0, "daemon stopped\n", "")
     assert daemon.wait_exit(WAIT_S) == 0

@@ -247,3 +247,15 @@ def test_give_ups_are_counted_by_reason_and_other_errors_are_not():
     assert samples['corvid_session_give_ups_total{agent="a",reason="auto_resume_exhausted"}'] == 1
     assert samples['corvid_store_write_failures_total{then="give_up"}'] == 1
     assert sum(v for k, v in samples.items() if k.startswith("corvid_session_give_ups_total")) == 2
+
+
+def test_a_subscriber_that_raises_is_counted_and_the_others_still_hear(runtime):
+    def broken(session_id, event):
+        raise RuntimeError("a subscriber with a bug")
+
+    runtime.subscribe_all(broken)
+    runtime.start_process(runtime.create_session(source="web").id, "hi")
+    runtime.settle()
+    stats, samples = runtime.metrics.read()
+    assert stats["event_bus"]["subscriber_errors"] == samples["corvid_event_bus_subscriber_errors_total"] > 0
+    assert samples['corvid_turns_total{agent="none",model="default",outcome="success",provider="default"}'] == 1
