@@ -36,6 +36,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
+from corvid_actors.errors import ConfigError
 from corvid_actors.events import (
     ApprovalRequestEvent,
     ApprovalResolved,
@@ -379,7 +380,11 @@ class MetricsServer:
 
     def __init__(self, registry: CollectorRegistry, listen: str) -> None:
         host, _, port = listen.rpartition(":")
-        self._server, self._thread = start_http_server(int(port), addr=host.strip("[]"), registry=registry)
+        try:
+            self._server, self._thread = start_http_server(int(port), addr=host.strip("[]"), registry=registry)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"[telemetry] metrics_listen = {listen!r}: cannot serve /metrics there ({exc}); "
+                              "choose a free host:port, or \"\" to serve no metrics") from exc
         self.host = host
         self.port: int = self._server.server_address[1]
 

@@ -210,6 +210,12 @@ def test_metrics_listen_must_be_empty_or_host_and_port():
         Config().replace(telemetry={"metrics_listen": "9464"})
 
 
+def test_a_busy_metrics_address_is_a_config_error_naming_the_key(served):
+    rt, server = served
+    with pytest.raises(ConfigError, match=r"metrics_listen = '127.0.0.1:\d+': cannot serve /metrics there"):
+        MetricsServer(rt.metrics.registry, f"127.0.0.1:{server.port}")
+
+
 def test_each_runtime_has_its_own_registry(sim_clock, scripted):
     first, second = sim_runtime(sim_clock, scripted), sim_runtime(sim_clock, scripted)
     try:
