@@ -36,6 +36,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
+from corvid_actors.config_sections import TelemetryConfig
 from corvid_actors.errors import ConfigError
 from corvid_actors.events import (
     ApprovalRequestEvent,
@@ -122,11 +123,14 @@ class RuntimeMetrics:
     """The registry of one Runtime and the counters its events move (see the module docstring).
 
     ``labels_of(session_id)`` names a session's agent, provider and model (read once per
-    incarnation, on the bus thread); ``monotonic`` times approval waits."""
+    incarnation, on the bus thread); ``monotonic`` times approval and tool waits;
+    ``label_cap``: ``[telemetry] metrics_label_cap`` (default: the packaged value)."""
 
     def __init__(self, *, labels_of: Callable[[str], SessionLabels] | None = None,
-                 monotonic: Callable[[], float] | None = None, label_cap: int = 100) -> None:
+                 monotonic: Callable[[], float] | None = None, label_cap: int | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
+        if label_cap is None:
+            label_cap = TelemetryConfig().metrics_label_cap
         self._labels_of = labels_of or (lambda _sid: SessionLabels())
         self._monotonic = monotonic
         self._agent = LabelCap(label_cap)
