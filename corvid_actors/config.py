@@ -126,6 +126,7 @@ ENV_OVERRIDES: dict[str, tuple[str, str, typing.Callable[[str], Any]]] = {
     "CORVID_DB_URL": ("store", "url", str),
     "CORVID_DATA_DIR": ("store", "data_dir", str),
     "CORVID_CLUSTER": ("cluster", "enabled", _truthy),
+    "CORVID_METRICS_LISTEN": ("telemetry", "metrics_listen", str),
     "CORVID_DAEMON_ID": ("cluster", "daemon_id", str),
 }
 

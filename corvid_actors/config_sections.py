@@ -59,14 +59,6 @@ class SessionConfig:
     zero_turn_breaker_threshold: int = field(metadata=AT_LEAST_ONE)
 
 
-@section("telemetry")
-class TelemetryConfig:
-    """``[telemetry]``: what OpenTelemetry traces hold (:mod:`corvid_actors.telemetry.tracing`;
-    where they go is the ``OTEL_*`` environment's)."""
-
-    capture_content: bool
-
-
 @section("providers")
 class ProvidersConfig:
     default_provider: str
@@ -220,6 +212,29 @@ class DaemonConfig:
     admin_max_send_bytes: int = field(metadata=AT_LEAST_ONE)
     admin_auth_timeout_s: float = field(metadata=POSITIVE)
     admin_idle_timeout_s: float = field(metadata=POSITIVE)
+
+
+def _listen_address(value: str) -> bool:
+    """Empty (off) or ``host:port`` with a port number."""
+    if value == "":
+        return True
+    host, sep, port = value.rpartition(":")
+    return bool(sep and host and port.isdigit() and 0 <= int(port) <= 65535)
+
+
+@section("telemetry")
+class TelemetryConfig:
+    """``[telemetry]``: the Prometheus metrics (:mod:`corvid_actors.telemetry.metrics`) and
+    what OpenTelemetry traces hold (:mod:`corvid_actors.telemetry.tracing`; where they go
+    is the ``OTEL_*`` environment's)."""
+
+    #: model-call spans also carry the prompt and the reply text
+    capture_content: bool
+
+    #: ``host:port`` the daemon serves ``/metrics`` on ("" = off)
+    metrics_listen: str = field(metadata=check(_listen_address, 'must be "" (off) or host:port'))
+    #: distinct agents (and tools) named in labels; later ones are counted as ``other``
+    metrics_label_cap: int = field(metadata=AT_LEAST_ONE)
 
 
 @section("agents")

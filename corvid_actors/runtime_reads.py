@@ -30,6 +30,7 @@ from corvid_actors.loop.observation import OPERATOR_OUTPUT_ROLE, parse_operator_
 from corvid_actors.loop.plan import plan_from_json
 from corvid_actors.providers.base import Provider
 from corvid_actors.runtime_tree import RuntimeInternals
+from corvid_actors.telemetry.metrics import RuntimeMetrics
 
 __all__ = ["RuntimeReads"]
 
@@ -55,6 +56,12 @@ class RuntimeReads:
     def clock(self) -> Clock:
         """The clock every timer and timestamp of this runtime uses."""
         return self._clock
+
+    @property
+    def metrics(self) -> RuntimeMetrics:
+        """This runtime's Prometheus figures: ``metrics.registry`` is the ``CollectorRegistry``
+        to serve (the daemon serves it at ``/metrics``), ``metrics.read()`` one reading."""
+        return self._internals.metrics
 
     @property
     def internals(self) -> RuntimeInternals:

@@ -17,7 +17,8 @@ its actors. What it is built from sits in one :class:`RuntimeInternals` object,
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -32,6 +33,7 @@ from corvid_actors.actors.credits import BindSupervisor, CreditBank
 from corvid_actors.actors.events import EventBus
 from corvid_actors.actors.live import LiveSessions
 from corvid_actors.actors.slots import SlotPool
+from corvid_actors.actors.stats import runtime_stats
 from corvid_actors.actors.timers import Timers
 from corvid_actors.actors.watchdog import StoreWatch
 from corvid_actors.clock import Clock
@@ -41,6 +43,7 @@ from corvid_actors.db.store import Store
 from corvid_actors.errors import ConfigError
 from corvid_actors.io_loop import IoLoop
 from corvid_actors.providers.base import Provider
+from corvid_actors.telemetry.metrics import RuntimeMetrics, SessionLabels, agent_labels
 from corvid_actors.telemetry.tracing import Tracing
 from corvid_actors.wiring import SessionBuilder
 
@@ -81,6 +84,9 @@ class RuntimeInternals:
     #: actor that keeps it (heartbeats, sweeps); None for one daemon
     cluster: ClusterSeat | None = None
     cluster_member: pykka.ActorRef[Any] | None = None
+    #: the Prometheus registry and its counters (subscribed to every event; ``admin stats``
+    #: and ``/metrics`` read it)
+    metrics: RuntimeMetrics = field(default_factory=RuntimeMetrics)
 
     def core_actors(self) -> Iterator[tuple[str, pykka.ActorRef[Any]]]:
         """The root policy's actors, by the name a failure report gives them (the timer
@@ -165,15 +171,17 @@ def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, 
     tracing = Tracing(tracer_provider, capture_content=config.telemetry.capture_content, monotonic=clock.monotonic)
     store_watch = StoreWatch.start(tracker, store=store, timers=timers,
                                    backoff_s=(sc.reconnect_backoff_initial_s, sc.reconnect_backoff_max_s))
-    bus = EventBus.start(tracker)
-    slot_pool = SlotPool.start(tracker, config=config.slots, timers=timers)
+    live = LiveSessions()
+    metrics = RuntimeMetrics(labels_of=partial(session_labels, live, store), monotonic=clock.monotonic,
+                             label_cap=config.telemetry.metrics_label_cap)
+    bus = EventBus.start(tracker, observer=metrics.on_event)  # every event is counted
+    slot_pool = SlotPool.start(tracker, config=config.slots, timers=timers, clock=clock)
     approvals = ap.ApprovalBroker.start(tracker, clock=clock, timers=timers, mode=config.approvals.mode)
     credits = None
     if with_credits:  # an optional part of the package (the daemon checks for it)
 
         credits = CreditBank.start(tracker, store=store, config=config.credits, bus=bus,
                                    is_owner=is_owner or (lambda participant: False), timers=timers)
-    live = LiveSessions()
     seat = cluster_seat(config, clock, store)
     supervisor = sv.SessionSupervisor.start(
         tracker, config=config, clock=clock, store=store, builder=builder, bus=bus, timers=timers,
@@ -184,10 +192,23 @@ def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, 
         credits.tell(BindSupervisor(supervisor))
     member = (ClusterMember.start(tracker, seat=seat, timers=timers, supervisor=supervisor)
               if seat is not None else None)
+    metrics.set_stats_source(partial(runtime_stats, supervisor=supervisor, bus=bus, slot_pool=slot_pool,
+                                     timers=timers, store=store, cluster_member=member))
     return RuntimeInternals(store=store, tracker=tracker, builder=builder, providers=builder.providers, live=live,
                             timers=timers, store_watch=store_watch, bus=bus, slot_pool=slot_pool,
                             approvals=approvals, credits=credits, supervisor=supervisor, io_loop=io_loop,
-                            cluster=seat, cluster_member=member)
+                            cluster=seat, cluster_member=member, metrics=metrics)
+
+
+def session_labels(live: LiveSessions, store: Store, session_id: str) -> SessionLabels:
+    """A session's agent, provider and model for its metrics: its live incarnation's (no
+    store read), else — an incarnation already gone when its first event is counted — the
+    agent row's."""
+    entry = live.get(session_id)
+    if entry is not None:
+        return entry.labels
+    row = store.get_session(session_id)
+    return agent_labels(None if row is None or row.agent_id is None else store.get_agent(row.agent_id))
 
 
 def cluster_seat(config: Config, clock: Clock, store: Store) -> ClusterSeat | None:

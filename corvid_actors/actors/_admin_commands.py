@@ -26,9 +26,20 @@ from corvid_actors.errors import (
     NotFoundError,
     RuntimeStoppedError,
 )
+from corvid_actors.telemetry.metrics import RuntimeMetrics
 
 _BROKER = "approval broker"
 _BANK = "credit bank"
+
+
+def read_metrics(metrics: RuntimeMetrics) -> tuple[dict[str, Any], dict[str, float]]:
+    """``metrics.read()`` (asks the actors): a dead actor or a stopping runtime is an ``AdminError``."""
+    try:
+        return metrics.read()
+    except pykka.ActorDeadError:
+        raise AdminError(UNAVAILABLE, "the runtime is shut down") from None
+    except RuntimeStoppedError as exc:
+        raise AdminError(SHUTTING_DOWN, str(exc)) from None
 
 
 def ask_actor(ref: pykka.ActorRef[Any] | None, message: Any, what: str = "runtime") -> Any:

@@ -61,6 +61,7 @@ from corvid_actors.errors import (
     ConflictError,
 )
 from corvid_actors.events import Event, to_dict
+from corvid_actors.telemetry.metrics import RuntimeMetrics
 
 #: commands refused once the daemon is shutting down (they start or change work)
 MUTATING_COMMANDS = frozenset({"start", "send", "resume", "extend", "approve", "mode", "credits_grant"})
@@ -147,6 +148,8 @@ class AdminWiring:
     router: ClusterRouter | None = None
     #: the agents' access and budget defaults (``admin agents`` shows spend against the caps)
     access: AccessConfig = field(default_factory=AccessConfig)
+    #: the runtime's metrics: ``stats`` shows one reading of them (what ``/metrics`` serves)
+    metrics: RuntimeMetrics | None = None
 
 
 class AdminActor(TrackedActor):
@@ -349,11 +352,14 @@ class AdminActor(TrackedActor):
                 for a in self.w.store.list_agents()]
 
     def _cmd_stats(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        stats: dict[str, Any] = {"supervisor": ask_actor(self.w.supervisor, sv.SupervisorStats()),
-                                 "event_bus": ask_actor(self.w.bus, BusStats(), "event bus"),
-                                 "timers": self.w.timers.stats()}
-        if self.w.slot_pool is not None:
-            stats["slots"] = ask_actor(self.w.slot_pool, SlotStats(), "slot pool")
+        stats: dict[str, Any]
+        if self.w.metrics is not None:  # one reading: the figures and the samples /metrics serves
+            stats, stats["metrics"] = cmd.read_metrics(self.w.metrics)
+        else:
+            stats = {"supervisor": ask_actor(self.w.supervisor, sv.SupervisorStats()),
+                     "event_bus": ask_actor(self.w.bus, BusStats(), "event bus"), "timers": self.w.timers.stats()}
+            if self.w.slot_pool is not None:
+                stats["slots"] = ask_actor(self.w.slot_pool, SlotStats(), "slot pool")
         stats["admin"] = {"followers": len(self._followers), "sessions_with_recent_events": len(self._recent)}
         stats["process"] = process_stats()
         stats["sandbox"] = self.w.about.get("sandbox", {})

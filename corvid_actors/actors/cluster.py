@@ -75,8 +75,8 @@ class SessionsLost:
 
 @dataclass(frozen=True)
 class ClusterStats:
-    """Asked by tests and the admin (any thread); replies ``{"daemon_id", "heartbeats",
-    "sweeps", "adopted", "lost", "owned"}``."""
+    """Asked by tests, the admin and the metrics (any thread); replies ``{"daemon_id",
+    "heartbeats", "sweeps", "adopted", "lost", "owned", "heartbeat_age_s"}``."""
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,11 @@ class ClusterMember(TrackedActor):
                 finally:
                     self.seat.renewal_ran()
             case ClusterStats():
-                return {"daemon_id": self.seat.daemon_id, **self._stats, "owned": len(self.seat.believed())}
+                seat = self.seat
+                # the heartbeat's lag: how long since the last renewal that succeeded
+                age_s = seat.clock.monotonic() - (seat.valid_until - seat.config.lease_s)
+                return {"daemon_id": seat.daemon_id, **self._stats, "owned": len(seat.believed()),
+                        "heartbeat_age_s": round(max(0.0, age_s), 3)}
         return None
 
     def on_stop(self) -> None:

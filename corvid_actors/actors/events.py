@@ -177,14 +177,19 @@ class BusStats:
 class EventBus(TrackedActor):
     survive_errors = True  # one bad told message never kills it (actors/base.py)
 
-    def __init__(self, tracker: ActivityTracker) -> None:
+    def __init__(self, tracker: ActivityTracker, *, observer: EventCallback | None = None) -> None:
         super().__init__(tracker)
+        #: the runtime's own listener (its metrics): hears every event first, and is no
+        #: subscriber (``BusStats`` counts the program's subscribers only)
+        self._observer = observer
         self._session_subs: dict[str, list[EventCallback]] = {}
         self._global_subs: list[EventCallback] = []
         # What a late subscriber needs to hear: is the session running, is it thinking.
         self._running: dict[str, bool] = {}
         #: deltas delivered inside another (coalesced while the bus was behind)
         self.deltas_merged = 0
+        #: deliveries a subscriber's callback raised on (the event was lost to it)
+        self.subscriber_errors = 0
 
     def on_receive(self, message: object) -> object:
         match message:
@@ -230,10 +235,13 @@ class EventBus(TrackedActor):
                     "subscribers": len(self._session_subs),
                     "global_subscribers": len(self._global_subs),
                     "deltas_merged": self.deltas_merged,
+                    "subscriber_errors": self.subscriber_errors,
                 }
         return None
 
     def _fan_out(self, session_id: str, event: Event) -> None:
+        if self._observer is not None:
+            self._deliver(self._observer, session_id, event)
         subs = self._session_subs.get(session_id)
         if subs:
             for callback in list(subs):
@@ -251,11 +259,11 @@ class EventBus(TrackedActor):
         elif event.type in TERMINAL_EVENT_TYPES:
             self._running.pop(session_id, None)
 
-    @staticmethod
-    def _deliver(callback: EventCallback, session_id: str, event: Event) -> None:
+    def _deliver(self, callback: EventCallback, session_id: str, event: Event) -> None:
         try:
             callback(session_id, event)
         except Exception:  # noqa: BLE001 - one bad subscriber must not break delivery
+            self.subscriber_errors += 1
             logger.opt(exception=True).warning(
                 "event subscriber {} raised on {} for session {}", callback, event.type, session_id
             )

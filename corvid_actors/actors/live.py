@@ -24,13 +24,15 @@ from corvid_actors.actors.session_messages import Begin, UserInput
 from corvid_actors.actors.session_wiring import Lifeline, TurnTally
 from corvid_actors.double_texting import ENQUEUE, REJECT
 from corvid_actors.supervision import needs_context_reset
+from corvid_actors.telemetry.metrics import SessionLabels
 
 
 class LiveSession:
     """One live incarnation as the send path sees it."""
 
     def __init__(self, session_id: str, generation: int, ref: pykka.ActorRef[SessionActor], lifeline: Lifeline,
-                 tally: TurnTally, *, begun: bool, double_texting: str = ENQUEUE) -> None:
+                 tally: TurnTally, *, begun: bool, double_texting: str = ENQUEUE,
+                 labels: SessionLabels | None = None) -> None:
         self.session_id = session_id
         self.generation = generation
         self.ref = ref
@@ -38,6 +40,9 @@ class LiveSession:
         self.tally = tally
         #: the incarnation's double-texting policy (:mod:`corvid_actors.double_texting`)
         self.double_texting = double_texting
+        #: what its metrics are labelled by (its agent's name, provider, model): read from
+        #: here, the metrics need no store read per incarnation
+        self.labels = labels or SessionLabels()
         self._lock = threading.Lock()
         #: False while a resumed incarnation waits for its first message (the supervisor
         #: sends that one, with the history)

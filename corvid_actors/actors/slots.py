@@ -30,6 +30,7 @@ from loguru import logger
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer, Timers
+from corvid_actors.clock import Clock
 from corvid_actors.config_sections import SlotsConfig
 
 
@@ -63,7 +64,9 @@ class ReleaseSlot:
 class SlotStats:
     """Asked by ``Runtime.slot_stats`` (on the caller's thread) and the AdminActor's
     ``stats`` (on its thread); handled on the SlotPool's thread. Replies with a dict:
-    ``capacity``, ``in_use``, ``held``, ``waiting``, ``peak_in_use``, ``grants``."""
+    ``capacity``, ``in_use``, ``held``, ``waiting``, ``peak_in_use``, ``grants``,
+    ``wait_s_total`` (the granted requests' waits in the queue, summed; 0 without a clock)
+    and ``wait_timeouts`` (requests that waited ``wait_timeout_s`` in vain)."""
 
 
 # --- replies (told to ``reply_to``; this module owns them) ----------------------------------
@@ -120,8 +123,11 @@ def admit(capacity: int, in_use: int, queue_weights: Iterable[int]) -> int:
 class SlotPool(TrackedActor):
     survive_errors = True  # one bad told message never kills it (actors/base.py)
 
-    def __init__(self, tracker: ActivityTracker, *, config: SlotsConfig, timers: Timers) -> None:
+    def __init__(self, tracker: ActivityTracker, *, config: SlotsConfig, timers: Timers,
+                 clock: Clock | None = None) -> None:
         super().__init__(tracker)
+        #: times the waits for a slot (the metrics' ``corvid_slot_wait_seconds``); None: not timed
+        self._clock = clock
         self.capacity = config.max_parallel
         self.wait_timeout_s = config.wait_timeout_s
         self.timers = timers
@@ -133,6 +139,10 @@ class SlotPool(TrackedActor):
         self._waiting: set[str] = set()
         self.peak_in_use = 0
         self.grants = 0
+        #: when each waiting session queued (monotonic); the waits of granted requests, summed
+        self._queued_at: dict[str, float] = {}
+        self.wait_s_total = 0.0
+        self.wait_timeouts = 0
 
     @property
     def in_use(self) -> int:
@@ -149,6 +159,7 @@ class SlotPool(TrackedActor):
                 self._drop_waiter(request.session_id)
                 self._queue.append(request)
                 self._waiting.add(request.session_id)
+                self._queued_at[request.session_id] = self._now()
                 self._admit()
                 if self._queue and self._queue[-1] is request:
                     # not admitted: nobody was queued behind it, so it is last
@@ -169,20 +180,27 @@ class SlotPool(TrackedActor):
                     if waiter.session_id == session_id and waiter.request_id == request_id:
                         self._queue.remove(waiter)
                         self._waiting.discard(session_id)
+                        self._queued_at.pop(session_id, None)
+                        self.wait_timeouts += 1
                         tell(waiter.reply_to, SlotAnswer(request_id, False))
                         self._admit()
             case SlotStats():
                 return {"capacity": self.capacity, "in_use": self.in_use, "held": dict(self._held),
-                        "waiting": len(self._queue), "peak_in_use": self.peak_in_use, "grants": self.grants}
+                        "waiting": len(self._queue), "peak_in_use": self.peak_in_use, "grants": self.grants,
+                        "wait_s_total": self.wait_s_total, "wait_timeouts": self.wait_timeouts}
         return None
 
     def _drop_waiter(self, session_id: str) -> None:
         if session_id not in self._waiting:
             return
         self._waiting.discard(session_id)
+        self._queued_at.pop(session_id, None)
         for waiter in [w for w in self._queue if w.session_id == session_id]:
             self._queue.remove(waiter)
             tell(self.timers, CancelTimer((session_id, "slot_wait")))
+
+    def _now(self) -> float:
+        return 0.0 if self._clock is None else self._clock.monotonic()
 
     def _release(self, session_id: str) -> bool:
         weight = self._held.pop(session_id, None)
@@ -196,6 +214,8 @@ class SlotPool(TrackedActor):
         for _ in range(count):
             request = self._queue.popleft()
             self._waiting.discard(request.session_id)
+            now = self._now()
+            self.wait_s_total += now - self._queued_at.pop(request.session_id, now)
             # A request heavier than the whole pool is admitted alone and holds all of it —
             # not more: in_use (and its peak) never exceeds the capacity.
             weight = min(request.weight, self.capacity)

@@ -78,6 +78,7 @@ from corvid_actors.db.models import DaemonState
 from corvid_actors.errors import SHUTTING_DOWN, AdminError, CorvidError
 from corvid_actors.runtime import Runtime
 from corvid_actors.runtime_lifecycle import freeze_startup_heap
+from corvid_actors.telemetry.metrics import MetricsServer
 from corvid_actors.telemetry.tracing import tracer_provider_from_environment
 
 # --- the daemon ----------------------------------------------------------------------------
@@ -106,6 +107,7 @@ class Daemon:
         self.server: AdminSocketServer | None = None
         self.models: ModelServer | None = None
         self.link: ClusterLink | None = None
+        self.metrics_server: MetricsServer | None = None
         self._shutdown_reason = "signal"
         self._exit_code = 0
         self.about: dict[str, Any] = {}
@@ -164,6 +166,12 @@ class Daemon:
             "stub": models.stub_url is not None, "credits": credits, "version": package_version(),
             "sandbox": sandbox.as_dict(), "dumpable": _dumpable(),
         }
+        runtime.metrics.add_stats_part("followers", server.follow_stats)  # `corvid-actors events` streams
+        listen = runtime.config.telemetry.metrics_listen
+        if listen:  # [telemetry] metrics_listen: Prometheus scrapes the runtime's registry here
+            self.metrics_server = MetricsServer(runtime.metrics.registry, listen)
+            about["metrics"] = self.metrics_server.url
+            logger.info("serving Prometheus metrics at {}", self.metrics_server.url)
         if runtime.internals.cluster is not None:  # one of several daemons on one PostgreSQL
             about["daemon_id"] = runtime.internals.cluster.daemon_id
         # the admin actor is one more actor of the runtime's tree: its wiring alone uses the internals
@@ -178,6 +186,7 @@ class Daemon:
             providers=tree.providers, clock=runtime.clock, settings=self.settings, about=about,
             request_shutdown=self._request_shutdown,
             router=self.link.router if self.link is not None else None, access=runtime.config.access,
+            metrics=tree.metrics,
         ))
         if self.link is not None:
             self.link.bind(self.admin)
@@ -303,6 +312,8 @@ class Daemon:
             steps.append(functools.partial(self.runtime.shutdown, "server_shutdown"))
         if self.link is not None:
             steps.append(self.link.stop)
+        if self.metrics_server is not None:
+            steps.append(self.metrics_server.close)
         if self.models is not None:
             steps.append(self.models.close)
         for step in steps:

@@ -113,6 +113,8 @@ class AdminSocketServer:
         self._lock = threading.Lock()
         self._connections: dict[socket.socket, _Connection] = {}
         self._followers: set[FollowQueue] = set()
+        #: events followers lost by falling ``follow_queue_events`` behind (all followers)
+        self._dropped_events = 0
         self._closed = False
         self._accept_thread: threading.Thread | None = None
         self._end_reason = "daemon stopped"
@@ -358,6 +360,12 @@ class AdminSocketServer:
             with self._lock:
                 self._followers.discard(queue)
 
+    def follow_stats(self) -> dict[str, int]:
+        """``{"followers": n, "dropped_events": n}``: the event streams now, and the events
+        they lost by falling behind (the metrics read it)."""
+        with self._lock:
+            return {"followers": len(self._followers), "dropped_events": self._dropped_events}
+
     @staticmethod
     def _watch_hangup(reader: LineReader, queue: FollowQueue) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -369,6 +377,8 @@ class AdminSocketServer:
         while True:
             item, lost = queue.get()
             if lost:
+                with self._lock:
+                    self._dropped_events += lost
                 conn.sendall(encode({"dropped": lost}))
             if item is HANGUP:
                 if self._closed:

@@ -141,7 +141,9 @@ class MessageRows(StoreBase):
 
     @store_op
     def _commit_message_groups(self, groups: Sequence[tuple[MessageRow, ...]]) -> list[list[int]]:
+        started = self._monotonic()
         ids = insert_messages(self, [row for group in groups for row in group])
+        self.figures.committed(self._monotonic() - started)
         out, start = [], 0
         for group in groups:
             out.append(ids[start:start + len(group)])

@@ -151,6 +151,14 @@ class SessionRows(StoreBase):
             return list(query)
 
     @store_op
+    def count_sessions_by_status(self) -> dict[str, int]:
+        """How many session rows have each status (the metrics' ``corvid_sessions``)."""
+        S = self.m.Session
+        with self._lock:
+            rows = S.select(S.status, pw.fn.COUNT(S.id).alias("n")).group_by(S.status).tuples()
+            return {status: int(n) for status, n in rows}
+
+    @store_op
     def delete_session(self, session_id: str) -> bool:
         """Delete the session row and its messages (one transaction); False if there was none.
 

@@ -26,6 +26,7 @@ from corvid_actors.db.faults import (
     open_connection,
     says_connection_lost,
 )
+from corvid_actors.db.figures import WriteFigures
 from corvid_actors.db.group_commit import GroupCommitter
 from corvid_actors.db.memory_schema import copy_memory_schema
 from corvid_actors.db.message_batches import MessageRow
@@ -75,6 +76,8 @@ class StoreBase:
         self._backoff = self._backoff_first
         self._retry_at = 0.0
         self._monotonic = monotonic or RealClock().monotonic
+        #: commits, replays and fenced writes, for the metrics
+        self.figures = WriteFigures()
         self._listeners: list[Callable[[str | None], None]] = []
         self._file: str | None = None
         self._file_id: tuple[int, int] | None = None
@@ -164,6 +167,7 @@ class StoreBase:
             return self._mark_unavailable(f"the database file cannot be written ({one_line(exc)})")
         fenced = FencedWrite.from_database_error(exc)
         if fenced is not None:  # a stale session incarnation's write (db/fencing.py)
+            self.figures.fenced()
             return fenced
         # Locked, constraint violated, connection lost: one error type for callers.
         return StoreError(f"database error: {exc}")
@@ -230,6 +234,7 @@ class StoreBase:
                     raise
                 first = exc
             logger.warning("store: the connection was lost ({}); reconnecting and retrying once", one_line(first))
+            self.figures.replayed()
             with self._lock:
                 try:
                     self._reconnect()

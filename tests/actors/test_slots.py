@@ -86,7 +86,7 @@ def pool():
     clock = SimClock()
     tracker = ActivityTracker()
     timers = Timers(clock)
-    ref = SlotPool.start(tracker, config=SlotsConfig(max_parallel=3, wait_timeout_s=300), timers=timers)
+    ref = SlotPool.start(tracker, config=SlotsConfig(max_parallel=3, wait_timeout_s=300), timers=timers, clock=clock)
     p = Pool(clock, tracker, ref, timers)
     clock.attach(tracker, p.settle)
     yield p
@@ -105,6 +105,18 @@ def test_grants_up_to_capacity_and_queues_the_rest_with_a_status(pool):
     pool.settle()
     assert pool.answers("c") == [SlotAnswer(1, True)]
     assert pool.stats()["in_use"] == 2
+
+
+def test_stats_sum_the_waits_of_granted_requests_and_count_the_timeouts(pool):
+    pool.acquire("a", 3)  # granted at once: waited 0 s
+    pool.acquire("b", 1)
+    pool.clock.advance(40)
+    pool.pool.tell(ReleaseSlot("a"))
+    pool.settle()  # b waited 40 s
+    pool.acquire("c", 3)
+    pool.clock.advance(300)  # c gives up
+    stats = pool.stats()
+    assert (stats["grants"], stats["wait_s_total"], stats["wait_timeouts"]) == (2, 40.0, 1)
 
 
 def test_heavy_waiter_is_not_starved_by_light_ones(pool):

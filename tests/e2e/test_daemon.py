@@ -722,3 +722,44 @@ def test_sigkill_mid_turn_resumes_only_the_interrupted_session_with_one_call(tmp
         finally:
             for daemon in made:
                 daemon.kill()
+
+
+def test_metrics_listen_serves_the_registry_admin_stats_reads_and_stops_with_the_daemon(daemons, tmp_path, capsys):
+    from urllib.request import urlopen
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    data_dir = tmp_path / "data"
+    daemon = daemons(data_dir, chunk_delay_s=0.0, reply="short",
+                     extra_config='[telemetry]\nmetrics_listen = "127.0.0.1:0"\n')
+    url = _health_once_free(daemon)["daemon"]["metrics"]
+    follower = Follower(daemon)  # `corvid-actors events`: counted among the followers
+    sid = daemon.call("start", agent="scraped", prompt="hello")["session"]
+
+    def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        with urlopen(url, timeout=WAIT_S) as reply:
+            text = reply.read().decode()
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+    turn = ("corvid_turns_total", (("agent", "scraped"), ("model", "default"), ("outcome", "success"),
+                                   ("provider", "default")))
+    for _ in range(200):  # the stub answers in milliseconds; each try waits for a real scrape
+        if scrape().get(turn):
+            break
+    samples = scrape()
+    assert samples[turn] == 1
+    assert samples[("corvid_session_starts_total", (("agent", "scraped"),))] == 1
+    stats = daemon.call("stats")
+    assert stats["metrics"]['corvid_turns_total{agent="scraped",model="default",outcome="success",provider="default"}'] == 1
+    assert stats["sessions_by_status"] == {"running": 1}
+    assert samples[("corvid_sessions", (("status", "running"),))] == 1
+    assert not any(sid in value for _, labels in samples for _, value in labels)
+    assert samples[("corvid_event_followers", ())] == stats["followers"]["followers"] == 1
+    assert samples[("corvid_event_follower_dropped_events_total", ())] == 0
+    follower.close()
+
+    assert daemon.cli(capsys, "admin", "shutdown", "--wait") == (0, "daemon stopped\n", "")
+    assert daemon.wait_exit(WAIT_S) == 0
+    with pytest.raises(OSError):  # nothing left listening
+        urlopen(url, timeout=WAIT_S)

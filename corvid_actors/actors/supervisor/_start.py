@@ -27,6 +27,7 @@ from corvid_actors.content import UserContent, content_blocks, text_parts
 from corvid_actors.double_texting import double_texting_policy
 from corvid_actors.errors import SchemaTooNew
 from corvid_actors.events import ErrorEvent, SessionError, SessionStarted, SystemEvent
+from corvid_actors.telemetry.metrics import agent_labels
 
 
 def claim_here(core: SupervisorCore, sid: str) -> bool:
@@ -118,7 +119,8 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
     core.tracing.decision("start", sid, {"corvid.session.generation": gen, "corvid.session.begin": begin,
                                          "corvid.session.source": session.source or ""})
     ref = SessionActor.start(core.tracker, partial, build)
-    entry = LiveSession(sid, gen, ref, lifeline, tally, begun=begin, double_texting=partial.double_texting)
+    entry = LiveSession(sid, gen, ref, lifeline, tally, begun=begin, double_texting=partial.double_texting,
+                        labels=agent_labels(ctx.agent))
     ticket = StartTicket(core.tracker.inline)
     first: Begin | Ready = Begin(text, blocks) if begin else Ready()
     core.live.starting(sid, gen)
