@@ -283,6 +283,8 @@ class ClusterConfig:
     #: after the store comes back from an outage, this daemon sweeps no lease (and declares
     #: no daemon gone) until ``heartbeat_s + outage_grace_s`` after it saw it back (issue 36)
     outage_grace_s: float = field(default=5.0, metadata=NON_NEGATIVE)
+    #: the ownership rows kept per session (issue 36; ``admin session`` shows them; 0: none)
+    ownership_history_max: int = field(default=50, metadata=NON_NEGATIVE)
 
     def __post_init__(self) -> None:
         # A lease shorter than a heartbeat expires between two renewals of a live owner.

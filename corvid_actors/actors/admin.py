@@ -263,7 +263,10 @@ class AdminActor(TrackedActor):
         n_messages = args.get("messages", self.s.session_messages_shown)
         messages = self.w.store.recent_messages(sid, n_messages, roles=("user", "assistant", "system"))
         n_events = args.get("events", self.s.recent_events)
-        return session_detail(summary, row, info, approvals, messages, self._recent.of(sid)[-n_events:])
+        detail = session_detail(summary, row, info, approvals, messages, self._recent.of(sid)[-n_events:])
+        if self.w.router is not None:  # several daemons: where it ran, oldest first (issue 36)
+            detail["ownership"] = [o.to_dict() for o in self.w.router.seat.cluster.ownership(sid)]
+        return detail
 
     def _own(self, info: Mapping[str, Any]) -> Mapping[str, Any]:
         """The supervisor's facts of the sessions this daemon still owns (several daemons:

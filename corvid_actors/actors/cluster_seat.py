@@ -18,6 +18,7 @@ from corvid_actors.clock import Clock
 from corvid_actors.config_sections import ClusterConfig
 from corvid_actors.db.cluster import ClusterStore, Deadline
 from corvid_actors.db.models import DaemonState
+from corvid_actors.db.ownership import SHUTDOWN
 from corvid_actors.db.store import Store
 from corvid_actors.errors import StoreError
 
@@ -257,7 +258,7 @@ class ClusterSeat:
             self.store.unfence(sid)
         if had:
             try:
-                self.cluster.release(self.daemon_id, [sid])
+                self.cluster.release(self.daemon_id, [sid], now=self.clock.now())
             except StoreError as exc:
                 logger.bind(session_id=sid).warning("could not hand the session's lease over ({})", exc)
 
@@ -272,7 +273,7 @@ class ClusterSeat:
             self.store.unfence(sid)
         if had and not lost:
             try:
-                self.cluster.finish(self.daemon_id, [sid])
+                self.cluster.finish(self.daemon_id, [sid], now=self.clock.now())
             except StoreError as exc:  # its lease expires; a sweep may then resume it elsewhere
                 logger.bind(session_id=sid).warning("could not end the session's lease ({})", exc)
 
@@ -319,10 +320,11 @@ class ClusterSeat:
         """This daemon stops: its row says gone (nobody waits for its heartbeat)."""
         self.cluster.set_daemon_state(self.daemon_id, DaemonState.GONE)
 
-    def release_all(self) -> int:
-        """Hand every lease over (an orderly shutdown): other daemons claim them at once."""
+    def release_all(self, reason: str = SHUTDOWN) -> int:
+        """Hand every lease over (an orderly shutdown: ``drain`` or ``shutdown``, the
+        reason the ownership history gives): other daemons claim them at once."""
         with self._lock:
             self._lost.clear()
             self._deadlines.clear()
             self._stored_deadlines.clear()
-        return self.cluster.release(self.daemon_id)
+        return self.cluster.release(self.daemon_id, now=self.clock.now(), reason=reason)

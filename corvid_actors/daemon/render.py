@@ -130,6 +130,11 @@ def show_session(s: dict[str, Any], out: TextIO) -> None:
         if key.endswith("_s"):
             key, value = key[:-2], _duration(value)
         out.write(f"{key + ':':<17}{'-' if value in (None, '') else safe_text(value)}\n")
+    if s.get("ownership"):  # several daemons: where it ran, oldest first
+        out.write("\nwhere it ran:\n")
+        render_table(["DAEMON", "EPOCH", "SINCE", "UNTIL", "CAME (WHY)", "WENT (WHY)"],
+                     [[o["daemon"], o["epoch"], _when(o["since"]), _when(o["until"]) if o["until"] else "now",
+                       o["reason_in"], o["reason_out"] or "-"] for o in s["ownership"]], out, keep=("DAEMON",))
     if s["approvals"]:
         out.write("\npending approvals:\n")
         show_approvals(s["approvals"], out)

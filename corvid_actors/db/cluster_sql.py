@@ -61,9 +61,11 @@ class Statements:
     ensure_leases: str
     #: candidates subquery for a list of ids: one parameter
     ids_param: str
-    #: (scope args..., claimable args..., me, expires) -> (session_id, epoch); {scope} is a condition
+    #: (scope args..., claimable args..., me, expires) -> (session_id, epoch, previous owner,
+    #: previous expiry); {scope} is a condition
     claim: str
-    #: PostgreSQL: claim is one statement; SQLite: select, then update the selected
+    #: PostgreSQL: claim is one statement; SQLite: select (with the previous owner and
+    #: expiry), then update the selected
     claim_update: str
     claim_read: str
     #: (me, now) -> expired leases, leases of me
@@ -113,10 +115,11 @@ _PG = Statements(
                    "WHERE id IN ({candidates}) ORDER BY id ON CONFLICT (session_id) DO NOTHING"),
     ids_param="SELECT unnest(%s::text[])",
     claim=(
-        "WITH chosen AS (SELECT session_id FROM session_leases "
+        "WITH chosen AS (SELECT session_id, owner_id, lease_expires_at FROM session_leases "
         "WHERE {scope} AND {claimable} ORDER BY {order} {limit} FOR UPDATE SKIP LOCKED) "
         "UPDATE session_leases AS l SET owner_id = %s, epoch = l.epoch + 1, lease_expires_at = %s "
-        "FROM chosen WHERE l.session_id = chosen.session_id RETURNING l.session_id, l.epoch"),
+        "FROM chosen WHERE l.session_id = chosen.session_id "
+        "RETURNING l.session_id, l.epoch, chosen.owner_id, chosen.lease_expires_at"),
     claim_update="",
     claim_read="",
     count_expired=(f"SELECT (SELECT count(*) FROM session_leases WHERE held AND {EXPIRED}), "
@@ -150,7 +153,8 @@ _SQLITE = Statements(
     mark_gone=(f"UPDATE daemons SET state = '{DaemonState.GONE}' "
                f"WHERE state <> '{DaemonState.GONE}' AND heartbeat_at < %s AND id <> %s"),
     ids_param="SELECT value FROM json_each(%s)",
-    claim="SELECT session_id FROM session_leases WHERE {scope} AND {claimable} ORDER BY {order} {limit}",
+    claim=("SELECT session_id, owner_id, lease_expires_at FROM session_leases WHERE {scope} AND {claimable} "
+           "ORDER BY {order} {limit}"),
     claim_update=("UPDATE session_leases SET owner_id = %s, epoch = epoch + 1, lease_expires_at = %s "
                   "WHERE session_id IN ({candidates})"),
     claim_read="SELECT session_id, epoch FROM session_leases WHERE session_id IN ({candidates})",
