@@ -285,6 +285,11 @@ class ClusterConfig:
     outage_grace_s: float = field(default=5.0, metadata=NON_NEGATIVE)
     #: the ownership rows kept per session (issue 36; ``admin session`` shows them; 0: none)
     ownership_history_max: int = field(default=50, metadata=NON_NEGATIVE)
+    #: a rebalance hands sessions over until this daemon holds at most this many more than
+    #: the least-loaded live daemon (issue 36)
+    rebalance_tolerance: int = field(default=1, metadata=AT_LEAST_ONE)
+    #: when a daemon joins, every other daemon offers it its idle sessions beyond that bound
+    rebalance_on_join: bool = False
 
     def __post_init__(self) -> None:
         # A lease shorter than a heartbeat expires between two renewals of a live owner.

@@ -18,7 +18,7 @@ from corvid_actors.clock import Clock
 from corvid_actors.config_sections import ClusterConfig
 from corvid_actors.db.cluster import ClusterStore, Deadline
 from corvid_actors.db.models import DaemonState
-from corvid_actors.db.ownership import SHUTDOWN
+from corvid_actors.db.ownership import REBALANCE, SHUTDOWN
 from corvid_actors.db.store import Store
 from corvid_actors.errors import StoreError
 
@@ -261,6 +261,14 @@ class ClusterSeat:
                 self.cluster.release(self.daemon_id, [sid], now=self.clock.now())
             except StoreError as exc:
                 logger.bind(session_id=sid).warning("could not hand the session's lease over ({})", exc)
+
+    def offer(self, sids: list[str], target: str) -> int:
+        """Hand ``sids`` over to daemon ``target`` (a rebalance, issue 36): their leases lose
+        their owner and are offered to it (its next sweep takes them; anyone's once they
+        expire). Called before their incarnations stop here: until then, their writes are
+        still fenced by this daemon's epochs (refused once ``target`` claimed them). How
+        many were handed over; a store error propagates (nothing moved)."""
+        return self.cluster.release(self.daemon_id, sids, now=self.clock.now(), reason=REBALANCE, offered_to=target)
 
     def finish(self, sid: str) -> None:
         """``sid`` stopped running here: its lease ends (nobody resumes it) and its writes

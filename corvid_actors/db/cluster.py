@@ -255,11 +255,13 @@ class ClusterStore:
         with self.store.transaction():
             if not self._may_claim(daemon_id):
                 return []
-            expired, owned = self._execute(self._sql.count_expired, daemon_id, at, daemon_id).fetchone()
+            expired, owned = self._execute(self._sql.count_expired, daemon_id, at, daemon_id, at,
+                                           daemon_id).fetchone()
             take = fair_share(int(expired), live_daemons, max_sessions, int(owned))
             if take <= 0:
                 return []
-            return self._claim(self._sql.held, [], self._sql.expired, (daemon_id, at), "lease_expires_at, session_id",
+            return self._claim(self._sql.held, [], self._sql.expired, (daemon_id, at, daemon_id, at),
+                               "lease_expires_at, session_id",
                                take, daemon_id, now, lease_s)
 
     @store_op
@@ -322,20 +324,21 @@ class ClusterStore:
 
     @store_op
     def release(self, daemon_id: str, session_ids: Sequence[str] | None = None, *, now: datetime,
-                reason: str = HANDOVER) -> int:
+                reason: str = HANDOVER, offered_to: str | None = None) -> int:
         """Hand sessions over (a draining daemon, after stopping their incarnations): their
         leases lose their owner and any daemon's next sweep claims them. ``None``: all of
         the daemon's leases. Leases it no longer owns are left alone. Returns how many.
         Their ownership rows close at ``now`` with ``reason`` (``drain``, ``shutdown``,
-        ``rebalance``, ``handover``), which the next owner's row carries as its reason in."""
+        ``rebalance``, ``handover``), which the next owner's row carries as its reason in.
+        ``offered_to``: only that daemon's sweep takes them until they expire (a rebalance)."""
         with self.store.transaction():
             if session_ids is None:
-                count = int(self._execute(self._sql.release_all, daemon_id).rowcount)
+                count = int(self._execute(self._sql.release_all, offered_to, daemon_id).rowcount)
             elif not session_ids:
                 return 0
             else:
                 sql = self._sql.release.format(candidates=self._sql.ids_param)
-                count = int(self._execute(sql, daemon_id, self._ids_arg(session_ids)).rowcount)
+                count = int(self._execute(sql, offered_to, daemon_id, self._ids_arg(session_ids)).rowcount)
             self.history.ended(daemon_id, session_ids, _naive(now), reason)
             return count
 
@@ -420,6 +423,14 @@ class ClusterStore:
         """Ids of the sessions whose lease the daemon holds (expired or not), sorted."""
         with self.store.transaction():
             return [row[0] for row in self._execute(self._sql.owned_by, daemon_id).fetchall()]
+
+    @store_op
+    def load(self, now: datetime, grace_s: float) -> dict[str, int]:
+        """The live daemons (as :meth:`live_daemons`) and how many leases each holds or has
+        been offered (a rebalance's hand-over not yet taken), by id."""
+        cutoff = _naive(now - timedelta(seconds=grace_s))
+        with self.store.transaction():
+            return {str(d): int(n) for d, n in self._execute(self._sql.load, cutoff).fetchall()}
 
     @store_op
     def place_new_session(self, now: datetime, grace_s: float, max_sessions: int | None = None) -> str | None:

@@ -307,6 +307,8 @@ def build_models(database: pw.Database, now: Callable[[], datetime] | None = Non
         resume_due_at = pw.DateTimeField(null=True)
         inactivity_due_at = pw.DateTimeField(null=True)
         idle_due_at = pw.DateTimeField(null=True)
+        #: released for a rebalance to this daemon: the others' sweeps wait for its expiry (issue 36)
+        offered_to = pw.CharField(null=True, max_length=200)
 
         class Meta:
             table_name = "session_leases"

@@ -230,12 +230,14 @@ def test_a_version_14_database_gets_the_leases_idle_deadline(tmp_path) -> None:
 
 
 def test_a_version_15_database_gets_the_ownership_history(tmp_path) -> None:
-    # issue 36 item 8: a table of its own and its index of open rows; idempotent (the
+    # issue 36 items 8 and 7: a table of its own and its index of open rows, and the
+    # leases' offered_to (a rebalance's hand-over, nullable); idempotent (the
     # baseline of this version makes the table, the migration finds it there)
     url = f"sqlite:///{tmp_path / 'corvid.db'}"
     old = Store(url)
     session = old.create_session(name="ran")
     old.db.execute_sql("DROP TABLE session_ownership")
+    old.db.execute_sql('ALTER TABLE session_leases DROP COLUMN "offered_to"')
     old.m.SchemaVersion.delete().where(old.m.SchemaVersion.version >= 16).execute()
     old.close()
 
@@ -247,6 +249,7 @@ def test_a_version_15_database_gets_the_ownership_history(tmp_path) -> None:
         H = store.m.SessionOwnership
         H.create(session=session.id, daemon_id="a", epoch=1, started_at=datetime(2026, 3, 1), reason_in="start")
         assert [(row.daemon_id, row.ended_at) for row in H.select()] == [("a", None)]
+        assert "offered_to" in {c.name for c in store.db.get_columns("session_leases")}  # item 7's hand-over
         migrations._session_ownership(store.m, store.db)  # again: nothing changes
         assert H.select().count() == 1
     finally:
