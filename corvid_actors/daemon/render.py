@@ -209,6 +209,14 @@ def _one_liner(cmd: str, result: Any) -> str:
             return f"granted {result['granted']} to {result['participant']}: balance {result['balance']}"
         case "shutdown":
             return "daemon stopped" if result.get("stopped") else "daemon is shutting down"
+        case "rebalance":
+            lines = [f"moved {result['moved']} idle session(s)"]
+            for one in result["daemons"]:
+                moves = ", ".join(f"{len(sids)} to {target}" for target, sids in sorted((one.get("moved") or {}).items()))
+                note = f"error: {one['error']}" if one.get("error") else (moves or "nothing to move")
+                busy = f" ({one['kept_busy']} kept: mid-turn or starting)" if one.get("kept_busy") else ""
+                lines.append(f"  {one.get('daemon_id')}: {note}{busy}")
+            return "\n".join(lines)
     return json.dumps(result)
 
 

@@ -6,15 +6,20 @@ calls a model for the move; a session mid-turn stays where it is. With
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
+from corvid_actors.actors._admin_cluster import ClusterRouter
+from corvid_actors.actors.admin import AdminActor, AdminCommand, AdminWiring, Ready
 from corvid_actors.actors.cluster import Rebalance
+from corvid_actors.daemon.render import show_result
 from corvid_actors.db.balance import rebalance_moves
 from corvid_actors.db.cluster import ClusterStore
+from corvid_actors.db.pg_bus import PgBus
 from corvid_actors.testing import EventRecorder, ScriptedProvider, SimClock, Turn, sim_runtime
 from tests.cluster.conftest import SIM_CLUSTER, SimDaemon, sim_pair
 from tests.cluster.test_sim_ownership import first_sweep_from, sweep_times
@@ -119,3 +124,27 @@ def test_a_daemon_that_joins_gets_its_share_when_rebalance_on_join_is_on(pg_url)
                 [_, mine] = ClusterStore(a.internals.store).ownership(sid)[-2:]
                 assert (mine.daemon_id, mine.reason_in) == ("c", "rebalance")
             assert {round(t, 6) for t in sim.a.events.times("session_stopped")} == {round(noticed, 6)}
+
+
+def test_admin_rebalance_runs_the_chosen_daemons_part_and_says_what_moved(pg_url):
+    with sim_pair(pg_url) as sim:
+        clock, a = sim.clock, sim.a.runtime
+        waiting_sessions(sim.a, 4)
+        clock.advance_to(2)
+        internals = a.internals
+        bus = PgBus(pg_url, "a", clock=a.clock, on_command=lambda *_: None, on_events=lambda *_: None)  # not started
+        admin = AdminActor.start(internals.tracker, AdminWiring(
+            supervisor=internals.supervisor, approvals=internals.approvals, bus=internals.bus, timers=internals.timers,
+            slot_pool=internals.slot_pool, credits=internals.credits, store=internals.store,
+            providers=internals.providers, clock=a.clock, router=ClusterRouter(internals.cluster, bus, 5.0, 1.0)))
+        try:
+            assert admin.ask(Ready()) is True
+            result = admin.ask(AdminCommand("rebalance", {"daemon": "a"})).get(timeout=10.0)
+        finally:
+            admin.stop()
+        [mine] = result["daemons"]
+        assert (result["moved"], mine["daemon_id"], mine["load"]) == (2, "a", {"a": 4, "b": 0})
+        assert [len(sids) for sids in mine["moved"].values()] == [2] and list(mine["moved"]) == ["b"]
+        shown = io.StringIO()
+        show_result("rebalance", result, shown)
+        assert shown.getvalue() == "moved 2 idle session(s)\n  a: 2 to b\n"
