@@ -60,6 +60,7 @@ from corvid_actors.errors import (
     UNAVAILABLE,
     AdminError,
     ConflictError,
+    StoreError,
 )
 from corvid_actors.events import Event, to_dict
 
@@ -266,7 +267,10 @@ class AdminActor(TrackedActor):
         n_events = args.get("events", self.s.recent_events)
         detail = session_detail(summary, row, info, approvals, messages, self._recent.of(sid)[-n_events:])
         if self.w.router is not None:  # several daemons: where it ran, oldest first (issue 36)
-            detail["ownership"] = [o.to_dict() for o in self.w.router.seat.cluster.ownership(sid)]
+            try:
+                detail["ownership"] = [o.to_dict() for o in self.w.router.seat.cluster.ownership(sid)]
+            except StoreError as exc:  # the rest of the answer stands without it
+                detail["ownership"], detail["ownership_unavailable"] = None, str(exc)
         return detail
 
     def _own(self, info: Mapping[str, Any]) -> Mapping[str, Any]:

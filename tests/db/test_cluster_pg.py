@@ -547,3 +547,24 @@ def _wait_for_lock_wait(pg_url: str) -> None:
         probe.close()
     raise AssertionError("the write never waited for the claim's lock")
 
+
+
+def test_a_lease_offered_to_one_daemon_is_its_until_it_expires(daemons) -> None:
+    # issue 36 item 7: a rebalance releases a lease offered to the least-loaded daemon
+    a, b, c = daemons("a", "b", "c")
+    sids = new_sessions(a, 3)
+    a.claim(sids, "a", at(0), LEASE_S)
+    assert a.load(at(1), 60.0) == {"a": 3, "b": 0, "c": 0}
+    assert a.release("a", sids[:2], now=at(1), reason="rebalance", offered_to="b") == 2
+    assert a.load(at(1), 60.0) == {"a": 1, "b": 2, "c": 0}  # a hand-over not yet taken counts for b
+    assert a.claim_expired("a", at(2), LEASE_S, 3, 100) == []  # not the releaser's to take back
+    assert c.claim_expired("c", at(2), LEASE_S, 3, 100) == []  # nor anyone else's
+    assert [x.session_id for x in b.claim_expired("b", at(2), LEASE_S, 3, 100)] == sorted(sids[:2])
+    assert a.owner_of(sids[0]).owner_id == "b"
+    # an offer the target never took: anyone's once the lease (b's claim at 2 s) has expired
+    assert b.release("b", sids[:1], now=at(3), reason="rebalance", offered_to="c") == 1
+    assert a.claim_expired("a", at(1 + LEASE_S), LEASE_S, 3, 100) == []
+    taken = a.claim_expired("a", at(2 + LEASE_S), LEASE_S, 3, 100)  # and b's own, expired: a failover
+    assert sorted(x.session_id for x in taken) == sorted(sids[:2])
+    assert [o.reason_in for o in a.ownership(sids[0])] == ["start", "rebalance", "rebalance"]
+    assert [o.reason_in for o in a.ownership(sids[1])] == ["start", "rebalance", "failover"]
