@@ -102,7 +102,8 @@ class OwnershipLog:
             return
         H = self.store.m.SessionOwnership
         ids = [row.session_id for row in rows]
-        last = self._last_reasons(ids)
+        released = [row.session_id for row in rows if row.previous_owner is None and row.previous_expiry is not None]
+        last = self._last_reasons(released) if released else {}
         closing: dict[str, list[str]] = defaultdict(list)
         opened = []
         for sid, epoch, owner, expiry in rows:
