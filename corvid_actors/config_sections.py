@@ -306,6 +306,13 @@ class ClusterConfig:
     #: after the store comes back from an outage, this daemon sweeps no lease (and declares
     #: no daemon gone) until ``heartbeat_s + outage_grace_s`` after it saw it back (issue 36)
     outage_grace_s: float = field(default=5.0, metadata=NON_NEGATIVE)
+    #: the ownership rows kept per session (issue 36; ``admin session`` shows them; 0: none)
+    ownership_history_max: int = field(default=50, metadata=NON_NEGATIVE)
+    #: a rebalance hands sessions over until this daemon holds at most this many more than
+    #: the least-loaded live daemon (issue 36)
+    rebalance_tolerance: int = field(default=1, metadata=AT_LEAST_ONE)
+    #: when a daemon joins, every other daemon offers it its idle sessions beyond that bound
+    rebalance_on_join: bool = False
 
     def __post_init__(self) -> None:
         # A lease shorter than a heartbeat expires between two renewals of a live owner.

@@ -29,6 +29,7 @@ from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
 from corvid_actors.actors.base import ActivityTracker, tell
 from corvid_actors.actors.events import Publish
+from corvid_actors.db.ownership import DRAIN, SHUTDOWN
 from corvid_actors.errors import RuntimeStoppedError, StoreError
 from corvid_actors.events import ErrorEvent, SessionError
 from corvid_actors.runtime_reads import RuntimeReads
@@ -94,7 +95,8 @@ class RuntimeLifecycle(RuntimeReads):
         if seat is not None:
             # several daemons: the stopped sessions' leases are handed over (others resume
             # them at their next sweep) and this daemon leaves the cluster
-            steps += (("handing the sessions' leases over", seat.release_all),
+            why = DRAIN if reason == "drain" else SHUTDOWN  # for the ownership history
+            steps += (("handing the sessions' leases over", lambda: seat.release_all(why)),
                       ("leaving the cluster", seat.leave))
         return steps
 

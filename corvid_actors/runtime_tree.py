@@ -220,7 +220,7 @@ def cluster_seat(config: Config, clock: Clock, store: Store) -> ClusterSeat | No
     if store.is_sqlite:
         raise ConfigError("[cluster] enabled (CORVID_CLUSTER=1) needs a PostgreSQL store "
                           "(CORVID_DB_URL=postgresql://…): a SQLite file serves one daemon")
-    seat = ClusterSeat(ClusterStore(store), store, cc.daemon_id or new_daemon_id(), cc, clock,
+    seat = ClusterSeat(ClusterStore(store, history_max=cc.ownership_history_max), store, cc.daemon_id or new_daemon_id(), cc, clock,
                        version=package_version())
     seat.register()
     return seat

@@ -207,6 +207,28 @@ def _ask_others(router: ClusterRouter, name: str, args: Mapping[str, Any], unkno
     raise unknown_here
 
 
+def _rebalance_all(router: ClusterRouter, args: Mapping[str, Any], here: Callable[[], Any]) -> dict[str, Any]:
+    """``admin rebalance``: each live daemon (or only ``args["daemon"]``) hands its idle
+    sessions beyond the bound over, one daemon after the other — this one first — each
+    reading the load the ones before it left (a hand-over not yet taken counts for its
+    target). A daemon that does not answer is reported, and the others go on."""
+    wanted = args.get("daemon")
+    daemons = [router.daemon_id, *router.others()]
+    if wanted:
+        if wanted not in daemons:
+            raise AdminError(NOT_FOUND, f"no live daemon {wanted!r} (live: {', '.join(sorted(daemons))})")
+        daemons = [wanted]
+    results: list[dict[str, Any]] = []
+    for daemon_id in daemons:
+        try:
+            answer = here() if daemon_id == router.daemon_id else router.forward(daemon_id, "rebalance", {})
+        except AdminError as exc:
+            answer = {"daemon_id": daemon_id, "moved": {}, "error": exc.message}
+        results.append(dict(answer))
+    moved = sum(len(sids) for result in results for sids in (result.get("moved") or {}).values())
+    return {"daemons": results, "moved": moved}
+
+
 def route(router: ClusterRouter, name: str, args: Mapping[str, Any], run_here: Any, session_of: Any,
           local_view: Callable[[], Any]) -> Any:
     """Run operator command ``name`` where it belongs: ``run_here(args)`` on this daemon,
@@ -227,6 +249,8 @@ def route(router: ClusterRouter, name: str, args: Mapping[str, Any], run_here: A
         if target is not None and target != router.daemon_id:
             return off_actor(lambda: router.forward(target, name, args), name)
         return run_here(args)
+    if name == "rebalance":
+        return off_actor(lambda: _rebalance_all(router, args, local_view), name)
     if name in APPROVAL_COMMANDS:
         try:
             return run_here(args)

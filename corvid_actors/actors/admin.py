@@ -46,6 +46,7 @@ from corvid_actors.actors._admin_views import (
     session_summary,
 )
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
+from corvid_actors.actors.cluster import Rebalance
 from corvid_actors.actors.events import BusStats, SubscribeAll, UnsubscribeAll
 from corvid_actors.actors.slots import SlotStats
 from corvid_actors.actors.timers import Timers
@@ -59,12 +60,13 @@ from corvid_actors.errors import (
     UNAVAILABLE,
     AdminError,
     ConflictError,
+    StoreError,
 )
 from corvid_actors.events import Event, to_dict
 from corvid_actors.telemetry.metrics import RuntimeMetrics
 
 #: commands refused once the daemon is shutting down (they start or change work)
-MUTATING_COMMANDS = frozenset({"start", "send", "resume", "extend", "approve", "mode", "credits_grant"})
+MUTATING_COMMANDS = frozenset({"start", "send", "resume", "extend", "approve", "mode", "credits_grant", "rebalance"})
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,7 @@ class AdminActor(TrackedActor):
             "deny": partial(cmd.deny, broker), "mode": partial(cmd.mode, broker),
             "credits_balance": partial(cmd.credits_balance, bank),
             "credits_grant": partial(cmd.credits_grant, bank, self.s.max_credit_grant),
-            "shutdown": self._cmd_shutdown, "drain": self._cmd_drain,
+            "shutdown": self._cmd_shutdown, "drain": self._cmd_drain, "rebalance": self._cmd_rebalance,
         }
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -266,7 +268,13 @@ class AdminActor(TrackedActor):
         n_messages = args.get("messages", self.s.session_messages_shown)
         messages = self.w.store.recent_messages(sid, n_messages, roles=("user", "assistant", "system"))
         n_events = args.get("events", self.s.recent_events)
-        return session_detail(summary, row, info, approvals, messages, self._recent.of(sid)[-n_events:])
+        detail = session_detail(summary, row, info, approvals, messages, self._recent.of(sid)[-n_events:])
+        if self.w.router is not None:  # several daemons: where it ran, oldest first (issue 36)
+            try:
+                detail["ownership"] = [o.to_dict() for o in self.w.router.seat.cluster.ownership(sid)]
+            except StoreError as exc:  # the rest of the answer stands without it
+                detail["ownership"], detail["ownership_unavailable"] = None, str(exc)
+        return detail
 
     def _own(self, info: Mapping[str, Any]) -> Mapping[str, Any]:
         """The supervisor's facts of the sessions this daemon still owns (several daemons:
@@ -407,6 +415,14 @@ class AdminActor(TrackedActor):
         self._stopping = True
         self.w.request_shutdown("drain")
         return {"draining": True, "daemon_id": self.w.router.daemon_id, "pid": self.w.about.get("pid")}
+
+    def _cmd_rebalance(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        # this daemon's part; the router asks every other daemon for theirs (_admin_cluster)
+        if self.w.router is None:
+            raise AdminError(BAD_REQUEST, "rebalance moves sessions between daemons: this one runs alone "
+                                          "([cluster] enabled is off)")
+        result: dict[str, Any] = ask_actor(self.w.supervisor, Rebalance("admin"))
+        return result
 
     # --- events -------------------------------------------------------------------------------
 

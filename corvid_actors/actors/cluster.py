@@ -47,8 +47,8 @@ from corvid_actors.actors.timers import ScheduleTimer, Timers
 from corvid_actors.db.models import DaemonState
 from corvid_actors.errors import FencedWrite, StoreError
 
-__all__ = ["AdoptSessions", "ClusterMember", "ClusterSeat", "ClusterStats", "RenewNow", "SessionsLost", "new_daemon_id",
-           "sweep_resumes_at"]
+__all__ = ["AdoptSessions", "ClusterMember", "ClusterSeat", "ClusterStats", "Rebalance", "RenewNow", "SessionsLost",
+           "new_daemon_id", "sweep_resumes_at"]
 
 
 def new_daemon_id() -> str:
@@ -71,6 +71,21 @@ class SessionsLost:
     handled on the supervisor's thread."""
 
     session_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Rebalance:
+    """Hand idle sessions over (issue 36): this daemon offers those beyond ``[cluster]
+    rebalance_tolerance`` more than the least-loaded live daemon holds to the least loaded
+    (``db.balance.rebalance_moves``), whose next sweep takes them. Only sessions waiting
+    for their user move — never one mid-turn, starting, paused or due for a restart — so
+    the move costs no model turn (the new owner resumes them ready). Asked by the
+    AdminActor (``admin rebalance``; replies with a dict: ``daemon_id``, ``load`` before,
+    ``moved`` by target, ``kept_busy``), told by the ClusterMember when a daemon joins
+    (``rebalance_on_join``); handled on the supervisor's thread."""
+
+    #: why (the sessions' ``session_stopped`` reason is ``rebalance`` either way)
+    cause: str = "admin"
 
 
 @dataclass(frozen=True)
@@ -112,7 +127,9 @@ class ClusterMember(TrackedActor):
         self.supervisor = supervisor
         # jitter from the daemon id: daemons do not sweep in step, and a run is reproducible
         self._rng = random.Random(seat.daemon_id)
-        self._stats = {"heartbeats": 0, "sweeps": 0, "adopted": 0, "lost": 0}
+        self._stats = {"heartbeats": 0, "sweeps": 0, "adopted": 0, "lost": 0, "joined": 0}
+        #: the live daemons the last sweep saw (None: none yet), to notice one joining
+        self._live: set[str] | None = None
 
     def on_start(self) -> None:
         me = self.actor_ref
@@ -243,6 +260,7 @@ class ClusterMember(TrackedActor):
             logger.warning("cluster: sweep failed ({})", exc)
             return
         self._stats["sweeps"] += 1
+        self._notice_joins(set(live))
         if not claims:
             return
         for claim in claims:
@@ -250,3 +268,18 @@ class ClusterMember(TrackedActor):
         self._stats["adopted"] += len(claims)
         logger.info("cluster: claimed {} session(s) whose owner stopped renewing", len(claims))
         tell(self.supervisor, AdoptSessions(tuple(c.session_id for c in claims)))
+
+    def _notice_joins(self, live: set[str]) -> None:
+        """A daemon joined since the last sweep (issue 36): with ``rebalance_on_join``, this
+        one offers it the idle sessions beyond its share (the supervisor decides which).
+        Every daemon notices at its own next sweep; the arrival needs no message."""
+        seen, self._live = self._live, live
+        if seen is None:
+            return
+        joined = live - seen - {self.seat.daemon_id}
+        if not joined:
+            return
+        self._stats["joined"] += len(joined)
+        if self.seat.config.rebalance_on_join:
+            logger.info("cluster: daemon(s) {} joined: offering them idle sessions", ", ".join(sorted(joined)))
+            tell(self.supervisor, Rebalance(cause="join"))

@@ -18,6 +18,7 @@ from corvid_actors.clock import Clock
 from corvid_actors.config_sections import ClusterConfig
 from corvid_actors.db.cluster import ClusterStore, Deadline
 from corvid_actors.db.models import DaemonState
+from corvid_actors.db.ownership import REBALANCE, SHUTDOWN
 from corvid_actors.db.store import Store
 from corvid_actors.errors import StoreError
 
@@ -257,9 +258,17 @@ class ClusterSeat:
             self.store.unfence(sid)
         if had:
             try:
-                self.cluster.release(self.daemon_id, [sid])
+                self.cluster.release(self.daemon_id, [sid], now=self.clock.now())
             except StoreError as exc:
                 logger.bind(session_id=sid).warning("could not hand the session's lease over ({})", exc)
+
+    def offer(self, sids: list[str], target: str) -> int:
+        """Hand ``sids`` over to daemon ``target`` (a rebalance, issue 36): their leases lose
+        their owner and are offered to it (its next sweep takes them; anyone's once they
+        expire). Called before their incarnations stop here: until then, their writes are
+        still fenced by this daemon's epochs (refused once ``target`` claimed them). How
+        many were handed over; a store error propagates (nothing moved)."""
+        return self.cluster.release(self.daemon_id, sids, now=self.clock.now(), reason=REBALANCE, offered_to=target)
 
     def finish(self, sid: str) -> None:
         """``sid`` stopped running here: its lease ends (nobody resumes it) and its writes
@@ -272,7 +281,7 @@ class ClusterSeat:
             self.store.unfence(sid)
         if had and not lost:
             try:
-                self.cluster.finish(self.daemon_id, [sid])
+                self.cluster.finish(self.daemon_id, [sid], now=self.clock.now())
             except StoreError as exc:  # its lease expires; a sweep may then resume it elsewhere
                 logger.bind(session_id=sid).warning("could not end the session's lease ({})", exc)
 
@@ -319,10 +328,11 @@ class ClusterSeat:
         """This daemon stops: its row says gone (nobody waits for its heartbeat)."""
         self.cluster.set_daemon_state(self.daemon_id, DaemonState.GONE)
 
-    def release_all(self) -> int:
-        """Hand every lease over (an orderly shutdown): other daemons claim them at once."""
+    def release_all(self, reason: str = SHUTDOWN) -> int:
+        """Hand every lease over (an orderly shutdown: ``drain`` or ``shutdown``, the
+        reason the ownership history gives): other daemons claim them at once."""
         with self._lock:
             self._lost.clear()
             self._deadlines.clear()
             self._stored_deadlines.clear()
-        return self.cluster.release(self.daemon_id)
+        return self.cluster.release(self.daemon_id, now=self.clock.now(), reason=reason)

@@ -232,6 +232,9 @@ def _admin_commands() -> list[tuple[str, str, str, Callable[[argparse.ArgumentPa
         p.add_argument("--wait", action="store_true",
                        help="return only when the daemon has handed every session over and exited")
 
+    def rebalance(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--daemon", help="only this daemon hands sessions over (default: every live daemon)")
+
     def shutdown(p: argparse.ArgumentParser) -> None:
         p.add_argument("--reason", help="written to the daemon's log")
         p.add_argument("--wait", action="store_true",
@@ -256,6 +259,9 @@ def _admin_commands() -> list[tuple[str, str, str, Callable[[argparse.ArgumentPa
         ("shutdown", "shutdown", "stop the daemon gracefully (sessions are marked for resume)", shutdown),
         ("drain", "drain", "several daemons: hand every session over to the others at a turn boundary, "
                            "then exit", drain),
+        ("rebalance", "rebalance", "several daemons: hand idle sessions (never one mid-turn) over to the "
+                                   "least-loaded daemons until the counts are within [cluster] "
+                                   "rebalance_tolerance", rebalance),
     ]
 
 

@@ -109,6 +109,7 @@ COMMANDS: Mapping[str, Mapping[str, Arg]] = {
                       "reason": _note(MAX_NAME_CHARS)},
     "shutdown": {"reason": _text(max_chars=4000)},
     "drain": {},
+    "rebalance": {"daemon": _text()},
     "follow": {"session": _text()},
 }
 

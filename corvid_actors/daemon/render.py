@@ -130,6 +130,11 @@ def show_session(s: dict[str, Any], out: TextIO) -> None:
         if key.endswith("_s"):
             key, value = key[:-2], _duration(value)
         out.write(f"{key + ':':<17}{'-' if value in (None, '') else safe_text(value)}\n")
+    if s.get("ownership"):  # several daemons: where it ran, oldest first
+        out.write("\nwhere it ran:\n")
+        render_table(["DAEMON", "EPOCH", "SINCE", "UNTIL", "CAME (WHY)", "WENT (WHY)"],
+                     [[o["daemon"], o["epoch"], _when(o["since"]), _when(o["until"]) if o["until"] else "now",
+                       o["reason_in"], o["reason_out"] or "-"] for o in s["ownership"]], out, keep=("DAEMON",))
     if s["approvals"]:
         out.write("\npending approvals:\n")
         show_approvals(s["approvals"], out)
@@ -204,6 +209,14 @@ def _one_liner(cmd: str, result: Any) -> str:
             return f"granted {result['granted']} to {result['participant']}: balance {result['balance']}"
         case "shutdown":
             return "daemon stopped" if result.get("stopped") else "daemon is shutting down"
+        case "rebalance":
+            lines = [f"moved {result['moved']} idle session(s)"]
+            for one in result["daemons"]:
+                moves = ", ".join(f"{len(sids)} to {target}" for target, sids in sorted((one.get("moved") or {}).items()))
+                note = f"error: {one['error']}" if one.get("error") else (moves or "nothing to move")
+                busy = f" ({one['kept_busy']} kept: mid-turn or starting)" if one.get("kept_busy") else ""
+                lines.append(f"  {one.get('daemon_id')}: {note}{busy}")
+            return "\n".join(lines)
     return json.dumps(result)
 
 

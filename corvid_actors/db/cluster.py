@@ -39,12 +39,15 @@ import peewee as pw
 
 from corvid_actors.db.cluster_sql import statements
 from corvid_actors.db.models import DaemonState, SessionStatus
+from corvid_actors.db.ownership import FAILOVER, HANDOVER, STOP, Ownership, OwnershipLog, Taken
 from corvid_actors.db.store import Store
 from corvid_actors.db.store_base import store_op
 from corvid_actors.errors import FencedWrite
 
 #: the durable timers of a lease (:meth:`ClusterStore.set_timers`)
 TIMER_COLUMNS = ("restart_due_at", "resume_due_at", "inactivity_due_at", "idle_due_at")
+#: ownership rows kept per session unless told (``[cluster] ownership_history_max``)
+DEFAULT_HISTORY_MAX = 50
 #: ``place_new_session`` without a bound
 _NO_BOUND = 2**31 - 1
 
@@ -116,9 +119,11 @@ class ClusterStore:
     and reconnects). Each method is one transaction; thread-safe as the store is. Several
     daemons each use their own store (their own connection) on one database."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, history_max: int = DEFAULT_HISTORY_MAX) -> None:
         self.store = store
         self._sql = statements(store.is_sqlite)
+        #: where each session ran, written with each lease change (issue 36; 0: not written)
+        self.history = OwnershipLog(store, history_max)
 
     # --- daemons --------------------------------------------------------------------------
 
@@ -136,6 +141,7 @@ class ClusterStore:
             self._execute(self._sql.register, daemon_id, host, pid, at, at, version)
             earlier = [row[0] for row in self._execute(self._sql.leases_of, at, daemon_id).fetchall()]
             self._execute(self._sql.release_leases_of, at, at, daemon_id)
+            self.history.ended(daemon_id, None, at, FAILOVER)  # nothing of its earlier life runs
         return sorted(earlier)
 
     @store_op
@@ -249,11 +255,13 @@ class ClusterStore:
         with self.store.transaction():
             if not self._may_claim(daemon_id):
                 return []
-            expired, owned = self._execute(self._sql.count_expired, daemon_id, at, daemon_id).fetchone()
+            expired, owned = self._execute(self._sql.count_expired, daemon_id, at, daemon_id, at,
+                                           daemon_id).fetchone()
             take = fair_share(int(expired), live_daemons, max_sessions, int(owned))
             if take <= 0:
                 return []
-            return self._claim(self._sql.held, [], self._sql.expired, (daemon_id, at), "lease_expires_at, session_id",
+            return self._claim(self._sql.held, [], self._sql.expired, (daemon_id, at, daemon_id, at),
+                               "lease_expires_at, session_id",
                                take, daemon_id, now, lease_s)
 
     @store_op
@@ -293,14 +301,17 @@ class ClusterStore:
                                      limit="" if limit is None else f"LIMIT {int(limit)}")
         if not self.store.is_sqlite:
             rows = self._execute(sql, *args, *claimable_args, daemon_id, until).fetchall()
+            taken = [Taken(str(sid), int(epoch), owner, expiry) for sid, epoch, owner, expiry in rows]
         else:
-            chosen = [row[0] for row in self._execute(sql, *args, *claimable_args).fetchall()]
-            if not chosen:
+            before = {row[0]: (row[1], row[2]) for row in self._execute(sql, *args, *claimable_args).fetchall()}
+            if not before:
                 return []
-            ids = json.dumps(chosen)
+            ids = json.dumps(list(before))
             self._execute(self._sql.claim_update.format(candidates=self._sql.ids_param), daemon_id, until, ids)
             rows = self._execute(self._sql.claim_read.format(candidates=self._sql.ids_param), ids).fetchall()
-        return sorted(Claim(str(sid), int(epoch)) for sid, epoch in rows)
+            taken = [Taken(str(sid), int(epoch), *before[sid]) for sid, epoch in rows]
+        self.history.taken(taken, daemon_id, _naive(now))
+        return sorted(Claim(row.session_id, row.epoch) for row in taken)
 
     def _may_claim(self, daemon_id: str) -> bool:
         row = self._execute(self._sql.daemon_state, daemon_id).fetchone()
@@ -312,28 +323,38 @@ class ClusterStore:
     # --- hand-over and end ----------------------------------------------------------------
 
     @store_op
-    def release(self, daemon_id: str, session_ids: Sequence[str] | None = None) -> int:
+    def release(self, daemon_id: str, session_ids: Sequence[str] | None = None, *, now: datetime,
+                reason: str = HANDOVER, offered_to: str | None = None) -> int:
         """Hand sessions over (a draining daemon, after stopping their incarnations): their
         leases lose their owner and any daemon's next sweep claims them. ``None``: all of
-        the daemon's leases. Leases it no longer owns are left alone. Returns how many."""
+        the daemon's leases. Leases it no longer owns are left alone. Returns how many.
+        Their ownership rows close at ``now`` with ``reason`` (``drain``, ``shutdown``,
+        ``rebalance``, ``handover``), which the next owner's row carries as its reason in.
+        ``offered_to``: only that daemon's sweep takes them until they expire (a rebalance)."""
         with self.store.transaction():
             if session_ids is None:
-                return int(self._execute(self._sql.release_all, daemon_id).rowcount)
-            if not session_ids:
+                count = int(self._execute(self._sql.release_all, offered_to, daemon_id).rowcount)
+            elif not session_ids:
                 return 0
-            sql = self._sql.release.format(candidates=self._sql.ids_param)
-            return int(self._execute(sql, daemon_id, self._ids_arg(session_ids)).rowcount)
+            else:
+                sql = self._sql.release.format(candidates=self._sql.ids_param)
+                count = int(self._execute(sql, offered_to, daemon_id, self._ids_arg(session_ids)).rowcount)
+            self.history.ended(daemon_id, session_ids, _naive(now), reason)
+            return count
 
     @store_op
-    def finish(self, daemon_id: str, session_ids: Sequence[str]) -> int:
+    def finish(self, daemon_id: str, session_ids: Sequence[str], *, now: datetime) -> int:
         """The sessions stopped running here: their leases end (no owner, no expiry, timers
         cleared) and no sweep takes them; the rows stay, so the next claim's epoch is
-        higher still. Leases the daemon no longer owns are left alone. Returns how many."""
+        higher still. Leases the daemon no longer owns are left alone. Returns how many.
+        Their ownership rows close at ``now`` (``stop``)."""
         if not session_ids:
             return 0
         with self.store.transaction():
             sql = self._sql.finish.format(candidates=self._sql.ids_param)
-            return int(self._execute(sql, daemon_id, self._ids_arg(session_ids)).rowcount)
+            count = int(self._execute(sql, daemon_id, self._ids_arg(session_ids)).rowcount)
+            self.history.ended(daemon_id, session_ids, _naive(now), STOP)
+            return count
 
     @store_op
     def set_timers(self, daemon_id: str, session_id: str, epoch: int, **due: datetime | None) -> bool:
@@ -391,10 +412,25 @@ class ClusterStore:
                       _aware(r[7])) for r in rows]
 
     @store_op
+    def ownership(self, session_id: str) -> list[Ownership]:
+        """Where the session ran, oldest first (at most ``history_max`` rows; see
+        :mod:`corvid_actors.db.ownership`)."""
+        with self.store.transaction():
+            return self.history.of(session_id)
+
+    @store_op
     def owned_by(self, daemon_id: str) -> list[str]:
         """Ids of the sessions whose lease the daemon holds (expired or not), sorted."""
         with self.store.transaction():
             return [row[0] for row in self._execute(self._sql.owned_by, daemon_id).fetchall()]
+
+    @store_op
+    def load(self, now: datetime, grace_s: float) -> dict[str, int]:
+        """The live daemons (as :meth:`live_daemons`) and how many leases each holds or has
+        been offered (a rebalance's hand-over not yet taken), by id."""
+        cutoff = _naive(now - timedelta(seconds=grace_s))
+        with self.store.transaction():
+            return {str(d): int(n) for d, n in self._execute(self._sql.load, cutoff).fetchall()}
 
     @store_op
     def place_new_session(self, now: datetime, grace_s: float, max_sessions: int | None = None) -> str | None:
@@ -425,4 +461,4 @@ class ClusterStore:
         return self.store.db.execute_sql(sql, params)
 
 
-__all__ = ["Claim", "ClusterStore", "Deadline", "Lease", "TIMER_COLUMNS", "fair_share"]
+__all__ = ["DEFAULT_HISTORY_MAX", "Claim", "ClusterStore", "Deadline", "Lease", "TIMER_COLUMNS", "fair_share"]

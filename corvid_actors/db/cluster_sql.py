@@ -21,9 +21,11 @@ from corvid_actors.db.models import DaemonState
 CLAIMABLE = "(owner_id IS NULL OR owner_id = %s OR lease_expires_at <= %s)"
 
 #: a lease left by its owner: released (owner gone, lease kept) or expired, and not the
-#: sweeper's own (its heartbeat renews those). Parameters: sweeper, now.
-EXPIRED = ("(lease_expires_at IS NOT NULL AND (owner_id IS NULL OR "
-           "(owner_id <> %s AND lease_expires_at <= %s)))")
+#: sweeper's own (its heartbeat renews those). A lease released for a rebalance is offered
+#: to one daemon (``offered_to``, issue 36): the others take it only once it has expired
+#: (the one offered it did not). Parameters: sweeper, now, sweeper, now.
+EXPIRED = ("(lease_expires_at IS NOT NULL AND ((owner_id IS NULL AND (offered_to IS NULL OR offered_to = %s "
+           "OR lease_expires_at <= %s)) OR (owner_id <> %s AND lease_expires_at <= %s)))")
 
 _LEASE_COLUMNS = ("session_id, owner_id, epoch, lease_expires_at, restart_due_at, resume_due_at, "
                   "inactivity_due_at, idle_due_at")
@@ -61,14 +63,16 @@ class Statements:
     ensure_leases: str
     #: candidates subquery for a list of ids: one parameter
     ids_param: str
-    #: (scope args..., claimable args..., me, expires) -> (session_id, epoch); {scope} is a condition
+    #: (scope args..., claimable args..., me, expires) -> (session_id, epoch, previous owner,
+    #: previous expiry); {scope} is a condition
     claim: str
-    #: PostgreSQL: claim is one statement; SQLite: select, then update the selected
+    #: PostgreSQL: claim is one statement; SQLite: select (with the previous owner and
+    #: expiry), then update the selected
     claim_update: str
     claim_read: str
-    #: (me, now) -> expired leases, leases of me
+    #: (me, now, me, now, me) -> expired leases, leases of me
     count_expired: str
-    #: (daemon, ids...) release; (daemon, ids...) finish
+    #: (offered to, daemon, ids) release; (daemon, ids) finish
     release: str
     release_all: str
     finish: str
@@ -82,6 +86,8 @@ class Statements:
     owned_by: str
     #: (cutoff, cutoff?, max) -> least-loaded live daemon
     place: str
+    #: (cutoff) -> (live daemon, leases it holds or is offered)
+    load: str
 
 
 _PG = Statements(
@@ -113,17 +119,19 @@ _PG = Statements(
                    "WHERE id IN ({candidates}) ORDER BY id ON CONFLICT (session_id) DO NOTHING"),
     ids_param="SELECT unnest(%s::text[])",
     claim=(
-        "WITH chosen AS (SELECT session_id FROM session_leases "
+        "WITH chosen AS (SELECT session_id, owner_id, lease_expires_at FROM session_leases "
         "WHERE {scope} AND {claimable} ORDER BY {order} {limit} FOR UPDATE SKIP LOCKED) "
-        "UPDATE session_leases AS l SET owner_id = %s, epoch = l.epoch + 1, lease_expires_at = %s "
-        "FROM chosen WHERE l.session_id = chosen.session_id RETURNING l.session_id, l.epoch"),
+        "UPDATE session_leases AS l SET owner_id = %s, epoch = l.epoch + 1, lease_expires_at = %s, offered_to = NULL "
+        "FROM chosen WHERE l.session_id = chosen.session_id "
+        "RETURNING l.session_id, l.epoch, chosen.owner_id, chosen.lease_expires_at"),
     claim_update="",
     claim_read="",
     count_expired=(f"SELECT (SELECT count(*) FROM session_leases WHERE held AND {EXPIRED}), "
                    "(SELECT count(*) FROM session_leases WHERE owner_id = %s)"),
-    release="UPDATE session_leases SET owner_id = NULL WHERE owner_id = %s AND session_id IN ({candidates})",
-    release_all="UPDATE session_leases SET owner_id = NULL WHERE owner_id = %s",
-    finish=("UPDATE session_leases SET owner_id = NULL, lease_expires_at = NULL, restart_due_at = NULL, "
+    release=("UPDATE session_leases SET owner_id = NULL, offered_to = %s "
+             "WHERE owner_id = %s AND session_id IN ({candidates})"),
+    release_all="UPDATE session_leases SET owner_id = NULL, offered_to = %s WHERE owner_id = %s",
+    finish=("UPDATE session_leases SET owner_id = NULL, offered_to = NULL, lease_expires_at = NULL, restart_due_at = NULL, "
             "resume_due_at = NULL, inactivity_due_at = NULL, idle_due_at = NULL "
             "WHERE owner_id = %s AND session_id IN ({candidates})"),
     inactivity_deadlines=(
@@ -136,6 +144,11 @@ _PG = Statements(
         "SELECT d.id FROM daemons AS d LEFT JOIN session_leases AS l ON l.owner_id = d.id "
         f"WHERE d.state = '{DaemonState.LIVE}' AND d.heartbeat_at >= %s GROUP BY d.id "
         "HAVING count(l.session_id) < %s ORDER BY count(l.session_id), d.id LIMIT 1"),
+    load=(
+        "SELECT d.id, (SELECT count(*) FROM session_leases AS l WHERE l.owner_id = d.id) + "
+        "(SELECT count(*) FROM session_leases AS l WHERE l.owner_id IS NULL AND l.offered_to = d.id "
+        "AND l.lease_expires_at IS NOT NULL) "
+        f"FROM daemons AS d WHERE d.state = '{DaemonState.LIVE}' AND d.heartbeat_at >= %s ORDER BY d.id"),
 )
 
 _SQLITE = Statements(
@@ -150,8 +163,9 @@ _SQLITE = Statements(
     mark_gone=(f"UPDATE daemons SET state = '{DaemonState.GONE}' "
                f"WHERE state <> '{DaemonState.GONE}' AND heartbeat_at < %s AND id <> %s"),
     ids_param="SELECT value FROM json_each(%s)",
-    claim="SELECT session_id FROM session_leases WHERE {scope} AND {claimable} ORDER BY {order} {limit}",
-    claim_update=("UPDATE session_leases SET owner_id = %s, epoch = epoch + 1, lease_expires_at = %s "
+    claim=("SELECT session_id, owner_id, lease_expires_at FROM session_leases WHERE {scope} AND {claimable} "
+           "ORDER BY {order} {limit}"),
+    claim_update=("UPDATE session_leases SET owner_id = %s, epoch = epoch + 1, lease_expires_at = %s, offered_to = NULL "
                   "WHERE session_id IN ({candidates})"),
     claim_read="SELECT session_id, epoch FROM session_leases WHERE session_id IN ({candidates})",
     count_expired=(f"SELECT (SELECT count(*) FROM session_leases WHERE {EXPIRED}), "

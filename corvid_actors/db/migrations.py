@@ -237,11 +237,26 @@ def _session_lease_idle_due(models: SimpleNamespace, db: pw.Database) -> None:
         db.execute_sql('ALTER TABLE "session_leases" ADD COLUMN "idle_due_at" TIMESTAMP')
 
 
+
+def _session_ownership(models: SimpleNamespace, db: pw.Database) -> None:
+    # Issue 36 items 8 and 7: where each session ran (db/ownership.py). A table of its own, and
+    # its index of the open rows by daemon (a drain or a restart closes all of a daemon's
+    # rows); the previous release never reads it. Migration 16, after the leases' idle
+    # deadline (15); a database made by this version's baseline has the table already.
+    # Item 7: a lease released for a rebalance is offered to one daemon (nullable: the
+    # previous release's sweeps take such a lease as any released one).
+    db.create_tables([models.SessionOwnership], safe=True)
+    if "offered_to" not in {c.name for c in db.get_columns("session_leases")}:
+        db.execute_sql('ALTER TABLE "session_leases" ADD COLUMN "offered_to" VARCHAR(200)')
+    db.execute_sql("CREATE INDEX IF NOT EXISTS session_ownership_open ON session_ownership (daemon_id, session_id) "
+                   "WHERE ended_at IS NULL")
+
 MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
                                _session_open_turns, _webhook_replays, _cluster_leases, _cluster_bus,
                                _cluster_commands_created_at, _session_message_role_index,
                                _session_channel_index, _session_lease_held_index, _agent_access,
-                               _agent_kind, _agent_double_texting, _session_lease_idle_due]
+                               _agent_kind, _agent_double_texting, _session_lease_idle_due,
+                               _session_ownership]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

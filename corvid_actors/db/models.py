@@ -307,9 +307,32 @@ def build_models(database: pw.Database, now: Callable[[], datetime] | None = Non
         resume_due_at = pw.DateTimeField(null=True)
         inactivity_due_at = pw.DateTimeField(null=True)
         idle_due_at = pw.DateTimeField(null=True)
+        #: released for a rebalance to this daemon: the others' sweeps wait for its expiry (issue 36)
+        offered_to = pw.CharField(null=True, max_length=200)
 
         class Meta:
             table_name = "session_leases"
+
+    class SessionOwnership(Base):
+        """Where a session ran (issue 36): one row per lease held — the daemon, the epoch,
+        from when until when, and why it came and went (:mod:`corvid_actors.db.ownership`).
+        Written in the transaction that changes the lease; at most one open row (no
+        ``ended_at``) per session, the current owner's. No foreign key to ``daemons``: the
+        history outlives the daemons' rows."""
+
+        id = pw.BigAutoField()
+        session = pw.ForeignKeyField(Session, on_delete="CASCADE", column_name="session_id", index=False)
+        daemon_id = pw.CharField(max_length=200)
+        epoch = pw.BigIntegerField()
+        started_at = pw.DateTimeField()
+        ended_at = pw.DateTimeField(null=True)
+        reason_in = pw.CharField(max_length=20)
+        reason_out = pw.CharField(max_length=20, null=True)
+
+        class Meta:
+            table_name = "session_ownership"
+            # a session's history, newest first (reads and the retention's prune)
+            indexes = ((("session", "id"), False),)
 
     # The lease epoch a session incarnation's write carries (issue 20 fencing; NULL: the
     # write is not fenced, as with one daemon or SQLite). On ``sessions`` it only carries
@@ -369,6 +392,7 @@ def build_models(database: pw.Database, now: Callable[[], datetime] | None = Non
         WebhookReplay,
         Daemon,
         SessionLease,
+        SessionOwnership,
         ClusterCommand,
         ClusterEvent,
     ]

@@ -106,9 +106,9 @@ def test_one_daemon_runs_the_cluster_operations_on_sqlite(sqlite_store: Store) -
     assert cluster.heartbeat("only", at(5), LEASE_S) == 3
     assert cluster.owner_of(sids[0]).lease_expires_at == at(5 + LEASE_S)
     assert cluster.owned_by("only") == sorted(sids)
-    assert cluster.release("only", sids[:1]) == 1
+    assert cluster.release("only", sids[:1], now=at(5)) == 1
     assert [c.session_id for c in cluster.claim_expired("only", at(6), LEASE_S, 1, 10)] == sids[:1]
-    assert cluster.finish("only", sids[1:2]) == 1
+    assert cluster.finish("only", sids[1:2], now=at(6)) == 1
     assert cluster.place_new_session(at(6), 30.0) == "only"
     assert cluster.expire_dead_daemons(at(100), 60.0, sparing="only") == []  # it sweeps: alive
     assert cluster.expire_dead_daemons(at(100), 60.0) == ["only"]

@@ -124,9 +124,9 @@ def test_epoch_grows_with_every_claim_and_never_goes_back(daemons) -> None:
     assert a.claim([sid], "a", at(1), LEASE_S) == [(sid, 2)]  # a new incarnation of its own
     assert b.claim([sid], "b", at(2), LEASE_S) == []  # a's lease is live
     assert b.claim([sid], "b", at(20), LEASE_S) == [(sid, 3)]  # expired: b takes it
-    assert b.release("b", [sid]) == 1
+    assert b.release("b", [sid], now=at(20)) == 1
     assert a.claim([sid], "a", at(21), LEASE_S) == [(sid, 4)]
-    assert a.finish("a", [sid]) == 1
+    assert a.finish("a", [sid], now=at(21)) == 1
     assert b.claim([sid], "b", at(22), LEASE_S) == [(sid, 5)]
     lease = a.owner_of(sid)
     assert (lease.owner_id, lease.epoch, lease.lease_expires_at) == ("b", 5, at(22 + LEASE_S))
@@ -386,9 +386,9 @@ def test_sessions_to_resume_without_a_lease_are_claimed_once_by_daemons_starting
     for sid in stale:  # a crash left them running
         a.store.update_session(sid, status="running", pid=7)
     c.claim(held + ended + released, "c", at(0), LEASE_S)
-    c.finish("c", ended)
+    c.finish("c", ended, now=at(0))
     c.set_daemon_state("c", DaemonState.DRAINING)
-    c.release("c", released)
+    c.release("c", released, now=at(0))
     got: dict[str, list[tuple[str, int]]] = {}
 
     def start_up(cluster: ClusterStore, name: str) -> Callable[[], None]:
@@ -424,14 +424,14 @@ def test_released_sessions_are_swept_at_once_and_finished_ones_never(daemons) ->
     a.claim(sids, "a", at(0), LEASE_S)
     a.set_daemon_state("a", DaemonState.DRAINING)
 
-    assert a.release("a", sids[:2]) == 2
-    assert a.finish("a", sids[2:3]) == 1
-    assert a.release("b", sids[3:]) == 0  # not b's to release
+    assert a.release("a", sids[:2], now=at(0)) == 2
+    assert a.finish("a", sids[2:3], now=at(0)) == 1
+    assert a.release("b", sids[3:], now=at(0)) == 0  # not b's to release
     assert a.claim(sids, "a", at(1), LEASE_S) == []  # a draining daemon claims nothing
     taken = b.claim_expired("b", at(1), LEASE_S, 2, 100)  # no lease has expired yet
     assert sorted(x.session_id for x in taken) == sorted(sids[:2])
     assert a.owned_by("a") == [sids[3]]
-    assert a.release("a") == 1  # the rest of a's leases
+    assert a.release("a", now=at(1)) == 1  # the rest of a's leases
     assert [x.session_id for x in b.claim_expired("b", at(2), LEASE_S, 2, 100)] == [sids[3]]
     assert a.owner_of(sids[2]).owner_id is None  # finished: left alone
 
@@ -547,3 +547,24 @@ def _wait_for_lock_wait(pg_url: str) -> None:
         probe.close()
     raise AssertionError("the write never waited for the claim's lock")
 
+
+
+def test_a_lease_offered_to_one_daemon_is_its_until_it_expires(daemons) -> None:
+    # issue 36 item 7: a rebalance releases a lease offered to the least-loaded daemon
+    a, b, c = daemons("a", "b", "c")
+    sids = new_sessions(a, 3)
+    a.claim(sids, "a", at(0), LEASE_S)
+    assert a.load(at(1), 60.0) == {"a": 3, "b": 0, "c": 0}
+    assert a.release("a", sids[:2], now=at(1), reason="rebalance", offered_to="b") == 2
+    assert a.load(at(1), 60.0) == {"a": 1, "b": 2, "c": 0}  # a hand-over not yet taken counts for b
+    assert a.claim_expired("a", at(2), LEASE_S, 3, 100) == []  # not the releaser's to take back
+    assert c.claim_expired("c", at(2), LEASE_S, 3, 100) == []  # nor anyone else's
+    assert [x.session_id for x in b.claim_expired("b", at(2), LEASE_S, 3, 100)] == sorted(sids[:2])
+    assert a.owner_of(sids[0]).owner_id == "b"
+    # an offer the target never took: anyone's once the lease (b's claim at 2 s) has expired
+    assert b.release("b", sids[:1], now=at(3), reason="rebalance", offered_to="c") == 1
+    assert a.claim_expired("a", at(1 + LEASE_S), LEASE_S, 3, 100) == []
+    taken = a.claim_expired("a", at(2 + LEASE_S), LEASE_S, 3, 100)  # and b's own, expired: a failover
+    assert sorted(x.session_id for x in taken) == sorted(sids[:2])
+    assert [o.reason_in for o in a.ownership(sids[0])] == ["start", "rebalance", "rebalance"]
+    assert [o.reason_in for o in a.ownership(sids[1])] == ["start", "rebalance", "failover"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from datetime import datetime
 from types import SimpleNamespace
 
 import peewee as pw
@@ -193,7 +194,8 @@ def test_a_version_11_database_gets_the_agents_access_columns(tmp_path) -> None:
 
     store = Store(url)
     try:
-        assert recorded_versions(store)[-4:] == [12, 13, 14, 15]  # the agents' kind, double texting, idle due
+        # the agents' kind, double texting, idle due, ownership history
+        assert recorded_versions(store)[-5:] == [12, 13, 14, 15, 16]
         assert set(migrations._AGENT_ACCESS_COLUMNS) <= {c.name for c in store.db.get_columns("agents")}
         row = store.get_agent(agent.id)
         assert (row.conversation_mode, row.conversation_allowlist, row.max_budget_usd) == (None, None, None)
@@ -223,6 +225,33 @@ def test_a_version_14_database_gets_the_leases_idle_deadline(tmp_path) -> None:
         assert "idle_due_at" in {c.name for c in store.db.get_columns("session_leases")}
         lease = store.m.SessionLease.get(store.m.SessionLease.session == session.id)
         assert (lease.epoch, lease.idle_due_at) == (3, None)
+    finally:
+        store.close()
+
+
+def test_a_version_15_database_gets_the_ownership_history(tmp_path) -> None:
+    # issue 36 items 8 and 7: a table of its own and its index of open rows, and the
+    # leases' offered_to (a rebalance's hand-over, nullable); idempotent (the
+    # baseline of this version makes the table, the migration finds it there)
+    url = f"sqlite:///{tmp_path / 'corvid.db'}"
+    old = Store(url)
+    session = old.create_session(name="ran")
+    old.db.execute_sql("DROP TABLE session_ownership")
+    old.db.execute_sql('ALTER TABLE session_leases DROP COLUMN "offered_to"')
+    old.m.SchemaVersion.delete().where(old.m.SchemaVersion.version >= 16).execute()
+    old.close()
+
+    store = Store(url)
+    try:
+        assert recorded_versions(store)[-1] == len(migrations.MIGRATIONS) == 16
+        assert {"session_ownership_open", "sessionownership_session_id_id"} <= {
+            ix.name for ix in store.db.get_indexes("session_ownership")}
+        H = store.m.SessionOwnership
+        H.create(session=session.id, daemon_id="a", epoch=1, started_at=datetime(2026, 3, 1), reason_in="start")
+        assert [(row.daemon_id, row.ended_at) for row in H.select()] == [("a", None)]
+        assert "offered_to" in {c.name for c in store.db.get_columns("session_leases")}  # item 7's hand-over
+        migrations._session_ownership(store.m, store.db)  # again: nothing changes
+        assert H.select().count() == 1
     finally:
         store.close()
 

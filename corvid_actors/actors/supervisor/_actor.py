@@ -16,7 +16,7 @@ import pykka
 from loguru import logger
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
-from corvid_actors.actors.cluster import AdoptSessions, ClusterSeat, SessionsLost
+from corvid_actors.actors.cluster import AdoptSessions, ClusterSeat, Rebalance, SessionsLost
 from corvid_actors.actors.credits import CreditsExhausted
 from corvid_actors.actors.live import LiveSessions
 from corvid_actors.actors.retry import RetryWrites
@@ -36,6 +36,7 @@ from corvid_actors.actors.supervisor import (
     _exits,
     _housekeeping,
     _outage,
+    _rebalance,
     _resume,
     _start,
     _takeover,
@@ -155,6 +156,8 @@ class SessionSupervisor(TrackedActor):
     def _dispatch(self, message: Any) -> Any:
         if isinstance(message, REQUESTS):
             return self._request(message)
+        if isinstance(message, Rebalance):  # asked by the admin, told by the ClusterMember
+            return _rebalance.rebalance(self.core, message.cause)
         self._report(message)
         return None
 
