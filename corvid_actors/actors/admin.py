@@ -183,9 +183,13 @@ class AdminActor(TrackedActor):
         self.w.bus.ask(SubscribeAll(self._on_event))
 
     def on_stop(self) -> None:
-        tell(self.w.bus, UnsubscribeAll(self._on_event))
-        for callback in self._followers.values():
-            tell(self.w.bus, UnsubscribeAll(callback))
+        # The daemon stops this actor after the runtime's own actors (it answers the operator
+        # until then): a bus already stopped holds no subscription, so there is nothing to
+        # undo, and telling it would log a dead core actor on every clean shutdown.
+        if self.w.bus.is_alive():
+            tell(self.w.bus, UnsubscribeAll(self._on_event))
+            for callback in self._followers.values():
+                tell(self.w.bus, UnsubscribeAll(callback))
         self._followers.clear()
 
     def _on_event(self, session_id: str, event: Event) -> None:
