@@ -212,6 +212,7 @@ class DaemonConfig:
     admin_max_send_bytes: int = field(metadata=AT_LEAST_ONE)
     admin_auth_timeout_s: float = field(metadata=POSITIVE)
     admin_idle_timeout_s: float = field(metadata=POSITIVE)
+    history_messages: int = field(metadata=AT_LEAST_ONE)
 
 
 @section("agents")

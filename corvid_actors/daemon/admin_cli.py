@@ -97,26 +97,75 @@ def _wait_exited(pid: Any, bound_s: float) -> None:
                                f"see its log, or stop it with `kill {pid}`")
 
 
+#: event types ``events`` leaves out unless ``--all-events`` (streamed text, thinking, usage)
+QUIET_EVENTS = frozenset({"content_block_delta", "thinking", "context_usage"})
+#: ``--since`` units
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``10m``, ``2h``, ``1d`` as seconds (argparse ``type``)."""
+    text = text.strip().lower()
+    scale = _DURATION_UNITS.get(text[-1:], None)
+    number = text[:-1] if scale is not None else text
+    try:
+        seconds = float(number) * (scale or 1.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (say 90s, 10m, 2h or 1d)") from None
+    if not seconds > 0 or seconds != seconds:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive duration")
+    return seconds
+
+
+class _EventPrinter:
+    """Writes items of ``events`` (history first, then live) and counts them for ``--limit``."""
+
+    def __init__(self, args: argparse.Namespace, out: TextIO) -> None:
+        self.args, self.out, self.seen = args, out, 0
+
+    @property
+    def done(self) -> bool:
+        return bool(self.args.limit) and self.seen >= self.args.limit
+
+    def write(self, item: dict[str, Any]) -> None:
+        if "dropped" in item:
+            self.out.write(f"({item['dropped']} events dropped: this follower fell behind)\n")
+            return
+        event = item["event"]
+        if getattr(self.args, "json", False):
+            self.out.write(json.dumps(item) + "\n")
+        elif self.args.all_events or event["type"] not in QUIET_EVENTS:
+            self.out.write(f"{item['at'][11:23]}Z  {item['session_id'][:8]}  {event['type']:<20} "
+                           f"{describe_event(event)}\n")
+        else:
+            return
+        self.out.flush()
+        self.seen += 1
+
+
 def _events(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    out = out or sys.stdout
-    quiet = {"content_block_delta", "thinking", "context_usage"}
-    seen = 0
+    """``events [ID]``: with a session, its history first (``--since``, ``--tail``, or the
+    current and last finished turn), then what happens next; a session that is not running
+    prints its history and exits, unless ``--follow``."""
+    printer = _EventPrinter(args, out or sys.stdout)
     with _client(args) as client:
-        for item in client.follow(args.session):
-            if "dropped" in item:
-                out.write(f"({item['dropped']} events dropped: this follower fell behind)\n")
-                continue
-            event = item["event"]
-            if getattr(args, "json", False):
-                out.write(json.dumps(item) + "\n")
-            elif args.all_events or event["type"] not in quiet:
-                out.write(f"{item['at'][11:23]}Z  {item['session_id'][:8]}  {event['type']:<20} "
-                          f"{describe_event(event)}\n")
-            else:
-                continue
-            out.flush()
-            seen += 1
-            if args.limit and seen >= args.limit:
+        client.begin_follow(args.session)  # subscribed before the history is read: nothing falls between
+        shown: set[str] = set()
+        if args.session:
+            with _client(args) as reader:
+                history = reader.call("history", session=args.session, since_s=args.since, tail=args.tail)
+            for item in history["events"]:
+                printer.write(item)
+                shown.add(json.dumps([item["at"], item["event"]], sort_keys=True))
+                if printer.done:
+                    return 0
+            if not history["live"] and not args.follow:
+                return 0
+        for item in client.followed():
+            if shown and "event" in item and json.dumps([item["at"], item["event"]], sort_keys=True) in shown:
+                continue  # in the history already
+            printer.write(item)
+            if printer.done:
                 break
     return 0
 
@@ -245,6 +294,7 @@ def _admin_commands() -> list[tuple[str, str, str, Callable[[argparse.ArgumentPa
         ("send", "send", "send a message to a session (resumes it with history when it has ended)", send),
         ("stop", "stop", "stop a session (reason user_stop)", session),
         ("resume", "resume", "resume a session: a paused one now, an ended one with its history", session),
+        ("restart", "restart", "stop a session and resume it with its history, in one command", session),
         ("extend", "extend", "give a running session more time before its inactivity timeout", extend),
         ("approvals", "approvals", "list pending tool-use approvals", approvals),
         ("approve", "approve", "allow a pending tool use", approve),
@@ -306,9 +356,18 @@ def add_operator_commands(sub: Any) -> None:
         p.set_defaults(func=_admin, cmd=cmd, call_args=call_args)
     _credits_parser(admin_sub, common)
 
-    events = sub.add_parser("events", parents=[common], help="follow live events (like tail -f)",
-                            description="Print session events as they happen, until Ctrl-C or the daemon stops.")
+    events = sub.add_parser(
+        "events", parents=[common], help="a session's recent events, then live ones (like tail -f)",
+        description="With a session: print its recent history (from the store's messages and exit notes, and the "
+        "daemon's in-memory ring of recent events) — by default the current turn and the last finished one — then "
+        "follow it until Ctrl-C or the daemon stops; a session that is not running prints its history and exits 0 "
+        "(--follow waits for it to run again). Without one: every session's events as they happen.")
     events.add_argument("session", metavar="ID", nargs="?", help="only this session (default: all)")
+    events.add_argument("--since", type=parse_duration, metavar="DURATION",
+                        help="with ID: the history of the last DURATION (90s, 10m, 2h, 1d)")
+    events.add_argument("--tail", type=int, metavar="N", help="with ID: the last N items of the history")
+    events.add_argument("--follow", action="store_true",
+                        help="with ID: keep following a session that is not running (until it runs again and after)")
     events.add_argument("--all-events", action="store_true", help="include streamed text deltas and thinking")
     events.add_argument("--limit", type=int, help="exit after this many events")
     events.set_defaults(func=_events)

@@ -159,10 +159,19 @@ class AdminClient:
 
     def follow(self, session: str | None = None) -> Iterator[dict[str, Any]]:
         """Yield ``{"session_id", "at", "event"}`` items until the daemon stops."""
+        self.begin_follow(session)
+        return self.followed()
+
+    def begin_follow(self, session: str | None = None) -> None:
+        """Subscribe now (the daemon has replied when this returns): every event from here
+        on waits in the connection for :meth:`followed`."""
         self.send("follow", session=session)
         _result(self.receive())
         assert self._sock is not None
         self._sock.settimeout(None)  # following waits as long as it takes
+
+    def followed(self) -> Iterator[dict[str, Any]]:
+        """The items of the stream :meth:`begin_follow` started, until the daemon stops."""
         while True:
             try:
                 item = self.receive()

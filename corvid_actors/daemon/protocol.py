@@ -47,6 +47,8 @@ MAX_COUNT = 1_000_000
 MAX_EXTEND_MINUTES = 100_000
 #: largest credit amount (the ledger's MAX_CREDIT_AMOUNT; the daemon's max_credit_grant is lower)
 MAX_CREDITS = 1_000_000_000
+#: longest ``history`` look-back in seconds (a year)
+MAX_HISTORY_S = 366 * 86400
 #: the request ``id`` is an integer of at most this magnitude (exact in JSON everywhere)
 MAX_REQUEST_ID = 2**53
 
@@ -110,6 +112,9 @@ COMMANDS: Mapping[str, Mapping[str, Arg]] = {
     "shutdown": {"reason": _text(max_chars=4000)},
     "drain": {},
     "follow": {"session": _text()},
+    "history": {"session": _SESSION, "since_s": _positive("number", required=False, high=MAX_HISTORY_S),
+                "tail": _positive("int", required=False)},
+    "restart": {"session": _SESSION},
 }
 
 
