@@ -24,7 +24,7 @@ from corvid_actors.config_schema import (
 )
 from corvid_actors.double_texting import DOUBLE_TEXTING_POLICIES
 from corvid_actors.errors import ConfigError
-from corvid_actors.vocabulary import AGENT_KINDS, CHAT_AGENT
+from corvid_actors.vocabulary import AGENT_KINDS, CHAT_AGENT, CONVERSATION_MODES  # noqa: F401 - re-exported
 
 
 @section("supervisor")
@@ -135,10 +135,6 @@ class CreditsConfig:
     charged_sources: tuple[str, ...]
     #: a charge the store refused is tried again on this schedule
     charge_retry: RetrySchedule
-
-
-#: who may talk to an agent through a chat bridge (``[access]``, agents' ``conversation_mode``)
-CONVERSATION_MODES = ("private", "allowlist", "public")
 
 
 @section("access")

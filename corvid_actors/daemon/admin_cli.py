@@ -20,13 +20,11 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from corvid_actors.config_sections import CONVERSATION_MODES
-from corvid_actors.daemon.client import AdminClient, AdminUnavailable
+from corvid_actors.daemon.client import AdminClient, AdminUnavailable, NoDaemon
 from corvid_actors.daemon.protocol import AGENT_KINDS, AGENT_PROVIDERS, PERMISSION_MODES
-from corvid_actors.daemon.render import describe_event, show_result
-from corvid_actors.daemon.settings import ServeOptions, load_daemon_config
-from corvid_actors.db.models import SESSION_STATUSES
+from corvid_actors.db.statuses import SESSION_STATUSES
 from corvid_actors.errors import CorvidError
+from corvid_actors.vocabulary import CONVERSATION_MODES
 
 COMMON_HELP = "options: --data-dir DIR, --config FILE, --token TOKEN, --json"
 
@@ -34,6 +32,9 @@ COMMON_HELP = "options: --data-dir DIR, --config FILE, --token TOKEN, --json"
 
 
 def _client(args: argparse.Namespace) -> AdminClient:
+    # the configuration is loaded when a command runs (not for `--help`)
+    from corvid_actors.daemon.settings import load_daemon_config
+
     config = load_daemon_config(args.config, data_dir=args.data_dir)
     client = AdminClient.for_config(config)
     if args.token:
@@ -47,7 +48,17 @@ def _admin(args: argparse.Namespace, out: TextIO | None = None) -> int:
     wait = call_args.pop("wait", False)
     if args.cmd == "send":
         call_args["text"] = read_message_text(call_args["text"], sys.stdin)
-    with _client(args) as client:
+    client = _client(args)
+    try:
+        client.connect()
+    except NoDaemon:
+        if args.cmd != "shutdown" or not wait:
+            raise
+        # like `systemctl stop`: stopping what does not run succeeds, and says so
+        result = {"shutting_down": False, "stopped": True, "running": False}
+        out.write(json.dumps(result, indent=2) + "\n" if getattr(args, "json", False) else "not running\n")
+        return 0
+    with client:
         result = client.call(args.cmd, **call_args)
         if args.cmd in ("shutdown", "drain") and wait:
             client.wait_closed()
@@ -56,6 +67,8 @@ def _admin(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if getattr(args, "json", False):
         out.write(json.dumps(result, indent=2, default=str) + "\n")
         return 0
+    from corvid_actors.daemon.render import show_result  # how replies look: once there is one
+
     show_result(args.cmd, result, out)
     return 0
 
@@ -72,6 +85,8 @@ def read_message_text(text: str, stdin: TextIO) -> str:
 
 
 def _shutdown_bound(args: argparse.Namespace) -> float:
+    from corvid_actors.daemon.settings import load_daemon_config
+
     d = load_daemon_config(args.config, data_dir=args.data_dir).daemon
     return d.shutdown_timeout_s + d.admin_client_timeout_s
 
@@ -131,6 +146,8 @@ class _EventPrinter:
         if "dropped" in item:
             self.out.write(f"({item['dropped']} events dropped: this follower fell behind)\n")
             return
+        from corvid_actors.daemon.render import describe_event
+
         event = item["event"]
         if getattr(self.args, "json", False):
             self.out.write(json.dumps(item) + "\n")
@@ -176,6 +193,7 @@ def _events(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from corvid_actors.daemon.service import serve
+    from corvid_actors.daemon.settings import ServeOptions
 
     return serve(ServeOptions(config_file=args.config, data_dir=args.data_dir, provider=args.provider,
                               log_format=args.log_format, log_level=args.log_level, stub_script=args.stub_script,

@@ -24,6 +24,10 @@ class AdminUnavailable(CorvidError):
     """No daemon answers on the socket (or we may not open it)."""
 
 
+class NoDaemon(AdminUnavailable):
+    """Nothing listens on the socket: no daemon runs on that data directory."""
+
+
 class AdminRequestFailed(CorvidError):
     """The daemon answered with an error reply; ``code`` says which kind."""
 
@@ -64,7 +68,7 @@ class AdminClient:
             sock.connect(str(self.path))
         except (FileNotFoundError, ConnectionRefusedError):
             sock.close()
-            raise AdminUnavailable(
+            raise NoDaemon(
                 f"no corvid-actors daemon is listening on {self.path}; start one with `corvid-actors serve` "
                 "(or point at its data directory with --data-dir / CORVID_DATA_DIR)"
             ) from None

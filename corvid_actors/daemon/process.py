@@ -153,6 +153,8 @@ class Wakeup:
     """A self-pipe: signal handlers and other threads post one byte; the main thread reads."""
 
     SIGINT, SIGTERM, ADMIN, DONE, OVERDUE = b"i", b"t", b"a", b"d", b"o"
+    #: time to tell systemd the main loop is alive (``daemon/systemd.py``)
+    WATCHDOG = b"w"
 
     def __init__(self) -> None:
         self._r, self._w = os.pipe()

@@ -74,6 +74,7 @@ from corvid_actors.daemon.settings import (
     package_version,
 )
 from corvid_actors.daemon.socket_server import AdminSocketServer, SocketSettings
+from corvid_actors.daemon.systemd import SystemdNotifier
 from corvid_actors.db.models import DaemonState
 from corvid_actors.errors import SHUTTING_DOWN, AdminError, CorvidError
 from corvid_actors.runtime import Runtime
@@ -100,6 +101,7 @@ class Daemon:
         self.data_dir = data_dir
         self.stub_script = stub_script
         self.wake = Wakeup()
+        self.systemd = SystemdNotifier()
         self.runtime: Runtime | None = None
         self.admin: pykka.ActorRef[AdminActor] | None = None
         self.server: AdminSocketServer | None = None
@@ -132,9 +134,16 @@ class Daemon:
                         os.getpid(), server.path, self.about["database"], models.description)
             if self.on_ready is not None:
                 self.on_ready(dict(self.about))
+            self.systemd.notify("READY=1", f"MAINPID={os.getpid()}", "STATUS=serving")
+            self._watchdog()
             return self._main_loop(runtime)
         finally:
             self._close_quietly()
+
+    def _watchdog(self) -> None:
+        """Post the next WATCHDOG wake-up, when systemd asked for keep-alives."""
+        if self.systemd.watchdog_interval_s is not None:
+            io_clock().call_later(self.systemd.watchdog_interval_s, lambda: self.wake.post(Wakeup.WATCHDOG))
 
     def _poster(self, code: bytes) -> Callable[[int, FrameType | None], None]:
         """A signal handler that only posts ``code`` to the self-pipe (runs on the main thread)."""
@@ -239,6 +248,7 @@ class Daemon:
                         os._exit(130)
                     continue
                 stopping = True
+                self.systemd.notify("STOPPING=1", "STATUS=shutting down")
                 reason = {Wakeup.SIGINT: "SIGINT", Wakeup.SIGTERM: "SIGTERM"}.get(code, self._shutdown_reason)
                 logger.info("shutting down ({}): refusing new work, stopping sessions (bound {} s)",
                             reason, self.settings.shutdown_timeout_s)
@@ -251,6 +261,9 @@ class Daemon:
                 else:
                     logger.info("daemon stopped cleanly")
                 return self._exit_code
+            elif code == Wakeup.WATCHDOG:
+                self.systemd.notify("WATCHDOG=1")  # from this loop: a stuck main thread misses it
+                self._watchdog()
             elif code == Wakeup.OVERDUE:
                 logger.error("shutdown took longer than daemon.shutdown_timeout_s = {} s: exiting anyway",
                              self.settings.shutdown_timeout_s)
