@@ -209,6 +209,10 @@ class DaemonConfig:
     admin_auth_timeout_s: float = field(metadata=POSITIVE)
     admin_idle_timeout_s: float = field(metadata=POSITIVE)
     history_messages: int = field(metadata=AT_LEAST_ONE)
+    log_file: str
+    log_rotation: str
+    log_retention: str
+    log_compression: str = field(metadata=one_of("", "gz", "bz2", "xz", "zip", "tar", "tar.gz", "tar.bz2", "tar.xz"))
 
 
 @section("agents")

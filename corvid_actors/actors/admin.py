@@ -150,6 +150,8 @@ class AdminWiring:
     router: ClusterRouter | None = None
     #: the agents' access and budget defaults (``admin agents`` shows spend against the caps)
     access: AccessConfig = field(default_factory=AccessConfig)
+    #: called once with ``fields(session_id) -> {"agent", "turn"}`` for the daemon's log records
+    log_fields: Callable[[Callable[[str], dict[str, Any]]], None] | None = None
 
 
 class AdminActor(TrackedActor):
@@ -161,7 +163,10 @@ class AdminActor(TrackedActor):
         self.w = wiring
         self.s = wiring.settings
         self._started = wiring.clock.monotonic()
-        self._recent = RecentEvents(self.s.recent_events, self.s.recent_event_sessions, self._agent_of)
+        self._recent = RecentEvents(self.s.recent_events, self.s.recent_event_sessions, self._agent_of,
+                                    self._turns_done_of)
+        if wiring.log_fields is not None:  # the daemon's log records name each session's agent and turn
+            wiring.log_fields(self._recent.log_fields)
         self._followers: dict[Any, Callable[[str, Event], None]] = {}
         #: each follower's session (None: all), for the events of other daemons
         self._wanted: dict[Any, str | None] = {}
@@ -474,6 +479,10 @@ class AdminActor(TrackedActor):
             for sink, wanted in list(self._wanted.items()):
                 if wanted is None or wanted == sid:
                     sink(sid, at, event)
+
+    def _turns_done_of(self, session_id: str) -> int:
+        row = self.w.store.get_session(session_id)
+        return int(row.cumulative_turns or 0) if row is not None else 0
 
     def _agent_of(self, session_id: str) -> str:
         row = self.w.store.get_session(session_id)

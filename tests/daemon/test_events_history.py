@@ -31,7 +31,7 @@ def _until(daemon: Daemon, sid: str, event_type: str, act: Callable[[], Any]) ->
 
 def _finished_session(daemon: Daemon, prompt: str) -> str:
     sid = daemon.call("start", agent="historian", prompt=prompt)["session"]
-    daemon.wait_log(f"[{sid[:8]}/historian] turn finished", READY_S)
+    daemon.wait_log(f"[{sid[:8]}/historian#1] turn finished", READY_S)
     return sid
 
 

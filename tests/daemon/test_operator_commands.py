@@ -25,7 +25,7 @@ HEAVY_MODULES = ("pykka", "peewee", "ollama", "anthropic", "httpx", "corvid_acto
 def test_admin_restart_stops_and_resumes_a_session_in_one_command(daemons, tmp_path, capsys):  # noqa: F811
     daemon = daemons(tmp_path / "data", reply="done", chunk_delay_s=0.01)
     sid = daemon.call("start", agent="restarted", prompt="hello")["session"]
-    daemon.wait_log(f"[{sid[:8]}/restarted] turn finished", READY_S)
+    daemon.wait_log(f"[{sid[:8]}/restarted#1] turn finished", READY_S)
     follower = Follower(daemon, sid)
     try:
         code, out, err = daemon.cli(capsys, "admin", "restart", sid[:8])
