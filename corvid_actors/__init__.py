@@ -8,8 +8,9 @@ documentation show the public path (``corvid_actors.ToolSpec``, not
 ``corvid_actors.vocabulary.ToolSpec``).
 
 ``Runtime``, ``AsyncRuntime`` and the two real providers load the actors, the store and
-the providers' HTTP clients: they are imported on first use (PEP 562), so that importing
-the package — which every ``corvid-actors admin …`` command does — stays fast.
+the providers' HTTP clients; they, the configuration and the providers' and tools' base
+types are imported on first use (PEP 562), so that importing the package — which every
+``corvid-actors`` command does, ``--help`` too — stays fast.
 
 As a library, corvid-actors logs nothing until the application asks for its logs
 (loguru's convention for libraries): ``from loguru import logger;
@@ -26,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
-from corvid_actors.config import Config, load_config
 from corvid_actors.errors import (
     AdminError,
     ConfigError,
@@ -67,19 +67,6 @@ from corvid_actors.events import (
     Thinking,
     ToolStatus,
 )
-from corvid_actors.providers.base import (
-    ChatMessage,
-    ErrorKind,
-    ModelInfo,
-    ModelRequest,
-    ModelResponse,
-    Provider,
-    ProviderError,
-    ProviderTraits,
-    ToolCall,
-    Usage,
-)
-from corvid_actors.tools.base import Tool, ToolContext, ToolError, ToolRegistry
 from corvid_actors.vocabulary import (
     ApprovalPolicy,
     CancelToken,
@@ -94,9 +81,23 @@ from corvid_actors.vocabulary import (
 
 if TYPE_CHECKING:
     from corvid_actors.aio import AsyncRuntime
+    from corvid_actors.config import Config, load_config
     from corvid_actors.providers.anthropic import AnthropicProvider
+    from corvid_actors.providers.base import (
+        ChatMessage,
+        ErrorKind,
+        ModelInfo,
+        ModelRequest,
+        ModelResponse,
+        Provider,
+        ProviderError,
+        ProviderTraits,
+        ToolCall,
+        Usage,
+    )
     from corvid_actors.providers.ollama import OllamaProvider
     from corvid_actors.runtime import Runtime
+    from corvid_actors.tools.base import Tool, ToolContext, ToolError, ToolRegistry
 
 logger.disable("corvid_actors")
 
@@ -127,6 +128,12 @@ _LAZY = {
     "AsyncRuntime": "corvid_actors.aio",
     "OllamaProvider": "corvid_actors.providers.ollama",
     "AnthropicProvider": "corvid_actors.providers.anthropic",
+    # the configuration, providers' and tools' vocabulary: light, but not needed by every
+    # command line (``corvid-actors --help`` loads no more than it shows)
+    "Config": "corvid_actors.config", "load_config": "corvid_actors.config",
+    **dict.fromkeys(("ChatMessage", "ErrorKind", "ModelInfo", "ModelRequest", "ModelResponse", "Provider",
+                     "ProviderError", "ProviderTraits", "ToolCall", "Usage"), "corvid_actors.providers.base"),
+    **dict.fromkeys(("Tool", "ToolContext", "ToolError", "ToolRegistry"), "corvid_actors.tools.base"),
 }
 
 

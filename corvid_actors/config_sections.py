@@ -24,7 +24,7 @@ from corvid_actors.config_schema import (
 )
 from corvid_actors.double_texting import DOUBLE_TEXTING_POLICIES
 from corvid_actors.errors import ConfigError
-from corvid_actors.vocabulary import AGENT_KINDS, CHAT_AGENT
+from corvid_actors.vocabulary import AGENT_KINDS, CHAT_AGENT, CONVERSATION_MODES  # noqa: F401 - re-exported
 
 
 @section("supervisor")
@@ -137,10 +137,6 @@ class CreditsConfig:
     charge_retry: RetrySchedule
 
 
-#: who may talk to an agent through a chat bridge (``[access]``, agents' ``conversation_mode``)
-CONVERSATION_MODES = ("private", "allowlist", "public")
-
-
 @section("access")
 class AccessConfig:
     """Who may talk to an agent, how often, and for how much: the values an agent uses when
@@ -212,6 +208,11 @@ class DaemonConfig:
     admin_max_send_bytes: int = field(metadata=AT_LEAST_ONE)
     admin_auth_timeout_s: float = field(metadata=POSITIVE)
     admin_idle_timeout_s: float = field(metadata=POSITIVE)
+    history_messages: int = field(metadata=AT_LEAST_ONE)
+    log_file: str
+    log_rotation: str
+    log_retention: str
+    log_compression: str = field(metadata=one_of("", "gz", "bz2", "xz", "zip", "tar", "tar.gz", "tar.bz2", "tar.xz"))
 
 
 def _listen_address(value: str) -> bool:

@@ -25,6 +25,9 @@ TASK_AGENT = "task"
 #: replies, so no initial nudges (the loop's safety rules still apply)
 CHAT_AGENT = "chat"
 AGENT_KINDS = (TASK_AGENT, CHAT_AGENT)
+#: who may talk to an agent in chat: its owners only, an allowlist, or anyone
+#: (``[access]``, ``agents.conversation_mode``)
+CONVERSATION_MODES = ("private", "allowlist", "public")
 
 
 # --- cancellation ---------------------------------------------------------------------

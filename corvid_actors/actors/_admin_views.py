@@ -130,12 +130,29 @@ class RecentEvents:
     recently, each logged (lifecycle events only) with ``session_id`` and ``agent`` bound.
     ``agent_of(session_id)`` names a session's agent (asked once per session)."""
 
-    def __init__(self, per_session: int, sessions: int, agent_of: Callable[[str], str]) -> None:
+    def __init__(self, per_session: int, sessions: int, agent_of: Callable[[str], str],
+                 turns_done_of: Callable[[str], int] | None = None) -> None:
         self.per_session = per_session
         self.sessions = sessions
         self._agent_of = agent_of
+        #: how many turns the store says a session has finished (read when it starts)
+        self._turns_done_of = turns_done_of
         self._rings: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
         self._agents: OrderedDict[str, str] = OrderedDict()
+        #: each recent session's current (or next) turn, counted from 1
+        self._turns: OrderedDict[str, int] = OrderedDict()
+
+    def log_fields(self, session_id: str) -> dict[str, Any]:
+        """``agent`` and ``turn`` of a recent session for a log record (any thread: one
+        read of each table, which only this actor's thread changes)."""
+        fields: dict[str, Any] = {}
+        agent = self._agents.get(session_id)
+        if agent:
+            fields["agent"] = agent
+        turn = self._turns.get(session_id)
+        if turn:
+            fields["turn"] = turn
+        return fields
 
     def __len__(self) -> int:
         return len(self._rings)
@@ -152,7 +169,13 @@ class RecentEvents:
         else:
             self._rings.move_to_end(session_id)
         ring.append({"at": at, **event})
+        if event["type"] == "session_started" and self._turns_done_of is not None:
+            self._turns[session_id] = self._turns_done_of(session_id) + 1
+            while len(self._turns) > self.sessions:
+                self._turns.popitem(last=False)
         self._log(session_id, event)
+        if event["type"] == "result" and session_id in self._turns:
+            self._turns[session_id] += 1  # what is logged from now on belongs to the next turn
 
     def _agent(self, session_id: str) -> str:
         name = self._agents.get(session_id)
@@ -169,5 +192,6 @@ class RecentEvents:
         level, describe = rule
         if event["type"] == "session_exited" and event.get("code"):
             level = "WARNING"
-        logger.bind(session_id=session_id, agent=self._agent(session_id), event=event["type"]).log(
-            level, describe(event))
+        turn = self._turns.get(session_id)
+        logger.bind(session_id=session_id, agent=self._agent(session_id), event=event["type"],
+                    **({"turn": turn} if turn else {})).log(level, describe(event))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -37,6 +38,7 @@ from corvid_actors.actors import supervisor as sv
 from corvid_actors.actors._admin_cluster import ClusterRouter, RemoteEvents, route
 from corvid_actors.actors._admin_commands import ask_actor
 from corvid_actors.actors._admin_health import health_report, process_stats
+from corvid_actors.actors._admin_history import merged, select, stored_items
 from corvid_actors.actors._admin_views import (
     UNRECORDED_EVENTS,
     RecentEvents,
@@ -66,7 +68,8 @@ from corvid_actors.events import Event, to_dict
 from corvid_actors.telemetry.metrics import RuntimeMetrics
 
 #: commands refused once the daemon is shutting down (they start or change work)
-MUTATING_COMMANDS = frozenset({"start", "send", "resume", "extend", "approve", "mode", "credits_grant", "rebalance"})
+MUTATING_COMMANDS = frozenset({"start", "send", "resume", "extend", "approve", "mode", "credits_grant",
+                               "rebalance", "restart"})
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,8 @@ class AdminWiring:
     access: AccessConfig = field(default_factory=AccessConfig)
     #: the runtime's metrics: ``stats`` shows one reading of them (what ``/metrics`` serves)
     metrics: RuntimeMetrics | None = None
+    #: called once with ``fields(session_id) -> {"agent", "turn"}`` for the daemon's log records
+    log_fields: Callable[[Callable[[str], dict[str, Any]]], None] | None = None
 
 
 class AdminActor(TrackedActor):
@@ -163,7 +168,10 @@ class AdminActor(TrackedActor):
         self.w = wiring
         self.s = wiring.settings
         self._started = wiring.clock.monotonic()
-        self._recent = RecentEvents(self.s.recent_events, self.s.recent_event_sessions, self._agent_of)
+        self._recent = RecentEvents(self.s.recent_events, self.s.recent_event_sessions, self._agent_of,
+                                    self._turns_done_of)
+        if wiring.log_fields is not None:  # the daemon's log records name each session's agent and turn
+            wiring.log_fields(self._recent.log_fields)
         self._followers: dict[Any, Callable[[str, Event], None]] = {}
         #: each follower's session (None: all), for the events of other daemons
         self._wanted: dict[Any, str | None] = {}
@@ -178,6 +186,7 @@ class AdminActor(TrackedActor):
             "credits_balance": partial(cmd.credits_balance, bank),
             "credits_grant": partial(cmd.credits_grant, bank, self.s.max_credit_grant),
             "shutdown": self._cmd_shutdown, "drain": self._cmd_drain, "rebalance": self._cmd_rebalance,
+            "history": self._cmd_history, "restart": self._cmd_restart,
         }
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -188,9 +197,13 @@ class AdminActor(TrackedActor):
         self.w.bus.ask(SubscribeAll(self._on_event))
 
     def on_stop(self) -> None:
-        tell(self.w.bus, UnsubscribeAll(self._on_event))
-        for callback in self._followers.values():
-            tell(self.w.bus, UnsubscribeAll(callback))
+        # The daemon stops this actor after the runtime's own actors (it answers the operator
+        # until then): a bus already stopped holds no subscription, so there is nothing to
+        # undo, and telling it would log a dead core actor on every clean shutdown.
+        if self.w.bus.is_alive():
+            tell(self.w.bus, UnsubscribeAll(self._on_event))
+            for callback in self._followers.values():
+                tell(self.w.bus, UnsubscribeAll(callback))
         self._followers.clear()
 
     def _on_event(self, session_id: str, event: Event) -> None:
@@ -352,6 +365,13 @@ class AdminActor(TrackedActor):
         capped = after is not None and after < requested_s - 1e-6
         return {"session": sid, "timeout_s": after, "requested_s": requested_s, "capped": capped}
 
+    def _cmd_restart(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """``admin restart ID``: stop (``user_stop``, when it runs) then resume with its history."""
+        stopped = self._cmd_stop(args)
+        resumed = self._cmd_resume({**args, "session": stopped["session"]})
+        return {"session": stopped["session"], "was_running": stopped["was_running"],
+                "was_paused": stopped["was_paused"], "how": resumed["how"], "pid": resumed.get("pid")}
+
     # --- daemon -------------------------------------------------------------------------------
 
     def _cmd_agents(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -426,6 +446,32 @@ class AdminActor(TrackedActor):
 
     # --- events -------------------------------------------------------------------------------
 
+    def _cmd_history(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """The session's recent history (``_admin_history``) and whether more may come:
+        ``live`` while it has an incarnation here or is paused for an auto-resume (several
+        daemons: while its row says it runs anywhere)."""
+        sid = self._sid(args)
+        row = self.w.store.require_session(sid)
+        live = bool(ask_actor(self.w.supervisor, sv.IsRunning(sid))) or bool(
+            ask_actor(self.w.supervisor, sv.IsPaused(sid)))
+        if self.w.router is not None:
+            live = live or row.status in ("loading", "running", "paused")
+        since_s = args.get("since_s")
+        since_iso = iso_utc(self.w.clock.now() - timedelta(seconds=float(since_s))) if since_s else None
+        items = merged(stored_items(self._stored_messages(sid)), self._recent.of(sid))
+        chosen = select(items, since_iso=since_iso, tail=args.get("tail"))
+        return {"session": sid, "status": row.status, "live": live,
+                "events": [{"session_id": sid, "at": item.pop("at"), "event": item} for item in chosen]}
+
+    def _stored_messages(self, sid: str) -> list[Any]:
+        """The session's newest ``daemon.history_messages`` stored messages, oldest first."""
+        store = self.w.store
+        M = store.m.SessionMessage
+        with store.transaction():
+            rows = list(M.select(M.role, M.content, M.timestamp).where(M.session == sid)
+                        .order_by(M.id.desc()).limit(self.s.history_messages))
+        return rows[::-1]
+
     def _follow(self, session_id: str | None, sink: Callable[[str, str, dict[str, Any]], None]) -> Callable[[], None]:
         wanted = resolve_session_id(self.w.store, session_id) if session_id else None
         clock = self.w.clock
@@ -455,6 +501,10 @@ class AdminActor(TrackedActor):
             for sink, wanted in list(self._wanted.items()):
                 if wanted is None or wanted == sid:
                     sink(sid, at, event)
+
+    def _turns_done_of(self, session_id: str) -> int:
+        row = self.w.store.get_session(session_id)
+        return int(row.cumulative_turns or 0) if row is not None else 0
 
     def _agent_of(self, session_id: str) -> str:
         row = self.w.store.get_session(session_id)

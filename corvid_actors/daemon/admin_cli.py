@@ -20,13 +20,11 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from corvid_actors.config_sections import CONVERSATION_MODES
-from corvid_actors.daemon.client import AdminClient, AdminUnavailable
+from corvid_actors.daemon.client import AdminClient, AdminUnavailable, NoDaemon
 from corvid_actors.daemon.protocol import AGENT_KINDS, AGENT_PROVIDERS, PERMISSION_MODES
-from corvid_actors.daemon.render import describe_event, show_result
-from corvid_actors.daemon.settings import ServeOptions, load_daemon_config
-from corvid_actors.db.models import SESSION_STATUSES
+from corvid_actors.db.statuses import SESSION_STATUSES
 from corvid_actors.errors import CorvidError
+from corvid_actors.vocabulary import CONVERSATION_MODES
 
 COMMON_HELP = "options: --data-dir DIR, --config FILE, --token TOKEN, --json"
 
@@ -34,6 +32,9 @@ COMMON_HELP = "options: --data-dir DIR, --config FILE, --token TOKEN, --json"
 
 
 def _client(args: argparse.Namespace) -> AdminClient:
+    # the configuration is loaded when a command runs (not for `--help`)
+    from corvid_actors.daemon.settings import load_daemon_config
+
     config = load_daemon_config(args.config, data_dir=args.data_dir)
     client = AdminClient.for_config(config)
     if args.token:
@@ -47,7 +48,17 @@ def _admin(args: argparse.Namespace, out: TextIO | None = None) -> int:
     wait = call_args.pop("wait", False)
     if args.cmd == "send":
         call_args["text"] = read_message_text(call_args["text"], sys.stdin)
-    with _client(args) as client:
+    client = _client(args)
+    try:
+        client.connect()
+    except NoDaemon:
+        if args.cmd != "shutdown" or not wait:
+            raise
+        # like `systemctl stop`: stopping what does not run succeeds, and says so
+        result = {"shutting_down": False, "stopped": True, "running": False}
+        out.write(json.dumps(result, indent=2) + "\n" if getattr(args, "json", False) else "not running\n")
+        return 0
+    with client:
         result = client.call(args.cmd, **call_args)
         if args.cmd in ("shutdown", "drain") and wait:
             client.wait_closed()
@@ -56,6 +67,8 @@ def _admin(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if getattr(args, "json", False):
         out.write(json.dumps(result, indent=2, default=str) + "\n")
         return 0
+    from corvid_actors.daemon.render import show_result  # how replies look: once there is one
+
     show_result(args.cmd, result, out)
     return 0
 
@@ -72,6 +85,8 @@ def read_message_text(text: str, stdin: TextIO) -> str:
 
 
 def _shutdown_bound(args: argparse.Namespace) -> float:
+    from corvid_actors.daemon.settings import load_daemon_config
+
     d = load_daemon_config(args.config, data_dir=args.data_dir).daemon
     return d.shutdown_timeout_s + d.admin_client_timeout_s
 
@@ -97,26 +112,77 @@ def _wait_exited(pid: Any, bound_s: float) -> None:
                                f"see its log, or stop it with `kill {pid}`")
 
 
+#: event types ``events`` leaves out unless ``--all-events`` (streamed text, thinking, usage)
+QUIET_EVENTS = frozenset({"content_block_delta", "thinking", "context_usage"})
+#: ``--since`` units
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``10m``, ``2h``, ``1d`` as seconds (argparse ``type``)."""
+    text = text.strip().lower()
+    scale = _DURATION_UNITS.get(text[-1:], None)
+    number = text[:-1] if scale is not None else text
+    try:
+        seconds = float(number) * (scale or 1.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (say 90s, 10m, 2h or 1d)") from None
+    if not seconds > 0 or seconds != seconds:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive duration")
+    return seconds
+
+
+class _EventPrinter:
+    """Writes items of ``events`` (history first, then live) and counts them for ``--limit``."""
+
+    def __init__(self, args: argparse.Namespace, out: TextIO) -> None:
+        self.args, self.out, self.seen = args, out, 0
+
+    @property
+    def done(self) -> bool:
+        return bool(self.args.limit) and self.seen >= self.args.limit
+
+    def write(self, item: dict[str, Any]) -> None:
+        if "dropped" in item:
+            self.out.write(f"({item['dropped']} events dropped: this follower fell behind)\n")
+            return
+        from corvid_actors.daemon.render import describe_event
+
+        event = item["event"]
+        if getattr(self.args, "json", False):
+            self.out.write(json.dumps(item) + "\n")
+        elif self.args.all_events or event["type"] not in QUIET_EVENTS:
+            self.out.write(f"{item['at'][11:23]}Z  {item['session_id'][:8]}  {event['type']:<20} "
+                           f"{describe_event(event)}\n")
+        else:
+            return
+        self.out.flush()
+        self.seen += 1
+
+
 def _events(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    out = out or sys.stdout
-    quiet = {"content_block_delta", "thinking", "context_usage"}
-    seen = 0
+    """``events [ID]``: with a session, its history first (``--since``, ``--tail``, or the
+    current and last finished turn), then what happens next; a session that is not running
+    prints its history and exits, unless ``--follow``."""
+    printer = _EventPrinter(args, out or sys.stdout)
     with _client(args) as client:
-        for item in client.follow(args.session):
-            if "dropped" in item:
-                out.write(f"({item['dropped']} events dropped: this follower fell behind)\n")
-                continue
-            event = item["event"]
-            if getattr(args, "json", False):
-                out.write(json.dumps(item) + "\n")
-            elif args.all_events or event["type"] not in quiet:
-                out.write(f"{item['at'][11:23]}Z  {item['session_id'][:8]}  {event['type']:<20} "
-                          f"{describe_event(event)}\n")
-            else:
-                continue
-            out.flush()
-            seen += 1
-            if args.limit and seen >= args.limit:
+        client.begin_follow(args.session)  # subscribed before the history is read: nothing falls between
+        shown: set[str] = set()
+        if args.session:
+            with _client(args) as reader:
+                history = reader.call("history", session=args.session, since_s=args.since, tail=args.tail)
+            for item in history["events"]:
+                printer.write(item)
+                shown.add(json.dumps([item["at"], item["event"]], sort_keys=True))
+                if printer.done:
+                    return 0
+            if not history["live"] and not args.follow:
+                return 0
+        for item in client.followed():
+            if shown and "event" in item and json.dumps([item["at"], item["event"]], sort_keys=True) in shown:
+                continue  # in the history already
+            printer.write(item)
+            if printer.done:
                 break
     return 0
 
@@ -127,6 +193,7 @@ def _events(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from corvid_actors.daemon.service import serve
+    from corvid_actors.daemon.settings import ServeOptions
 
     return serve(ServeOptions(config_file=args.config, data_dir=args.data_dir, provider=args.provider,
                               log_format=args.log_format, log_level=args.log_level, stub_script=args.stub_script,
@@ -248,6 +315,7 @@ def _admin_commands() -> list[tuple[str, str, str, Callable[[argparse.ArgumentPa
         ("send", "send", "send a message to a session (resumes it with history when it has ended)", send),
         ("stop", "stop", "stop a session (reason user_stop)", session),
         ("resume", "resume", "resume a session: a paused one now, an ended one with its history", session),
+        ("restart", "restart", "stop a session and resume it with its history, in one command", session),
         ("extend", "extend", "give a running session more time before its inactivity timeout", extend),
         ("approvals", "approvals", "list pending tool-use approvals", approvals),
         ("approve", "approve", "allow a pending tool use", approve),
@@ -312,9 +380,18 @@ def add_operator_commands(sub: Any) -> None:
         p.set_defaults(func=_admin, cmd=cmd, call_args=call_args)
     _credits_parser(admin_sub, common)
 
-    events = sub.add_parser("events", parents=[common], help="follow live events (like tail -f)",
-                            description="Print session events as they happen, until Ctrl-C or the daemon stops.")
+    events = sub.add_parser(
+        "events", parents=[common], help="a session's recent events, then live ones (like tail -f)",
+        description="With a session: print its recent history (from the store's messages and exit notes, and the "
+        "daemon's in-memory ring of recent events) — by default the current turn and the last finished one — then "
+        "follow it until Ctrl-C or the daemon stops; a session that is not running prints its history and exits 0 "
+        "(--follow waits for it to run again). Without one: every session's events as they happen.")
     events.add_argument("session", metavar="ID", nargs="?", help="only this session (default: all)")
+    events.add_argument("--since", type=parse_duration, metavar="DURATION",
+                        help="with ID: the history of the last DURATION (90s, 10m, 2h, 1d)")
+    events.add_argument("--tail", type=int, metavar="N", help="with ID: the last N items of the history")
+    events.add_argument("--follow", action="store_true",
+                        help="with ID: keep following a session that is not running (until it runs again and after)")
     events.add_argument("--all-events", action="store_true", help="include streamed text deltas and thinking")
     events.add_argument("--limit", type=int, help="exit after this many events")
     events.set_defaults(func=_events)

@@ -7,8 +7,10 @@ Every failure is one line naming the problem and what to do, with a non-zero exi
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,8 +19,6 @@ from typing import NoReturn
 from loguru import logger
 
 from corvid_actors.daemon.admin_cli import add_json_flag, add_operator_commands
-from corvid_actors.daemon.demo import run_demo
-from corvid_actors.daemon.process import human_format
 from corvid_actors.daemon.settings import package_version
 from corvid_actors.errors import CorvidError
 
@@ -35,10 +35,30 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is raised (so ``main`` can print it as JSON under ``--json``)."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)", self.format_usage())
+        raise UsageError(f"{self.prog}: {message}{nearest_choice(message)} (see `{self.prog} --help`)",
+                         self.format_usage())
+
+
+def nearest_choice(message: str) -> str:
+    """``; did you mean 'serve'?`` for argparse's "invalid choice: 'sevre' (choose from …)",
+    when one of the choices is close enough; "" otherwise."""
+    found = _INVALID_CHOICE.search(message)
+    if found is None:
+        return ""
+    choices = re.findall(r"'([^']*)'", found.group(2))
+    close = difflib.get_close_matches(found.group(1), choices, n=1, cutoff=_CLOSE_ENOUGH)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+#: argparse's complaint about an unknown subcommand or choice (Python 3.11–3.13 wording)
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+#: how alike a typo and a command must be (difflib's ratio) to be suggested
+_CLOSE_ENOUGH = 0.6
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from corvid_actors.daemon.demo import run_demo  # the runtime: loaded when the demo runs
+
     run_demo(sys.stdout, db_path=Path(args.db) if args.db else None, minutes=args.minutes, keep=args.keep,
              json_output=getattr(args, "json", False))
     return 0
@@ -105,6 +125,20 @@ def _quiet_stdout() -> None:
         os.close(devnull)
 
 
+def _show_warnings() -> int:
+    """The package is silent as a library (logger.disable in corvid_actors/__init__); its
+    own command line shows its warnings on stderr (`serve` configures its own logs)."""
+    from corvid_actors.daemon.process import human_format
+
+    try:
+        logger.remove(0)  # loguru's default DEBUG handler, when it is still there
+    except ValueError:
+        pass
+    sink = logger.add(sys.stderr, level="WARNING", format=human_format, colorize=None)
+    logger.enable("corvid_actors")
+    return sink
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command line (``sys.argv[1:]`` by default); returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -112,23 +146,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     problem = undecodable_argument(argv)
     if problem is not None:
         return _fail(problem, 2, json_output)
-    # The package is silent as a library (logger.disable in corvid_actors/__init__); its
-    # own command line shows its warnings on stderr (`serve` configures its own logs).
-    try:
-        logger.remove(0)  # loguru's default DEBUG handler, when it is still there
-    except ValueError:
-        pass
-    sink = logger.add(sys.stderr, level="WARNING", format=human_format, colorize=None)
-    logger.enable("corvid_actors")
     parser = build_parser()
+    sink: int | None = None
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(argv)  # `--help` and `--version` end here: nothing else loaded
         json_output = bool(getattr(args, "json", False))
         if not getattr(args, "func", None):
             if json_output:
                 return _fail("no command given; see `corvid-actors --help`", 2, True)
             parser.print_help()
             return 2
+        sink = _show_warnings()
         return int(args.func(args))
     except UsageError as exc:
         if not json_output:
@@ -142,12 +170,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        logger.disable("corvid_actors")
-        try:
-            logger.remove(sink)
-        except ValueError:  # `serve` replaced every handler with its own
-            pass
-
+        if sink is not None:
+            logger.disable("corvid_actors")
+            try:
+                logger.remove(sink)
+            except ValueError:  # `serve` replaced every handler with its own
+                pass
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -24,6 +24,10 @@ class AdminUnavailable(CorvidError):
     """No daemon answers on the socket (or we may not open it)."""
 
 
+class NoDaemon(AdminUnavailable):
+    """Nothing listens on the socket: no daemon runs on that data directory."""
+
+
 class AdminRequestFailed(CorvidError):
     """The daemon answered with an error reply; ``code`` says which kind."""
 
@@ -64,7 +68,7 @@ class AdminClient:
             sock.connect(str(self.path))
         except (FileNotFoundError, ConnectionRefusedError):
             sock.close()
-            raise AdminUnavailable(
+            raise NoDaemon(
                 f"no corvid-actors daemon is listening on {self.path}; start one with `corvid-actors serve` "
                 "(or point at its data directory with --data-dir / CORVID_DATA_DIR)"
             ) from None
@@ -159,10 +163,19 @@ class AdminClient:
 
     def follow(self, session: str | None = None) -> Iterator[dict[str, Any]]:
         """Yield ``{"session_id", "at", "event"}`` items until the daemon stops."""
+        self.begin_follow(session)
+        return self.followed()
+
+    def begin_follow(self, session: str | None = None) -> None:
+        """Subscribe now (the daemon has replied when this returns): every event from here
+        on waits in the connection for :meth:`followed`."""
         self.send("follow", session=session)
         _result(self.receive())
         assert self._sock is not None
         self._sock.settimeout(None)  # following waits as long as it takes
+
+    def followed(self) -> Iterator[dict[str, Any]]:
+        """The items of the stream :meth:`begin_follow` started, until the daemon stops."""
         while True:
             try:
                 item = self.receive()

@@ -106,9 +106,12 @@ def human_format(record: Any) -> str:
     tag = ""
     if extra.get("session_id"):
         agent = extra.get("agent")
-        tag = f" [{str(extra['session_id'])[:8]}{'/' + str(agent) if agent else ''}]"
+        turn = extra.get("turn")
+        tag = f" [{str(extra['session_id'])[:8]}{'/' + str(agent) if agent else ''}{f'#{turn}' if turn else ''}]"
         tag = tag.replace("{", "{{").replace("}", "}}").replace("<", r"\<")
-    return "<green>{time:YYYY-MM-DDTHH:mm:ss.SSS!UTC}Z</green> <level>{level: <7}</level>" + tag + " {message}\n{exception}"
+    trace = " trace={extra[trace_id]}" if extra.get("trace_id") else ""
+    return ("<green>{time:YYYY-MM-DDTHH:mm:ss.SSS!UTC}Z</green> <level>{level: <7}</level>" + tag + " {message}"
+            + trace + "\n{exception}")
 
 
 def json_sink(stream: TextIO) -> Callable[[Any], None]:
@@ -118,19 +121,23 @@ def json_sink(stream: TextIO) -> Callable[[Any], None]:
     whole serialised record."""
 
     def write(message: Any) -> None:
-        record = message.record
-        line: dict[str, Any] = {
-            "time": record["time"].astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-            "level": record["level"].name,
-            "message": record["message"],
-        }
-        line.update({k: v for k, v in record["extra"].items() if v not in ("", None)})
-        if record["exception"] is not None:
-            line["exception"] = "".join(traceback.format_exception(*record["exception"])).rstrip()
-        stream.write(json.dumps(line, default=str, ensure_ascii=False) + "\n")
+        stream.write(json_line(message.record) + "\n")
         stream.flush()
 
     return write
+
+
+def json_line(record: Any) -> str:
+    """One loguru record as the compact JSON object :func:`json_sink` writes (no newline)."""
+    line: dict[str, Any] = {
+        "time": record["time"].astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "level": record["level"].name,
+        "message": record["message"],
+    }
+    line.update({k: v for k, v in record["extra"].items() if v not in ("", None)})
+    if record["exception"] is not None:
+        line["exception"] = "".join(traceback.format_exception(*record["exception"])).rstrip()
+    return json.dumps(line, default=str, ensure_ascii=False)
 
 
 def configure_logging(config: Config, stream: TextIO | None = None) -> None:
@@ -153,6 +160,10 @@ class Wakeup:
     """A self-pipe: signal handlers and other threads post one byte; the main thread reads."""
 
     SIGINT, SIGTERM, ADMIN, DONE, OVERDUE = b"i", b"t", b"a", b"d", b"o"
+    #: time to tell systemd the main loop is alive (``daemon/systemd.py``)
+    WATCHDOG = b"w"
+    #: SIGHUP: re-open the log file (``daemon/logs.py``)
+    SIGHUP = b"h"
 
     def __init__(self) -> None:
         self._r, self._w = os.pipe()

@@ -23,10 +23,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from corvid_actors.config_sections import CONVERSATION_MODES
-from corvid_actors.db.models import SESSION_STATUSES
+from corvid_actors.db.statuses import SESSION_STATUSES
 from corvid_actors.errors import BAD_REQUEST, UNAUTHORIZED, UNKNOWN_COMMAND, AdminError
-from corvid_actors.vocabulary import AGENT_KINDS
+from corvid_actors.vocabulary import AGENT_KINDS, CONVERSATION_MODES
 
 
 @dataclass(frozen=True)
@@ -47,6 +46,8 @@ MAX_COUNT = 1_000_000
 MAX_EXTEND_MINUTES = 100_000
 #: largest credit amount (the ledger's MAX_CREDIT_AMOUNT; the daemon's max_credit_grant is lower)
 MAX_CREDITS = 1_000_000_000
+#: longest ``history`` look-back in seconds (a year)
+MAX_HISTORY_S = 366 * 86400
 #: the request ``id`` is an integer of at most this magnitude (exact in JSON everywhere)
 MAX_REQUEST_ID = 2**53
 
@@ -111,6 +112,9 @@ COMMANDS: Mapping[str, Mapping[str, Arg]] = {
     "drain": {},
     "rebalance": {"daemon": _text()},
     "follow": {"session": _text()},
+    "history": {"session": _SESSION, "since_s": _positive("number", required=False, high=MAX_HISTORY_S),
+                "tail": _positive("int", required=False)},
+    "restart": {"session": _SESSION},
 }
 
 

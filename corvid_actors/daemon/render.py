@@ -176,6 +176,8 @@ def describe_event(event: dict[str, Any]) -> str:
         return safe_text(rule[1](event))
     if event["type"] == "content_block_delta":
         return json.dumps(event.get("text", ""), ensure_ascii=False)
+    if event["type"] == "message":  # a stored message of the history (``events ID``)
+        return _short(f"{event.get('role', '')}: {safe_text(str(event.get('text', '')))}", 100)
     if event["type"] == "queue_status":
         return event.get("status_message") or "no longer waiting for a model slot"
     skip = {"type", "at"}
@@ -196,6 +198,9 @@ def _one_liner(cmd: str, result: Any) -> str:
                 return f"{result['session'][:8]} was already stopped"
             state = "was running" if result["was_running"] else "paused" if result["was_paused"] else "was not running"
             return f"stopped {result['session'][:8]} ({state})"
+        case "restart":
+            state = "was running" if result["was_running"] else "paused" if result["was_paused"] else "was not running"
+            return f"restarted {result['session'][:8]} ({state}): {result['how'].replace('_', ' ')}"
         case "resume":
             return f"{result['session'][:8]}: {result['how'].replace('_', ' ')}"
         case "extend":

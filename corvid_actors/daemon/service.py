@@ -54,6 +54,7 @@ from corvid_actors.actors.base import tell
 from corvid_actors.clock import io_clock
 from corvid_actors.config import Config
 from corvid_actors.daemon.cluster_link import ClusterLink
+from corvid_actors.daemon.logs import DaemonLogs
 from corvid_actors.daemon.model_server import ModelServer, start_model_server
 from corvid_actors.daemon.process import (
     DAEMON_LOG,
@@ -74,6 +75,7 @@ from corvid_actors.daemon.settings import (
     package_version,
 )
 from corvid_actors.daemon.socket_server import AdminSocketServer, SocketSettings
+from corvid_actors.daemon.systemd import SystemdNotifier
 from corvid_actors.db.models import DaemonState
 from corvid_actors.errors import SHUTTING_DOWN, AdminError, CorvidError
 from corvid_actors.runtime import Runtime
@@ -95,13 +97,16 @@ class Daemon:
     """One run of ``serve``; :meth:`run` returns the exit code."""
 
     def __init__(self, config: Config, data_dir: Path, stub_script: str | None = None,
-                 on_ready: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_ready: Callable[[dict[str, Any]], None] | None = None, logs: DaemonLogs | None = None) -> None:
         self.config = config
+        #: the log sinks SIGHUP re-opens (None: as configured by the caller, nothing to re-open)
+        self.logs = logs
         self.on_ready = on_ready
         self.settings = config.daemon
         self.data_dir = data_dir
         self.stub_script = stub_script
         self.wake = Wakeup()
+        self.systemd = SystemdNotifier()
         self.runtime: Runtime | None = None
         self.admin: pykka.ActorRef[AdminActor] | None = None
         self.server: AdminSocketServer | None = None
@@ -116,6 +121,7 @@ class Daemon:
         """Start everything, serve until told to stop, shut down; returns the exit code (main thread)."""
         signal.signal(signal.SIGINT, self._poster(Wakeup.SIGINT))
         signal.signal(signal.SIGTERM, self._poster(Wakeup.SIGTERM))
+        signal.signal(signal.SIGHUP, self._poster(Wakeup.SIGHUP))
         s = self.settings
         self.server = server = AdminSocketServer(
             self.data_dir / s.socket_name, self._handle, self._follow,
@@ -135,9 +141,16 @@ class Daemon:
                         os.getpid(), server.path, self.about["database"], models.description)
             if self.on_ready is not None:
                 self.on_ready(dict(self.about))
+            self.systemd.notify("READY=1", f"MAINPID={os.getpid()}", "STATUS=serving")
+            self._watchdog()
             return self._main_loop(runtime)
         finally:
             self._close_quietly()
+
+    def _watchdog(self) -> None:
+        """Post the next WATCHDOG wake-up, when systemd asked for keep-alives."""
+        if self.systemd.watchdog_interval_s is not None:
+            io_clock().call_later(self.systemd.watchdog_interval_s, lambda: self.wake.post(Wakeup.WATCHDOG))
 
     def _poster(self, code: bytes) -> Callable[[int, FrameType | None], None]:
         """A signal handler that only posts ``code`` to the self-pipe (runs on the main thread)."""
@@ -187,6 +200,7 @@ class Daemon:
             request_shutdown=self._request_shutdown,
             router=self.link.router if self.link is not None else None, access=runtime.config.access,
             metrics=tree.metrics,
+            log_fields=self.logs.follow_sessions if self.logs is not None else None,
         ))
         if self.link is not None:
             self.link.bind(self.admin)
@@ -250,6 +264,7 @@ class Daemon:
                         os._exit(130)
                     continue
                 stopping = True
+                self.systemd.notify("STOPPING=1", "STATUS=shutting down")
                 reason = {Wakeup.SIGINT: "SIGINT", Wakeup.SIGTERM: "SIGTERM"}.get(code, self._shutdown_reason)
                 logger.info("shutting down ({}): refusing new work, stopping sessions (bound {} s)",
                             reason, self.settings.shutdown_timeout_s)
@@ -262,6 +277,12 @@ class Daemon:
                 else:
                     logger.info("daemon stopped cleanly")
                 return self._exit_code
+            elif code == Wakeup.SIGHUP:
+                if self.logs is not None:
+                    self.logs.reopen()
+            elif code == Wakeup.WATCHDOG:
+                self.systemd.notify("WATCHDOG=1")  # from this loop: a stuck main thread misses it
+                self._watchdog()
             elif code == Wakeup.OVERDUE:
                 logger.error("shutdown took longer than daemon.shutdown_timeout_s = {} s: exiting anyway",
                              self.settings.shutdown_timeout_s)
@@ -367,8 +388,10 @@ def serve(options: ServeOptions, out: TextIO | None = None) -> int:
     configure_logging(config)
     forbid_memory_access()
     prepare_data_dir(data_dir)
+    logs = DaemonLogs(config, data_dir)
+    logs.open()  # the log file, when one is configured, once the data directory exists
     with PidLock(data_dir / config.daemon.pid_file_name), _store_lock(config):
-        return Daemon(config, data_dir, options.stub_script).run()
+        return Daemon(config, data_dir, options.stub_script, logs=logs).run()
 
 
 def _detach(config: Config, data_dir: Path, options: ServeOptions, out: TextIO) -> int:
@@ -385,12 +408,14 @@ def _detach(config: Config, data_dir: Path, options: ServeOptions, out: TextIO) 
         raise DaemonError(f"cannot write the daemon log {log_path}: {exc.strerror} "
                           "(choose a writable data directory with --data-dir / CORVID_DATA_DIR)") from None
 
+    logs = DaemonLogs(config, data_dir, detached_log=log_path)
+
     def run(ready: Callable[[dict[str, Any]], None]) -> int:
         forbid_memory_access()
         with PidLock(data_dir / config.daemon.pid_file_name), _store_lock(config):
-            return Daemon(config, data_dir, options.stub_script, on_ready=ready).run()
+            return Daemon(config, data_dir, options.stub_script, on_ready=ready, logs=logs).run()
 
-    about = detach(log_path, run, lambda: configure_logging(config))
+    about = detach(log_path, run, logs.open)
     if about is None or "error" in about:
         why = about["error"] if about else f"it ended during start-up; see {log_path}"
         raise DaemonError(f"the daemon did not start: {why}")

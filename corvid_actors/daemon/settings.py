@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from corvid_actors.config import Config, load_config
 from corvid_actors.errors import ConfigError
-from corvid_actors.runtime_tree import package_version  # noqa: F401 - re-exported for the CLI
+
+if TYPE_CHECKING:
+    from corvid_actors.config import Config
 
 #: environment variables for the [daemon] section: variable -> (key, converter)
 DAEMON_ENV: Mapping[str, tuple[str, type]] = {
@@ -47,6 +49,8 @@ def load_daemon_config(config_file: str | None = None, *, data_dir: str | None =
                        environ: Mapping[str, str] | None = None, **daemon: Any) -> Config:
     """The configuration the daemon and its CLI use: ``load_config`` plus the ``CORVID_*``
     variables of :data:`DAEMON_ENV`, plus explicit values (``data_dir``, daemon keys)."""
+    from corvid_actors.config import load_config  # not for `--help` and `--version`
+
     env = os.environ if environ is None else environ
     config = load_config(config_file, env)
     overrides: dict[str, Any] = {}
@@ -70,3 +74,12 @@ def data_dir_of(config: Config) -> Path:
     return Path(config.store.data_dir).expanduser()
 
 
+
+
+def package_version() -> str:
+    """The installed corvid-actors version (``unknown`` when running from a source tree);
+    here rather than from the runtime, so that ``--version`` and ``--help`` load no actor."""
+    try:
+        return version("corvid-actors")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "unknown"

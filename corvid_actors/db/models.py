@@ -19,6 +19,9 @@ import peewee as pw
 
 from corvid_actors.clock import wall_now
 
+# in a module of their own, without peewee: the CLI's parser offers them as choices
+from corvid_actors.db.statuses import SESSION_STATUSES, SessionStatus  # noqa: F401 - re-exported
+
 
 def new_id() -> str:
     return str(uuid.uuid4())
@@ -37,22 +40,6 @@ def naive_stamps(now: Callable[[], datetime]) -> Callable[[], datetime]:
     return stamp
 
 
-class SessionStatus:
-    """The values of ``sessions.status`` (plain strings, as stored): the one definition."""
-
-    IDLE: Final = "idle"
-    LOADING: Final = "loading"
-    RUNNING: Final = "running"
-    PAUSED: Final = "paused"
-    STOPPED: Final = "stopped"
-    ERROR: Final = "error"
-
-
-#: every session status, in the order the admin protocol lists them
-SESSION_STATUSES: tuple[str, ...] = (
-    SessionStatus.IDLE, SessionStatus.LOADING, SessionStatus.RUNNING, SessionStatus.PAUSED,
-    SessionStatus.STOPPED, SessionStatus.ERROR,
-)
 
 
 class DaemonState:

@@ -28,6 +28,16 @@ PROVIDER_SDKS = {"corvid_actors.providers.anthropic", "corvid_actors.providers.o
 
 #: (module, imported module) -> why it is imported inside a function
 ALLOWED = {
+    # `--help` answers without the runtime, the store or a provider (issue 38 item 5;
+    # tests/daemon/test_operator_commands.py checks sys.modules): a command loads its
+    # settings, rendering, demo and process helpers only when it runs
+    ("daemon/admin_cli.py", "corvid_actors.daemon.render"): "loaded when a command prints",
+    ("daemon/admin_cli.py", "corvid_actors.daemon.settings"): "loaded when a command runs",
+    ("daemon/cli.py", "corvid_actors.daemon.demo"): "loaded by `demo` only",
+    ("daemon/cli.py", "corvid_actors.daemon.process"): "loaded when a command runs",
+    ("daemon/settings.py", "corvid_actors.config"): "the config loads when settings are read",
+    # a log record's trace id, looked up only when a record is written
+    ("daemon/logs.py", "opentelemetry"): "the trace id of a record, when one is written",
     # the `otel` extra (the SDK, the OTLP exporters): loaded only when OTEL_* variables ask
     # the daemon for traces; without the extra they are a ConfigError naming it
     ("telemetry/tracing.py", "opentelemetry.sdk.resources"): "the otel extra, when asked for",
