@@ -1,7 +1,7 @@
 """Several real daemons (``corvid-actors serve`` subprocesses) on one PostgreSQL (issue 20):
 each session owned by exactly one daemon (asserted from the database and from each
-daemon's own view); ``kill -9`` of a daemon mid-turn moves its sessions to the others
-within lease + sweep (the interrupted turn resumed there once, idle sessions given no
+daemon's own view); ``kill -9`` of a daemon while every one of its turns is mid-stream
+(observed, not timed) moves its sessions to the others within lease + sweep (the interrupted turn resumed there once, idle sessions given no
 turn); ``admin drain`` hands every session over and the daemon exits 0.
 
 Timings: heartbeat 0.2 s, lease 1 s, sweep every 0.2 s; every wait is bounded.
@@ -37,7 +37,8 @@ dead_daemon_grace_s = 2.0
 LEASE_S, SWEEP_S = 1.0, 0.25
 #: sessions placed across the three daemons (issue 20: 60)
 SESSIONS = 60
-#: a reply streamed in 100 pieces 0.05 s apart: a turn lasts ~5 s, so a kill lands mid-turn
+#: a reply streamed in 100 pieces 0.05 s apart: a turn lasts ~5 s (a daemon about to be
+#: killed mid-turn streams slower still: KILLED_CHUNK_DELAY_S)
 CHUNK_DELAY_S = 0.05
 #: a test that only needs a session with a reply gets it at once
 FAST_CHUNK_DELAY_S = 0.0
