@@ -106,6 +106,22 @@ def stored_turns(url: str, sid: str, killed_at: datetime) -> str:
     return "\n".join(lines)
 
 
+def daemon_rows(url: str, placed: dict[str, str | None]) -> str:
+    """For an assertion message: how many sessions each daemon got, and each daemon's row
+    (a daemon declared gone meanwhile, or registered again, shows in its state and start)."""
+    from collections import Counter
+
+    store = Store(url)
+    try:
+        with store.transaction():
+            D = store.m.Daemon
+            rows = [f"  {d.id}: {d.state}, started {d.started_at}, heartbeat {d.heartbeat_at}"
+                    for d in D.select().order_by(D.id)]
+    finally:
+        store.close()
+    return f"placed {dict(Counter(placed.values()))}; daemons:\n" + "\n".join(rows)
+
+
 def running_on(daemon: Daemon) -> set[str]:
     return {s["id"] for s in daemon.call("sessions") if s["here"]}
 
@@ -165,7 +181,7 @@ def test_killed_daemon_sessions_move_and_a_drained_daemon_exits(cluster_of, pg_u
     placed = owners(pg_url)
     # every start asked of a went to the least-loaded live daemon: a third each
     assert set(placed) == set(sids)
-    assert sorted(placed.values()) == sorted(["a", "b", "c"] * (SESSIONS // 3))
+    assert sorted(placed.values()) == sorted(["a", "b", "c"] * (SESSIONS // 3)), daemon_rows(pg_url, placed)
     # each session is owned by exactly one daemon: the database says so...
     # ... and so does each daemon's own view
     for daemon, name in ((a, "a"), (b, "b"), (c, "c")):
