@@ -159,6 +159,18 @@ class AdminError(CorvidError):
         self.message = message
 
 
+def admin_code(exc: CorvidError) -> str:
+    """The admin error code ``exc`` is answered with: an :class:`AdminError`'s own code;
+    ``UNAVAILABLE`` for a store that cannot be reached — the same code whichever command
+    found it down, on whichever daemon; ``BAD_REQUEST`` for the other errors the runtime
+    raises on purpose (a request it cannot carry out as asked)."""
+    if isinstance(exc, AdminError):
+        return exc.code
+    if isinstance(exc, StoreUnavailableError):
+        return UNAVAILABLE
+    return BAD_REQUEST
+
+
 class CommandTimeout(CorvidError):
     """:meth:`corvid_actors.db.pg_bus.PgBus.await_result` gave up. ``taken`` False: the target never took the command
     and it was withdrawn (it will not run); True: the target took it and may still run it

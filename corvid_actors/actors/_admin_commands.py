@@ -25,6 +25,7 @@ from corvid_actors.errors import (
     CorvidError,
     NotFoundError,
     RuntimeStoppedError,
+    admin_code,
 )
 from corvid_actors.telemetry.metrics import RuntimeMetrics
 
@@ -136,6 +137,6 @@ def credits_grant(bank: pykka.ActorRef[Any] | None, max_grant: int, args: Mappin
     try:
         balance = ask_actor(ref, credits.GrantCredits(
             args["participant"], amount, "grant", args.get("reason", "") or "admin grant"), _BANK)
-    except (ValueError, CorvidError) as exc:
-        raise AdminError(BAD_REQUEST, str(exc)) from None
+    except (ValueError, CorvidError) as exc:  # the store down: `unavailable`, as everywhere
+        raise AdminError(admin_code(exc) if isinstance(exc, CorvidError) else BAD_REQUEST, str(exc)) from None
     return {"participant": args["participant"], "granted": amount, "balance": int(balance)}

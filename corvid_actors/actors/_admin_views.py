@@ -17,7 +17,7 @@ from loguru import logger
 
 from corvid_actors.access import AgentAccess
 from corvid_actors.clock import iso_utc
-from corvid_actors.errors import BAD_REQUEST, NOT_FOUND, AdminError
+from corvid_actors.errors import BAD_REQUEST, NOT_FOUND, UNAVAILABLE, AdminError
 
 #: events too frequent to keep or log per session (a follower still gets them)
 UNRECORDED_EVENTS = frozenset({"content_block_delta", "thinking", "context_usage"})
@@ -71,6 +71,39 @@ def session_summary(row: Any, info: Mapping[str, Any] | None, pending_approvals:
         "turns": int(row.cumulative_turns or 0),
         "restart_pending": bool(row.restart_pending),
     }
+
+
+def local_view(info: Mapping[str, Mapping[str, Any]], pending_approvals: Mapping[str, int],
+               agent_of: Callable[[str], str], reason: str, *, status: str | None = None, limit: int | None = None,
+               owner: str | None = None, doubt: str | None = None) -> dict[str, Any]:
+    """``admin sessions`` while the store cannot be reached (``reason``): the sessions that
+    run (or wait paused) in this daemon, from the supervisor's facts (``info``), as
+    ``{"view": "local", "sessions": [...], "warning": {"code": "unavailable", "message": ...}}``.
+    Each line has :func:`session_summary`'s keys; what only the store knows (name, source,
+    participant, budget) is left empty, the turns and cost are this incarnation's count.
+    ``agent_of`` names an agent from what the daemon remembers ("" if nothing);
+    ``owner``: this daemon's id (several daemons); ``doubt``: why the list may hold sessions
+    another daemon has taken meanwhile (its leases are not known to be its own)."""
+    lines: list[dict[str, Any]] = []
+    for sid, facts in sorted(info.items()):
+        state = "paused" if facts.get("paused_until") else "running" if facts.get("running") else None
+        if state is None or (status is not None and state != status):
+            continue
+        lines.append({
+            "id": sid, "name": "", "status": state, "agent": agent_of(sid), "source": "", "participant": "",
+            "uptime_s": facts.get("uptime_s", 0.0) if facts.get("running") else None,
+            "here": bool(facts.get("running")), "restarts": facts.get("restarts", 0),
+            "paused_until": facts.get("paused_until"), "pending_approvals": pending_approvals.get(sid, 0),
+            "cost_usd": round(float(facts.get("cost_usd") or 0.0), 6), "budget_usd": None,
+            "turns": int(facts.get("turns") or 0), "restart_pending": bool(facts.get("restart_pending")),
+            **({"owner": owner} if owner is not None else {}),
+        })
+    message = (f"{reason}; shown: only the sessions that run in this daemon, as it knows them without "
+               "the database (names, sources and the other daemons' sessions are not known)")
+    if doubt:
+        message += f"; {doubt}"
+    return {"view": "local", "sessions": lines[:limit] if limit is not None else lines,
+            "warning": {"code": UNAVAILABLE, "message": message}}
 
 
 def agent_summary(agent: Any, access: AgentAccess, spend_usd: float) -> dict[str, Any]:
@@ -176,6 +209,10 @@ class RecentEvents:
         self._log(session_id, event)
         if event["type"] == "result" and session_id in self._turns:
             self._turns[session_id] += 1  # what is logged from now on belongs to the next turn
+
+    def known_agent(self, session_id: str) -> str:
+        """The agent name remembered for ``session_id`` ("" if none): no store read."""
+        return self._agents.get(session_id, "")
 
     def _agent(self, session_id: str) -> str:
         name = self._agents.get(session_id)

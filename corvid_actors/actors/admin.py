@@ -5,7 +5,8 @@ Each command of :data:`corvid_actors.daemon.protocol.COMMANDS` arrives as an
 data, or raises :class:`~corvid_actors.errors.AdminError` (the asker gets it). It
 reaches the rest of the tree by messages only — the supervisor, the ApprovalBroker, the
 EventBus, the SlotPool and the CreditBank — reads the timer table's counts (no actor: it
-answers on this thread) and reads rows from the store.
+answers on this thread) and reads rows from the store (while the store cannot be reached,
+``sessions`` answers from the supervisor: the local view, ``_admin_views.local_view``).
 ``health`` probes providers on a worker thread and replies with a Future the asker waits
 on, so a slow provider never blocks this mailbox. The commands that only relay to the
 ApprovalBroker or the CreditBank are functions in ``_admin_commands`` (with the ask every
@@ -43,6 +44,7 @@ from corvid_actors.actors._admin_views import (
     UNRECORDED_EVENTS,
     RecentEvents,
     agent_summary,
+    local_view,
     resolve_session_id,
     session_detail,
     session_summary,
@@ -63,6 +65,7 @@ from corvid_actors.errors import (
     AdminError,
     ConflictError,
     StoreError,
+    StoreUnavailableError,
 )
 from corvid_actors.events import Event, to_dict
 from corvid_actors.telemetry.metrics import RuntimeMetrics
@@ -253,7 +256,26 @@ class AdminActor(TrackedActor):
 
     # --- sessions -----------------------------------------------------------------------------
 
-    def _cmd_sessions(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def _cmd_sessions(self, args: Mapping[str, Any]) -> list[dict[str, Any]] | dict[str, Any]:
+        """The stored sessions; while the store cannot be reached, the local view
+        (:func:`local_view`): a daemon cut off from the database still says what it runs."""
+        try:
+            return self._stored_sessions(args)
+        except StoreUnavailableError as exc:
+            return self._local_sessions(args, str(exc))
+
+    def _local_sessions(self, args: Mapping[str, Any], reason: str) -> dict[str, Any]:
+        info = self._own(ask_actor(self.w.supervisor, sv.SessionInfo(None)))
+        pending = cmd.pending_counts(self.w.approvals)
+        router, doubt = self.w.router, None
+        if router is not None and not router.seat.lease_valid():
+            doubt = (f"no heartbeat for {router.seat.config.lease_s:g}s: another daemon may have taken "
+                     "some of these sessions over (this daemon stops them when it learns so)")
+        return local_view(info, pending, self._recent.known_agent, reason, status=args.get("status"),
+                          limit=args.get("limit", self.s.session_list_limit),
+                          owner=router.daemon_id if router is not None else None, doubt=doubt)
+
+    def _stored_sessions(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
         status = args.get("status")
         rows = self.w.store.list_sessions(statuses=[status] if status else None,
                                           limit=args.get("limit", self.s.session_list_limit))

@@ -29,7 +29,7 @@ from corvid_actors.clock import iso_utc
 from corvid_actors.config_sections import ClusterBusConfig
 from corvid_actors.db.pg_bus import PgBus, Reply
 from corvid_actors.db.pg_bus_purge import PurgePolicy
-from corvid_actors.errors import INTERNAL, AdminError, ConfigError
+from corvid_actors.errors import INTERNAL, AdminError, ConfigError, CorvidError, admin_code
 from corvid_actors.events import Event, to_dict
 from corvid_actors.runtime import Runtime
 
@@ -139,8 +139,8 @@ class ClusterLink:
                 result = result.get()
             # JSON as the admin socket sends it (a datetime or a path becomes its text)
             answer: dict[str, Any] = {"ok": True, "result": json.loads(json.dumps(result, default=str))}
-        except AdminError as exc:
-            answer = {"ok": False, "code": exc.code, "message": exc.message}
+        except CorvidError as exc:  # an AdminError, or the store found down here (`unavailable`)
+            answer = {"ok": False, "code": admin_code(exc), "message": str(exc)}
         except Exception as exc:  # noqa: BLE001 - the caller must hear something
             logger.opt(exception=True).warning("cluster: a command from daemon {} failed", origin)
             answer = {"ok": False, "code": INTERNAL, "message": f"{type(exc).__name__}: {exc}"}

@@ -98,8 +98,16 @@ def _short(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def show_sessions(rows: list[dict[str, Any]], out: TextIO) -> None:
-    """``admin sessions``: one row per session, ids and agent names never cut."""
+def show_sessions(result: list[dict[str, Any]] | dict[str, Any], out: TextIO) -> None:
+    """``admin sessions``: one row per session, ids and agent names never cut. The local
+    view (the daemon could not reach the store) is said first, with its reason."""
+    rows = result["sessions"] if isinstance(result, dict) else result
+    if isinstance(result, dict) and result.get("view") == "local":
+        warning = result.get("warning") or {}
+        out.write(f"LOCAL VIEW [{safe_text(warning.get('code', ''))}]: {safe_text(warning.get('message', ''))}\n\n")
+        if not rows:
+            out.write("no sessions run in this daemon\n")
+            return
     if not rows:
         out.write("no sessions\n")
         return

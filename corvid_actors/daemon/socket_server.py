@@ -54,6 +54,7 @@ from corvid_actors.errors import (
     UNAVAILABLE,
     AdminError,
     CorvidError,
+    admin_code,
 )
 
 #: Unix socket paths longer than this do not fit ``sockaddr_un.sun_path`` on Linux
@@ -322,8 +323,8 @@ class AdminSocketServer:
             result = self.handle(request)
         except AdminError as exc:
             reply = error_reply(request.id, exc.code, exc.message)
-        except CorvidError as exc:
-            reply = error_reply(request.id, BAD_REQUEST, str(exc))
+        except CorvidError as exc:  # a store found down answers `unavailable` (errors.admin_code)
+            reply = error_reply(request.id, admin_code(exc), str(exc))
         except Exception as exc:  # noqa: BLE001 - reported to the operator, logged with its traceback
             logger.opt(exception=True).error("admin command {} failed", request.cmd)
             reply = error_reply(request.id, INTERNAL, f"{type(exc).__name__}: {exc}")
@@ -342,8 +343,8 @@ class AdminSocketServer:
 
         try:
             unfollow = self.follow(request.args.get("session"), sink)
-        except AdminError as exc:
-            conn.sendall(encode(error_reply(request.id, exc.code, exc.message)))
+        except CorvidError as exc:  # an AdminError, or the store down while the session is looked up
+            conn.sendall(encode(error_reply(request.id, admin_code(exc), str(exc))))
             return
         with self._lock:
             self._followers.add(queue)

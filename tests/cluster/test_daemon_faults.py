@@ -134,3 +134,33 @@ def test_a_running_daemon_takes_no_new_work_on_a_schema_it_cannot_run_with(daemo
                  and "still there?" in [m.content for m in newer.messages(first)], "the second answer")
     finally:
         newer.close()
+
+
+def test_a_daemon_cut_off_from_the_database_lists_what_runs_here_as_the_local_view(daemons, pg_url, capsys):
+    from corvid_actors.daemon.client import AdminRequestFailed
+
+    with TcpProxy("127.0.0.1", 5432) as proxy:  # the database, as a reaches it
+        [a] = daemons(proxy.url(pg_url), "a", chunk_delay_s=SLOW_CHUNK_S, reply=lambda name: reply_of(name, WORDS, "."))
+        sid = a.call("start", agent="storyteller", prompt="a long story")["session"]
+        wait_for(lambda: sid in running_on(a), "the session runs on a")
+        proxy.partition()
+        local = a.call("sessions")
+        assert local["view"] == "local" and local["warning"]["code"] == "unavailable", local
+        assert local["warning"]["message"].startswith("store unavailable")
+        assert [(s["id"], s["status"], s["here"], s["owner"]) for s in local["sessions"]] == [(sid, "running", True, "a")]
+        code, shown, _ = a.cli(capsys, "admin", "sessions")
+        assert code == 0 and shown.startswith("LOCAL VIEW [unavailable]: store unavailable") and sid[:8] in shown
+        # what needs the store fails with the same code, whichever command found it down
+        for cmd, args in (("session", {"session": sid}), ("start", {"agent": "another", "prompt": "hello"}),
+                          ("send", {"session": sid, "text": "still there?"})):
+            with pytest.raises(AdminRequestFailed) as refused:
+                a.call(cmd, **args)
+            assert refused.value.code == "unavailable", (cmd, refused.value)
+        # past its lease, the list says the sessions may have been taken over meanwhile
+        time.sleep(LEASE_S * 1.5)
+        later = a.call("sessions")
+        assert [s["id"] for s in later["sessions"]] == [sid]
+        assert "another daemon may have taken" in later["warning"]["message"]
+        proxy.admit()
+        wait_for(lambda: isinstance(listed := a.call("sessions"), list) and [s["id"] for s in listed] == [sid],
+                 "the stored list again", timeout_s=WAIT_S)

@@ -19,7 +19,7 @@ from corvid_actors.daemon.render import render_table
 from corvid_actors.daemon.settings import load_daemon_config
 from corvid_actors.daemon.socket_io import FollowQueue
 from corvid_actors.daemon.socket_server import AdminSocketServer, SocketSettings
-from corvid_actors.errors import AdminError, ConfigError
+from corvid_actors.errors import AdminError, ConfigError, ConflictError, StoreUnavailableError
 
 
 def line(**fields) -> bytes:
@@ -84,11 +84,17 @@ class Harness:
             raise AdminError("not_found", "no such session")
         if request.cmd == "agents":
             raise RuntimeError("boom")
+        if request.cmd == "approvals":
+            raise StoreUnavailableError("store unavailable: the server is gone")
+        if request.cmd == "mode":
+            raise ConflictError("the agent exists with other settings")
         return {"cmd": request.cmd, "args": request.args}
 
     def follow(self, session, sink):
         if session == "missing":
             raise AdminError("not_found", "no session 'missing'")
+        if session == "unstored":
+            raise StoreUnavailableError("store unavailable: the server is gone")
         self.sinks.append(sink)
         return self.unfollowed.set
 
@@ -111,6 +117,23 @@ def test_replies_errors_and_internal_failures(tmp_path):
     finally:
         h.server.close()
     assert not h.server.path.exists()
+
+
+def test_a_store_found_down_is_answered_unavailable_any_other_runtime_error_bad_request(tmp_path):
+    h = Harness(tmp_path)
+    try:
+        with h.client() as client:
+            with pytest.raises(AdminRequestFailed) as caught:
+                client.call("approvals")
+            assert (caught.value.code, caught.value.message) == ("unavailable", "store unavailable: the server is gone")
+            with pytest.raises(AdminRequestFailed) as caught:
+                client.call("mode")
+            assert caught.value.code == "bad_request"
+        with h.client() as client, pytest.raises(AdminRequestFailed) as caught:
+            next(iter(client.follow("unstored")))
+        assert caught.value.code == "unavailable"
+    finally:
+        h.server.close()
 
 
 def test_an_over_long_line_is_answered_and_the_connection_goes_on(tmp_path):

@@ -71,3 +71,30 @@ def test_health_is_degraded_with_the_reason_while_the_sqlite_file_is_read_only(s
         path.chmod(0o644)
         admin.stop()
         rt.shutdown()
+
+
+def test_sessions_while_the_store_is_down_lists_what_runs_here_as_the_local_view(admin_rt, scripted):  # noqa: F811
+    import io
+
+    from corvid_actors.daemon.render import show_sessions
+
+    rt, admin = admin_rt
+    scripted.reply("Hi there.")
+    sid = command(admin, "start", agent="helper", prompt="hello", create=True)["session"]
+    rt.settle()
+    rt.clock.advance(3)
+    with StoreFault(rt, "list_sessions", times=None) as fault:
+        local = command(admin, "sessions")
+        assert fault.raised == 1
+        assert local["view"] == "local" and local["warning"]["code"] == "unavailable"
+        assert local["warning"]["message"].startswith("store unavailable: injected fault")
+        [line] = local["sessions"]
+        assert (line["id"], line["status"], line["here"], line["agent"], line["turns"]) == (
+            sid, "running", True, "helper", 1)
+        assert line["uptime_s"] == 3.0 and "owner" not in line  # one daemon: no owner column
+        assert command(admin, "sessions", status="paused")["sessions"] == []
+        shown = io.StringIO()
+        show_sessions(local, shown)
+        assert shown.getvalue().startswith("LOCAL VIEW [unavailable]: store unavailable: injected fault")
+        assert sid[:8] in shown.getvalue() and "helper" in shown.getvalue()
+    assert [row["id"] for row in command(admin, "sessions")] == [sid]  # the store is back: its rows
