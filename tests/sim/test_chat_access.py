@@ -17,6 +17,7 @@ from corvid_actors.chat import ChatBridge, MemoryTransport
 from corvid_actors.config import Config
 from corvid_actors.errors import BudgetExceededError
 from corvid_actors.testing import EventRecorder, sim_runtime
+from tests.sim.test_chat_bridge import notices, replies, say
 
 OWNER = "olivia"
 MIN = 60.0
@@ -36,20 +37,6 @@ def bot(sim_clock, scripted, tmp_path):
     yield rt, transport, bridge, agent, recorder
     rt.shutdown()
     bridge.stop()
-
-
-def say(rt, transport, participant, text, **kwargs):
-    outcome = transport.say(participant, text, **kwargs)
-    rt.settle()
-    return outcome
-
-
-def notices(transport, participant):
-    return transport.texts(participant, kind="notice")
-
-
-def replies(transport, participant):
-    return transport.texts(participant, kind="reply")
 
 
 # --- who may talk to the agent ------------------------------------------------------------------
