@@ -3,10 +3,12 @@ with a live admin socket, and a real OS sandbox (never skipped: CI makes sure bw
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -168,3 +170,36 @@ def daemon_factory(daemon_user: str):
 def daemon(daemon_factory) -> Daemon:
     """A daemon side with the default sandbox, as root and as uid 65534 (two runs)."""
     return daemon_factory()
+
+
+# --- an MCP server started through the sandbox's launcher -------------------------------
+
+
+@contextlib.contextmanager
+def sandboxed_echo_server(sandbox: Sandbox, project: Path, script: Path | None = None):
+    """The echo MCP server (``tests/fixtures/mcp_servers``; ``script``: a copy of it to run
+    instead) started through ``sandbox`` as a session starts one; yields ``(connection,
+    argv)``. On exit the connection is closed and no process of the server may be left
+    within a second."""
+    from corvid_actors.tools.mcp_client import sandboxed_argv
+    from corvid_actors.tools.mcp_connection import McpConnection, McpLimits, McpServerSpec
+    from tests.fixtures.mcp_servers import ECHO_SERVER, live_processes, new_tag, server_command
+
+    tag = new_tag()
+    command, args = server_command("echo", tag)
+    if script is not None:
+        args = [str(script) if a == str(ECHO_SERVER) else a for a in args]
+    spec = McpServerSpec("echo", command, tuple(args), network=False)
+    argv, on_end = sandboxed_argv(sandbox, spec, str(project))
+    assert argv is not None, "the server must start through the sandbox"
+    conn = McpConnection(spec, env=safe_env({}), cwd=str(project), limits=McpLimits(connect_timeout_s=20),
+                         argv=argv, on_end=on_end)
+    conn.start()
+    try:
+        yield conn, argv
+    finally:
+        conn.close()
+    deadline = time.monotonic() + 1.0
+    while live_processes(tag) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live_processes(tag) == []

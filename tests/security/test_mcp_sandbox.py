@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from corvid_actors.tools.env import safe_env
 from corvid_actors.tools.mcp_client import sandboxed_argv
-from corvid_actors.tools.mcp_connection import McpConnection, McpLimits, McpServerSpec
+from corvid_actors.tools.mcp_connection import McpServerSpec
 from corvid_actors.tools.sandbox import Sandbox, SandboxSettings, SandboxUnavailable
-from tests.fixtures.mcp_servers import live_processes, new_tag, server_command
-from tests.security.conftest import SECRET, make_sandbox
+from tests.security.conftest import SECRET, make_sandbox, sandboxed_echo_server
 
 
 def test_a_sandboxed_server_sees_the_sandbox_not_the_host(project, data_dir):
     sandbox = make_sandbox(data_dir)
-    tag = new_tag()
-    command, args = server_command("echo", tag)
-    spec = McpServerSpec("echo", command, tuple(args), network=False)
-    argv, on_end = sandboxed_argv(sandbox, spec, str(project))
-    assert argv is not None and argv[0] in (sandbox.status.binary, "/bin/sh")
-    conn = McpConnection(spec, env=safe_env({}), cwd=str(project), limits=McpLimits(connect_timeout_s=20),
-                         argv=argv, on_end=on_end)
-    conn.start()
-    try:
+    with sandboxed_echo_server(sandbox, project) as (conn, argv):
+        assert argv[0] in (sandbox.status.binary, "/bin/sh")
         assert conn.wait_ready(), conn.error
         from corvid_actors.vocabulary import CancelToken
 
@@ -34,12 +23,6 @@ def test_a_sandboxed_server_sees_the_sandbox_not_the_host(project, data_dir):
         assert SECRET not in read(str(project / ".env"))
         assert "error" in read(str(data_dir / "corvid.db"))
         assert b"bwrap" in read("/proc/1/cmdline").encode()  # pid 1 is the sandbox's init
-    finally:
-        conn.close()
-    deadline = time.monotonic() + 1.0
-    while live_processes(tag) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert live_processes(tag) == []
 
 
 def test_launch_choice_per_mode(tmp_path):
@@ -68,19 +51,9 @@ def test_a_server_script_under_a_hidden_path_stays_readable_but_not_its_folder(t
     (hidden_dir / "neighbour.txt").write_text("not for the server")
     sandbox = make_sandbox(data_dir)
     assert any(str(script).startswith(h) for h in sandbox.hidden)  # the premise: /tmp is hidden
-    tag = new_tag()
-    command, args = server_command("echo", tag)
-    args = [str(script) if a == str(ECHO_SERVER) else a for a in args]
-    spec = McpServerSpec("echo", command, tuple(args), network=False)
-    argv, on_end = sandboxed_argv(sandbox, spec, str(project))
-    conn = McpConnection(spec, env=safe_env({}), cwd=str(project), limits=McpLimits(connect_timeout_s=20),
-                         argv=argv, on_end=on_end)
-    conn.start()
-    try:
+    with sandboxed_echo_server(sandbox, project, script) as (conn, _):
         assert conn.wait_ready(), conn.error
         from corvid_actors.vocabulary import CancelToken
 
         assert "not for the server" not in conn.call(
             "read", {"path": str(hidden_dir / "neighbour.txt")}, CancelToken()).output
-    finally:
-        conn.close()

@@ -11,13 +11,10 @@ import textwrap
 import time
 
 from corvid_actors.tools.env import safe_env
-from corvid_actors.tools.mcp_client import sandboxed_argv
-from corvid_actors.tools.mcp_connection import McpConnection, McpLimits, McpServerSpec
 from corvid_actors.tools.sandbox import Sandbox, SandboxSettings
 from corvid_actors.vocabulary import CancelToken
-from tests.fixtures.mcp_servers import live_processes, new_tag, server_command
 from tests.security.as_user import readable_copy
-from tests.security.conftest import SECRET
+from tests.security.conftest import SECRET, sandboxed_echo_server
 
 MISSING = "/nonexistent/corvid/bwrap"
 
@@ -83,27 +80,14 @@ def test_auto_without_either_backend_runs_unconfined_loudly():
 
 def test_a_server_runs_confined_by_landlock(project, data_dir):
     sandbox = Sandbox(SandboxSettings(backend="landlock"), hidden_paths=[str(data_dir)])
-    tag = new_tag()
-    command, args = server_command("echo", tag)
-    spec = McpServerSpec("echo", command, tuple(args), network=False)
-    argv, on_end = sandboxed_argv(sandbox, spec, str(project))
-    assert argv is not None and any(a.endswith("_confine.py") for a in argv)
-    conn = McpConnection(spec, env=safe_env({}), cwd=str(project), limits=McpLimits(connect_timeout_s=20),
-                         argv=argv, on_end=on_end)
-    conn.start()
-    try:
+    with sandboxed_echo_server(sandbox, project) as (conn, argv):
+        assert any(a.endswith("_confine.py") for a in argv)
         assert conn.wait_ready(), conn.error
         read = lambda path: conn.call("read", {"path": path}, CancelToken()).output  # noqa: E731
         assert SECRET not in read(str(project / ".env"))
         assert "error" in read(str(data_dir / "corvid.db"))
         assert "error" in read(f"/proc/{os.getpid()}/environ")
         assert "hello" in read(str(project / "README.md"))
-    finally:
-        conn.close()
-    deadline = time.monotonic() + 1.0
-    while live_processes(tag) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert live_processes(tag) == []
 
 
 def test_landlock_hides_a_data_dir_inside_the_project(project, timers):

@@ -10,19 +10,14 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from corvid_actors.tools.env import safe_env
-from corvid_actors.tools.mcp_client import sandboxed_argv
-from corvid_actors.tools.mcp_connection import McpConnection, McpLimits, McpServerSpec
 from corvid_actors.vocabulary import CancelToken
-from tests.fixtures.mcp_servers import live_processes, new_tag, server_command
 from tests.security.as_user import setpriv_argv, unprivileged_env
-from tests.security.conftest import ENV, SECRET, make_sandbox
+from tests.security.conftest import ENV, SECRET, make_sandbox, sandboxed_echo_server
 
 CAP_EFF = "sed -n 's/^CapEff:[[:space:]]*//p' /proc/self/status"
 
@@ -86,25 +81,11 @@ def test_the_pids_cgroup_cannot_be_changed(daemon_factory):
 
 
 def test_an_mcp_server_holds_no_capability(project, data_dir):
-    sandbox = make_sandbox(data_dir)
-    tag = new_tag()
-    command, args = server_command("echo", tag)
-    spec = McpServerSpec("echo", command, tuple(args), network=False)
-    argv, on_end = sandboxed_argv(sandbox, spec, str(project))
-    conn = McpConnection(spec, env=safe_env({}), cwd=str(project), limits=McpLimits(connect_timeout_s=20),
-                         argv=argv, on_end=on_end)
-    conn.start()
-    try:
+    with sandboxed_echo_server(make_sandbox(data_dir), project) as (conn, _):
         assert conn.wait_ready(), conn.error
         status = conn.call("read", {"path": "/proc/self/status"}, CancelToken()).output
         assert "CapEff:\t0000000000000000" in status, status
         assert "CapBnd:\t0000000000000000" in status, status
-    finally:
-        conn.close()
-    deadline = time.monotonic() + 1.0
-    while live_processes(tag) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert live_processes(tag) == []
 
 
 # --- the probe: a sandbox whose commands keep a capability is not called active ----------
