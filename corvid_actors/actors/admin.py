@@ -281,9 +281,7 @@ class AdminActor(TrackedActor):
                                           limit=args.get("limit", self.s.session_list_limit))
         info = self._own(ask_actor(self.w.supervisor, sv.SessionInfo(None)))
         pending = cmd.pending_counts(self.w.approvals)
-        agent_rows = self.w.store.list_agents()
-        agents = {a.id: a.name for a in agent_rows}
-        caps = {a.id: agent_access(a, self.w.access).max_budget_usd for a in agent_rows}
+        agents, caps = self._agent_names_and_caps()
         out = [session_summary(row, info.get(row.id), pending.get(row.id, 0), agents, caps) for row in rows]
         if self.w.router is not None:  # several daemons: which one owns each session
             owners = self.w.router.owners([row.id for row in rows])
@@ -296,9 +294,7 @@ class AdminActor(TrackedActor):
         row = self.w.store.require_session(sid)
         info = self._own(ask_actor(self.w.supervisor, sv.SessionInfo(sid))).get(sid)
         approvals = ask_actor(self.w.approvals, ap.ListPending(sid))
-        agent_rows = self.w.store.list_agents()
-        agents = {a.id: a.name for a in agent_rows}
-        caps = {a.id: agent_access(a, self.w.access).max_budget_usd for a in agent_rows}
+        agents, caps = self._agent_names_and_caps()
         summary = session_summary(row, info, len(approvals), agents, caps)
         n_messages = args.get("messages", self.s.session_messages_shown)
         messages = self.w.store.recent_messages(sid, n_messages, roles=("user", "assistant", "system"))
@@ -310,6 +306,12 @@ class AdminActor(TrackedActor):
             except StoreError as exc:  # the rest of the answer stands without it
                 detail["ownership"], detail["ownership_unavailable"] = None, str(exc)
         return detail
+
+    def _agent_names_and_caps(self) -> tuple[dict[str, str], dict[str, float]]:
+        """Each agent's name and per-session spending cap, by agent id (session views)."""
+        rows = self.w.store.list_agents()
+        return ({a.id: a.name for a in rows},
+                {a.id: agent_access(a, self.w.access).max_budget_usd for a in rows})
 
     def _own(self, info: Mapping[str, Any]) -> Mapping[str, Any]:
         """The supervisor's facts of the sessions this daemon still owns (several daemons:
@@ -480,19 +482,11 @@ class AdminActor(TrackedActor):
             live = live or row.status in ("loading", "running", "paused")
         since_s = args.get("since_s")
         since_iso = iso_utc(self.w.clock.now() - timedelta(seconds=float(since_s))) if since_s else None
-        items = merged(stored_items(self._stored_messages(sid)), self._recent.of(sid))
+        stored = self.w.store.messages(sid, last=self.s.history_messages)
+        items = merged(stored_items(stored), self._recent.of(sid))
         chosen = select(items, since_iso=since_iso, tail=args.get("tail"))
         return {"session": sid, "status": row.status, "live": live,
                 "events": [{"session_id": sid, "at": item.pop("at"), "event": item} for item in chosen]}
-
-    def _stored_messages(self, sid: str) -> list[Any]:
-        """The session's newest ``daemon.history_messages`` stored messages, oldest first."""
-        store = self.w.store
-        M = store.m.SessionMessage
-        with store.transaction():
-            rows = list(M.select(M.role, M.content, M.timestamp).where(M.session == sid)
-                        .order_by(M.id.desc()).limit(self.s.history_messages))
-        return rows[::-1]
 
     def _follow(self, session_id: str | None, sink: Callable[[str, str, dict[str, Any]], None]) -> Callable[[], None]:
         wanted = resolve_session_id(self.w.store, session_id) if session_id else None

@@ -217,13 +217,17 @@ class MessageRows(StoreBase):
             return M.delete().where(M.id == message_id).execute()
 
     @store_op
-    def messages(self, session_id: str) -> list[StoredMessage]:
+    def messages(self, session_id: str, last: int | None = None) -> list[StoredMessage]:
         """Every stored message of the session — all roles (user, assistant, system and the
-        runtime's own), in the order they were written — with id, timestamp and cost."""
+        runtime's own), in the order they were written — with id, timestamp and cost;
+        ``last``: only the newest that many (still oldest first)."""
         M = self.m.SessionMessage
+        query = M.select(M.id, M.role, M.content, M.cost_usd, M.timestamp).where(M.session == session_id)
         with self._lock:
-            rows = list(M.select(M.id, M.role, M.content, M.cost_usd, M.timestamp)
-                        .where(M.session == session_id).order_by(M.id))
+            if last is None:
+                rows = list(query.order_by(M.id))
+            else:
+                rows = list(query.order_by(M.id.desc()).limit(last))[::-1]
         return [StoredMessage(r.id, r.role, r.content, _aware(r.timestamp), r.cost_usd) for r in rows]
 
     @store_op
