@@ -38,6 +38,7 @@ from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
 from corvid_actors.actors._admin_cluster import ClusterRouter, RemoteEvents, route
 from corvid_actors.actors._admin_commands import ask_actor
+from corvid_actors.actors._admin_followers import Followers, Sink
 from corvid_actors.actors._admin_health import health_report, process_stats
 from corvid_actors.actors._admin_history import merged, select, stored_items
 from corvid_actors.actors._admin_views import (
@@ -175,9 +176,7 @@ class AdminActor(TrackedActor):
                                     self._turns_done_of)
         if wiring.log_fields is not None:  # the daemon's log records name each session's agent and turn
             wiring.log_fields(self._recent.log_fields)
-        self._followers: dict[Any, Callable[[str, Event], None]] = {}
-        #: each follower's session (None: all), for the events of other daemons
-        self._wanted: dict[Any, str | None] = {}
+        self._followers = Followers(wiring.bus, wiring.clock, self._recent)
         self._stopping = False
         broker, bank = wiring.approvals, wiring.credits
         self._commands: dict[str, Callable[[Mapping[str, Any]], Any]] = {
@@ -203,11 +202,10 @@ class AdminActor(TrackedActor):
         # The daemon stops this actor after the runtime's own actors (it answers the operator
         # until then): a bus already stopped holds no subscription, so there is nothing to
         # undo, and telling it would log a dead core actor on every clean shutdown.
-        if self.w.bus.is_alive():
+        alive = self.w.bus.is_alive()
+        if alive:
             tell(self.w.bus, UnsubscribeAll(self._on_event))
-            for callback in self._followers.values():
-                tell(self.w.bus, UnsubscribeAll(callback))
-        self._followers.clear()
+        self._followers.close(alive)
 
     def _on_event(self, session_id: str, event: Event) -> None:
         # On the EventBus thread: keep it cheap, hand the rest to our own mailbox.
@@ -235,14 +233,11 @@ class AdminActor(TrackedActor):
                                  lambda: me.ask(AdminCommand(name, args, forwarded=True)))
                 return handler(args)
             case RemoteEvents(events):
-                self._remote_events(events)
+                self._followers.remote(events)
             case Follow(session_id, sink):
                 return self._follow(session_id, sink)
             case Unfollow(sink):
-                self._wanted.pop(sink, None)
-                callback = self._followers.pop(sink, None)
-                if callback is not None:
-                    tell(self.w.bus, UnsubscribeAll(callback))
+                self._followers.unfollow(sink)
             case Ready():
                 return True
             case BeginShutdown():
@@ -488,35 +483,14 @@ class AdminActor(TrackedActor):
         return {"session": sid, "status": row.status, "live": live,
                 "events": [{"session_id": sid, "at": item.pop("at"), "event": item} for item in chosen]}
 
-    def _follow(self, session_id: str | None, sink: Callable[[str, str, dict[str, Any]], None]) -> Callable[[], None]:
-        wanted = resolve_session_id(self.w.store, session_id) if session_id else None
-        clock = self.w.clock
-
-        def callback(sid: str, event: Event) -> None:
-            # A global subscription filtered here: a session's own subscriber set is
-            # removed when it ends, and a follower should see it come back.
-            if wanted is None or sid == wanted:
-                sink(sid, iso_utc(clock.now()), to_dict(event))
-
-        self._followers[sink] = callback
-        self._wanted[sink] = wanted
-        ask_actor(self.w.bus, SubscribeAll(callback), "event bus")
+    def _follow(self, session_id: str | None, sink: Sink) -> Callable[[], None]:
+        self._followers.follow(resolve_session_id(self.w.store, session_id) if session_id else None, sink)
         ref = self.actor_ref
 
         def unfollow() -> None:
             tell(ref, Unfollow(sink))
 
         return unfollow
-
-    def _remote_events(self, events: tuple[Mapping[str, Any], ...]) -> None:
-        """Other daemons' events: recorded and streamed to the followers as local ones are."""
-        for item in events:
-            sid, at, event = str(item["s"]), str(item["t"]), dict(item["e"])
-            if event.get("type") not in UNRECORDED_EVENTS:
-                self._recent.record(sid, at, event)
-            for sink, wanted in list(self._wanted.items()):
-                if wanted is None or wanted == sid:
-                    sink(sid, at, event)
 
     def _turns_done_of(self, session_id: str) -> int:
         row = self.w.store.get_session(session_id)
