@@ -34,21 +34,18 @@ import pykka
 
 from corvid_actors.access import agent_access
 from corvid_actors.actors import _admin_commands as cmd
-from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
 from corvid_actors.actors._admin_cluster import ClusterRouter, RemoteEvents, route
 from corvid_actors.actors._admin_commands import ask_actor
 from corvid_actors.actors._admin_followers import Followers, Sink
 from corvid_actors.actors._admin_health import health_report, process_stats
 from corvid_actors.actors._admin_history import merged, select, stored_items
+from corvid_actors.actors._admin_sessions import SessionViews
 from corvid_actors.actors._admin_views import (
     UNRECORDED_EVENTS,
     RecentEvents,
     agent_summary,
-    local_view,
     resolve_session_id,
-    session_detail,
-    session_summary,
 )
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.cluster import Rebalance
@@ -65,8 +62,6 @@ from corvid_actors.errors import (
     UNAVAILABLE,
     AdminError,
     ConflictError,
-    StoreError,
-    StoreUnavailableError,
 )
 from corvid_actors.events import Event, to_dict
 from corvid_actors.telemetry.metrics import RuntimeMetrics
@@ -177,6 +172,8 @@ class AdminActor(TrackedActor):
         if wiring.log_fields is not None:  # the daemon's log records name each session's agent and turn
             wiring.log_fields(self._recent.log_fields)
         self._followers = Followers(wiring.bus, wiring.clock, self._recent)
+        self._views = SessionViews(wiring.store, wiring.supervisor, wiring.approvals, wiring.router,
+                                   wiring.access, self.s, self._recent)
         self._stopping = False
         broker, bank = wiring.approvals, wiring.credits
         self._commands: dict[str, Callable[[Mapping[str, Any]], Any]] = {
@@ -252,69 +249,10 @@ class AdminActor(TrackedActor):
     # --- sessions -----------------------------------------------------------------------------
 
     def _cmd_sessions(self, args: Mapping[str, Any]) -> list[dict[str, Any]] | dict[str, Any]:
-        """The stored sessions; while the store cannot be reached, the local view
-        (:func:`local_view`): a daemon cut off from the database still says what it runs."""
-        try:
-            return self._stored_sessions(args)
-        except StoreUnavailableError as exc:
-            return self._local_sessions(args, str(exc))
-
-    def _local_sessions(self, args: Mapping[str, Any], reason: str) -> dict[str, Any]:
-        info = self._own(ask_actor(self.w.supervisor, sv.SessionInfo(None)))
-        pending = cmd.pending_counts(self.w.approvals)
-        router, doubt = self.w.router, None
-        if router is not None and not router.seat.lease_valid():
-            doubt = (f"no heartbeat for {router.seat.config.lease_s:g}s: another daemon may have taken "
-                     "some of these sessions over (this daemon stops them when it learns so)")
-        return local_view(info, pending, self._recent.known_agent, reason, status=args.get("status"),
-                          limit=args.get("limit", self.s.session_list_limit),
-                          owner=router.daemon_id if router is not None else None, doubt=doubt)
-
-    def _stored_sessions(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
-        status = args.get("status")
-        rows = self.w.store.list_sessions(statuses=[status] if status else None,
-                                          limit=args.get("limit", self.s.session_list_limit))
-        info = self._own(ask_actor(self.w.supervisor, sv.SessionInfo(None)))
-        pending = cmd.pending_counts(self.w.approvals)
-        agents, caps = self._agent_names_and_caps()
-        out = [session_summary(row, info.get(row.id), pending.get(row.id, 0), agents, caps) for row in rows]
-        if self.w.router is not None:  # several daemons: which one owns each session
-            owners = self.w.router.owners([row.id for row in rows])
-            for item in out:
-                item["owner"] = owners.get(item["id"])
-        return out
+        return self._views.sessions(args)
 
     def _cmd_session(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        sid = self._sid(args)
-        row = self.w.store.require_session(sid)
-        info = self._own(ask_actor(self.w.supervisor, sv.SessionInfo(sid))).get(sid)
-        approvals = ask_actor(self.w.approvals, ap.ListPending(sid))
-        agents, caps = self._agent_names_and_caps()
-        summary = session_summary(row, info, len(approvals), agents, caps)
-        n_messages = args.get("messages", self.s.session_messages_shown)
-        messages = self.w.store.recent_messages(sid, n_messages, roles=("user", "assistant", "system"))
-        n_events = args.get("events", self.s.recent_events)
-        detail = session_detail(summary, row, info, approvals, messages, self._recent.of(sid)[-n_events:])
-        if self.w.router is not None:  # several daemons: where it ran, oldest first (issue 36)
-            try:
-                detail["ownership"] = [o.to_dict() for o in self.w.router.seat.cluster.ownership(sid)]
-            except StoreError as exc:  # the rest of the answer stands without it
-                detail["ownership"], detail["ownership_unavailable"] = None, str(exc)
-        return detail
-
-    def _agent_names_and_caps(self) -> tuple[dict[str, str], dict[str, float]]:
-        """Each agent's name and per-session spending cap, by agent id (session views)."""
-        rows = self.w.store.list_agents()
-        return ({a.id: a.name for a in rows},
-                {a.id: agent_access(a, self.w.access).max_budget_usd for a in rows})
-
-    def _own(self, info: Mapping[str, Any]) -> Mapping[str, Any]:
-        """The supervisor's facts of the sessions this daemon still owns (several daemons:
-        an incarnation whose lease was taken is on its way out; it does not run "here")."""
-        if self.w.router is None:
-            return info
-        seat = self.w.router.seat
-        return {sid: facts for sid, facts in info.items() if seat.owns(sid) or not facts.get("running")}
+        return self._views.session(self._sid(args), args)
 
     def _cmd_approvals(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
         return cmd.list_approvals(self.w.approvals, self._sid(args) if args.get("session") else None)
