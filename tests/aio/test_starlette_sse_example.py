@@ -132,12 +132,12 @@ async def test_a_reply_that_does_not_come_in_time_ends_the_stream_and_not_the_se
         await rt.aclose()
 
 
-def test_the_readme_shows_the_examples_own_lines():
-    readme = (EXAMPLE.parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### A web chat over SSE (Starlette)", 1)[1].split("\n### ", 1)[0]
+def test_the_guide_shows_the_examples_own_lines():
+    guide = (EXAMPLE.parents[1] / "docs" / "site" / "chat" / "asyncio.md").read_text(encoding="utf-8")
+    section = guide.split("## A web chat over SSE (Starlette)", 1)[1].split("\n## ", 1)[0]
     [block] = re.findall(r"```python\n(.*?)```", section, re.S)
     source = EXAMPLE.read_text(encoding="utf-8")
     shown = [line for line in block.splitlines() if line.strip() and line.strip() != "..."]
     assert len(shown) > 5
     for line in shown:
-        assert line.strip() in source, f"the README shows a line the example does not have: {line!r}"
+        assert line.strip() in source, f"the guide shows a line the example does not have: {line!r}"

@@ -322,10 +322,10 @@ def test_invalid_unicode_fields_are_400_not_500(served):
 
 
 
-def test_the_readme_signing_example_is_accepted(served):
+def test_the_guides_signing_example_is_accepted(served):
     from pathlib import Path
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "docs" / "site" / "chat" / "chat-bridge.md").read_text()
     start = readme.index("```python\nimport hashlib, hmac") + len("```python\n")
     code = readme[start:readme.index("```", start)]
     definition = code[:code.index("\npost_signed(")]

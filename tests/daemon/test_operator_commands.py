@@ -1,6 +1,6 @@
 """Operator commands people expect (issue 38 item 5): ``admin restart``, an idempotent
 ``admin shutdown --wait``, systemd's notify protocol, typo suggestions, a light ``--help``
-and the README's unit file. A real daemon and the real CLI; every wait bounded."""
+and the operator guide's unit file. A real daemon and the real CLI; every wait bounded."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 from corvid_actors.daemon import cli
 from tests.e2e.test_daemon import READY_S, WAIT_S, Daemon, Follower, daemons  # noqa: F401 - the fixture
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+OPERATOR_GUIDE = Path(__file__).resolve().parents[2] / "docs" / "site" / "operator" / "index.md"
 #: what a command line must not load just to print its help
 HEAVY_MODULES = ("pykka", "peewee", "ollama", "anthropic", "httpx", "corvid_actors.runtime", "corvid_actors.config")
 
@@ -101,9 +101,9 @@ def test_help_loads_no_runtime_store_or_provider(argv):
 
 
 def _readme_unit() -> str:
-    text = README.read_text()
+    text = OPERATOR_GUIDE.read_text()
     found = re.search(r"```ini\n(\[Unit\].*?)```", text, re.S)
-    assert found, "the README ships a systemd unit file in an ```ini block"
+    assert found, "the operator guide ships a systemd unit file in an ```ini block"
     return found.group(1)
 
 

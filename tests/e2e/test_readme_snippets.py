@@ -1,5 +1,6 @@
-"""The README's Python examples run as a new user would run them: as scripts, in a fresh
-interpreter, with nothing but the environment they document."""
+"""The guides' Python examples that need a model server run as a new user would run them:
+as scripts, in a fresh interpreter, with nothing but the environment they document (the
+self-contained ones are marked runnable: tests/public_api/test_guide_examples.py)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from pathlib import Path
 from corvid_actors.testing.ollama_stub import OllamaStubServer
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+GUIDES = ROOT / "docs" / "site"
 SCRIPT_S = 60.0
 
 
-def python_block_after(heading: str) -> str:
-    section = README.split(heading, 1)[1]
+def python_block_after(page: str, heading: str) -> str:
+    section = (GUIDES / page).read_text(encoding="utf-8").split(heading, 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
@@ -29,7 +30,7 @@ def run(code: str, **extra: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_library_snippet_runs_twice_and_logs_nothing(tmp_path):
-    code = python_block_after("## Using the runtime as a library")
+    code = python_block_after("chat/index.md", "# Embed the runtime")
     assert "ensure_agent" in code
     with OllamaStubServer() as stub:
         stub.add_reply("Hello from the stub.")
@@ -41,7 +42,7 @@ def test_the_library_snippet_runs_twice_and_logs_nothing(tmp_path):
 
 
 def test_the_simulation_example_runs_outside_pytest():
-    code = python_block_after("Outside pytest, `sim_runtime(clock, provider)`")
+    code = python_block_after("testing/index.md", "Outside pytest, `sim_runtime(clock, provider)`")
     assert "def test" not in code
     result = run(code)
     assert result.returncode == 0, result.stderr
