@@ -291,6 +291,8 @@ class EventStream(Generic[T]):
 
     @property
     def overflowed(self) -> bool:
+        """Whether the stream ended because ``max_pending`` items were waiting (its reader then got a
+        ``stream_overflow`` event)."""
         return self._state == _OVERFLOWED
 
     async def __aenter__(self) -> EventStream[T]:

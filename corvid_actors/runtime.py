@@ -191,6 +191,7 @@ class Runtime(RuntimeLifecycle):
         return sv.started_pid(self._ask(sv.ResumeProcess(session_id, _checked(prompt))))
 
     def stop_process(self, session_id: str, reason: str = "user_stop") -> None:
+        """Stop a running session (``reason`` goes into ``session_stopped``); else nothing."""
         self._ask(sv.StopProcess(session_id, reason))
 
     def send_message(self, session_id: str, content: UserContent) -> bool:
@@ -236,12 +237,15 @@ class Runtime(RuntimeLifecycle):
         self._ask(Subscribe(session_id, callback), self._internals.bus)
 
     def unsubscribe(self, session_id: str, callback: EventCallback) -> None:
+        """Remove a callback given to :meth:`subscribe` for this session."""
         self._ask(Unsubscribe(session_id, callback), self._internals.bus)
 
     def subscribe_all(self, callback: EventCallback) -> None:
+        """``callback(session_id, event)`` for every session's events (on the EventBus thread)."""
         self._ask(SubscribeAll(callback), self._internals.bus)
 
     def unsubscribe_all(self, callback: EventCallback) -> None:
+        """Remove a callback given to :meth:`subscribe_all`."""
         self._ask(UnsubscribeAll(callback), self._internals.bus)
 
     def resume_session(self, session_id: str) -> bool:
@@ -253,10 +257,10 @@ class Runtime(RuntimeLifecycle):
         return bool(self._ask(sv.ExtendSessionTimeout(session_id, additional_s)))
 
     def cleanup_session_state(self, session_id: str) -> None:
+        """Forget a session: its incarnation ended silently, timers, slot, approvals, subscribers."""
         self._ask(sv.CleanupSessionState(session_id))
 
     # --- one tool run ------------------------------------------------------------------------
-
     def run_tool(self, project_dir: str | Path, tool: str, args: Mapping[str, Any] | None = None, *,
                  mode: str = "default", agent: Any = None, approve: bool = False,
                  context_window: int | None = None) -> ToolRun:
@@ -289,17 +293,16 @@ class Runtime(RuntimeLifecycle):
         return replace(run, model_sees=model_view(call, run.result, self._config, window, commands))
 
     # --- approvals, slots ---------------------------------------------------------------------
-
     def resolve_approval(self, approval_id: str, behavior: str, message: str = "",
                          updated_input: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """allow | deny | allow_session. Returns the request's info, or None if not pending."""
         return self._ask(ap.Resolve(approval_id, behavior, message, updated_input), self._internals.approvals)
 
     def set_approval_mode(self, mode: str) -> str:
+        """Set the approval mode (normal, queued or paused); returns the mode in force."""
         return str(self._ask(ap.SetMode(mode), self._internals.approvals))
 
     # --- credits (Runtime(with_credits=True)) -------------------------------------------------
-
     def grant_credits(self, participant: str, amount: int, *, type: str = "grant", reference: str = "") -> int:
         """Add ``amount`` (> 0) credits (``type``: grant | purchase | refund); returns the balance."""
         return int(self._ask(GrantCredits(participant, amount, type, reference), self._credit_bank()))
@@ -348,7 +351,6 @@ class Runtime(RuntimeLifecycle):
         return list(self._internals.store.take_restart_pending())
 
     # --- agents and projects -------------------------------------------------------------------
-
     def create_agent(self, name: str, **settings: Any) -> Any:
         """Create an agent (``provider``, ``model``, ``system_prompt``, ``permission_mode``,
         ``kind``, …). ``kind``: ``"task"`` (nudged to act with its tools) or ``"chat"`` (a

@@ -53,9 +53,12 @@ class CancelToken:
 
     @property
     def cancelled(self) -> bool:
+        """Whether :meth:`cancel` has been called."""
         return self._cancelled
 
     def cancel(self) -> None:
+        """Cancel, once: later calls do nothing. Runs the registered callbacks on this thread; one that
+        raises does not stop the others."""
         with self._lock:
             if self._cancelled:
                 return
@@ -83,6 +86,7 @@ class CancelToken:
         return lambda: None
 
     def raise_if_cancelled(self) -> None:
+        """Raise :class:`StreamCancelled` when the token is cancelled."""
         if self._cancelled:
             raise StreamCancelled()
 

@@ -130,11 +130,12 @@ def _unit(name: str, type_name: str) -> str:
     return ""
 
 
-def keys() -> list[Key]:
-    """Every key of the packaged defaults, in file order."""
+def keys(text: str | None = None) -> list[Key]:
+    """Every key of the packaged defaults (or of ``text``, a TOML of the same sections), in
+    file order."""
     from corvid_actors.config import ENV_OVERRIDES
 
-    text = TOML.read_text(encoding="utf-8")
+    text = TOML.read_text(encoding="utf-8") if text is None else text
     data = tomllib.loads(text)
     described, tables = _comments(text.splitlines())
     env = {f"{section}.{key}": var for var, (section, key, _) in ENV_OVERRIDES.items()}

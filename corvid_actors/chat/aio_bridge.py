@@ -60,12 +60,15 @@ class AsyncChatTransport(Protocol):
     name: str
 
     async def start(self, handler: AsyncMessageHandler) -> None:
+        """Start receiving: await ``handler(IncomingMessage(...))`` for each message."""
         ...
 
     async def send(self, message: OutgoingMessage) -> None:
+        """Deliver one message to the platform; may raise :class:`TransportError`."""
         ...
 
     async def stop(self) -> None:
+        """Stop receiving and release the platform's client."""
         ...
 
 
@@ -125,6 +128,7 @@ class AsyncChatBridge:
         self._last_bridge: ChatBridge | None = None
 
     async def start(self) -> AsyncChatBridge:
+        """Start the bridge and its transport (also ``async with``); idempotent. Returns the bridge."""
         if self.bridge is None:
             if self._own_threads and self.aruntime.closed:  # started again after a stop
                 self.aruntime = AsyncRuntime(self.aruntime.runtime, owns_runtime=False)

@@ -122,6 +122,8 @@ class ChatBridge:
     # --- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> ChatBridge:
+        """Start the outbox, follow the runtime's events and start the transport (also ``with``);
+        idempotent. Returns the bridge."""
         if not self._started:
             self._started = True
             self._outbox.start()
@@ -167,6 +169,8 @@ class ChatBridge:
 
     @property
     def credits_enabled(self) -> bool:
+        """Whether the runtime charges credits (``Runtime(with_credits=True)``): the bridge's
+        ``/credits`` and ``/grant`` need it."""
         return bool(getattr(self.runtime, "credits_enabled", False))
 
     # --- incoming -------------------------------------------------------------------------------

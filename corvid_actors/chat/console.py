@@ -36,17 +36,21 @@ class ConsoleTransport:
         self._handler: MessageHandler | None = None
 
     def start(self, handler: MessageHandler) -> None:
+        """Read lines from the terminal on a daemon thread, each one a message to ``handler``."""
         self._handler = handler
         self._thread = threading.Thread(target=self._read, name="console-transport", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop handing lines to the bridge (a thread blocked on the terminal cannot be interrupted;
+        what it reads afterwards is ignored)."""
         # A thread blocked reading a terminal cannot be interrupted; it is a daemon thread
         # and ignores whatever it reads after this.
         self._handler = None
         self.finished.set()
 
     def send(self, message: OutgoingMessage) -> None:
+        """Write the message to the output, prefixed by its kind."""
         with self._lock:
             self.output.write(f"{PREFIXES.get(message.kind, '')}{message.text}\n")
             self.output.flush()

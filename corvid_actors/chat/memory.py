@@ -37,12 +37,16 @@ class MemoryTransport:
         self._lock = threading.Lock()
 
     def start(self, handler: MessageHandler) -> None:
+        """Keep ``handler``: :meth:`say` calls it."""
         self._handler = handler
 
     def stop(self) -> None:
+        """Forget the handler: :meth:`say` refuses until the next start."""
         self._handler = None
 
     def send(self, message: OutgoingMessage) -> None:
+        """Record the message in ``sent`` (after the ``gate``, when one is set; raising when
+        :meth:`fail_next` asked for it)."""
         gate = self.gate
         if gate is not None:
             gate.wait()
@@ -67,13 +71,16 @@ class MemoryTransport:
             self._fail_next += count
 
     def messages(self, participant: str | None = None, *, kind: str | None = None) -> list[OutgoingMessage]:
+        """The messages sent, to one participant or all, of one kind or all."""
         with self._lock:
             return [m for m in self.sent
                     if (participant is None or m.participant == participant) and (kind is None or m.kind == kind)]
 
     def texts(self, participant: str | None = None, *, kind: str | None = None) -> list[str]:
+        """The texts of :meth:`messages`."""
         return [m.text for m in self.messages(participant, kind=kind)]
 
     def clear(self) -> None:
+        """Forget the messages sent so far."""
         with self._lock:
             self.sent.clear()

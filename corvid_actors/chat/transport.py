@@ -104,12 +104,16 @@ class ChatTransport(Protocol):
     name: str
 
     def start(self, handler: MessageHandler) -> None:
+        """Start receiving: call ``handler(IncomingMessage(...))`` for each message, from the
+        transport's own thread."""
         ...
 
     def send(self, message: OutgoingMessage) -> None:
+        """Deliver one message to the platform; may block, or raise :class:`TransportError`."""
         ...
 
     def stop(self) -> None:
+        """Stop receiving."""
         ...
 
 

@@ -171,6 +171,8 @@ class WebhookTransport:
         return f"http://{self.host}:{self._server.server_address[1]}{self.path}"
 
     def start(self, handler: MessageHandler) -> None:
+        """Serve ``POST`` requests on ``host:port`` (a thread of its own); warns when no secret is set
+        or the replay store is in memory."""
         if self.clock is None:
             self.clock = self._io_clock
         if self.replays is None:
@@ -195,6 +197,7 @@ class WebhookTransport:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop the server and close its socket."""
         server, self._server = self._server, None
         self._handler = None
         if server is not None:
@@ -202,6 +205,8 @@ class WebhookTransport:
             server.server_close()
 
     def send(self, message: OutgoingMessage) -> None:
+        """POST the message to the callback URL, signed when a secret is set; a refusal or an
+        unreachable callback raises :class:`TransportError`."""
         body = json.dumps({"channel": message.channel, "participant": message.participant, "text": message.text,
                            "kind": message.kind, "session_id": message.session_id}).encode()
         headers = {"Content-Type": "application/json"}

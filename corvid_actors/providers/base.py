@@ -179,6 +179,8 @@ class ProviderError(CorvidError):
 
     @property
     def retryable(self) -> bool:
+        """Whether the call may be retried (``kind`` is ``RETRYABLE``: a connection drop, a 5xx, a rate
+        limit)."""
         return self.kind is ErrorKind.RETRYABLE
 
     def __repr__(self) -> str:

@@ -115,9 +115,12 @@ class SimClock:
     # --- the Clock protocol (and ActivityAware) --------------------------------------
 
     def now(self) -> datetime:
+        """The simulated wall time: the clock's start (2026-01-01T00:00Z by default) plus the simulated
+        seconds."""
         return self._start + timedelta(seconds=self._t)
 
     def monotonic(self) -> float:
+        """Simulated seconds since the clock's start."""
         return self._t
 
     def attach(self, tracker: ActivityTracker, settle: Callable[[], None]) -> None:
@@ -142,6 +145,7 @@ class SimClock:
             settle()
 
     def start(self) -> None:
+        """Nothing to start: simulated time moves only when a test advances it."""
         pass
 
     def stop(self) -> None:
@@ -151,6 +155,8 @@ class SimClock:
             self.close()
 
     def call_later(self, delay_s: float, fn: Callable[[], None]) -> TimerHandle:
+        """Call ``fn`` when simulated time reaches now + ``delay_s`` (a negative delay counts as 0);
+        returns a handle to cancel it."""
         with self._lock:
             return self._heap.push(self._t + max(0.0, delay_s), fn)
 
@@ -239,6 +245,8 @@ class SimClock:
             self.advance(due)
 
     def close(self) -> None:
+        """Stop freezing time: the process's real clocks run again. Idempotent; the last runtime on the
+        clock to stop calls it."""
         if not self._closed:
             self._closed = True
             try:

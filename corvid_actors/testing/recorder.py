@@ -50,6 +50,7 @@ class EventRecorder:
 
     @classmethod
     def attach(cls, runtime: Runtime) -> EventRecorder:
+        """A recorder subscribed to every session of ``runtime``, timing events on its clock."""
         recorder = cls(runtime.clock)
         runtime.subscribe_all(recorder)
         return recorder
@@ -96,20 +97,27 @@ class EventRecorder:
                                  f"got them at {hits}")
 
     def types(self, session_id: str | None = None, *, skip: tuple[str, ...] = ()) -> list[str]:
+        """The types of the recorded events (of one session, or all), in order, leaving out those in
+        ``skip``."""
         return [r.type for r in self.of(session_id) if r.type not in skip]
 
     def times(self, type: str, session_id: str | None = None) -> list[float]:
+        """When each event of ``type`` arrived, in seconds of the runtime's clock."""
         return [r.at for r in self.of(session_id, type)]
 
     def last(self, type: str, session_id: str | None = None) -> Event | None:
+        """The last event of ``type`` (of one session, or any), or None."""
         found = self.of(session_id, type)
         return found[-1].event if found else None
 
     def log(self) -> list[dict[str, object]]:
+        """Every recorded event as a dict (``at``, ``session`` and the event's fields), for a failure
+        message."""
         with self._lock:
             return [{"at": r.at, "session": r.session_id, **to_dict(r.event)} for r in self.events]
 
     def clear(self) -> None:
+        """Forget the events recorded so far."""
         with self._lock:
             self.events.clear()
 

@@ -243,12 +243,16 @@ class ScriptedProvider:
     def reply(self, text: str, *, deltas: int = 1, latency_s: float = 0.0, delta_interval_s: float = 0.0,
               match: str | None = None, usage: Usage | Mapping[str, int] | None = None, cost_usd: float = 0.0,
               tool_calls: Iterable[ToolCallLike] = ()) -> ScriptedProvider:
+        """Queue a reply on the shared queue (see :meth:`Turn.reply`); with ``match``, only for a
+        request whose user message contains that text."""
         turn = Turn.reply(text, deltas=deltas, latency_s=latency_s, delta_interval_s=delta_interval_s,
                           usage=usage, cost_usd=cost_usd, tool_calls=tool_calls)
         return self.add(replace(turn, match=match))
 
     def tool_call(self, name: str, arguments: dict[str, Any], *, text: str = "", call_id: str | None = None,
                   match: str | None = None) -> ScriptedProvider:
+        """Queue a reply that calls tool ``name`` with ``arguments`` (and says ``text``), on the shared
+        queue."""
         with self._lock:
             n = len(self.requests) + len(self._turns)
         return self.reply(text, match=match, tool_calls=[ToolCall(call_id or f"call_{n}", name, arguments)])
@@ -297,6 +301,8 @@ class ScriptedProvider:
         raise ScriptedStartFailure(message)
 
     def stream(self, request: ModelRequest, on_event: StreamCallback, cancel: CancelToken) -> ModelResponse:
+        """Answer one model call with the session's next scripted turn (else the shared queue, the
+        responder, the default reply), streaming its deltas on the runtime's clock."""
         turn = self._next_turn(request)
         if turn.latency_s > 0:
             if not self._need_clock().wait(turn.latency_s, cancel):
@@ -409,6 +415,7 @@ class ScriptedProvider:
             return results
 
     def model_info(self, model: str) -> ModelInfo:
+        """A ``ModelInfo`` with this provider's ``context_window`` for any model name."""
         return ModelInfo(name=model, context_window=self.context_window)
 
     def _next_turn(self, request: ModelRequest) -> ScriptedTurn:

@@ -73,6 +73,7 @@ class Tool:
 
     @property
     def name(self) -> str:
+        """The tool's name, as the model calls it (``spec.name``)."""
         return self.spec.name
 
 
@@ -85,15 +86,19 @@ class ToolRegistry:
             self.add(tool)
 
     def add(self, tool: Tool) -> None:
+        """Add ``tool`` under its name; a tool of the same name is replaced."""
         self._tools[tool.name] = tool
 
     def get(self, name: str) -> Tool | None:
+        """The tool named ``name``, or None."""
         return self._tools.get(name)
 
     def names(self) -> list[str]:
+        """The tools' names, in the order they were added."""
         return list(self._tools)
 
     def specs(self) -> tuple[ToolSpec, ...]:
+        """The tools' specs, as offered to the model."""
         return tuple(tool.spec for tool in self._tools.values())
 
     def filtered(self, allowed: Iterable[str] | None) -> ToolRegistry:
