@@ -13,7 +13,7 @@ from typing import Any
 from corvid_actors.config_schema import AT_LEAST_ONE, POSITIVE, one_of, section
 from corvid_actors.errors import ConfigError
 
-#: the sandbox modes (README "Security model")
+#: the sandbox modes (docs/site/concepts/security-model.md)
 SANDBOX_MODES = ("auto", "required", "off")
 #: what a sandboxed command's network is: ``none`` (a new, empty network namespace: not
 #: even the host's loopback) or ``host`` (the host's network, loopback services included)
@@ -21,7 +21,7 @@ NETWORK_CHOICES = ("none", "host")
 #: the permission modes (``tools.permissions.PermissionMode``): the keys of
 #: ``[tools.sandbox] network``
 PERMISSION_MODE_NAMES = ("default", "plan", "auto-edit", "full-auto")
-#: the sandbox backends: ``auto`` tries bwrap, then Landlock (README "Security model")
+#: the sandbox backends: ``auto`` tries bwrap, then Landlock (docs/site/concepts/security-model.md)
 SANDBOX_BACKENDS = ("auto", "bwrap", "landlock")
 
 

@@ -388,7 +388,7 @@ class SessionBuilder:
 
             return lambda name, args: PermissionDecision(Permission.DENY, f"Unknown tool: {name}")
 
-        # the approval prompt of a command says which network it gets (README "Security model")
+        # the approval prompt of a command says which network it gets (docs/site/concepts/security-model.md)
         return make_permission_check(PermissionMode.parse(mode), as_mapping(tools), project_dir, protected,
                                      command_network=self.sandbox.network_label(mode or "default", agent_name))
 

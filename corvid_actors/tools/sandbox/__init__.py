@@ -80,7 +80,7 @@ Where namespaces are refused (Docker's default seccomp profile, hardened kernels
 of paths (the same hidden paths, masks and ``.git`` rules, as far as Landlock can say
 them) and ``_confine.py``, a standard-library wrapper, applies no_new_privs, the limits,
 Landlock, a capability drop and a seccomp filter in the command's own process, and
-supervises its process group (README "Security model" says what it cannot do that bwrap
+supervises its process group (docs/site/concepts/security-model.md says what it cannot do that bwrap
 does). :attr:`SandboxStatus.backend` says which one is in force.
 
 ``mode`` (``[tools.sandbox] mode``): ``auto`` uses a sandbox when one works — ``backend``
