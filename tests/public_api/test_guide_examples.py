@@ -1,7 +1,7 @@
 """Every code block the docs mark runnable is run here, so no guide can drift from the code.
 
 A block is runnable when the line before its ```` ```python ```` fence is
-``<!-- runnable -->`` (docs/site/contributing.md). Blocks that define ``test_…`` functions
+``<!-- runnable -->``, both at the start of their lines (docs/site/contributing.md). Blocks that define ``test_…`` functions
 are pytest tests: they are compiled from the page, line numbers and all, into this module,
 so pytest collects them with their fixtures (``runtime``, ``scripted``, ``recorder``,
 ``sim_clock``, ``ollama_stub``, ``arrange``, ``tmp_path`` …) and a failure points at the
@@ -54,7 +54,7 @@ def runnable_blocks(path: Path) -> list[Block]:
     page = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
     blocks = []
     for n, line in enumerate(lines):
-        if line.strip() != MARKER:
+        if line != MARKER:  # at the start of a line: an indented one is an example of the marker
             continue
         fence = n + 1
         if fence >= len(lines) or not re.match(r"```python(\s|$)", lines[fence]):
@@ -106,6 +106,12 @@ def test_a_marker_without_a_python_block_is_refused(tmp_path):
     page.write_text(f"text\n{MARKER}\n```\nls\n```\n", encoding="utf-8")
     with pytest.raises(ValueError, match="must be followed by a ```python fence"):
         runnable_blocks(page)
+
+
+def test_an_indented_marker_is_an_example_not_a_marker(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(f"- a list item:\n\n  {MARKER}\n  ```python\n  raise SystemExit(1)\n  ```\n", encoding="utf-8")
+    assert runnable_blocks(page) == []
 
 
 def test_a_failing_block_points_at_its_page_line(tmp_path):
