@@ -38,7 +38,7 @@ def _run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             text = (f"API token {args.name!r} ({args.scope}) created. It is shown this once; keep it secret:\n"
                     f"{secret}\n")
         elif args.token_command == "list":
-            result = tokens.list()
+            result = tokens.list_tokens()
             rows = [f"{t['name']:<24} {t['scope']:<8} created {t['created_at']}  last used {t['last_used_at'] or '-'}"
                     + (f"  REVOKED {t['revoked_at']}" if t["revoked_at"] else "") for t in result]
             text = "\n".join(rows) + "\n" if rows else "no API tokens (create one: admin token create --name NAME)\n"
@@ -66,5 +66,3 @@ def add_token_parser(admin_sub: Any, common: argparse.ArgumentParser) -> None:
     revoke = sub.add_parser("revoke", parents=[common], help="revoke a token (at once, also for a running daemon)")
     revoke.add_argument("name")
     token.set_defaults(func=_run)
-    for parser in (create, revoke):
-        parser.set_defaults(func=_run)

@@ -66,7 +66,7 @@ class ApiTokenStore:
         return secret
 
     @store_op
-    def list(self) -> list[dict[str, Any]]:
+    def list_tokens(self) -> list[dict[str, Any]]:
         """Every token, oldest first: name, scope, created, last used, revoked (no hash)."""
         T = self.m.ApiToken
         with self.store.transaction():

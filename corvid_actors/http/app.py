@@ -82,9 +82,8 @@ class HttpApp:
 
     # --- plumbing -------------------------------------------------------------------------
 
-    async def _caller(self, request: Request, mutating: bool) -> Caller:
-        return await to_thread.run_sync(
-            lambda: self.auth.caller(request.headers.get("authorization"), mutating=mutating))
+    async def _caller(self, request: Request) -> Caller:
+        return await to_thread.run_sync(self.auth.caller, request.headers.get("authorization"))
 
     def _guarded(self, mutating: bool, handler: Callable[[Request, Caller], Awaitable[Response]]
                  ) -> Callable[[Request], Awaitable[Response]]:
@@ -92,7 +91,8 @@ class HttpApp:
         async def endpoint(request: Request) -> Response:
             caller: Caller | None = None
             try:
-                caller = await self._caller(request, mutating)
+                caller = await self._caller(request)
+                caller.require(mutating)
                 response = await handler(request, caller)
             except CorvidError as exc:
                 response = error_response(admin_code(exc), exc.message if isinstance(exc, AdminError) else str(exc))

@@ -42,6 +42,13 @@ class Caller:
     name: str
     scope: str
 
+    def require(self, mutating: bool) -> None:
+        """Raise ``forbidden`` (403) when a request that changes something comes with a
+        token that may only read."""
+        if mutating and self.scope != OPERATE:
+            raise AdminError(FORBIDDEN, f"the token {self.name!r} has scope {self.scope!r}: "
+                                        "changing things needs an 'operate' token")
+
 
 class TokenCheck:
     """Checks ``Authorization`` headers against the stored tokens. Thread-safe: runs on the
@@ -54,9 +61,9 @@ class TokenCheck:
         self._last_known: list[ActiveToken] = []
         self._touched: dict[str, float] = {}
 
-    def caller(self, authorization: str | None, *, mutating: bool) -> Caller:
+    def caller(self, authorization: str | None) -> Caller:
         """The caller of a request with this ``Authorization`` header; raises
-        ``AdminError`` ``unauthorized`` (401) or ``forbidden`` (403)."""
+        ``AdminError`` ``unauthorized`` (401). Its scope is checked by :meth:`Caller.require`."""
         secret = _bearer(authorization)
         if secret is None:
             raise AdminError(UNAUTHORIZED, "an API token is required: send 'Authorization: Bearer <token>' "
@@ -69,9 +76,6 @@ class TokenCheck:
                 found = token
         if found is None:
             raise AdminError(UNAUTHORIZED, "the API token is not valid (unknown or revoked)")
-        if mutating and found.scope != OPERATE:
-            raise AdminError(FORBIDDEN, f"the token {found.name!r} has scope {found.scope!r}: "
-                                        "changing things needs an 'operate' token")
         self._touch(found.name)
         return Caller(found.name, found.scope)
 

@@ -23,9 +23,14 @@ class ArgSpec(Protocol):
     """One argument of an admin command (``daemon.protocol.Arg``): its JSON kind
     (``str``/``int``/``number``/``bool``), whether it is required, its rule in words."""
 
-    kind: str
-    required: bool
-    must: str
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def required(self) -> bool: ...
+
+    @property
+    def must(self) -> str: ...
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ validator and the actor exactly as they do in ``serve``."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,8 +68,12 @@ class Stack:
                 yield client
 
 
-def make_stack(sim_clock: Any, scripted: Any, tmp_path: Any, config: Config | None = None) -> tuple[Stack, Any]:
-    rt = sim_runtime(sim_clock, scripted, config=config or Config(), workspace_dir=tmp_path / "ws")
+def make_stack(sim_clock: Any, scripted: Any, tmp_path: Any, *, direct: bool = False, credits: bool = False,
+               store_url: str = "sqlite:///:memory:") -> tuple[Stack, Any]:
+    extra: dict[str, Any] = {"loop_for_provider": {"scripted": "direct"}} if direct else {}
+    (tmp_path / "ws").mkdir(exist_ok=True)
+    rt = sim_runtime(sim_clock, scripted, config=Config(), workspace_dir=tmp_path / "ws", with_credits=credits,
+                     store_url=store_url, **extra)
     tree = rt.internals
     admin = AdminActor.start(tree.tracker, AdminWiring(
         supervisor=tree.supervisor, approvals=tree.approvals, bus=tree.bus, timers=tree.timers,
@@ -85,9 +89,17 @@ def make_stack(sim_clock: Any, scripted: Any, tmp_path: Any, config: Config | No
     return Stack(rt, admin, gateway, tokens, read, operate), admin
 
 
+@contextmanager
+def running_stack(sim_clock: Any, scripted: Any, tmp_path: Any, **kwargs: Any) -> Iterator[Stack]:
+    s, admin = make_stack(sim_clock, scripted, tmp_path, **kwargs)
+    try:
+        yield s
+    finally:
+        admin.stop()
+        s.runtime.shutdown()
+
+
 @pytest.fixture
 def stack(sim_clock: Any, scripted: Any, tmp_path: Any) -> Iterator[Stack]:
-    s, admin = make_stack(sim_clock, scripted, tmp_path)
-    yield s
-    admin.stop()
-    s.runtime.shutdown()
+    with running_stack(sim_clock, scripted, tmp_path) as s:
+        yield s
