@@ -70,7 +70,7 @@ class Daemon:
             return admin.ask(Follow(session_id, sink), block=True)
 
         self.token = ApiTokenStore(tree.store).create("bench", "read", now=rt.clock.now())
-        self.listener = start_http_listener(rt, handle, follow)
+        self.listener = start_http_listener(rt, tree.store, tree.cluster, handle, follow)
 
     def close(self) -> None:
         self.listener.stop()

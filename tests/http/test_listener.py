@@ -90,7 +90,8 @@ def test_without_the_extra_listen_fails_naming_it(monkeypatch, stack):
             self.config = config
 
     with pytest.raises(DaemonError, match=r"install the http extra \(pip install 'corvid-actors\[http\]'\)"):
-        http_listener.start_http_listener(Runtime(), lambda r: None, lambda s, f: lambda: None)  # type: ignore[arg-type]
+        http_listener.start_http_listener(Runtime(), None, None,  # type: ignore[arg-type]
+                                          lambda r: None, lambda s, f: lambda: None)
 
 
 _SERVE = """
