@@ -184,7 +184,7 @@ async def test_a_client_that_falls_behind_is_closed_and_resumes_from_the_backlog
     for i in range(10):  # published while the client reads nothing
         hub._publish("s1", "2026-01-01T00:00:00Z", {"type": "assistant", "text": str(i)})
     got = await asyncio.wait_for(_drain(hub, slow, head), WAIT_S)
-    events = [b for b in got if b.startswith(b"id:")]
+    events = [b for chunk in got for b in chunk.split(b"\n\n") if b.startswith(b"id:")]  # sent in one write
     assert len(events) == 3 and got[-1].startswith(b"event: overflow")
     assert hub.overflows == 1 and hub.streams == 0
     last_id = events[-1].split(b"\n")[0].split(b": ")[1].decode()
