@@ -167,6 +167,8 @@ class StoreConfig:
     #: "writer" | "group_commit" | "direct" (db/writer.py, db/group_commit.py)
     message_writes: str = field(metadata=one_of("writer", "group_commit", "direct"))
     max_message_batch: int = field(metadata=AT_LEAST_ONE)
+    #: seconds between two looks at a SQLite file before writes (0: before every write)
+    file_check_interval_s: float = field(metadata=NON_NEGATIVE)
     #: writes an actor could not make are retried on this schedule (actors/retry.py)
     write_retry: RetrySchedule
 

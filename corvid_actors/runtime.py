@@ -204,12 +204,12 @@ class Runtime(RuntimeLifecycle):
         ``double_texting`` is ``reject``, SessionBusyError (nothing stored).
 
         A running session gets the message without the supervisor: it is persisted on this
-        thread (the acknowledgement) and told to the incarnation found in the live
-        registry. A session with no incarnation at all (none building, none live) gets
-        False at once, from the same registry. The supervisor is asked only when neither
-        applies (an incarnation building, a resumed one's first message, a context reset,
-        an incarnation that is ending),
-        or when the incarnation ended between the lookup and the delivery: then the
+        thread with its turn counted open (the acknowledgement; on a connection of its own)
+        and told to the incarnation found in the live registry. A session with no
+        incarnation at all (none building, none live) gets False at once, from the same
+        registry. The supervisor is asked only when neither applies (an incarnation
+        building, a resumed one's first message, a context reset, an incarnation that is
+        ending), or when the incarnation ended between the lookup and the delivery: then the
         message is taken back and the supervisor cold-starts the session with it."""
         checked = content if isinstance(content, str) else content_blocks(content)
         if self._stopped:
@@ -225,11 +225,11 @@ class Runtime(RuntimeLifecycle):
         if entry is None or not entry.fast_path(self._config.session.max_turns_before_context_reset):
             return bool(self._ask(sv.SendMessage(session_id, checked)))
         blocks = content_blocks(checked)
-        message = UserInput(text_parts(blocks) if blocks else str(checked), blocks)
-        message_id = self._internals.store.append_message(session_id, "user", checked)
+        message = UserInput(text_parts(blocks) if blocks else str(checked), blocks, turn_opened=True)
+        message_id = self._internals.store.append_user_turn(session_id, checked)
         if entry.deliver(message):
             return True
-        self._internals.store.delete_message(message_id)  # not delivered: the cold path stores it again
+        self._internals.store.take_back_user_turn(session_id, message_id)  # the cold path stores it again
         return bool(self._ask(sv.SendMessage(session_id, checked, fallback=entry.generation)))
 
     def subscribe(self, session_id: str, callback: EventCallback) -> None:

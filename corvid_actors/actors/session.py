@@ -153,7 +153,7 @@ class SessionActor(SessionEffects, TrackedActor):
         self._budget = TurnBudget(self.sid, wiring.budget, wiring.access, wiring.store)
         #: user messages that came mid-turn to a capped session: each starts its turn after
         #: the running one, once the caps are checked (uncapped, the loop queues them)
-        self._held: deque[tuple[str, tuple[dict[str, Any], ...]]] = deque()
+        self._held: deque[tuple[str, tuple[dict[str, Any], ...], bool]] = deque()
         #: the span of the turn in flight (OpenTelemetry), across the turn's messages
         self._trace = TurnTrace(wiring.tracing, session_id=self.sid, agent=wiring.agent, source=wiring.source,
                                 generation=self.gen)
@@ -232,17 +232,17 @@ class SessionActor(SessionEffects, TrackedActor):
                     self._begin(prompt, blocks)
             case Ready():
                 self._wait_for_user()
-            case UserInput(text, blocks) if not self._begun:
-                if not self._over_budget():
-                    self._count_turn()
+            case UserInput(text, blocks, opened) if not self._begun:
+                if not self._over_budget(opened):
+                    self._count_turn(opened)
                     self._begin(text, blocks)  # the supervisor sends Begin first; never lose a message
-            case UserInput(text, blocks) if self._turns_open and self._budget.capped and (
+            case UserInput(text, blocks, opened) if self._turns_open and self._budget.capped and (
                     self.w.double_texting != INTERRUPT):
                 # capped: it waits here, not in the loop, so that its turn is checked when it
                 # would start (the loop would start it right after the running turn)
-                self._held.append((text, blocks))
-            case UserInput(text, blocks):
-                self._user_turn(text, blocks)
+                self._held.append((text, blocks, opened))
+            case UserInput(text, blocks, opened):
+                self._user_turn(text, blocks, opened)
             case WorkerDone(seq, result):
                 if seq == self._worker_seq:
                     self._worker_cancel = None
@@ -321,12 +321,13 @@ class SessionActor(SessionEffects, TrackedActor):
         self._schedule_idle(self.w.inherited_idle_deadline)
         self._note_deadline()
 
-    def _user_turn(self, text: str, blocks: tuple[dict[str, Any], ...]) -> None:
+    def _user_turn(self, text: str, blocks: tuple[dict[str, Any], ...], opened: bool = False) -> None:
         """A user message for the begun loop: its turn starts now (idle), or it waits in the
-        loop's queue (mid-turn); not at all when a spending cap is reached."""
-        if self._over_budget():
+        loop's queue (mid-turn); not at all when a spending cap is reached. ``opened``: the
+        sender stored its turn counted open already."""
+        if self._over_budget(opened):
             return
-        self._count_turn()
+        self._count_turn(opened)
         self._touch()
         if not self._turns_open:
             self._turn_started = self._clock.monotonic()
@@ -347,26 +348,32 @@ class SessionActor(SessionEffects, TrackedActor):
         turn (True), or — a cap reached — each held message is refused in turn (False:
         the session waits for its user)."""
         while self._held and not self._ended:
-            text, blocks = self._held.popleft()
-            self._user_turn(text, blocks)
+            text, blocks, opened = self._held.popleft()
+            self._user_turn(text, blocks, opened)
             if self._turns_open:
                 return True
         return False
 
-    def _over_budget(self) -> bool:
+    def _over_budget(self, opened: bool = False) -> bool:
         """A spending cap is reached: the turn is not started, the session gets an ``error``
-        and a ``session_error`` (``budget_exceeded``), the user message stays stored as sent."""
+        and a ``session_error`` (``budget_exceeded``), the user message stays stored as sent
+        (``opened``: the turn its sender counted open is closed and uncounted)."""
         spend = self._budget.refusal(self._tally.cost_usd)
         if spend is None:
             return False
+        if opened:
+            self._write("the turn count", lambda: self.w.store.uncount_opened_turn(self.sid))
         logger.bind(session_id=self.sid, event="budget_exceeded").info("turn not started: {}", spend.message())
         for event in budget_events(spend):
             self.w.lifeline.publish(event)
         return True
 
-    def _count_turn(self) -> None:
-        """A user message opens a turn: counted here, stored open until its result."""
+    def _count_turn(self, opened: bool = False) -> None:
+        """A user message opens a turn: counted here, stored open until its result —
+        by its sender already when ``opened`` (in the message's own statement)."""
         self._tally.turns += 1
+        if opened:
+            return
         turns = self._tally.turns
         self._write("the turn count", lambda: self.w.store.open_turn(self.sid, total_turns=turns))
 

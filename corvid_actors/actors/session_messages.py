@@ -52,6 +52,9 @@ class UserInput:
 
     text: str
     blocks: tuple[dict[str, Any], ...] = ()
+    #: the sender stored it with its turn counted open (``Store.append_user_turn``): the
+    #: actor counts the turn in memory only (and uncounts it if it does not start it)
+    turn_opened: bool = False
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import peewee as pw
 
-from corvid_actors.errors import StoreError
-
 if TYPE_CHECKING:
     from corvid_actors.db.store_base import StoreBase
 
@@ -39,8 +37,8 @@ def insert_messages(store: StoreBase, rows: Sequence[MessageRow]) -> list[int]:
             store.check_writable()  # a file deleted or read-only must refuse, not swallow, the rows
             try:
                 return _insert_chunk(store, chunks[0])
-            except pw.DatabaseError as exc:
-                raise StoreError(f"database error: {exc}") from exc
+            except pw.DatabaseError as exc:  # the store's errors (a file fault found now: unavailable)
+                raise store._write_error(exc, True) from exc
     ids: list[int] = []
     with store.transaction():
         for chunk in chunks:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import peewee as pw
+
 from corvid_actors.content import (
     UserContent,
     content_blocks,
@@ -65,9 +67,32 @@ class MessageRows(StoreBase):
         row: MessageRow = (session_id, role, content, cost_usd)
         return self._commit_rows((row,))[0]
 
+    def append_user_turn(self, session_id: str, content: UserContent) -> int:
+        """Persist a user message to a running session *and* count its turn open
+        (``open_turns`` and ``total_turns`` + 1) in the same statement; returns its id once
+        committed. The session then counts the turn in memory only (``UserInput.turn_opened``).
+        Committed on the send lane (:mod:`corvid_actors.db.send_lane`): never behind the
+        sessions' own writes. Content as :meth:`append_message`."""
+        if not isinstance(content, str):
+            return self._append_blocks(session_id, "user", content_blocks(content), 0.0, opens_turn=True)
+        if _HISTORY_TAG.search(content):
+            content = strip_conversation_history(content)
+        return self.send_lane.append(session_id, content)
+
+    @store_op
+    def take_back_user_turn(self, session_id: str, message_id: int) -> None:
+        """Undo :meth:`append_user_turn` (its delivery was refused): the message is deleted
+        and its turn closed and uncounted, in one transaction."""
+        M, S = self.m.SessionMessage, self.m.Session
+        with self.transaction():
+            if M.delete().where((M.id == message_id) & (M.opens_turn == True)).execute():  # noqa: E712
+                S.update(open_turns=pw.Case(None, [(S.open_turns > 0, S.open_turns - 1)], 0),
+                         total_turns=pw.Case(None, [(S.total_turns > 0, S.total_turns - 1)], 0)
+                         ).where(S.id == session_id).execute()
+
     @store_op
     def _append_blocks(self, session_id: str, role: str, blocks: tuple[dict[str, Any], ...],
-                       cost_usd: float) -> int:
+                       cost_usd: float, *, opens_turn: bool = False) -> int:
         # Rare (a user's picture), so a plain insert rather than the group commit; the
         # caller waits for it as it waits for a group commit, so its order holds.
         for block in blocks:
@@ -76,7 +101,8 @@ class MessageRows(StoreBase):
         M = self.m.SessionMessage
         with self.transaction():
             return int(M.insert(session=session_id, role=role, content=stored_text(blocks), cost_usd=cost_usd,
-                                content_blocks=json.dumps(list(blocks), ensure_ascii=False)).execute())
+                                content_blocks=json.dumps(list(blocks), ensure_ascii=False),
+                                opens_turn=opens_turn or None).execute())
 
     @store_op
     def message_contents(self, session_id: str, limit: int, roles: Sequence[str] = ("user", "assistant")

@@ -30,6 +30,7 @@ import peewee as pw
 from loguru import logger
 
 from corvid_actors.db.fencing import install_fencing
+from corvid_actors.db.turn_opening import install_turn_opening
 from corvid_actors.errors import SchemaTooNew, StoreError
 
 Migration = Callable[[SimpleNamespace, pw.Database], None]
@@ -262,12 +263,25 @@ def _api_tokens_and_session_pages(models: SimpleNamespace, db: pw.Database) -> N
                        f"ON sessions ({column}, updated_at, id)")
 
 
+def _session_message_opens_turn(models: SimpleNamespace, db: pw.Database) -> None:
+    # Issue 37 item 2: a user message sent to a running session opens its turn in the same
+    # statement (the row's opens_turn and an AFTER INSERT trigger counting it in the
+    # session's row). A nullable column and a trigger that only fires for it: the previous
+    # release's inserts leave it NULL and run on. A database made by this version's
+    # baseline has the column already (not the trigger).
+    if "opens_turn" not in {c.name for c in db.get_columns("session_messages")}:
+        kind = "INTEGER" if isinstance(db, pw.SqliteDatabase) else "BOOLEAN"
+        db.execute_sql(f'ALTER TABLE "session_messages" ADD COLUMN "opens_turn" {kind}')
+    install_turn_opening(db)
+
+
 MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
                                _session_open_turns, _webhook_replays, _cluster_leases, _cluster_bus,
                                _cluster_commands_created_at, _session_message_role_index,
                                _session_channel_index, _session_lease_held_index, _agent_access,
                                _agent_kind, _agent_double_texting, _session_lease_idle_due,
-                               _session_ownership, _api_tokens_and_session_pages]
+                               _session_ownership, _api_tokens_and_session_pages,
+                               _session_message_opens_turn]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

@@ -209,6 +209,10 @@ def build_models(database: pw.Database, now: Callable[[], datetime] | None = Non
         #: multimodal content as given (JSON list of text/image blocks); ``content`` then
         #: holds its text (images as placeholders). NULL for plain-text messages.
         content_blocks = pw.TextField(null=True)
+        #: a user message that opened its turn in the same statement (``Runtime.send_message``
+        #: to a running session): the database counts the turn open (db/turn_opening.py).
+        #: NULL (false) for every other message.
+        opens_turn = pw.BooleanField(null=True)
 
         class Meta:
             table_name = "session_messages"

@@ -282,3 +282,23 @@ class SessionRows(StoreBase):
         if epoch is not None:
             params += (epoch,)
         self.write_statement(sql, (*params, session_id))
+
+    @store_op
+    def uncount_opened_turn(self, session_id: str) -> None:
+        """A turn the sender opened (:meth:`~corvid_actors.db.messages.MessageRows.append_user_turn`)
+        was not started (a spending cap): close it and take it off the turn count, as if it
+        had never been counted — the message stays stored as sent."""
+        S, p = self.m.Session, self.db.param
+        epoch = self.epoch_of(session_id)
+        key = ("uncount_opened_turn", epoch is not None)
+        sql = self._sql_cache.get(key)
+        if sql is None:
+            fenced = f', "writer_epoch" = {p}' if epoch is not None else ""
+            sql = self._sql_cache[key] = (
+                f'UPDATE "{S._meta.table_name}" SET "open_turns" = CASE WHEN "open_turns" > 0 THEN "open_turns" - 1 '
+                f'ELSE 0 END, "total_turns" = CASE WHEN "total_turns" > 0 THEN "total_turns" - 1 ELSE 0 END, '
+                f'"updated_at" = {p}{fenced} WHERE "id" = {p}')
+        params: tuple[Any, ...] = (S.updated_at.db_value(S.updated_at.default()),)
+        if epoch is not None:
+            params += (epoch,)
+        self.write_statement(sql, (*params, session_id))

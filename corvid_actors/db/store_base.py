@@ -6,7 +6,6 @@ See :mod:`corvid_actors.db.store` for the guarantees."""
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -27,12 +26,14 @@ from corvid_actors.db.faults import (
     says_connection_lost,
 )
 from corvid_actors.db.figures import WriteFigures
+from corvid_actors.db.file_watch import FileWatch
 from corvid_actors.db.group_commit import GroupCommitter
 from corvid_actors.db.memory_schema import copy_memory_schema
 from corvid_actors.db.message_batches import MessageRow
 from corvid_actors.db.migrations import MIGRATIONS, Migration, migrate, running_schema_verdict
 from corvid_actors.db.models import build_models
 from corvid_actors.db.row_reads import RowReader
+from corvid_actors.db.send_lane import SendLane
 from corvid_actors.db.writer import MessageWriter
 from corvid_actors.errors import FencedWrite, StoreError, StoreUnavailableError
 
@@ -40,6 +41,8 @@ from corvid_actors.errors import FencedWrite, StoreError, StoreUnavailableError
 DEFAULT_MAX_MESSAGE_BATCH = 500
 #: (first, longest) wait in seconds between reconnect attempts while the server is down
 DEFAULT_RECONNECT_BACKOFF_S = (0.5, 5.0)
+#: seconds between two checks of a SQLite file (gone, replaced, read-only) before writes
+DEFAULT_FILE_CHECK_INTERVAL_S = 1.0
 
 
 def store_op(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -62,7 +65,8 @@ class StoreBase:
                  message_writes: str = "writer", max_message_batch: int = DEFAULT_MAX_MESSAGE_BATCH,
                  reconnect_backoff_s: tuple[float, float] = DEFAULT_RECONNECT_BACKOFF_S,
                  monotonic: Callable[[], float] | None = None, now: Callable[[], datetime] | None = None,
-                 migrations: Sequence[Migration] | None = None, release: str | None = None) -> None:
+                 migrations: Sequence[Migration] | None = None, release: str | None = None,
+                 file_check_interval_s: float = DEFAULT_FILE_CHECK_INTERVAL_S) -> None:
         # ``migrations``: the schema this code knows (default: all of them); ``release``:
         # which release this code is (default: the installed one). Seams for the
         # rolling-upgrade tests, which open a database as another release would.
@@ -79,8 +83,8 @@ class StoreBase:
         #: commits, replays and fenced writes, for the metrics
         self.figures = WriteFigures()
         self._listeners: list[Callable[[str | None], None]] = []
-        self._file: str | None = None
-        self._file_id: tuple[int, int] | None = None
+        #: a SQLite file's checks (db/file_watch.py), None for ``:memory:`` and PostgreSQL
+        self._file: FileWatch | None = None
         # Which threads are inside transaction(): their appends must join that transaction,
         # not wait for a group commit that needs the lock they hold.
         self._local = threading.local()
@@ -100,6 +104,8 @@ class StoreBase:
         #: the writer thread (``message_writes == "writer"``; it starts with the first write)
         self.writer: MessageWriter[tuple[MessageRow, ...], list[int]] = MessageWriter(
             self._commit_message_groups, max_batch=max_message_batch, name="corvid-store-writer")
+        #: the connection of the user turns sent to running sessions (db/send_lane.py)
+        self.send_lane = SendLane(self, busy_timeout_ms=busy_timeout_ms, max_batch=max_message_batch)
         #: how many migrations this code knows, and why it must take no new work on the
         #: database as it is now (a release it cannot run with migrated it since it was
         #: opened: :meth:`check_schema`), or None
@@ -110,9 +116,8 @@ class StoreBase:
             self.db.connect(reuse_if_open=True)
             if isinstance(self.db, pw.SqliteDatabase) and self.db.database != ":memory:":
                 enable_wal(self.db)
-                self._file = str(self.db.database)
-                st = os.stat(self._file)
-                self._file_id = (st.st_dev, st.st_ino)
+                self._file = FileWatch(str(self.db.database), interval_s=file_check_interval_s,
+                                       monotonic=self._monotonic)
             self.m = build_models(self.db, now)
             with self._lock:
                 if migrations is None and isinstance(self.db, pw.SqliteDatabase) and self.db.database == ":memory:":
@@ -165,6 +170,9 @@ class StoreBase:
                 "that write may not have been saved")
         if self.is_sqlite and is_file_fault(exc):
             return self._mark_unavailable(f"the database file cannot be written ({one_line(exc)})")
+        fault = self._file.look() if self._file is not None else None
+        if fault is not None:  # the first error checks the file at once, whatever the interval
+            return self._mark_unavailable(fault)
         fenced = FencedWrite.from_database_error(exc)
         if fenced is not None:  # a stale session incarnation's write (db/fencing.py)
             self.figures.fenced()
@@ -271,34 +279,22 @@ class StoreBase:
 
     def _select_one(self) -> None:
         with self._lock:
-            self.check_writable()
+            self.check_writable(now=True)
             self.db.execute_sql("SELECT 1").fetchone()
 
-    def check_writable(self) -> None:
+    def check_writable(self, *, now: bool = False) -> None:
         """Raise :class:`StoreUnavailableError` if the SQLite file is gone, replaced or
-        read-only (checked before every write: a write into an unlinked file would be
-        acknowledged and lost). Free for ``:memory:`` and PostgreSQL."""
+        read-only: a write into an unlinked file would be acknowledged and lost. Called
+        before every write, it looks at the file at most once per ``file_check_interval_s``
+        (``now``: whatever the interval; every probe, and the first write error, look at
+        once), so a file deleted under the store refuses the writes from its next check
+        on — those of the interval before it went into the unlinked file. Free for
+        ``:memory:`` and PostgreSQL."""
         if self._file is None:
             return
-        fault = self._file_fault()
+        fault = self._file.fault(now=now)
         if fault is not None:
             raise self._mark_unavailable(fault)
-
-    def _file_fault(self) -> str | None:
-        assert self._file is not None
-        try:
-            st = os.stat(self._file)
-        except FileNotFoundError:
-            return f"the database file {self._file} is gone (deleted or moved under the running store)"
-        except OSError as exc:
-            return f"the database file {self._file} cannot be checked ({exc})"
-        if (st.st_dev, st.st_ino) != self._file_id:
-            return f"the database file {self._file} was replaced under the running store"
-        # The write bits, not os.access: root may write anything, yet a file made
-        # read-only says the operator wants no writes (or the disk is being remounted).
-        if not st.st_mode & 0o222 or not os.access(self._file, os.W_OK):
-            return f"the database file {self._file} is read-only"
-        return None
 
     def _is_lost(self, exc: BaseException) -> bool:
         """Is ``exc`` a lost connection (to reconnect and replay), not an error of the query?"""
@@ -351,7 +347,7 @@ class StoreBase:
                 if self.is_sqlite:
                     # No server to reconnect to (and reconnecting would drop a :memory:
                     # database): the file must be back, then the connection must answer.
-                    fault = self._file_fault() if self._file is not None else None
+                    fault = self._file.look() if self._file is not None else None
                     if fault is not None:
                         raise StoreUnavailableError(f"store unavailable: {fault}")
                     self.db.execute_sql("SELECT 1").fetchone()
@@ -448,6 +444,7 @@ class StoreBase:
 
     def close(self) -> None:
         self.writer.close()  # commits what is queued first: nothing acknowledged is lost
+        self.send_lane.close()
         with self._lock:
             if not self.db.is_closed():
                 try:

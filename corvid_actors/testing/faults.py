@@ -100,7 +100,9 @@ def kill_runtime(runtime: Runtime) -> None:
 #: kinds that name a family of store operations rather than one method
 _KIND_ALIASES = {
     # an append goes through the group commit, a plain insert, or (content blocks) its own
-    "append_message": frozenset({"append_message", "_commit_message_groups", "insert_messages", "_append_blocks"}),
+    # (or, a user's turn sent to a running session, the send lane)
+    "append_message": frozenset({"append_message", "_commit_message_groups", "insert_messages", "_append_blocks",
+                                 "append_user_turn"}),
 }
 
 

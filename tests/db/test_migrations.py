@@ -137,6 +137,7 @@ def test_a_version_3_database_gets_the_open_turns_column(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'corvid.db'}"
     old = Store(url)
     session = old.create_session(name="from before")
+    old.db.execute_sql("DROP TRIGGER corvid_open_turn")  # version 3 had neither (migration 18 counts open_turns)
     old.db.execute_sql("ALTER TABLE sessions DROP COLUMN open_turns")  # as version 3 made it
     old.m.SchemaVersion.delete().where(old.m.SchemaVersion.version >= 4).execute()
     old.close()
@@ -195,7 +196,7 @@ def test_a_version_11_database_gets_the_agents_access_columns(tmp_path) -> None:
     store = Store(url)
     try:
         # the agents' kind, double texting, idle due, ownership history
-        assert recorded_versions(store)[-6:] == [12, 13, 14, 15, 16, 17]
+        assert recorded_versions(store)[11:16] == [12, 13, 14, 15, 16]
         assert set(migrations._AGENT_ACCESS_COLUMNS) <= {c.name for c in store.db.get_columns("agents")}
         row = store.get_agent(agent.id)
         assert (row.conversation_mode, row.conversation_allowlist, row.max_budget_usd) == (None, None, None)
@@ -243,7 +244,7 @@ def test_a_version_15_database_gets_the_ownership_history(tmp_path) -> None:
 
     store = Store(url)
     try:
-        assert recorded_versions(store)[-1] == len(migrations.MIGRATIONS) == 17
+        assert recorded_versions(store)[15] == 16 and recorded_versions(store)[-1] == len(migrations.MIGRATIONS)
         assert {"session_ownership_open", "sessionownership_session_id_id"} <= {
             ix.name for ix in store.db.get_indexes("session_ownership")}
         H = store.m.SessionOwnership
@@ -284,5 +285,29 @@ def test_an_appended_migration_reaches_in_memory_stores_too(monkeypatch) -> None
     try:
         assert store.schema_version == len(migrations.MIGRATIONS)
         store.db.execute_sql("INSERT INTO notes (body) VALUES ('n1')")
+    finally:
+        store.close()
+
+
+def test_a_version_17_database_gets_the_turn_opening_column_and_trigger(tmp_path) -> None:
+    # migration 18 (issue 37 item 2): a nullable column and a trigger that fires only for it
+    url = f"sqlite:///{tmp_path / 'corvid.db'}"
+    old = Store(url)
+    session = old.create_session(name="from before")
+    old.append_message(session.id, "user", "before the upgrade")
+    old.db.execute_sql("DROP TRIGGER corvid_open_turn")  # as version 17 made the table
+    old.db.execute_sql('ALTER TABLE session_messages DROP COLUMN "opens_turn"')
+    old.m.SchemaVersion.delete().where(old.m.SchemaVersion.version >= 18).execute()
+    old.close()
+
+    store = Store(url)
+    try:
+        assert recorded_versions(store)[17:18] == [18]
+        assert "opens_turn" in {c.name for c in store.db.get_columns("session_messages")}
+        row = store.get_session(session.id)
+        assert (row.open_turns, row.total_turns) == (0, 0)  # the old rows count nothing
+        store.append_user_turn(session.id, "after the upgrade")
+        row = store.get_session(session.id)
+        assert (row.open_turns, row.total_turns) == (1, 1)
     finally:
         store.close()

@@ -214,15 +214,28 @@ def test_reads_and_ledger_writes_fail_clearly_while_postgres_is_down(pg_url, pro
         store.close()
 
 
-def test_sqlite_file_deleted_refuses_writes_and_never_acknowledges(tmp_path):
+class _Monotonic:
+    """The store's clock for the file-check tests: moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_sqlite_file_deleted_refuses_writes_from_the_next_file_check_on(tmp_path):
+    # the file is looked at once per file_check_interval_s before writes (issue 37), not per write
     path = tmp_path / "c.db"
-    store = Store(f"sqlite:///{path}")
+    clock = _Monotonic()
+    store = Store(f"sqlite:///{path}", monotonic=clock, file_check_interval_s=1.0)
     heard: list[str | None] = []
     store.add_listener(heard.append)
     try:
         s = store.create_session(source="web")
         assert store.append_message(s.id, "user", "kept") > 0
         os.unlink(path)
+        clock.now += 1.0
         with pytest.raises(StoreUnavailableError, match="is gone"):
             store.append_message(s.id, "user", "would be lost")
         with pytest.raises(StoreUnavailableError):
@@ -233,14 +246,47 @@ def test_sqlite_file_deleted_refuses_writes_and_never_acknowledges(tmp_path):
         store.close()
 
 
+def test_a_deleted_sqlite_file_is_found_at_the_first_write_error_between_checks(tmp_path):
+    path = tmp_path / "c.db"
+    store = Store(f"sqlite:///{path}", monotonic=_Monotonic(), file_check_interval_s=60.0)
+    try:
+        store.create_session(source="web")  # the file was looked at: the next look is 60 s away
+        os.unlink(path)
+        with pytest.raises(StoreUnavailableError, match="is gone"):  # not the error it met
+            store.append_message("no-such-session", "user", "refused by the foreign key")
+        assert not store.available
+    finally:
+        store.close()
+
+
+def test_a_probe_looks_at_the_sqlite_file_whatever_the_interval(tmp_path):
+    path = tmp_path / "c.db"
+    store = Store(f"sqlite:///{path}", monotonic=_Monotonic(), file_check_interval_s=60.0)
+    try:
+        s = store.create_session(source="web")
+        os.unlink(path)
+        assert "is gone" in (store.probe() or "")
+        with pytest.raises(StoreUnavailableError):  # and writes are refused from then on
+            store.append_user_turn(s.id, "refused")
+    finally:
+        store.close()
+
+
+def test_a_negative_file_check_interval_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="file_check_interval_s"):
+        Store(f"sqlite:///{tmp_path / 'c.db'}", file_check_interval_s=-1.0)
+
+
 def test_sqlite_file_read_only_then_writable_again(tmp_path):
     path = tmp_path / "c.db"
-    store = Store(f"sqlite:///{path}", reconnect_backoff_s=(60.0, 60.0))
+    clock = _Monotonic()
+    store = Store(f"sqlite:///{path}", reconnect_backoff_s=(60.0, 60.0), monotonic=clock)
     heard: list[str | None] = []
     store.add_listener(heard.append)
     try:
         s = store.create_session(source="web")
         path.chmod(0o444)
+        clock.now += 1.0  # the next file check (default interval 1 s)
         with pytest.raises(StoreUnavailableError, match="read-only"):
             store.update_session(s.id, name="x")
         with pytest.raises(StoreUnavailableError):  # inside the backoff: refused at once
