@@ -29,6 +29,7 @@ from corvid_actors.config_sections import (
     ClusterConfig,
     CreditsConfig,
     DaemonConfig,
+    JournalConfig,
     ProvidersConfig,
     SessionConfig,
     SlotsConfig,
@@ -82,6 +83,7 @@ class Config:
     webhook: WebhookConfig = field(default_factory=WebhookConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    journal: JournalConfig = field(default_factory=JournalConfig)
 
     def replace(self, **sections: Mapping[str, Any]) -> Config:
         """A copy with some keys changed: ``cfg.replace(supervisor={"max_restarts": 5})``."""

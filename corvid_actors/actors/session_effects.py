@@ -311,9 +311,14 @@ class SessionEffects:
         actor = self
         streamed: list[str] = []
         self._streamed = streamed
+        tap = self.w.journal
+        if tap is not None:
+            tap.model_request(request, purpose)
 
         def on_event(event: StreamEvent) -> None:
             actor._touch()
+            if tap is not None and isinstance(event, TextDelta) and event.text:
+                tap.delta(event.text)
             if stream_text and isinstance(event, TextDelta) and event.text:
                 streamed.append(event.text)
                 lifeline.publish_text(event.text)
@@ -375,6 +380,8 @@ class SessionEffects:
         cancel.on_cancel(call.cancel)
 
     def _start_tool(self, call: ToolCall) -> None:
+        if self.w.journal is not None:
+            self.w.journal.tool_started(call)
         work = tool_run(self.w.tools.get(call.name), self.w.tool_context, call,
                         self._trace.tool_call(call.name, call.id))
         self._run_on_worker(work, f"tool-{call.name}-{self.sid[:8]}")

@@ -1,0 +1,303 @@
+"""Record and replay: a journaled session, run again as a deterministic simulation (issue 40).
+
+A runtime with ``[journal] enabled`` (or the agent named in ``[journal] agents``) keeps what
+the outside world said to each session (:mod:`corvid_actors.actors.journal`). Here that
+journal becomes a test:
+
+- :func:`load_recording` reads one session's journal from a store (a ``Store``, a
+  ``Runtime``, or a database URL) as a :class:`Recording`;
+- :func:`replay` runs it again on a :func:`~corvid_actors.testing.sim_runtime`: the model
+  calls are answered with the recorded responses (chunks, tool calls, usage, errors,
+  latencies in simulated time), the tool calls with the recorded results (no command runs),
+  the user messages and the approvals come at their recorded times; the first request that
+  differs from the recorded one raises :class:`ReplayDivergence` naming the step, and the
+  session's events are compared with the recorded ones (types, key fields, times);
+- :func:`explore` runs it under N seeded interleavings of the actors' messages and reports
+  the seeds whose events break an invariant;
+- :func:`export_test` writes a self-contained pytest module doing all that
+  (``corvid-actors export-test <session>`` on the command line).
+
+    recording = load_recording(runtime, session_id)
+    result = replay(recording)                      # raises ReplayDivergence / AssertionError
+    export_test(runtime, session_id, "tests/replays/test_incident_42.py")
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from corvid_actors.actors.journal import KEY_FIELDS, QUIET_EVENTS
+from corvid_actors.config import Config
+from corvid_actors.db.journal import JournalStore
+from corvid_actors.events import Event
+from corvid_actors.testing._replay_checks import (
+    EventRow,
+    compare_events,
+    invariant_breaches,
+)
+from corvid_actors.testing._replay_export import export_test, redact_recording
+from corvid_actors.testing._replay_script import (
+    ReplayDivergence,
+    ReplayProvider,
+    Script,
+    replay_tools,
+)
+from corvid_actors.testing.clock import SimClock
+from corvid_actors.testing.sim import sim_runtime
+
+__all__ = ["Recording", "ReplayDivergence", "ReplayResult", "ExploreReport", "load_recording", "replay",
+           "explore", "export_test", "redact_recording", "DEFAULT_TIME_TOLERANCE_S"]
+
+#: how far (seconds) a replayed event's time may be from the recorded one: a session
+#: recorded by a daemon spent real time between events (tool runs, the machine's own
+#: pace) that the simulation does not; one recorded in a simulation replays exactly
+DEFAULT_TIME_TOLERANCE_S = 1.0
+#: simulated seconds the replay runs on after the recording's last entry
+RUN_ON_S = 1.0
+
+
+@dataclass
+class Recording:
+    """One session's journal, times made relative to its first entry (seconds).
+
+    ``entries``: dicts with ``t`` (seconds since the first entry), ``kind`` (``start``,
+    ``user``, ``model``, ``tool``, ``approval``, ``event``) and the entry's data, in the
+    order they were written. ``capture_content``: False when the journal kept shapes and
+    timings only — then text cannot be replayed (stand-ins of the same length are)."""
+
+    session_id: str
+    entries: list[dict[str, Any]]
+    capture_content: bool = True
+    #: the wall-clock time of the first entry (seconds since the epoch)
+    started_at: float = 0.0
+
+    @classmethod
+    def from_rows(cls, session_id: str, rows: Sequence[tuple[float, str, Any]]) -> Recording:
+        """From :meth:`JournalStore.entries` rows ``(at, kind, data)``."""
+        if not rows:
+            raise ValueError(f"session {session_id} has no journal entries (is [journal] enabled for its agent?)")
+        t0 = min(at for at, _kind, _data in rows)
+        entries = []
+        for at, kind, data in rows:
+            entry = dict(data)
+            for key in ("requested_at", "ended_at", "first_chunk_at"):
+                if entry.get(key) is not None:
+                    entry[key] = round(float(entry[key]) - t0, 6)
+            entries.append({"t": round(at - t0, 6), "kind": kind, **entry})
+        starts = [e for e in entries if e["kind"] == "start"]
+        if not starts:
+            raise ValueError(f"session {session_id}'s journal has no start entry (it was cut by the retention)")
+        return cls(session_id, entries, capture_content=all(bool(s.get("capture_content")) for s in starts),
+                   started_at=t0)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Recording:
+        return cls(str(data["session_id"]), [dict(e) for e in data["entries"]],
+                   capture_content=bool(data.get("capture_content", True)),
+                   started_at=float(data.get("started_at", 0.0)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"session_id": self.session_id, "capture_content": self.capture_content,
+                "started_at": self.started_at, "entries": self.entries}
+
+    def of(self, *kinds: str) -> list[dict[str, Any]]:
+        return [e for e in self.entries if e["kind"] in kinds]
+
+    @property
+    def start(self) -> dict[str, Any]:
+        return self.of("start")[0]
+
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        """The model and tool calls, in the order the session made them."""
+        return self.of("model", "tool")
+
+    @property
+    def events(self) -> list[EventRow]:
+        """The recorded events as ``(type, t, key fields)``."""
+        return [(e["type"], e["t"], {k: v for k, v in e.items() if k not in ("t", "kind", "type")})
+                for e in self.of("event")]
+
+    @property
+    def end(self) -> float:
+        return max((float(e.get("ended_at") or e["t"]) for e in self.entries), default=0.0)
+
+
+@dataclass
+class ReplayResult:
+    """What a replay did: the session's events (``(type, t, key fields)``, times since the
+    replay started), the model calls made, and the steps of the recording it used."""
+
+    events: list[EventRow]
+    model_calls: int
+    steps_used: int
+    seed: int | None = None
+    raw: list[tuple[float, Event]] = field(default_factory=list)
+
+
+def load_recording(source: Any, session_id: str) -> Recording:
+    """The journal of ``session_id`` in ``source``: a ``Runtime``, a ``Store``, or a store URL."""
+    from corvid_actors.db.store import Store
+
+    owned = None
+    if isinstance(source, str):
+        store = owned = Store(source)
+    else:
+        internals = getattr(source, "internals", None)
+        store = internals.store if internals is not None else source
+        journal = getattr(internals, "journal", None)
+        if journal is not None:
+            journal.entries.flush()  # what it queued is readable
+    try:
+        rows = JournalStore(store, writer=False).entries(session_id)
+    finally:
+        if owned is not None:
+            owned.close()
+    return Recording.from_rows(session_id, rows)
+
+
+def _summary(event: Event) -> dict[str, Any]:
+    return {name: getattr(event, name, None) for name in KEY_FIELDS.get(event.type, ())}
+
+
+def replay(recording: Recording | Mapping[str, Any], *, tolerate: bool = False, seed: int | None = None,
+           explore: bool = False, check_events: bool = True, time_tolerance_s: float = DEFAULT_TIME_TOLERANCE_S,
+           expected_events: Sequence[EventRow] | None = None,
+           configure: Callable[[Config], Config] | None = None) -> ReplayResult:
+    """Run ``recording`` again in simulated time (see the module docstring).
+
+    Raises :class:`ReplayDivergence` at the first request that differs from the recorded
+    one (or when a recorded call is never asked), and ``AssertionError`` when the events
+    differ (``check_events``; against ``expected_events`` when given, else the recording's).
+    ``tolerate``: accept prompt-only changes (the last user message's text). ``seed`` and
+    ``explore``: the inline dispatcher's interleaving (see ``sim_runtime``). ``configure``:
+    a change to the recorded config (a test of a new rule)."""
+    rec = recording if isinstance(recording, Recording) else Recording.from_dict(recording)
+    start = rec.start
+    script = Script(rec.steps, tolerate=tolerate, content=rec.capture_content)
+    clock = SimClock()
+    provider = ReplayProvider(clock, script, name=start.get("provider") or "scripted")
+    config = Config().replace(supervisor={"coalesce_deltas": False}).replace(**(start.get("config") or {}))
+    config = config.replace(journal={"enabled": False, "agents": []})
+    if configure is not None:
+        config = configure(config)
+    tools = replay_tools(start.get("tools") or [], script)
+    raw: list[tuple[float, Event]] = []
+    with tempfile.TemporaryDirectory(prefix="corvid-replay-") as workspace:
+        runtime = sim_runtime(clock, provider, config=config, seed=seed, explore=explore, workspace_dir=workspace,
+                              loop_for_provider={provider.name: start.get("loop") or "conversation"},
+                              tool_registry_factory=lambda: tools, runtime_tools=False)
+        try:
+            sid = _create_session(runtime, start)
+            _drive(runtime, clock, rec, sid, raw)
+        finally:
+            runtime.shutdown()  # a recording that ended with the runtime's shutdown hears its stop
+            clock.close()
+    events = [(e.type, round(at, 6), _summary(e)) for at, e in raw if e.type not in QUIET_EVENTS]
+    if script.divergence is not None:
+        raise script.divergence
+    unused = script.unused
+    if unused:
+        step = len(script.steps) - len(unused) + 1
+        from corvid_actors.testing._replay_script import describe_model, describe_tool
+        first = unused[0]
+        raise ReplayDivergence(step, describe_model(first) if first["kind"] == "model" else describe_tool(first),
+                               "nothing more", "the runtime under test never made a recorded call")
+    if check_events:
+        compare_events(expected_events if expected_events is not None else rec.events, events,
+                       time_tolerance_s=time_tolerance_s, content=rec.capture_content)
+    return ReplayResult(events, len(provider.requests), script.position, seed, raw)
+
+
+def _create_session(runtime: Any, start: Mapping[str, Any]) -> str:
+    agent = start.get("agent") or {}
+    settings = {k: agent[k] for k in ("kind", "permission_mode", "model", "system_prompt") if agent.get(k)}
+    row = runtime.create_agent(agent.get("name") or "replayed", **settings)
+    return str(runtime.create_session(agent_id=row.id, source=start.get("source") or "web").id)
+
+
+def _drive(runtime: Any, clock: SimClock, rec: Recording, sid: str, raw: list[tuple[float, Event]]) -> None:
+    """The recorded user messages, stops and approvals, at their recorded times. A recording
+    that ends with the runtime's shutdown keeps listening: the caller shuts down then."""
+    t0 = clock.monotonic()
+    answers = [a for a in rec.of("approval") if a.get("asked")]
+    listening = [True]
+
+    def on_event(session_id: str, event: Event) -> None:
+        if session_id != sid or not listening[0]:
+            return
+        raw.append((clock.monotonic() - t0, event))
+        if event.type == "approval_request" and answers:
+            answer = answers.pop(0)
+            delay = max(float(answer["t"]) - (clock.monotonic() - t0), 0.0)
+            approval_id = getattr(event, "id", "")
+            behavior = ("allow_session" if answer.get("scope") == "session" else "allow") if answer["allowed"] \
+                else "deny"
+            clock.call_later(delay, lambda: runtime.resolve_approval(approval_id, behavior,
+                                                                     answer.get("message") or ""))
+
+    runtime.subscribe_all(on_event)
+    users = rec.of("user")
+    actions: list[tuple[float, str, str]] = [(float(u["t"]), "send", _text(u)) for u in users[1:]
+                                             if not u.get("begin")]
+    events = rec.of("event")
+    shutdown_at = None
+    if events and events[-1]["type"] == "session_stopped" and events[-1].get("reason") == "server_shutdown":
+        shutdown_at = float(events[-1]["t"])
+    actions += [(float(e["t"]), "stop", "") for e in events
+                if e["type"] == "session_stopped" and e.get("reason") == "user_stop"]
+    if users:
+        clock.advance(float(users[0]["t"]))
+        runtime.start_process(sid, _text(users[0]))
+    else:
+        runtime.start_process(sid)
+    for at, what, text in sorted(actions, key=lambda a: a[0]):
+        clock.advance_to(t0 + at)
+        if what == "send":
+            runtime.send_message(sid, text)
+        else:
+            runtime.stop_process(sid)
+    clock.advance_to(t0 + (shutdown_at if shutdown_at is not None else rec.end + RUN_ON_S))
+    runtime.settle()
+    listening[0] = shutdown_at is not None
+
+
+def _text(user: Mapping[str, Any]) -> str:
+    text = user.get("text")
+    return text if text is not None else "x" * int(user.get("chars") or 0)
+
+
+@dataclass
+class ExploreReport:
+    """Seeds whose interleaving broke an invariant (``failures``: seed → what broke)."""
+
+    seeds: int
+    failures: dict[int, str]
+
+    def assert_ok(self) -> None:
+        if self.failures:
+            lines = "\n".join(f"  seed {seed}: {why}" for seed, why in sorted(self.failures.items()))
+            raise AssertionError(f"{len(self.failures)} of {self.seeds} interleavings broke an invariant "
+                                 f"(replay one with replay(RECORDING, seed=N, explore=True)):\n{lines}")
+
+
+def explore(recording: Recording | Mapping[str, Any], seeds: int, *, tolerate: bool = False) -> ExploreReport:
+    """Replay under ``seeds`` seeded interleavings (seeds 0 … N-1); each seed's events are
+    checked for the invariants: one reply per turn, no event after ``session_stopped``,
+    credits never negative, restarts within the backoff."""
+    rec = recording if isinstance(recording, Recording) else Recording.from_dict(recording)
+    config = Config().replace(**(rec.start.get("config") or {}))
+    failures: dict[int, str] = {}
+    for seed in range(seeds):
+        try:
+            result = replay(rec, tolerate=tolerate, seed=seed, explore=True, check_events=False)
+        except AssertionError as exc:
+            failures[seed] = str(exc)
+            continue
+        breaches = invariant_breaches(result.raw, rec, config.supervisor)
+        if breaches:
+            failures[seed] = "; ".join(breaches)
+    return ExploreReport(seeds, failures)
