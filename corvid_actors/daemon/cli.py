@@ -64,6 +64,36 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_test(args: argparse.Namespace) -> int:
+    from corvid_actors.daemon.settings import load_daemon_config
+    from corvid_actors.db.journal import JournalStore
+    from corvid_actors.db.store import Store
+    from corvid_actors.testing.replay import export_test  # loaded when the command runs
+
+    config = load_daemon_config(args.config, data_dir=args.data_dir)
+    store = Store(config.store.resolved_url())
+    try:
+        sessions = JournalStore(store, writer=False).sessions()
+        matches = [s for s in sessions if s == args.session] or (
+            [s for s in sessions if s.startswith(args.session)] if len(args.session) >= 4 else [])
+        if len(matches) != 1:
+            why = "matches several journaled sessions: give more of the id" if matches else (
+                "is not a journaled session (is [journal] enabled for its agent? `[journal] agents` "
+                "or `enabled = true`)")
+            raise CorvidError(f"export-test: {args.session!r} {why}")
+        try:
+            text = export_test(store, matches[0], args.output, redact=args.redact)
+        except ValueError as exc:
+            raise CorvidError(f"export-test: {exc}") from None
+    finally:
+        store.close()
+    if args.output:
+        print(f"wrote {args.output}: python -m pytest {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``corvid-actors`` parser: ``demo`` and the operator's commands (:mod:`~corvid_actors.daemon.admin_cli`)."""
     parser = _Parser(
@@ -86,6 +116,20 @@ def build_parser() -> argparse.ArgumentParser:
     add_json_flag(demo)
     demo.set_defaults(func=_demo)
     add_operator_commands(sub)  # serve, admin …, events, run
+    export = sub.add_parser(
+        "export-test", help="write a journaled session as a replay test (pytest module)",
+        description="Read the session's journal ([journal] enabled, or its agent in [journal] agents) and write a "
+        "self-contained pytest module that replays it in simulated time: the recorded model responses, tool "
+        "results, user messages and approvals; it fails at the first divergent call or event. Secrets are "
+        "redacted as in the logs, then by --redact.")
+    export.add_argument("session", metavar="ID", help="session id (or its first characters, at least 4)")
+    export.add_argument("-o", "--output", help="the file to write (default: stdout)")
+    export.add_argument("--redact", metavar="MODULE:FUNC",
+                        help="your own redaction: a function str -> str applied to every recorded text")
+    export.add_argument("--data-dir", help="the daemon's data directory (default: store.data_dir, CORVID_DATA_DIR)")
+    export.add_argument("--config", help="a TOML config file (default: $CORVID_CONFIG)")
+    add_json_flag(export)
+    export.set_defaults(func=_export_test)
     return parser
 
 

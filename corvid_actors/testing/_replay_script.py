@@ -38,6 +38,9 @@ class ReplayDivergence(AssertionError):
                          f"but the runtime under test asked {asked}" + (f" ({hint})" if hint else ""))
 
 
+ReplayDivergence.__module__ = "corvid_actors.testing.replay"  # its public home, as tracebacks name it
+
+
 def describe_model(step: Mapping[str, Any]) -> str:
     last = step.get("last_user")
     tools = ", ".join(step.get("tools") or ()) or "none"
@@ -52,6 +55,14 @@ def describe_tool(step: Mapping[str, Any]) -> str:
 
 def _short(text: str, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "…")
+
+
+def first_difference(recorded: str, asked: str, context: int = 60) -> str:
+    """Where two texts part: ``from character N: recorded '…', asked '…'``."""
+    n = next((i for i, (a, b) in enumerate(zip(recorded, asked, strict=False)) if a != b),
+             min(len(recorded), len(asked)))
+    return (f"they differ from character {n}: recorded {recorded[n:n + context]!r}, "
+            f"asked {asked[n:n + context]!r}")
 
 
 class Script:
@@ -97,8 +108,9 @@ class Script:
                 return self._diverge(recorded, asked, "different tools offered")
             if (not self.tolerate and self.content and step.get("last_user") is not None
                     and step["last_user"] != last_user):
-                return self._diverge(recorded, asked, "a different last user message; --tolerate accepts "
-                                                      "prompt-only changes")
+                return self._diverge(recorded, asked, "a different last user message; "
+                                     + first_difference(step["last_user"], last_user)
+                                     + "; --tolerate accepts prompt-only changes")
             self.position += 1
             return step
 
