@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from corvid_actors.daemon import cli
-from tests.e2e.test_daemon import WAIT_S, Daemon, Follower
+from tests.e2e.test_daemon import Daemon, Follower
 
 #: a fresh interpreter importing the runtime and pytest, on a loaded 2-core machine
 PYTEST_S = 120.0
