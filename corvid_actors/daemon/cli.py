@@ -73,16 +73,19 @@ def _export_test(args: argparse.Namespace) -> int:
     config = load_daemon_config(args.config, data_dir=args.data_dir)
     store = Store(config.store.resolved_url())
     try:
-        sessions = JournalStore(store, writer=False).sessions()
-        matches = [s for s in sessions if s == args.session] or (
-            [s for s in sessions if s.startswith(args.session)] if len(args.session) >= 4 else [])
-        if len(matches) != 1:
-            why = "matches several journaled sessions: give more of the id" if matches else (
-                "is not a journaled session (is [journal] enabled for its agent? `[journal] agents` "
-                "or `enabled = true`)")
-            raise CorvidError(f"export-test: {args.session!r} {why}")
+        journaled = JournalStore(store, writer=False).sessions()
+        chosen = []
+        for given in args.sessions:
+            matches = [s for s in journaled if s == given] or (
+                [s for s in journaled if s.startswith(given)] if len(given) >= 4 else [])
+            if len(matches) != 1:
+                why = "matches several journaled sessions: give more of the id" if matches else (
+                    "is not a journaled session (is [journal] enabled for its agent? `[journal] agents` "
+                    "or `enabled = true`)")
+                raise CorvidError(f"export-test: {given!r} {why}")
+            chosen.append(matches[0])
         try:
-            text = export_test(store, matches[0], args.output, redact=args.redact)
+            text = export_test(store, chosen[0] if len(chosen) == 1 else chosen, args.output, redact=args.redact)
         except ValueError as exc:
             raise CorvidError(f"export-test: {exc}") from None
     finally:
@@ -122,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
         "self-contained pytest module that replays it in simulated time: the recorded model responses, tool "
         "results, user messages and approvals; it fails at the first divergent call or event. Secrets are "
         "redacted as in the logs, then by --redact.")
-    export.add_argument("session", metavar="ID", help="session id (or its first characters, at least 4)")
+    export.add_argument("sessions", metavar="ID", nargs="+",
+                        help="session id (or its first characters, at least 4); several: replayed together")
     export.add_argument("-o", "--output", help="the file to write (default: stdout)")
     export.add_argument("--redact", metavar="MODULE:FUNC",
                         help="your own redaction: a function str -> str applied to every recorded text")

@@ -14,7 +14,7 @@ import importlib
 import os
 import pprint
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -134,6 +134,70 @@ recorded lengths; the calls, tools, message counts, errors and times are checked
 '''
 
 
+MANY_TEMPLATE = '''"""Replay of {count} sessions together ({provider}, {loop} loop), recorded from {when}.
+
+Written by `corvid-actors export-test`: each session's model responses, tool results, user
+messages and approvals as the journal kept them, replayed on one simulated runtime (no
+model, no command runs). The test fails with ReplayDivergence at the first model or tool
+call of a session that differs from its recording, or at the first event that differs.
+{content_note}
+    python -m pytest {filename}                  # replay
+    python -m pytest {filename} --tolerate       # accept prompt-only changes
+    python -m pytest {filename} --explore 5      # and 5 seeded interleavings
+"""
+
+from corvid_actors.testing.replay import Recording, explore, replay_all
+
+#: the journals: model calls, tool calls, user messages, approvals, events (t: seconds)
+RECORDINGS = [Recording.from_dict(r) for r in {recordings}]
+
+#: each session's events as recorded: (type, seconds since its start, key fields)
+EXPECTED_EVENTS = {events}
+
+#: how far a replayed event's time may be from the recorded one (seconds)
+TIME_TOLERANCE_S = {tolerance!r}
+
+
+def test_replay(replay_options):
+    replay_all(RECORDINGS, tolerate=replay_options.tolerate, expected_events=EXPECTED_EVENTS,
+               time_tolerance_s=TIME_TOLERANCE_S)
+    if replay_options.explore:
+        for recording in RECORDINGS:
+            explore(recording, replay_options.explore, tolerate=replay_options.tolerate).assert_ok()
+'''
+
+
+def _shift(recording: Recording, by: float) -> Recording:
+    """``recording`` with its times moved ``by`` seconds later (sessions of one day replay
+    at their places in it)."""
+    from corvid_actors.testing.replay import Recording
+
+    moved = []
+    for entry in recording.entries:
+        entry = dict(entry)
+        for key in ("t", "requested_at", "ended_at", "first_chunk_at"):
+            if entry.get(key) is not None:
+                entry[key] = round(float(entry[key]) + by, 6)
+        moved.append(entry)
+    return Recording(recording.session_id, moved, recording.capture_content, recording.started_at - by)
+
+
+def render_many(recordings: list[Recording], *, filename: str = "test_replay.py",
+                time_tolerance_s: float = 1.0) -> str:
+    """One module replaying ``recordings`` (already redacted) together, each at its place in
+    time relative to the first one's start."""
+    t0 = min(r.started_at for r in recordings)
+    placed = [_shift(r, r.started_at - t0) for r in recordings]
+    start = placed[0].start
+    when = datetime.fromtimestamp(t0, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    events = "[\n" + ",\n".join("    " + pprint.pformat(r.events, width=110, compact=True) for r in placed) + "\n]"
+    return MANY_TEMPLATE.format(
+        count=len(placed), provider=start.get("provider"), loop=start.get("loop"), when=when,
+        content_note="" if all(r.capture_content for r in placed) else NO_CONTENT_NOTE, filename=filename,
+        recordings=pprint.pformat([r.to_dict() for r in placed], indent=1, width=110, sort_dicts=False),
+        events=events, tolerance=time_tolerance_s)
+
+
 def render_test(recording: Recording, *, filename: str = "test_replay.py", time_tolerance_s: float = 1.0) -> str:
     """The pytest module for ``recording`` (already redacted)."""
     start = recording.start
@@ -147,18 +211,23 @@ def render_test(recording: Recording, *, filename: str = "test_replay.py", time_
         events=events, tolerance=time_tolerance_s)
 
 
-def export_test(source: Any, session_id: str, path: str | Path | None = None, *,
+def export_test(source: Any, session_id: str | Sequence[str], path: str | Path | None = None, *,
                 redact: Redactor | str | None = None, time_tolerance_s: float = 1.0) -> str:
     """Write the replay test of ``session_id`` (journaled in ``source``: a ``Runtime``, a
     ``Store`` or a store URL) to ``path`` (None: only return it); returns the module's text.
-    ``redact``: the operator's own redaction (a ``str -> str`` function or ``"module:func"``),
-    applied after the built-in rules."""
+    Several session ids: one module replaying them together (:func:`replay_all`), each at
+    its recorded place in time. ``redact``: the operator's own redaction (a ``str -> str``
+    function or ``"module:func"``), applied after the built-in rules."""
     from corvid_actors.testing.replay import load_recording
 
     hook = load_redactor(redact) if isinstance(redact, str) else redact
-    recording = redact_recording(load_recording(source, session_id), hook)
+    ids = [session_id] if isinstance(session_id, str) else list(session_id)
+    recordings = [redact_recording(load_recording(source, sid), hook) for sid in ids]
     filename = Path(path).name if path is not None else "test_replay.py"
-    text = render_test(recording, filename=filename, time_tolerance_s=time_tolerance_s)
+    if len(recordings) == 1:
+        text = render_test(recordings[0], filename=filename, time_tolerance_s=time_tolerance_s)
+    else:
+        text = render_many(recordings, filename=filename, time_tolerance_s=time_tolerance_s)
     if path is not None:
         Path(path).write_text(text, encoding="utf-8")
     return text

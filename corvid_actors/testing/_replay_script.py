@@ -30,11 +30,13 @@ class ReplayDivergence(AssertionError):
     have at that step: Temporal's non-determinism error, for agents. ``step`` counts the
     recording's model and tool calls from 1; ``recorded`` and ``asked`` describe both."""
 
-    def __init__(self, step: int, recorded: str, asked: str, hint: str = "") -> None:
+    def __init__(self, step: int, recorded: str, asked: str, hint: str = "", session: str = "") -> None:
         self.step = step
         self.recorded = recorded
         self.asked = asked
-        super().__init__(f"replay diverged at step {step}: the recording has {recorded}, "
+        self.session = session
+        where = f" of session {session}" if session else ""
+        super().__init__(f"replay diverged at step {step}{where}: the recording has {recorded}, "
                          f"but the runtime under test asked {asked}" + (f" ({hint})" if hint else ""))
 
 
@@ -69,8 +71,11 @@ class Script:
     """The recording's steps and the cursor over them; thread-safe. The first divergence
     is kept in :attr:`divergence` (later requests are answered with failures)."""
 
-    def __init__(self, steps: list[dict[str, Any]], *, tolerate: bool = False, content: bool = True) -> None:
+    def __init__(self, steps: list[dict[str, Any]], *, tolerate: bool = False, content: bool = True,
+                 session: str = "") -> None:
         self.steps = steps
+        #: the recorded session, named in a divergence when several replay together
+        self.session = session
         self.tolerate = tolerate
         self.content = content
         self.position = 0
@@ -83,7 +88,7 @@ class Script:
             return self.steps[self.position:]
 
     def _diverge(self, recorded: str, asked: str, hint: str = "") -> ReplayDivergence:
-        error = ReplayDivergence(self.position + 1, recorded, asked, hint)
+        error = ReplayDivergence(self.position + 1, recorded, asked, hint, self.session)
         if self.divergence is None:
             self.divergence = error
         return error
@@ -169,26 +174,35 @@ def recorded_turn(step: Mapping[str, Any]) -> ScriptedTurn:
 
 
 class ReplayProvider(ScriptedProvider):
-    """A scripted provider answering from a :class:`Script` (named as the recorded one)."""
+    """A scripted provider answering each session from its :class:`Script` (``scripts``:
+    session id → script), named as the recorded provider."""
 
-    def __init__(self, clock: Clock, script: Script, *, name: str = "scripted", context_window: int = 8192) -> None:
+    def __init__(self, clock: Clock, scripts: Mapping[str, Script], *, name: str = "scripted",
+                 context_window: int = 8192) -> None:
         super().__init__(clock, name=name, context_window=context_window)
-        self.script = script
+        self.scripts = scripts
 
     def _next_turn(self, request: ModelRequest) -> ScriptedTurn:
         with self._lock:
             self.requests.append(request)
-        step = self.script.next_model(request)
+        script = self.scripts.get(request.session_id)
+        if script is None:
+            return ScriptedTurn(error=ProviderError(ErrorKind.FATAL, f"no recording for session {request.session_id}"))
+        step = script.next_model(request)
         if isinstance(step, ReplayDivergence):
             return ScriptedTurn(error=ProviderError(ErrorKind.FATAL, str(step)))
         return recorded_turn(step)
 
 
-def replay_tools(tools: list[Mapping[str, Any]], script: Script) -> ToolRegistry:
-    """The recorded session's tools, each answering with the recorded result."""
+def replay_tools(tools: list[Mapping[str, Any]], scripts: Mapping[str, Script]) -> ToolRegistry:
+    """The recorded sessions' tools, each answering a session (``scripts``: session id →
+    script) with its recorded result."""
 
     def handler_for(name: str) -> Any:
-        def handler(arguments: dict[str, Any], _context: Any) -> ToolResult:
+        def handler(arguments: dict[str, Any], context: Any) -> ToolResult:
+            script = scripts.get(getattr(context, "session_id", ""))
+            if script is None:
+                return ToolResult(f"no recording for session {getattr(context, 'session_id', '')}", is_error=True)
             step = script.next_tool(name, arguments)
             if isinstance(step, ReplayDivergence):
                 return ToolResult(str(step), is_error=True)

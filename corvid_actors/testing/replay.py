@@ -43,13 +43,15 @@ from corvid_actors.testing._replay_script import (
     ReplayDivergence,
     ReplayProvider,
     Script,
+    describe_model,
+    describe_tool,
     replay_tools,
 )
 from corvid_actors.testing.clock import SimClock
 from corvid_actors.testing.sim import sim_runtime
 
 __all__ = ["Recording", "ReplayDivergence", "ReplayResult", "ExploreReport", "load_recording", "replay",
-           "explore", "export_test", "redact_recording", "DEFAULT_TIME_TOLERANCE_S"]
+           "replay_all", "explore", "export_test", "redact_recording", "DEFAULT_TIME_TOLERANCE_S"]
 
 #: how far (seconds) a replayed event's time may be from the recorded one: a session
 #: recorded by a daemon spent real time between events (tool runs, the machine's own
@@ -175,63 +177,104 @@ def replay(recording: Recording | Mapping[str, Any], *, tolerate: bool = False, 
     ``tolerate``: accept prompt-only changes (the last user message's text). ``seed`` and
     ``explore``: the inline dispatcher's interleaving (see ``sim_runtime``). ``configure``:
     a change to the recorded config (a test of a new rule)."""
-    rec = recording if isinstance(recording, Recording) else Recording.from_dict(recording)
-    start = rec.start
-    script = Script(rec.steps, tolerate=tolerate, content=rec.capture_content)
+    [result] = replay_all([recording], tolerate=tolerate, seed=seed, explore=explore, check_events=check_events,
+                          time_tolerance_s=time_tolerance_s, configure=configure,
+                          expected_events=[expected_events] if expected_events is not None else None)
+    return result
+
+
+def replay_all(recordings: Sequence[Recording | Mapping[str, Any]], *, tolerate: bool = False,
+               seed: int | None = None, explore: bool = False, check_events: bool = True,
+               time_tolerance_s: float = DEFAULT_TIME_TOLERANCE_S,
+               expected_events: Sequence[Sequence[EventRow]] | None = None,
+               configure: Callable[[Config], Config] | None = None) -> list[ReplayResult]:
+    """:func:`replay` of several recordings together, on one simulated runtime (a day of a
+    daemon's sessions, say): each session's calls are checked against its own recording,
+    its events against its own. The recordings must share a provider and a config (those
+    of one daemon); one result per recording, in order."""
+    recs = [r if isinstance(r, Recording) else Recording.from_dict(r) for r in recordings]
+    if not recs:
+        return []
+    start = recs[0].start
+    for rec in recs[1:]:
+        other = rec.start
+        if (other.get("provider"), other.get("loop"), other.get("config")) != (
+                start.get("provider"), start.get("loop"), start.get("config")):
+            raise ValueError(f"session {rec.session_id} was recorded with another provider, loop or config than "
+                             f"{recs[0].session_id}: replay them apart")
     clock = SimClock()
-    provider = ReplayProvider(clock, script, name=start.get("provider") or "scripted")
+    scripts: dict[str, Script] = {}
+    provider = ReplayProvider(clock, scripts, name=start.get("provider") or "scripted")
     config = Config().replace(supervisor={"coalesce_deltas": False}).replace(**(start.get("config") or {}))
     config = config.replace(journal={"enabled": False, "agents": []})
     if configure is not None:
         config = configure(config)
-    tools = replay_tools(start.get("tools") or [], script)
-    raw: list[tuple[float, Event]] = []
+    specs = {t["name"]: t for rec in recs for t in rec.start.get("tools") or []}
+    tools = replay_tools(list(specs.values()), scripts)
+    raws: list[list[tuple[float, Event]]] = [[] for _ in recs]
     with tempfile.TemporaryDirectory(prefix="corvid-replay-") as workspace:
         runtime = sim_runtime(clock, provider, config=config, seed=seed, explore=explore, workspace_dir=workspace,
                               loop_for_provider={provider.name: start.get("loop") or "conversation"},
                               tool_registry_factory=lambda: tools, runtime_tools=False)
         try:
-            sid = _create_session(runtime, start)
-            _drive(runtime, clock, rec, sid, raw)
+            sids = []
+            for rec in recs:
+                sid = _create_session(runtime, rec.start)
+                scripts[sid] = Script(rec.steps, tolerate=tolerate, content=rec.capture_content,
+                                      session=rec.session_id if len(recs) > 1 else "")
+                sids.append(sid)
+            _drive(runtime, clock, recs, sids, raws)
         finally:
             runtime.shutdown()  # a recording that ended with the runtime's shutdown hears its stop
             clock.close()
-    events = [(e.type, round(at, 6), _summary(e)) for at, e in raw if e.type not in QUIET_EVENTS]
-    if script.divergence is not None:
-        raise script.divergence
-    unused = script.unused
-    if unused:
-        step = len(script.steps) - len(unused) + 1
-        from corvid_actors.testing._replay_script import describe_model, describe_tool
-        first = unused[0]
-        raise ReplayDivergence(step, describe_model(first) if first["kind"] == "model" else describe_tool(first),
-                               "nothing more", "the runtime under test never made a recorded call")
-    if check_events:
-        compare_events(expected_events if expected_events is not None else rec.events, events,
-                       time_tolerance_s=time_tolerance_s, content=rec.capture_content)
-    return ReplayResult(events, len(provider.requests), script.position, seed, raw)
+    results = []
+    for i, (rec, sid, raw) in enumerate(zip(recs, sids, raws, strict=True)):
+        script = scripts[sid]
+        events = [(e.type, round(at, 6), _summary(e)) for at, e in raw if e.type not in QUIET_EVENTS]
+        if script.divergence is not None:
+            raise script.divergence
+        unused = script.unused
+        if unused:
+            first = unused[0]
+            raise ReplayDivergence(len(script.steps) - len(unused) + 1,
+                                   describe_model(first) if first["kind"] == "model" else describe_tool(first),
+                                   "nothing more", "the runtime under test never made a recorded call", script.session)
+        if check_events:
+            try:
+                compare_events(expected_events[i] if expected_events is not None else rec.events, events,
+                               time_tolerance_s=time_tolerance_s, content=rec.capture_content)
+            except AssertionError as exc:
+                if len(recs) > 1:
+                    raise AssertionError(f"session {rec.session_id}: {exc}") from None
+                raise
+        results.append(ReplayResult(events, len(provider.requests_for(sid)), script.position, seed, raw))
+    return results
 
 
 def _create_session(runtime: Any, start: Mapping[str, Any]) -> str:
     agent = start.get("agent") or {}
     settings = {k: agent[k] for k in ("kind", "permission_mode", "model", "system_prompt") if agent.get(k)}
-    row = runtime.create_agent(agent.get("name") or "replayed", **settings)
+    row = runtime.ensure_agent(agent.get("name") or "replayed", **settings)
     return str(runtime.create_session(agent_id=row.id, source=start.get("source") or "web").id)
 
 
-def _drive(runtime: Any, clock: SimClock, rec: Recording, sid: str, raw: list[tuple[float, Event]]) -> None:
-    """The recorded user messages, stops and approvals, at their recorded times. A recording
-    that ends with the runtime's shutdown keeps listening: the caller shuts down then."""
+def _drive(runtime: Any, clock: SimClock, recs: list[Recording], sids: list[str],
+           raws: list[list[tuple[float, Event]]]) -> None:
+    """The recorded user messages, stops and approvals of every session, at their recorded
+    times. A recording that ends with the runtime's shutdown keeps listening: the caller
+    shuts down then."""
     t0 = clock.monotonic()
-    answers = [a for a in rec.of("approval") if a.get("asked")]
+    index = {sid: i for i, sid in enumerate(sids)}
+    answers = [[a for a in rec.of("approval") if a.get("asked")] for rec in recs]
     listening = [True]
 
     def on_event(session_id: str, event: Event) -> None:
-        if session_id != sid or not listening[0]:
+        i = index.get(session_id)
+        if i is None or not listening[0]:
             return
-        raw.append((clock.monotonic() - t0, event))
-        if event.type == "approval_request" and answers:
-            answer = answers.pop(0)
+        raws[i].append((clock.monotonic() - t0, event))
+        if event.type == "approval_request" and answers[i]:
+            answer = answers[i].pop(0)
             delay = max(float(answer["t"]) - (clock.monotonic() - t0), 0.0)
             approval_id = getattr(event, "id", "")
             behavior = ("allow_session" if answer.get("scope") == "session" else "allow") if answer["allowed"] \
@@ -240,27 +283,31 @@ def _drive(runtime: Any, clock: SimClock, rec: Recording, sid: str, raw: list[tu
                                                                      answer.get("message") or ""))
 
     runtime.subscribe_all(on_event)
-    users = rec.of("user")
-    actions: list[tuple[float, str, str]] = [(float(u["t"]), "send", _text(u)) for u in users[1:]
-                                             if not u.get("begin")]
-    events = rec.of("event")
-    shutdown_at = None
-    if events and events[-1]["type"] == "session_stopped" and events[-1].get("reason") == "server_shutdown":
-        shutdown_at = float(events[-1]["t"])
-    actions += [(float(e["t"]), "stop", "") for e in events
-                if e["type"] == "session_stopped" and e.get("reason") == "user_stop"]
-    if users:
-        clock.advance(float(users[0]["t"]))
-        runtime.start_process(sid, _text(users[0]))
-    else:
-        runtime.start_process(sid)
-    for at, what, text in sorted(actions, key=lambda a: a[0]):
+    actions: list[tuple[float, int, str, str, str]] = []  # (t, order, what, session, text)
+    end, shutdown_at = 0.0, None
+    for rec, sid in zip(recs, sids, strict=True):
+        users = rec.of("user")
+        if users:
+            actions.append((float(users[0]["t"]), len(actions), "start", sid, _text(users[0])))
+        else:
+            actions.append((0.0, len(actions), "start", sid, ""))
+        actions += [(float(u["t"]), len(actions) + i, "send", sid, _text(u))
+                    for i, u in enumerate(users[1:]) if not u.get("begin")]
+        events = rec.of("event")
+        actions += [(float(e["t"]), len(actions) + i, "stop", sid, "") for i, e in enumerate(events)
+                    if e["type"] == "session_stopped" and e.get("reason") == "user_stop"]
+        if events and events[-1]["type"] == "session_stopped" and events[-1].get("reason") == "server_shutdown":
+            shutdown_at = max(shutdown_at or 0.0, float(events[-1]["t"]))
+        end = max(end, rec.end)
+    for at, _order, what, sid, text in sorted(actions):
         clock.advance_to(t0 + at)
-        if what == "send":
+        if what == "start":
+            runtime.start_process(sid, text or None)
+        elif what == "send":
             runtime.send_message(sid, text)
         else:
             runtime.stop_process(sid)
-    clock.advance_to(t0 + (shutdown_at if shutdown_at is not None else rec.end + RUN_ON_S))
+    clock.advance_to(t0 + (shutdown_at if shutdown_at is not None else end + RUN_ON_S))
     runtime.settle()
     listening[0] = shutdown_at is not None
 
