@@ -70,6 +70,18 @@ def config_overrides(config: Config) -> dict[str, dict[str, Any]]:
     return out
 
 
+def run_lengths(sizes: list[int]) -> list[list[int]]:
+    """Chunk sizes as ``[[size, times], …]`` (a stream of 30,000 four-character chunks is
+    one pair)."""
+    out: list[list[int]] = []
+    for size in sizes:
+        if out and out[-1][0] == size:
+            out[-1][1] += 1
+        else:
+            out.append([size, 1])
+    return out
+
+
 def error_data(error: ProviderError) -> dict[str, Any]:
     return {"kind": error.kind.value, "message": error.message, "status": error.status,
             "retry_after_s": error.retry_after_s, "error_type": error.error_type}
@@ -174,7 +186,9 @@ class SessionTap:
         self.j.write(self.sid, "user", {"text": self._text(text), "chars": len(text), "begin": first,
                                         "generation": self.gen})
 
-    def model_request(self, request: ModelRequest, purpose: str) -> None:
+    def model_request(self, request: ModelRequest, purpose: str) -> list[int]:
+        """A model call is made; returns the list the caller appends each streamed chunk's
+        size to (on the thread streaming the call; :meth:`first_chunk` before the first)."""
         if self._call is not None:  # the previous call never reached the loop (stopped)
             self._finish({"cancelled": True})
         last_user = next((m.content for m in reversed(request.messages) if m.role == "user"), "")
@@ -186,12 +200,11 @@ class SessionTap:
                       "requested_at": self.j.now(), "generation": self.gen}
         self._deltas = []
         self._first = None
+        return self._deltas
 
-    def delta(self, text: str) -> None:
-        """A streamed chunk (any thread: the one streaming the call)."""
-        if self._first is None:
-            self._first = self.j.now()
-        self._deltas.append(len(text))
+    def first_chunk(self) -> None:
+        """The call's first chunk arrives (any thread: the one streaming the call)."""
+        self._first = self.j.now()
 
     def outcome(self, result: Any) -> None:
         """What a worker reported, as the loop is about to receive it."""
@@ -223,7 +236,7 @@ class SessionTap:
         if call is None:
             return
         now = self.j.now()
-        call.update(outcome, deltas=self._deltas, first_chunk_at=self._first, ended_at=now)
+        call.update(outcome, chunks=run_lengths(self._deltas), first_chunk_at=self._first, ended_at=now)
         self.j.write(self.sid, "model", call, at=call["requested_at"])
 
     def tool_started(self, call: ToolCall) -> None:

@@ -311,17 +311,19 @@ class SessionEffects:
         actor = self
         streamed: list[str] = []
         self._streamed = streamed
-        tap = self.w.journal
-        if tap is not None:
-            tap.model_request(request, purpose)
+        tap = self.w.journal  # the journal keeps the chunks' sizes: one append per chunk
+        sizes = tap.model_request(request, purpose) if tap is not None else None
 
         def on_event(event: StreamEvent) -> None:
             actor._touch()
-            if tap is not None and isinstance(event, TextDelta) and event.text:
-                tap.delta(event.text)
-            if stream_text and isinstance(event, TextDelta) and event.text:
-                streamed.append(event.text)
-                lifeline.publish_text(event.text)
+            if isinstance(event, TextDelta) and event.text:
+                if sizes is not None:
+                    if not sizes:
+                        tap.first_chunk()
+                    sizes.append(len(event.text))
+                if stream_text:
+                    streamed.append(event.text)
+                    lifeline.publish_text(event.text)
 
         provider, io_loop = self.w.provider, self.w.io_loop
         span = self._trace.model_call(request, self.w.provider_name)

@@ -8,9 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from corvid_actors.events import Event
-
-#: one event as a replay compares it: its type, seconds since the start, its key fields
-EventRow = tuple[str, float, dict[str, Any]]
+from corvid_actors.testing._recording import EventRow
 
 
 def _fmt(row: EventRow) -> str:

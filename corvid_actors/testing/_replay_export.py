@@ -17,12 +17,10 @@ import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from corvid_actors.testing._recording import Recording, load_recording
 from corvid_actors.tools.env import SECRET_NAME_PATTERN
-
-if TYPE_CHECKING:
-    from corvid_actors.testing.replay import Recording
 
 Redactor = Callable[[str], str]
 
@@ -82,8 +80,6 @@ def _walk(value: Any, fn: Redactor) -> Any:
 
 def redact_recording(recording: Recording, redact: Redactor | None = None) -> Recording:
     """A copy of ``recording`` with every text redacted (the built-in rules, then ``redact``)."""
-    from corvid_actors.testing.replay import Recording
-
     secrets = _env_secrets()
 
     def scrub(text: str) -> str:
@@ -170,8 +166,6 @@ def test_replay(replay_options):
 def _shift(recording: Recording, by: float) -> Recording:
     """``recording`` with its times moved ``by`` seconds later (sessions of one day replay
     at their places in it)."""
-    from corvid_actors.testing.replay import Recording
-
     moved = []
     for entry in recording.entries:
         entry = dict(entry)
@@ -218,8 +212,6 @@ def export_test(source: Any, session_id: str | Sequence[str], path: str | Path |
     Several session ids: one module replaying them together (:func:`replay_all`), each at
     its recorded place in time. ``redact``: the operator's own redaction (a ``str -> str``
     function or ``"module:func"``), applied after the built-in rules."""
-    from corvid_actors.testing.replay import load_recording
-
     hook = load_redactor(redact) if isinstance(redact, str) else redact
     ids = [session_id] if isinstance(session_id, str) else list(session_id)
     recordings = [redact_recording(load_recording(source, sid), hook) for sid in ids]

@@ -155,7 +155,7 @@ def recorded_turn(step: Mapping[str, Any]) -> ScriptedTurn:
     text = step.get("text")
     if text is None:  # recorded without content: a stand-in of the same length
         text = "x" * int(step.get("chars") or 0)
-    sizes = [int(n) for n in step.get("deltas") or ()]
+    sizes = [int(size) for size, times in step.get("chunks") or () for _ in range(int(times))]
     chunks: list[str] = []
     at = 0
     for size in sizes:

@@ -31,7 +31,8 @@ def test_a_model_call_is_one_entry_with_its_chunks_tool_calls_usage_and_times():
     assert ask["tool_calls"] == [["call_1_0", "list_files", {"path": "."}]] and ask["stop_reason"] == "tool_use"
     assert (ask["requested_at"], ask["ended_at"], ask["messages"], ask["last_user"]) == (0.0, 1.0, 1, "list please")
     # the reply streamed in three chunks after 2 s, 0.5 s apart: one entry, the chunks' sizes
-    assert reply["text"] == "Done here, token=abc123." and reply["deltas"] == [8, 8, 8]
+    # (run-length encoded: three chunks of 8 characters)
+    assert reply["text"] == "Done here, token=abc123." and reply["chunks"] == [[8, 3]]
     assert (reply["requested_at"], reply["first_chunk_at"], reply["ended_at"]) == (4.0, 6.0, 7.0)
     assert reply["usage"]["output_tokens"] > 0 and reply["messages"] == 3
     assert crash["error"]["kind"] == "fatal" and crash["error"]["message"] == "boom"
@@ -63,7 +64,7 @@ def test_without_content_capture_only_shapes_and_timings_are_kept():
     for secret in ("list please", "Done here", "again", "(empty directory"):
         assert secret not in text
     reply = recording.of("model")[1]
-    assert (reply["text"], reply["chars"], reply["deltas"]) == (None, 24, [8, 8, 8])
+    assert (reply["text"], reply["chars"], reply["chunks"]) == (None, 24, [[8, 3]])
     assert recording.of("tool")[0]["arguments"] == {"path": None}
 
 
@@ -101,6 +102,7 @@ def test_many_chunks_are_one_row_and_the_journal_stays_small():
     long_text = " ".join(f"word{i}" for i in range(400))
     recording, facts = record_session(turns=(Turn.reply(long_text, deltas=200, latency_s=1),))
     model = recording.of("model")[0]
-    assert len(model["deltas"]) >= 150 and sum(model["deltas"]) == len(long_text)
+    sizes = [size for size, times in model["chunks"] for _ in range(times)]
+    assert len(sizes) >= 150 and sum(sizes) == len(long_text)
     # stored compressed: well under the entries' JSON
     assert 0 < facts["bytes"] < len(json.dumps(recording.entries)) / 2
