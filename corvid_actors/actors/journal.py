@@ -153,6 +153,11 @@ class Journal:
                 continue
             data[name] = getattr(event, name, None)
         self.write(session_id, "event", data)
+        if kind == "session_stopped" or (kind == "session_exited" and not data.get("code")):
+            # nothing follows but a new start, whose tap adds it again (after a crash or a
+            # pause the restart or resume events follow: it stays)
+            with self._lock:
+                self._sessions.discard(session_id)
 
     def _purge_if_due(self) -> None:
         keep_s = self.settings.keep_days * 86400.0
@@ -160,6 +165,7 @@ class Journal:
         if keep_s <= 0 or now < self._next_purge:
             return
         self._next_purge = now + PURGE_EVERY_S
+        self.entries.flush()  # entries still queued are purged too (simulated days pass in microseconds)
         self.entries.purge(now - keep_s)
 
     def close(self) -> None:

@@ -106,3 +106,26 @@ def test_many_chunks_are_one_row_and_the_journal_stays_small():
     assert len(sizes) >= 150 and sum(sizes) == len(long_text)
     # stored compressed: well under the entries' JSON
     assert 0 < facts["bytes"] < len(json.dumps(recording.entries)) / 2
+
+
+def test_a_session_started_again_after_a_stop_is_journaled_again():
+    clock = SimClock()
+    provider = ScriptedProvider(clock)
+    runtime = sim_runtime(clock, provider, config={"journal": {"enabled": True}})
+    try:
+        session = runtime.create_session()
+        provider.for_session(session.id, Turn.reply("one"), Turn.reply("two"))
+        runtime.start_process(session.id, "first")
+        clock.advance(10)
+        runtime.stop_process(session.id)
+        clock.advance(10)
+        runtime.start_process(session.id, "second")
+        clock.advance(10)
+        recording = load_recording(runtime, session.id)
+        types = [e[0] for e in recording.events]
+        assert types.count("session_started") == 2 and types.count("assistant") == 2
+        assert types.index("session_stopped") < len(types) - 1  # the events after the stop are kept
+        assert [e[2]["content"] for e in recording.events if e[0] == "assistant"] == ["one", "two"]
+    finally:
+        runtime.shutdown()
+        clock.close()
