@@ -65,36 +65,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _export_test(args: argparse.Namespace) -> int:
-    from corvid_actors.daemon.settings import load_daemon_config
-    from corvid_actors.db.journal import JournalStore
-    from corvid_actors.db.store import Store
-    from corvid_actors.testing.replay import export_test  # loaded when the command runs
+    from corvid_actors.daemon.export_cli import export_test_command  # the store, the replay: now
 
-    config = load_daemon_config(args.config, data_dir=args.data_dir)
-    store = Store(config.store.resolved_url())
-    try:
-        journaled = JournalStore(store, writer=False).sessions()
-        chosen = []
-        for given in args.sessions:
-            matches = [s for s in journaled if s == given] or (
-                [s for s in journaled if s.startswith(given)] if len(given) >= 4 else [])
-            if len(matches) != 1:
-                why = "matches several journaled sessions: give more of the id" if matches else (
-                    "is not a journaled session (is [journal] enabled for its agent? `[journal] agents` "
-                    "or `enabled = true`)")
-                raise CorvidError(f"export-test: {given!r} {why}")
-            chosen.append(matches[0])
-        try:
-            text = export_test(store, chosen[0] if len(chosen) == 1 else chosen, args.output, redact=args.redact)
-        except ValueError as exc:
-            raise CorvidError(f"export-test: {exc}") from None
-    finally:
-        store.close()
-    if args.output:
-        print(f"wrote {args.output}: python -m pytest {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return export_test_command(args)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corvid_actors.db.journal import JournalStore
+from corvid_actors.db.store import Store
 
 #: one event as a replay compares it: its type, seconds since the start, its key fields
 EventRow = tuple[str, float, dict[str, Any]]
@@ -81,8 +82,6 @@ class Recording:
 
 def load_recording(source: Any, session_id: str) -> Recording:
     """The journal of ``session_id`` in ``source``: a ``Runtime``, a ``Store``, or a store URL."""
-    from corvid_actors.db.store import Store
-
     owned = None
     if isinstance(source, str):
         store = owned = Store(source)

@@ -46,3 +46,22 @@ def test_a_session_journaled_on_this_store_replays(store):
     recording, facts = record_session(store=store)
     assert facts["bytes"] > 0 and len(recording.of("model")) == 4
     assert replay(recording, time_tolerance_s=0.0).events == recording.events
+
+
+def test_a_database_of_the_previous_version_gets_the_journal_table(tmp_path):
+    from corvid_actors.db import migrations
+    from corvid_actors.db.store import Store
+
+    url = f"sqlite:///{tmp_path / 'corvid.db'}"
+    old = Store(url)
+    old.db.execute_sql("DROP TABLE journal_entries")
+    old.m.SchemaVersion.delete().where(old.m.SchemaVersion.version >= len(migrations.MIGRATIONS)).execute()
+    old.close()
+    store = Store(url)
+    try:
+        assert store.schema_version == len(migrations.MIGRATIONS)
+        journal = JournalStore(store, writer=False)
+        journal.append("s", 1.0, "event", {"type": "session_started"})
+        assert journal.entries("s") == [(1.0, "event", {"type": "session_started"})]
+    finally:
+        store.close()
