@@ -123,5 +123,5 @@ def test_a_changed_loop_rule_reports_the_divergence_at_its_step(recorded):
 
 def test_the_exported_test_explores_interleavings(recorded):
     _daemon, _sid, path = recorded
-    run = _pytest(path, "--explore", "5")
+    run = _pytest(path, "--explore", "3")
     assert run.returncode == 0, run.stdout + run.stderr
