@@ -30,6 +30,7 @@ from corvid_actors.config_sections import (
     CreditsConfig,
     DaemonConfig,
     HttpConfig,
+    JournalConfig,
     ProvidersConfig,
     SessionConfig,
     SlotsConfig,
@@ -84,6 +85,7 @@ class Config:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
+    journal: JournalConfig = field(default_factory=JournalConfig)
 
     def replace(self, **sections: Mapping[str, Any]) -> Config:
         """A copy with some keys changed: ``cfg.replace(supervisor={"max_restarts": 5})``."""

@@ -262,6 +262,20 @@ class HttpConfig:
     sse_heartbeat_s: float = field(metadata=POSITIVE)
     #: ``GET /api/v1/sessions`` page size when ``limit`` is not given
     sessions_page_default: int = field(metadata=AT_LEAST_ONE)
+@section("journal")
+class JournalConfig:
+    """``[journal]``: the record of what the outside world said to each session (model
+    responses, tool results, approvals, lifecycle), kept to turn a session into a replay
+    test (:mod:`corvid_actors.actors.journal`, :mod:`corvid_actors.testing.replay`)."""
+
+    #: journal every session (off: only the agents named in ``agents``)
+    enabled: bool
+    #: entries older than this many days are deleted (0: kept until deleted by hand)
+    keep_days: float = field(metadata=NON_NEGATIVE)
+    #: keep texts (prompts, replies, tool arguments and results); off: shapes and timings only
+    capture_content: bool
+    #: agents journaled even when ``enabled`` is off (the per-agent opt-in), by name
+    agents: tuple[str, ...]
 
 
 @section("agents")

@@ -130,6 +130,8 @@ class RuntimeLifecycle(RuntimeReads):
             except Exception as exc:  # noqa: BLE001 - the next start-up resets them anyway
                 logger.warning("shutdown: could not mark sessions for resume ({}); the next start-up will", exc)
         self._clock.stop()
+        if self._internals.journal is not None:
+            self._internals.journal.close()  # commits what it queued, before the store closes
         if self._owns_store:
             self._internals.store.close()
 
@@ -176,6 +178,8 @@ class RuntimeLifecycle(RuntimeReads):
             detach(tracker)
         else:
             self._clock.stop()
+        if internals.journal is not None:
+            internals.journal.close()  # its writer thread ends (what it queued is committed, as a crash may)
         if self._owns_store:
             internals.store.close()
 

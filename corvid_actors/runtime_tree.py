@@ -30,7 +30,8 @@ from corvid_actors.actors import supervisor as sv
 from corvid_actors.actors.base import ActivityTracker
 from corvid_actors.actors.cluster import ClusterMember, ClusterSeat, new_daemon_id
 from corvid_actors.actors.credits import BindSupervisor, CreditBank
-from corvid_actors.actors.events import EventBus
+from corvid_actors.actors.events import EventBus, SubscribeAll
+from corvid_actors.actors.journal import Journal
 from corvid_actors.actors.live import LiveSessions
 from corvid_actors.actors.slots import SlotPool
 from corvid_actors.actors.stats import runtime_stats
@@ -87,6 +88,8 @@ class RuntimeInternals:
     #: the Prometheus registry and its counters (subscribed to every event; ``admin stats``
     #: and ``/metrics`` read it)
     metrics: RuntimeMetrics = field(default_factory=RuntimeMetrics)
+    #: what the outside world said to the journaled sessions (``[journal]``); None: off
+    journal: Journal | None = None
 
     def core_actors(self) -> Iterator[tuple[str, pykka.ActorRef[Any]]]:
         """The root policy's actors, by the name a failure report gives them (the timer
@@ -183,10 +186,13 @@ def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, 
         credits = CreditBank.start(tracker, store=store, config=config.credits, bus=bus,
                                    is_owner=is_owner or (lambda participant: False), timers=timers)
     seat = cluster_seat(config, clock, store)
+    journal = Journal.for_config(config, store, clock)
+    if journal is not None:  # the journaled sessions' events, for a replay to assert
+        bus.tell(SubscribeAll(journal.on_event))
     supervisor = sv.SessionSupervisor.start(
         tracker, config=config, clock=clock, store=store, builder=builder, bus=bus, timers=timers,
         slot_pool=slot_pool, approvals=approvals, credits=credits, live=live, io_loop=io_loop, cluster=seat,
-        tracing=tracing,
+        tracing=tracing, journal=journal,
     )
     if credits is not None:
         credits.tell(BindSupervisor(supervisor))
@@ -197,7 +203,7 @@ def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, 
     return RuntimeInternals(store=store, tracker=tracker, builder=builder, providers=builder.providers, live=live,
                             timers=timers, store_watch=store_watch, bus=bus, slot_pool=slot_pool,
                             approvals=approvals, credits=credits, supervisor=supervisor, io_loop=io_loop,
-                            cluster=seat, cluster_member=member, metrics=metrics)
+                            cluster=seat, cluster_member=member, metrics=metrics, journal=journal)
 
 
 def session_labels(live: LiveSessions, store: Store, session_id: str) -> SessionLabels:

@@ -247,6 +247,8 @@ class SessionActor(SessionEffects, TrackedActor):
                 if seq == self._worker_seq:
                     self._worker_cancel = None
                     self._touch()
+                    if self.w.journal is not None:  # the outside world's answer, as the loop gets it
+                        self.w.journal.outcome(result)
                     if isinstance(result, ExitRequested):
                         self._end(result.code)
                     else:
@@ -283,6 +285,8 @@ class SessionActor(SessionEffects, TrackedActor):
                 self._approval_details.pop(call_id, None)
                 self._trace.decided(call_id, allowed)
                 self._touch()
+                if self.w.journal is not None:
+                    self.w.journal.approval(call_id, allowed, text, scope, asked=approval_id in self._announced)
                 if approval_id in self._announced:
                     # a request answered at once was never shown, so its answer is not either
                     self._announced.discard(approval_id)
@@ -337,6 +341,8 @@ class SessionActor(SessionEffects, TrackedActor):
         # mid-turn, the loop queues it: its turn starts after TurnFinished
         mid_turn = self._turns_open > 0
         self._turns_open += 1
+        if self.w.journal is not None:
+            self.w.journal.user(text, False)
         self._tally.in_turn = True
         self._perform(self._loop.handle(fx.UserMessage(text, blocks)))
         if mid_turn and self.w.double_texting == INTERRUPT:
@@ -389,6 +395,8 @@ class SessionActor(SessionEffects, TrackedActor):
         self._turns_open = 1
         self._tally.in_turn = True
         self._trace.start(self._tally.turns)
+        if self.w.journal is not None:
+            self.w.journal.user(prompt, True)
         # a plain string unless multimodal: loops written for strings keep working
         self._perform(self._loop.start(fx.UserMessage(prompt, blocks) if blocks else prompt))
 

@@ -311,12 +311,19 @@ class SessionEffects:
         actor = self
         streamed: list[str] = []
         self._streamed = streamed
+        tap = self.w.journal  # the journal keeps the chunks' sizes: one append per chunk
+        sizes = tap.model_request(request, purpose) if tap is not None else None
 
         def on_event(event: StreamEvent) -> None:
             actor._touch()
-            if stream_text and isinstance(event, TextDelta) and event.text:
-                streamed.append(event.text)
-                lifeline.publish_text(event.text)
+            if isinstance(event, TextDelta) and event.text:
+                if sizes is not None:
+                    if not sizes:
+                        tap.first_chunk()
+                    sizes.append(len(event.text))
+                if stream_text:
+                    streamed.append(event.text)
+                    lifeline.publish_text(event.text)
 
         provider, io_loop = self.w.provider, self.w.io_loop
         span = self._trace.model_call(request, self.w.provider_name)
@@ -375,6 +382,8 @@ class SessionEffects:
         cancel.on_cancel(call.cancel)
 
     def _start_tool(self, call: ToolCall) -> None:
+        if self.w.journal is not None:
+            self.w.journal.tool_started(call)
         work = tool_run(self.w.tools.get(call.name), self.w.tool_context, call,
                         self._trace.tool_call(call.name, call.id))
         self._run_on_worker(work, f"tool-{call.name}-{self.sid[:8]}")

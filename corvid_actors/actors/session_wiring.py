@@ -222,3 +222,6 @@ class SessionWiring:
     #: the agent's name and the provider's (span attributes)
     agent: str = ""
     provider_name: str = ""
+    #: the incarnation's journal tap (``corvid_actors.actors.journal.SessionTap``); None:
+    #: not journaled
+    journal: Any = None

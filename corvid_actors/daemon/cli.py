@@ -64,6 +64,12 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_test(args: argparse.Namespace) -> int:
+    from corvid_actors.daemon.export_cli import export_test_command  # the store, the replay: now
+
+    return export_test_command(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``corvid-actors`` parser: ``demo`` and the operator's commands (:mod:`~corvid_actors.daemon.admin_cli`)."""
     parser = _Parser(
@@ -86,6 +92,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_json_flag(demo)
     demo.set_defaults(func=_demo)
     add_operator_commands(sub)  # serve, admin …, events, run
+    export = sub.add_parser(
+        "export-test", help="write a journaled session as a replay test (pytest module)",
+        description="Read the session's journal ([journal] enabled, or its agent in [journal] agents) and write a "
+        "self-contained pytest module that replays it in simulated time: the recorded model responses, tool "
+        "results, user messages and approvals; it fails at the first divergent call or event. Secrets are "
+        "redacted as in the logs, then by --redact.")
+    export.add_argument("sessions", metavar="ID", nargs="+",
+                        help="session id (or its first characters, at least 4); several: replayed together")
+    export.add_argument("-o", "--output", help="the file to write (default: stdout)")
+    export.add_argument("--redact", metavar="MODULE:FUNC",
+                        help="your own redaction: a function str -> str applied to every recorded text")
+    export.add_argument("--data-dir", help="the daemon's data directory (default: store.data_dir, CORVID_DATA_DIR)")
+    export.add_argument("--config", help="a TOML config file (default: $CORVID_CONFIG)")
+    add_json_flag(export)
+    export.set_defaults(func=_export_test)
     return parser
 
 

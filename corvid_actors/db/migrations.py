@@ -275,13 +275,18 @@ def _session_message_opens_turn(models: SimpleNamespace, db: pw.Database) -> Non
     install_turn_opening(db)
 
 
+def _journal_entries(models: SimpleNamespace, db: pw.Database) -> None:
+    # issue 40: the journal of what the outside world said to each session (record and replay)
+    db.create_tables([models.JournalEntry], safe=True)
+
+
 MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
                                _session_open_turns, _webhook_replays, _cluster_leases, _cluster_bus,
                                _cluster_commands_created_at, _session_message_role_index,
                                _session_channel_index, _session_lease_held_index, _agent_access,
                                _agent_kind, _agent_double_texting, _session_lease_idle_due,
                                _session_ownership, _api_tokens_and_session_pages,
-                               _session_message_opens_turn]
+                               _session_message_opens_turn, _journal_entries]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

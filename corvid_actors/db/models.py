@@ -278,6 +278,20 @@ def build_models(database: pw.Database, now: Callable[[], datetime] | None = Non
 
         class Meta:
             table_name = "api_tokens"
+    class JournalEntry(Base):
+        """One thing the outside world said to a journaled session (issue 40): a model
+        response, a tool result, an approval, a user message, an event — its ``data`` a
+        zlib-compressed JSON object (see :mod:`corvid_actors.db.journal`)."""
+
+        session_id = pw.CharField(max_length=64)
+        #: when it happened: seconds since the epoch on the runtime's clock
+        at = pw.DoubleField(index=True)
+        kind = pw.CharField(max_length=16)
+        data = pw.BlobField()
+
+        class Meta:
+            table_name = "journal_entries"
+            indexes = ((("session_id", "id"), False),)
 
     class Daemon(Base):
         """A daemon sharing the database (issue 20): registered at start, its heartbeat
@@ -395,6 +409,7 @@ def build_models(database: pw.Database, now: Callable[[], datetime] | None = Non
         CreditTransaction,
         McpServerConfig,
         WebhookReplay,
+        JournalEntry,
         Daemon,
         SessionLease,
         SessionOwnership,

@@ -25,8 +25,14 @@
   (:class:`OllamaStubServer`) and ``corvid_actors.testing.anthropic_stub``
   (:class:`AnthropicStubServer`); the Telegram Bot API: ``corvid_actors.testing.telegram_stub``
   (:class:`TelegramStubServer`, stdlib only).
+- Record and replay (``corvid_actors.testing.replay``): a session journaled by a runtime
+  (``[journal]``) loaded as a :class:`~corvid_actors.testing.replay.Recording`, replayed in
+  simulated time with its first divergent call reported (``ReplayDivergence``), explored
+  under seeded interleavings, or written as a pytest module (``export_test``; the
+  ``corvid-actors export-test`` command).
 - A pytest plugin (installed automatically) with fixtures ``sim_clock``, ``scripted``,
-  ``runtime``, ``recorder``, ``arrange``, ``ollama_stub``, ``anthropic_stub`` and ``telegram_stub``.
+  ``runtime``, ``recorder``, ``arrange``, ``ollama_stub``, ``anthropic_stub``, ``telegram_stub``
+  and ``replay_options`` (a replay test's ``--tolerate`` and ``--explore N``).
 """
 
 from __future__ import annotations

@@ -14,11 +14,15 @@
   ``add_tool_use``, ``add_fault``, …), stopped after the test; the provider environment
   variables (``ANTHROPIC_*``, ``OLLAMA_HOST``) are removed for the test. Point a runtime at
   one with ``sim_runtime(sim_clock, stub_provider(stub))``.
+- ``replay_options``: the options of a replay test written by ``corvid-actors
+  export-test`` (:mod:`corvid_actors.testing.replay`): ``--tolerate`` (accept prompt-only
+  changes) and ``--explore N`` (also replay under N seeded interleavings).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +40,31 @@ if TYPE_CHECKING:  # the runtime is imported when a fixture runs
 
 #: environment variables the real clients read behind a test's back
 PROVIDER_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "OLLAMA_HOST")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("corvid-replay", "replay tests written by corvid-actors export-test")
+    group.addoption("--tolerate", action="store_true", default=False,
+                    help="replay tests: accept prompt-only changes (a different last user message)")
+    group.addoption("--explore", action="store", type=int, default=0, metavar="N",
+                    help="replay tests: also replay under N seeded interleavings and report the seeds "
+                         "that break an invariant")
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """``--tolerate`` and ``--explore N`` for a replay test."""
+
+    tolerate: bool = False
+    explore: int = 0
+
+
+@pytest.fixture
+def replay_options(pytestconfig: pytest.Config) -> ReplayOptions:
+    explore = int(pytestconfig.getoption("--explore") or 0)
+    if explore < 0:
+        raise pytest.UsageError(f"--explore {explore}: the number of interleavings must be 0 or more")
+    return ReplayOptions(tolerate=bool(pytestconfig.getoption("--tolerate")), explore=explore)
 
 
 @pytest.fixture

@@ -97,6 +97,9 @@ class ScriptedTurn:
     exit_code: int | None = None
     #: fail the session's next start with this message (consumed by a start, not a call)
     start_failure: str | None = None
+    #: the streamed chunks exactly (a replayed reply keeps its recorded boundaries);
+    #: None: ``text`` split into ``deltas`` chunks
+    chunks: tuple[str, ...] | None = None
 
 
 ToolCallLike = ToolCall | tuple[str, Mapping[str, Any]]
@@ -308,7 +311,7 @@ class ScriptedProvider:
             if not self._need_clock().wait(turn.latency_s, cancel):
                 raise StreamCancelled()
         self._open(turn, request, cancel)
-        for i, chunk in enumerate(_chunks(turn.text, turn.deltas)):
+        for i, chunk in enumerate(_turn_chunks(turn)):
             if i and turn.delta_interval_s > 0 and not self._need_clock().wait(turn.delta_interval_s, cancel):
                 raise StreamCancelled()
             cancel.raise_if_cancelled()
@@ -324,7 +327,7 @@ class ScriptedProvider:
         if type(self).stream is not ScriptedProvider.stream:
             return False
         turn = self._next_turn(request)
-        chunks = _chunks(turn.text, turn.deltas)
+        chunks = _turn_chunks(turn)
 
         def later(delay_s: float, then: Callable[[], None]) -> None:
             handle = self._need_clock().call_later(delay_s, then)
@@ -441,6 +444,10 @@ class ScriptedProvider:
                 if turn.match is None or turn.match in last_user:
                     return self._turns.pop(i)
         return None
+
+
+def _turn_chunks(turn: ScriptedTurn) -> list[str]:
+    return list(turn.chunks) if turn.chunks is not None else _chunks(turn.text, turn.deltas)
 
 
 def _chunks(text: str, n: int) -> list[str]:

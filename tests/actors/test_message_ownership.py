@@ -34,6 +34,7 @@ ALLOWED = {
     ("daemon/admin_cli.py", "corvid_actors.daemon.render"): "loaded when a command prints",
     ("daemon/admin_cli.py", "corvid_actors.daemon.settings"): "loaded when a command runs",
     ("daemon/cli.py", "corvid_actors.daemon.demo"): "loaded by `demo` only",
+    ("daemon/cli.py", "corvid_actors.daemon.export_cli"): "loaded by `export-test` only",
     ("daemon/cli.py", "corvid_actors.daemon.process"): "loaded when a command runs",
     ("daemon/settings.py", "corvid_actors.config"): "the config loads when settings are read",
     # a log record's trace id, looked up only when a record is written

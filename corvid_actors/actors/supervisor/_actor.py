@@ -107,13 +107,14 @@ class SessionSupervisor(TrackedActor):
         io_loop: IoLoop[Any] | None = None,
         cluster: ClusterSeat | None = None,
         tracing: Tracing = NO_TRACING,
+        journal: Any = None,
     ) -> None:
         super().__init__(tracker)
         self.core = SupervisorCore(
             tracker, config=config, clock=clock, store=store, builder=builder, bus=bus, timers=timers,
             slot_pool=slot_pool, approvals=approvals, credits=credits,
             live=live if live is not None else LiveSessions(), io_loop=io_loop, cluster=cluster,
-            tracing=tracing,
+            tracing=tracing, journal=journal,
         )
 
     def on_start(self) -> None:

@@ -62,7 +62,10 @@ class SupervisorCore:
         io_loop: IoLoop[Any] | None = None,
         cluster: ClusterSeat | None = None,
         tracing: Tracing = NO_TRACING,
+        journal: Any = None,
     ) -> None:
+        #: the runtime's journal (``corvid_actors.actors.journal.Journal``; None: off)
+        self.journal = journal
         self.tracker = tracker
         #: OpenTelemetry spans: the supervisor's decisions here, the sessions' through their wiring
         self.tracing = tracing

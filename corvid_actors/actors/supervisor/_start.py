@@ -103,17 +103,18 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
         access=core.cfg.access,
         tracing=core.tracing, agent=getattr(ctx.agent, "name", "") or "",
     )
-    builder, slot_pool = core.builder, core.slot_pool
+    builder, slot_pool, journal = core.builder, core.slot_pool, core.journal
 
     def build() -> tuple[SessionWiring, Any]:
         # on the incarnation's worker: provider routing, tools, MCP servers, prompts
         built = builder.build(ctx)
+        tap = journal.tap(sid, gen, ctx.agent, built, session.source) if journal is not None else None
         return replace(
             partial, provider=built.provider, loop=built.loop, tools=built.tools,
             tool_context=built.tool_context,
             idle_timeout_s=sup.session_idle_timeout_s if built.loop_kind in sup.idle_exit_loops else None,
             slot_pool=slot_pool if built.uses_slots else None, approval_timeout_s=built.approval_timeout_s,
-            slot_weight=built.slot_weight, provider_name=built.provider_name,
+            slot_weight=built.slot_weight, provider_name=built.provider_name, journal=tap,
         ), built
 
     core.tracing.decision("start", sid, {"corvid.session.generation": gen, "corvid.session.begin": begin,
