@@ -251,12 +251,20 @@ def _session_ownership(models: SimpleNamespace, db: pw.Database) -> None:
     db.execute_sql("CREATE INDEX IF NOT EXISTS session_ownership_open ON session_ownership (daemon_id, session_id) "
                    "WHERE ended_at IS NULL")
 
+def _held_messages(models: SimpleNamespace, db: pw.Database) -> None:
+    # Issue 36 item 2: a message sent to a session between owners is held here until its
+    # next owner takes it (db/held.py). A table of its own; the previous release never
+    # reads it (a message held while it still runs waits for an upgraded owner). A
+    # database made by this version's baseline has the table already.
+    db.create_tables([models.HeldMessage], safe=True)
+
+
 MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
                                _session_open_turns, _webhook_replays, _cluster_leases, _cluster_bus,
                                _cluster_commands_created_at, _session_message_role_index,
                                _session_channel_index, _session_lease_held_index, _agent_access,
                                _agent_kind, _agent_double_texting, _session_lease_idle_due,
-                               _session_ownership]
+                               _session_ownership, _held_messages]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

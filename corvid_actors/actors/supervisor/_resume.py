@@ -144,9 +144,11 @@ def zero_turn_breaker(core: SupervisorCore, sid: str, session: Any, notes: list[
     return True
 
 
-def send(core: SupervisorCore, sid: str, text: UserContent, *, fallback: int = 0) -> bool:
+def send(core: SupervisorCore, sid: str, text: UserContent, *, fallback: int = 0, stored: bool = False) -> bool:
     """Persist ``text`` and deliver it to the running incarnation (see
-    :class:`~corvid_actors.actors.supervisor.SendMessage` for the reply and ``fallback``)."""
+    :class:`~corvid_actors.actors.supervisor.SendMessage` for the reply and ``fallback``).
+    ``stored``: ``text`` is the session's newest message already (a held message its owner
+    took, ``_handoff``): delivered without a second row, and kept if refused."""
     session_cfg = core.cfg.session
     inc = core.running.get(sid)
     if inc is None:
@@ -166,13 +168,15 @@ def send(core: SupervisorCore, sid: str, text: UserContent, *, fallback: int = 0
         # a resumed incarnation's first turn: the message with the stored history (as
         # the text; a multimodal message's images after it)
         history = core.store.recent_messages(sid, session_cfg.resume_history_messages)
+        if stored and history and history[-1][0] == "user":
+            history = history[:-1]  # the message itself: it is the new text below
         first = build_resume_prompt(history, plain, max_messages=session_cfg.resume_history_messages,
                                     max_chars=session_cfg.resume_history_message_chars)
         row = core.store.get_session(sid)
         first = with_context_summary(getattr(row, "conversation_summary", "") or "", first)
         images = tuple(dict(block) for block in image_blocks(blocks))
         message = Begin(first, ({"type": "text", "text": first}, *images) if blocks else (), counts_turn=True)
-    message_id = core.store.append_message(sid, "user", text)
+    message_id = None if stored else core.store.append_message(sid, "user", text)
     if inc.building:
         # told after its first message when it is built (the order is kept)
         inc.held.append(message)
@@ -181,7 +185,8 @@ def send(core: SupervisorCore, sid: str, text: UserContent, *, fallback: int = 0
         return True
     # the session actor counts the turn (and stores it open) when the message arrives
     if not inc.entry.deliver(message):
-        core.store.delete_message(message_id)  # refused: nothing of it stays
+        if message_id is not None:
+            core.store.delete_message(message_id)  # refused: nothing of it stays
         core.evict(sid)
         return cold_send(core, sid, text) if cold else False
     inc.entry.mark_begun()
