@@ -296,6 +296,12 @@ class Daemon:
             if self._shutdown_reason == "drain" and runtime.internals.cluster is not None:
                 reason = "drain"
                 self._drain(runtime)
+                if self.server is not None:
+                    # issue 36: from here on a client is refused at connect (its send was never
+                    # accepted: it goes to another daemon), not answered with an error; the
+                    # commands already read are answered first (the admin's mailbox is FIFO)
+                    self.server.close("daemon drained")
+                    self._live_admin().ask(Ready())
             runtime.shutdown(reason, settle_timeout_s=self.settings.shutdown_timeout_s)
             if self.server is not None:
                 self.server.close("daemon stopped")

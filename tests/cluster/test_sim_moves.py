@@ -151,3 +151,23 @@ def test_a_held_message_is_taken_once_and_only_by_the_lease_holder(pg_url):
         assert taken.content == "kept for a"
         assert held.take(sid, "a", epoch) == []  # gone: a second take finds nothing
         assert conversation(pg_url, sid)[-1] == ("user", "kept for a")
+
+
+def test_messages_queued_behind_a_turn_are_each_answered_once_after_a_failover(pg_url):
+    with sim_pair(pg_url) as sim:
+        clock, a, b = sim.clock, sim.a.runtime, sim.b.runtime
+        sid = a.create_session(source="web").id
+        sim.a.model.for_session(sid, Turn.reply("a long answer", latency_s=60.0))
+        a.start_process(sid, "hi")
+        clock.advance_to(1)
+        queued = ["second", "third"]
+        for text in queued:  # delivered to a's incarnation, queued behind its turn (enqueue)
+            assert send(sim.a, sid, text)["held"] is False
+        clock.advance_to(5)
+        sim.proxy.partition()  # a dies for the database mid-turn, two messages queued
+        clock.advance_to(40)
+        assert owner(b, sid) == "b" and b.is_running(sid)
+        # the interrupted turn and each queued message, once each, in order
+        assert [r.session_id for r in sim.b.model.requests] == [sid] * 3
+        assert_answered_once(pg_url, sid, queued)
+        assert [c for r, c in conversation(pg_url, sid) if r == "user"] == ["hi", *queued]

@@ -70,6 +70,10 @@ def resume(core: SupervisorCore, sid: str, prompt: UserContent | None, *,
     # without a new message call the model (a restart spends no turn on a session that
     # was waiting for its user).
     unanswered = unanswered_request(core, sid, session) if not prompt else None
+    # several messages delivered to the last incarnation and not answered yet (queued
+    # behind its turn): the first is the turn resumed, the others follow as their own
+    # turns, each answered once (issue 36: a session moved or killed mid-queue)
+    queued = queued_requests(core, sid, session) if unanswered is not None else []
     # the exit notes the breaker reads and the history, in one read
     notes, history = core.store.recent_messages_of(sid, ((("system",), BREAKER_NOTES_WINDOW),
                                                          (("user", "assistant"), session_cfg.resume_history_messages)))
@@ -88,6 +92,8 @@ def resume(core: SupervisorCore, sid: str, prompt: UserContent | None, *,
                      inherited_idle_deadline=idle_exit)
     blocks = content_blocks(prompt) if prompt else ()
     new_text = text_parts(blocks) if blocks else str(prompt or "")
+    if queued:
+        history = _without(history, queued)
     if history:
         text = build_resume_prompt(
             history, new_text, max_messages=session_cfg.resume_history_messages,
@@ -100,7 +106,32 @@ def resume(core: SupervisorCore, sid: str, prompt: UserContent | None, *,
         # the history prompt as the text, the new message's images after it
         return start(core, sid, ({"type": "text", "text": text}, *image_blocks(blocks)), turns=turns,
                      session=session)
-    return start(core, sid, text, turns=turns, session=session)
+    ticket = start(core, sid, text, turns=turns, session=session)
+    for message in queued:  # held by the incarnation being built, told after its first turn
+        send(core, sid, message, stored=True)
+    return ticket
+
+
+def queued_requests(core: SupervisorCore, sid: str, session: Any) -> list[str]:
+    """The user messages after the unanswered request that are unanswered too, oldest
+    first: the session's ``open_turns`` counts the messages its incarnations took and did
+    not answer (each is answered in order, so they are its newest user messages)."""
+    count = int(session.open_turns or 0)
+    if count <= 1:
+        return []
+    users = core.store.recent_messages(sid, count, roles=("user",))
+    return [content for _, content in users[1:]]
+
+
+def _without(history: list[tuple[str, str]], queued: list[str]) -> list[tuple[str, str]]:
+    # the history up to the first unanswered request: the queued ones come as their own turns
+    out = list(history)
+    for text in reversed(queued):
+        for i in range(len(out) - 1, -1, -1):
+            if out[i] == ("user", text):
+                del out[i]
+                break
+    return out
 
 
 def _aware(moment: datetime | None) -> datetime | None:
