@@ -23,15 +23,13 @@ import pytest
 
 from corvid_actors.daemon.client import NoDaemon
 from corvid_actors.db.store import Store
+from tests.cluster import test_daemon_processes as processes
 from tests.cluster.conftest import wait_for
-from tests.cluster.test_daemon_processes import (  # noqa: F401 - the fixture
-    CLUSTER_CONFIG,
-    WAIT_S,
-    cluster_of,
-    owners,
-    reply_of,
-)
+from tests.cluster.test_daemon_processes import CLUSTER_CONFIG, WAIT_S, owners, reply_of
 from tests.e2e.test_daemon import Daemon
+
+#: the daemons of a test (``test_daemon_processes``' fixture)
+cluster_of = processes.cluster_of
 
 pytestmark = pytest.mark.postgres
 
