@@ -16,20 +16,24 @@ import itertools
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from corvid_actors.daemon.client import NoDaemon
 from corvid_actors.db.store import Store
-from tests.cluster import test_daemon_processes as processes
 from tests.cluster.conftest import wait_for
-from tests.cluster.test_daemon_processes import CLUSTER_CONFIG, WAIT_S, owners, reply_of
+from tests.cluster.test_daemon_processes import (
+    CLUSTER_CONFIG,
+    WAIT_S,
+    launch_daemon,
+    owners,
+    reply_of,
+)
 from tests.e2e.test_daemon import Daemon
-
-#: the daemons of a test (``test_daemon_processes``' fixture)
-cluster_of = processes.cluster_of
 
 pytestmark = pytest.mark.postgres
 
@@ -177,6 +181,26 @@ def assert_each_answered_once(rows: dict[str, list[tuple[str, str]]], stream: St
         assert sum(r == "assistant" for r, _ in messages) == len(sent) + 1  # one reply each
 
 
+#: how long a daemon may take to start: these tests run under CPU burners too, where an
+#: interpreter's start and imports took over 30 s (the e2e tests' bound)
+LOADED_READY_S = 120.0
+
+
+@pytest.fixture
+def three_daemons(pg_url: str, tmp_path: Path) -> Iterator[list[Daemon]]:
+    """Daemons ``a``, ``b``, ``c`` started together (placement ties go to the smallest id),
+    each waited for; killed after the test."""
+    made = [launch_daemon(name, pg_url, tmp_path, CONFIG, chunk_delay_s=CHUNK_DELAY_S, reply=short_reply)
+            for name in ("a", "b", "c")]
+    try:
+        for daemon in made:
+            daemon.wait_log("daemon ready", LOADED_READY_S)
+        yield made
+    finally:
+        for daemon in made:
+            daemon.kill()
+
+
 def short_reply(name: str) -> str:
     return reply_of(name, REPLY_WORDS, end=".")
 
@@ -185,9 +209,8 @@ def start_sessions(daemon: Daemon, count: int) -> list[str]:
     return [daemon.call("start", agent=f"mover-{i % 3}", prompt="hello")["session"] for i in range(count)]
 
 
-def test_a_stream_of_sends_through_every_daemon_during_a_drain_is_answered_once(cluster_of, pg_url):
-    a, b, c = cluster_of("a", "b", "c", config=CONFIG, chunk_delay_s=CHUNK_DELAY_S,
-                         reply=short_reply)
+def test_a_stream_of_sends_through_every_daemon_during_a_drain_is_answered_once(three_daemons, pg_url):
+    a, b, c = three_daemons
     sids = start_sessions(a, SESSIONS)
     b_sessions = {sid for sid, who in owners(pg_url).items() if who == "b"}
     assert b_sessions  # placed on the least-loaded daemon: a third each
@@ -209,9 +232,8 @@ def test_a_stream_of_sends_through_every_daemon_during_a_drain_is_answered_once(
           f"{sum(r['held'] for _, r in stream.replies)} held, {stream.rerouted} rerouted after b exited")
 
 
-def test_a_stream_of_sends_through_every_daemon_during_a_kill_is_answered_once(cluster_of, pg_url):
-    a, b, c = cluster_of("a", "b", "c", config=CONFIG, chunk_delay_s=CHUNK_DELAY_S,
-                         reply=short_reply)
+def test_a_stream_of_sends_through_every_daemon_during_a_kill_is_answered_once(three_daemons, pg_url):
+    a, b, c = three_daemons
     sids = start_sessions(a, SESSIONS)
     a_sessions = {sid for sid, who in owners(pg_url).items() if who == "a"}
     assert a_sessions

@@ -171,3 +171,15 @@ def test_messages_queued_behind_a_turn_are_each_answered_once_after_a_failover(p
         assert [r.session_id for r in sim.b.model.requests] == [sid] * 3
         assert_answered_once(pg_url, sid, queued)
         assert [c for r, c in conversation(pg_url, sid) if r == "user"] == ["hi", *queued]
+
+
+def test_a_send_to_a_session_that_does_not_exist_is_refused_and_nothing_is_held(pg_url):
+    from corvid_actors.errors import NotFoundError
+
+    with sim_pair(pg_url) as sim:
+        b = sim.b.runtime
+        with pytest.raises(NotFoundError):
+            send(sim.b, "no-such-session", "hello?")
+        store = b.internals.store
+        with store.transaction():
+            assert store.m.HeldMessage.select().count() == 0
