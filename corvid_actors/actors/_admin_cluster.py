@@ -36,6 +36,7 @@ from corvid_actors.actors.cluster import ClusterSeat, DeliverHeld, SendOrHold
 from corvid_actors.actors.supervisor import started_pid
 from corvid_actors.db.pg_bus import PgBus
 from corvid_actors.errors import (
+    BAD_REQUEST,
     INTERNAL,
     NOT_FOUND,
     UNAVAILABLE,
@@ -267,10 +268,12 @@ def send_anywhere(router: ClusterRouter, supervisor: pykka.ActorRef[Any], sid: s
     return off_actor(notify, "send")
 
 
-def deliver_here(router: ClusterRouter, supervisor: pykka.ActorRef[Any], sid: str) -> dict[str, Any]:
+def deliver_here(router: ClusterRouter | None, supervisor: pykka.ActorRef[Any], sid: str) -> dict[str, Any]:
     """``deliver_held`` (a daemon's internal command, forwarded by :func:`send_anywhere`):
     take the messages held for ``sid`` and deliver them when this daemon owns it, claiming
     and starting it first when nobody does. ``{"delivered", "pid", "owner", "taken"}``."""
+    if router is None:
+        raise AdminError(BAD_REQUEST, "deliver_held is a command between the daemons of a cluster")
     out = ask_actor(supervisor, DeliverHeld(sid, start=True))
     if out is None:  # the supervisor could not (logged there): still held
         return {"delivered": False, "pid": None, "owner": None, "taken": 0}

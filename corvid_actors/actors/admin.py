@@ -192,8 +192,8 @@ class AdminActor(TrackedActor):
             "credits_grant": partial(cmd.credits_grant, bank, self.s.max_credit_grant),
             "shutdown": self._cmd_shutdown, "drain": self._cmd_drain, "rebalance": self._cmd_rebalance,
             "history": self._cmd_history, "restart": self._cmd_restart,
-            # internal (not a protocol command): another daemon held a message for a session here
-            "deliver_held": self._cmd_deliver_held,
+            # internal (no protocol command): another daemon held a message for a session here
+            "deliver_held": lambda args: deliver_here(self.w.router, self.w.supervisor, self._sid(args)),
         }
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -301,11 +301,6 @@ class AdminActor(TrackedActor):
         # history; either way the message is persisted before this reply (acknowledged).
         pid = ask_actor(self.w.supervisor, sv.ResumeProcess(sid, args["text"]))
         return {"session": sid, "delivered": pid is not None, "pid": pid}
-
-    def _cmd_deliver_held(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        if self.w.router is None:
-            raise AdminError(BAD_REQUEST, "deliver_held is a command between daemons of a cluster")
-        return deliver_here(self.w.router, self.w.supervisor, self._sid(args))
 
     def _cmd_stop(self, args: Mapping[str, Any]) -> dict[str, Any]:
         sid = self._sid(args)
