@@ -195,7 +195,7 @@ def test_a_version_11_database_gets_the_agents_access_columns(tmp_path) -> None:
     store = Store(url)
     try:
         # the agents' kind, double texting, idle due, ownership history
-        assert recorded_versions(store)[-5:] == [12, 13, 14, 15, 16]
+        assert recorded_versions(store)[-6:] == [12, 13, 14, 15, 16, 17]
         assert set(migrations._AGENT_ACCESS_COLUMNS) <= {c.name for c in store.db.get_columns("agents")}
         row = store.get_agent(agent.id)
         assert (row.conversation_mode, row.conversation_allowlist, row.max_budget_usd) == (None, None, None)
@@ -243,7 +243,7 @@ def test_a_version_15_database_gets_the_ownership_history(tmp_path) -> None:
 
     store = Store(url)
     try:
-        assert recorded_versions(store)[-1] == len(migrations.MIGRATIONS) == 16
+        assert recorded_versions(store)[-2:] == [16, 17] and len(migrations.MIGRATIONS) == 17
         assert {"session_ownership_open", "sessionownership_session_id_id"} <= {
             ix.name for ix in store.db.get_indexes("session_ownership")}
         H = store.m.SessionOwnership
@@ -251,6 +251,28 @@ def test_a_version_15_database_gets_the_ownership_history(tmp_path) -> None:
         assert [(row.daemon_id, row.ended_at) for row in H.select()] == [("a", None)]
         assert "offered_to" in {c.name for c in store.db.get_columns("session_leases")}  # item 7's hand-over
         migrations._session_ownership(store.m, store.db)  # again: nothing changes
+        assert H.select().count() == 1
+    finally:
+        store.close()
+
+
+def test_a_version_16_database_gets_the_hand_off_buffer(tmp_path) -> None:
+    # issue 36 item 2: held_messages, a table of its own; idempotent (the baseline of this
+    # version makes it, the migration finds it there)
+    url = f"sqlite:///{tmp_path / 'corvid.db'}"
+    old = Store(url)
+    session = old.create_session(name="moving")
+    old.db.execute_sql("DROP TABLE held_messages")
+    old.m.SchemaVersion.delete().where(old.m.SchemaVersion.version >= 17).execute()
+    old.close()
+
+    store = Store(url)
+    try:
+        assert recorded_versions(store)[-1] == len(migrations.MIGRATIONS) == 17
+        H = store.m.HeldMessage
+        H.create(session=session.id, content="kept", held_by="a")
+        assert [(row.content, row.held_by) for row in H.select()] == [("kept", "a")]
+        migrations._held_messages(store.m, store.db)  # again: nothing changes
         assert H.select().count() == 1
     finally:
         store.close()
