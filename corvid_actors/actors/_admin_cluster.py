@@ -31,9 +31,12 @@ from typing import Any
 
 import pykka
 
-from corvid_actors.actors.cluster import ClusterSeat
+from corvid_actors.actors._admin_commands import ask_actor
+from corvid_actors.actors.cluster import ClusterSeat, DeliverHeld, SendOrHold
+from corvid_actors.actors.supervisor import started_pid
 from corvid_actors.db.pg_bus import PgBus
 from corvid_actors.errors import (
+    BAD_REQUEST,
     INTERNAL,
     NOT_FOUND,
     UNAVAILABLE,
@@ -43,8 +46,10 @@ from corvid_actors.errors import (
     CorvidError,
 )
 
-#: commands about one session (``args["session"]``): run by the daemon that owns it
-SESSION_COMMANDS = frozenset({"send", "stop", "resume", "extend"})
+#: commands about one session (``args["session"]``): run by the daemon that owns it. Not
+#: ``send``: a message is committed by the daemon that accepts it, whoever owns the session
+#: (:func:`send_anywhere`), so no send is refused or lost while its session moves
+SESSION_COMMANDS = frozenset({"stop", "resume", "extend"})
 #: commands about one approval (``args["approval"]``): run by the daemon that holds it
 APPROVAL_COMMANDS = frozenset({"approve", "deny"})
 #: reads about one session: its owner answers with its live facts, or the database does
@@ -227,6 +232,54 @@ def _rebalance_all(router: ClusterRouter, args: Mapping[str, Any], here: Callabl
         results.append(dict(answer))
     moved = sum(len(sids) for result in results for sids in (result.get("moved") or {}).values())
     return {"daemons": results, "moved": moved}
+
+
+def send_anywhere(router: ClusterRouter, supervisor: pykka.ActorRef[Any], sid: str, text: Any) -> Any:
+    """``admin send`` with several daemons (issue 36 item 2): never refused because the
+    session moves. The supervisor here delivers the message (this daemon runs the session)
+    or commits it to the hand-off buffer (``db/held.py``) — either way it is stored before
+    this reply — and when another daemon owns the session, that daemon is asked (off the
+    AdminActor, ``[cluster.bus] owner_query_timeout_s``) to take it now; a draining daemon
+    asks the daemon a new session would be placed on to start it. An owner that does not
+    answer (dead, paused, draining) costs latency, not an error: the message is held, and
+    its owner's next heartbeat, or whoever adopts the session next, delivers it, once.
+    The reply: ``{"session", "delivered", "held", "pid", "owner"}``."""
+    out = ask_actor(supervisor, SendOrHold(sid, text))
+    pid = started_pid(out["pid"])
+    owner, me = out["owner"], router.daemon_id
+    reply = {"session": sid, "delivered": owner == me and pid is not None, "held": out["held"], "pid": pid,
+             "owner": owner}
+    if not out["held"] or owner == me:
+        return reply
+    target = owner or (router.place() if router.seat.draining else None)
+    if target is None or target == me:
+        return reply  # a released lease: the sweep that claims it delivers the message
+
+    def notify() -> dict[str, Any]:
+        try:
+            answer = router.forward(target, "deliver_held", {"session": sid}, timeout_s=router.query_timeout_s)
+        except AdminError as exc:
+            return {**reply, "owner": target, "note": f"held for the session's next owner: {exc.message}"}
+        if not isinstance(answer, Mapping):
+            return reply
+        return {**reply, "delivered": bool(answer.get("delivered")), "pid": answer.get("pid"),
+                "owner": answer.get("owner") or target}
+
+    return off_actor(notify, "send")
+
+
+def deliver_here(router: ClusterRouter | None, supervisor: pykka.ActorRef[Any], sid: str) -> dict[str, Any]:
+    """``deliver_held`` (a daemon's internal command, forwarded by :func:`send_anywhere`):
+    take the messages held for ``sid`` and deliver them when this daemon owns it, claiming
+    and starting it first when nobody does. ``{"delivered", "pid", "owner", "taken"}``."""
+    if router is None:
+        raise AdminError(BAD_REQUEST, "deliver_held is a command between the daemons of a cluster")
+    out = ask_actor(supervisor, DeliverHeld(sid, start=True))
+    if out is None:  # the supervisor could not (logged there): still held
+        return {"delivered": False, "pid": None, "owner": None, "taken": 0}
+    pid = started_pid(out["pid"])
+    return {"delivered": out["owner"] == router.daemon_id and pid is not None, "pid": pid,
+            "owner": out["owner"], "taken": out["taken"]}
 
 
 def route(router: ClusterRouter, name: str, args: Mapping[str, Any], run_here: Any, session_of: Any,

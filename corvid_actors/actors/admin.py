@@ -35,7 +35,13 @@ import pykka
 from corvid_actors.access import agent_access
 from corvid_actors.actors import _admin_commands as cmd
 from corvid_actors.actors import supervisor as sv
-from corvid_actors.actors._admin_cluster import ClusterRouter, RemoteEvents, route
+from corvid_actors.actors._admin_cluster import (
+    ClusterRouter,
+    RemoteEvents,
+    deliver_here,
+    route,
+    send_anywhere,
+)
 from corvid_actors.actors._admin_commands import ask_actor
 from corvid_actors.actors._admin_followers import Followers, Sink
 from corvid_actors.actors._admin_health import health_report, process_stats
@@ -186,6 +192,8 @@ class AdminActor(TrackedActor):
             "credits_grant": partial(cmd.credits_grant, bank, self.s.max_credit_grant),
             "shutdown": self._cmd_shutdown, "drain": self._cmd_drain, "rebalance": self._cmd_rebalance,
             "history": self._cmd_history, "restart": self._cmd_restart,
+            # internal (no protocol command): another daemon held a message for a session here
+            "deliver_held": lambda args: deliver_here(self.w.router, self.w.supervisor, self._sid(args)),
         }
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -218,7 +226,9 @@ class AdminActor(TrackedActor):
                 handler = self._commands.get(name)
                 if handler is None:
                     raise AdminError(BAD_REQUEST, f"the admin actor has no command {name!r}")
-                if self._stopping and name in MUTATING_COMMANDS:
+                # several daemons: a send is held for the session's next owner, never refused
+                held = name == "send" and self.w.router is not None
+                if self._stopping and name in MUTATING_COMMANDS and not held:
                     raise AdminError(SHUTTING_DOWN, "the daemon is shutting down and accepts no new work")
                 if self.w.router is not None:
                     # a daemon just woken (or cut off) first learns which sessions are still
@@ -283,8 +293,10 @@ class AdminActor(TrackedActor):
                                        f"see `corvid-actors admin session {session.id[:8]}`")
         return {"session": session.id, "pid": pid, "agent": agent.name, "created_agent": created}
 
-    def _cmd_send(self, args: Mapping[str, Any]) -> dict[str, Any]:
+    def _cmd_send(self, args: Mapping[str, Any]) -> Any:
         sid = self._sid(args)
+        if self.w.router is not None:  # several daemons: stored wherever the session is (issue 36)
+            return send_anywhere(self.w.router, self.w.supervisor, sid, args["text"])
         # ResumeProcess delivers to a running session, or resumes an ended one with its
         # history; either way the message is persisted before this reply (acknowledged).
         pid = ask_actor(self.w.supervisor, sv.ResumeProcess(sid, args["text"]))

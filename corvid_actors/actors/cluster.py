@@ -47,8 +47,8 @@ from corvid_actors.actors.timers import ScheduleTimer, Timers
 from corvid_actors.db.models import DaemonState
 from corvid_actors.errors import FencedWrite, StoreError
 
-__all__ = ["AdoptSessions", "ClusterMember", "ClusterSeat", "ClusterStats", "Rebalance", "RenewNow", "SessionsLost",
-           "new_daemon_id", "sweep_resumes_at"]
+__all__ = ["AdoptSessions", "ClusterMember", "ClusterSeat", "ClusterStats", "DeliverHeld", "HandOverIdle",
+           "Rebalance", "RenewNow", "SendOrHold", "SessionsLost", "new_daemon_id", "sweep_resumes_at"]
 
 
 def new_daemon_id() -> str:
@@ -86,6 +86,44 @@ class Rebalance:
 
     #: why (the sessions' ``session_stopped`` reason is ``rebalance`` either way)
     cause: str = "admin"
+
+
+@dataclass(frozen=True)
+class SendOrHold:
+    """A user message for a session (issue 36 item 2): delivered to its incarnation when it
+    runs here (this daemon owns it and does not drain), else committed to the hand-off
+    buffer (``db/held.py``) for its owner — started here first when nobody owns it.
+    Asked by the AdminActor (``admin send`` with several daemons); handled on the
+    supervisor's thread (so a hand-over never runs between the check and the delivery).
+    Replies ``{"held": bool, "owner": daemon id or None, "pid": pid, StartTicket or None,
+    "taken": n}``; the message is committed before the reply either way."""
+
+    session_id: str
+    text: Any
+
+
+@dataclass(frozen=True)
+class DeliverHeld:
+    """Take the messages held for a session and deliver them (issue 36 item 2), when this
+    daemon owns it and does not drain; with ``start``, claim and start it first when
+    nobody owns it. Asked by the AdminActor (another daemon held a message: its
+    ``deliver_held``), told by the ClusterMember (its heartbeat's backstop); handled on the
+    supervisor's thread. Replies as :class:`SendOrHold` does (without ``held``)."""
+
+    session_id: str
+    start: bool = False
+
+
+@dataclass(frozen=True)
+class HandOverIdle:
+    """A draining daemon hands over the sessions waiting for their user now (issue 36
+    item 2), and a mid-turn one once its turn has ended (asked again by the drain): their
+    rows are marked for resume, their leases released (any other daemon's sweep claims
+    them, and delivers what was held for them) and their incarnations stopped
+    (``session_stopped``, reason ``reason``). Asked by the daemon's drain; handled on the
+    supervisor's thread. Replies with the ids handed over."""
+
+    reason: str = "drain"
 
 
 @dataclass(frozen=True)
@@ -213,6 +251,22 @@ class ClusterMember(TrackedActor):
         except StoreError as exc:  # kept: the next heartbeat writes them
             logger.warning("cluster: could not store the sessions' inactivity deadlines ({})", exc)
         self._check_schema()
+        self._deliver_held()
+
+    def _deliver_held(self) -> None:
+        """The backstop of the hand-off buffer (issue 36 item 2): the sessions of this
+        daemon with messages held for them — accepted by another daemon whose notice did
+        not arrive, or meanwhile — are told to take them (one query; none while draining)."""
+        seat = self.seat
+        if seat.draining:
+            return
+        try:
+            sids = seat.held.sessions_of(seat.daemon_id)
+        except StoreError as exc:
+            logger.warning("cluster: could not read the messages held for this daemon's sessions ({})", exc)
+            return
+        for sid in sids:
+            tell(self.supervisor, DeliverHeld(sid))
 
     def _check_schema(self) -> None:
         """Another release may have migrated the database since this daemon opened it (one
@@ -246,8 +300,8 @@ class ClusterMember(TrackedActor):
         seat, cfg = self.seat, self.seat.config
         if seat.store_down():
             seat.store.probe()  # back? then the grace starts now (sweep_held)
-        if seat.sweep_held() or seat.store.schema_refusal is not None:
-            return
+        if seat.sweep_held() or seat.store.schema_refusal is not None or seat.draining:
+            return  # a draining daemon takes nothing: what it hands over goes to the others
         now = seat.clock.now()
         try:
             seat.cluster.expire_dead_daemons(now, cfg.dead_daemon_grace_s, sparing=seat.daemon_id)

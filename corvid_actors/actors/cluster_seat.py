@@ -16,7 +16,9 @@ from loguru import logger
 
 from corvid_actors.clock import Clock
 from corvid_actors.config_sections import ClusterConfig
+from corvid_actors.content import UserContent
 from corvid_actors.db.cluster import ClusterStore, Deadline
+from corvid_actors.db.held import HeldMessages, TakenMessage
 from corvid_actors.db.models import DaemonState
 from corvid_actors.db.ownership import REBALANCE, SHUTDOWN
 from corvid_actors.db.store import Store
@@ -74,6 +76,12 @@ class ClusterSeat:
     _renewal_told: bool = False
     _renewed_off_schedule_at: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    #: this daemon drains (issue 36 item 2): it sweeps nothing, takes no held message, and
+    #: holds every message sent to its sessions for their next owner
+    draining: bool = False
+
+    def __post_init__(self) -> None:
+        self.held = HeldMessages(self.store)
 
     def register(self) -> None:
         """Register the daemon (live); its leases are valid for ``lease_s`` from now."""
@@ -270,6 +278,12 @@ class ClusterSeat:
         many were handed over; a store error propagates (nothing moved)."""
         return self.cluster.release(self.daemon_id, sids, now=self.clock.now(), reason=REBALANCE, offered_to=target)
 
+    def hand_over(self, sids: list[str], reason: str) -> int:
+        """Release ``sids``' leases for any other daemon's sweep (a drain, issue 36 item 2),
+        before their incarnations stop here (their writes stay fenced until then). How many
+        were released; a store error propagates (nothing moved)."""
+        return self.cluster.release(self.daemon_id, sids, now=self.clock.now(), reason=reason)
+
     def finish(self, sid: str) -> None:
         """``sid`` stopped running here: its lease ends (nobody resumes it) and its writes
         carry no epoch again. A lost session's lease is not this daemon's to end."""
@@ -318,6 +332,21 @@ class ClusterSeat:
             self._timed.add(sid)
         else:
             self._timed.discard(sid)
+
+    def hold(self, sid: str, content: UserContent) -> int:
+        """Commit a message for ``sid`` in the hand-off buffer (``db/held.py``): its next
+        owner — whichever daemon takes it — delivers it. A store error propagates (the
+        message is not acknowledged)."""
+        return self.held.hold(sid, content, self.daemon_id)
+
+    def take_held(self, sid: str) -> list[TakenMessage]:
+        """The messages held for ``sid``, moved into its conversation under this daemon's
+        lease (exactly once across daemons: ``HeldMessages.take``); none while draining,
+        or when ``sid`` is not this daemon's."""
+        epoch = self.store.epoch_of(sid)
+        if self.draining or epoch is None or not self.owns(sid):
+            return []
+        return self.held.take(sid, self.daemon_id, epoch)
 
     def believed(self) -> set[str]:
         """The sessions this daemon believes it owns (the store writes for them)."""

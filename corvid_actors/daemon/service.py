@@ -51,6 +51,7 @@ from corvid_actors.actors.admin import (
     Ready,
 )
 from corvid_actors.actors.base import tell
+from corvid_actors.actors.cluster import HandOverIdle
 from corvid_actors.clock import io_clock
 from corvid_actors.config import Config
 from corvid_actors.daemon.cluster_link import ClusterLink
@@ -301,6 +302,12 @@ class Daemon:
             if self._shutdown_reason == "drain" and runtime.internals.cluster is not None:
                 reason = "drain"
                 self._drain(runtime)
+                if self.server is not None:
+                    # issue 36: from here on a client is refused at connect (its send was never
+                    # accepted: it goes to another daemon), not answered with an error; the
+                    # commands already read are answered first (the admin's mailbox is FIFO)
+                    self.server.close("daemon drained")
+                    self._live_admin().ask(Ready())
             runtime.shutdown(reason, settle_timeout_s=self.settings.shutdown_timeout_s)
             if self.server is not None:
                 self.server.close("daemon stopped")
@@ -312,18 +319,23 @@ class Daemon:
             self.wake.post(Wakeup.DONE)
 
     def _drain(self, runtime: Runtime) -> None:
-        """Several daemons: say so (no new session is placed here), then wait — at most half
-        the shutdown bound — for the turns in flight to end; the shutdown that follows hands
-        every session over at that turn boundary (a turn still running then is resumed once
-        by its new owner)."""
+        """Several daemons: say so (no new session is placed here; this daemon sweeps and
+        takes nothing, and every message sent to its sessions is held for their next owner:
+        issue 36), hand the sessions waiting for their user over at once, then each
+        mid-turn one as its turn ends — for at most half the shutdown bound; the shutdown
+        that follows hands the rest over (a turn still running then is resumed once by its
+        new owner)."""
         seat = runtime.internals.cluster
         assert seat is not None
+        seat.draining = True
         seat.cluster.set_daemon_state(seat.daemon_id, DaemonState.DRAINING)
-        clock = runtime.clock
+        clock, supervisor = runtime.clock, runtime.internals.supervisor
         deadline = clock.monotonic() + self.settings.shutdown_timeout_s / 2
         while clock.monotonic() < deadline:
-            busy = [sid for sid, info in runtime.session_info().items() if info.get("in_turn")]
-            if not busy:
+            handed: list[str] = supervisor.ask(HandOverIdle("drain"), block=True)
+            if handed:
+                logger.info("drain: handed {} session(s) over", len(handed))
+            if not runtime.get_active_session_ids():
                 break
             clock.wait(DRAIN_POLL_S)  # the daemon's shutdown thread: nothing else waits on it
         logger.info("drain: handing {} session(s) over to the other daemons",

@@ -280,13 +280,22 @@ def _journal_entries(models: SimpleNamespace, db: pw.Database) -> None:
     db.create_tables([models.JournalEntry], safe=True)
 
 
+def _held_messages(models: SimpleNamespace, db: pw.Database) -> None:
+    # Issue 36 item 2: a message sent to a session between owners is held here until its
+    # next owner takes it (db/held.py). A table of its own; the previous release never
+    # reads it (a message held while it still runs waits for an upgraded owner). A
+    # database made by this version's baseline has the table already.
+    db.create_tables([models.HeldMessage], safe=True)
+
+
 MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
                                _session_open_turns, _webhook_replays, _cluster_leases, _cluster_bus,
                                _cluster_commands_created_at, _session_message_role_index,
                                _session_channel_index, _session_lease_held_index, _agent_access,
                                _agent_kind, _agent_double_texting, _session_lease_idle_due,
                                _session_ownership, _api_tokens_and_session_pages,
-                               _session_message_opens_turn, _journal_entries]
+                               _session_message_opens_turn, _journal_entries,
+                               _held_messages]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

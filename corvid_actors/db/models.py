@@ -360,6 +360,25 @@ def build_models(database: pw.Database, now: Callable[[], datetime] | None = Non
     for fenced in (Session, SessionMessage, CreditTransaction):
         fenced._meta.add_field("writer_epoch", pw.BigIntegerField(null=True))
 
+    class HeldMessage(Base):
+        """A user message accepted (and acknowledged) for a session that is between owners
+        — its daemon drains, its lease lapsed, its adoption is pending — or that another
+        daemon owns (issue 36 item 2: the hand-off buffer, :mod:`corvid_actors.db.held`).
+        The session's owner takes it into ``session_messages`` and delivers it, exactly
+        once: the take moves the row under the lease's epoch, in one transaction."""
+
+        id = pw.BigAutoField()
+        session = pw.ForeignKeyField(Session, on_delete="CASCADE", column_name="session_id", index=True)
+        content = pw.TextField()
+        #: multimodal content as given (JSON list of blocks), as in ``session_messages``
+        content_blocks = pw.TextField(null=True)
+        #: the daemon that accepted it (for the operator: where it came in)
+        held_by = pw.CharField(max_length=200)
+        created_at = pw.DateTimeField(default=stamp)
+
+        class Meta:
+            table_name = "held_messages"
+
     class ClusterCommand(Base):
         """A command forwarded to another daemon (issue 20, :mod:`corvid_actors.db.pg_bus`).
 
@@ -413,6 +432,7 @@ def build_models(database: pw.Database, now: Callable[[], datetime] | None = Non
         Daemon,
         SessionLease,
         SessionOwnership,
+        HeldMessage,
         ClusterCommand,
         ClusterEvent,
         ApiToken,

@@ -257,6 +257,28 @@ def test_a_version_15_database_gets_the_ownership_history(tmp_path) -> None:
         store.close()
 
 
+def test_a_version_19_database_gets_the_hand_off_buffer(tmp_path) -> None:
+    # issue 36 item 2: held_messages, a table of its own; idempotent (the baseline of this
+    # version makes it, the migration finds it there)
+    url = f"sqlite:///{tmp_path / 'corvid.db'}"
+    old = Store(url)
+    session = old.create_session(name="moving")
+    old.db.execute_sql("DROP TABLE held_messages")
+    old.m.SchemaVersion.delete().where(old.m.SchemaVersion.version >= 20).execute()
+    old.close()
+
+    store = Store(url)
+    try:
+        assert recorded_versions(store)[-1] == len(migrations.MIGRATIONS) == 20
+        H = store.m.HeldMessage
+        H.create(session=session.id, content="kept", held_by="a")
+        assert [(row.content, row.held_by) for row in H.select()] == [("kept", "a")]
+        migrations._held_messages(store.m, store.db)  # again: nothing changes
+        assert H.select().count() == 1
+    finally:
+        store.close()
+
+
 def _schema(store: Store) -> tuple[list[tuple], list[tuple]]:
     master = store.db.execute_sql("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name").fetchall()
     versions = store.db.execute_sql("SELECT version, breaking FROM schema_version ORDER BY version").fetchall()

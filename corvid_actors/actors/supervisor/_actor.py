@@ -16,7 +16,15 @@ import pykka
 from loguru import logger
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
-from corvid_actors.actors.cluster import AdoptSessions, ClusterSeat, Rebalance, SessionsLost
+from corvid_actors.actors.cluster import (
+    AdoptSessions,
+    ClusterSeat,
+    DeliverHeld,
+    HandOverIdle,
+    Rebalance,
+    SendOrHold,
+    SessionsLost,
+)
 from corvid_actors.actors.credits import CreditsExhausted
 from corvid_actors.actors.live import LiveSessions
 from corvid_actors.actors.retry import RetryWrites
@@ -34,6 +42,7 @@ from corvid_actors.actors.session_messages import (
 )
 from corvid_actors.actors.supervisor import (
     _exits,
+    _handoff,
     _housekeeping,
     _outage,
     _rebalance,
@@ -125,7 +134,7 @@ class SessionSupervisor(TrackedActor):
         try:
             return self._dispatch(message)
         except Exception as exc:
-            if isinstance(message, REQUESTS):
+            if isinstance(message, (*REQUESTS, SendOrHold, HandOverIdle)):
                 raise  # an ask: the asker gets the exception (Pykka keeps the actor)
             # A told message (an incarnation's report, a timer): Pykka would stop this
             # actor — and with it the runtime — for one bad message. Say so and go on.
@@ -159,6 +168,13 @@ class SessionSupervisor(TrackedActor):
             return self._request(message)
         if isinstance(message, Rebalance):  # asked by the admin, told by the ClusterMember
             return _rebalance.rebalance(self.core, message.cause)
+        match message:  # the hand-off buffer (issue 36 item 2): asked by the admin or the drain
+            case SendOrHold(sid, text):
+                return _handoff.send_or_hold(self.core, sid, text)
+            case DeliverHeld(sid, start):
+                return _handoff.deliver(self.core, sid, start=start)
+            case HandOverIdle(reason):
+                return _handoff.hand_over_idle(self.core, reason)
         self._report(message)
         return None
 
@@ -219,6 +235,7 @@ class SessionSupervisor(TrackedActor):
                 _outage.pause_for_outage(core, sid, text)
             case Built(sid, gen, built) if core.current(sid, gen) and core.running[sid].building:
                 _start.on_built(core, sid, built)
+                _handoff.after_built(core, sid)  # several daemons: what was held for it
             case Built(sid, gen, built):
                 _start.built_too_late(core, sid, built)
             case BuildFailed(sid, gen, error) if core.current(sid, gen):

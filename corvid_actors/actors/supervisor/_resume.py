@@ -70,6 +70,10 @@ def resume(core: SupervisorCore, sid: str, prompt: UserContent | None, *,
     # without a new message call the model (a restart spends no turn on a session that
     # was waiting for its user).
     unanswered = unanswered_request(core, sid, session) if not prompt else None
+    # several messages delivered to the last incarnation and not answered yet (queued
+    # behind its turn): the first is the turn resumed, the others follow as their own
+    # turns, each answered once (issue 36: a session moved or killed mid-queue)
+    queued = queued_requests(core, sid, session) if unanswered is not None else []
     # the exit notes the breaker reads and the history, in one read
     notes, history = core.store.recent_messages_of(sid, ((("system",), BREAKER_NOTES_WINDOW),
                                                          (("user", "assistant"), session_cfg.resume_history_messages)))
@@ -88,6 +92,8 @@ def resume(core: SupervisorCore, sid: str, prompt: UserContent | None, *,
                      inherited_idle_deadline=idle_exit)
     blocks = content_blocks(prompt) if prompt else ()
     new_text = text_parts(blocks) if blocks else str(prompt or "")
+    if queued:
+        history = _without(history, queued)
     if history:
         text = build_resume_prompt(
             history, new_text, max_messages=session_cfg.resume_history_messages,
@@ -100,7 +106,32 @@ def resume(core: SupervisorCore, sid: str, prompt: UserContent | None, *,
         # the history prompt as the text, the new message's images after it
         return start(core, sid, ({"type": "text", "text": text}, *image_blocks(blocks)), turns=turns,
                      session=session)
-    return start(core, sid, text, turns=turns, session=session)
+    ticket = start(core, sid, text, turns=turns, session=session)
+    for message in queued:  # held by the incarnation being built, told after its first turn
+        send(core, sid, message, stored=True)
+    return ticket
+
+
+def queued_requests(core: SupervisorCore, sid: str, session: Any) -> list[str]:
+    """The user messages after the unanswered request that are unanswered too, oldest
+    first: the session's ``open_turns`` counts the messages its incarnations took and did
+    not answer (each is answered in order, so they are its newest user messages)."""
+    count = int(session.open_turns or 0)
+    if count <= 1:
+        return []
+    users = core.store.recent_messages(sid, count, roles=("user",))
+    return [content for _, content in users[1:]]
+
+
+def _without(history: list[tuple[str, str]], queued: list[str]) -> list[tuple[str, str]]:
+    # the history up to the first unanswered request: the queued ones come as their own turns
+    out = list(history)
+    for text in reversed(queued):
+        for i in range(len(out) - 1, -1, -1):
+            if out[i] == ("user", text):
+                del out[i]
+                break
+    return out
 
 
 def _aware(moment: datetime | None) -> datetime | None:
@@ -144,9 +175,11 @@ def zero_turn_breaker(core: SupervisorCore, sid: str, session: Any, notes: list[
     return True
 
 
-def send(core: SupervisorCore, sid: str, text: UserContent, *, fallback: int = 0) -> bool:
+def send(core: SupervisorCore, sid: str, text: UserContent, *, fallback: int = 0, stored: bool = False) -> bool:
     """Persist ``text`` and deliver it to the running incarnation (see
-    :class:`~corvid_actors.actors.supervisor.SendMessage` for the reply and ``fallback``)."""
+    :class:`~corvid_actors.actors.supervisor.SendMessage` for the reply and ``fallback``).
+    ``stored``: ``text`` is the session's newest message already (a held message its owner
+    took, ``_handoff``): delivered without a second row, and kept if refused."""
     session_cfg = core.cfg.session
     inc = core.running.get(sid)
     if inc is None:
@@ -166,13 +199,15 @@ def send(core: SupervisorCore, sid: str, text: UserContent, *, fallback: int = 0
         # a resumed incarnation's first turn: the message with the stored history (as
         # the text; a multimodal message's images after it)
         history = core.store.recent_messages(sid, session_cfg.resume_history_messages)
+        if stored and history and history[-1][0] == "user":
+            history = history[:-1]  # the message itself: it is the new text below
         first = build_resume_prompt(history, plain, max_messages=session_cfg.resume_history_messages,
                                     max_chars=session_cfg.resume_history_message_chars)
         row = core.store.get_session(sid)
         first = with_context_summary(getattr(row, "conversation_summary", "") or "", first)
         images = tuple(dict(block) for block in image_blocks(blocks))
         message = Begin(first, ({"type": "text", "text": first}, *images) if blocks else (), counts_turn=True)
-    message_id = core.store.append_message(sid, "user", text)
+    message_id = None if stored else core.store.append_message(sid, "user", text)
     if inc.building:
         # told after its first message when it is built (the order is kept)
         inc.held.append(message)
@@ -181,7 +216,8 @@ def send(core: SupervisorCore, sid: str, text: UserContent, *, fallback: int = 0
         return True
     # the session actor counts the turn (and stores it open) when the message arrives
     if not inc.entry.deliver(message):
-        core.store.delete_message(message_id)  # refused: nothing of it stays
+        if message_id is not None:
+            core.store.delete_message(message_id)  # refused: nothing of it stays
         core.evict(sid)
         return cold_send(core, sid, text) if cold else False
     inc.entry.mark_begun()
