@@ -42,7 +42,8 @@ def test_a_crash_between_the_send_and_the_turn_start_keeps_the_turn_and_the_rest
     first = sim_runtime(sim_clock, scripted, store_url=url)
     sid = first.create_session(source="web").id
     # the first turn's model call takes 30 s: "two" waits behind it, its turn not started
-    scripted.for_session(sid, Turn.reply("never heard", latency_s=30), Turn.reply("answered after the restart"))
+    scripted.for_session(sid, Turn.reply("never heard", latency_s=30), Turn.reply("one, after the restart"),
+                         Turn.reply("two, after the restart"))
     first.start_process(sid, "one")
     sim_clock.advance(10)
     assert first.send_message(sid, "two") is True
@@ -54,8 +55,10 @@ def test_a_crash_between_the_send_and_the_turn_start_keeps_the_turn_and_the_rest
         later = EventRecorder.attach(second)
         assert second.resume_pending_sessions() == [sid]
         second.settle()
-        assert later.last("assistant", sid).content == "answered after the restart"
-        assert "[User]: two" in scripted.requests_for(sid)[-1].messages[-1].content  # the resume's history
+        # both open turns are answered, each as its own turn, in order (issue 36 item 2)
+        assert [r.event.content for r in later.of(sid, "assistant")] == [
+            "one, after the restart", "two, after the restart"]
+        assert "[User]: one" in scripted.requests_for(sid)[-2].messages[-1].content  # the resume's history
         assert turns(second, sid)[0] == 0
     finally:
         second.shutdown()
