@@ -222,3 +222,6 @@ class SessionWiring:
     #: the agent's name and the provider's (span attributes)
     agent: str = ""
     provider_name: str = ""
+    #: waiting this long for a user message (no turn, worker, slot, approval or loop timer
+    #: in flight) offers the incarnation for passivation (issue 37); None: never
+    passivate_after_s: float | None = None

@@ -30,12 +30,14 @@ from corvid_actors.actors.session_messages import (
     SessionEnded,
     StopRequested,
     TimedOut,
+    WantsPassivation,
     WritesHandedOver,
 )
 from corvid_actors.actors.supervisor import (
     _exits,
     _housekeeping,
     _outage,
+    _passivation,
     _rebalance,
     _resume,
     _start,
@@ -64,6 +66,7 @@ from corvid_actors.actors.supervisor._messages import (
 )
 from corvid_actors.actors.supervisor._state import (
     _FallbackCheck,
+    _PassivatedDue,
     _ProbeResult,
     _Prune,
     _RestartDue,
@@ -174,11 +177,11 @@ class SessionSupervisor(TrackedActor):
             case StopProcess(sid, reason):
                 return _exits.stop_request(core, sid, reason)
             case IsRunning(sid):
-                return sid in core.running
+                return sid in core.running or sid in core.passivated
             case IsPaused(sid):
                 return sid in core.paused
             case ActiveSessionIds():
-                return list(core.running)
+                return core.live_ids()
             case PausedSessionIds():
                 return list(core.paused)
             case ResumeSession(sid):
@@ -243,6 +246,10 @@ class SessionSupervisor(TrackedActor):
                 _housekeeping.fallback_check(core)
             case _Prune():
                 _housekeeping.prune(core)
+            case WantsPassivation(sid, gen) if core.current(sid, gen):
+                _passivation.offered(core, message)
+            case _PassivatedDue(sid, seq):
+                _passivation.due(core, sid, seq)
             case AdoptSessions(sids):
                 _takeover.adopt(core, sids)
             case SessionsLost(sids):
@@ -262,7 +269,7 @@ class SessionSupervisor(TrackedActor):
     def _extend(self, sid: str, additional_s: float) -> bool:
         inc = self.core.running.get(sid)
         if inc is None:
-            return False
+            return _passivation.extend(self.core, sid, additional_s)
         inc.timeout_s = extended_timeout(self.core.sup, additional_s)
         self.core.track_due(sid, inc)
         tell(inc.ref, ExtendTimeout(inc.timeout_s))

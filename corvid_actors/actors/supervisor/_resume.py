@@ -49,6 +49,11 @@ def resume(core: SupervisorCore, sid: str, prompt: UserContent | None, *,
     for its user, it keeps this inactivity deadline (the one its old owner stored), and
     ``idle_exit_deadline`` as its idle exit's (issue 36)."""
     session_cfg = core.cfg.session
+    rec = core.passivated.get(sid)
+    if rec is not None and not prompt:
+        return rec.pid  # passivated: running, as far as a resume is concerned
+    if rec is not None and not core.shutting_down:
+        reactivate(core, sid)  # the prompt goes to the new, quiet incarnation below
     inc = core.running.get(sid)
     if inc is not None:
         if not prompt:
@@ -148,6 +153,8 @@ def send(core: SupervisorCore, sid: str, text: UserContent, *, fallback: int = 0
     """Persist ``text`` and deliver it to the running incarnation (see
     :class:`~corvid_actors.actors.supervisor.SendMessage` for the reply and ``fallback``)."""
     session_cfg = core.cfg.session
+    if sid in core.passivated and not core.shutting_down:
+        reactivate(core, sid)  # the message is its first, with the history (below)
     inc = core.running.get(sid)
     if inc is None:
         return False  # stopped, ended or crashed meanwhile: not running, as for any send
@@ -186,6 +193,18 @@ def send(core: SupervisorCore, sid: str, text: UserContent, *, fallback: int = 0
         return cold_send(core, sid, text) if cold else False
     inc.entry.mark_begun()
     return True
+
+
+def reactivate(core: SupervisorCore, sid: str) -> StartTicket | None:
+    """Start a quiet, ready incarnation of a passivated session (issue 37, ``_passivation``):
+    no start event, no model call of its own; the caller delivers the message that woke it
+    as a resumed incarnation's first (with the stored history). None if it could not start
+    (an event said why; the session is no longer passivated)."""
+    logger.bind(session_id=sid).debug("session reactivated")
+    ticket = start(core, sid, None, begin=False, quiet=True)
+    if ticket is None:
+        core.unpassivate(sid)
+    return ticket
 
 
 def cold_send(core: SupervisorCore, sid: str, text: UserContent) -> bool:
