@@ -213,11 +213,7 @@ class Daemon:
     @staticmethod
     def _resume_marked(runtime: Runtime) -> None:
         ids = runtime.take_restart_pending()
-        for sid in ids:
-            try:
-                runtime.resume_process(sid)
-            except CorvidError as exc:  # one bad row must not keep the others down
-                logger.bind(session_id=sid).warning("could not resume session: {}", exc)
+        runtime.resume_all(ids)  # in batches; one bad row does not keep the others down
         if ids:
             logger.info("resumed {} session(s) marked for resume", len(ids))
 

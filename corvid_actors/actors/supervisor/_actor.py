@@ -54,6 +54,7 @@ from corvid_actors.actors.supervisor._messages import (
     KillIncarnation,
     PausedSessionIds,
     RefuseInput,
+    ResumeMany,
     ResumeProcess,
     ResumeSession,
     SendMessage,
@@ -172,6 +173,8 @@ class SessionSupervisor(TrackedActor):
             case ResumeProcess(sid, prompt):
                 core.refuse_if_stopping()
                 return _resume.resume(core, sid, prompt)
+            case ResumeMany(sids):
+                return _resume.resume_many(core, sids)
             case SendMessage(sid, text, fallback):
                 return _resume.send(core, sid, text, fallback=fallback)
             case StopProcess(sid, reason):
