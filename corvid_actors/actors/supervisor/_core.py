@@ -27,7 +27,14 @@ from corvid_actors.actors.live import LiveSessions
 from corvid_actors.actors.retry import PendingWrites
 from corvid_actors.actors.session_messages import Abort
 from corvid_actors.actors.slots import ReleaseSlot
-from corvid_actors.actors.supervisor._state import Incarnation, Meta, Passivated, Paused, _FallbackCheck, _Prune
+from corvid_actors.actors.supervisor._state import (
+    Incarnation,
+    Meta,
+    Passivated,
+    Paused,
+    _FallbackCheck,
+    _Prune,
+)
 from corvid_actors.actors.timers import CancelTimer, CancelTimers, ScheduleTimer, Timers
 from corvid_actors.clock import Clock
 from corvid_actors.config import Config

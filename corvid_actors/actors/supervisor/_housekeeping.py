@@ -125,6 +125,7 @@ def info(core: SupervisorCore, sid: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for s in ids:
         inc, meta, paused, rec = core.running.get(s), core.meta.get(s), core.paused.get(s), core.passivated.get(s)
+        started = inc.started_at if inc else rec.started_at if rec else None
         out[s] = {
             # a passivated session runs (without an actor: its next message reactivates it)
             "running": inc is not None or rec is not None,
@@ -132,11 +133,11 @@ def info(core: SupervisorCore, sid: str | None) -> dict[str, Any]:
             "pid": (inc.pid or None) if inc else rec.pid if rec else None,  # none yet while it builds
             "generation": inc.generation if inc else None,
             "provider": inc.provider_name if inc else rec.provider_name if rec else None,
-            "uptime_s": round(now - (inc or rec).started_at, 3) if inc or rec else 0.0,
+            "uptime_s": round(now - started, 3) if started is not None else 0.0,
             "timeout_s": inc.timeout_s if inc else rec.timeout_s if rec else None,
             # the stability reset is applied at exit (see _exits.handle_exit): shown as it will be
-            "restarts": (restart_count_after_uptime(core.sup, meta.restart_count, now - (inc or rec).started_at)
-                         if meta and (inc or rec) else meta.restart_count if meta else 0),
+            "restarts": (restart_count_after_uptime(core.sup, meta.restart_count, now - started)
+                         if meta and started is not None else meta.restart_count if meta else 0),
             "turns": inc.tally.turns if inc else (meta.turns if meta else 0),
             "in_turn": bool(inc and inc.tally.in_turn),
             "cost_usd": inc.tally.cost_usd if inc else (meta.cost_usd if meta else 0.0),

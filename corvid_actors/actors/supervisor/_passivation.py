@@ -33,7 +33,7 @@ from corvid_actors.actors.base import tell
 from corvid_actors.actors.session_messages import WantsPassivation
 from corvid_actors.actors.supervisor._core import SupervisorCore
 from corvid_actors.actors.supervisor._state import Passivated, _PassivatedDue
-from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
+from corvid_actors.actors.timers import ScheduleTimer
 from corvid_actors.events import SessionError, SessionExited
 from corvid_actors.supervision import completed_note, extended_timeout
 
