@@ -294,3 +294,25 @@ def test_supervisor_stats_count_passivated_sessions(make_rt, scripted):
     stats = rt.internals.supervisor.ask(sv.SupervisorStats())
     assert (stats["processes"], stats["passivated_sessions"]) == (0, 3)
     assert sorted(rt.get_active_session_ids()) == sorted(s.id for s in sessions)
+
+
+def test_a_session_waiting_on_an_approval_is_not_passivated(make_rt, scripted):
+    rt = make_rt("direct", passivate_after_s=10.0)
+    agent = rt.create_agent("Alice", permission_mode="default", description="Alice the tester")
+    scripted.tool_call("corvid_list_agents", {}, match="who")
+    scripted.reply("Alice is here.", match="who")
+    recorder = EventRecorder.attach(rt)
+    session = rt.create_session(agent_id=agent.id)
+    rt.start_process(session.id, "who is there?")
+    rt.settle()
+    [ask] = [r.event for r in recorder.of(session.id, "approval_request")]
+    rt.clock.advance(40)  # four times passivate_after_s, within the approval's timeout
+    rt.settle()
+    assert actors_of(rt, session.id) and not facts(rt, session.id)["passivated"]
+    assert [a["id"] for a in rt.list_approvals(session.id)] == [ask.id]
+    rt.resolve_approval(ask.id, "allow")
+    rt.settle()
+    assert rt.internals.store.messages(session.id)[-1].content == "Alice is here."
+    rt.clock.advance(10)  # the turn is over: now it passivates
+    rt.settle()
+    assert facts(rt, session.id)["passivated"] and rt.list_approvals(session.id) == []
