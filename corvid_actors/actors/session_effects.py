@@ -304,8 +304,9 @@ class SessionEffects:
             self._give_back_slot()
         self._cancel_idle()
         tell(self.w.timers, CancelTimer((self.sid, "timeout", self.gen)))
-        if self.w.approvals is not None and self._approval_seq:
-            # its own requests only (it asked some); the supervisor's cleanup drops the grants
+        if self.w.approvals is not None and self._awaiting_approval:
+            # its own pending requests only; the supervisor's cleanup drops the grants (a
+            # passivated session keeps them: it has none pending, issue 37)
             tell(self.w.approvals, CancelSession(self.sid, "Session stopped"))
         pending = self._writes.take()
         if pending:

@@ -316,3 +316,26 @@ def test_a_session_waiting_on_an_approval_is_not_passivated(make_rt, scripted):
     rt.clock.advance(10)  # the turn is over: now it passivates
     rt.settle()
     assert facts(rt, session.id)["passivated"] and rt.list_approvals(session.id) == []
+
+
+def test_a_session_grant_outlives_passivation(make_rt, scripted):
+    rt = make_rt("direct", passivate_after_s=10.0)
+    agent = rt.create_agent("Alice", permission_mode="default", description="Alice the tester")
+    scripted.tool_call("corvid_list_agents", {}, match="who")
+    scripted.reply("Alice is here.", match="who")
+    recorder = EventRecorder.attach(rt)
+    session = rt.create_session(agent_id=agent.id)
+    rt.start_process(session.id, "who is there?")
+    rt.settle()
+    [ask] = [r.event for r in recorder.of(session.id, "approval_request")]
+    rt.resolve_approval(ask.id, "allow_session")
+    rt.settle()
+    rt.clock.advance(10)
+    rt.settle()
+    assert facts(rt, session.id)["passivated"]
+    scripted.tool_call("corvid_list_agents", {}, match="again")
+    scripted.reply("Still only Alice.", match="again")
+    assert rt.send_message(session.id, "who is there again?") is True
+    rt.settle()
+    assert len(recorder.of(session.id, "approval_request")) == 1  # not asked a second time
+    assert rt.internals.store.messages(session.id)[-1].content == "Still only Alice."

@@ -53,6 +53,9 @@ def offered(core: SupervisorCore, offer: WantsPassivation) -> bool:
     rec = Passivated(seq=core.seq, pid=inc.pid, provider_name=inc.provider_name, started_at=inc.started_at,
                      timeout_s=inc.timeout_s, deadline_at=mono + _seconds_until(offer.deadline, now),
                      idle_at=None if offer.idle_due is None else mono + _seconds_until(offer.idle_due, now))
+    # it holds no slot and no pending approval (it checked): nothing is released, so that
+    # its session grants (``allow_session``) outlive the actor, as the session does
+    inc.tally.asked_slots_or_approvals = False
     core.kill(sid)  # silent: the lifeline closes, the actor stops, its resources are closed
     core.passivated[sid] = rec
     _schedule(core, sid, rec)
