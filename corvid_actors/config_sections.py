@@ -57,6 +57,8 @@ class SessionConfig:
     resume_history_messages: int = field(metadata=AT_LEAST_ONE)
     resume_history_message_chars: int = field(metadata=AT_LEAST_ONE)
     zero_turn_breaker_threshold: int = field(metadata=AT_LEAST_ONE)
+    #: idle this long (no turn in flight), a session loses its actor (issue 37); 0: never
+    passivate_after_s: float = field(metadata=NON_NEGATIVE)
 
 
 @section("providers")

@@ -333,10 +333,10 @@ class Runtime(RuntimeLifecycle):
         return self._internals.store.create_session(**fields)
 
     def resume_pending_sessions(self) -> list[str]:
-        """Resume every session marked for resume (stale at start-up or stopped by shutdown)."""
+        """Resume every session marked for resume (stale at start-up or stopped by shutdown),
+        in batches (``resume_all``: one that cannot start is logged, the others go on)."""
         ids = self.take_restart_pending()
-        for sid in ids:
-            self.resume_process(sid)
+        self.resume_all(ids)
         return ids
 
     def take_restart_pending(self) -> list[str]:

@@ -105,6 +105,9 @@ class LiveSessions:
         #: session id -> the generation of its incarnation in the supervisor (from its
         #: start to its end)
         self._incarnated: dict[str, int] = {}
+        #: sessions passivated by the supervisor (issue 37): no incarnation, yet a message
+        #: to them goes to the supervisor, which reactivates them
+        self._passivated: set[str] = set()
 
     def get(self, session_id: str) -> LiveSession | None:
         with self._lock:
@@ -120,9 +123,36 @@ class LiveSessions:
             self._incarnated[session_id] = generation
 
     def has_incarnation(self, session_id: str) -> bool:
-        """Does the supervisor hold an incarnation of the session (building or live)?"""
+        """Does the supervisor hold an incarnation of the session (building or live), or
+        has it passivated the session (a message reactivates it)?"""
         with self._lock:
-            return session_id in self._incarnated
+            return session_id in self._incarnated or session_id in self._passivated
+
+    def passivate(self, session_id: str, generation: int, received: int) -> bool:
+        """Mark the session passivated and its live incarnation ``generation`` as taking no
+        more input, if that incarnation has had exactly ``received`` user messages delivered
+        (what its actor has taken: nothing is on its way to it). Under the entry's lock,
+        so no delivery slips in between; False (nothing changed) otherwise. The supervisor
+        ends the incarnation next; a send meanwhile goes to it (the cold path)."""
+        with self._lock:
+            entry = self._by_id.get(session_id)
+            if entry is None or entry.generation != generation:
+                return False
+            with entry._lock:
+                if entry._delivered != received:
+                    return False
+                entry.lifeline.refuse_input()
+            self._passivated.add(session_id)
+            return True
+
+    def unpassivate(self, session_id: str) -> None:
+        """The session is no longer passivated (reactivated, stopped or lost)."""
+        with self._lock:
+            self._passivated.discard(session_id)
+
+    def passivated_count(self) -> int:
+        with self._lock:
+            return len(self._passivated)
 
     def remove(self, session_id: str, generation: int) -> None:
         """The incarnation of that generation ended: it and its entry go (a newer

@@ -79,6 +79,7 @@ from corvid_actors.actors.session_messages import (
     InjectedCrash,
     InjectedCrashError,
     LoopTimerDue,
+    PassivateDue,
     Ready,
     SessionCrashed,
     StopRequested,
@@ -87,6 +88,7 @@ from corvid_actors.actors.session_messages import (
     UserInput,
     WorkerDone,
 )
+from corvid_actors.actors.session_passivation import SessionPassivation
 from corvid_actors.actors.session_wiring import SessionWiring
 from corvid_actors.actors.session_work import ExitRequested
 from corvid_actors.actors.slots import SlotAnswer, SlotQueued
@@ -100,7 +102,7 @@ from corvid_actors.vocabulary import CancelToken
 from corvid_actors.wiring import close_resources
 
 
-class SessionActor(SessionEffects, TrackedActor):
+class SessionActor(SessionEffects, SessionPassivation, TrackedActor):
     """``wiring`` complete, or — with ``build`` — a partial one (no provider, loop, tools
     yet) that ``build()`` (run on a worker) returns complete, with the ``BuiltSession``."""
 
@@ -127,6 +129,11 @@ class SessionActor(SessionEffects, TrackedActor):
         self._idle_armed = False
         #: when the armed idle exit is due (wall clock, stored by the cluster seat), or None
         self._idle_due: datetime | None = None
+        #: passivation (issue 37, :mod:`.session_passivation`): its timer is armed; the user
+        #: messages taken; the loop's timers in flight (tokens)
+        self._passivate_armed = False
+        self._received = 0
+        self._loop_timers: set[str] = set()
         self._worker_cancel: CancelToken | None = None
         #: the text the model call in flight has streamed so far (for StopModelCall)
         self._streamed: list[str] = []
@@ -218,6 +225,7 @@ class SessionActor(SessionEffects, TrackedActor):
             if isinstance(message, Abort):
                 self._abort()
             return None
+        self._count_received(message)
         match message:
             case BuildDone():
                 self._built(message)
@@ -294,10 +302,13 @@ class SessionActor(SessionEffects, TrackedActor):
                         id=approval_id, behavior="allow" if allowed else "deny", message=text))
                 self._perform(self._loop.handle(fx.ApprovalDecided(call_id, allowed, text, updated, scope)))
             case LoopTimerDue(gen, token) if gen == self.gen:
+                self._loop_timers.discard(token)
                 self._perform(self._loop.handle(fx.TimerFired(token)))
             case IdleDue(gen, turn_seq) if gen == self.gen:
                 if not self._turns_open and turn_seq == self._turn_seq:
                     self._end(0)
+            case PassivateDue(gen, turn_seq) if gen == self.gen:
+                self._passivate_due(turn_seq)
             case TimeoutDue(gen) if gen == self.gen:
                 self._check_timeout()
             case CheckTimeout():

@@ -101,6 +101,7 @@ class SessionEffects:
     _slot_queued: bool
     _idle_armed: bool
     _idle_due: datetime | None
+    _loop_timers: set[str]
 
     if TYPE_CHECKING:  # the actor's own (SessionActor)
 
@@ -113,6 +114,10 @@ class SessionEffects:
         def _rearm_timeout(self) -> None: ...
 
         def _start_held_turn(self) -> bool: ...
+
+        def _schedule_passivation(self) -> None: ...
+
+        def _cancel_passivation(self) -> None: ...
 
     # --- effects --------------------------------------------------------------------------
 
@@ -153,6 +158,7 @@ class SessionEffects:
             case fx.ReleaseSlot():
                 self._give_back_slot()
             case fx.Schedule(delay_s, token):
+                self._loop_timers.add(token)
                 tell(self.w.timers, ScheduleTimer((self.sid, f"loop:{token}", self.gen), delay_s,
                                                   self.actor_ref, LoopTimerDue(self.gen, token)))
             case fx.ReportOutage(text):
@@ -241,6 +247,7 @@ class SessionEffects:
         ``due``: the idle exit another daemon stored for this session taken over (issue 36),
         kept instead of a full ``idle_timeout_s`` from now (at once if it has passed). The
         wall-clock due time is what the cluster seat stores (``_note_deadline``)."""
+        self._schedule_passivation()
         if self.w.idle_timeout_s is None:
             return
         now = self._clock.now()
@@ -251,6 +258,7 @@ class SessionEffects:
                                           self.actor_ref, IdleDue(self.gen, self._turn_seq)))
 
     def _cancel_idle(self) -> None:
+        self._cancel_passivation()
         self._idle_due = None
         if self._idle_armed:
             self._idle_armed = False
@@ -296,8 +304,9 @@ class SessionEffects:
             self._give_back_slot()
         self._cancel_idle()
         tell(self.w.timers, CancelTimer((self.sid, "timeout", self.gen)))
-        if self.w.approvals is not None and self._approval_seq:
-            # its own requests only (it asked some); the supervisor's cleanup drops the grants
+        if self.w.approvals is not None and self._awaiting_approval:
+            # its own pending requests only; the supervisor's cleanup drops the grants (a
+            # passivated session keeps them: it has none pending, issue 37)
             tell(self.w.approvals, CancelSession(self.sid, "Session stopped"))
         pending = self._writes.take()
         if pending:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from corvid_actors.actors.session_work import ExitRequested
@@ -224,6 +225,32 @@ class IdleDue:
 
     generation: int
     turn_seq: int
+
+
+@dataclass(frozen=True)
+class PassivateDue:
+    """The passivation timer armed after turn ``turn_seq`` fired (ignored if a turn ran
+    since): the incarnation offers itself for passivation (issue 37). Told by the Timers
+    table; handled on the session actor's thread."""
+
+    generation: int
+    turn_seq: int
+
+
+@dataclass(frozen=True)
+class WantsPassivation:
+    """An idle incarnation offers to be passivated (issue 37): no turn, worker, slot,
+    approval or loop timer of it is in flight. ``received``: the user messages it has
+    taken (the supervisor passivates it only if its live entry delivered no more than
+    that: nothing is on its way to it). ``deadline``/``idle_due``: its wall-clock
+    inactivity deadline and idle exit (None: none armed), kept by the supervisor while
+    it has no actor. Told to the supervisor; handled on its thread."""
+
+    session_id: str
+    generation: int
+    received: int
+    deadline: datetime
+    idle_due: datetime | None
 
 
 @dataclass(frozen=True)

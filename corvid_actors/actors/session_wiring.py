@@ -225,3 +225,6 @@ class SessionWiring:
     #: the incarnation's journal tap (``corvid_actors.actors.journal.SessionTap``); None:
     #: not journaled
     journal: Any = None
+    #: waiting this long for a user message (no turn, worker, slot, approval or loop timer
+    #: in flight) offers the incarnation for passivation (issue 37); None: never
+    passivate_after_s: float | None = None

@@ -79,7 +79,7 @@ from corvid_actors.daemon.settings import (
 from corvid_actors.daemon.socket_server import AdminSocketServer, SocketSettings
 from corvid_actors.daemon.systemd import SystemdNotifier
 from corvid_actors.db.models import DaemonState
-from corvid_actors.errors import SHUTTING_DOWN, AdminError, CorvidError
+from corvid_actors.errors import SHUTTING_DOWN, AdminError
 from corvid_actors.runtime import Runtime
 from corvid_actors.runtime_lifecycle import freeze_startup_heap
 from corvid_actors.telemetry.metrics import MetricsServer
@@ -220,11 +220,7 @@ class Daemon:
     @staticmethod
     def _resume_marked(runtime: Runtime) -> None:
         ids = runtime.take_restart_pending()
-        for sid in ids:
-            try:
-                runtime.resume_process(sid)
-            except CorvidError as exc:  # one bad row must not keep the others down
-                logger.bind(session_id=sid).warning("could not resume session: {}", exc)
+        runtime.resume_all(ids)  # in batches; one bad row does not keep the others down
         if ids:
             logger.info("resumed {} session(s) marked for resume", len(ids))
 

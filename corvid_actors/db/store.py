@@ -25,15 +25,17 @@ the same way, so a write is refused rather than acknowledged into a file that is
 The store is one class made of parts, one module each: the connection, lock and
 availability (:mod:`.store_base`), the catalog (:mod:`.catalog`: projects, agents,
 personas, skill bundles, MCP configs), sessions (:mod:`.sessions`), messages
-(:mod:`.messages`) and the session-start read (:mod:`.session_context`). It reads and
+(:mod:`.messages`), the session-start read (:mod:`.session_context`) and the start-up
+resume's bulk reads (:mod:`.resume_reads`). It reads and
 writes rows only: prompts are built by the loop (``loop.prompts``).
 """
 
 from __future__ import annotations
 
 from corvid_actors.db.messages import MessageRows
+from corvid_actors.db.resume_reads import ResumeReads
 from corvid_actors.db.session_context import SessionContextReads
 
 
-class Store(SessionContextReads, MessageRows):
+class Store(SessionContextReads, MessageRows, ResumeReads):
     """Typed access to the database. Thread-safe; every method is one transaction."""

@@ -59,6 +59,8 @@ def sim_runtime(clock: SimClock | None = None, provider: Provider | None = None,
     Streamed deltas are not coalesced in a simulation (``supervisor.coalesce_deltas`` is
     off unless the overrides turn it on, or a ``Config`` is given): a scripted reply of
     ``deltas=3`` reaches subscribers as three ``content_block_delta`` events every run.
+    Sessions are not passivated (``session.passivate_after_s`` is 0) unless the overrides
+    turn it on or a ``Config`` is given: a simulation's sessions keep their actors.
 
     The first call in a process freezes the heap it finds (``gc.freeze()``, as the daemon
     does after start-up: :func:`~corvid_actors.runtime_lifecycle.freeze_startup_heap`):
@@ -79,7 +81,8 @@ def sim_runtime(clock: SimClock | None = None, provider: Provider | None = None,
     if isinstance(config, Config):
         cfg = config
     else:
-        cfg = Config().replace(supervisor={"coalesce_deltas": False}).replace(**(config or {}))
+        cfg = Config().replace(supervisor={"coalesce_deltas": False}, session={"passivate_after_s": 0.0}).replace(
+            **(config or {}))
     cfg = cfg.replace(providers={"default_provider": provider.name})
     providers = runtime_kwargs.pop("providers", None)
     if configured_providers:

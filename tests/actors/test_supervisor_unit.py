@@ -104,7 +104,7 @@ def test_queries_on_an_empty_supervisor(bare):
     assert bare.ask(ActiveSessionIds()) == []
     assert bare.ask(PausedSessionIds()) == []
     assert bare.ask(SupervisorStats()) == {"processes": 0, "session_meta": 0, "paused_sessions": 0,
-                                             "stable_timers": 0}
+                                             "stable_timers": 0, "passivated_sessions": 0}
     assert bare.ask(SessionInfo(None)) == {}
     assert bare.ask(ResumeSession("s")) is False
     assert bare.ask(ExtendSessionTimeout("s", 60.0)) is False

@@ -135,8 +135,9 @@ def test_every_per_session_table_is_bounded_by_the_live_sessions(churn):
         churn.one()
     stats = churn.command("stats")
     live = len(churn.live)
+    # none crashed: no stability reset pending
     assert stats["supervisor"] == {"processes": live, "session_meta": live, "paused_sessions": 0,
-                                   "stable_timers": 0}  # none crashed: no stability reset pending
+                                   "stable_timers": 0, "passivated_sessions": 0}
     assert stats["event_bus"]["subscribers"] <= live
     assert stats["admin"]["sessions_with_recent_events"] == RECENT_EVENT_SESSIONS
     assert stats["slots"]["in_use"] == 0 and stats["slots"]["held"] == {}
@@ -155,6 +156,7 @@ def test_every_per_session_table_is_bounded_by_the_live_sessions(churn):
     churn.rt.settle()
     churn.live.clear()
     stats = churn.command("stats")
-    assert stats["supervisor"] == {"processes": 0, "session_meta": 0, "paused_sessions": 0, "stable_timers": 0}
+    assert stats["supervisor"] == {"processes": 0, "session_meta": 0, "paused_sessions": 0, "stable_timers": 0,
+                                   "passivated_sessions": 0}
     assert stats["event_bus"]["subscribers"] == 0
     assert set(stats["timers"]["by_kind"]) <= SUPERVISOR_TIMERS  # the supervisor's housekeeping only

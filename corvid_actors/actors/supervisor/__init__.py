@@ -46,6 +46,7 @@ from corvid_actors.actors.supervisor._messages import (
     KillIncarnation,
     PausedSessionIds,
     RefuseInput,
+    ResumeMany,
     ResumeProcess,
     ResumeSession,
     SendMessage,
@@ -60,6 +61,6 @@ from corvid_actors.actors.supervisor._messages import (
 
 __all__ = [
     "ActiveSessionIds", "CleanupSessionState", "ExtendSessionTimeout", "IsPaused", "IsRunning", "KillIncarnation",
-    "PausedSessionIds", "RefuseInput", "ResumeProcess", "ResumeSession", "SendMessage", "SessionInfo",
+    "PausedSessionIds", "RefuseInput", "ResumeMany", "ResumeProcess", "ResumeSession", "SendMessage", "SessionInfo",
     "SessionSupervisor", "Shutdown", "StartProcess", "StartTicket", "StopProcess", "SupervisorStats", "started_pid",
 ]

@@ -38,6 +38,7 @@ from corvid_actors.actors.session_messages import (
     SessionEnded,
     StopRequested,
     TimedOut,
+    WantsPassivation,
     WritesHandedOver,
 )
 from corvid_actors.actors.supervisor import (
@@ -45,6 +46,7 @@ from corvid_actors.actors.supervisor import (
     _handoff,
     _housekeeping,
     _outage,
+    _passivation,
     _rebalance,
     _resume,
     _start,
@@ -61,6 +63,7 @@ from corvid_actors.actors.supervisor._messages import (
     KillIncarnation,
     PausedSessionIds,
     RefuseInput,
+    ResumeMany,
     ResumeProcess,
     ResumeSession,
     SendMessage,
@@ -73,6 +76,7 @@ from corvid_actors.actors.supervisor._messages import (
 )
 from corvid_actors.actors.supervisor._state import (
     _FallbackCheck,
+    _PassivatedDue,
     _ProbeResult,
     _Prune,
     _RestartDue,
@@ -186,16 +190,18 @@ class SessionSupervisor(TrackedActor):
             case ResumeProcess(sid, prompt):
                 core.refuse_if_stopping()
                 return _resume.resume(core, sid, prompt)
+            case ResumeMany(sids):
+                return _resume.resume_many(core, sids)
             case SendMessage(sid, text, fallback):
                 return _resume.send(core, sid, text, fallback=fallback)
             case StopProcess(sid, reason):
                 return _exits.stop_request(core, sid, reason)
             case IsRunning(sid):
-                return sid in core.running
+                return sid in core.running or sid in core.passivated
             case IsPaused(sid):
                 return sid in core.paused
             case ActiveSessionIds():
-                return list(core.running)
+                return core.live_ids()
             case PausedSessionIds():
                 return list(core.paused)
             case ResumeSession(sid):
@@ -261,6 +267,10 @@ class SessionSupervisor(TrackedActor):
                 _housekeeping.fallback_check(core)
             case _Prune():
                 _housekeeping.prune(core)
+            case WantsPassivation(sid, gen) if core.current(sid, gen):
+                _passivation.offered(core, message)
+            case _PassivatedDue(sid, seq):
+                _passivation.due(core, sid, seq)
             case AdoptSessions(sids):
                 _takeover.adopt(core, sids)
             case SessionsLost(sids):
@@ -280,7 +290,7 @@ class SessionSupervisor(TrackedActor):
     def _extend(self, sid: str, additional_s: float) -> bool:
         inc = self.core.running.get(sid)
         if inc is None:
-            return False
+            return _passivation.extend(self.core, sid, additional_s)
         inc.timeout_s = extended_timeout(self.core.sup, additional_s)
         self.core.track_due(sid, inc)
         tell(inc.ref, ExtendTimeout(inc.timeout_s))

@@ -27,7 +27,14 @@ from corvid_actors.actors.live import LiveSessions
 from corvid_actors.actors.retry import PendingWrites
 from corvid_actors.actors.session_messages import Abort
 from corvid_actors.actors.slots import ReleaseSlot
-from corvid_actors.actors.supervisor._state import Incarnation, Meta, Paused, _FallbackCheck, _Prune
+from corvid_actors.actors.supervisor._state import (
+    Incarnation,
+    Meta,
+    Passivated,
+    Paused,
+    _FallbackCheck,
+    _Prune,
+)
 from corvid_actors.actors.timers import CancelTimer, CancelTimers, ScheduleTimer, Timers
 from corvid_actors.clock import Clock
 from corvid_actors.config import Config
@@ -94,6 +101,9 @@ class SupervisorCore:
         self.running: dict[str, Incarnation] = {}
         self.meta: dict[str, Meta] = {}
         self.paused: dict[str, Paused] = {}
+        #: sessions live without an actor (issue 37, ``_passivation``): idle, reactivated
+        #: by their next message
+        self.passivated: dict[str, Passivated] = {}
         self.generation = 0
         self.seq = 0
         self.next_pid = {"sdk": self.sup.sdk_pid_base, "direct": self.sup.direct_pid_base}
@@ -124,6 +134,20 @@ class SupervisorCore:
     def meta_of(self, sid: str) -> Meta:
         """The session's meta, created on first use."""
         return self.meta.setdefault(sid, Meta())
+
+    def live_ids(self) -> list[str]:
+        """The sessions that run here: with an incarnation, or passivated (issue 37)."""
+        return [*self.running, *(sid for sid in self.passivated if sid not in self.running)]
+
+    def unpassivate(self, sid: str) -> bool:
+        """The session is no longer passivated (it was reactivated, stopped or lost): its
+        record, its timer and its mark in the live registry go. True if it was."""
+        rec = self.passivated.pop(sid, None)
+        if rec is None:
+            return False
+        tell(self.timers, CancelTimer((sid, "passivated")))
+        self.live.unpassivate(sid)
+        return True
 
     def refuse_if_stopping(self) -> None:
         """Raise RuntimeStoppedError (to the asker) once the shutdown has begun."""
@@ -156,6 +180,7 @@ class SupervisorCore:
         if self.cluster is not None:
             self.cluster.lose(sid)
         self.kill(sid)
+        self.unpassivate(sid)
         self.meta.pop(sid, None)
         self.paused.pop(sid, None)
         tell(self.timers, CancelTimers(sid))
@@ -239,6 +264,7 @@ class SupervisorCore:
         has just killed the incarnation in this same handler, so its slot and approvals
         were released then (not told twice: two messages fewer per session end)."""
         killed = self.kill(sid)
+        self.unpassivate(sid)
         self.meta.pop(sid, None)
         self.paused.pop(sid, None)
         tell(self.timers, CancelTimers(sid))
@@ -257,7 +283,7 @@ class SupervisorCore:
         if self.running and not self.fallback_scheduled:
             self.fallback_scheduled = True
             self.schedule_fallback()
-        if (self.running or self.meta or self.paused) and not self.prune_scheduled:
+        if (self.running or self.meta or self.paused or self.passivated) and not self.prune_scheduled:
             self.prune_scheduled = True
             tell(self.timers, ScheduleTimer(("supervisor", "prune"), self.sup.orphan_prune_interval_s,
                                             self.ref, _Prune()))

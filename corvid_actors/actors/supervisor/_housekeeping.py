@@ -41,13 +41,13 @@ def prune(core: SupervisorCore) -> None:
     # it, even once stopped. A dead daemon's rows come back through its expired leases.
     if core.cluster is None:
         try:
-            ghosts = core.store.reset_ghost_sessions(list(core.running))
+            ghosts = core.store.reset_ghost_sessions(core.live_ids())
         except Exception:  # noqa: BLE001 - a told handler must not die of a store error; next sweep retries
             logger.opt(exception=True).warning("orphan pruner could not repair ghost session rows")
     for sid in ghosts:
         # "running" with no live incarnation: reset as at start-up (idle, marked for resume)
         logger.bind(session_id=sid).warning("ghost session row (running, no incarnation) reset to idle")
-    keep = set(core.running) | set(core.paused)
+    keep = set(core.running) | set(core.paused) | set(core.passivated)
     keep |= {sid for sid, meta in core.meta.items() if meta.restart_pending}
     for sid in [s for s in core.meta if s not in keep]:
         del core.meta[sid]
@@ -62,7 +62,7 @@ def shutdown(core: SupervisorCore, reason: str) -> None:
     # per session: 10,000 sessions stop in seconds); the rows are written before any
     # session_stopped is published, as one session at a time did. If a batch fails,
     # each session's mark goes through core.write (retried with backoff) as before.
-    running = list(core.running)
+    running = core.live_ids()  # passivated sessions stop and resume as running ones do
     pending = [sid for sid in core.paused if sid not in core.running]
     pending += [sid for sid, meta in core.meta.items()
                 if meta.restart_pending and sid not in core.running and sid not in core.paused]
@@ -115,26 +115,29 @@ def stats(core: SupervisorCore) -> dict[str, int]:
         and now - inc.started_at < core.sup.stable_period_s
     )
     return {"processes": len(core.running), "session_meta": len(core.meta), "paused_sessions": len(core.paused),
-            "stable_timers": pending}
+            "stable_timers": pending, "passivated_sessions": len(core.passivated)}
 
 
 def info(core: SupervisorCore, sid: str | None) -> dict[str, Any]:
     """The reply to ``SessionInfo``: in-memory facts per session."""
     now = core.clock.monotonic()
-    ids = [sid] if sid else sorted(set(core.running) | set(core.paused) | set(core.meta))
+    ids = [sid] if sid else sorted(set(core.running) | set(core.paused) | set(core.meta) | set(core.passivated))
     out: dict[str, Any] = {}
     for s in ids:
-        inc, meta, paused = core.running.get(s), core.meta.get(s), core.paused.get(s)
+        inc, meta, paused, rec = core.running.get(s), core.meta.get(s), core.paused.get(s), core.passivated.get(s)
+        started = inc.started_at if inc else rec.started_at if rec else None
         out[s] = {
-            "running": inc is not None,
-            "pid": (inc.pid or None) if inc else None,  # none yet while it builds
+            # a passivated session runs (without an actor: its next message reactivates it)
+            "running": inc is not None or rec is not None,
+            "passivated": rec is not None,
+            "pid": (inc.pid or None) if inc else rec.pid if rec else None,  # none yet while it builds
             "generation": inc.generation if inc else None,
-            "provider": inc.provider_name if inc else None,
-            "uptime_s": round(now - inc.started_at, 3) if inc else 0.0,
-            "timeout_s": inc.timeout_s if inc else None,
+            "provider": inc.provider_name if inc else rec.provider_name if rec else None,
+            "uptime_s": round(now - started, 3) if started is not None else 0.0,
+            "timeout_s": inc.timeout_s if inc else rec.timeout_s if rec else None,
             # the stability reset is applied at exit (see _exits.handle_exit): shown as it will be
-            "restarts": (restart_count_after_uptime(core.sup, meta.restart_count, now - inc.started_at)
-                         if meta and inc else meta.restart_count if meta else 0),
+            "restarts": (restart_count_after_uptime(core.sup, meta.restart_count, now - started)
+                         if meta and started is not None else meta.restart_count if meta else 0),
             "turns": inc.tally.turns if inc else (meta.turns if meta else 0),
             "in_turn": bool(inc and inc.tally.in_turn),
             "cost_usd": inc.tally.cost_usd if inc else (meta.cost_usd if meta else 0.0),

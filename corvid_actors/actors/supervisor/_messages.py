@@ -49,6 +49,20 @@ class ResumeProcess:
 
 
 @dataclass(frozen=True)
+class ResumeMany:
+    """Resume several sessions without a new message, as :class:`ResumeProcess` each (a
+    daemon's start-up: ``Runtime.resume_pending_sessions``), their rows and last speakers
+    read in one statement each (issue 37, item 5).
+
+    Asked by ``Runtime.resume_pending_sessions``; runs on the supervisor's thread. Replies
+    with ``{session_id: reply}``, each reply as :class:`ResumeProcess`'s (None for a session
+    that is unknown or could not start: logged, the others go on). Raises
+    RuntimeStoppedError while the runtime shuts down."""
+
+    session_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class StopProcess:
     """Stop a session (``reason`` goes into its ``session_stopped`` event).
 
@@ -147,7 +161,7 @@ class SupervisorStats:
     """Asked by ``Runtime.get_memory_stats`` and the AdminActor's ``stats``; runs on the
     supervisor's thread. Replies with a dict: ``processes``, ``session_meta``,
     ``paused_sessions``, ``stable_timers`` (restarted sessions whose stability reset is
-    pending) (counts)."""
+    pending), ``passivated_sessions`` (running without an actor, issue 37) (counts)."""
 
 
 @dataclass(frozen=True)
@@ -193,7 +207,7 @@ class KillIncarnation:
 
 
 #: the asked requests: their exceptions go back to the asker
-REQUESTS = (StartProcess, ResumeProcess, StopProcess, SendMessage, IsRunning, IsPaused, ActiveSessionIds,
+REQUESTS = (StartProcess, ResumeProcess, ResumeMany, StopProcess, SendMessage, IsRunning, IsPaused, ActiveSessionIds,
             PausedSessionIds, ResumeSession, ExtendSessionTimeout, CleanupSessionState, SupervisorStats,
             SessionInfo, Shutdown, RefuseInput, KillIncarnation)
 

@@ -40,6 +40,8 @@ def movable(core: SupervisorCore) -> list[str]:
                 or (meta is not None and meta.restart_pending) or not seat.owns(sid)):
             continue
         out.append(sid)
+    # passivated sessions (issue 37) wait for their user without an actor: movable too
+    out += [sid for sid in sorted(core.passivated) if sid not in core.running and seat.owns(sid)]
     return out
 
 

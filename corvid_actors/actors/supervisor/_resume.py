@@ -11,6 +11,7 @@ to a running session reach it here only when the runtime's fast path does not ap
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +22,7 @@ from corvid_actors.actors.supervisor._core import SupervisorCore
 from corvid_actors.actors.supervisor._messages import StartTicket
 from corvid_actors.actors.supervisor._start import claim_here, start
 from corvid_actors.content import UserContent, content_blocks, image_blocks, text_parts
+from corvid_actors.errors import CorvidError, NotFoundError
 from corvid_actors.events import SessionError, SystemEvent
 from corvid_actors.loop.prompts import build_resume_prompt, with_context_summary
 from corvid_actors.loop.summaries import summarize_conversation
@@ -34,6 +36,8 @@ from corvid_actors.supervision import (
 
 #: how many of a session's latest system messages the zero-turn breaker reads
 BREAKER_NOTES_WINDOW = 50
+#: ``last_role`` not read by the caller (``None`` means: the session has no message)
+UNREAD = object()
 
 
 def _warm_path_failed(core: SupervisorCore, sid: str) -> None:
@@ -42,13 +46,20 @@ def _warm_path_failed(core: SupervisorCore, sid: str) -> None:
 
 def resume(core: SupervisorCore, sid: str, prompt: UserContent | None, *,
            idle_deadline: datetime | None = None,
-           idle_exit_deadline: datetime | None = None) -> StartTicket | int | None:
+           idle_exit_deadline: datetime | None = None,
+           session: Any | None = None, last_role: str | None | object = UNREAD) -> StartTicket | int | None:
     """Deliver ``prompt`` to the running incarnation, or start one with the history.
     Replies as :class:`~corvid_actors.actors.supervisor.ResumeProcess` says.
     ``idle_deadline``: a session taken over from another daemon — if it comes up waiting
     for its user, it keeps this inactivity deadline (the one its old owner stored), and
-    ``idle_exit_deadline`` as its idle exit's (issue 36)."""
+    ``idle_exit_deadline`` as its idle exit's (issue 36). ``session`` and ``last_role``:
+    the session's row and the role that spoke last, read already (a bulk resume)."""
     session_cfg = core.cfg.session
+    rec = core.passivated.get(sid)
+    if rec is not None and not prompt:
+        return rec.pid  # passivated: running, as far as a resume is concerned
+    if rec is not None and not core.shutting_down:
+        reactivate(core, sid)  # the prompt goes to the new, quiet incarnation below
     inc = core.running.get(sid)
     if inc is not None:
         if not prompt:
@@ -64,12 +75,12 @@ def resume(core: SupervisorCore, sid: str, prompt: UserContent | None, *,
             _warm_path_failed(core, sid)
     if not claim_here(core, sid):  # another daemon runs it: nothing is written here
         return None
-    session = core.store.require_session(sid)
+    session = session if session is not None else core.store.require_session(sid)
     # Decided before the breaker may delete the history: a turn in flight at the end of
     # the last incarnation, or a user message nobody answered. Only then does a resume
     # without a new message call the model (a restart spends no turn on a session that
     # was waiting for its user).
-    unanswered = unanswered_request(core, sid, session) if not prompt else None
+    unanswered = unanswered_request(core, sid, session, last_role) if not prompt else None
     # several messages delivered to the last incarnation and not answered yet (queued
     # behind its turn): the first is the turn resumed, the others follow as their own
     # turns, each answered once (issue 36: a session moved or killed mid-queue)
@@ -139,11 +150,13 @@ def _aware(moment: datetime | None) -> datetime | None:
     return moment if moment is None or moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def unanswered_request(core: SupervisorCore, sid: str, session: Any) -> str | None:
+def unanswered_request(core: SupervisorCore, sid: str, session: Any,
+                       last_role: str | None | object = None) -> str | None:
     """The request a resume without a new message must answer, or None when the session
     was not mid-turn: a turn was open when its last incarnation ended, or its newest
-    user/assistant message is the user's, or it never had one and has an initial prompt."""
-    last = core.store.last_message_role(sid)
+    user/assistant message is the user's, or it never had one and has an initial prompt.
+    ``last_role``: that newest message's role if the caller read it (``UNREAD``: not)."""
+    last = core.store.last_message_role(sid) if last_role is UNREAD else last_role
     if (session.open_turns or 0) > 0 or last == "user":
         users = core.store.recent_messages(sid, 1, roles=("user",))
         return users[0][1] if users else (session.initial_prompt or "")
@@ -181,6 +194,8 @@ def send(core: SupervisorCore, sid: str, text: UserContent, *, fallback: int = 0
     ``stored``: ``text`` is the session's newest message already (a held message its owner
     took, ``_handoff``): delivered without a second row, and kept if refused."""
     session_cfg = core.cfg.session
+    if sid in core.passivated and not core.shutting_down:
+        reactivate(core, sid)  # the message is its first, with the history (below)
     inc = core.running.get(sid)
     if inc is None:
         return False  # stopped, ended or crashed meanwhile: not running, as for any send
@@ -222,6 +237,39 @@ def send(core: SupervisorCore, sid: str, text: UserContent, *, fallback: int = 0
         return cold_send(core, sid, text) if cold else False
     inc.entry.mark_begun()
     return True
+
+
+def resume_many(core: SupervisorCore, sids: Sequence[str]) -> dict[str, StartTicket | int | None]:
+    """Resume each of ``sids`` as ``resume(sid, None)`` does (a daemon's start-up, issue 37
+    item 5), with what every resume reads first read for all of them at once: their rows
+    and the role that spoke last, one statement each. An unknown session or one that
+    cannot start (``CorvidError``) is logged and left out (None); the others go on."""
+    core.refuse_if_stopping()
+    rows = core.store.sessions_by_id(sids)
+    roles = core.store.last_message_roles(sids)
+    out: dict[str, StartTicket | int | None] = {}
+    for sid in sids:
+        row = rows.get(sid)
+        try:
+            if row is None:
+                raise NotFoundError(f"no session with id {sid!r}")
+            out[sid] = resume(core, sid, None, session=row, last_role=roles.get(sid))
+        except CorvidError as exc:  # one bad row must not keep the others down
+            logger.bind(session_id=sid).warning("could not resume session: {}", exc)
+            out[sid] = None
+    return out
+
+
+def reactivate(core: SupervisorCore, sid: str) -> StartTicket | None:
+    """Start a quiet, ready incarnation of a passivated session (issue 37, ``_passivation``):
+    no start event, no model call of its own; the caller delivers the message that woke it
+    as a resumed incarnation's first (with the stored history). None if it could not start
+    (an event said why; the session is no longer passivated)."""
+    logger.bind(session_id=sid).debug("session reactivated")
+    ticket = start(core, sid, None, begin=False, quiet=True)
+    if ticket is None:
+        core.unpassivate(sid)
+    return ticket
 
 
 def cold_send(core: SupervisorCore, sid: str, text: UserContent) -> bool:

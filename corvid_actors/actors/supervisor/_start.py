@@ -50,7 +50,7 @@ def claim_here(core: SupervisorCore, sid: str) -> bool:
 def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: bool = True,
           turns: int | None = None, session: Any | None = None,
           inherited_deadline: datetime | None = None,
-          inherited_idle_deadline: datetime | None = None) -> StartTicket | None:
+          inherited_idle_deadline: datetime | None = None, quiet: bool = False) -> StartTicket | None:
     """Start an incarnation. ``begin``: its first turn is ``prompt`` (or the initial
     prompt); otherwise it comes up ready and waits for a message. ``turns``: the turn
     count it starts with (default, as the original's start: at least 1, the prompt).
@@ -61,7 +61,10 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
     could not start (an unknown project; an ``error`` event says so). ``session``: the
     session's row if the caller has just read it. ``inherited_deadline``: a session taken
     over while it waited for its user (``begin=False``) keeps the inactivity deadline its
-    old owner stored (issue 20), and ``inherited_idle_deadline`` its idle exit's (issue 36)."""
+    old owner stored (issue 20), and ``inherited_idle_deadline`` its idle exit's (issue 36).
+    ``quiet``: a passivated session's reactivation (issue 37, ``_passivation``): it keeps
+    its pid, publishes no start events and is told no ``Ready`` (its first message, held
+    until it is built, is the one that woke it)."""
     if sid in core.running:
         core.stop_session(sid, "replaced")
     ctx = core.store.session_context(sid, session)  # NotFoundError goes to the asker
@@ -88,6 +91,7 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
         timers=core.timers, clock=core.clock, store=core.store, provider=None,  # type: ignore[arg-type]
         loop=None, tools=None, tool_context=None,  # type: ignore[arg-type]
         timeout_s=timeout_s, idle_timeout_s=None, approvals=core.approvals,
+        passivate_after_s=core.cfg.session.passivate_after_s or None,
         snapshot_dir=core.snapshot_dir,
         tally=tally, source=session.source, credits=core.credits, write_retry=core.cfg.store.write_retry,
         io_loop=core.io_loop,
@@ -123,10 +127,13 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
     entry = LiveSession(sid, gen, ref, lifeline, tally, begun=begin, double_texting=partial.double_texting,
                         labels=agent_labels(ctx.agent))
     ticket = StartTicket(core.tracker.inline)
-    first: Begin | Ready = Begin(text, blocks) if begin else Ready()
+    first: Begin | Ready | None = Begin(text, blocks) if begin else None if quiet else Ready()
     core.live.starting(sid, gen)
+    passivated = core.passivated.get(sid)
     inc = core.running[sid] = Incarnation(gen, ref, lifeline, 0, core.clock.monotonic(), "", timeout_s, entry,
-                                          tally, ticket=ticket, first=first)
+                                          tally, ticket=ticket, first=first,
+                                          quiet_pid=passivated.pid if quiet and passivated is not None else 0)
+    core.unpassivate(sid)  # after live.starting: a send in between still finds the session
     core.track_due(sid, inc)
     core.ensure_housekeeping()
     return ticket
@@ -137,8 +144,10 @@ def on_built(core: SupervisorCore, sid: str, built: Any) -> None:
     inc = core.running[sid]
     meta = core.meta_of(sid)
     kind = built.pid_kind
-    pid = core.next_pid[kind]
-    core.next_pid[kind] += 1
+    pid = inc.quiet_pid
+    if not pid:
+        pid = core.next_pid[kind]
+        core.next_pid[kind] += 1
     inc.pid, inc.provider_name, inc.resources = pid, built.provider_name, tuple(built.resources)
     inc.started_at = core.clock.monotonic()
     core.track_due(sid, inc)
@@ -148,21 +157,24 @@ def on_built(core: SupervisorCore, sid: str, built: Any) -> None:
     meta.turns = inc.tally.turns
     begin = isinstance(inc.first, Begin)
     tally, gen = inc.tally, inc.generation
-    # open_turns: the first turn is in flight (begin) or there is none (ready)
-    core.write(sid, "the session status", lambda: core.store.update_session(
-        sid, pid=pid, status="running", restart_pending=False, total_turns=tally.turns,
-        open_turns=1 if begin else 0))
+    if not inc.quiet_pid:  # a reactivation's row says so already: running, its pid, no open turn
+        # open_turns: the first turn is in flight (begin) or there is none (ready)
+        core.write(sid, "the session status", lambda: core.store.update_session(
+            sid, pid=pid, status="running", restart_pending=False, total_turns=tally.turns,
+            open_turns=1 if begin else 0))
     if restart_timer:
         tell(core.timers, CancelTimer((sid, "restart")))
     if core.cluster is not None:
         core.cluster.clear_due(sid)
-    # one message to the bus, before the incarnation hears of its first turn
-    core.publish_all(sid, (
-        SessionStarted(pid=pid, generation=gen),
-        SystemEvent(subtype="provider_selected", message=built.provider_selected
-                    or f"Provider: {built.provider_name} ({built.model})"),
-        *built.notices))
-    tell(inc.ref, inc.first)
+    if not inc.quiet_pid:
+        # one message to the bus, before the incarnation hears of its first turn
+        core.publish_all(sid, (
+            SessionStarted(pid=pid, generation=gen),
+            SystemEvent(subtype="provider_selected", message=built.provider_selected
+                        or f"Provider: {built.provider_name} ({built.model})"),
+            *built.notices))
+    if inc.first is not None:
+        tell(inc.ref, inc.first)
     # messages sent while it was building, in their order
     held, inc.held, inc.first = inc.held, [], None
     for message in held:

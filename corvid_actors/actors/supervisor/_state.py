@@ -58,6 +58,15 @@ class _Prune:
     """The orphan pruner's sweep: ghost rows, stale meta, subscribers of gone sessions."""
 
 
+@dataclass(frozen=True)
+class _PassivatedDue:
+    """A passivated session's inactivity deadline or idle exit is due (``seq``: which
+    passivation it belongs to). Told by the Timers table to the supervisor."""
+
+    session_id: str
+    seq: int
+
+
 # --- records ------------------------------------------------------------------------------
 
 
@@ -88,6 +97,9 @@ class Incarnation:
     #: Begin or Ready, told when it is built; then the held messages, in their order
     first: Begin | Ready | None = None
     held: list[Any] = field(default_factory=list)
+    #: a passivated session's reactivation (issue 37): the pid it keeps; it is built
+    #: quietly (no start events, no row write, no ``Ready``). 0: an ordinary start
+    quiet_pid: int = 0
 
 
 @dataclass
@@ -109,3 +121,19 @@ class Paused:
 
     seq: int
     resume_at_iso: str
+
+
+@dataclass
+class Passivated:
+    """A session whose incarnation was passivated: what its actor knew that must outlive it."""
+
+    seq: int
+    pid: int
+    provider_name: str
+    #: monotonic: when its last incarnation started (an idle exit's note counts from there)
+    started_at: float
+    #: the inactivity timeout in force (the default, or what extend_timeout granted)
+    timeout_s: float
+    #: monotonic: the inactivity deadline, and the idle exit (None: the loop has none)
+    deadline_at: float
+    idle_at: float | None

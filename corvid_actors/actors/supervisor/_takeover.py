@@ -46,7 +46,7 @@ def adopt(core: SupervisorCore, sids: tuple[str, ...]) -> None:
         tell(core.ref, AdoptSessions(sids[ADOPT_CHUNK:]))
         sids = sids[:ADOPT_CHUNK]
     for sid in sids:
-        if sid in core.running or sid in core.paused or core.shutting_down:
+        if sid in core.running or sid in core.paused or sid in core.passivated or core.shutting_down:
             continue
         try:
             lease = core.cluster.cluster.owner_of(sid)
