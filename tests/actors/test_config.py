@@ -138,6 +138,7 @@ ENV_CASES = [
     ("CORVID_CLUSTER", "1", "cluster", "enabled", True),
     ("CORVID_DAEMON_ID", "host-a", "cluster", "daemon_id", "host-a"),
     ("CORVID_METRICS_LISTEN", "127.0.0.1:9464", "telemetry", "metrics_listen", "127.0.0.1:9464"),
+    ("CORVID_HTTP_LISTEN", "127.0.0.1:8787", "http", "listen", "127.0.0.1:8787"),
 ]
 
 
