@@ -24,7 +24,6 @@ The benchmark uses only the public API (``Runtime``, ``send_message``,
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import tempfile
 import time
