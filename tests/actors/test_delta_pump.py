@@ -153,6 +153,7 @@ def test_the_pump_tells_held_text_when_its_interval_has_passed(rig: Any) -> None
     bus.ask(Subscribe("s", seen))
     lifeline = Lifeline("s", bus, pump=DeltaPump(bus, io_loop, 0.05))
     on_loop(io_loop, lambda: lifeline.publish_text("a"))
+    assert seen.wait_for(lambda evs: len(evs) == 1)  # taken by the bus: "b" starts a new buffer
     on_loop(io_loop, lambda: lifeline.publish_text("b"))
     on_loop(io_loop, lambda: lifeline.publish_text("c"))
     # nothing else is published: the pump's own timer delivers "bc" (bounded wait)
@@ -219,6 +220,7 @@ def test_close_mid_stream_sends_the_held_text_before_what_follows_and_nothing_af
     pump = DeltaPump(bus, io_loop, 0.05)
     lifeline = Lifeline("s", bus, pump=pump)
     on_loop(io_loop, lambda: lifeline.publish_text("one "))
+    assert seen.wait_for(lambda evs: len(evs) == 1)  # taken by the bus: "two " waits in the pump
     on_loop(io_loop, lambda: lifeline.publish_text("two "))
     lifeline.close()
     assert on_loop(io_loop, lambda: lifeline.publish_text("late")) is False
