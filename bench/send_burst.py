@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import corvid_actors
 
     tree = Path(corvid_actors.__file__).resolve().parent.parent
+    commit = _commit(tree)  # at the start: the code this process imported
     levels = args.sessions or ([100] if args.quick else list(LEVELS))
     trials = args.trials or (3 if args.quick else TRIALS)
     out: list[dict[str, Any]] = []
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     met = None if top is None else bool(top["send_message"]["sends_per_s"]["median"] >= GOAL_SENDS_PER_S
                                         and top["send_message"]["p99_ms"]["median"] <= GOAL_P99_MS)
     return {"name": "send_burst", "machine": machine(), "load_before": load_before, "levels": out, "paired": paired,
-            "trials": trials, "tree": str(tree), "commit": _commit(tree),
+            "trials": trials, "tree": str(tree), "commit": commit,
             "goal": f"1,000 sends to 1,000 live sessions at ≥ {GOAL_SENDS_PER_S:,} sends/s, p99 ≤ {GOAL_P99_MS:g} ms "
                     "per call", "met": met, "command": ".venv/bin/python -m bench.send_burst"}
 
