@@ -13,7 +13,9 @@ write on an absolute schedule, and three readers in this process read the same r
   (each line parsed into an ``ollama.ChatResponse``): the least a Python process does;
 - ``runtime``: live chat sessions of one real-clock Runtime (created and answered once,
   before the trials) each sent a message (``send_message``: stored, a turn, the reply
-  stored); a ``subscribe_all`` callback receives the ``content_block_delta`` events.
+  stored); a ``subscribe_all`` callback receives the ``content_block_delta`` events;
+- ``runtime_no_pump``: the same with ``[supervisor] delta_interval_ms = 0`` (each delta
+  told to the bus as it comes, as before issue 37's delta pump), paired with ``runtime``.
 
 Every reader parses the JSON it reads (the runtime's lean parse of a plain text line is
 its own: ``providers/_ollama_lean``). Levels: one stream at 1 token/ms; 100 streams at
@@ -159,10 +161,12 @@ class RuntimeSide:
     would measure the overflow recovery instead of the stream. So with ``sets`` > 1 each
     trial uses the next set of ``streams`` sessions (all made and answered beforehand)."""
 
-    def __init__(self, url: str, workdir: Path, streams: int, sets: int = 1) -> None:
+    def __init__(self, url: str, workdir: Path, streams: int, sets: int = 1,
+                 supervisor: dict[str, Any] | None = None) -> None:
         self.waiter = Waiter()
         self.reader = Reader()
-        self.runtime = real_runtime(url, workdir, max_parallel=max(4, streams))
+        workdir.mkdir(exist_ok=True)
+        self.runtime = real_runtime(url, workdir, max_parallel=max(4, streams), supervisor=supervisor)
         every = create_sessions(self.runtime, workdir, streams * sets)
         self.sets = [every[k * streams:(k + 1) * streams] for k in range(sets)]
         self.turn = 0
@@ -201,25 +205,33 @@ def _per_token(trials: list[Trial], key: str) -> float:
     return round(statistics.median([float(t.extra[key]) / t.units for t in trials if t.units]), 3)
 
 
-def run_level(url: str, streams: int, rate: float, seconds: float, trials: int, sync: bool) -> dict[str, Any]:
+def run_level(url: str, streams: int, rate: float, seconds: float, trials: int, sync: bool,
+              compare_pump: bool = False) -> dict[str, Any]:
     chunks = max(2, round(rate * seconds))
     load_before = loadavg()
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.monotonic()
         # a session's history stays under ~1,000 stamped tokens (see RuntimeSide)
         sets = trials + 1 if chunks > HISTORY_TOKENS else 1
-        runtime = RuntimeSide(url, Path(tmp), streams, sets)
+        runtime = RuntimeSide(url, Path(tmp) / "pumped", streams, sets)
         setup_s = round(time.monotonic() - t0, 1)
+        # the same runtime with the delta pump off (issue 37 item 3's before, paired)
+        no_pump = RuntimeSide(url, Path(tmp) / "no-pump", streams, sets, {"delta_interval_ms": 0.0}) if compare_pump \
+            else None
         async_side = AsyncSide(url)
         sync_side = SyncSide(url) if sync else None
         sides = {"async": lambda: async_side.trial(streams, rate, chunks),
                  "runtime": lambda: runtime.trial(streams, rate, chunks)}
         if sync_side is not None:
             sides = {"sync": lambda: sync_side.trial(streams, rate, chunks), **sides}
+        if no_pump is not None:
+            sides["runtime_no_pump"] = lambda: no_pump.trial(streams, rate, chunks)
         try:
             rows = interleave(sides, trials=trials, warmup=1)
         finally:
             runtime.close()
+            if no_pump is not None:
+                no_pump.close()
             async_side.close()
             if sync_side is not None:
                 sync_side.close()
@@ -242,6 +254,10 @@ def run_level(url: str, streams: int, rate: float, seconds: float, trials: int, 
         paired += [compare(rows, "sync", "runtime", kind="cost", label=f"{label}: runtime / raw sync Client, time per token"),
                    compare(rows, "sync", "async", kind="cost", label=f"{label}: raw AsyncClient / raw sync Client, "
                                                                     "time per token")]
+    if compare_pump:
+        paired.append(compare(rows, "runtime_no_pump", "runtime", kind="cost",
+                              label=f"{label}: runtime / the same with delta_interval_ms = 0 (no delta pump), "
+                                    "time per token"))
     return {"streams": streams, "rate_per_stream": rate, "offered_tokens_per_s": round(streams * rate),
             "tokens_per_stream": chunks, "runtime_setup_s": setup_s, "readers": readers, "paired": paired,
             "load_before": load_before, "load_after": loadavg()}
@@ -261,7 +277,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             seconds = args.seconds or STREAM_S.get(n, DEFAULT_STREAM_S)
             if args.quick:
                 seconds = min(seconds, 1.0)
-            out.append(run_level(url, n, rate, seconds, trials, sync=n <= SYNC_MAX_STREAMS))
+            out.append(run_level(url, n, rate, seconds, trials, sync=n <= SYNC_MAX_STREAMS,
+                                 compare_pump=not args.no_pump_side))
     head = out[0]
     ratio = head["paired"][0]["cpu"]["median"]
     csw = head["readers"]["runtime"]["csw_per_token"]
@@ -281,6 +298,9 @@ def _flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate-1000", type=float, default=RATE_1000,
                         help="tokens/s per stream at 1,000 streams (default 50)")
     parser.add_argument("--seconds", type=float, default=0.0, help="how long each stream lasts")
+    parser.add_argument("--no-pump-side", action="store_true",
+                        help="leave out the runtime with the delta pump off (delta_interval_ms = 0; an older tree "
+                             "without the key needs this)")
 
 
 if __name__ == "__main__":
