@@ -26,14 +26,16 @@ from pathlib import Path
 from bench._common import RESULT_MARKER, loadavg, machine
 from bench._paired import table
 
-BENCHMARKS = ("streaming", "messaging", "scale", "control", "simtime", "persistence", "sandbox", "soak", "lifecycle",
-              "streams", "cluster", "failover")
+BENCHMARKS = ("pace", "streaming", "messaging", "scale", "control", "simtime", "persistence", "sandbox", "soak", "lifecycle",
+              "streams", "cluster", "failover", "send_burst")
 #: extra arguments in a ``python -m bench`` run (not with ``--full``): the time budget
 SUITE_ARGS: dict[str, list[str]] = {
     "soak": ["--sessions", "500", "--warm-up", "200", "--sample-every", "100"],
     # one round (standalone: two): each round opens 1,000 streams twice, ~45 s a side on a
     # slow machine, the biggest part of the run
     "streams": ["--trials", "1"],
+    # 10,000 (~45 s a side, 14 runs) is opt-in; the 10,000 figure is extrapolated from these
+    "lifecycle": ["--sessions", "1000", "5000", "--trials", "7"],
 }
 TIMEOUT_S = 3600
 ROOT = Path(__file__).resolve().parent.parent

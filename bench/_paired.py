@@ -73,14 +73,22 @@ def cpu_seconds() -> float:
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
+def context_switches() -> int:
+    """Voluntary + involuntary context switches of this process so far (every thread:
+    Linux sums them for ``RUSAGE_SELF``)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw + usage.ru_nivcsw
+
+
 def timed(side: str, round_: int, fn: Callable[[], float | Outcome]) -> Trial:
-    """Run ``fn`` once, timing its wall and CPU time."""
-    cpu0, t0 = cpu_seconds(), time.perf_counter()
+    """Run ``fn`` once, timing its wall and CPU time; its context switches go into the
+    trial's ``extra["csw"]`` (unless ``fn`` counted its own)."""
+    cpu0, csw0, t0 = cpu_seconds(), context_switches(), time.perf_counter()
     result = fn()
-    wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+    wall, cpu, csw = time.perf_counter() - t0, cpu_seconds() - cpu0, context_switches() - csw0
     outcome = result if isinstance(result, Outcome) else Outcome(float(result))
     return Trial(side, round_, wall if outcome.wall_s is None else outcome.wall_s,
-                 cpu if outcome.cpu_s is None else outcome.cpu_s, outcome.units, dict(outcome.extra))
+                 cpu if outcome.cpu_s is None else outcome.cpu_s, outcome.units, {"csw": csw, **outcome.extra})
 
 
 def order(sides: Sequence[str], round_: int, rng: random.Random | None) -> list[str]:

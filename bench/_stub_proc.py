@@ -6,6 +6,12 @@ work then does not compete for the benchmark's GIL. A chat whose last user messa
 with ``stamp=1`` each chunk's text is the stub's ``time.monotonic_ns()`` at the moment it
 is written (CLOCK_MONOTONIC is system-wide on Linux, so the reader can subtract).
 
+Chunks are paced on an absolute schedule: chunk *k* of a reply is written at its start +
+*k* × S (after a late write, the chunks whose slots have passed follow at once: the
+offered rate is kept), one chunk per network write (``send_line``: one ``write`` of one
+HTTP chunk, TCP_NODELAY). A relative ``sleep(S)`` per chunk drifts by the sleep's overshoot
+(~10 % at 1 ms), so "1 token/ms" would not be what the reader is offered.
+
     with StubProcess() as url:
         ...  # OllamaProvider(url), ollama.Client(host=url)
 """
@@ -37,6 +43,22 @@ def _serve() -> None:
     from corvid_actors.testing.ollama_stub import OllamaStubServer, StubModel, Turn
 
     class StampingHandler(StubHandler):
+        #: the next chunk's slot on the absolute schedule (None: the reply has not begun)
+        next_at: float | None = None
+
+        def start_stream(self) -> None:
+            self.next_at = None
+            super().start_stream()
+
+        def wait(self, delay_s: float) -> None:
+            if delay_s <= 0:
+                return
+            now = time.monotonic()
+            due = now if self.next_at is None else self.next_at
+            self.next_at = due + delay_s
+            if due > now:
+                time.sleep(due - now)
+
         def send_line(self, body: Any) -> None:
             message = body.get("message") if isinstance(body, dict) else None
             if message and str(message.get("content", "")).startswith(STAMP):

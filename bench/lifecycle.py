@@ -8,18 +8,24 @@ is idle. Shutdown is ``Runtime.shutdown()`` with the N sessions live, until ever
 stopped; afterwards every row must be marked for resume. Also per level: the timer
 table's cost of one session's cleanup (``CancelTimers``) with 3 timers per session pending.
 
-Side by side: "after" is this tree; "before" is a git ref (default ``main``) checked out
-into a temporary directory (``git archive``) and run with THIS bench code, each level in
-its own process. Goal: 10,000 sessions start and stop in ≤ 20 s each.
+Side by side: "after" is this tree; "before" is a recorded baseline commit
+(``BASELINE_COMMIT``: main as issue 37 measured it; ``--before REF`` for another) checked
+out into a temporary directory (``git archive``) and run with THIS bench code, each level in
+its own process; the output records the commit. Goal: 10,000 sessions start and stop in
+≤ 20 s each, with the per-session cost flat in N: each level reports the start-up cost per
+session, and when 10,000 was not run, the 10,000 figure extrapolated from the measured
+levels (a least-squares line of the per-session cost over N, said so in the output).
 
-    python -m bench.lifecycle [--quick] [--sessions 1000 10000] [--trials K] [--before REF | --no-before]
+    python -m bench.lifecycle [--quick] [--sessions 1000 5000 10000] [--trials 7] [--before REF | --no-before]
     python -m bench.lifecycle --level 1000          # one level, this tree, JSON on stdout
 
 Before and after run as paired rounds (``bench._paired``): each round runs both sides,
 one process each, in alternating order (B,A then A,B …), ``--trials`` rounds per level;
 the ratios of start-up and of shutdown (wall time, and the level process's CPU time for
-that phase) are paired per round. The default level is 1,000 (2,000 or 10,000 are
-opt-in: ``--sessions 1000 10000``; the "before" side takes minutes there).
+that phase) are paired per round. The default levels are 1,000, 5,000 and 10,000 at 7
+rounds (about an hour and a half here: a 10,000 restart is ~45 s a side); a smaller run
+states its levels, e.g. ``--sessions 1000 5000 --trials 7`` with the 10,000 figure
+extrapolated.
 """
 
 from __future__ import annotations
@@ -33,11 +39,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import RESULT_MARKER, checkout_tree, cli, loadavg, machine, now, quiet_logs
+from bench._common import (
+    RESULT_MARKER,
+    checkout_tree,
+    cli,
+    loadavg,
+    machine,
+    now,
+    quiet_logs,
+    slope,
+)
 from bench._paired import Outcome, compare, interleave, retimed, spread
 
-LEVELS = (1000,)
-TRIALS = 3
+LEVELS = (1000, 5000, 10000)
+TRIALS = 7
+#: the recorded baseline "before" is measured against by default: main when issue 37 was
+#: measured (a moving ref such as ``main`` made before and after the same tree: a noise ratio)
+BASELINE_COMMIT = "def80f194ad18e30c514191aa803ff432cda1b90"
 QUICK_LEVELS = (200,)
 GOAL_S = 20.0
 LEVEL_TIMEOUT_S = 3600
@@ -162,6 +180,28 @@ def measure_level(n: int) -> dict[str, Any]:
     return out
 
 
+def growth(levels: list[dict[str, Any]]) -> dict[str, Any]:
+    """Start-up ms per session at each measured level, per side (the median round), and at
+    10,000: measured, or extrapolated on a least-squares line through the levels (with
+    two or more of them; said so)."""
+    out: dict[str, Any] = {}
+    for side in ("before", "after"):
+        points = [(float(lv["sessions"]), float(lv[side]["startup_s_spread"]["median"]) / lv["sessions"] * 1e3)
+                  for lv in levels if side in lv and "startup_s_spread" in lv[side]]
+        if not points:
+            continue
+        measured = {int(n): round(ms, 3) for n, ms in points}
+        entry: dict[str, Any] = {"measured": measured}
+        if 10000 not in measured and len(points) >= 2:
+            k = slope(points)
+            mean_n = sum(n for n, _ in points) / len(points)
+            mean_ms = sum(ms for _, ms in points) / len(points)
+            entry["extrapolated_10000"] = round(mean_ms + k * (10000 - mean_n), 3)
+            entry["extrapolated_10000_startup_s"] = round(entry["extrapolated_10000"] * 10, 1)
+        out[side] = entry
+    return out
+
+
 def _run_level(tree: Path, n: int) -> dict[str, Any]:
     done = subprocess.run([sys.executable, "-m", "bench.lifecycle", "--level", str(n)], cwd=tree,
                           capture_output=True, text=True, timeout=LEVEL_TIMEOUT_S + 600)
@@ -201,25 +241,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for phase in ("startup", "shutdown"):
                     phased = {side: retimed(t, f"{phase}_s", f"{phase}_cpu_s") for side, t in rows.items()}
                     paired.append(compare(phased, "before", "after", kind="cost", digits=2,
-                                          label=f"{n:,} sessions' {phase}: this tree / {before_ref} (time)"))
+                                          label=f"{n:,} sessions' {phase}: this tree / {str(before_commit)[:10]} (time)"))
             results.append(row)
     after_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                                   text=True).stdout.strip()
     top = results[-1]["after"]
     return {
         "name": "lifecycle", "machine": machine(), "levels": results, "paired": paired,
+        "per_session_ms": growth(results),
         "before_ref": before_ref, "before_commit": before_commit, "after_commit": after_commit,
         "goal": f"10,000 sessions start (daemon restart: reset + resume) and shut down in ≤ {GOAL_S:g} s each",
         "met": (bool(top.get("sessions") == 10000 and top.get("complete") and top.get("startup_s", 1e9) <= GOAL_S
                      and top.get("shutdown_s", 1e9) <= GOAL_S) if top.get("sessions") == 10000 else None),
-        "command": ".venv/bin/python -m bench.lifecycle   (10,000: --sessions 1000 10000)",
+        "command": ".venv/bin/python -m bench.lifecycle --sessions " + " ".join(str(n) for n in levels)
+                   + f" --trials {trials}",
     }
 
 
 def _flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--level", type=int, default=0, help="run one level on this tree (JSON out)")
     parser.add_argument("--sessions", type=int, nargs="*", help=f"levels (default {LEVELS})")
-    parser.add_argument("--before", default="main", help="the git ref measured as 'before' (default main)")
+    parser.add_argument("--before", default=BASELINE_COMMIT,
+                        help=f"the git ref measured as 'before' (default the recorded baseline {BASELINE_COMMIT[:10]})")
     parser.add_argument("--no-before", action="store_true", help="measure this tree only")
     parser.add_argument("--trials", type=int, default=0, help=f"rounds per level (default {TRIALS})")
 

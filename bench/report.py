@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bench import _report_hot_path as hot
+
 BEGIN = "<!-- BEGIN GENERATED: python -m bench rewrites this part -->"
 END = "<!-- END GENERATED -->"
 
@@ -178,7 +180,8 @@ def _sandbox(r: dict[str, Any]) -> list[str]:
         f"of {r['files_in_project']} files; bwrap {r['bwrap']}"
         + ("; as root the process limit is a pids cgroup (joining it is a separate column)" if r["cgroup"] else "")
         + ". The kernel's floor at the same load: `/bin/true` p50 "
-        + f"{r['floor']['bare']} ms bare, {r['floor']['bwrap_minimal']} ms under `bwrap --ro-bind / /`.", ""]
+        + f"{r['floor']['bare']} ms bare, {r['floor']['bwrap_minimal']} ms under `bwrap --ro-bind / /`.", "",
+        *hot.sandbox_run_tool(r)]
 
 
 #: model servers of the soak benchmark, as the table names them
@@ -225,7 +228,7 @@ def _lifecycle(r: dict[str, Any]) -> list[str]:
     before = (f"before = `{r['before_ref']}` at {str(r['before_commit'])[:10]}, checked out in a temporary directory "
               "and run with the same bench code; " if r.get("before_commit") else "")
     return [f"{before}after = {str(r.get('after_commit'))[:10]} (this tree). Each level and side in its own process, "
-            "SQLite WAL file, one after the other.", "", *_table(header, rows)]
+            "SQLite WAL file, one after the other.", "", *_table(header, rows), *hot.lifecycle_growth(r)]
 
 
 def _cluster(r: dict[str, Any]) -> list[str]:
@@ -263,7 +266,8 @@ def _failover(r: dict[str, Any]) -> list[str]:
 
 
 SECTIONS = {
-    "streaming": ("1. Streaming overhead", _streaming),
+    "pace": ("0. Streaming at a model's pace", hot.pace),
+    "streaming": ("1. Streaming overhead (fast stub)", _streaming),
     "messaging": ("2. Actor messaging", _messaging),
     "scale": ("3. Scale", _scale),
     "control": ("4. Control latency", _control),
@@ -275,12 +279,17 @@ SECTIONS = {
     "lifecycle": ("9. Start-up and shutdown", _lifecycle),
     "cluster": ("11. Leases on PostgreSQL", _cluster),
     "failover": ("12. Failover", _failover),
+    "send_burst": ("13. Send burst", hot.send_burst),
 }
 
 
 def _headline(name: str, r: dict[str, Any]) -> str:
     if r.get("failed"):
         return "failed: see below"
+    if name == "pace":
+        return hot.pace_headline(r)
+    if name == "send_burst":
+        return hot.send_burst_headline(r)
     if name == "streaming":
         return (f"runtime {r['ratio_cpu']:.0%} of the raw ollama client's tokens per CPU second "
                 f"({r['ratio_total']:.0%} per wall second; paired medians)")
@@ -313,6 +322,9 @@ def _headline(name: str, r: dict[str, Any]) -> str:
                 f"{versus}, "
                 f"{base.get('cpu_ms_per_turn')} ms CPU per turn, {base.get('actor messages per turn')} actor messages "
                 f"and {base.get('sql statements per turn')} SQL statements per turn")
+    if name == "sandbox" and r.get("run_tool"):
+        return "; ".join(f"run_tool {x['command']}: +{x['added_cpu_ms']['median']} ms CPU (wall p50 "
+                         f"+{x['added_wall_p50_ms']} ms)" for x in r["run_tool"])
     if name == "sandbox":
         return "; ".join(f"{x['command']}: +{x['added_p50_ms']} ms at p50 (p99 {x['sandbox']['p99']} ms)"
                          for x in r["rows"])

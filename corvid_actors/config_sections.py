@@ -36,6 +36,7 @@ class SupervisorConfig:
     restart_backoff_multiplier: float = field(metadata=AT_LEAST_ONE)
     max_restarts: int = field(metadata=NON_NEGATIVE)
     coalesce_deltas: bool
+    delta_interval_ms: float = field(metadata=NON_NEGATIVE)
     stable_period_s: float = field(metadata=POSITIVE)
     auto_resume_base_s: float = field(metadata=POSITIVE)
     auto_resume_multiplier: float = field(metadata=AT_LEAST_ONE)

@@ -16,6 +16,12 @@ Loop resources (an async HTTP client with its connection pool) are made on the l
 with :meth:`IoLoop.resource` and closed when the loop stops. Tools keep their own threads
 and subprocesses; only model I/O runs here.
 
+The loop keeps real time, also in a simulation: model I/O is real I/O, so its timers (an
+HTTP client's timeouts, the delta pump's interval) run on ``CLOCK_MONOTONIC`` even while a
+:class:`~corvid_actors.testing.SimClock` has frozen ``time.monotonic`` (freezegun patches
+that function, which asyncio's ``loop.time()`` reads; it leaves ``clock_gettime`` alone).
+Outside a simulation both are the same clock.
+
 This module imports nothing from the package (it sits beside the clock).
 """
 
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Generic, TypeVar
 
@@ -121,6 +128,7 @@ class IoLoop(Generic[T]):
 
     def _run(self, ready: threading.Event) -> None:
         loop = asyncio.new_event_loop()
+        loop.time = _real_time  # type: ignore[method-assign]  # see the module docstring
         _current.io_loop = self
         self._loop = loop
         asyncio.set_event_loop(loop)
@@ -222,6 +230,11 @@ class IoLoop(Generic[T]):
         if threading.current_thread() is not thread:
             done.wait()
             thread.join()
+
+
+def _real_time() -> float:
+    """The loop's clock: CLOCK_MONOTONIC, which a SimClock's freezegun does not freeze."""
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
 
 
 async def _guarded(make: Callable[[], Awaitable[T]]) -> T:

@@ -10,7 +10,14 @@ growing until the bus took it, and subscribers see one delta carrying their text
 order (see :class:`~corvid_actors.actors.session_wiring.Lifeline`). Under load a
 subscriber therefore sees fewer, larger deltas; the concatenated text is the same.
 
-Messages: :class:`Publish` / :class:`PublishMany` / :class:`PublishDeltas` (tell),
+Streamed text read on the I/O loop comes through its
+:class:`~corvid_actors.actors.delta_pump.DeltaPump`: one :class:`PublishDeltaBatch` per
+``[supervisor] delta_interval_ms`` at most, for every session streaming there, so the bus
+thread is not woken per token (issue 37); the event a subscriber sees is the same
+``content_block_delta``, carrying a longer text.
+
+Messages: :class:`Publish` / :class:`PublishMany` / :class:`PublishDeltas` /
+:class:`PublishDeltaBatch` (tell),
 :class:`Subscribe` / :class:`Unsubscribe` / :class:`SubscribeAll` / :class:`UnsubscribeAll`
 (ask or tell), :class:`RemoveSession`,
 :class:`PruneSessions` (keep only the given ids), ``ask(BusStats())`` → dict.
@@ -54,13 +61,17 @@ class DeltaBuffer:
     once by the EventBus (its thread); after :meth:`take` nothing more is appended.
 
     ``parts`` and ``taken`` are guarded by ``lock``: the Lifeline passes its own lock, so
-    that a delta costs it one lock (it appends to ``parts`` itself while holding it)."""
+    that a delta costs it one lock (it appends to ``parts`` itself while holding it).
+    ``told``: a message carrying it is in the bus's inbox (a buffer started on the I/O
+    loop waits in the :class:`~corvid_actors.actors.delta_pump.DeltaPump` first). It may
+    be told twice (by the pump and by its lifeline); the bus delivers it once."""
 
-    __slots__ = ("parts", "taken", "lock")
+    __slots__ = ("parts", "taken", "told", "lock")
 
-    def __init__(self, text: str, lock: threading.Lock | None = None) -> None:
+    def __init__(self, text: str, lock: threading.Lock | None = None, *, told: bool = True) -> None:
         self.parts = [text]
         self.taken = False
+        self.told = told
         self.lock = lock if lock is not None else threading.Lock()
 
     def append(self, text: str) -> bool:
@@ -71,9 +82,12 @@ class DeltaBuffer:
             self.parts.append(text)
             return True
 
-    def take(self) -> tuple[str, int]:
-        """The text gathered so far and how many deltas it joins; seals the buffer."""
+    def take(self) -> tuple[str, int] | None:
+        """The text gathered so far and how many deltas it joins; seals the buffer. None
+        when it was taken already (a buffer told twice is delivered once)."""
         with self.lock:
+            if self.taken:
+                return None
             self.taken = True
             parts = self.parts
         return (parts[0] if len(parts) == 1 else "".join(parts)), len(parts)
@@ -102,6 +116,18 @@ class PublishDeltas:
 
     session_id: str
     buffer: DeltaBuffer
+
+
+@dataclass(frozen=True)
+class PublishDeltaBatch:
+    """Deliver the streamed text of several sessions, one ``content_block_delta`` per
+    buffer, in the order given (each session's buffers are in its order).
+
+    Told by the I/O loop's :class:`~corvid_actors.actors.delta_pump.DeltaPump` (on the
+    loop thread) at most once per ``[supervisor] delta_interval_ms``; handled on the
+    EventBus thread. Reply: none (told)."""
+
+    entries: tuple[tuple[str, DeltaBuffer], ...]
 
 
 @dataclass(frozen=True)
@@ -194,9 +220,10 @@ class EventBus(TrackedActor):
     def on_receive(self, message: object) -> object:
         match message:
             case PublishDeltas(session_id, buffer):
-                text, count = buffer.take()
-                self.deltas_merged += count - 1
-                self._fan_out(session_id, ContentBlockDelta(text=text))
+                self._deliver_buffer(session_id, buffer)
+            case PublishDeltaBatch(entries):
+                for session_id, buffer in entries:
+                    self._deliver_buffer(session_id, buffer)
             case Publish(session_id, event):
                 self._track(session_id, event)
                 self._fan_out(session_id, event)
@@ -238,6 +265,14 @@ class EventBus(TrackedActor):
                     "subscriber_errors": self.subscriber_errors,
                 }
         return None
+
+    def _deliver_buffer(self, session_id: str, buffer: DeltaBuffer) -> None:
+        taken = buffer.take()
+        if taken is None:  # told twice (the I/O loop's pump and its lifeline): delivered already
+            return
+        text, count = taken
+        self.deltas_merged += count - 1
+        self._fan_out(session_id, ContentBlockDelta(text=text))
 
     def _fan_out(self, session_id: str, event: Event) -> None:
         if self._observer is not None:

@@ -20,6 +20,7 @@ import pykka
 
 from corvid_actors.access import SessionBudget
 from corvid_actors.actors.base import tell
+from corvid_actors.actors.delta_pump import DeltaPump
 from corvid_actors.actors.events import DeltaBuffer, Publish, PublishDeltas, PublishMany
 from corvid_actors.actors.timers import Timers
 from corvid_actors.clock import Clock
@@ -44,16 +45,21 @@ class Lifeline:
     that follow are appended to that buffer for as long as the bus has not taken it; any
     other event seals the buffer first (order kept). An idle bus takes each buffer before
     the next delta comes, so it delivers every delta as it came. ``coalesce=False``
-    (``[supervisor] coalesce_deltas``) delivers every delta on its own. ``publish`` may be
+    (``[supervisor] coalesce_deltas``) delivers every delta on its own. On the I/O loop's
+    thread, with a ``pump`` (:mod:`~corvid_actors.actors.delta_pump`), a new buffer is
+    offered to the pump instead of told to the bus: the bus is told at most once per
+    ``[supervisor] delta_interval_ms`` for every stream of the loop; any other event (and
+    :meth:`close`) tells an untold buffer first, so order is kept. ``publish`` may be
     called from any thread (the actor's, a worker's, the I/O loop's); streamed text takes
     :meth:`publish_text`, which costs one lock and no event object per chunk.
     """
 
     def __init__(self, session_id: str, bus: pykka.ActorRef[Any], *, coalesce: bool = True,
-                 gate: Callable[[], bool] | None = None) -> None:
+                 gate: Callable[[], bool] | None = None, pump: DeltaPump | None = None) -> None:
         self.session_id = session_id
         self._bus = bus
         self._coalesce = coalesce
+        self._pump = pump if coalesce else None
         #: several daemons (issue 20): publish only while this daemon's lease is surely its own
         self._gate = gate
         self._lock = threading.Lock()
@@ -89,9 +95,19 @@ class Lifeline:
             if self._held is not None:
                 self._held.append(event)
                 return True
-            self._open = None
+            self._seal()
             tell(self._bus, Publish(self.session_id, event))
             return True
+
+    def _seal(self) -> None:
+        """Close the open buffer (the next delta starts another); a buffer still waiting in
+        the pump is told now, ahead of what the caller tells next. Under ``_lock``."""
+        buffer = self._open
+        if buffer is not None:
+            self._open = None
+            if not buffer.told:
+                buffer.told = True
+                tell(self._bus, PublishDeltas(self.session_id, buffer))
 
     def publish_text(self, text: str) -> bool:
         """Publish streamed text (a ``content_block_delta``): what :meth:`publish` does
@@ -110,9 +126,14 @@ class Lifeline:
             if buffer is not None and not buffer.taken:
                 buffer.parts.append(text)
                 return True
-            self._open = DeltaBuffer(text, self._lock)
-            tell(self._bus, PublishDeltas(self.session_id, self._open))
-            return True
+            pump = self._pump
+            if pump is None or not pump.here():
+                self._open = DeltaBuffer(text, self._lock)
+                tell(self._bus, PublishDeltas(self.session_id, self._open))
+                return True
+            self._open = buffer = DeltaBuffer(text, self._lock, told=False)
+        pump.offer(self.session_id, buffer)  # the pump's state is the loop thread's alone
+        return True
 
     def hold(self) -> None:
         """From now on, what is published (from any path: an event, a write's error) is
@@ -135,7 +156,7 @@ class Lifeline:
             self._held = [] if keep_holding else None
             if not held or self._closed or (self._gate is not None and not self._gate()):
                 return
-            self._open = None
+            self._seal()
             tell(self._bus, Publish(self.session_id, held[0]) if len(held) == 1
                  else PublishMany(self.session_id, tuple(held)))
 
@@ -143,7 +164,9 @@ class Lifeline:
         with self._lock:
             self._closed = True
             self._accepting_input = False
-            self._open = None
+            # text published before the close still goes out, ahead of what the closer
+            # publishes next (a told buffer always did: it was in the bus's inbox)
+            self._seal()
             self._held = None
         self.cancel.cancel()
 

@@ -22,6 +22,7 @@ import pykka
 from corvid_actors.actors.approvals import CancelSession
 from corvid_actors.actors.base import ActivityTracker, tell
 from corvid_actors.actors.cluster import ClusterSeat, SessionsLost
+from corvid_actors.actors.delta_pump import DeltaPump
 from corvid_actors.actors.events import Publish, PublishMany, RemoveSession
 from corvid_actors.actors.live import LiveSessions
 from corvid_actors.actors.retry import PendingWrites
@@ -78,6 +79,10 @@ class SupervisorCore:
         self.tracing = tracing
         #: the runtime's I/O loop: model calls of providers that stream asynchronously
         self.io_loop = io_loop
+        #: streamed text from the I/O loop to the bus, at most once per interval (issue 37)
+        self.delta_pump = DeltaPump(bus, io_loop, config.supervisor.delta_interval_ms / 1000) if (
+            io_loop is not None and config.supervisor.coalesce_deltas and config.supervisor.delta_interval_ms > 0
+        ) else None
         #: this daemon's seat among several on one PostgreSQL (issue 20); None: one daemon
         self.cluster = cluster
         self.cfg = config

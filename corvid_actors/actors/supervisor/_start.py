@@ -79,7 +79,7 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
     core.generation += 1
     gen = core.generation
     sup = core.sup
-    lifeline = Lifeline(sid, core.bus, coalesce=sup.coalesce_deltas,
+    lifeline = Lifeline(sid, core.bus, coalesce=sup.coalesce_deltas, pump=core.delta_pump,
                         gate=core.cluster.may_publish if core.cluster is not None else None)
     timeout_s = sup.session_timeout_s
     meta = core.meta.setdefault(sid, Meta(source=session.source))
