@@ -118,6 +118,7 @@ def make_app(rt: Any, admin: Any, tokens: dict[str, str]) -> Starlette:
         Route("/mode", endpoint("mode")),
         Route("/mode", endpoint("mode", True, "mode"), methods=["PUT"]),
         Route("/health", endpoint("health")),
+        Route("/stats", endpoint("stats")),
         Route("/events", events),
     ]
     for verb in ("stop", "resume", "restart", "extend"):

@@ -36,6 +36,7 @@ def test_a_scripted_reply_streams_into_the_session_page(page, served):
     served.scripted.for_session(session.id, Turn.reply("First answer."),
                                 Turn.reply("one two three four five six", deltas=6, delta_interval_s=0.05))
     served.runtime.start_process(session.id, "hello")
+    served.runtime.settle(10)  # the first reply is stored: the page shows it from the history
     login(page, served, then=f"/sessions/{session.id}")
     history = page.locator("#history")
     expect(history.locator(".message.assistant")).to_have_text(["assistantFirst answer."])
@@ -72,6 +73,7 @@ def test_a_crashed_session_restarting_shows_on_its_page(page, served):
     served.scripted.for_session(session.id, Turn.reply("Hi."), Turn.crash("model server fell over"),
                                 Turn.reply("Back again."))
     served.runtime.start_process(session.id, "hello")
+    served.runtime.settle(10)  # the first reply is stored: the page shows it from the history
     login(page, served, then=f"/sessions/{session.id}")
     expect(page.locator("#stream-state")).to_have_text("live")
     page.fill("#send-text", "are you there?")
@@ -88,6 +90,7 @@ def test_a_reply_with_a_script_shows_as_text_and_runs_nothing(page, served):
     session = served.session()
     served.scripted.for_session(session.id, Turn.reply(hostile), Turn.reply(hostile, deltas=3))
     served.runtime.start_process(session.id, "hello")
+    served.runtime.settle(10)  # the first reply is stored: the page shows it from the history
     login(page, served, then=f"/sessions/{session.id}")
     history = page.locator("#history")
     expect(history.locator(".message.assistant .text")).to_have_text([hostile])  # from the stored history

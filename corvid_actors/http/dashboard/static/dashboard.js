@@ -2,7 +2,7 @@
 //
 // The token lives in sessionStorage (this tab only) and travels in the Authorization header
 // of fetch calls; it is never put in a cookie, so no other site can make the browser use it
-// (the CSRF story). Every value from the API is rendered with textContent, never innerHTML:
+// (the CSRF story). Every value from the API is rendered with textContent, never parsed as HTML:
 // a session's reply containing <script> shows as text. Server-sent events are read with
 // fetch and a stream reader, because EventSource cannot send an Authorization header.
 "use strict";
@@ -345,8 +345,10 @@
     const approvalsBox = $("#session-approvals");
 
     function message(role, text) {
-      historyList.append(el("li", { className: "message " + role, "data-role": role },
-        el("span", { className: "role", text: role }), el("div", { className: "text", text: text })));
+      const item = el("li", { className: "message " + role, "data-role": role },
+        el("span", { className: "role", text: role }), el("div", { className: "text", text: text }));
+      historyList.append(item);
+      return item;
     }
 
     function eventLine(ev) {
@@ -417,21 +419,30 @@
       ev.preventDefault();
       const input = $("#send-text");
       const text = input.value;
+      // shown before the POST: the reply may stream in before the POST's answer arrives
+      const sent = message("user", text);
+      input.value = "";
       try {
         await api(path + "/messages", { method: "POST", body: { text } });
-        message("user", text);
-        input.value = "";
       } catch (e) {
+        sent.remove();
+        input.value = text;
         fail(e);
       }
     });
 
     loadSummary();
-    loadHistory().then(() => {
-      const state = $("#stream-state");
-      stream(path + "/events", onEvent, (s) => { state.textContent = s; state.dataset.state = s; },
-        new AbortController().signal);
-    });
+    // the history is read again each time the stream (re)connects: what happened between
+    // the first read and the stream's start (or during a reconnect) is not lost
+    const state = $("#stream-state");
+    const show = (s) => {
+      state.textContent = s;
+      state.dataset.state = s;
+    };
+    loadHistory().then(() => stream(path + "/events", onEvent, (s) => {
+      if (s === "live") loadHistory().then(() => show(s));  // "live": streaming, history read
+      else show(s);
+    }, new AbortController().signal));
   }
 
   function approvalsPage() {
@@ -457,26 +468,33 @@
     const pick = (obj, ...keys) => keys.map((k) => [k, obj && obj[k] !== undefined ? fmtValue(obj[k]) : null]);
     function fmtValue(v) {
       if (v === null || v === undefined) return "—";
-      if (typeof v === "object") return JSON.stringify(v);
+      if (Array.isArray(v)) return v.length ? v.map(fmtValue).join(", ") : "none";
+      if (typeof v === "object" && Object.keys(v).length === 0) return "none";
+      if (typeof v === "object") return Object.entries(v).map(([k, x]) => k + ": " + (typeof x === "object" && x !== null ? JSON.stringify(x) : x)).join(" · ");
       return String(v);
     }
     function all(dl, obj) {
+      if (obj && typeof obj === "object" && Object.keys(obj).length === 0) obj = "not reported";
       facts(dl, obj && typeof obj === "object" ? Object.entries(obj).map(([k, v]) => [k, fmtValue(v)]) : [["state", fmtValue(obj)]]);
     }
     async function load() {
       try {
-        const h = await api("/health");
-        $("#health-raw").textContent = JSON.stringify(h, null, 2);
+        // health answers for the store, the actors and the cluster; stats for the slot pool
+        const [h, stats] = await Promise.all([api("/health"), api("/stats").catch(() => ({}))]);
+        $("#health-raw").textContent = JSON.stringify({ health: h, stats }, null, 2);
         facts($("#health-daemon"), [["status", fmtValue(h.status)], ...pick(h.daemon, "pid", "version", "uptime_s", "shutting_down"),
-          ["running sessions", fmtValue(h.sessions && h.sessions.running)], ["paused sessions", fmtValue(h.sessions && h.sessions.paused)]]);
+          ["accepting new work", fmtValue(h.accepting_new_work)],
+          ["running sessions", fmtValue(h.sessions && h.sessions.running)],
+          ["paused sessions", fmtValue(h.sessions && h.sessions.paused)],
+          ...(h.reasons ? [["reasons", fmtValue(h.reasons)]] : [])]);
         all($("#health-store"), h.store);
-        all($("#health-sandbox"), h.sandbox);
-        all($("#health-slots"), h.slot_pool || h.slots);
+        all($("#health-sandbox"), (h.daemon && h.daemon.sandbox) || h.sandbox || stats.sandbox || "not reported");
+        all($("#health-slots"), stats.slots || h.slot_pool || "not reported");
         const cluster = h.cluster;
         if (cluster && Array.isArray(cluster.members)) {
           facts($("#health-cluster"), cluster.members.map((m) => [m.daemon_id || m.id || "?", fmtValue(m.state || m.status || m)]));
         } else {
-          all($("#health-cluster"), cluster || "not in a cluster");
+          all($("#health-cluster"), cluster || "single daemon (no cluster)");
         }
         all($("#health-actors"), h.actors);
         notice("");
