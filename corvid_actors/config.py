@@ -29,6 +29,7 @@ from corvid_actors.config_sections import (
     ClusterConfig,
     CreditsConfig,
     DaemonConfig,
+    HttpConfig,
     ProvidersConfig,
     SessionConfig,
     SlotsConfig,
@@ -82,6 +83,7 @@ class Config:
     webhook: WebhookConfig = field(default_factory=WebhookConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
 
     def replace(self, **sections: Mapping[str, Any]) -> Config:
         """A copy with some keys changed: ``cfg.replace(supervisor={"max_restarts": 5})``."""
@@ -127,6 +129,7 @@ ENV_OVERRIDES: dict[str, tuple[str, str, typing.Callable[[str], Any]]] = {
     "CORVID_DATA_DIR": ("store", "data_dir", str),
     "CORVID_CLUSTER": ("cluster", "enabled", _truthy),
     "CORVID_METRICS_LISTEN": ("telemetry", "metrics_listen", str),
+    "CORVID_HTTP_LISTEN": ("http", "listen", str),
     "CORVID_DAEMON_ID": ("cluster", "daemon_id", str),
 }
 

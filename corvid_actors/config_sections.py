@@ -238,6 +238,30 @@ class TelemetryConfig:
     metrics_label_cap: int = field(metadata=AT_LEAST_ONE)
 
 
+@section("http")
+class HttpConfig:
+    """``[http]``: the daemon's HTTP listener (:mod:`corvid_actors.http`, the ``http`` extra)."""
+
+    #: ``host:port`` of the JSON API, events, health and metrics ("" = off)
+    listen: str = field(metadata=check(_listen_address, 'must be "" (off) or host:port'))
+    #: uvicorn: connections and tasks at once (beyond: 503)
+    limit_concurrency: int = field(metadata=AT_LEAST_ONE)
+    #: uvicorn: an idle keep-alive connection is closed after this long
+    timeout_keep_alive_s: float = field(metadata=POSITIVE)
+    #: uvicorn (h11): the request line and headers' buffer in bytes
+    h11_max_incomplete_event_size: int = field(metadata=AT_LEAST_ONE)
+    #: largest request body in bytes (413 ``too_large`` beyond)
+    max_body_bytes: int = field(metadata=AT_LEAST_ONE)
+    #: events kept for a reconnecting client's ``Last-Event-ID`` and a new one's backlog
+    sse_backlog_events: int = field(metadata=AT_LEAST_ONE)
+    #: undelivered events a stream may hold before it is closed (the client resumes)
+    sse_client_queue_events: int = field(metadata=AT_LEAST_ONE)
+    #: a comment on an idle stream this often
+    sse_heartbeat_s: float = field(metadata=POSITIVE)
+    #: ``GET /api/v1/sessions`` page size when ``limit`` is not given
+    sessions_page_default: int = field(metadata=AT_LEAST_ONE)
+
+
 @section("agents")
 class AgentsConfig:
     """What an agent is and does when its row does not say (``agents.kind``,

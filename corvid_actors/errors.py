@@ -139,6 +139,8 @@ class BudgetExceededError(CorvidError):
 BAD_REQUEST = "bad_request"
 UNKNOWN_COMMAND = "unknown_command"
 UNAUTHORIZED = "unauthorized"
+#: a valid token whose scope does not allow the request (a ``read`` token asking to change something)
+FORBIDDEN = "forbidden"
 TOO_LARGE = "too_large"
 NOT_FOUND = "not_found"
 CONFLICT = "conflict"

@@ -4,7 +4,9 @@ holds, given what it reads; it runs on the admin actor's thread."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from corvid_actors.access import agent_access
@@ -19,8 +21,9 @@ from corvid_actors.actors._admin_views import (
     session_detail,
     session_summary,
 )
+from corvid_actors.clock import iso_utc
 from corvid_actors.config_sections import AccessConfig, DaemonConfig
-from corvid_actors.errors import StoreError, StoreUnavailableError
+from corvid_actors.errors import BAD_REQUEST, AdminError, StoreError, StoreUnavailableError
 
 
 class SessionViews:
@@ -69,6 +72,34 @@ class SessionViews:
                 item["owner"] = owners.get(item["id"])
         return out
 
+    def page(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """``sessions_page`` (the HTTP API's sessions list): one keyset page of stored
+        sessions, most recently active first, filtered by status, agent (name or id),
+        source and a search text ``q``; ``next_cursor`` continues it (None: the last page)."""
+        limit = int(args.get("limit", self._settings.session_list_limit))
+        agent_id = None
+        if args.get("agent"):
+            agent = self._store.find_agent(args["agent"])
+            if agent is None:
+                return {"sessions": [], "next_cursor": None}
+            agent_id = agent.id
+        rows = self._store.page_sessions(limit=limit + 1, status=args.get("status"), agent_id=agent_id,
+                                         source=args.get("source"), query=args.get("q"),
+                                         after=decode_cursor(args["cursor"]) if args.get("cursor") else None)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        info = self._own(ask_actor(self._supervisor, sv.SessionInfo(None)))
+        pending = cmd.pending_counts(self._approvals)
+        agents, caps = self._agent_names_and_caps()
+        owners = self._router.owners([row.id for row in rows]) if self._router is not None else {}
+        out = []
+        for row in rows:
+            item = session_summary(row, info.get(row.id), pending.get(row.id, 0), agents, caps)
+            item["owner"] = owners.get(row.id)
+            item["last_activity"] = iso_utc(row.updated_at.replace(tzinfo=UTC))
+            out.append(item)
+        return {"sessions": out, "next_cursor": encode_cursor(rows[-1]) if more and rows else None}
+
     def session(self, sid: str, args: Mapping[str, Any]) -> dict[str, Any]:
         """One session in detail: its row, what runs here, approvals, recent messages and
         events, and (several daemons) where it ran."""
@@ -101,3 +132,23 @@ class SessionViews:
             return info
         seat = self._router.seat
         return {sid: facts for sid, facts in info.items() if seat.owns(sid) or not facts.get("running")}
+
+
+def encode_cursor(row: Any) -> str:
+    """The cursor after ``row``: its ``(updated_at, id)``, opaque to the client."""
+    raw = f"{row.updated_at.isoformat()}|{row.id}".encode()
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The ``(updated_at, id)`` an :func:`encode_cursor` cursor holds; ``bad_request`` when
+    it is not one."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("utf-8")
+        stamp, sep, sid = raw.partition("|")
+        if not sep or not sid:
+            raise ValueError(cursor)
+        return datetime.fromisoformat(stamp), sid
+    except ValueError:
+        raise AdminError(BAD_REQUEST, "sessions_page: argument 'cursor' is not a cursor this API gave "
+                                      "(pass next_cursor of the previous page as it is)") from None

@@ -178,7 +178,7 @@ class AdminActor(TrackedActor):
         broker, bank = wiring.approvals, wiring.credits
         self._commands: dict[str, Callable[[Mapping[str, Any]], Any]] = {
             "health": self._cmd_health, "stats": self._cmd_stats, "agents": self._cmd_agents,
-            "sessions": self._cmd_sessions, "session": self._cmd_session, "start": self._cmd_start_session,
+            "sessions": self._cmd_sessions, "sessions_page": self._views.page, "session": self._cmd_session, "start": self._cmd_start_session,
             "send": self._cmd_send, "stop": self._cmd_stop, "resume": self._cmd_resume, "extend": self._cmd_extend,
             "approvals": self._cmd_approvals, "approve": partial(cmd.approve, broker),
             "deny": partial(cmd.deny, broker), "mode": partial(cmd.mode, broker),

@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from corvid_actors.daemon.client import AdminClient, AdminUnavailable, NoDaemon
 from corvid_actors.daemon.protocol import AGENT_KINDS, AGENT_PROVIDERS, PERMISSION_MODES
+from corvid_actors.daemon.token_cli import add_token_parser
 from corvid_actors.db.statuses import SESSION_STATUSES
 from corvid_actors.errors import CorvidError
 from corvid_actors.vocabulary import CONVERSATION_MODES
@@ -379,6 +380,7 @@ def add_operator_commands(sub: Any) -> None:
             p.set_defaults(create=None)
         p.set_defaults(func=_admin, cmd=cmd, call_args=call_args)
     _credits_parser(admin_sub, common)
+    add_token_parser(admin_sub, common)
 
     events = sub.add_parser(
         "events", parents=[common], help="a session's recent events, then live ones (like tail -f)",

@@ -48,6 +48,10 @@ MAX_EXTEND_MINUTES = 100_000
 MAX_CREDITS = 1_000_000_000
 #: longest ``history`` look-back in seconds (a year)
 MAX_HISTORY_S = 366 * 86400
+#: largest page of ``sessions_page``
+MAX_PAGE = 1000
+#: longest ``sessions_page`` cursor (an opaque string the previous page gave)
+MAX_CURSOR_CHARS = 400
 #: the request ``id`` is an integer of at most this magnitude (exact in JSON everywhere)
 MAX_REQUEST_ID = 2**53
 
@@ -84,6 +88,12 @@ COMMANDS: Mapping[str, Mapping[str, Arg]] = {
     "sessions": {"status": Arg("str", False, lambda v: v in SESSION_STATUSES,
                                f"must be one of {', '.join(SESSION_STATUSES)}"),
                  "limit": _positive("int", required=False)},
+    # the HTTP API's sessions page (keyset paging: ``cursor`` is the previous page's next_cursor)
+    "sessions_page": {"status": Arg("str", False, lambda v: v in SESSION_STATUSES,
+                                    f"must be one of {', '.join(SESSION_STATUSES)}"),
+                      "agent": _text(), "source": _text(), "q": _text(),
+                      "limit": _positive("int", required=False, high=MAX_PAGE),
+                      "cursor": _text(max_chars=MAX_CURSOR_CHARS)},
     "session": {"session": _SESSION, "events": _positive("int", required=False),
                 "messages": _positive("int", required=False)},
     "start": {"agent": _text(required=True), "prompt": _text(required=True, max_chars=None), "source": _text(),
@@ -185,15 +195,7 @@ def parse_request(line: bytes, *, token: str = "") -> Request:
 
     A pure function: the same line always gives the same answer.
     """
-    try:
-        data = json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
-    except UnicodeDecodeError:
-        raise RequestRejected(BAD_REQUEST, "request is not UTF-8 text") from None
-    except (ValueError, RecursionError):
-        raise RequestRejected(BAD_REQUEST, 'request is not valid JSON: send one object per line, '
-                                           'e.g. {"cmd": "health"}') from None
-    if not isinstance(data, dict):
-        raise RequestRejected(BAD_REQUEST, 'request must be a JSON object, e.g. {"cmd": "health"}')
+    data = parse_object(line, 'send one object per line, e.g. {"cmd": "health"}')
     request_id = _request_id(data)
     unknown = set(data) - {"cmd", "args", "id", "token"}
     if unknown:
@@ -209,14 +211,35 @@ def parse_request(line: bytes, *, token: str = "") -> Request:
     cmd = data.get("cmd")
     if not isinstance(cmd, str):
         raise RequestRejected(BAD_REQUEST, '"cmd" must be a string naming a command', request_id)
+    args = data.get("args", {})
+    if args is None:
+        args = {}
+    return check_command(cmd, args, request_id)
+
+
+def parse_object(raw: bytes, example: str = 'e.g. {"cmd": "health"}') -> dict[str, Any]:
+    """``raw`` read as one JSON object (UTF-8, no ``NaN``/``Infinity``), else
+    :class:`RequestRejected` ``bad_request`` saying why; ``example`` ends the message of
+    a body that is not JSON. The admin socket reads each line so, the HTTP API each body."""
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError:
+        raise RequestRejected(BAD_REQUEST, "request is not UTF-8 text") from None
+    except (ValueError, RecursionError):
+        raise RequestRejected(BAD_REQUEST, f"request is not valid JSON: {example}") from None
+    if not isinstance(data, dict):
+        raise RequestRejected(BAD_REQUEST, f"request must be a JSON object, {example}")
+    return data
+
+
+def check_command(cmd: str, args: Any, request_id: str | int | None = None) -> Request:
+    """Check command ``cmd`` with ``args`` against :data:`COMMANDS` (both transports, the
+    admin socket and the HTTP API, go through here); raises :class:`RequestRejected`."""
     spec = COMMANDS.get(cmd)
     if spec is None:
         known = ", ".join(sorted(COMMANDS))
         # ascii(): the reply must be valid UTF-8 even for a cmd that is not text
         raise RequestRejected(UNKNOWN_COMMAND, f"unknown command {ascii(cmd[:64])}; known: {known}", request_id)
-    args = data.get("args", {})
-    if args is None:
-        args = {}
     if not isinstance(args, dict):
         raise RequestRejected(BAD_REQUEST, '"args" must be a JSON object', request_id)
     return Request(cmd, _check_args(cmd, spec, args, request_id), request_id)

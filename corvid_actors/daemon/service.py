@@ -54,6 +54,7 @@ from corvid_actors.actors.base import tell
 from corvid_actors.clock import io_clock
 from corvid_actors.config import Config
 from corvid_actors.daemon.cluster_link import ClusterLink
+from corvid_actors.daemon.http_listener import start_http_listener
 from corvid_actors.daemon.logs import DaemonLogs
 from corvid_actors.daemon.model_server import ModelServer, start_model_server
 from corvid_actors.daemon.process import (
@@ -113,6 +114,7 @@ class Daemon:
         self.models: ModelServer | None = None
         self.link: ClusterLink | None = None
         self.metrics_server: MetricsServer | None = None
+        self.http: Any = None  # corvid_actors.http.HttpListener, when [http] listen is set
         self._shutdown_reason = "signal"
         self._exit_code = 0
         self.about: dict[str, Any] = {}
@@ -136,6 +138,9 @@ class Daemon:
             runtime = self._start_runtime(models, server)
             self.about["gc_frozen_objects"] = freeze_startup_heap()
             server.start()
+            if runtime.config.http.listen:  # the HTTP API ([http]; the `http` extra)
+                self.http = start_http_listener(runtime, self._handle, self._follow)
+                self.about["http"] = self.http.url
             models.announce()
             logger.info("corvid-actors daemon ready: pid {}, admin socket {}, database {}, model server {}",
                         os.getpid(), server.path, self.about["database"], models.description)
@@ -298,6 +303,8 @@ class Daemon:
             runtime.shutdown(reason, settle_timeout_s=self.settings.shutdown_timeout_s)
             if self.server is not None:
                 self.server.close("daemon stopped")
+            if self.http is not None:
+                self.http.stop()
         except Exception:  # noqa: BLE001 - the main thread must hear DONE whatever happened
             logger.exception("error during shutdown")
         finally:
@@ -327,6 +334,8 @@ class Daemon:
         steps: list[Callable[[], object]] = []
         if self.server is not None:
             steps.append(functools.partial(self.server.close, "daemon stopped"))
+        if self.http is not None:
+            steps.append(self.http.stop)
         if self.admin is not None:
             steps.append(self.admin.stop)
         if self.runtime is not None:

@@ -251,12 +251,23 @@ def _session_ownership(models: SimpleNamespace, db: pw.Database) -> None:
     db.execute_sql("CREATE INDEX IF NOT EXISTS session_ownership_open ON session_ownership (daemon_id, session_id) "
                    "WHERE ended_at IS NULL")
 
+def _api_tokens_and_session_pages(models: SimpleNamespace, db: pw.Database) -> None:
+    # Issue 39: the HTTP API's bearer tokens (hashed), and the indexes its sessions page
+    # walks: newest activity first, keyset-paged on (updated_at, id), all of them or one
+    # status / agent / source. A database made by this version's baseline has the table.
+    db.create_tables([models.ApiToken], safe=True)
+    db.execute_sql("CREATE INDEX IF NOT EXISTS sessions_updated_at_id ON sessions (updated_at, id)")
+    for column in ("status", "agent_id", "source"):
+        db.execute_sql(f"CREATE INDEX IF NOT EXISTS sessions_{column}_updated_at_id "
+                       f"ON sessions ({column}, updated_at, id)")
+
+
 MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
                                _session_open_turns, _webhook_replays, _cluster_leases, _cluster_bus,
                                _cluster_commands_created_at, _session_message_role_index,
                                _session_channel_index, _session_lease_held_index, _agent_access,
                                _agent_kind, _agent_double_texting, _session_lease_idle_due,
-                               _session_ownership]
+                               _session_ownership, _api_tokens_and_session_pages]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

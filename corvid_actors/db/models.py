@@ -261,6 +261,20 @@ def build_models(database: pw.Database, now: Callable[[], datetime] | None = Non
         class Meta:
             table_name = "webhook_replays"
 
+    class ApiToken(Base):
+        """A bearer token of the HTTP API (issue 39): its name, its scope (``read`` or
+        ``operate``) and the SHA-256 of the secret, never the secret itself."""
+
+        name = pw.CharField(primary_key=True, max_length=200)
+        scope = pw.CharField(max_length=20)
+        token_hash = pw.CharField(max_length=64, unique=True)
+        created_at = pw.DateTimeField(default=stamp)
+        last_used_at = pw.DateTimeField(null=True)
+        revoked_at = pw.DateTimeField(null=True)
+
+        class Meta:
+            table_name = "api_tokens"
+
     class Daemon(Base):
         """A daemon sharing the database (issue 20): registered at start, its heartbeat
         renewed every ``[cluster] heartbeat_s``; see :mod:`corvid_actors.db.cluster`."""
@@ -382,5 +396,6 @@ def build_models(database: pw.Database, now: Callable[[], datetime] | None = Non
         SessionOwnership,
         ClusterCommand,
         ClusterEvent,
+        ApiToken,
     ]
     return SimpleNamespace(**{m.__name__: m for m in models}, all=models)

@@ -151,6 +151,31 @@ class SessionRows(StoreBase):
             return list(query)
 
     @store_op
+    def page_sessions(self, *, limit: int, status: str | None = None, agent_id: str | None = None,
+                      source: str | None = None, query: str | None = None,
+                      after: tuple[Any, str] | None = None) -> list[Any]:
+        """One page of sessions, most recently active first (``updated_at``, then ``id``,
+        both descending): at most ``limit`` rows strictly after ``after`` — the
+        ``(updated_at, id)`` of the previous page's last row (keyset paging: a walk down
+        the index ``(updated_at, id)``, or ``(status|agent_id|source, updated_at, id)``
+        with that filter, never an offset). ``query`` keeps the rows whose id, name or
+        participant contains it (filtered on the walk, so a rare match reads further)."""
+        S = self.m.Session
+        with self._lock:
+            rows = S.select().order_by(S.updated_at.desc(), S.id.desc()).limit(limit)
+            if status is not None:
+                rows = rows.where(S.status == status)
+            if agent_id is not None:
+                rows = rows.where(S.agent == agent_id)
+            if source is not None:
+                rows = rows.where(S.source == source)
+            if query:
+                rows = rows.where(S.id.contains(query) | S.name.contains(query) | S.participant.contains(query))
+            if after is not None:
+                rows = rows.where(pw.Tuple(S.updated_at, S.id) < pw.Tuple(*after))
+            return list(rows)
+
+    @store_op
     def count_sessions_by_status(self) -> dict[str, int]:
         """How many session rows have each status (the metrics' ``corvid_sessions``)."""
         S = self.m.Session
