@@ -12,24 +12,24 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import uvicorn
 
+from corvid_actors.actors.admin import AdminActor, AdminWiring, Ready
 from corvid_actors.clock import RealClock
-from corvid_actors.config import Config
+from corvid_actors.config import Config, DaemonConfig
+from corvid_actors.daemon.http_listener import build_gateway
+from corvid_actors.db.api_tokens import ApiTokenStore
+from corvid_actors.http import HttpListener
 from corvid_actors.runtime import Runtime
-from corvid_actors.testing import ScriptedProvider, real_monotonic
-from tests.http.browser.standin_api import make_app, start_admin
+from corvid_actors.testing import ScriptedProvider
+from tests.http.conftest import admin_hooks
 
 #: every browser wait is bounded by this (milliseconds)
 WAIT_MS = 10_000
-OPERATE_TOKEN = "operate-token-0123456789abcdef"
-READ_TOKEN = "read-token-0123456789abcdef"
 
 
 def chromium_path() -> str | None:
@@ -61,55 +61,57 @@ def browser() -> Iterator[Any]:
 
 @dataclass
 class Served:
-    """A runtime behind the HTTP listener: its base URL, the scripted model, a project."""
+    """A runtime behind the HTTP listener: its base URL, the scripted model, a project and
+    an API token of each scope."""
 
     runtime: Runtime
     scripted: ScriptedProvider
-    base_url: str
     project: Any
+    operate: str
+    read: str
+    base_url: str = ""
     agents: int = 0
 
     def session(self, *, source: str = "web", **fields: Any) -> Any:
-        """A new session of a new agent (not started)."""
+        """A new session of a new chat agent (not started)."""
         self.agents += 1
         agent = self.runtime.create_agent(f"agent-{self.agents}", provider=self.scripted.name, model="scripted",
                                           system_prompt="You are a test agent.", kind="chat")
         return self.runtime.create_session(agent_id=agent.id, project_id=self.project.id, source=source, **fields)
 
 
-def _serve(app: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning",
-                                           timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
-    thread.start()
-    deadline = real_monotonic() + WAIT_MS / 1000
-    while not server.started:
-        assert thread.is_alive(), "uvicorn stopped while starting"
-        assert real_monotonic() < deadline, "uvicorn did not start"
-        threading.Event().wait(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    return server, thread, f"http://127.0.0.1:{port}"
-
-
 @pytest.fixture
 def served(tmp_path) -> Iterator[Served]:
+    """The daemon's parts as ``serve`` wires them: the runtime, its AdminActor, the gateway
+    and the HTTP listener (uvicorn on its own thread) at 127.0.0.1:<a free port>."""
     scripted = ScriptedProvider(RealClock())
-    # crashes restart after 0.2 s instead of 5 s: the restart test waits in real time
+    # crashes restart after 0.2 s instead of 5 s: the restart test waits in real time; each
+    # scripted delta reaches the page as its own event, however busy the machine
     cfg = Config().replace(providers={"default_provider": scripted.name},
-                           supervisor={"restart_backoff_base_s": 0.2})
+                           supervisor={"restart_backoff_base_s": 0.2, "coalesce_deltas": False},
+                           http={"listen": "127.0.0.1:0"})
     rt = Runtime(cfg, clock=RealClock(), store_url=f"sqlite:///{tmp_path / 'store.db'}",
                  providers={scripted.name: scripted}, workspace_dir=tmp_path / "ws",
                  loop_for_provider={scripted.name: "direct"})
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "notes.txt").write_text("hello\n")
-    project = rt.create_project("demo", tmp_path / "project")
-    admin = start_admin(rt)
-    server, thread, url = _serve(make_app(rt, admin, {OPERATE_TOKEN: "operate", READ_TOKEN: "read"}))
+    tree = rt.internals
+    admin = AdminActor.start(tree.tracker, AdminWiring(
+        supervisor=tree.supervisor, approvals=tree.approvals, bus=tree.bus, timers=tree.timers,
+        slot_pool=tree.slot_pool, credits=tree.credits, store=tree.store, providers=tree.providers,
+        clock=rt.clock, settings=DaemonConfig(), about={"pid": 1}))
+    assert admin.ask(Ready()) is True
+    tokens = ApiTokenStore(tree.store)
+    served = Served(rt, scripted, rt.create_project("demo", tmp_path / "project"),
+                    operate=tokens.create("ops", "operate", now=rt.clock.now()),
+                    read=tokens.create("viewer", "read", now=rt.clock.now()))
+    listener = HttpListener(build_gateway(rt, *admin_hooks(admin)), cfg.http, rt.clock)
+    listener.start()
+    served.base_url = listener.url
     try:
-        yield Served(rt, scripted, url, project)
+        yield served
     finally:
-        server.should_exit = True
-        thread.join(WAIT_MS / 1000)
+        listener.stop()
         admin.stop()
         rt.shutdown()
 
@@ -126,9 +128,9 @@ def page(browser, served) -> Iterator[Any]:  # closed before the server stops
     context.close()
 
 
-def login(page: Any, served: Served, token: str = OPERATE_TOKEN, then: str = "/") -> None:
-    """Sign in through the login page, landing on ``then``."""
+def login(page: Any, served: Served, token: str | None = None, then: str = "/") -> None:
+    """Sign in through the login page (with the ``operate`` token unless told), landing on ``then``."""
     page.goto(f"{served.base_url}/login?next={then}")
-    page.fill("#token", token)
+    page.fill("#token", token or served.operate)
     page.click("button[type=submit]")
     page.wait_for_url(f"{served.base_url}{then}")

@@ -12,6 +12,7 @@
   const API = "/api/v1";
   const RECONNECT_MS = [500, 1000, 2000, 5000];
   const EVENT_LINES_KEPT = 500;
+  const EXTEND_MINUTES = 30;
 
   class ApiError extends Error {
     constructor(status, code, message) {
@@ -65,7 +66,8 @@
   }
 
   // Server-sent events over fetch: calls onEvent(data, id) per event, reconnects with
-  // Last-Event-ID after a broken stream, and stops when signal aborts.
+  // Last-Event-ID after a broken stream, and stops when signal aborts. onState("live") after
+  // each (re)connect and each gap the server reports: the caller reads again what it shows.
   async function stream(path, onEvent, onState, signal) {
     let lastId = null;
     let failures = 0;
@@ -101,7 +103,9 @@
               } catch (_) {
                 continue;
               }
-              onEvent(data, parsed.id);
+              if (parsed.name === "message") onEvent(data, parsed.id);
+              else if (parsed.name === "gap") onState("live");  // events were missed: read again
+              else if (parsed.name === "end") onState("the daemon is stopping");
             }
           }
         }
@@ -117,6 +121,7 @@
 
   function parseEventBlock(block) {
     let id = null;
+    let name = "message";
     const data = [];
     for (const line of block.split("\n")) {
       if (line === "" || line.startsWith(":")) continue;
@@ -125,9 +130,10 @@
       let value = colon < 0 ? "" : line.slice(colon + 1);
       if (value.startsWith(" ")) value = value.slice(1);
       if (field === "id") id = value;
+      else if (field === "event") name = value;
       else if (field === "data") data.push(value);
     }
-    return { id, data: data.length ? data.join("\n") : null };
+    return { id, name, data: data.length ? data.join("\n") : null };
   }
 
   // An SSE payload is the event dict itself or {session_id, at, event}: one shape here.
@@ -373,14 +379,27 @@
       }
     }
 
+    // the time of the latest item the history showed: a streamed event at or before it (the
+    // stream's backlog, a resumed stream) is in the conversation already
+    // (an event of the same millisecond is new unless the history showed that very text)
+    let historyUntil = 0;
+    let shownAtLast = new Set();
+    const when = (ev) => (ev.at ? Date.parse(ev.at) || 0 : Infinity);
+    const newDelta = (ev) => when(ev) >= historyUntil;
+    const newReply = (ev) => when(ev) > historyUntil || (when(ev) === historyUntil && !shownAtLast.has(ev.content));
+
     async function loadHistory() {
       try {
         const data = await api(path + "/history?tail=200");
         historyList.replaceChildren();
-        for (const item of listOf(data, "events").map(unwrap)) {
+        const items = listOf(data, "events").map(unwrap);
+        for (const item of items) {
           if (item.type === "message" && item.role !== "system") message(item.role, item.text);
           else if (item.type === "assistant") message("assistant", item.content);
         }
+        historyUntil = Math.max(historyUntil, ...items.map((item) => (item.at ? Date.parse(item.at) || 0 : 0)));
+        shownAtLast = new Set(items.filter((item) => item.at && Date.parse(item.at) === historyUntil)
+          .map((item) => (item.type === "assistant" ? item.content : item.text)));
       } catch (e) {
         fail(e);
       }
@@ -389,13 +408,13 @@
     function onEvent(data) {
       const ev = unwrap(data);
       eventLine(ev);
-      if (ev.type === "content_block_delta") {
+      if (ev.type === "content_block_delta" && newDelta(ev)) {
         live.hidden = false;
         live.textContent += ev.text || "";
       } else if (ev.type === "assistant") {
         live.textContent = "";
         live.hidden = true;
-        message("assistant", ev.content);
+        if (newReply(ev)) message("assistant", ev.content);
       } else if (["approval_request", "approval_resolved", "session_started", "session_exited",
         "session_stopped", "session_restarting", "session_paused", "session_resumed", "result"].includes(ev.type)) {
         loadSummary();
@@ -406,7 +425,7 @@
       button.addEventListener("click", async () => {
         const action = button.dataset.action;
         try {
-          await api(path + "/" + action, { method: "POST", body: {} });
+          await api(path + "/" + action, { method: "POST", body: action === "extend" ? { minutes: EXTEND_MINUTES } : {} });
           notice(action + ": done", "ok");
           loadSummary();
         } catch (e) {
