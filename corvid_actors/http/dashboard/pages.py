@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -18,7 +19,7 @@ from string import Template
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import Route
 
 #: a page's headers: the page cannot be framed, loads nothing from other origins, runs no
 #: inline script, sends no referrer (a session id in the path stays here)
@@ -93,7 +94,7 @@ def render_page(page: Page, **values: str) -> str:
         js_version=_asset("dashboard.js")[1], css_version=_asset("dashboard.css")[1])
 
 
-def _page_endpoint(page: Page):  # type: ignore[no-untyped-def]
+def _page_endpoint(page: Page) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         values = {key: str(value) for key, value in request.path_params.items()}
         if page.name == "session":
@@ -118,11 +119,11 @@ async def _no_favicon(request: Request) -> Response:
     return Response(status_code=204)
 
 
-def dashboard_routes() -> list[BaseRoute]:
+def dashboard_routes() -> list[Route]:
     """The dashboard's routes, for the HTTP app to mount at ``/`` (pages at ``/``,
     ``/sessions/{id}``, ``/approvals``, ``/health``, ``/mode``, ``/login``; assets under
     ``/assets/``). Page loads need no token: the pages hold no data (module docstring)."""
-    routes: list[BaseRoute] = [Route(page.path, _page_endpoint(page), methods=["GET"]) for page in PAGES]
+    routes = [Route(page.path, _page_endpoint(page), methods=["GET"]) for page in PAGES]
     routes.append(Route("/assets/{name}", _asset_endpoint, methods=["GET"]))
     routes.append(Route("/favicon.ico", _no_favicon, methods=["GET"]))
     return routes

@@ -108,3 +108,37 @@ def test_a_reply_with_a_script_shows_as_text_and_runs_nothing(page, served):
     expect(page.locator(f'tr[data-session-id="{session.id}"]')).to_be_visible()
     assert page.evaluate("typeof window.__pwned") == "undefined"
     assert page.js_errors == []
+
+
+def test_the_sessions_table_filters_by_agent_and_searches(page, served):
+    first, second = served.session(source="web"), served.session(source="cli")
+    login(page, served)
+    rows = page.locator("#sessions tbody tr")
+    expect(rows).to_have_count(2)
+    page.fill("#filters input[name=agent]", "agent-2")
+    page.click("#filters button[type=submit]")
+    expect(rows).to_have_count(1)
+    expect(rows).to_have_attribute("data-session-id", second.id)
+    assert page.url.endswith("?agent=agent-2")  # the filter is in the address: reload or share it
+    page.fill("#filters input[name=agent]", "")
+    page.fill("#filters input[name=q]", first.id[:8])
+    page.click("#filters button[type=submit]")
+    expect(rows).to_have_count(1)
+    expect(rows).to_have_attribute("data-session-id", first.id)
+    page.fill("#filters input[name=q]", "no-such-session")
+    page.click("#filters button[type=submit]")
+    expect(page.locator("#sessions-empty")).to_be_visible()
+    assert page.js_errors == []
+
+
+def test_a_read_token_sees_the_approvals_but_its_approve_is_forbidden(page, served):
+    session = served.session()
+    served.scripted.for_session(session.id, Turn.tool_call("list_files", {"path": "."}), Turn.reply("Done."))
+    served.runtime.start_process(session.id, "what files do I have?")
+    login(page, served, token=served.read, then="/approvals")
+    item = page.locator("li.approval")
+    expect(item).to_contain_text("list_files")
+    item.locator("button[data-verb=approve]").click()
+    expect(page.locator("#notice")).to_contain_text("forbidden")
+    expect(item.locator("button[data-verb=approve]")).to_be_enabled()  # still there, to retry with another token
+    assert len(served.runtime.list_approvals()) == 1
