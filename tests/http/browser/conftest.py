@@ -42,8 +42,11 @@ def _missing(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Chromium for one module's tests. Not for the whole session: Playwright's sync API
+    keeps its event loop marked running on this thread while it is open, and the next
+    module's async tests (anyio) could not start theirs."""
     try:
         from playwright.sync_api import expect, sync_playwright
     except ImportError:

@@ -308,7 +308,7 @@
       case "session_stopped": return ev.reason;
       case "session_restarting": return "attempt " + ev.attempt + " in " + ev.delay_s + " s";
       case "error": case "session_error": return (ev.error_type || "") + ": " + (ev.message || "");
-      default: return "";
+      default: return ev.message || ev.subtype || "";
     }
   }
 
@@ -358,11 +358,15 @@
     }
 
     function eventLine(ev) {
+      // the panel follows new events while it is scrolled to its end
+      const following = events.scrollTop + events.clientHeight >= events.scrollHeight - 4;
+      const at = ev.at ? new Date(ev.at) : new Date();
       events.append(el("li", { "data-type": ev.type },
-        el("time", { text: ev.at ? fmtTime(ev.at) : new Date().toLocaleTimeString() }),
+        el("time", { text: isNaN(at.getTime()) ? String(ev.at) : at.toLocaleTimeString(), title: ev.at }),
         el("span", { className: "type", text: ev.type }),
         el("span", { className: "detail", text: describe(ev) })));
       while (events.children.length > EVENT_LINES_KEPT) events.firstChild.remove();
+      if (following) events.scrollTop = events.scrollHeight;
     }
 
     async function loadSummary() {
