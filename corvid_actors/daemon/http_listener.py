@@ -13,9 +13,12 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any
 
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
 from corvid_actors.daemon.process import DaemonError
 from corvid_actors.daemon.protocol import COMMANDS, check_command, parse_object
 from corvid_actors.db.api_tokens import ApiTokenStore
+from corvid_actors.db.store import Store
 from corvid_actors.runtime import Runtime
 
 Handle = Callable[[Any], Any]
@@ -29,31 +32,28 @@ def http_available() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in _MODULES)
 
 
-def start_http_listener(runtime: Runtime, handle: Handle, follow: FollowFn) -> Any:
+def start_http_listener(runtime: Runtime, store: Store, seat: Any, handle: Handle, follow: FollowFn) -> Any:
     """Start the listener of ``runtime.config.http`` (returns it: ``.url``, ``.stop()``).
-    ``handle`` and ``follow`` are the daemon's admin socket hooks."""
+    ``store`` is the runtime's store (the tokens, ``/readyz``), ``seat`` its cluster seat
+    (None: one daemon); ``handle`` and ``follow`` are the daemon's admin socket hooks."""
     if not http_available():
         raise DaemonError(f"[http] listen = {runtime.config.http.listen!r} needs Starlette and uvicorn: "
                           "install the http extra (pip install 'corvid-actors[http]') or set [http] listen = \"\"")
     from corvid_actors.http import HttpListener
 
-    listener = HttpListener(build_gateway(runtime, handle, follow), runtime.config.http, runtime.clock)
+    listener = HttpListener(build_gateway(runtime, store, seat, handle, follow), runtime.config.http, runtime.clock)
     listener.start()
     return listener
 
 
-def build_gateway(runtime: Runtime, handle: Handle, follow: FollowFn) -> Any:
+def build_gateway(runtime: Runtime, store: Store, seat: Any, handle: Handle, follow: FollowFn) -> Any:
     """The :class:`~corvid_actors.http.AdminGateway` of ``runtime`` (needs the ``http`` extra)."""
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
     from corvid_actors.http import AdminGateway
 
-    tree = runtime.internals
     registry = runtime.metrics.registry
 
     def ready() -> dict[str, str | None]:
-        reasons: dict[str, str | None] = {"store": tree.store.probe()}
-        seat = tree.cluster
+        reasons: dict[str, str | None] = {"store": store.probe()}
         if seat is not None:
             reasons["cluster"] = None if seat.lease_valid() else (
                 f"daemon {seat.daemon_id} has no valid lease: not registered, or no heartbeat for "
@@ -61,5 +61,5 @@ def build_gateway(runtime: Runtime, handle: Handle, follow: FollowFn) -> Any:
         return reasons
 
     return AdminGateway(check=check_command, parse_body=parse_object, call=handle, follow=follow,
-                        commands=COMMANDS, ready=ready, tokens=ApiTokenStore(tree.store),
+                        commands=COMMANDS, ready=ready, tokens=ApiTokenStore(store),
                         metrics=lambda: (generate_latest(registry), CONTENT_TYPE_LATEST))

@@ -139,7 +139,8 @@ class Daemon:
             self.about["gc_frozen_objects"] = freeze_startup_heap()
             server.start()
             if runtime.config.http.listen:  # the HTTP API ([http]; the `http` extra)
-                self.http = start_http_listener(runtime, self._handle, self._follow)
+                self.http = start_http_listener(runtime, runtime.internals.store, runtime.internals.cluster,
+                                                self._handle, self._follow)
                 self.about["http"] = self.http.url
             models.announce()
             logger.info("corvid-actors daemon ready: pid {}, admin socket {}, database {}, model server {}",

@@ -14,11 +14,14 @@ import json
 import sys
 from typing import Any, TextIO
 
-from corvid_actors.db.api_tokens import TOKEN_SCOPES
+from corvid_actors.clock import RealClock
+
+#: ``db.api_tokens.TOKEN_SCOPES`` (not imported: `--help` loads no store; a test keeps them equal)
+SCOPES = ("read", "operate")
 
 
 def _tokens(args: argparse.Namespace) -> Any:
-    from corvid_actors.clock import RealClock
+    # the store (peewee) and the configuration load when a token command runs, not for `--help`
     from corvid_actors.daemon.settings import load_daemon_config
     from corvid_actors.db.api_tokens import ApiTokenStore
     from corvid_actors.runtime_tree import open_store
@@ -60,7 +63,7 @@ def add_token_parser(admin_sub: Any, common: argparse.ArgumentParser) -> None:
     sub = token.add_subparsers(dest="token_command", metavar="ACTION", required=True)
     create = sub.add_parser("create", parents=[common], help="create a token and print it (once)")
     create.add_argument("--name", required=True, help="the token's name (logged with every request it makes)")
-    create.add_argument("--scope", choices=TOKEN_SCOPES, default="read",
+    create.add_argument("--scope", choices=SCOPES, default="read",
                         help="read: look only (GET); operate: also start, send, stop, approve … (default read)")
     sub.add_parser("list", parents=[common], help="the tokens: name, scope, created, last used, revoked")
     revoke = sub.add_parser("revoke", parents=[common], help="revoke a token (at once, also for a running daemon)")

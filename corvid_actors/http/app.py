@@ -11,6 +11,7 @@ on worker threads (the event loop never blocks on an actor or the store). Errors
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -194,8 +195,6 @@ class HttpApp:
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        import asyncio
-
         self.hub.bind(asyncio.get_running_loop())
         unfollow = await to_thread.run_sync(self.gateway.follow, None, self.hub.publish)
         if self.on_ready is not None:

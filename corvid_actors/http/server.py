@@ -22,7 +22,7 @@ import threading
 import uvicorn
 from loguru import logger
 
-from corvid_actors.clock import Clock
+from corvid_actors.clock import Clock, RealClock
 from corvid_actors.config_sections import HttpConfig
 from corvid_actors.errors import ConfigError
 from corvid_actors.http.app import create_app
@@ -85,7 +85,8 @@ class HttpListener:
 
         def run() -> None:
             try:
-                asyncio.run(self._serve(server, sock))
+                with asyncio.Runner(loop_factory=_RealTimeLoop) as runner:
+                    runner.run(self._serve(server, sock))
             except BaseException as exc:  # noqa: BLE001 - reported to start()'s caller
                 failure.append(exc)
             finally:
@@ -120,6 +121,17 @@ class HttpListener:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+
+
+class _RealTimeLoop(asyncio.SelectorEventLoop):
+    """The listener's event loop, its timers (keep-alive, heartbeats, uvicorn's ticks) on
+    the real monotonic clock even while a simulation freezes ``time.monotonic`` for the
+    process (the listener is I/O, like the runtime's I/O clock)."""
+
+    _real = RealClock()  # monotonic() only: its timer thread never starts
+
+    def time(self) -> float:
+        return self._real.monotonic()
 
 
 def _bind(host: str, port: int, listen: str) -> socket.socket:

@@ -34,6 +34,8 @@ from typing import Any
 
 #: what ends a stream's queue (the hub closed)
 _CLOSED = object()
+#: most events sent in one write
+_BATCH = 256
 
 
 @dataclass(frozen=True)
@@ -168,10 +170,20 @@ class EventHub:
                     except TimeoutError:
                         yield b": keep-alive\n\n"
                     continue
-                item = stream.queue.popleft()
-                if item is _CLOSED:
+                # what is queued goes out in one write (a busy stream costs one send per wakeup,
+                # not one per event)
+                out: list[bytes] = []
+                closed = False
+                while stream.queue and len(out) < _BATCH:
+                    item = stream.queue.popleft()
+                    if item is _CLOSED:
+                        closed = True
+                        break
+                    out.append(item.block)
+                if out:
+                    yield b"".join(out)
+                if closed:
                     yield b"event: end\ndata: {}\n\n"
                     return
-                yield item.block
         finally:
             self.close_stream(stream)

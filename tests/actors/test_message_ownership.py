@@ -49,6 +49,13 @@ ALLOWED = {
     # runtime (providers' SDKs, actors, the store) only when one of them runs
     ("daemon/admin_cli.py", "corvid_actors.daemon.service"): "lazy runtime for the CLI",
     ("daemon/admin_cli.py", "corvid_actors.daemon.foreground"): "lazy runtime for the CLI",
+    # the `http` extra (Starlette, uvicorn): loaded only when [http] listen is set; without
+    # the extra that is a DaemonError naming it (issue 39)
+    ("daemon/http_listener.py", "corvid_actors.http"): "the http extra, when [http] listen is set",
+    # `admin token --help` loads no store: the token commands open it when they run
+    ("daemon/token_cli.py", "corvid_actors.daemon.settings"): "loaded when a token command runs",
+    ("daemon/token_cli.py", "corvid_actors.db.api_tokens"): "the store, when a token command runs",
+    ("daemon/token_cli.py", "corvid_actors.runtime_tree"): "the store, when a token command runs",
     # the demo's SimClock needs freezegun, an optional dependency (the test extra)
     ("daemon/demo.py", "corvid_actors.testing"): "SimClock needs freezegun",
 }

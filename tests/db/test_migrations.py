@@ -195,7 +195,7 @@ def test_a_version_11_database_gets_the_agents_access_columns(tmp_path) -> None:
     store = Store(url)
     try:
         # the agents' kind, double texting, idle due, ownership history
-        assert recorded_versions(store)[-5:] == [12, 13, 14, 15, 16]
+        assert recorded_versions(store)[-6:] == [12, 13, 14, 15, 16, 17]
         assert set(migrations._AGENT_ACCESS_COLUMNS) <= {c.name for c in store.db.get_columns("agents")}
         row = store.get_agent(agent.id)
         assert (row.conversation_mode, row.conversation_allowlist, row.max_budget_usd) == (None, None, None)
@@ -243,7 +243,7 @@ def test_a_version_15_database_gets_the_ownership_history(tmp_path) -> None:
 
     store = Store(url)
     try:
-        assert recorded_versions(store)[-1] == len(migrations.MIGRATIONS) == 16
+        assert recorded_versions(store)[-1] == len(migrations.MIGRATIONS) == 17
         assert {"session_ownership_open", "sessionownership_session_id_id"} <= {
             ix.name for ix in store.db.get_indexes("session_ownership")}
         H = store.m.SessionOwnership

@@ -82,7 +82,7 @@ def make_stack(sim_clock: Any, scripted: Any, tmp_path: Any, *, direct: bool = F
     ))
     assert admin.ask(Ready()) is True
     handle, follow = admin_hooks(admin)
-    gateway = build_gateway(rt, handle, follow)
+    gateway = build_gateway(rt, tree.store, tree.cluster, handle, follow)
     tokens = ApiTokenStore(tree.store)
     read = tokens.create("viewer", "read", now=sim_clock.now())
     operate = tokens.create("ops", "operate", now=sim_clock.now())

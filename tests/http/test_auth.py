@@ -119,3 +119,43 @@ def test_the_token_commands_create_list_and_revoke_in_the_data_directory(tmp_pat
     assert row["name"] == "ops" and row["revoked_at"] is not None
     assert main(["admin", "token", "create", "--name", "ops", "--data-dir", data]) == 1  # names are not reused
     assert "exists already" in capsys.readouterr().err
+
+
+def test_the_cli_offers_the_scopes_the_store_accepts():
+    from corvid_actors.daemon.token_cli import SCOPES
+    from corvid_actors.db.api_tokens import TOKEN_SCOPES
+
+    assert SCOPES == TOKEN_SCOPES
+
+
+def test_a_version_16_database_gets_the_token_table_and_the_session_page_indexes(tmp_path):
+    import peewee as pw
+
+    from corvid_actors.db import migrations
+    from corvid_actors.db.store import Store
+
+    url = f"sqlite:///{tmp_path / 'corvid.db'}"
+    old = Store(url)
+    old.create_session(name="kept")
+    old.db.execute_sql("DROP TABLE api_tokens")
+    for index in ("sessions_updated_at_id", "sessions_status_updated_at_id", "sessions_agent_id_updated_at_id",
+                  "sessions_source_updated_at_id"):
+        old.db.execute_sql(f"DROP INDEX {index}")
+    old.m.SchemaVersion.delete().where(old.m.SchemaVersion.version >= 17).execute()
+    old.close()
+    store = Store(url)
+    try:
+        assert store.schema_version == len(migrations.MIGRATIONS)
+        assert [row.name for row in store.list_sessions()] == ["kept"]
+        from corvid_actors.db.api_tokens import ApiTokenStore
+
+        ApiTokenStore(store).create("new", "read")
+        S = store.m.Session
+        page = (S.select().where(S.status == "idle").where(pw.Tuple(S.updated_at, S.id) < pw.Tuple("9999", "z"))
+                .order_by(S.updated_at.desc(), S.id.desc()).limit(10))
+        sql, params = page.sql()
+        plan = " ".join(str(row) for row in store.db.execute_sql("EXPLAIN QUERY PLAN " + sql, params).fetchall())
+        assert "sessions_status_updated_at_id" in plan and "TEMP B-TREE" not in plan  # no scan, no sort
+        migrations._api_tokens_and_session_pages(store.m, store.db)  # again: nothing changes
+    finally:
+        store.close()

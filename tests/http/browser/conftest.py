@@ -108,7 +108,7 @@ def served(tmp_path) -> Iterator[Served]:
     served = Served(rt, scripted, rt.create_project("demo", tmp_path / "project"),
                     operate=tokens.create("ops", "operate", now=rt.clock.now()),
                     read=tokens.create("viewer", "read", now=rt.clock.now()))
-    listener = HttpListener(build_gateway(rt, *admin_hooks(admin)), cfg.http, rt.clock)
+    listener = HttpListener(build_gateway(rt, tree.store, tree.cluster, *admin_hooks(admin)), cfg.http, rt.clock)
     listener.start()
     served.base_url = listener.url
     try:
