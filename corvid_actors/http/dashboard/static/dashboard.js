@@ -383,27 +383,35 @@
       }
     }
 
-    // the time of the latest item the history showed: a streamed event at or before it (the
-    // stream's backlog, a resumed stream) is in the conversation already
-    // (an event of the same millisecond is new unless the history showed that very text)
+    // The page shows the history (messages and the daemon's recent events), then the stream
+    // opened without its backlog, and reads the history again once the stream is live (what
+    // happened in between is in it). A reply the history showed may still come down the
+    // stream once, around that reread, stamped a few milliseconds apart: a streamed reply
+    // whose text the history showed within REPEAT_WINDOW_MS of it is that reply, not shown
+    // twice. Deltas older than the history are dropped.
+    const REPEAT_WINDOW_MS = 1000;
     let historyUntil = 0;
-    let shownAtLast = new Set();
+    let shownReplies = [];
     const when = (ev) => (ev.at ? Date.parse(ev.at) || 0 : Infinity);
     const newDelta = (ev) => when(ev) >= historyUntil;
-    const newReply = (ev) => when(ev) > historyUntil || (when(ev) === historyUntil && !shownAtLast.has(ev.content));
+    const newReply = (ev) => !shownReplies.some((r) => r.text === ev.content && Math.abs(r.at - when(ev)) < REPEAT_WINDOW_MS);
 
     async function loadHistory() {
       try {
         const data = await api(path + "/history?tail=200");
         historyList.replaceChildren();
+        events.replaceChildren();
         const items = listOf(data, "events").map(unwrap);
+        shownReplies = [];
         for (const item of items) {
+          eventLine(item);
           if (item.type === "message" && item.role !== "system") message(item.role, item.text);
           else if (item.type === "assistant") message("assistant", item.content);
+          if (item.type === "assistant" || (item.type === "message" && item.role === "assistant")) {
+            shownReplies.push({ text: item.type === "assistant" ? item.content : item.text, at: when(item) });
+          }
         }
         historyUntil = Math.max(historyUntil, ...items.map((item) => (item.at ? Date.parse(item.at) || 0 : 0)));
-        shownAtLast = new Set(items.filter((item) => item.at && Date.parse(item.at) === historyUntil)
-          .map((item) => (item.type === "assistant" ? item.content : item.text)));
       } catch (e) {
         fail(e);
       }
@@ -462,7 +470,7 @@
       state.textContent = s;
       state.dataset.state = s;
     };
-    loadHistory().then(() => stream(path + "/events", onEvent, (s) => {
+    loadHistory().then(() => stream(path + "/events?backlog=0", onEvent, (s) => {
       if (s === "live") loadHistory().then(() => show(s));  // "live": streaming, history read
       else show(s);
     }, new AbortController().signal));
