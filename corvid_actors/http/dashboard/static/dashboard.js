@@ -403,12 +403,21 @@
         events.replaceChildren();
         const items = listOf(data, "events").map(unwrap);
         shownReplies = [];
+        // the history joins stored messages and the daemon's recent events: one reply can be
+        // in both (their times are stamped apart under load); within a turn, a reply whose
+        // text was just shown is that reply
+        let turnReplies = new Set();
         for (const item of items) {
           eventLine(item);
-          if (item.type === "message" && item.role !== "system") message(item.role, item.text);
-          else if (item.type === "assistant") message("assistant", item.content);
-          if (item.type === "assistant" || (item.type === "message" && item.role === "assistant")) {
-            shownReplies.push({ text: item.type === "assistant" ? item.content : item.text, at: when(item) });
+          const reply = item.type === "assistant" ? item.content
+            : item.type === "message" && item.role === "assistant" ? item.text : null;
+          if (reply !== null) {
+            if (!turnReplies.has(reply)) message("assistant", reply);
+            turnReplies.add(reply);
+            shownReplies.push({ text: reply, at: when(item) });
+          } else if (item.type === "message" && item.role === "user") {
+            turnReplies = new Set();
+            message("user", item.text);
           }
         }
         historyUntil = Math.max(historyUntil, ...items.map((item) => (item.at ? Date.parse(item.at) || 0 : 0)));
