@@ -45,6 +45,7 @@ from corvid_actors.errors import (
     admin_code,
 )
 from corvid_actors.http.auth import Caller, TokenCheck
+from corvid_actors.http.dashboard import dashboard_routes
 from corvid_actors.http.gateway import AdminGateway
 from corvid_actors.http.openapi import openapi_document
 from corvid_actors.http.routes import API_ROUTES, EVENT_ROUTES, ApiRoute
@@ -233,6 +234,7 @@ def create_app(gateway: AdminGateway, settings: HttpConfig, clock: Clock) -> Sta
         Route("/metrics", http._guarded(False, http.metrics), methods=["GET"]),
         Route("/openapi.json", http.openapi, methods=["GET"]),
     ]
+    routes += dashboard_routes()  # the dashboard's pages and assets (they hold no data: no token)
     app = Starlette(routes=routes, lifespan=http.lifespan,
                     exception_handlers={HTTPException: http.not_found})
     app.state.http = http
