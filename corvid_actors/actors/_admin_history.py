@@ -35,10 +35,15 @@ def stored_items(messages: Iterable[Any]) -> list[dict[str, Any]]:
 
 def merged(stored: Sequence[Mapping[str, Any]], recent: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The stored items and the ring's events (each with ``at``) in time order; a stored
-    assistant message at or after the ring's first event is left to the ring."""
+    assistant message at or after the ring's first event, or one whose text the ring holds
+    as an ``assistant`` event, is left to the ring. (The two are stamped apart: the row
+    when it is committed, the event when the admin actor sees it — under load the row can
+    be older than the ring's first event and still be the same reply.)"""
     ring_from = recent[0]["at"] if recent else None
+    ring_replies = {e.get("content") for e in recent if e.get("type") == "assistant"}
     kept = [dict(item) for item in stored
-            if not (item["role"] == "assistant" and ring_from is not None and item["at"] >= ring_from)]
+            if not (item["role"] == "assistant" and ring_from is not None
+                    and (item["at"] >= ring_from or item["text"] in ring_replies))]
     # a stable sort: at equal times a stored message (the user's prompt) comes first
     return sorted([*kept, *(dict(e) for e in recent)], key=lambda item: item["at"])
 

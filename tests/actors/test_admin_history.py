@@ -56,3 +56,18 @@ def test_since_and_tail_choose_by_time_and_by_count():
 def test_with_no_finished_turn_everything_is_shown():
     items = merged(stored_items(STORED[:1]), [{"at": at(1), "type": "session_started"}])
     assert kinds(select(items)) == ["user", "session_started"]
+
+
+def test_a_stored_reply_the_ring_also_holds_is_shown_once_whatever_their_times():
+    # under load the row is stamped before the ring's first event (the dashboard saw it twice)
+    stored = [Row("user", "one", T0), Row("assistant", "answer one", T0 + timedelta(seconds=2))]
+    ring = [{"at": at(3), "type": "assistant", "content": "answer one"}, {"at": at(3), "type": "result"}]
+    items = merged(stored_items(stored), ring)
+    assert kinds(items) == ["user", "assistant", "result"]
+    assert items[1].get("content") == "answer one" and "stored" not in items[1]
+
+
+def test_an_older_stored_reply_the_ring_never_saw_is_kept():
+    stored = [Row("user", "one", T0), Row("assistant", "answer one", T0 + timedelta(seconds=2))]
+    ring = [{"at": at(3), "type": "session_started"}]
+    assert kinds(merged(stored_items(stored), ring)) == ["user", "assistant", "session_started"]
