@@ -184,6 +184,7 @@ class AsyncRuntime:
     get_plan = _twin(Runtime.get_plan)
     get_tool_outputs = _twin(Runtime.get_tool_outputs)
     resume_pending_sessions = _twin(Runtime.resume_pending_sessions)
+    resume_all = _twin(Runtime.resume_all)
     take_restart_pending = _twin(Runtime.take_restart_pending)
     # stored agents, projects, sessions and messages
     create_agent = _twin(Runtime.create_agent)

@@ -55,7 +55,8 @@ def test_a_database_of_the_previous_version_gets_the_journal_table(tmp_path):
     url = f"sqlite:///{tmp_path / 'corvid.db'}"
     old = Store(url)
     old.db.execute_sql("DROP TABLE journal_entries")
-    old.m.SchemaVersion.delete().where(old.m.SchemaVersion.version >= len(migrations.MIGRATIONS)).execute()
+    version = migrations.MIGRATIONS.index(migrations._journal_entries) + 1  # the later ones run again too
+    old.m.SchemaVersion.delete().where(old.m.SchemaVersion.version >= version).execute()
     old.close()
     store = Store(url)
     try:
