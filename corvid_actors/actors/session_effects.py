@@ -127,15 +127,16 @@ class SessionEffects:
         # run ends, and before anything of the run tells another actor (_turn_completed).
         lifeline = self.w.lifeline
         holding = False
+        closing = fx.closing_replies(effects)
         try:
-            for effect in effects:
+            for index, effect in enumerate(effects):
                 if self._ended or lifeline.closed:
                     return
                 if type(effect) is fx.Emit:
                     if not holding:
                         lifeline.hold()
                         holding = True
-                    self._emit(effect.event)
+                    self._emit(effect.event, reply_closes_turn=index in closing)
                     continue
                 if holding:
                     lifeline.flush()
@@ -190,7 +191,10 @@ class SessionEffects:
         if path is not None:
             self.w.lifeline.publish(SystemEvent(subtype="payload_snapshot", message=str(path)))
 
-    def _emit(self, event: Event) -> None:
+    def _emit(self, event: Event, *, reply_closes_turn: bool = False) -> None:
+        """Store what ``event`` carries, then publish it. ``reply_closes_turn``: the event
+        is a turn's reply whose row closes the turn (an Assistant), or the Result of a turn
+        its reply closed (see :func:`~corvid_actors.loop.effects.closing_replies`)."""
         if isinstance(event, PlanEvent):
             # stored before it is published: a reader told of the change finds it in the store
             plan = plan_to_json(event.steps)
@@ -199,7 +203,8 @@ class SessionEffects:
             event = replace(event, due_at=iso_after(self._clock, event.delay_s))
         if isinstance(event, Assistant) and event.content:
             text = event.content
-            self._write("the assistant's reply", lambda: self.w.store.append_message(self.sid, "assistant", text))
+            self._write("the assistant's reply", lambda: self.w.store.append_message(
+                self.sid, "assistant", text, closes_turn=reply_closes_turn))
         if isinstance(event, ErrorEvent) and event.message:
             self._last_error = event.message
         elif isinstance(event, Result) and event.subtype == "success":
@@ -209,14 +214,15 @@ class SessionEffects:
         self.w.lifeline.publish(event)
         if isinstance(event, Result):
             self._trace.end(event.subtype)
-            self._turn_completed(event.subtype, event.total_cost_usd)
+            self._turn_completed(event.subtype, event.total_cost_usd, closed_by_reply=reply_closes_turn)
 
-    def _turn_completed(self, subtype: str, cost: float) -> None:
+    def _turn_completed(self, subtype: str, cost: float, *, closed_by_reply: bool = False) -> None:
         """A turn's result: its cost and count, stored; a success closes an open turn and
         resets the supervisor's outage backoff, an interrupted turn (double texting) closes
-        its open turn too; the CreditBank charges it."""
+        its open turn too — in its reply's own statement when it had one (``closed_by_reply``),
+        else with the usage; the CreditBank charges it."""
         answered = subtype == "success"
-        closed = answered or subtype == "interrupted"
+        closed = subtype in fx.CLOSING_RESULTS and not closed_by_reply
         self._tally.cost_usd += cost
         if answered:
             self._tally.answered = True

@@ -18,10 +18,11 @@ import peewee as pw
 if TYPE_CHECKING:
     from corvid_actors.db.store_base import StoreBase
 
-#: (session_id, role, content, cost_usd)
-MessageRow = tuple[str, str, str, float]
+#: (session_id, role, content, cost_usd, closes_turn): ``closes_turn``, a reply that closes
+#: its session's turn in its own statement (db/turn_opening.py)
+MessageRow = tuple[str, str, str, float, bool]
 
-#: rows per INSERT statement: 5 bound values each stays far below SQLite's 32,766 limit
+#: rows per INSERT statement: 7 bound values each stays far below SQLite's 32,766 limit
 MAX_ROWS_PER_STATEMENT = 1000
 #: INSERT statements of up to this many rows are built once per store, then reused
 CACHED_INSERT_ROWS = 16
@@ -53,7 +54,7 @@ def _insert_sql(store: StoreBase, n: int) -> str:
     sql = store._sql_cache.get(key)
     if sql is None:
         M = store.m.SessionMessage
-        fields = (M.session, M.role, M.content, M.cost_usd, M.timestamp, M.writer_epoch)
+        fields = (M.session, M.role, M.content, M.cost_usd, M.timestamp, M.writer_epoch, M.closes_turn)
         group = "(" + ", ".join([store.db.param] * len(fields)) + ")"
         columns = ", ".join(f'"{f.column_name}"' for f in fields)
         sql = f'INSERT INTO "{M._meta.table_name}" ({columns}) VALUES ' + ", ".join([group] * n)
@@ -70,8 +71,9 @@ def _insert_chunk(store: StoreBase, rows: Sequence[MessageRow]) -> list[int]:
     stamp = M.timestamp.db_value(M.timestamp.default())
     params: list[Any] = []
     epoch_of = store.epoch_of  # the owner's lease epoch (issue 20 fencing), None in one daemon
-    for sid, role, content, cost in rows:
-        params += (str(sid), str(role), str(content), float(cost), stamp, epoch_of(str(sid)))
+    for sid, role, content, cost, closes in rows:
+        # NULL unless it closes a turn, as the previous release leaves it (the trigger's WHEN)
+        params += (str(sid), str(role), str(content), float(cost), stamp, epoch_of(str(sid)), True if closes else None)
     if not store.is_sqlite:
         cursor = store.db.execute_sql(sql + f' RETURNING "{M.id.column_name}"', params)
         # a sequence hands out ids in VALUES order: the sorted ids are the rows' ids

@@ -50,8 +50,13 @@ class MessageRows(StoreBase):
 
     # --- messages -------------------------------------------------------------------------
 
-    def append_message(self, session_id: str, role: str, content: UserContent, *, cost_usd: float = 0.0) -> int:
+    def append_message(self, session_id: str, role: str, content: UserContent, *, cost_usd: float = 0.0,
+                       closes_turn: bool = False) -> int:
         """Persist one message (nested ``<conversation_history>`` blocks stripped); returns its id.
+
+        ``closes_turn``: the message is the session's reply to a turn, and one of its open
+        turns is closed (``open_turns`` - 1, never below 0) in the same statement — never
+        the reply without the close, nor the close without the reply (db/turn_opening.py).
 
         ``content`` may be multimodal content blocks (:mod:`corvid_actors.content`): they
         are kept as given in ``content_blocks`` (read back with :meth:`message_contents`)
@@ -59,12 +64,12 @@ class MessageRows(StoreBase):
         InvalidContentError for blocks that are not valid.
         """
         if not isinstance(content, str):
-            return self._append_blocks(session_id, role, content_blocks(content), cost_usd)
+            return self._append_blocks(session_id, role, content_blocks(content), cost_usd, closes_turn=closes_turn)
         if _HISTORY_TAG.search(content):
             # The resume prompt's own history block must not be stored, or the next
             # resume nests it (seed). Nested and unclosed blocks go whole.
             content = strip_conversation_history(content)
-        row: MessageRow = (session_id, role, content, cost_usd)
+        row: MessageRow = (session_id, role, content, cost_usd, closes_turn)
         return self._commit_rows((row,))[0]
 
     def append_user_turn(self, session_id: str, content: UserContent) -> int:
@@ -92,7 +97,7 @@ class MessageRows(StoreBase):
 
     @store_op
     def _append_blocks(self, session_id: str, role: str, blocks: tuple[dict[str, Any], ...],
-                       cost_usd: float, *, opens_turn: bool = False) -> int:
+                       cost_usd: float, *, opens_turn: bool = False, closes_turn: bool = False) -> int:
         # Rare (a user's picture), so a plain insert rather than the group commit; the
         # caller waits for it as it waits for a group commit, so its order holds.
         for block in blocks:
@@ -102,7 +107,7 @@ class MessageRows(StoreBase):
         with self.transaction():
             return int(M.insert(session=session_id, role=role, content=stored_text(blocks), cost_usd=cost_usd,
                                 content_blocks=json.dumps(list(blocks), ensure_ascii=False),
-                                opens_turn=opens_turn or None).execute())
+                                opens_turn=opens_turn or None, closes_turn=closes_turn or None).execute())
 
     @store_op
     def message_contents(self, session_id: str, limit: int, roles: Sequence[str] = ("user", "assistant")
@@ -123,26 +128,27 @@ class MessageRows(StoreBase):
         """Persist ``(session_id, role, content)`` messages atomically (all or none, e.g. a
         turn's messages); their ids in order. Group-committed like :meth:`append_message`."""
         rows: tuple[MessageRow, ...] = tuple(
-            (sid, role, strip_conversation_history(content) if _HISTORY_TAG.search(content) else content, 0.0)
+            (sid, role, strip_conversation_history(content) if _HISTORY_TAG.search(content) else content, 0.0, False)
             for sid, role, content in messages)
         if not rows:
             return []
         return self._commit_rows(rows)
 
     def append_message_async(self, session_id: str, role: str, content: str, *,
-                             cost_usd: float = 0.0) -> WriteAck[list[int]]:
+                             cost_usd: float = 0.0, closes_turn: bool = False) -> WriteAck[list[int]]:
         """Queue one text message for the writer thread; the acknowledgement completes with ``[id]``
         once it committed (or with the error). Returns at once: attach the acknowledgement
         with ``ack.add_done_callback`` (it runs on the writer thread: keep it cheap, tell
-        an actor). The messages queued by one thread commit in their order."""
+        an actor). The messages queued by one thread commit in their order. ``closes_turn``
+        as :meth:`append_message`."""
         if _HISTORY_TAG.search(content):
             content = strip_conversation_history(content)
-        return self._commit_rows_async(((session_id, role, content, cost_usd),))
+        return self._commit_rows_async(((session_id, role, content, cost_usd, closes_turn),))
 
     def append_messages_async(self, messages: Sequence[tuple[str, str, str]]) -> WriteAck[list[int]]:
         """:meth:`append_messages` without waiting: all or none, acknowledged by the returned WriteAck."""
         rows: tuple[MessageRow, ...] = tuple(
-            (sid, role, strip_conversation_history(content) if _HISTORY_TAG.search(content) else content, 0.0)
+            (sid, role, strip_conversation_history(content) if _HISTORY_TAG.search(content) else content, 0.0, False)
             for sid, role, content in messages)
         return self._commit_rows_async(rows)
 

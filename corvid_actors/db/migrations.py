@@ -30,7 +30,7 @@ import peewee as pw
 from loguru import logger
 
 from corvid_actors.db.fencing import install_fencing
-from corvid_actors.db.turn_opening import install_turn_opening
+from corvid_actors.db.turn_opening import install_turn_closing, install_turn_opening
 from corvid_actors.errors import SchemaTooNew, StoreError
 
 Migration = Callable[[SimpleNamespace, pw.Database], None]
@@ -288,6 +288,19 @@ def _held_messages(models: SimpleNamespace, db: pw.Database) -> None:
     db.create_tables([models.HeldMessage], safe=True)
 
 
+def _session_message_closes_turn(models: SimpleNamespace, db: pw.Database) -> None:
+    # Issue 36 item 2: a session's reply closes its turn in the same statement (the row's
+    # closes_turn and an AFTER INSERT trigger taking the turn off open_turns), so a crash
+    # never leaves a reply stored with its turn open. A nullable column and a trigger that
+    # only fires for it: the previous release's replies leave it NULL and close their
+    # turns with the usage write, as before. A database made by this version's baseline
+    # has the column already (not the trigger).
+    if "closes_turn" not in {c.name for c in db.get_columns("session_messages")}:
+        kind = "INTEGER" if isinstance(db, pw.SqliteDatabase) else "BOOLEAN"
+        db.execute_sql(f'ALTER TABLE "session_messages" ADD COLUMN "closes_turn" {kind}')
+    install_turn_closing(db)
+
+
 MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
                                _session_open_turns, _webhook_replays, _cluster_leases, _cluster_bus,
                                _cluster_commands_created_at, _session_message_role_index,
@@ -295,7 +308,7 @@ MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session
                                _agent_kind, _agent_double_texting, _session_lease_idle_due,
                                _session_ownership, _api_tokens_and_session_pages,
                                _session_message_opens_turn, _journal_entries,
-                               _held_messages]
+                               _held_messages, _session_message_closes_turn]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

@@ -213,6 +213,10 @@ def build_models(database: pw.Database, now: Callable[[], datetime] | None = Non
         #: to a running session): the database counts the turn open (db/turn_opening.py).
         #: NULL (false) for every other message.
         opens_turn = pw.BooleanField(null=True)
+        #: an assistant reply that closed its turn in the same statement (the session's
+        #: answer to a user message): the database takes the turn off ``open_turns``
+        #: (db/turn_opening.py). NULL (false) for every other message.
+        closes_turn = pw.BooleanField(null=True)
 
         class Meta:
             table_name = "session_messages"

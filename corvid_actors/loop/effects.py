@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from corvid_actors.events import Event
+from corvid_actors.events import Assistant, Event, Result
 from corvid_actors.providers.base import (
     ChatMessage,
     ModelRequest,
@@ -83,7 +83,10 @@ class ReleaseSlot:
 
 @dataclass(frozen=True)
 class Emit:
-    """Publish ``event`` to the session's subscribers."""
+    """Publish ``event`` to the session's subscribers.
+
+    A turn's last reply (``Assistant``) and its ``Result`` come in one list of effects:
+    the actor stores the reply and the turn's close together (:func:`closing_replies`)."""
 
     event: Event
 
@@ -337,3 +340,30 @@ class TurnMetrics:
             "stall_type": self.stall_type,
             **self.extra,
         }
+
+
+#: the results that close their turn (a success; an interrupted turn, double texting)
+CLOSING_RESULTS = frozenset({"success", "interrupted"})
+
+
+def closing_replies(effects: list[Effect]) -> frozenset[int]:
+    """The positions, in one list of effects, of the replies that close their turn and of
+    the results they close: an ``Emit(Assistant)`` with text followed, with no other result
+    between, by a closing ``Emit(Result)`` (the loops emit a turn's last reply and its result
+    together). That reply's row closes the turn in its own statement (``closes_turn``), so a
+    crash never leaves it stored with the turn open — the next owner would answer it again
+    (issue 36) — and the result's usage write then closes nothing. A turn whose result comes
+    without its reply (a tool turn's end, an error) is closed by the usage write, as before."""
+    found: list[int] = []
+    reply: int | None = None
+    for index, effect in enumerate(effects):
+        if type(effect) is not Emit:
+            continue
+        event = effect.event
+        if isinstance(event, Assistant) and event.content:
+            reply = index
+        elif isinstance(event, Result):
+            if reply is not None and event.subtype in CLOSING_RESULTS:
+                found += (reply, index)
+            reply = None
+    return frozenset(found)

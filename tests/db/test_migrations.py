@@ -138,6 +138,7 @@ def test_a_version_3_database_gets_the_open_turns_column(tmp_path) -> None:
     old = Store(url)
     session = old.create_session(name="from before")
     old.db.execute_sql("DROP TRIGGER corvid_open_turn")  # version 3 had neither (migration 18 counts open_turns)
+    old.db.execute_sql("DROP TRIGGER corvid_close_turn")  # nor this one (migration 21 closes them)
     old.db.execute_sql("ALTER TABLE sessions DROP COLUMN open_turns")  # as version 3 made it
     old.m.SchemaVersion.delete().where(old.m.SchemaVersion.version >= 4).execute()
     old.close()
@@ -269,7 +270,7 @@ def test_a_version_19_database_gets_the_hand_off_buffer(tmp_path) -> None:
 
     store = Store(url)
     try:
-        assert recorded_versions(store)[-1] == len(migrations.MIGRATIONS) == 20
+        assert recorded_versions(store)[19:20] == [20]
         H = store.m.HeldMessage
         H.create(session=session.id, content="kept", held_by="a")
         assert [(row.content, row.held_by) for row in H.select()] == [("kept", "a")]
@@ -331,5 +332,35 @@ def test_a_version_17_database_gets_the_turn_opening_column_and_trigger(tmp_path
         store.append_user_turn(session.id, "after the upgrade")
         row = store.get_session(session.id)
         assert (row.open_turns, row.total_turns) == (1, 1)
+    finally:
+        store.close()
+
+
+def test_a_version_20_database_gets_the_turn_closing_column_and_trigger(tmp_path) -> None:
+    # migration 21 (issue 36 item 2): a reply closes its turn in its own statement; a
+    # nullable column and a trigger that fires only for it, so the previous release's
+    # replies (NULL) go on closing their turns with the usage write
+    url = f"sqlite:///{tmp_path / 'corvid.db'}"
+    old = Store(url)
+    session = old.create_session(name="from before")
+    old.append_user_turn(session.id, "before the upgrade")
+    old.db.execute_sql("DROP TRIGGER corvid_close_turn")  # as version 20 made the table
+    old.db.execute_sql('ALTER TABLE session_messages DROP COLUMN "closes_turn"')
+    old.m.SchemaVersion.delete().where(old.m.SchemaVersion.version >= 21).execute()
+    old.close()
+
+    store = Store(url)
+    try:
+        assert recorded_versions(store)[-1] == len(migrations.MIGRATIONS) == 21
+        assert "closes_turn" in {c.name for c in store.db.get_columns("session_messages")}
+        assert store.get_session(session.id).open_turns == 1  # the old rows change nothing
+        store.append_message(session.id, "assistant", "as the previous release replies")
+        assert store.get_session(session.id).open_turns == 1
+        store.append_message(session.id, "assistant", "after the upgrade", closes_turn=True)
+        assert store.get_session(session.id).open_turns == 0
+        migrations._session_message_closes_turn(store.m, store.db)  # again: nothing changes
+        store.append_user_turn(session.id, "one more")
+        store.append_message(session.id, "assistant", "closed once", closes_turn=True)
+        assert store.get_session(session.id).open_turns == 0
     finally:
         store.close()
