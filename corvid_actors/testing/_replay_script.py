@@ -93,19 +93,26 @@ class Script:
             self.divergence = error
         return error
 
+    def _step(self, kind: str, asked: str) -> dict[str, Any] | ReplayDivergence:
+        # the recorded step a call of ``kind`` meets (under the lock), or the divergence
+        if self.divergence is not None:
+            return self.divergence
+        step = self.steps[self.position] if self.position < len(self.steps) else None
+        if step is None:
+            return self._diverge("no more calls", asked, "a call the recording does not have")
+        if step["kind"] != kind:
+            return self._diverge(describe_tool(step) if step["kind"] == "tool" else describe_model(step), asked)
+        return step
+
     def next_model(self, request: ModelRequest) -> dict[str, Any] | ReplayDivergence:
         """The recorded call for ``request``, or the divergence."""
         last_user = next((m.content for m in reversed(request.messages) if m.role == "user"), "")
         asked = describe_model({"messages": len(request.messages), "tools": [t.name for t in request.tools],
                                 "last_user": last_user if self.content else None})
         with self._lock:
-            if self.divergence is not None:
-                return self.divergence
-            step = self.steps[self.position] if self.position < len(self.steps) else None
-            if step is None:
-                return self._diverge("no more calls", asked, "a call the recording does not have")
-            if step["kind"] != "model":
-                return self._diverge(describe_tool(step), asked)
+            step = self._step("model", asked)
+            if isinstance(step, ReplayDivergence):
+                return step
             recorded = describe_model(step)
             if step["messages"] != len(request.messages):
                 return self._diverge(recorded, asked, "a different message count")
@@ -123,13 +130,9 @@ class Script:
         """The recorded tool call for ``name(arguments)``, or the divergence."""
         asked = describe_tool({"name": name, "arguments": dict(arguments)})
         with self._lock:
-            if self.divergence is not None:
-                return self.divergence
-            step = self.steps[self.position] if self.position < len(self.steps) else None
-            if step is None:
-                return self._diverge("no more calls", asked, "a call the recording does not have")
-            if step["kind"] != "tool":
-                return self._diverge(describe_model(step), asked)
+            step = self._step("tool", asked)
+            if isinstance(step, ReplayDivergence):
+                return step
             if step["name"] != name:
                 return self._diverge(describe_tool(step), asked, "a different tool")
             if self.content and step.get("arguments") is not None and step["arguments"] != dict(arguments):
