@@ -188,7 +188,7 @@ def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, 
     seat = cluster_seat(config, clock, store)
     journal = Journal.for_config(config, store, clock)
     if journal is not None:  # the journaled sessions' events, for a replay to assert
-        bus.tell(SubscribeAll(journal.on_event))
+        bus.tell(SubscribeAll(journal.on_event, deltas=False))
     supervisor = sv.SessionSupervisor.start(
         tracker, config=config, clock=clock, store=store, builder=builder, bus=bus, timers=timers,
         slot_pool=slot_pool, approvals=approvals, credits=credits, live=live, io_loop=io_loop, cluster=seat,

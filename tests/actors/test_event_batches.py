@@ -105,3 +105,21 @@ def test_what_a_closed_lifeline_held_is_dropped(bus):
     assert not lifeline.publish(Thinking(thinking=False))
     tracker.wait_idle(5)
     assert mine == []
+
+
+def test_a_global_subscriber_without_deltas_hears_every_event_but_the_streamed_text(bus):
+    # the journal's subscription: it keeps the chunks' sizes itself, so the bus spares it a
+    # callback per delta (issue 40's journal cost); the others still hear the deltas
+    ref, tracker, everyone, mine = bus
+    quiet: list[Event] = []
+    ref.ask(SubscribeAll(lambda _sid, e: quiet.append(e), deltas=False))
+    lifeline = Lifeline(SID, ref)
+    sent = [SessionStarted(pid=1), ContentBlockDelta(text="a"), Assistant(content="a"), Result(subtype="success")]
+    for event in sent:
+        lifeline.publish(event)
+    lifeline.publish_text("b")  # the streamed path (a buffer the bus delivers as one delta)
+    lifeline.publish(SessionStopped(reason="user_stop"))
+    tracker.wait_idle(5)
+    assert [e for e in quiet] == [e for e in mine if not isinstance(e, ContentBlockDelta)]
+    assert [e.text for e in mine if isinstance(e, ContentBlockDelta)] == ["a", "b"]
+    assert [e for _sid, e in everyone] == mine
