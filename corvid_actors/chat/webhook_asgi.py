@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corvid_actors.chat.signatures import SIGNATURE_HEADER, SignatureError
 
@@ -47,6 +50,8 @@ class WebhookEndpoint(Protocol):
     path: str
     max_body_bytes: int
     read_timeout_s: float
+    max_connections: int
+    max_connections_per_client: int
 
     def _precheck(self, signature: str | None) -> None:
         """Raises :class:`SignatureError` when the header alone condemns the request."""
@@ -59,9 +64,57 @@ def answer(status: int, payload: dict[str, Any], *, close: bool = False) -> Resp
     return JSONResponse(payload, status_code=status, headers=headers)
 
 
+class RequestCaps:
+    """ASGI middleware: at most ``max_requests`` requests in progress, and at most ``per_client``
+    from one client address; more are answered a JSON 429 at once. On the transport's own server
+    the connection caps come first (a request needs a connection); mounted on another server,
+    whose connections the webhook cannot count, this is the cap that holds."""
+
+    def __init__(self, app: ASGIApp, max_requests: int, per_client: int) -> None:
+        self.app = app
+        self.max_requests = max_requests
+        self.per_client = per_client
+        self.active = 0
+        self.by_client: dict[str, int] = {}
+        self._lock = threading.Lock()  # one app may be mounted on servers of several loops
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        client = str((scope.get("client") or ("",))[0])
+        with self._lock:
+            refusal = self._refusal(client)
+            if refusal is None:
+                self.active += 1
+                self.by_client[client] = self.by_client.get(client, 0) + 1
+        if refusal is not None:
+            response = JSONResponse({"error": refusal}, status_code=429,
+                                    headers={"Retry-After": "1", "Connection": "close"})
+            await response(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            with self._lock:
+                self.active -= 1
+                left = self.by_client[client] - 1
+                if left:
+                    self.by_client[client] = left
+                else:
+                    del self.by_client[client]
+
+    def _refusal(self, client: str) -> str | None:
+        if self.active >= self.max_requests:
+            return f"too many connections (at most {self.max_requests}); retry shortly"
+        if self.by_client.get(client, 0) >= self.per_client:
+            return f"too many connections from your address (at most {self.per_client}); retry shortly"
+        return None
+
+
 def create_webhook_app(endpoint: WebhookEndpoint) -> Starlette:
     """The webhook's application: ``POST <endpoint.path>`` and ``GET /healthz``; anything else
-    is a JSON 404 (or 405)."""
+    is a JSON 404 (or 405). :class:`RequestCaps` bounds the requests in progress."""
 
     async def receive_message(request: Request) -> Response:
         deadline = _deadline(request, endpoint.read_timeout_s)
@@ -98,7 +151,9 @@ def create_webhook_app(endpoint: WebhookEndpoint) -> Starlette:
 
     return Starlette(routes=[Route(endpoint.path, receive_message, methods=["POST"]),
                              Route("/healthz", healthz, methods=["GET"])],
-                     exception_handlers={HTTPException: refuse})
+                     exception_handlers={HTTPException: refuse},
+                     middleware=[Middleware(RequestCaps, max_requests=endpoint.max_connections,
+                                            per_client=endpoint.max_connections_per_client)])
 
 
 def _deadline(request: Request, read_timeout_s: float) -> float:

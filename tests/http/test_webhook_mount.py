@@ -5,8 +5,10 @@ still wants its token; a mount may not shadow the listener's own paths."""
 from __future__ import annotations
 
 import json
+import threading
 from datetime import UTC, datetime
 
+import anyio
 import httpx
 import pytest
 
@@ -56,3 +58,46 @@ def test_the_webhook_mounted_on_the_listener_checks_signatures_and_the_api_keeps
 def test_a_mount_may_not_shadow_the_listeners_own_paths(stack, prefix):
     with pytest.raises(ValueError, match="path prefix"):
         HttpListener(stack.gateway, stack.runtime.config.http, stack.runtime.clock, mounts={prefix: object()})
+
+
+@pytest.mark.anyio
+async def test_the_mounted_webhook_caps_requests_in_progress_per_client():
+    # mounted on a host's server the webhook cannot count connections: it caps the requests
+    entered: list[str] = []
+    release = threading.Event()
+
+    def slow_handler(message) -> str:
+        entered.append(message.text)
+        assert release.wait(WAIT_S)
+        return "delivered"
+
+    transport = WebhookTransport("http://127.0.0.1:9/unused", secret=SECRET, serve=False,
+                                 replays=MemoryReplayStore(), max_connections=8, max_connections_per_client=2)
+    transport.start(slow_handler)
+    app = transport.asgi_app()
+
+    def signed(text: str) -> tuple[bytes, dict[str, str]]:
+        body = json.dumps({"channel": "room", "participant": "alice", "text": text}).encode()
+        return body, {SIGNATURE_HEADER: sign(SECRET, body, int(datetime.now(UTC).timestamp()))}
+
+    answers: dict[str, int] = {}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://bot") as client:
+        async def post(text: str) -> None:
+            body, headers = signed(text)
+            answers[text] = (await client.post("/messages", content=body, headers=headers)).status_code
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(post, "one")
+            group.start_soon(post, "two")
+            with anyio.fail_after(WAIT_S):
+                while len(entered) < 2:
+                    await anyio.sleep(0.01)
+            body, headers = signed("three")
+            third = await client.post("/messages", content=body, headers=headers)
+            release.set()
+        assert third.status_code == 429 and "from your address" in third.json()["error"]
+        assert answers == {"one": 202, "two": 202}
+        body, headers = signed("four")  # the slots came back
+        assert (await client.post("/messages", content=body, headers=headers)).status_code == 202
+    assert sorted(entered) == ["four", "one", "two"]
+    transport.stop()
