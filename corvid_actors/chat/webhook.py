@@ -50,7 +50,7 @@ import json
 import urllib.error
 import urllib.request
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, Protocol, cast
 
 from loguru import logger
 
@@ -71,12 +71,11 @@ from corvid_actors.chat.transport import (
     TransportError,
     is_storable_text,
 )
+from corvid_actors.chat.webhook_asgi import create_webhook_app
+from corvid_actors.chat.webhook_server import WebhookServer
 from corvid_actors.clock import Clock, RealClock
 from corvid_actors.db.replays import MemoryReplayStore
 from corvid_actors.errors import RuntimeStoppedError, StoreError
-
-if TYPE_CHECKING:
-    from corvid_actors.chat.webhook_server import WebhookServer
 
 DEFAULT_PATH = "/messages"
 #: largest accepted request body (a chat message with room to spare)
@@ -194,8 +193,6 @@ class WebhookTransport:
         self._handler = handler
         if not self.serve:
             return  # a host serves asgi_app() on its own server
-        from corvid_actors.chat.webhook_server import WebhookServer
-
         server = WebhookServer(self.asgi_app(), self.host, self.port, read_timeout_s=self.read_timeout_s,
                                max_connections=self.max_connections,
                                max_connections_per_client=self.max_connections_per_client)
@@ -209,8 +206,6 @@ class WebhookTransport:
         signature checks, replay window, body limit and body deadline come with it, the
         connection caps are the host server's. One app per transport (built on first use)."""
         if self._app is None:
-            from corvid_actors.chat.webhook_asgi import create_webhook_app
-
             self._app = create_webhook_app(self)
         return self._app
 
