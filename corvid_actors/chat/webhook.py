@@ -1,4 +1,4 @@
-"""An HTTP webhook transport: the shape most chat platforms use. Stdlib only.
+"""An HTTP webhook transport: the shape most chat platforms use, served by Starlette on uvicorn.
 
 Incoming: the platform POSTs each message to ``http://<host>:<port><path>`` as JSON
 ``{"channel": "...", "participant": "...", "text": "...", "id": "optional message id"}``
@@ -38,13 +38,15 @@ Without a secret nothing is signed or checked (a warning is logged): anyone who 
 the port can post as any participant. The server binds 127.0.0.1 by default: put a
 TLS-terminating proxy in front of it to expose it.
 
-The HTTP server and request handler are in :mod:`corvid_actors.chat.webhook_http`.
+The ASGI application is in :mod:`corvid_actors.chat.webhook_asgi` (:meth:`WebhookTransport.asgi_app`:
+mount it on a host's own Starlette/FastAPI app or on the daemon's HTTP listener, with
+``serve=False``); the transport's own server (uvicorn, with the connection caps and the
+whole-request deadline) in :mod:`corvid_actors.chat.webhook_server`.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import urllib.error
 import urllib.request
 from datetime import datetime, timedelta
@@ -69,7 +71,8 @@ from corvid_actors.chat.transport import (
     TransportError,
     is_storable_text,
 )
-from corvid_actors.chat.webhook_http import CappedServer, RequestError, make_handler
+from corvid_actors.chat.webhook_asgi import create_webhook_app
+from corvid_actors.chat.webhook_server import WebhookServer
 from corvid_actors.clock import Clock, RealClock
 from corvid_actors.db.replays import MemoryReplayStore
 from corvid_actors.errors import RuntimeStoppedError, StoreError
@@ -86,8 +89,6 @@ DEFAULT_MAX_CONNECTIONS = 64
 #: connections served at once from one client address: a quarter of the global cap, so
 #: one client's idle flood leaves room for the others
 DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 16
-#: how often the server loop checks for stop() (bounds how long stop() takes)
-_SERVE_POLL_S = 0.05
 
 
 class ReplayGuard(Protocol):
@@ -110,6 +111,7 @@ class WebhookTransport:
     ``replays`` remembers accepted signatures; by default the bridge binds the runtime's
     store to it (:meth:`bind_runtime`), else it is in memory (not durable, with a warning).
     ``clock`` tells the time signatures are checked against (the runtime's, once bound).
+    ``serve=False``: :meth:`start` serves nothing; a host serves :meth:`asgi_app` itself.
     """
 
     name = "webhook"
@@ -120,7 +122,7 @@ class WebhookTransport:
                  allow_legacy_signatures: bool = False, read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
-                 replays: ReplayGuard | None = None, clock: Clock | None = None) -> None:
+                 replays: ReplayGuard | None = None, clock: Clock | None = None, serve: bool = True) -> None:
         if max_connections < 1 or max_connections_per_client < 1:
             raise ValueError(f"max_connections ({max_connections}) and max_connections_per_client "
                              f"({max_connections_per_client}) must be at least 1")
@@ -141,8 +143,9 @@ class WebhookTransport:
         #: deadlines of socket reads: real time even while a simulation freezes the clock
         self._io_clock = RealClock()
         self._handler: MessageHandler | None = None
-        self._server: CappedServer | None = None
-        self._thread: threading.Thread | None = None
+        self.serve = serve
+        self._server: WebhookServer | None = None
+        self._app: Any = None
 
     @classmethod
     def from_config(cls, callback_url: str, config: Any, **kwargs: Any) -> WebhookTransport:
@@ -167,7 +170,7 @@ class WebhookTransport:
     def url(self) -> str:
         """Where the platform POSTs messages."""
         if self._server is None:
-            raise RuntimeError("the webhook transport is not started")
+            raise RuntimeError("the webhook transport is not serving (not started, or serve=False)")
         return f"http://{self.host}:{self._server.server_address[1]}{self.path}"
 
     def start(self, handler: MessageHandler) -> None:
@@ -188,21 +191,30 @@ class WebhookTransport:
                 logger.warning("webhook: legacy body-only signatures (sha256=) are accepted: they carry no "
                                "timestamp; upgrade the platform to t=…,v1=… and turn allow_legacy_signatures off")
         self._handler = handler
-        server = CappedServer((self.host, self.port), make_handler(self), self.max_connections,
-                              self.max_connections_per_client)
-        server.daemon_threads = True
+        if not self.serve:
+            return  # a host serves asgi_app() on its own server
+        server = WebhookServer(self.asgi_app(), self.host, self.port, read_timeout_s=self.read_timeout_s,
+                               max_connections=self.max_connections,
+                               max_connections_per_client=self.max_connections_per_client)
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, args=(_SERVE_POLL_S,),
-                                        name="webhook-transport", daemon=True)
-        self._thread.start()
+        server.start()
+
+    def asgi_app(self) -> Any:
+        """The webhook as a Starlette (ASGI) application: ``POST <path>`` and ``GET /healthz``.
+        A host with its own ASGI server mounts it (``Mount("/webhook", transport.asgi_app())``,
+        or ``HttpListener(..., mounts={"/webhook": ...})``) and passes ``serve=False``; the
+        signature checks, replay window, body limit and body deadline come with it, the
+        connection caps are the host server's. One app per transport (built on first use)."""
+        if self._app is None:
+            self._app = create_webhook_app(self)
+        return self._app
 
     def stop(self) -> None:
         """Stop the server and close its socket."""
         server, self._server = self._server, None
         self._handler = None
         if server is not None:
-            server.shutdown()
-            server.server_close()
+            server.stop()
 
     def send(self, message: OutgoingMessage) -> None:
         """POST the message to the callback URL, signed when a secret is set; a refusal or an
@@ -227,14 +239,11 @@ class WebhookTransport:
         return (self.clock or self._io_clock).now().timestamp()
 
     def _precheck(self, signature: str | None) -> None:
-        """Before the body is read: refuse what the header alone condemns."""
+        """Before the body is read: refuse what the header alone condemns (raises SignatureError)."""
         if not self.secret:
             return
-        try:
-            check_timestamp(signature, now=self._now(), tolerance_s=self.signature_tolerance_s,
-                            allow_legacy=self.allow_legacy_signatures)
-        except SignatureError as exc:
-            raise RequestError(401, str(exc)) from None
+        check_timestamp(signature, now=self._now(), tolerance_s=self.signature_tolerance_s,
+                        allow_legacy=self.allow_legacy_signatures)
 
     def _incoming(self, body: bytes, signature: str | None) -> tuple[int, dict[str, Any]]:
         verified: Verified | None = None

@@ -32,16 +32,19 @@ def http_available() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in _MODULES)
 
 
-def start_http_listener(runtime: Runtime, store: Store, seat: Any, handle: Handle, follow: FollowFn) -> Any:
+def start_http_listener(runtime: Runtime, store: Store, seat: Any, handle: Handle, follow: FollowFn,
+                        mounts: dict[str, Any] | None = None) -> Any:
     """Start the listener of ``runtime.config.http`` (returns it: ``.url``, ``.stop()``).
     ``store`` is the runtime's store (the tokens, ``/readyz``), ``seat`` its cluster seat
-    (None: one daemon); ``handle`` and ``follow`` are the daemon's admin socket hooks."""
+    (None: one daemon); ``handle`` and ``follow`` are the daemon's admin socket hooks;
+    ``mounts`` are an embedder's extra ASGI apps by path prefix (``serve`` passes none)."""
     if not http_available():
         raise DaemonError(f"[http] listen = {runtime.config.http.listen!r} needs Starlette and uvicorn: "
                           "install the http extra (pip install 'corvid-actors[http]') or set [http] listen = \"\"")
     from corvid_actors.http import HttpListener
 
-    listener = HttpListener(build_gateway(runtime, store, seat, handle, follow), runtime.config.http, runtime.clock)
+    listener = HttpListener(build_gateway(runtime, store, seat, handle, follow), runtime.config.http, runtime.clock,
+                            mounts)
     listener.start()
     return listener
 

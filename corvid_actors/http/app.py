@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,7 +23,8 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Mount, Route
+from starlette.types import ASGIApp
 
 from corvid_actors.clock import Clock
 from corvid_actors.config_sections import HttpConfig
@@ -221,9 +222,29 @@ def _convert(command: str, name: str, kind: str, text: str) -> Any:
     raise AdminError(BAD_REQUEST, f"{command}: argument {name!r} must be {_KINDS.get(kind, kind)}, got {text[:40]!r}")
 
 
-def create_app(gateway: AdminGateway, settings: HttpConfig, clock: Clock) -> Starlette:
+def _mounted(mounts: Mapping[str, ASGIApp], own: list[Any]) -> list[Any]:
+    """The embedder's mounts, checked against the listener's own paths."""
+    result: list[Any] = []
+    for prefix, app in mounts.items():
+        stem = prefix.rstrip("/")
+        taken = [r.path.rstrip("/") for r in own]
+        if not stem.startswith("/") or any(p == stem or p.startswith(stem + "/") or (p and stem.startswith(p + "/"))
+                                           for p in taken):
+            raise ValueError(f"mount {prefix!r}: need a path prefix like '/webhook', not '/' nor one of the "
+                             "listener's own paths")
+        result.append(Mount(stem, app=app))
+    return result
+
+
+def create_app(gateway: AdminGateway, settings: HttpConfig, clock: Clock,
+               mounts: Mapping[str, ASGIApp] | None = None) -> Starlette:
     """The listener's application. Its lifespan follows the daemon's events for the streams
-    (run it: uvicorn does; a test enters ``app.router.lifespan_context(app)``)."""
+    (run it: uvicorn does; a test enters ``app.router.lifespan_context(app)``).
+
+    ``mounts`` maps a path prefix to an embedder's ASGI application served under it (e.g.
+    ``{"/webhook": transport.asgi_app()}``, the chat webhook): it does its own authentication
+    (the API token is not asked for), its lifespan is not run, and a prefix may not be ``/`` or
+    overlap the listener's own paths (ValueError)."""
     http = HttpApp(gateway, settings, clock)
     routes = [Route(r.path, http.api_endpoint(r), methods=[r.method], name=f"{r.method} {r.path}")
               for r in API_ROUTES]
@@ -235,6 +256,7 @@ def create_app(gateway: AdminGateway, settings: HttpConfig, clock: Clock) -> Sta
         Route("/openapi.json", http.openapi, methods=["GET"]),
     ]
     routes += dashboard_routes()  # the dashboard's pages and assets (they hold no data: no token)
+    routes = _mounted(mounts or {}, routes) + routes
     app = Starlette(routes=routes, lifespan=http.lifespan,
                     exception_handlers={HTTPException: http.not_found})
     app.state.http = http

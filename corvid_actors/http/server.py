@@ -18,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+from collections.abc import Mapping
 
 import uvicorn
 from loguru import logger
+from starlette.types import ASGIApp
 
 from corvid_actors.clock import Clock, RealClock
 from corvid_actors.config_sections import HttpConfig
@@ -38,10 +40,12 @@ STARTUP_TIMEOUT_S = 30.0
 class HttpListener:
     """One listener; ``start()`` then ``stop()`` (any thread)."""
 
-    def __init__(self, gateway: AdminGateway, settings: HttpConfig, clock: Clock) -> None:
+    def __init__(self, gateway: AdminGateway, settings: HttpConfig, clock: Clock,
+                 mounts: Mapping[str, ASGIApp] | None = None) -> None:
         self.settings = settings
         self.gateway = gateway
-        self.app = create_app(gateway, settings, clock)
+        #: ``mounts``: extra ASGI apps under path prefixes (see create_app), e.g. the chat webhook
+        self.app = create_app(gateway, settings, clock, mounts)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._sock: socket.socket | None = None
