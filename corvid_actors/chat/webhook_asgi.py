@@ -64,6 +64,36 @@ def answer(status: int, payload: dict[str, Any], *, close: bool = False) -> Resp
     return JSONResponse(payload, status_code=status, headers=headers)
 
 
+class Caps:
+    """At most ``max_total`` at once, and at most ``max_per_client`` from one client address:
+    the webhook's connection caps on its own server (``webhook_server``) and its request
+    caps when mounted (:class:`RequestCaps`). Not locked: the caller serialises."""
+
+    def __init__(self, max_total: int, max_per_client: int) -> None:
+        self.max_total = max_total
+        self.max_per_client = max_per_client
+        self.active = 0
+        self.by_client: dict[str, int] = {}
+
+    def admit(self, client: str) -> str | None:
+        """None (counted) or why ``client``'s new connection or request is refused."""
+        if self.active >= self.max_total:
+            return f"too many connections (at most {self.max_total}); retry shortly"
+        if self.by_client.get(client, 0) >= self.max_per_client:
+            return f"too many connections from your address (at most {self.max_per_client}); retry shortly"
+        self.active += 1
+        self.by_client[client] = self.by_client.get(client, 0) + 1
+        return None
+
+    def release(self, client: str) -> None:
+        self.active -= 1
+        left = self.by_client[client] - 1
+        if left:
+            self.by_client[client] = left
+        else:
+            del self.by_client[client]
+
+
 class RequestCaps:
     """ASGI middleware: at most ``max_requests`` requests in progress, and at most ``per_client``
     from one client address; more are answered a JSON 429 at once. On the transport's own server
@@ -72,10 +102,7 @@ class RequestCaps:
 
     def __init__(self, app: ASGIApp, max_requests: int, per_client: int) -> None:
         self.app = app
-        self.max_requests = max_requests
-        self.per_client = per_client
-        self.active = 0
-        self.by_client: dict[str, int] = {}
+        self.caps = Caps(max_requests, per_client)
         self._lock = threading.Lock()  # one app may be mounted on servers of several loops
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -84,10 +111,7 @@ class RequestCaps:
             return
         client = str((scope.get("client") or ("",))[0])
         with self._lock:
-            refusal = self._refusal(client)
-            if refusal is None:
-                self.active += 1
-                self.by_client[client] = self.by_client.get(client, 0) + 1
+            refusal = self.caps.admit(client)
         if refusal is not None:
             response = JSONResponse({"error": refusal}, status_code=429,
                                     headers={"Retry-After": "1", "Connection": "close"})
@@ -97,19 +121,7 @@ class RequestCaps:
             await self.app(scope, receive, send)
         finally:
             with self._lock:
-                self.active -= 1
-                left = self.by_client[client] - 1
-                if left:
-                    self.by_client[client] = left
-                else:
-                    del self.by_client[client]
-
-    def _refusal(self, client: str) -> str | None:
-        if self.active >= self.max_requests:
-            return f"too many connections (at most {self.max_requests}); retry shortly"
-        if self.by_client.get(client, 0) >= self.per_client:
-            return f"too many connections from your address (at most {self.per_client}); retry shortly"
-        return None
+                self.caps.release(client)
 
 
 def create_webhook_app(endpoint: WebhookEndpoint) -> Starlette:

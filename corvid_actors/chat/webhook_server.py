@@ -26,7 +26,7 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from corvid_actors.chat.webhook_asgi import DEADLINE_EXTENSION
+from corvid_actors.chat.webhook_asgi import DEADLINE_EXTENSION, Caps
 from corvid_actors.clock import RealClock
 
 #: seconds start() waits for uvicorn to serve, and stop() for its thread to end
@@ -37,41 +37,13 @@ _MAX_HEAD_BYTES = 16 * 1024
 _GRACEFUL_S = 1
 
 
-class _Caps:
-    """The connection counts (on the server's loop: no lock needed)."""
-
-    def __init__(self, max_connections: int, max_per_client: int) -> None:
-        self.max_connections = max_connections
-        self.max_per_client = max_per_client
-        self.active = 0
-        self.by_client: dict[str, int] = {}
-
-    def admit(self, client: str) -> str | None:
-        """None (counted) or why ``client``'s new connection is refused."""
-        if self.active >= self.max_connections:
-            return f"too many connections (at most {self.max_connections}); retry shortly"
-        if self.by_client.get(client, 0) >= self.max_per_client:
-            return f"too many connections from your address (at most {self.max_per_client}); retry shortly"
-        self.active += 1
-        self.by_client[client] = self.by_client.get(client, 0) + 1
-        return None
-
-    def release(self, client: str) -> None:
-        self.active -= 1
-        left = self.by_client[client] - 1
-        if left:
-            self.by_client[client] = left
-        else:
-            del self.by_client[client]
-
-
 def _raw_json(status: str, payload: dict[str, Any], extra: str = "") -> bytes:
     body = json.dumps(payload).encode()
     return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n{extra}"
             "Connection: close\r\n\r\n").encode() + body
 
 
-def _capped_protocol(caps: _Caps, read_timeout_s: float) -> type[H11Protocol]:
+def _capped_protocol(caps: Caps, read_timeout_s: float) -> type[H11Protocol]:
     class _CappedH11(H11Protocol):
         _counted: str | None = None
         _deadline_timer: asyncio.TimerHandle | None = None
@@ -165,7 +137,7 @@ class WebhookServer:
                  max_connections_per_client: int) -> None:
         self.app = app
         self.read_timeout_s = read_timeout_s
-        self._caps = _Caps(max_connections, max_connections_per_client)
+        self._caps = Caps(max_connections, max_connections_per_client)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
