@@ -75,9 +75,10 @@ def list_approvals(broker: pykka.ActorRef[Any] | None, session_id: str | None) -
     return list(ask_actor(broker, ap.ListPending(session_id), _BROKER))
 
 
-def _resolve(broker: pykka.ActorRef[Any] | None, approval_id: str, behavior: str, message: str) -> dict[str, Any]:
+def _resolve(broker: pykka.ActorRef[Any] | None, approval_id: str, behavior: str, message: str,
+             answered_by: str) -> dict[str, Any]:
     try:
-        resolved = ask_actor(broker, ap.Resolve(approval_id, behavior, message), _BROKER)
+        resolved = ask_actor(broker, ap.Resolve(approval_id, behavior, message, answered_by=answered_by), _BROKER)
     except ValueError as exc:
         raise AdminError(BAD_REQUEST, str(exc)) from None
     if resolved is None:
@@ -87,14 +88,15 @@ def _resolve(broker: pykka.ActorRef[Any] | None, approval_id: str, behavior: str
 
 
 def approve(broker: pykka.ActorRef[Any] | None, args: Mapping[str, Any]) -> dict[str, Any]:
-    """``admin approve``: allow once, or for the whole session (``session_wide``)."""
+    """``admin approve``: allow once, or for the whole session (``session_wide``); answered
+    as ``answered_by`` (the admin actor sets it from the transport's caller)."""
     behavior = "allow_session" if args.get("session_wide") else "allow"
-    return _resolve(broker, args["approval"], behavior, args.get("message", ""))
+    return _resolve(broker, args["approval"], behavior, args.get("message", ""), args.get("answered_by", "admin"))
 
 
 def deny(broker: pykka.ActorRef[Any] | None, args: Mapping[str, Any]) -> dict[str, Any]:
     """``admin deny``."""
-    return _resolve(broker, args["approval"], "deny", args.get("message", ""))
+    return _resolve(broker, args["approval"], "deny", args.get("message", ""), args.get("answered_by", "admin"))
 
 
 def mode(broker: pykka.ActorRef[Any] | None, args: Mapping[str, Any]) -> dict[str, Any]:

@@ -89,6 +89,8 @@ class AdminCommand:
     args: Mapping[str, Any] = field(default_factory=dict)
     #: forwarded by another daemon of the cluster: run here, never forwarded again
     forwarded: bool = False
+    #: who sent it (``Request.caller``): an approval's answerer
+    caller: str = ""
 
 
 @dataclass(frozen=True)
@@ -222,8 +224,10 @@ class AdminActor(TrackedActor):
 
     def on_receive(self, message: Any) -> Any:
         match message:
-            case AdminCommand(name, args, forwarded):
+            case AdminCommand(name, args, forwarded, caller):
                 handler = self._commands.get(name)
+                if name in ("approve", "deny") and caller:
+                    args = {**args, "answered_by": caller}
                 if handler is None:
                     raise AdminError(BAD_REQUEST, f"the admin actor has no command {name!r}")
                 # several daemons: a send is held for the session's next owner, never refused
@@ -237,7 +241,7 @@ class AdminActor(TrackedActor):
                 if self.w.router is not None and not forwarded:
                     me = self.actor_ref
                     return route(self.w.router, name, args, handler, self._sid,
-                                 lambda: me.ask(AdminCommand(name, args, forwarded=True)))
+                                 lambda: me.ask(AdminCommand(name, args, forwarded=True, caller=caller)))
                 return handler(args)
             case RemoteEvents(events):
                 self._followers.remote(events)

@@ -135,6 +135,9 @@ class Request:
     cmd: str
     args: dict[str, Any] = field(default_factory=dict)
     id: str | int | None = None
+    #: who sent it, as the transport knows (never read from the request): ``admin:<user>``
+    #: on the admin socket (its peer's uid), ``http:<token name>`` on the HTTP API
+    caller: str = ""
 
 
 class RequestRejected(AdminError):
