@@ -8,16 +8,17 @@ admin command makes: it turns the runtime's errors into the admin socket's codes
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pykka
 
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import credits
-from corvid_actors.actors.supervisor import StartTicket
+from corvid_actors.actors.supervisor import KillIncarnation, StartTicket
 from corvid_actors.errors import (
     BAD_REQUEST,
+    FORBIDDEN,
     NOT_FOUND,
     SHUTTING_DOWN,
     UNAVAILABLE,
@@ -57,6 +58,17 @@ def ask_actor(ref: pykka.ActorRef[Any] | None, message: Any, what: str = "runtim
         raise AdminError(SHUTTING_DOWN, str(exc)) from None
     except NotFoundError as exc:
         raise AdminError(NOT_FOUND, str(exc)) from None
+
+
+def crash(supervisor: pykka.ActorRef[Any], allowed: bool, session_id: Callable[[], str]) -> dict[str, Any]:
+    """``admin crash ID`` (``[daemon] allow_fault_commands``): the session's running actor
+    fails as on a bug in it (``corvid_actors.testing.kill_incarnation``'s fault, for tests
+    and drills); ``crashed`` False when it was not running."""
+    if not allowed:
+        raise AdminError(FORBIDDEN, "fault commands are off: set [daemon] allow_fault_commands = true "
+                                    "(for tests and drills only)")
+    sid = session_id()
+    return {"session": sid, "crashed": bool(ask_actor(supervisor, KillIncarnation(sid), "session supervisor"))}
 
 
 # --- approvals --------------------------------------------------------------------------------

@@ -73,7 +73,7 @@ from corvid_actors.events import Event, to_dict
 from corvid_actors.telemetry.metrics import RuntimeMetrics
 
 #: commands refused once the daemon is shutting down (they start or change work)
-MUTATING_COMMANDS = frozenset({"start", "send", "resume", "extend", "approve", "mode", "credits_grant",
+MUTATING_COMMANDS = frozenset({"start", "send", "resume", "extend", "approve", "crash", "mode", "credits_grant",
                                "rebalance", "restart"})
 
 
@@ -194,6 +194,7 @@ class AdminActor(TrackedActor):
             "credits_grant": partial(cmd.credits_grant, bank, self.s.max_credit_grant),
             "shutdown": self._cmd_shutdown, "drain": self._cmd_drain, "rebalance": self._cmd_rebalance,
             "history": self._cmd_history, "restart": self._cmd_restart,
+            "crash": lambda args: cmd.crash(self.w.supervisor, self.s.allow_fault_commands, lambda: self._sid(args)),
             # internal (no protocol command): another daemon held a message for a session here
             "deliver_held": lambda args: deliver_here(self.w.router, self.w.supervisor, self._sid(args)),
         }

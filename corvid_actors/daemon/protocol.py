@@ -125,6 +125,7 @@ COMMANDS: Mapping[str, Mapping[str, Arg]] = {
     "history": {"session": _SESSION, "since_s": _positive("number", required=False, high=MAX_HISTORY_S),
                 "tail": _positive("int", required=False)},
     "restart": {"session": _SESSION},
+    "crash": {"session": _SESSION},
 }
 
 
