@@ -371,7 +371,11 @@ def test_crash_fails_the_running_actor_and_the_supervisor_restarts_it(sim_clock,
         scripted.reply("hi")
         sid = command(admin, "start", agent="helper", prompt="hello", source="chat")["session"]
         rt.settle()
-        assert command(admin, "crash", session=sid[:8]) == {"session": sid, "crashed": True}
+        crashed = command(admin, "crash", session=sid[:8])
+        assert crashed == {"session": sid, "crashed": True}
+        out = io.StringIO()
+        show_result("crash", crashed, out)
+        assert out.getvalue().startswith(f"crashed {sid[:8]}: the supervisor restarts it")
         rt.settle()
         assert "session_restarting" in events and events.count("error") == 1
         sim_clock.advance(10)  # the restart's backoff
