@@ -218,6 +218,7 @@ class DaemonConfig:
     log_rotation: str
     log_retention: str
     log_compression: str = field(metadata=one_of("", "gz", "bz2", "xz", "zip", "tar", "tar.gz", "tar.bz2", "tar.xz"))
+    allow_fault_commands: bool = False
 
 
 def _listen_address(value: str) -> bool:

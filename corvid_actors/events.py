@@ -254,6 +254,10 @@ class ApprovalResolved(Event):
     behavior: str = "deny"
     #: the answer's note (a denial's reason is told to the model)
     message: str = ""
+    #: who answered: ``admin:<user>`` (the admin CLI), ``http:<token name>``,
+    #: ``chat:<user>``, ``library`` (``Runtime.resolve_approval``'s default), or empty
+    #: when the runtime answered itself (a timeout, a stop, a shutdown)
+    answered_by: str = ""
 
 
 @dataclass(frozen=True)

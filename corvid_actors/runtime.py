@@ -293,10 +293,10 @@ class Runtime(RuntimeLifecycle):
         return replace(run, model_sees=model_view(call, run.result, self._config, window, commands))
 
     # --- approvals, slots ---------------------------------------------------------------------
-    def resolve_approval(self, approval_id: str, behavior: str, message: str = "",
-                         updated_input: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        """allow | deny | allow_session. Returns the request's info, or None if not pending."""
-        return self._ask(ap.Resolve(approval_id, behavior, message, updated_input), self._internals.approvals)
+    def resolve_approval(self, approval_id: str, behavior: str, message: str = "", updated_input: dict[str, Any]
+                         | None = None, *, answered_by: str = "library") -> dict[str, Any] | None:
+        """allow | deny | allow_session, by ``answered_by`` (journaled); the request's info or None."""
+        return self._ask(ap.Resolve(approval_id, behavior, message, updated_input, answered_by), self._internals.approvals)
 
     def set_approval_mode(self, mode: str) -> str:
         """Set the approval mode (normal, queued or paused); returns the mode in force."""

@@ -8,16 +8,17 @@ admin command makes: it turns the runtime's errors into the admin socket's codes
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pykka
 
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import credits
-from corvid_actors.actors.supervisor import StartTicket
+from corvid_actors.actors.supervisor import KillIncarnation, StartTicket
 from corvid_actors.errors import (
     BAD_REQUEST,
+    FORBIDDEN,
     NOT_FOUND,
     SHUTTING_DOWN,
     UNAVAILABLE,
@@ -59,6 +60,17 @@ def ask_actor(ref: pykka.ActorRef[Any] | None, message: Any, what: str = "runtim
         raise AdminError(NOT_FOUND, str(exc)) from None
 
 
+def crash(supervisor: pykka.ActorRef[Any], allowed: bool, session_id: Callable[[], str]) -> dict[str, Any]:
+    """``admin crash ID`` (``[daemon] allow_fault_commands``): the session's running actor
+    fails as on a bug in it (``corvid_actors.testing.kill_incarnation``'s fault, for tests
+    and drills); ``crashed`` False when it was not running."""
+    if not allowed:
+        raise AdminError(FORBIDDEN, "fault commands are off: set [daemon] allow_fault_commands = true "
+                                    "(for tests and drills only)")
+    sid = session_id()
+    return {"session": sid, "crashed": bool(ask_actor(supervisor, KillIncarnation(sid), "session supervisor"))}
+
+
 # --- approvals --------------------------------------------------------------------------------
 
 
@@ -75,9 +87,10 @@ def list_approvals(broker: pykka.ActorRef[Any] | None, session_id: str | None) -
     return list(ask_actor(broker, ap.ListPending(session_id), _BROKER))
 
 
-def _resolve(broker: pykka.ActorRef[Any] | None, approval_id: str, behavior: str, message: str) -> dict[str, Any]:
+def _resolve(broker: pykka.ActorRef[Any] | None, approval_id: str, behavior: str, message: str,
+             answered_by: str) -> dict[str, Any]:
     try:
-        resolved = ask_actor(broker, ap.Resolve(approval_id, behavior, message), _BROKER)
+        resolved = ask_actor(broker, ap.Resolve(approval_id, behavior, message, answered_by=answered_by), _BROKER)
     except ValueError as exc:
         raise AdminError(BAD_REQUEST, str(exc)) from None
     if resolved is None:
@@ -87,14 +100,15 @@ def _resolve(broker: pykka.ActorRef[Any] | None, approval_id: str, behavior: str
 
 
 def approve(broker: pykka.ActorRef[Any] | None, args: Mapping[str, Any]) -> dict[str, Any]:
-    """``admin approve``: allow once, or for the whole session (``session_wide``)."""
+    """``admin approve``: allow once, or for the whole session (``session_wide``); answered
+    as ``answered_by`` (the admin actor sets it from the transport's caller)."""
     behavior = "allow_session" if args.get("session_wide") else "allow"
-    return _resolve(broker, args["approval"], behavior, args.get("message", ""))
+    return _resolve(broker, args["approval"], behavior, args.get("message", ""), args.get("answered_by", "admin"))
 
 
 def deny(broker: pykka.ActorRef[Any] | None, args: Mapping[str, Any]) -> dict[str, Any]:
     """``admin deny``."""
-    return _resolve(broker, args["approval"], "deny", args.get("message", ""))
+    return _resolve(broker, args["approval"], "deny", args.get("message", ""), args.get("answered_by", "admin"))
 
 
 def mode(broker: pykka.ActorRef[Any] | None, args: Mapping[str, Any]) -> dict[str, Any]:

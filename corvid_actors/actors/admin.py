@@ -73,7 +73,7 @@ from corvid_actors.events import Event, to_dict
 from corvid_actors.telemetry.metrics import RuntimeMetrics
 
 #: commands refused once the daemon is shutting down (they start or change work)
-MUTATING_COMMANDS = frozenset({"start", "send", "resume", "extend", "approve", "mode", "credits_grant",
+MUTATING_COMMANDS = frozenset({"start", "send", "resume", "extend", "approve", "crash", "mode", "credits_grant",
                                "rebalance", "restart"})
 
 
@@ -89,6 +89,8 @@ class AdminCommand:
     args: Mapping[str, Any] = field(default_factory=dict)
     #: forwarded by another daemon of the cluster: run here, never forwarded again
     forwarded: bool = False
+    #: who sent it (``Request.caller``): an approval's answerer
+    caller: str = ""
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,7 @@ class AdminActor(TrackedActor):
             "credits_grant": partial(cmd.credits_grant, bank, self.s.max_credit_grant),
             "shutdown": self._cmd_shutdown, "drain": self._cmd_drain, "rebalance": self._cmd_rebalance,
             "history": self._cmd_history, "restart": self._cmd_restart,
+            "crash": lambda args: cmd.crash(self.w.supervisor, self.s.allow_fault_commands, lambda: self._sid(args)),
             # internal (no protocol command): another daemon held a message for a session here
             "deliver_held": lambda args: deliver_here(self.w.router, self.w.supervisor, self._sid(args)),
         }
@@ -222,8 +225,10 @@ class AdminActor(TrackedActor):
 
     def on_receive(self, message: Any) -> Any:
         match message:
-            case AdminCommand(name, args, forwarded):
+            case AdminCommand(name, args, forwarded, caller):
                 handler = self._commands.get(name)
+                if name in ("approve", "deny") and caller:
+                    args = {**args, "answered_by": caller}
                 if handler is None:
                     raise AdminError(BAD_REQUEST, f"the admin actor has no command {name!r}")
                 # several daemons: a send is held for the session's next owner, never refused
@@ -237,7 +242,7 @@ class AdminActor(TrackedActor):
                 if self.w.router is not None and not forwarded:
                     me = self.actor_ref
                     return route(self.w.router, name, args, handler, self._sid,
-                                 lambda: me.ask(AdminCommand(name, args, forwarded=True)))
+                                 lambda: me.ask(AdminCommand(name, args, forwarded=True, caller=caller)))
                 return handler(args)
             case RemoteEvents(events):
                 self._followers.remote(events)

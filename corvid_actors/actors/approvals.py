@@ -62,12 +62,15 @@ class Resolve:
     ``behavior``: allow | deny | allow_session. Asked by ``Runtime.resolve_approval`` (on
     the caller's thread) and the AdminActor's ``approve``/``deny`` (on its thread); handled
     on the broker's thread. Replies with the resolved request's info dict, or None when no
-    pending request matches; raises ValueError for an unknown ``behavior``."""
+    pending request matches; raises ValueError for an unknown ``behavior``. ``answered_by``:
+    who answers (``admin:<user>``, ``http:<token>``, ``chat:<user>``, ``library``), carried
+    to the session (its ``approval_resolved`` event, the journal)."""
 
     approval_id: str
     behavior: str
     message: str = ""
     updated_input: dict[str, WireJson] | None = None
+    answered_by: str = "library"
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,8 @@ class ApprovalAnswer:
     updated_input: dict[str, WireJson] | None = None
     scope: str = "once"
     approval_id: str = ""
+    #: who answered (``Resolve.answered_by``); empty: the broker itself (timeout, stop, shutdown)
+    answered_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -180,8 +185,8 @@ class ApprovalBroker(TrackedActor):
         match message:
             case RequestApproval() as request:
                 self._request(request)
-            case Resolve(approval_id, behavior, text, updated):
-                return self._resolve(approval_id, behavior, text, updated)
+            case Resolve(approval_id, behavior, text, updated, answered_by):
+                return self._resolve(approval_id, behavior, text, updated, answered_by)
             case _Expired(approval_id):
                 entry = self._take(approval_id)
                 if entry is not None:
@@ -252,7 +257,7 @@ class ApprovalBroker(TrackedActor):
         return approval_id
 
     def _resolve(self, approval_id: str, behavior: str, text: str,
-                 updated: dict[str, WireJson] | None) -> dict[str, str] | None:
+                 updated: dict[str, WireJson] | None, answered_by: str) -> dict[str, str] | None:
         if behavior not in ("allow", "deny", "allow_session"):
             raise ValueError(f"unknown behavior {behavior!r}; use allow, deny or allow_session")
         matches = [a for a in self._pending if a == approval_id]
@@ -267,12 +272,12 @@ class ApprovalBroker(TrackedActor):
         if behavior == "allow_session":
             self._session_grants.setdefault(request.session_id, set()).add(request.tool_name)
         self._answer(request, allowed, text or ("Approved" if allowed else "Permission denied by user"),
-                     updated, scope)
+                     updated, scope, answered_by)
         return {"id": request.approval_id, "session_id": request.session_id, "tool_name": request.tool_name,
-                "behavior": behavior}
+                "behavior": behavior, "answered_by": answered_by}
 
     @staticmethod
     def _answer(request: RequestApproval, allowed: bool, text: str,
-                updated: dict[str, WireJson] | None = None, scope: str = "once") -> None:
+                updated: dict[str, WireJson] | None = None, scope: str = "once", answered_by: str = "") -> None:
         tell(request.reply_to, ApprovalAnswer(request.call_id, allowed, text, updated, scope,
-                                              approval_id=request.approval_id))
+                                              approval_id=request.approval_id, answered_by=answered_by))

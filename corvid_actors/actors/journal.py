@@ -5,9 +5,12 @@ each incarnation of a journaled session it makes a :class:`SessionTap`, which th
 actor calls at its boundaries — a model call as it is made and as its outcome reaches the
 loop (text with its streamed chunks' boundaries, tool calls, usage, cost, stop reason, or
 the error with its kind and status; request, first chunk and end on the runtime's clock),
-a tool call's arguments and the result the loop receives, an approval's answer, a user
-message — and the Journal, subscribed to the EventBus, keeps the session's events (type,
-key fields, time) for a replay to assert. Entries go to :class:`~corvid_actors.db.journal.JournalStore`
+a tool call's arguments, the result the loop receives and its duration, an approval's
+answer and who gave it, a user message, the actor's crash (a failure of its own, not the
+model's: the calls in flight are recorded as cancelled, then the crash: the calls written
+before it are its step) — the supervisor tells it each health probe's outcome during an outage,
+and the Journal, subscribed to the EventBus, keeps the session's events (type, key fields,
+time) for a replay to assert. Entries go to :class:`~corvid_actors.db.journal.JournalStore`
 (compressed, batched by its writer); :mod:`corvid_actors.testing.replay` reads them back.
 
 A tap runs on its actor's thread, except :meth:`SessionTap.delta` (the thread streaming the
@@ -40,7 +43,7 @@ KEY_FIELDS: dict[str, tuple[str, ...]] = {
     "session_resumed": ("automatic",), "session_restarting": ("attempt", "delay_s"),
     "error": ("error_type",), "session_error": ("error_type",), "assistant": ("content",),
     "tool_status": ("tool_name", "state"), "result": ("subtype", "num_turns"),
-    "approval_request": ("tool_name",), "approval_resolved": ("behavior",),
+    "approval_request": ("tool_name",), "approval_resolved": ("behavior", "answered_by"),
 }
 #: fields that hold text (dropped without content capture)
 CONTENT_FIELDS = frozenset({"content"})
@@ -141,6 +144,12 @@ class Journal:
             "tools_hash": tools_hash(built.tools.specs()), "capture_content": self.capture,
             "config": self._overrides})
         return SessionTap(self, session_id, generation)
+
+    def probe(self, session_id: str, healthy: bool) -> None:
+        """A paused session's health probe answered (the supervisor's thread): a replay
+        answers its probes so, and its outage lasts as long."""
+        if session_id in self._sessions:
+            self.write(session_id, "probe", {"healthy": healthy})
 
     def on_event(self, session_id: str, event: Event) -> None:
         """The EventBus's subscriber: a journaled session's event, summarised."""
@@ -248,7 +257,27 @@ class SessionTap:
     def tool_started(self, call: ToolCall) -> None:
         self._tools[call.id] = (self.j.now(), call)
 
-    def approval(self, call_id: str, allowed: bool, text: str, scope: str, *, asked: bool) -> None:
-        """An approval's answer reached the loop (``asked``: a human was asked, not a policy)."""
+    def approval(self, call_id: str, allowed: bool, text: str, scope: str, *, asked: bool,
+                 answered_by: str = "") -> None:
+        """An approval's answer reached the loop (``asked``: a human was asked, not a policy;
+        ``answered_by``: who answered — ``admin:<user>``, ``http:<token>``, ``chat:<user>``,
+        ``library`` —, empty for the runtime's own answers: a timeout, a stop)."""
         self.j.write(self.sid, "approval", {"call_id": call_id, "allowed": allowed, "message": self._text(text),
-                                            "scope": scope, "asked": asked, "generation": self.gen})
+                                            "scope": scope, "asked": asked, "answered_by": answered_by,
+                                            "generation": self.gen})
+
+    def crash(self, error: str) -> None:
+        """The incarnation's actor failed (its own bug, not the model's; on its thread, in
+        ``on_failure``): the calls in flight never reach the loop — they are recorded as
+        cancelled, as a replay must start them too —, then the crash (the model and tool
+        entries before it count the step a replay crashes after)."""
+        if self._call is not None:
+            self._finish({"cancelled": True})
+        now = self.j.now()
+        for call_id, (started, call) in list(self._tools.items()):
+            self.j.write(self.sid, "tool", {
+                "id": call_id, "name": call.name,
+                "arguments": call.arguments if self.j.capture else {k: None for k in call.arguments},
+                "cancelled": True, "duration_s": now - started, "generation": self.gen}, at=started)
+        self._tools.clear()
+        self.j.write(self.sid, "crash", {"error": self._text(error), "generation": self.gen})

@@ -209,6 +209,8 @@ class SessionActor(SessionEffects, SessionPassivation, TrackedActor):
         logger.bind(session_id=self.sid).opt(exception=(exception_type, exception_value, traceback)).error(
             "session actor crashed"
         )
+        if self.w.journal is not None:  # before the release cancels what is in flight
+            self.w.journal.crash(f"{exception_type.__name__}: {exception_value}")
         self.w.lifeline.refuse_input()
         self._trace.end("crashed")
         self._release_everything()
@@ -286,7 +288,7 @@ class SessionActor(SessionEffects, SessionPassivation, TrackedActor):
                         created_at=created_at or iso_after(self._clock, 0),
                         timeout_s=self.w.approval_timeout_s if expires else 0.0, kind=kind,
                     ))
-            case ApprovalAnswer(call_id, allowed, text, updated, scope, approval_id):
+            case ApprovalAnswer(call_id, allowed, text, updated, scope, approval_id, answered_by):
                 if call_id not in self._awaiting_approval:
                     return None
                 self._awaiting_approval.discard(call_id)
@@ -294,12 +296,14 @@ class SessionActor(SessionEffects, SessionPassivation, TrackedActor):
                 self._trace.decided(call_id, allowed)
                 self._touch()
                 if self.w.journal is not None:
-                    self.w.journal.approval(call_id, allowed, text, scope, asked=approval_id in self._announced)
+                    self.w.journal.approval(call_id, allowed, text, scope, asked=approval_id in self._announced,
+                                            answered_by=answered_by)
                 if approval_id in self._announced:
                     # a request answered at once was never shown, so its answer is not either
                     self._announced.discard(approval_id)
                     self.w.lifeline.publish(ApprovalResolved(
-                        id=approval_id, behavior="allow" if allowed else "deny", message=text))
+                        id=approval_id, behavior="allow" if allowed else "deny", message=text,
+                        answered_by=answered_by))
                 self._perform(self._loop.handle(fx.ApprovalDecided(call_id, allowed, text, updated, scope)))
             case LoopTimerDue(gen, token) if gen == self.gen:
                 self._loop_timers.discard(token)

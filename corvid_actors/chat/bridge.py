@@ -336,7 +336,8 @@ class ChatBridge:
             return "rejected"
         behavior = "allow" if reply.allow else "deny"
         verb = "Approved" if reply.allow else "Denied"
-        if self.runtime.resolve_approval(approval["id"], behavior, f"{verb} by {sender}") is None:
+        if self.runtime.resolve_approval(approval["id"], behavior, f"{verb} by {sender}",
+                                         answered_by=f"chat:{sender}") is None:
             self._reply(message, f"Approval {approval['id']} is no longer pending.")
             return "expired"
         if (message.channel, sender) != (conv.channel, conv.participant):

@@ -317,6 +317,8 @@ def _admin_commands() -> list[tuple[str, str, str, Callable[[argparse.ArgumentPa
         ("stop", "stop", "stop a session (reason user_stop)", session),
         ("resume", "resume", "resume a session: a paused one now, an ended one with its history", session),
         ("restart", "restart", "stop a session and resume it with its history, in one command", session),
+        ("crash", "crash", "drill: make a session's running actor fail as on a bug (needs [daemon] "
+                           "allow_fault_commands = true)", session),
         ("extend", "extend", "give a running session more time before its inactivity timeout", extend),
         ("approvals", "approvals", "list pending tool-use approvals", approvals),
         ("approve", "approve", "allow a pending tool use", approve),

@@ -125,6 +125,7 @@ COMMANDS: Mapping[str, Mapping[str, Arg]] = {
     "history": {"session": _SESSION, "since_s": _positive("number", required=False, high=MAX_HISTORY_S),
                 "tail": _positive("int", required=False)},
     "restart": {"session": _SESSION},
+    "crash": {"session": _SESSION},
 }
 
 
@@ -135,6 +136,9 @@ class Request:
     cmd: str
     args: dict[str, Any] = field(default_factory=dict)
     id: str | int | None = None
+    #: who sent it, as the transport knows (never read from the request): ``admin:<user>``
+    #: on the admin socket (its peer's uid), ``http:<token name>`` on the HTTP API
+    caller: str = ""
 
 
 class RequestRejected(AdminError):

@@ -211,6 +211,9 @@ def _one_liner(cmd: str, result: Any) -> str:
             return f"restarted {result['session'][:8]} ({state}): {result['how'].replace('_', ' ')}"
         case "resume":
             return f"{result['session'][:8]}: {result['how'].replace('_', ' ')}"
+        case "crash":
+            return (f"crashed {result['session'][:8]}: the supervisor restarts it after its backoff"
+                    if result["crashed"] else f"{result['session'][:8]} was not running: nothing crashed")
         case "extend":
             capped = " (capped: at most 4x the session timeout)" if result.get("capped") else ""
             return f"{result['session'][:8]}: stops in {_duration(result['timeout_s'])} unless active again{capped}"

@@ -233,7 +233,7 @@ class Daemon:
 
     def _handle(self, request: Request) -> Any:
         try:
-            result = self._live_admin().ask(AdminCommand(request.cmd, request.args))
+            result = self._live_admin().ask(AdminCommand(request.cmd, request.args, caller=request.caller))
             return result.get() if isinstance(result, pykka.Future) else result
         except pykka.ActorDeadError:
             raise AdminError(SHUTTING_DOWN, "the daemon is shutting down") from None

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import socket
 import struct
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,8 @@ class _Connection:
     idle: bool = True
     idle_since: float = 0.0
     evicted: bool = False
+    #: who is connected (``admin:<user>``, by the peer's uid): an approval's answerer
+    caller: str = "admin"
 
 
 class AdminSocketServer:
@@ -222,11 +225,16 @@ class AdminSocketServer:
             conn.sendall(encode(error_reply(None, code, message)))
         conn.close()
 
-    def _peer_allowed(self, conn: socket.socket) -> bool:
+    @staticmethod
+    def _peer_allowed(conn: socket.socket, state: _Connection) -> bool:
         if not hasattr(socket, "SO_PEERCRED"):  # pragma: no cover - not Linux: the file mode decides
             return True
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         _pid, uid, _gid = struct.unpack("3i", creds)
+        try:
+            state.caller = f"admin:{pwd.getpwuid(uid).pw_name}"
+        except KeyError:  # a uid without a passwd entry (a container's)
+            state.caller = f"admin:uid{uid}"
         return uid in (os.getuid(), 0)
 
     def _serve(self, conn: socket.socket) -> None:
@@ -236,7 +244,7 @@ class AdminSocketServer:
             conn.close()
             return
         try:
-            if not self._peer_allowed(conn):
+            if not self._peer_allowed(conn, state):
                 self._send(conn, encode(error_reply(None, UNAUTHORIZED, "this daemon belongs to another user")))
                 return
             self._serve_lines(conn, state, LineReader(conn, self.clock))
@@ -315,6 +323,7 @@ class AdminSocketServer:
             self._send(conn, encode(error_reply(exc.request_id, code, message)))
             return False
         state.authenticated = True
+        request = replace(request, caller=state.caller)
         if request.cmd == "follow":
             conn.settimeout(None)  # a follower waits as long as it likes
             self._follow(conn, reader, request)

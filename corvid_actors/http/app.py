@@ -15,6 +15,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 from anyio import to_thread
@@ -133,8 +134,10 @@ class HttpApp:
             args[name] = _convert(command, name, kind, text)
         return args
 
-    async def _run(self, command: str, args: dict[str, Any]) -> Any:
+    async def _run(self, command: str, args: dict[str, Any], caller: Caller | None = None) -> Any:
         checked = self.gateway.check(command, args)
+        if caller is not None and hasattr(checked, "caller"):  # an approval's answerer: the token's name
+            checked = replace(checked, caller=f"http:{caller.name}")
         return await to_thread.run_sync(self.gateway.call, checked)
 
     # --- the API ------------------------------------------------------------------------------
@@ -149,7 +152,7 @@ class HttpApp:
                 args[name] = request.path_params[param]
             if route.command == "sessions_page" and "limit" not in args:
                 args["limit"] = self.settings.sessions_page_default
-            return json_response(await self._run(route.command, args))
+            return json_response(await self._run(route.command, args, caller))
 
         return self._guarded(route.mutating, handler)
 

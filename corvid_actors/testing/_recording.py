@@ -18,7 +18,7 @@ class Recording:
     """One session's journal, times made relative to its first entry (seconds).
 
     ``entries``: dicts with ``t`` (seconds since the first entry), ``kind`` (``start``,
-    ``user``, ``model``, ``tool``, ``approval``, ``event``) and the entry's data, in the
+    ``user``, ``model``, ``tool``, ``approval``, ``crash``, ``probe``, ``event``) and the entry's data, in the
     order they were written. ``capture_content``: False when the journal kept shapes and
     timings only — then text cannot be replayed (stand-ins of the same length are)."""
 
@@ -68,6 +68,17 @@ class Recording:
     def steps(self) -> list[dict[str, Any]]:
         """The model and tool calls, in the order the session made them."""
         return self.of("model", "tool")
+
+    @property
+    def crashes(self) -> list[tuple[int, dict[str, Any]]]:
+        """The actor's crashes, each with its step: the model and tool calls before it."""
+        out, steps = [], 0
+        for entry in self.entries:
+            if entry["kind"] in ("model", "tool"):
+                steps += 1
+            elif entry["kind"] == "crash":
+                out.append((steps, entry))
+        return out
 
     @property
     def events(self) -> list[EventRow]:

@@ -92,9 +92,10 @@ def redact_recording(recording: Recording, redact: Redactor | None = None) -> Re
 
 TEMPLATE = '''"""Replay of session {sid} (agent {agent!r}, {provider}/{model}, {loop} loop), recorded {when}.
 
-Written by `corvid-actors export-test`: the model's responses, the tool results, the user
-messages and the approvals as the session's journal kept them, replayed in simulated time
-(no model, no command runs). The test fails with ReplayDivergence at the first model or
+Written by `corvid-actors export-test`: the model's responses, the tool results (at their
+durations), the user messages, the approvals (as their answerers gave them), the actor's
+crashes and the outage's health probes as the session's journal kept them, replayed in
+simulated time (no model, no command runs). The test fails with ReplayDivergence at the first model or
 tool call that differs from the recorded one, or at the first event that differs.
 {content_note}
     python -m pytest {filename}                  # replay

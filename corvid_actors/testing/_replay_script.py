@@ -4,15 +4,16 @@
 the session made them — and checks each request the runtime under test makes against the
 recorded one: the first that differs is a :class:`ReplayDivergence` naming the step, what
 was recorded and what was asked. :class:`ReplayProvider` answers the model calls with the
-recorded responses (chunks, tool calls, usage, errors, latencies in simulated time);
-:func:`replay_tools` is the scripted tool registry that answers the tool calls with the
-recorded results (no command runs).
+recorded responses (chunks, tool calls, usage, errors, latencies in simulated time) and
+its health probes with the recorded outcomes; :func:`replay_tools` is the scripted tool
+registry that answers the tool calls with the recorded results after their recorded
+durations in simulated time (no command runs).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from corvid_actors.clock import Clock
@@ -185,6 +186,13 @@ class ReplayProvider(ScriptedProvider):
         super().__init__(clock, name=name, context_window=context_window)
         self.scripts = scripts
 
+    def answer_probes(self, recordings: Sequence[Any]) -> None:
+        """Answer the health probes as the recordings' were answered (in time order across
+        them; healthy when none was recorded, and after the last)."""
+        probes = sorted((float(p["t"]), bool(p["healthy"])) for rec in recordings for p in rec.of("probe"))
+        with self._lock:
+            self.health_results = [healthy for _t, healthy in probes] + [True] if probes else True
+
     def _next_turn(self, request: ModelRequest) -> ScriptedTurn:
         with self._lock:
             self.requests.append(request)
@@ -197,9 +205,10 @@ class ReplayProvider(ScriptedProvider):
         return recorded_turn(step)
 
 
-def replay_tools(tools: list[Mapping[str, Any]], scripts: Mapping[str, Script]) -> ToolRegistry:
+def replay_tools(tools: list[Mapping[str, Any]], scripts: Mapping[str, Script], clock: Clock | None = None) -> ToolRegistry:
     """The recorded sessions' tools, each answering a session (``scripts``: session id →
-    script) with its recorded result."""
+    script) with its recorded result, after its recorded duration on ``clock`` (None: at
+    once). A call the recording saw cancelled (its actor crashed meanwhile) never answers."""
 
     def handler_for(name: str) -> Any:
         def handler(arguments: dict[str, Any], context: Any) -> ToolResult:
@@ -209,6 +218,11 @@ def replay_tools(tools: list[Mapping[str, Any]], scripts: Mapping[str, Script]) 
             step = script.next_tool(name, arguments)
             if isinstance(step, ReplayDivergence):
                 return ToolResult(str(step), is_error=True)
+            duration = NEVER_S if step.get("cancelled") else max(float(step.get("duration_s") or 0.0), 0.0)
+            if clock is not None and duration > 0:
+                clock.wait(duration, getattr(context, "cancel", None))
+            if step.get("cancelled"):
+                return ToolResult("cancelled (the recorded session crashed during this call)", is_error=True)
             output = step.get("output")
             if output is None:
                 output = "x" * int(step.get("output_chars") or 0)

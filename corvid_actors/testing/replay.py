@@ -8,8 +8,11 @@ journal becomes a test:
   ``Runtime``, or a database URL) as a :class:`Recording`;
 - :func:`replay` runs it again on a :func:`~corvid_actors.testing.sim_runtime`: the model
   calls are answered with the recorded responses (chunks, tool calls, usage, errors,
-  latencies in simulated time), the tool calls with the recorded results (no command runs),
-  the user messages and the approvals come at their recorded times; the first request that
+  latencies in simulated time), the tool calls with the recorded results after their
+  recorded durations (no command runs), the health probes of an outage with the recorded
+  outcomes; the user messages, the approvals (answered as whoever answered them) and the
+  actor's crashes (:func:`~corvid_actors.testing.faults.kill_incarnation`, checked to
+  fall after the recorded step) come at their recorded times; the first request that
   differs from the recorded one raises :class:`ReplayDivergence` naming the step, and the
   session's events are compared with the recorded ones (types, key fields, times);
 - :func:`explore` runs it under N seeded interleavings of the actors' messages and reports
@@ -44,6 +47,7 @@ from corvid_actors.testing._replay_script import (
     replay_tools,
 )
 from corvid_actors.testing.clock import SimClock
+from corvid_actors.testing.faults import kill_incarnation
 from corvid_actors.testing.sim import sim_runtime
 
 __all__ = ["Recording", "ReplayDivergence", "ReplayResult", "ExploreReport", "load_recording", "replay",
@@ -118,7 +122,8 @@ def replay_all(recordings: Sequence[Recording | Mapping[str, Any]], *, tolerate:
     if configure is not None:
         config = configure(config)
     specs = {t["name"]: t for rec in recs for t in rec.start.get("tools") or []}
-    tools = replay_tools(list(specs.values()), scripts)
+    tools = replay_tools(list(specs.values()), scripts, clock)
+    provider.answer_probes(recs)
     raws: list[list[tuple[float, Event]]] = [[] for _ in recs]
     with tempfile.TemporaryDirectory(prefix="corvid-replay-") as workspace:
         runtime = sim_runtime(clock, provider, config=config, seed=seed, explore=explore, workspace_dir=workspace,
@@ -131,7 +136,7 @@ def replay_all(recordings: Sequence[Recording | Mapping[str, Any]], *, tolerate:
                 scripts[sid] = Script(rec.steps, tolerate=tolerate, content=rec.capture_content,
                                       session=rec.session_id if len(recs) > 1 else "")
                 sids.append(sid)
-            _drive(runtime, clock, recs, sids, raws)
+            _drive(runtime, clock, recs, sids, raws, scripts)
         finally:
             runtime.shutdown()  # a recording that ended with the runtime's shutdown hears its stop
             clock.close()
@@ -167,10 +172,10 @@ def _create_session(runtime: Any, start: Mapping[str, Any]) -> str:
 
 
 def _drive(runtime: Any, clock: SimClock, recs: list[Recording], sids: list[str],
-           raws: list[list[tuple[float, Event]]]) -> None:
-    """The recorded user messages, stops and approvals of every session, at their recorded
-    times. A recording that ends with the runtime's shutdown keeps listening: the caller
-    shuts down then."""
+           raws: list[list[tuple[float, Event]]], scripts: Mapping[str, Script]) -> None:
+    """The recorded user messages, stops, crashes and approvals of every session, at their
+    recorded times. A recording that ends with the runtime's shutdown keeps listening: the
+    caller shuts down then."""
     t0 = clock.monotonic()
     index = {sid: i for i, sid in enumerate(sids)}
     answers = [[a for a in rec.of("approval") if a.get("asked")] for rec in recs]
@@ -187,11 +192,11 @@ def _drive(runtime: Any, clock: SimClock, recs: list[Recording], sids: list[str]
             approval_id = getattr(event, "id", "")
             behavior = ("allow_session" if answer.get("scope") == "session" else "allow") if answer["allowed"] \
                 else "deny"
-            clock.call_later(delay, lambda: runtime.resolve_approval(approval_id, behavior,
-                                                                     answer.get("message") or ""))
+            clock.call_later(delay, lambda: runtime.resolve_approval(
+                approval_id, behavior, answer.get("message") or "", answered_by=answer.get("answered_by") or "library"))
 
     runtime.subscribe_all(on_event)
-    actions: list[tuple[float, int, str, str, str]] = []  # (t, order, what, session, text)
+    actions: list[tuple[float, int, str, str, Any]] = []  # (t, order, what, session, text or crash)
     end, shutdown_at = 0.0, None
     for rec, sid in zip(recs, sids, strict=True):
         users = rec.of("user")
@@ -201,6 +206,7 @@ def _drive(runtime: Any, clock: SimClock, recs: list[Recording], sids: list[str]
             actions.append((0.0, len(actions), "start", sid, ""))
         actions += [(float(u["t"]), len(actions) + i, "send", sid, _text(u))
                     for i, u in enumerate(users[1:]) if not u.get("begin")]
+        actions += [(float(c["t"]), len(actions) + i, "crash", sid, (step, c)) for i, (step, c) in enumerate(rec.crashes)]
         events = rec.of("event")
         actions += [(float(e["t"]), len(actions) + i, "stop", sid, "") for i, e in enumerate(events)
                     if e["type"] == "session_stopped" and e.get("reason") == "user_stop"]
@@ -213,11 +219,30 @@ def _drive(runtime: Any, clock: SimClock, recs: list[Recording], sids: list[str]
             runtime.start_process(sid, text or None)
         elif what == "send":
             runtime.send_message(sid, text)
+        elif what == "crash":
+            _crash(runtime, scripts[sid], sid, *text)
         else:
             runtime.stop_process(sid)
     clock.advance_to(t0 + (shutdown_at if shutdown_at is not None else end + RUN_ON_S))
     runtime.settle()
     listening[0] = shutdown_at is not None
+
+
+def _crash(runtime: Any, script: Script, sid: str, step: int, crash: Mapping[str, Any]) -> None:
+    """The recorded actor crash, where the recording has it: after its step, the
+    incarnation running; else the divergence (kept in ``script``)."""
+    runtime.settle()
+    recorded = f"an actor crash after step {step} ({crash.get('error') or 'its error not kept'})"
+    if script.divergence is not None:
+        return
+    if script.position != step:
+        script.divergence = ReplayDivergence(script.position + 1, recorded,
+                                             f"the crash after step {script.position}",
+                                             "the session made another number of calls before it", script.session)
+    elif not kill_incarnation(runtime, sid):
+        script.divergence = ReplayDivergence(script.position + 1, recorded, "nothing: no incarnation was running "
+                                             "to crash", "", script.session)
+    runtime.settle()
 
 
 def _text(user: Mapping[str, Any]) -> str:

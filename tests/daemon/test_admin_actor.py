@@ -351,3 +351,35 @@ def test_the_kind_option_is_on_the_command_line_and_checked_on_the_wire():
     line = json.dumps({"cmd": "start", "args": {"agent": "a", "prompt": "hi", "kind": "bot"}}).encode()
     with pytest.raises(AdminError, match="kind"):
         parse_request(line)
+
+
+def test_crash_is_refused_unless_fault_commands_are_allowed(admin_rt, scripted):
+    rt, admin = admin_rt
+    scripted.reply("hi")
+    sid = command(admin, "start", agent="helper", prompt="hello")["session"]
+    rt.settle()
+    error = failure(admin, "crash", session=sid)
+    assert error.code == "forbidden" and "allow_fault_commands" in error.message
+    assert rt.is_running(sid)  # nothing happened to it
+
+
+def test_crash_fails_the_running_actor_and_the_supervisor_restarts_it(sim_clock, scripted, tmp_path):
+    rt, admin = make(sim_clock, scripted, tmp_path, settings=DaemonConfig(allow_fault_commands=True))
+    try:
+        events = []
+        rt.subscribe_all(lambda sid, event: events.append(event.type))
+        scripted.reply("hi")
+        sid = command(admin, "start", agent="helper", prompt="hello", source="chat")["session"]
+        rt.settle()
+        crashed = command(admin, "crash", session=sid[:8])
+        assert crashed == {"session": sid, "crashed": True}
+        out = io.StringIO()
+        show_result("crash", crashed, out)
+        assert out.getvalue().startswith(f"crashed {sid[:8]}: the supervisor restarts it")
+        rt.settle()
+        assert "session_restarting" in events and events.count("error") == 1
+        sim_clock.advance(10)  # the restart's backoff
+        assert events.count("session_started") == 2
+    finally:
+        admin.stop()
+        rt.shutdown()

@@ -31,7 +31,7 @@ def anyio_backend() -> str:
 def admin_hooks(admin: pykka.ActorRef[Any]) -> tuple[Any, Any]:
     """The daemon's ``_handle`` and ``_follow`` over ``admin`` (service.Daemon's, without the daemon)."""
     def handle(request: Any) -> Any:
-        result = admin.ask(AdminCommand(request.cmd, request.args))
+        result = admin.ask(AdminCommand(request.cmd, request.args, caller=request.caller))
         return result.get() if isinstance(result, pykka.Future) else result
 
     def follow(session_id: str | None, sink: Any) -> Any:

@@ -84,6 +84,7 @@ async def test_approvals_are_listed_approved_and_denied(sim_clock, scripted, tmp
             assert (await c.get("/api/v1/approvals", params={"session": sid})).json() == [pending]
             r = await c.post(f"/api/v1/approvals/{pending['id']}/approve", json={"message": "ok"})
             assert r.status_code == 200 and r.json()["behavior"] == "allow"
+            assert r.json()["answered_by"] == "http:ops"  # the operate token's name answered
             error_of(await c.post(f"/api/v1/approvals/{pending['id']}/deny"), 404, "not_found")
             stack.runtime.settle()
             assert (await c.get("/api/v1/approvals")).json() == []

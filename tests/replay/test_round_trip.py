@@ -1,8 +1,10 @@
 """Record and replay through a real daemon (issue 40 item 5).
 
 A ``serve`` subprocess with ``[journal] enabled`` runs one session on the stub Ollama model:
-a tool call a human approves, a fatal model error (the session crashes and is restarted
-after its backoff), an upstream outage (paused, resumed after a passing probe). The session
+a tool call the operator approves on the admin socket (journaled as answered by
+``admin:<user>``), a fatal model error (the session crashes and is restarted after its
+backoff), an upstream outage (paused, resumed after a passing probe), an actor crash that
+is not the model's (``admin crash``, ``[daemon] allow_fault_commands``) and its restart. The session
 is exported with ``corvid-actors export-test``; the exported file passes in a fresh
 ``python -m pytest``; a copy whose loop rule is changed reports the divergence at the step
 where the rule first acts.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import subprocess
 import sys
 from pathlib import Path
@@ -58,6 +61,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Daemon, str, Pat
     data_dir.mkdir()
     daemon = Daemon(data_dir, chunk_delay_s=0.01, reply="All done here.", extra_config=CONFIG)
     daemon.script.write_text(json.dumps(SCRIPT))
+    daemon.config.write_text(daemon.config.read_text().replace("[daemon]\n", "[daemon]\nallow_fault_commands = true\n"))
     try:
         daemon.start()
         follower = Follower(daemon)
@@ -72,6 +76,9 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Daemon, str, Pat
             assert daemon.call("send", session=sid, text="then go offline")["delivered"] is True
             follower.wait(lambda: follower.events(sid, "session_resumed"))
             follower.wait(lambda: len([e for e in follower.events(sid, "result") if e["subtype"] == "success"]) >= 3)
+            assert daemon.call("crash", session=sid) == {"session": sid, "crashed": True}
+            follower.wait(lambda: len(follower.events(sid, "session_restarting")) == 2)
+            follower.wait(lambda: len(follower.events(sid, "session_started")) == 4)
         finally:
             follower.close()
         out = tmp_path / "test_incident.py"
@@ -91,8 +98,10 @@ def test_a_daemon_session_exported_replays_in_a_fresh_pytest(recorded):
     _daemon, sid, path = recorded
     text = path.read_text()
     assert sid in text and "from corvid_actors.testing.replay import" in text
-    for kind in ("'approval'", "'tool'", "'session_restarting'", "'session_paused'", "'session_resumed'"):
+    for kind in ("'approval'", "'tool'", "'session_restarting'", "'session_paused'", "'session_resumed'",
+                 "'kind': 'crash'", "'kind': 'probe'", "InjectedCrashError"):
         assert kind in text, kind
+    assert f"'answered_by': 'admin:{pwd.getpwuid(os.getuid()).pw_name}'" in text  # who approved, journaled
     run = _pytest(path)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 passed" in run.stdout

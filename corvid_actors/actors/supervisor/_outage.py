@@ -80,6 +80,8 @@ def probe_result(core: SupervisorCore, sid: str, seq: int, healthy: bool) -> Non
     if paused is None or paused.seq != seq:
         return
     core.tracing.decision("probe", sid, {"corvid.probe.healthy": healthy})
+    if core.journal is not None:  # a replay answers its probes so: the outage lasts as long
+        core.journal.probe(sid, healthy)
     if healthy:
         meta = core.meta_of(sid)
         meta.outage_attempts += 1  # attempts count resumes, not probes
