@@ -29,7 +29,12 @@ from corvid_actors.db.api_tokens import ApiTokenStore
 from corvid_actors.db.store import Store
 from corvid_actors.http import create_app
 from tests.cluster.conftest import sim_pair, wait_for
-from tests.cluster.test_daemon_processes import CLUSTER_CONFIG, FAST_CHUNK_DELAY_S, launch_daemon, owners
+from tests.cluster.test_daemon_processes import (
+    CLUSTER_CONFIG,
+    FAST_CHUNK_DELAY_S,
+    launch_daemon,
+    owners,
+)
 from tests.e2e.test_daemon import WAIT_S, Daemon
 from tests.http.test_sse import Sse
 
