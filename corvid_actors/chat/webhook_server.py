@@ -139,7 +139,9 @@ class WebhookServer:
         self.read_timeout_s = read_timeout_s
         self._caps = Caps(max_connections, max_connections_per_client)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._sock = sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP named: asyncio sets TCP_NODELAY on accepted sockets only then (uvicorn's
+        # header and body writes would otherwise wait on the client's delayed ACK)
+        self._sock = sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))

@@ -346,3 +346,18 @@ def test_an_early_refusal_of_a_sent_body_still_reaches_the_client(served):
         assert post(transport.url, body, None)[0] == 401
         assert post(transport.url, body, sign(SECRET, body, now_s() - 3600))[0] == 401
     assert recorder.messages == []
+
+
+def test_accepted_connections_have_nagle_off(served):
+    # uvicorn writes the headers and the body in two sends: with Nagle on, the body would wait
+    # for the client's delayed ACK of the headers (~40 ms an answer)
+    transport, _ = served()
+    port = transport._server.server_address[1]
+    with socket.create_connection((transport.host, port), timeout=WAIT_S) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_answer(sock)[0] == 200  # the connection stays open (keep-alive)
+        server = transport._server._server
+        assert server is not None
+        (connection,) = server.server_state.connections
+        accepted = connection.transport.get_extra_info("socket")
+        assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
