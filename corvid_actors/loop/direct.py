@@ -36,16 +36,18 @@ is :mod:`corvid_actors.loop.effects`; the rules live in pure modules beside this
   failsafe before each call (a trip compacts to a plain-text summary, or stops),
   observation caps on tool results, and the approval policy after the permission check.
 
-The module holds the settings, the Loop protocol and the turn structure; what a model
-outcome leads to is :mod:`.direct_replies`, the tool-call walk :mod:`.direct_tools` (on
-the shared :mod:`.tool_walk`), context trimming and warnings :mod:`.direct_context`;
-turn accounting and the input queue are :mod:`.turn`.
+The module holds the Loop protocol and the turn structure. The loop holds two
+collaborators and hands them the turn (:class:`~.direct_turn.DirectTurn`) and the history
+explicitly: what a model outcome leads to is :class:`~.direct_replies.DirectReplies`, the
+tool-call walk :class:`~.direct_tools.DirectToolCalls` (on the shared :mod:`.tool_walk`);
+each answers with effects and a verdict (:mod:`.direct_turn`) that only the loop turns
+into its next step. Context trimming and warnings are :mod:`.direct_context`; turn
+accounting and the input queue :mod:`.turn`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from corvid_actors.events import (
@@ -64,6 +66,7 @@ from corvid_actors.loop.direct_context import (
 )
 from corvid_actors.loop.direct_replies import DirectReplies
 from corvid_actors.loop.direct_tools import DirectToolCalls
+from corvid_actors.loop.direct_turn import DirectTurn, Fatal, Next, Outage, Retry, Verdict
 from corvid_actors.loop.effects import (
     AcquireSlot,
     ApprovalDecided,
@@ -77,6 +80,8 @@ from corvid_actors.loop.effects import (
     ModelStopped,
     ModelSucceeded,
     ReleaseSlot,
+    ReportOutage,
+    Schedule,
     SlotGranted,
     SlotTimedOut,
     TimerFired,
@@ -86,41 +91,24 @@ from corvid_actors.loop.effects import (
     UserMessage,
 )
 from corvid_actors.loop.payload_guard import GrowthCheck, compact_for_growth
-from corvid_actors.loop.repeats import RepeatTracker
-from corvid_actors.loop.retry import retry_delay
 from corvid_actors.loop.rules import LoopRules
 from corvid_actors.loop.settings import DirectLoopSettings
 from corvid_actors.loop.tiers import (
     TierCaps,
     tier_for_model,
 )
-from corvid_actors.loop.tool_walk import ToolWalk
 from corvid_actors.loop.turn import (
     InputQueue,
     Phase,
-    TurnAccount,
     interrupt_effects,
     interrupt_step,
     interrupted_reply,
 )
-from corvid_actors.providers.base import ChatMessage, ModelRequest, ProviderError
+from corvid_actors.providers.base import ChatMessage, ModelRequest
 from corvid_actors.vocabulary import AGENT_KINDS, TASK_AGENT, PermissionCheck, ToolSpec
 
 
-@dataclass
-class _Turn(TurnAccount):
-    """What one user turn accumulates (the shared accounting, plus the direct loop's own)."""
-
-    iteration: int = 0
-    tools_used: bool = False
-    purpose: str = "turn"
-    overflow_retried: bool = False
-    walk: ToolWalk = field(default_factory=ToolWalk)
-    #: the user's next message interrupts this turn at its next safe point
-    interrupted: bool = False
-
-
-class DirectLoop(DirectReplies, DirectToolCalls):
+class DirectLoop:
     """The direct loop of one session (see the module docstring).
 
     Driven by the session actor on its own thread; not thread-safe. Messages that
@@ -152,9 +140,7 @@ class DirectLoop(DirectReplies, DirectToolCalls):
         self._rules = rules or LoopRules.off()
         self._council = council_role in COUNCIL_ROLES
         self._tools: tuple[ToolSpec, ...] = () if self._council else self._rules.offered_tools(tools)
-        self._tool_names = frozenset(spec.name for spec in self._tools)
         self._system = council_system_prompt(system_prompt) if self._council else system_prompt
-        self._permission_check = permission_check
         self._context_window = context_window
         self.tier = tier_for_model(model, settings.tier_rules)
         caps = settings.tier_caps.get(self.tier) if settings.use_tier_caps else None
@@ -162,9 +148,14 @@ class DirectLoop(DirectReplies, DirectToolCalls):
             settings.max_tool_iterations, settings.max_nudges, settings.max_mid_chain_nudges
         )
         self._history = list(history)
-        self._tools_disabled = False
-        self._tracker = RepeatTracker()
-        self._api_failures = 0
+        # the collaborators: each sees only what it is given here, and the turn and history
+        # handed to each call
+        self._replies = DirectReplies(rules=self._rules, settings=settings, caps=self.caps,
+                                      kind=kind, model=model, tools=self._tools)
+        self._tool_calls = DirectToolCalls(
+            rules=self._rules, settings=settings, permission_check=permission_check,
+            tool_names=frozenset(spec.name for spec in self._tools),
+            context_window=context_window, system=self._system)
         self._warning_level = -1
         self._retry_seq = 0
         self._retry_token = ""
@@ -183,7 +174,7 @@ class DirectLoop(DirectReplies, DirectToolCalls):
     @property
     def tools_disabled(self) -> bool:
         """True once the model said it does not support tools (for the rest of the session)."""
-        return self._tools_disabled
+        return self._replies.tools_disabled
 
     def start(self, prompt: str | UserMessage) -> list[Effect]:
         """Begin the first turn with ``prompt``."""
@@ -214,17 +205,18 @@ class DirectLoop(DirectReplies, DirectToolCalls):
             message = f"Could not acquire model slot for {self._model} — timed out waiting"
             return [Emit(ErrorEvent(error_type="slot_timeout", message=message)), Exit(1)]
         elif isinstance(event, ModelSucceeded) and phase is Phase.WAIT_MODEL:
-            return self._rules.on_reply(event) + self._on_response(event.response)
+            return self._rules.on_reply(event) + self._follow(
+                *self._replies.handle(turn, self._history, event.response))
         elif isinstance(event, ModelFailed) and phase is Phase.WAIT_MODEL:
-            return self._on_failure(event.error)
+            return self._follow(*self._replies.failed(turn, self._history, event.error))
         elif isinstance(event, ToolFinished) and phase is Phase.WAIT_TOOL:
             call = turn.walk.current
             if call is not None and call.id == event.call_id:
-                return self._record_result(call, event.result) + self._next_call()
+                return self._tool_calls.record(turn, self._history, call, event.result) + self._next_call()
         elif isinstance(event, ApprovalDecided) and phase is Phase.WAIT_APPROVAL:
             call = turn.walk.current
             if call is not None and call.id == event.call_id:
-                return self._on_approval(call, event)
+                return self._follow(*self._tool_calls.approved(turn, self._history, call, event))
         elif isinstance(event, TimerFired) and phase is Phase.WAIT_RETRY:
             if event.token == self._retry_token:
                 return self._call_model(turn.purpose)
@@ -253,11 +245,48 @@ class DirectLoop(DirectReplies, DirectToolCalls):
         return [Emit(Assistant(content=reply, interrupted=True)), Emit(MessageStop())] + self._finish_turn(
             "interrupted")
 
+    # --- what the collaborators' verdicts lead to -------------------------------------
+
+    def _follow(self, effects: list[Effect], then: Verdict) -> list[Effect]:
+        """``effects`` of a collaborator's step, then the step its verdict names."""
+        match then:
+            case Next.ITERATE:
+                return effects + self._next_iteration()
+            case Next.CALL_AGAIN:
+                return effects + self._call_model(self._turn.purpose)
+            case Next.SUMMARY:
+                return effects + self._summary_epilogue()
+            case Next.WALK:
+                return effects + self._next_call()
+            case Next.FINISH:
+                return effects + self._finish_turn()
+            case Next.END_INTERRUPTED:
+                return effects + self._end_interrupted("")
+            case Next.WAIT_APPROVAL:
+                self._phase = Phase.WAIT_APPROVAL
+            case Next.WAIT_TOOL:
+                self._phase = Phase.WAIT_TOOL
+            case Retry(delay_s=delay):
+                self._retry_seq += 1
+                self._retry_token = f"direct-retry-{self._retry_seq}"
+                self._phase = Phase.WAIT_RETRY
+                return effects + [Schedule(delay_s=delay, token=self._retry_token)]
+            case Outage(message=message):
+                self._phase = Phase.IDLE
+                return effects + self._release() + [ReportOutage(message)]
+            case Fatal(message=message):
+                return effects + self._fatal(message)
+        return effects
+
+    def _next_call(self) -> list[Effect]:
+        """Work through the turn's pending tool calls (:meth:`DirectToolCalls.walk`)."""
+        return self._follow(*self._tool_calls.walk(self._turn, self._history))
+
     # --- turn structure ---------------------------------------------------------------
 
-    def _new_turn(self) -> _Turn:
+    def _new_turn(self) -> DirectTurn:
         extra: dict[str, Any] = {"model": self._model, "tier": self.tier.value}
-        return _Turn(metrics=TurnMetrics(extra=extra))
+        return DirectTurn(metrics=TurnMetrics(extra=extra))
 
     def _begin_turn(self, message: UserMessage) -> list[Effect]:
         self._turn = self._new_turn()
@@ -282,7 +311,7 @@ class DirectLoop(DirectReplies, DirectToolCalls):
 
     def _call_model(self, purpose: str) -> list[Effect]:
         self._turn.purpose = purpose
-        offer = purpose == "turn" and not self._tools_disabled
+        offer = purpose == "turn" and not self._replies.tools_disabled
         request = ModelRequest(
             model=self._model,
             system=self._rules.system_prompt(self._system),
@@ -334,9 +363,6 @@ class DirectLoop(DirectReplies, DirectToolCalls):
         if waiting is not None:
             effects += self._begin_turn(waiting)
         return effects
-
-    def _retry_delay(self, attempt: int, error: ProviderError) -> float:
-        return retry_delay(attempt, error.retry_after_s, self._settings.retry)
 
     def _fatal(self, message: str) -> list[Effect]:
         self._turn.metrics.termination_reason = "error"

@@ -6,28 +6,29 @@ bad arguments, a denial, a human's "no") is a text result and the loop goes on, 
 result is capped to what the context can take (:mod:`.tool_results`) before it is kept —
 by the observation caps when they are on (the context cap is their byte cap for that
 result: one cut, stating the tool output's own size), else by the seed's own cut.
-:class:`DirectToolCalls` is the part of :class:`~corvid_actors.loop.direct.DirectLoop`
-that does this; it holds no state of its own.
+:class:`DirectToolCalls` is the collaborator of
+:class:`~corvid_actors.loop.direct.DirectLoop` that does this: it walks the
+:class:`~corvid_actors.loop.direct_turn.DirectTurn`'s calls over the history it is
+given, answers with effects and a verdict (:mod:`.direct_turn`), and holds no state of
+its own.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from corvid_actors.events import MessageStop
+from corvid_actors.loop.direct_turn import DirectTurn, Next
 from corvid_actors.loop.effects import ApprovalDecided, AskApproval, Effect, Emit, RunTool
 from corvid_actors.loop.rules import LoopRules, settings_from_config
+from corvid_actors.loop.settings import DirectLoopSettings
 from corvid_actors.loop.tokens import estimate_messages_tokens
 from corvid_actors.loop.tool_results import TruncationShape, cap_tool_result, max_tool_result_chars
 from corvid_actors.loop.tool_walk import announce, check_call, finished_status, gate, running_status
-from corvid_actors.loop.turn import NOT_RUN_INTERRUPTED, Phase
+from corvid_actors.loop.turn import NOT_RUN_INTERRUPTED
 from corvid_actors.providers.base import ChatMessage, ToolCall
 from corvid_actors.vocabulary import PermissionCheck, ToolResult
-
-if TYPE_CHECKING:  # direct.py imports this module
-    from corvid_actors.loop.direct import _Turn
-    from corvid_actors.loop.settings import DirectLoopSettings
 
 
 def denied(name: str, message: str) -> ToolResult:
@@ -37,80 +38,81 @@ def denied(name: str, message: str) -> ToolResult:
 
 
 class DirectToolCalls:
-    """The tool-call half of the direct loop (see the module docstring)."""
+    """The tool-call walk of the direct loop (see the module docstring).
 
-    _turn: _Turn
-    _phase: Phase
-    _history: list[ChatMessage]
-    _system: str
-    _settings: DirectLoopSettings
-    _context_window: int
-    _tool_names: frozenset[str]
-    _rules: LoopRules
-    _permission_check: PermissionCheck
+    Owned by one :class:`~corvid_actors.loop.direct.DirectLoop` and driven on its thread.
+    """
 
-    if TYPE_CHECKING:  # the loop's: the calls are done, call the model again; or the
-        # user's next message interrupted the turn
+    def __init__(self, *, rules: LoopRules, settings: DirectLoopSettings,
+                 permission_check: PermissionCheck, tool_names: frozenset[str],
+                 context_window: int, system: str) -> None:
+        self._rules = rules
+        self._settings = settings
+        self._permission_check = permission_check
+        self._tool_names = tool_names
+        self._context_window = context_window
+        self._system = system
 
-        def _next_iteration(self) -> list[Effect]: ...
-
-        def _end_interrupted(self, partial: str) -> list[Effect]: ...
-
-    def _next_call(self) -> list[Effect]:
-        """Work through the pending calls until one needs the actor (run or approval)."""
-        walk = self._turn.walk
+    def walk(self, turn: DirectTurn, history: list[ChatMessage]) -> tuple[list[Effect], Next]:
+        """Work through ``turn``'s pending calls until one needs the actor (``WAIT_TOOL``,
+        ``WAIT_APPROVAL``); when none is left, ``ITERATE`` (or ``END_INTERRUPTED``)."""
+        walk = turn.walk
         effects: list[Effect] = []
-        if self._turn.interrupted:
+        if turn.interrupted:
             # a safe point (no tool runs now): the calls left are not run, the model reads why
             while (call := walk.current) is not None:
-                effects += self._record_result(call, ToolResult(NOT_RUN_INTERRUPTED, is_error=True))
-            return effects + [Emit(MessageStop())] + self._end_interrupted("")
+                effects += self.record(turn, history, call, ToolResult(NOT_RUN_INTERRUPTED, is_error=True))
+            return effects + [Emit(MessageStop())], Next.END_INTERRUPTED
         while (call := walk.current) is not None:
             effects.append(announce(call))
             failed = check_call(call, self._tool_names)
             if failed is not None:
-                effects += self._record_result(call, failed)
+                effects += self.record(turn, history, call, failed)
                 continue
             if self._rules.is_plan_call(call):
                 # the plan is this loop's own state: no permission, no worker
                 result, plan_effects = self._rules.plan_call(call)
-                effects += plan_effects + self._record_result(call, result)
+                effects += plan_effects + self.record(turn, history, call, result)
                 continue
             verdict = gate(call, self._permission_check, self._rules)
             if verdict.action == "deny":
-                effects += self._record_result(call, denied(call.name, verdict.message))
+                effects += self.record(turn, history, call, denied(call.name, verdict.message))
                 continue
             if verdict.action == "ask":
-                self._phase = Phase.WAIT_APPROVAL
-                return effects + [AskApproval(call, verdict.description, verdict.kind)]
-            return effects + self._run(call)
-        return effects + [Emit(MessageStop())] + self._next_iteration()
+                return effects + [AskApproval(call, verdict.description, verdict.kind)], Next.WAIT_APPROVAL
+            return effects + self._run(call), Next.WAIT_TOOL
+        return effects + [Emit(MessageStop())], Next.ITERATE
 
-    def _on_approval(self, call: ToolCall, decision: ApprovalDecided) -> list[Effect]:
+    def approved(self, turn: DirectTurn, history: list[ChatMessage], call: ToolCall,
+                 decision: ApprovalDecided) -> tuple[list[Effect], Next]:
+        """A human decided on ``call`` (the current one): run it, or record the denial
+        and walk on."""
         self._rules.approved(call, decision)
-        if self._turn.interrupted:  # interrupted while it waited: not run (_next_call says so)
-            return self._next_call()
+        if turn.interrupted:  # interrupted while it waited: not run (walk says so)
+            return self.walk(turn, history)
         if not decision.allowed:
-            return self._record_result(call, denied(call.name, decision.message)) + self._next_call()
+            effects = self.record(turn, history, call, denied(call.name, decision.message))
+            more, then = self.walk(turn, history)
+            return effects + more, then
         if decision.updated_input is not None:
             call = dataclasses.replace(call, arguments=dict(decision.updated_input))
-            self._turn.walk.replace_current(call)
-        return self._run(call)
+            turn.walk.replace_current(call)
+        return self._run(call), Next.WAIT_TOOL
 
     def _run(self, call: ToolCall) -> list[Effect]:
-        self._phase = Phase.WAIT_TOOL
         return [running_status(call), RunTool(call)]
 
-    def _record_result(self, call: ToolCall, result: ToolResult) -> list[Effect]:
+    def record(self, turn: DirectTurn, history: list[ChatMessage], call: ToolCall,
+               result: ToolResult) -> list[Effect]:
         """Cap ``result`` of the current call, append it as a tool message, publish its
         status and move the walk on."""
-        self._turn.walk.advance()
+        turn.walk.advance()
         settings = self._settings
-        used = estimate_messages_tokens(self._history, self._system, settings.token_settings)
+        used = estimate_messages_tokens(history, self._system, settings.token_settings)
         limit = max_tool_result_chars(self._context_window, used, settings)
         result, output, kept = model_visible_result(self._rules, call, result, limit,
                                                     settings.truncation_shape)
-        self._history.append(
+        history.append(
             ChatMessage(
                 role="tool",
                 content=output,

@@ -20,20 +20,19 @@ Behaviour of the SDK-process and stream-processor seeds, without I/O (see
 - ``InterruptTurn`` (double texting) ends the turn at its next safe point
   (``turn.interrupt_step``): ``result`` subtype ``"interrupted"``, the partial reply kept.
   ``abort()`` returns no effects, and nothing is emitted after it.
-
-The tool-call walk is :mod:`.sdk_tools` (on the shared :mod:`.tool_walk`), compaction
-:mod:`.sdk_compaction`; turn accounting and the input queue are :mod:`.turn`.
 - the OpenAgent rules (:mod:`.rules`, off unless ``rules`` is given): ``update_plan``,
   the history policy before each call and compaction, the plan in the system prompt,
   the payload-growth failsafe (a trip compacts through the summary call, or stops),
   observation caps on tool results, and the approval policy after the permission check.
+
+The loop hands the turn (:mod:`.sdk_turn`) and the conversation to its collaborators, the
+tool-call walk (:mod:`.sdk_tools`, on the shared :mod:`.tool_walk`) and compaction
+(:mod:`.sdk_compaction`); their verdicts only the loop turns into its next step.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from corvid_actors.events import Assistant, ErrorEvent, Result, RetryScheduled, Thinking
 from corvid_actors.loop.effects import (
@@ -53,20 +52,18 @@ from corvid_actors.loop.effects import (
     TimerFired,
     ToolFinished,
     TurnFinished,
-    TurnMetrics,
     UserMessage,
 )
-from corvid_actors.loop.payload_guard import GrowthCheck
 from corvid_actors.loop.retry import retry_delay, should_retry
 from corvid_actors.loop.rules import LoopRules
 from corvid_actors.loop.sdk_compaction import SdkCompaction, context_tokens, next_signal
 from corvid_actors.loop.sdk_tools import SdkToolCalls
+from corvid_actors.loop.sdk_turn import Next, Proceed, SdkTurn, StopSession, Verdict
 from corvid_actors.loop.settings import SdkLoopSettings
-from corvid_actors.loop.tool_walk import ToolWalk, pending_status
+from corvid_actors.loop.tool_walk import ToolWalk
 from corvid_actors.loop.turn import (
     InputQueue,
     Phase,
-    TurnAccount,
     interrupt_effects,
     interrupt_step,
     interrupted_reply,
@@ -82,27 +79,7 @@ from corvid_actors.providers.base import (
 from corvid_actors.vocabulary import PermissionCheck, ToolSpec
 
 
-@dataclass
-class _Turn(TurnAccount):
-    """Per-turn accounting (shared) and compaction bookkeeping (the SDK loop's)."""
-
-    metrics: TurnMetrics = field(
-        default_factory=lambda: TurnMetrics(extra={"compactions": 0, "retries": 0})
-    )
-    #: the user message that started the turn (kept verbatim through compaction)
-    prompt: str = ""
-    last_context_tokens: int = 0
-    #: a compaction ran; the next response tells whether it shrank the context
-    awaiting_shrink_check: bool = False
-    #: a compaction did not shrink the context: no more compaction in this turn
-    compaction_blocked: bool = False
-    #: the one compaction-and-retry for a context overflow is used
-    overflow_retry_used: bool = False
-    #: the user's next message interrupts this turn at its next safe point
-    interrupted: bool = False
-
-
-class SdkLoop(SdkCompaction, SdkToolCalls):
+class SdkLoop:
     """The SDK-process loop (implements :class:`corvid_actors.loop.effects.Loop`).
 
     Called from the session actor's thread only; holds the conversation. ``history``
@@ -126,15 +103,10 @@ class SdkLoop(SdkCompaction, SdkToolCalls):
         self._system = system_prompt
         self._rules = rules or LoopRules.off()
         self._tools = self._rules.offered_tools(tools)
-        self._tool_names = frozenset(spec.name for spec in self._tools)
-        # a compaction started by the payload-growth failsafe is outstanding
-        self._growth_compaction = False
-        self._check = permission_check
-        self._window = context_window
         self._s = settings or SdkLoopSettings()
         self._messages: list[ChatMessage] = list(history)
         self._phase = Phase.IDLE
-        self._turn = _Turn()
+        self._turn = SdkTurn()
         self._queue = InputQueue()
         # the outstanding (or to-be-retried) model call and its failed attempts
         self._pending: CallModel | None = None
@@ -142,15 +114,12 @@ class SdkLoop(SdkCompaction, SdkToolCalls):
         self._retry_token: str | None = None
         self._timer_seq = 0
         self._api_errors = 0
-        # a response reported a context over the threshold: compact before the next call
-        self._compact_due = False
-        # the tool calls of the current response and where we are in them
-        self._walk = ToolWalk()
-        self._approval_kind = ""
-        self._recent: deque[tuple[str, dict[str, object]]] = deque(
-            maxlen=max(self._s.doom_loop_threshold, 1)
-        )
-        self._doom_whitelist: set[str] = set()
+        # the collaborators: each sees only what it is given here, and the turn and
+        # conversation handed to each call
+        self._compaction = SdkCompaction(rules=self._rules, settings=self._s, model=model,
+                                         window=context_window)
+        self._tool_calls = SdkToolCalls(rules=self._rules, settings=self._s, check=permission_check,
+                                        tool_names=frozenset(spec.name for spec in self._tools))
 
     # --- Loop protocol -------------------------------------------------------------
 
@@ -194,19 +163,53 @@ class SdkLoop(SdkCompaction, SdkToolCalls):
             ):
                 return self._resend()
             case ApprovalDecided() if (
-                self._phase is Phase.WAIT_APPROVAL and self._walk.is_current(event.call_id)
-            ):
-                return self._on_approval(self._current_call(), event)
-            case ToolFinished(call_id=call_id, result=result) if (
-                self._phase is Phase.WAIT_TOOL and self._walk.is_current(call_id)
+                self._phase is Phase.WAIT_APPROVAL and self._turn.walk.is_current(event.call_id)
             ):
                 self._phase = Phase.TOOLS
-                return self._finish_call(self._current_call(), result) + self._advance_tools()
+                return self._follow(*self._tool_calls.approved(
+                    self._turn, self._messages, self._current_call(), event))
+            case ToolFinished(call_id=call_id, result=result) if (
+                self._phase is Phase.WAIT_TOOL and self._turn.walk.is_current(call_id)
+            ):
+                self._phase = Phase.TOOLS
+                finished = self._tool_calls.finish_call(self._turn, self._messages, self._current_call(), result)
+                return finished + self._advance_tools()
             case InterruptTurn():
                 return self._on_interrupt()
             case ModelStopped(text=text) if self._phase is Phase.WAIT_MODEL:
                 return self._end_interrupted(text)
         return []
+
+    # --- what the collaborators' verdicts lead to -----------------------------------
+
+    def _follow(self, effects: list[Effect], then: Verdict) -> list[Effect]:
+        """``effects`` of a collaborator's step, then the step its verdict names."""
+        match then:
+            case Next.CALL_MODEL:
+                return effects + self._call_model()
+            case Next.COMPACT:
+                return effects + self._start_compaction()
+            case Next.WAIT_APPROVAL:
+                self._phase = Phase.WAIT_APPROVAL
+            case Next.WAIT_TOOL:
+                self._phase = Phase.WAIT_TOOL
+            case Next.END_INTERRUPTED:
+                return effects + self._end_interrupted("")
+            case Next.TURN_LIMIT:  # the SDK's own subtype for a turn cut off by its limit
+                return effects + self._end_turn("error_max_turns", "max_iterations")
+            case Proceed(blocked=blocked, reason=reason):
+                return effects + self._proceed(blocked=blocked, reason=reason)
+            case StopSession(why=why):
+                return effects + self._stop_for_growth(why)
+        return effects
+
+    def _advance_tools(self) -> list[Effect]:
+        """Walk the response's remaining calls (:meth:`SdkToolCalls.advance`)."""
+        return self._follow(*self._tool_calls.advance(self._turn, self._messages))
+
+    def _start_compaction(self) -> list[Effect]:
+        self._messages = self._rules.prepare_history(self._messages)
+        return self._send(self._compaction.request(self._messages))
 
     # --- double texting: interrupt -------------------------------------------------
 
@@ -232,19 +235,18 @@ class SdkLoop(SdkCompaction, SdkToolCalls):
 
     def _begin_turn(self, message: UserMessage) -> list[Effect]:
         text = message.text
-        self._turn = _Turn(prompt=text)
+        self._turn = SdkTurn(prompt=text)
         self._rules.begin_turn()
-        # the doom-loop guard is about the model repeating itself without human input
-        self._recent.clear()
+        self._tool_calls.begin_turn()
         self._messages.append(ChatMessage(role="user", content=text, blocks=message.blocks))
         # a compaction left due by the previous turn runs before this turn's first call
-        first = self._start_compaction() if self._compact_due else self._call_model()
+        first = self._start_compaction() if self._compaction.due else self._call_model()
         return [Emit(Thinking(thinking=True)), *first]
 
     def _proceed(self, *, blocked: bool = False, reason: str = "normal") -> list[Effect]:
         """After a response and its tool calls: stop, finish, compact or call again."""
-        due = self._compact_due and not self._turn.compaction_blocked
-        signal = next_signal(blocked=blocked, compaction_due=due, calls_made=bool(self._walk.calls))
+        due = self._compaction.due and not self._turn.compaction_blocked
+        signal = next_signal(blocked=blocked, compaction_due=due, calls_made=bool(self._turn.walk.calls))
         if signal == "stop":
             return self._end_turn("stopped", reason)
         if signal == "finish":
@@ -265,17 +267,8 @@ class SdkLoop(SdkCompaction, SdkToolCalls):
         )
         verdict = self._rules.check(request)
         if verdict.tripped:
-            return self._on_payload_growth(request, verdict)
+            return self._follow(*self._compaction.tripped(request, verdict))
         return self._send(CallModel(request=request, purpose="turn"))
-
-    def _on_payload_growth(self, request: ModelRequest, verdict: GrowthCheck) -> list[Effect]:
-        """The failsafe tripped: the request is not sent; compact, or stop the session."""
-        effects, stop = self._rules.trip(request, verdict)
-        if stop:
-            return effects + self._stop_for_growth("the request payload ballooned")
-        self._rules.compacted()
-        self._growth_compaction = True
-        return effects + self._start_compaction()
 
     def _stop_for_growth(self, why: str) -> list[Effect]:
         self._turn.metrics.termination_reason = "payload_growth"
@@ -294,14 +287,14 @@ class SdkLoop(SdkCompaction, SdkToolCalls):
         turn.metrics.termination_reason = reason
         effects: list[Effect] = []
         if turn.last_context_tokens:
-            effects.append(Emit(self._context_usage(turn.last_context_tokens)))
+            effects.append(Emit(self._compaction.usage(turn.last_context_tokens, len(self._messages))))
         effects += [
             Emit(self._result(subtype, turn.last_text)),
             Emit(Thinking(thinking=False)),
             TurnFinished(),
         ]
         self._phase = Phase.IDLE
-        self._walk = ToolWalk()
+        turn.walk = ToolWalk()
         waiting = self._queue.next()
         if waiting is not None:
             effects += self._begin_turn(waiting)
@@ -311,7 +304,7 @@ class SdkLoop(SdkCompaction, SdkToolCalls):
         return self._turn.result(subtype, num_turns=self._turn.metrics.iterations, text=text)
 
     def _current_call(self) -> ToolCall:
-        call = self._walk.current
+        call = self._turn.walk.current
         assert call is not None, "only called while a call is outstanding"
         return call
 
@@ -323,7 +316,7 @@ class SdkLoop(SdkCompaction, SdkToolCalls):
         self._api_errors = 0
         self._turn.add(response)
         if purpose == "compaction":
-            return self._on_compacted(response)
+            return self._follow(*self._compaction.compacted(self._turn, self._messages, response))
         return self._rules.on_reply(event) + self._on_turn_response(response)
 
     def _on_turn_response(self, response: ModelResponse) -> list[Effect]:
@@ -340,20 +333,10 @@ class SdkLoop(SdkCompaction, SdkToolCalls):
                 Emit(Assistant(content=response.text)),
                 PersistMessage(role="assistant", content=response.text),
             ]
-        effects += self._note_context(context_tokens(response.usage))
-        self._walk = ToolWalk(response.tool_calls)
-        if not response.tool_calls:
-            return effects + self._proceed()
-        effects += [pending_status(c) for c in response.tool_calls]
-        if turn.metrics.iterations >= self._s.max_iterations:
-            limit = self._s.max_iterations
-            effects += self._skip_remaining(
-                f"Not run: the turn reached its limit of {limit} model calls."
-            )
-            # the SDK's own subtype for a turn cut off by its turn limit
-            return effects + self._end_turn("error_max_turns", "max_iterations")
+        effects += self._compaction.note(turn, context_tokens(response.usage))
         self._phase = Phase.TOOLS
-        return effects + self._advance_tools()
+        opened, then = self._tool_calls.open(turn, self._messages, response.tool_calls)
+        return self._follow(effects + opened, then)
 
     def _on_model_failure(self, error: ProviderError) -> list[Effect]:
         purpose = self._pending.purpose if self._pending else "turn"
@@ -401,7 +384,7 @@ class SdkLoop(SdkCompaction, SdkToolCalls):
         self._api_errors = 0
         self._pending = None
         self._phase = Phase.IDLE
-        self._walk = ToolWalk()
+        self._turn.walk = ToolWalk()
         return [ReportOutage(f"{count} consecutive API errors; last: {error.message}")]
 
     def _fail(self, message: str) -> list[Effect]:

@@ -2,29 +2,36 @@
 
 Pure rules first — how much context a call used (:func:`context_tokens`), when that is
 over the threshold (:func:`needs_compaction`), and what follows a processed response
-(:func:`next_signal`) — then :class:`SdkCompaction`, the part of
+(:func:`next_signal`) — then :class:`SdkCompaction`, the collaborator of
 :class:`~corvid_actors.loop.sdk.SdkLoop` that runs a compaction: one summary call (tools
 off, the compaction prompt), the conversation replaced by the summary and the turn's own
-prompt, and no second compaction in a turn where one did not shrink the context.
+prompt, and no second compaction in a turn where one did not shrink the context; and the
+payload-growth failsafe's trip, which compacts through that call (or stops). It works
+on the :class:`~corvid_actors.loop.sdk_turn.SdkTurn` and the conversation it is given;
+its own state is whether a compaction is due (which outlives a turn: a due compaction
+runs before the next turn's first call) and whether the outstanding one was started by
+the payload-growth failsafe.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from corvid_actors.events import ContextUsage, SystemEvent, context_compacted
 from corvid_actors.loop.effects import CallModel, Effect, Emit, PersistMessage
+from corvid_actors.loop.payload_guard import GrowthCheck
 from corvid_actors.loop.prompts import (
     COMPACTION_SYSTEM_PROMPT,
     compacted_user_message,
     compaction_request_text,
 )
 from corvid_actors.loop.rules import LoopRules
+from corvid_actors.loop.sdk_turn import Next, SdkTurn, StopSession
+from corvid_actors.loop.settings import SdkLoopSettings
 from corvid_actors.providers.base import ChatMessage, ModelRequest, ModelResponse, Usage
 
-if TYPE_CHECKING:  # sdk.py imports this module
-    from corvid_actors.loop.sdk import _Turn
-    from corvid_actors.loop.settings import SdkLoopSettings
+#: a step's effects and what the loop does next
+Step = tuple[list[Effect], Next | StopSession]
 
 #: what the loop does after a model response and its tool calls (the processor's signal,
 #: plus "finish" for a turn that has nothing left to do)
@@ -63,28 +70,29 @@ def next_signal(*, blocked: bool, compaction_due: bool, calls_made: bool) -> Loo
 
 
 class SdkCompaction:
-    """The compaction part of the SDK loop (see the module docstring)."""
+    """The compaction of one SDK loop (see the module docstring).
 
-    _turn: _Turn
-    _messages: list[ChatMessage]
-    _s: SdkLoopSettings
-    _rules: LoopRules
-    _model: str
-    _window: int
-    _compact_due: bool
-    _growth_compaction: bool
+    Owned by one :class:`~corvid_actors.loop.sdk.SdkLoop` and driven on its thread.
+    """
 
-    if TYPE_CHECKING:  # the loop's own steps (SdkLoop)
+    def __init__(self, *, rules: LoopRules, settings: SdkLoopSettings, model: str, window: int) -> None:
+        self._rules = rules
+        self._s = settings
+        self._model = model
+        self._window = window
+        # a response reported a context over the threshold: compact before the next call
+        self._due = False
+        # a compaction started by the payload-growth failsafe is outstanding
+        self._for_growth = False
 
-        def _send(self, call: CallModel) -> list[Effect]: ...
+    @property
+    def due(self) -> bool:
+        """A response reported a context over the threshold: compact before the next call."""
+        return self._due
 
-        def _call_model(self) -> list[Effect]: ...
-
-        def _stop_for_growth(self, why: str) -> list[Effect]: ...
-
-    def _note_context(self, tokens: int) -> list[Effect]:
-        """Record the context size and decide whether a compaction is due."""
-        turn = self._turn
+    def note(self, turn: SdkTurn, tokens: int) -> list[Effect]:
+        """Record the context size of ``turn``'s last call and decide whether a compaction
+        is due."""
         turn.last_context_tokens = tokens
         over = needs_compaction(tokens, self._window, self._s.compaction_threshold)
         effects: list[Effect] = []
@@ -104,37 +112,49 @@ class SdkCompaction:
                         )
                     )
                 )
-        self._compact_due = over and not turn.compaction_blocked
+        self._due = over and not turn.compaction_blocked
         return effects
 
-    def _start_compaction(self) -> list[Effect]:
-        self._messages = self._rules.prepare_history(self._messages)
-        text = compaction_request_text(self._messages, self._s.compaction_entry_max_chars)
+    def tripped(self, request: ModelRequest, verdict: GrowthCheck) -> Step:
+        """The payload-growth failsafe tripped on ``request`` (not sent): ``COMPACT``
+        (then an empty summary stops the session), or stop the session now."""
+        effects, stop = self._rules.trip(request, verdict)
+        if stop:
+            return effects, StopSession("the request payload ballooned")
+        self._rules.compacted()
+        self._for_growth = True
+        return effects, Next.COMPACT
+
+    def request(self, messages: list[ChatMessage]) -> CallModel:
+        """The summary call for ``messages`` (the loop sends it)."""
+        text = compaction_request_text(messages, self._s.compaction_entry_max_chars)
         request = ModelRequest(
             model=self._model,
             system=COMPACTION_SYSTEM_PROMPT,
             messages=(ChatMessage(role="user", content=text),),
             tools=(),
         )
-        return self._send(CallModel(request=request, purpose="compaction"))
+        return CallModel(request=request, purpose="compaction")
 
-    def _on_compacted(self, response: ModelResponse) -> list[Effect]:
-        turn = self._turn
+    def compacted(self, turn: SdkTurn, messages: list[ChatMessage],
+                  response: ModelResponse) -> Step:
+        """The summary call answered ``response``: ``messages`` become the summary and
+        the turn's prompt, and the loop calls the model again (or stops the session)."""
         summary = response.text.strip()
-        self._compact_due = False
-        for_growth, self._growth_compaction = self._growth_compaction, False
+        self._due = False
+        for_growth, self._for_growth = self._for_growth, False
         if not summary and for_growth:
             # going on with the full conversation would send the runaway request
-            return self._stop_for_growth("compaction after payload growth returned no summary")
+            return [], StopSession("compaction after payload growth returned no summary")
         if not summary:
             # nothing to continue from: keep the conversation, do not try again this turn
             turn.compaction_blocked = True
             note = "Compaction returned no summary; continuing with the full conversation."
-            return [Emit(SystemEvent(subtype="compaction", message=note)), *self._call_model()]
-        before = len(self._messages)
+            return [Emit(SystemEvent(subtype="compaction", message=note))], Next.CALL_MODEL
+        before = len(messages)
         # the turn's own prompt, not "the last user message": after an earlier compaction
         # that would be the previous summary, and summaries would nest
-        self._messages = [
+        messages[:] = [
             ChatMessage(role="user", content=compacted_user_message(summary, turn.prompt))
         ]
         turn.awaiting_shrink_check = True
@@ -144,14 +164,15 @@ class SdkCompaction:
             Emit(SystemEvent(subtype="compaction", message=note)),
             Emit(context_compacted()),
             PersistMessage(role="system", content=summary),
-            *self._call_model(),
-        ]
+        ], Next.CALL_MODEL
 
-    def _context_usage(self, tokens: int) -> ContextUsage:
+    def usage(self, tokens: int, messages_count: int) -> ContextUsage:
+        """The ``context_usage`` event for ``tokens`` of context over ``messages_count``
+        messages."""
         percent = round(PERCENT * tokens / self._window, 1) if self._window > 0 else 0.0
         return ContextUsage(
             estimated_tokens=tokens,
             context_window=self._window,
             usage_percent=percent,
-            messages_count=len(self._messages),
+            messages_count=messages_count,
         )

@@ -1,8 +1,9 @@
 """The HTTP side of the Anthropic stub: a threading server and its request handler.
 
 One handler thread per connection (keep-alive, HTTP/1.1). It records each request with
-its :class:`AnthropicStubServer`, checks auth, and answers from the next scripted turn:
-plain JSON in one send, or SSE over chunked transfer flushed per event.
+its stub (a :class:`StubBackend`: the ``AnthropicStubServer``), checks auth, and answers
+from the next scripted turn: plain JSON in one send, or SSE over chunked transfer flushed
+per event.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from corvid_actors.jsontypes import JsonValue, WireJson
 from corvid_actors.testing._anthropic_wire import (
@@ -27,9 +28,6 @@ from corvid_actors.testing._anthropic_wire import (
     turn_events,
     turn_message,
 )
-
-if TYPE_CHECKING:
-    from corvid_actors.testing.anthropic_stub import AnthropicStubServer
 
 #: a "stall" fault hangs until the client leaves, the stub closes, or this long passes
 STALL_LIMIT_S = 30.0
@@ -64,13 +62,53 @@ class _ClientGone(Exception):
     """The client closed the connection mid-stream."""
 
 
+class StubBackend(Protocol):
+    """What the handler needs of its stub (implemented by ``AnthropicStubServer``).
+
+    The ``_`` members are the stub's private half: the handler's callbacks, kept out of
+    the stub's public API. Each is thread-safe (the handlers run on their own threads).
+    """
+
+    @property
+    def api_key(self) -> str | None:
+        """The one key accepted, or None for any non-empty key."""
+
+    @property
+    def models(self) -> Mapping[str, int]:
+        """Model ids ``GET /v1/models/{id}`` knows, with their ``max_input_tokens``."""
+
+    def _record(self, request: RecordedRequest) -> tuple[int, str]:
+        """Keep ``request``; its index among all requests served and its request id."""
+
+    def _outage(self) -> int | None:
+        """The status every request answers while an outage is set, else None."""
+
+    def _take_turn(self, body: Mapping[str, WireJson]) -> Turn:
+        """The scripted turn that answers ``body`` (the default reply when none matches)."""
+
+    def _record_disconnect(self, disconnect: Disconnect) -> None:
+        """A client went away mid-stream."""
+
+    def _stream_completed(self) -> None:
+        """A stream without a fault was written to its end."""
+
+    def _notify(self) -> None:
+        """A stream event was sent (wakes ``wait_for``)."""
+
+    def _connection_opened(self, sock: socket.socket, thread: threading.Thread) -> None:
+        """A connection opened on ``thread`` (closing the stub cuts it and joins the thread)."""
+
+    def _connection_closed(self, sock: socket.socket) -> None:
+        """A connection closed."""
+
+
 class StubHTTPServer(ThreadingHTTPServer):
-    """A threading HTTP server that knows its :class:`AnthropicStubServer`."""
+    """A threading HTTP server that knows its stub (a :class:`StubBackend`)."""
 
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], handler: type, stub: AnthropicStubServer) -> None:
+    def __init__(self, address: tuple[str, int], handler: type, stub: StubBackend) -> None:
         self.stub = stub
         super().__init__(address, handler)
 
@@ -78,8 +116,7 @@ class StubHTTPServer(ThreadingHTTPServer):
 class StubHandler(BaseHTTPRequestHandler):
     """Answers one connection's requests from the stub's script (runs on its own thread).
 
-    It reaches into the stub's ``_record``/``_take_turn``/... helpers: those are the
-    stub's private half, split out only to keep each module small.
+    It calls back into the stub only through :class:`StubBackend`.
     """
 
     protocol_version = "HTTP/1.1"
