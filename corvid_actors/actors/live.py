@@ -145,6 +145,12 @@ class LiveSessions:
             self._passivated.add(session_id)
             return True
 
+    def mark_passivated(self, session_id: str) -> None:
+        """Note a session passivated without a live incarnation to retire (a start-up
+        resume's, ``supervisor._dormant``): a message to it goes to the supervisor."""
+        with self._lock:
+            self._passivated.add(session_id)
+
     def unpassivate(self, session_id: str) -> None:
         """The session is no longer passivated (reactivated, stopped or lost)."""
         with self._lock:
