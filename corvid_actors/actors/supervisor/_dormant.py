@@ -41,6 +41,7 @@ from corvid_actors.errors import CorvidError
 from corvid_actors.events import SessionStarted, SystemEvent, Thinking
 from corvid_actors.providers.base import traits_of
 from corvid_actors.routing import provider_selected_message
+from corvid_actors.telemetry.metrics import SessionLabels, agent_labels
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class AgentRows:
     def __init__(self, store: Any) -> None:
         self._store = store
         self._agents: dict[str, Any] = {}
+        self._labels: dict[str | None, SessionLabels] = {}
         self._projects: dict[str, bool] = {}
 
     def agent(self, agent_id: str | None) -> Any | None:
@@ -68,6 +70,12 @@ class AgentRows:
         if agent_id not in self._agents:
             self._agents[agent_id] = self._store.get_agent(agent_id)
         return self._agents[agent_id]
+
+    def labels(self, agent_id: str | None) -> SessionLabels:
+        """The metrics labels of the agent's sessions (one object per agent, shared)."""
+        if agent_id not in self._labels:
+            self._labels[agent_id] = agent_labels(self.agent(agent_id))
+        return self._labels[agent_id]
 
     def project_exists(self, project_id: str | None) -> bool:
         if not project_id:
@@ -134,7 +142,7 @@ def register_dormant(core: SupervisorCore, sid: str, session: Any, turns: int, r
     rec = Passivated(seq=core.seq, pid=pid, provider_name=plan.provider_name, started_at=mono, timeout_s=timeout_s,
                      deadline_at=mono + wait_s, idle_at=None if idle_s is None else mono + idle_s, built=False)
     core.passivated[sid] = rec
-    core.live.mark_passivated(sid)
+    core.live.mark_passivated(sid, rows.labels(session.agent_id))
     core.write(sid, "the session status", lambda: core.store.update_session(
         sid, pid=pid, status="running", restart_pending=False, total_turns=turns, open_turns=0))
     if core.cluster is not None:
