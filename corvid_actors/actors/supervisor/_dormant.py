@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from loguru import logger
@@ -38,7 +39,7 @@ from corvid_actors.actors.supervisor._passivation import schedule
 from corvid_actors.actors.supervisor._state import Meta, Passivated
 from corvid_actors.actors.timers import CancelTimer
 from corvid_actors.errors import CorvidError
-from corvid_actors.events import SessionStarted, SystemEvent, Thinking
+from corvid_actors.events import Event, SessionStarted, SystemEvent, Thinking
 from corvid_actors.providers.base import traits_of
 from corvid_actors.routing import provider_selected_message
 from corvid_actors.telemetry.metrics import SessionLabels, agent_labels
@@ -55,11 +56,15 @@ class StartPlan:
     provider_selected: str
 
 
-class AgentRows:
-    """The agents (and projects) of one bulk resume's sessions, each read once."""
+class ResumeBatch:
+    """One bulk resume's shared reads and deferred effects: the agents (and projects) of
+    its sessions, each read once; the rows and events of the sessions registered
+    passivated, written in one transaction and then published by :meth:`finish`."""
 
     def __init__(self, store: Any) -> None:
         self._store = store
+        #: (sid, pid, turns, events) per session registered passivated, in order
+        self.pending: list[tuple[str, int, int, tuple[Event, ...]]] = []
         self._agents: dict[str, Any] = {}
         self._labels: dict[str | None, SessionLabels] = {}
         self._projects: dict[str, bool] = {}
@@ -84,6 +89,39 @@ class AgentRows:
             self._projects[project_id] = self._store.get_project(project_id) is not None
         return self._projects[project_id]
 
+    def finish(self, core: SupervisorCore) -> None:
+        """Write the rows of the sessions registered passivated (one transaction: one
+        commit for the batch, not one per session), then publish their start events — the
+        order of a built start: row first. A batch that cannot be written whole (or a
+        retry queued before it) is written session by session, each a write that must
+        happen (``SupervisorCore.write``: retried, or fenced alone)."""
+        pending, self.pending = self.pending, []
+        if not pending:
+            return
+        store = core.store
+
+        def write_all() -> None:
+            with store.transaction():
+                for sid, pid, turns, _ in pending:
+                    store.update_session(sid, pid=pid, status="running", restart_pending=False,
+                                         total_turns=turns, open_turns=0)
+
+        try:
+            if len(core.writes):
+                raise _InOrder
+            write_all()
+        except Exception:  # noqa: BLE001 - rolled back whole: each row again, on its own
+            for sid, pid, turns, _ in pending:
+                core.write(sid, "the session status", partial(
+                    store.update_session, sid, pid=pid, status="running", restart_pending=False,
+                    total_turns=turns, open_turns=0))
+        for sid, _, _, events in pending:
+            core.publish_all(sid, events)
+
+
+class _InOrder(Exception):
+    """Writes are queued for a retry already: these go after them, one by one."""
+
 
 def plan_start(builder: Any, agent: Any | None, council_role: str | None) -> StartPlan | None:
     """The routing a build of this session would choose (``SessionBuilder._build``'s first
@@ -104,12 +142,13 @@ def plan_start(builder: Any, agent: Any | None, council_role: str | None) -> Sta
                      provider_selected_message(decision, model))
 
 
-def register_dormant(core: SupervisorCore, sid: str, session: Any, turns: int, rows: AgentRows, *,
+def register_dormant(core: SupervisorCore, sid: str, session: Any, turns: int, rows: ResumeBatch, *,
                      inherited_deadline: datetime | None = None,
                      inherited_idle_deadline: datetime | None = None) -> int | None:
     """Register ``sid`` (waiting for its user, its lease claimed here) as passivated without
     an incarnation; its pid. None: it must start for real (passivation is off, its project
-    is gone, or its routing cannot be told without a build — ``start`` reports those)."""
+    is gone, or its routing cannot be told without a build — ``start`` reports those).
+    Its row and start events wait for ``rows.finish`` (the end of the batch)."""
     if not core.cfg.session.passivate_after_s or sid in core.running or sid in core.passivated:
         return None
     if not rows.project_exists(session.project_id):
@@ -143,16 +182,14 @@ def register_dormant(core: SupervisorCore, sid: str, session: Any, turns: int, r
                      deadline_at=mono + wait_s, idle_at=None if idle_s is None else mono + idle_s, built=False)
     core.passivated[sid] = rec
     core.live.mark_passivated(sid, rows.labels(session.agent_id))
-    core.write(sid, "the session status", lambda: core.store.update_session(
-        sid, pid=pid, status="running", restart_pending=False, total_turns=turns, open_turns=0))
     if core.cluster is not None:
         core.cluster.clear_due(sid)
         core.cluster.note_deadline(sid, now + timedelta(seconds=wait_s),
                                    None if idle_s is None else now + timedelta(seconds=idle_s))
     # what a ready start publishes: the start (on_built) and "not thinking" (its actor)
-    core.publish_all(sid, (SessionStarted(pid=pid, generation=gen),
-                           SystemEvent(subtype="provider_selected", message=plan.provider_selected),
-                           Thinking(thinking=False)))
+    rows.pending.append((sid, pid, turns, (SessionStarted(pid=pid, generation=gen),
+                                           SystemEvent(subtype="provider_selected", message=plan.provider_selected),
+                                           Thinking(thinking=False))))
     schedule(core, sid, rec)
     core.ensure_housekeeping()
     return pid

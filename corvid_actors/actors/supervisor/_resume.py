@@ -19,7 +19,7 @@ from loguru import logger
 
 from corvid_actors.actors.session_messages import Begin, UserInput
 from corvid_actors.actors.supervisor._core import SupervisorCore
-from corvid_actors.actors.supervisor._dormant import AgentRows, register_dormant
+from corvid_actors.actors.supervisor._dormant import ResumeBatch, register_dormant
 from corvid_actors.actors.supervisor._messages import StartTicket
 from corvid_actors.actors.supervisor._start import claim_here, start
 from corvid_actors.content import UserContent, content_blocks, image_blocks, text_parts
@@ -49,7 +49,7 @@ def resume(core: SupervisorCore, sid: str, prompt: UserContent | None, *,
            idle_deadline: datetime | None = None,
            idle_exit_deadline: datetime | None = None,
            session: Any | None = None, last_role: str | None | object = UNREAD,
-           dormant: AgentRows | None = None) -> StartTicket | int | None:
+           dormant: ResumeBatch | None = None) -> StartTicket | int | None:
     """Deliver ``prompt`` to the running incarnation, or start one with the history.
     Replies as :class:`~corvid_actors.actors.supervisor.ResumeProcess` says.
     ``idle_deadline``: a session taken over from another daemon — if it comes up waiting
@@ -258,17 +258,20 @@ def resume_many(core: SupervisorCore, sids: Sequence[str]) -> dict[str, StartTic
     core.refuse_if_stopping()
     rows = core.store.sessions_by_id(sids)
     roles = core.store.last_message_roles(sids)
-    agents = AgentRows(core.store)
+    batch = ResumeBatch(core.store)
     out: dict[str, StartTicket | int | None] = {}
-    for sid in sids:
-        row = rows.get(sid)
-        try:
-            if row is None:
-                raise NotFoundError(f"no session with id {sid!r}")
-            out[sid] = resume(core, sid, None, session=row, last_role=roles.get(sid), dormant=agents)
-        except CorvidError as exc:  # one bad row must not keep the others down
-            logger.bind(session_id=sid).warning("could not resume session: {}", exc)
-            out[sid] = None
+    try:
+        for sid in sids:
+            row = rows.get(sid)
+            try:
+                if row is None:
+                    raise NotFoundError(f"no session with id {sid!r}")
+                out[sid] = resume(core, sid, None, session=row, last_role=roles.get(sid), dormant=batch)
+            except CorvidError as exc:  # one bad row must not keep the others down
+                logger.bind(session_id=sid).warning("could not resume session: {}", exc)
+                out[sid] = None
+    finally:
+        batch.finish(core)  # the rows of those registered passivated, then their events
     return out
 
 
