@@ -10,12 +10,13 @@ from bench._stub_proc import BENCH_MODEL
 
 
 def real_runtime(url: str, workdir: Path, *, max_parallel: int, idle_timeout_s: float = 3600.0,
-                 supervisor: dict[str, Any] | None = None) -> Any:
+                 supervisor: dict[str, Any] | None = None, session: dict[str, Any] | None = None) -> Any:
     """A Runtime with the real clock, a SQLite WAL file and the Ollama provider on ``url``.
 
     ``max_parallel`` is the slot pool's capacity (the bench model weighs 1); idle sessions
     stay alive for ``idle_timeout_s`` so that they can be counted. ``supervisor``: more
-    ``[supervisor]`` settings (an older tree may not know a key: pass none there).
+    ``[supervisor]`` settings (an older tree may not know a key: pass none there);
+    ``session``: more ``[session]`` settings.
     """
     from corvid_actors.config import Config
     from corvid_actors.providers.ollama import OllamaProvider
@@ -24,6 +25,7 @@ def real_runtime(url: str, workdir: Path, *, max_parallel: int, idle_timeout_s: 
     cfg = Config().replace(
         slots={"max_parallel": max_parallel},
         supervisor={"session_idle_timeout_s": idle_timeout_s, **(supervisor or {})},
+        session=session or {},
         providers={"ollama_host": url},
     )
     return Runtime(cfg, store_url=f"sqlite:///{workdir / 'corvid.db'}",

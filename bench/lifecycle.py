@@ -131,7 +131,7 @@ def timers_cleanup_cost(owners: int = 10000, kinds: int = 3, cleanups: int = 200
             "cleanup_us": round(elapsed / cleanups * 1e6, 1)}
 
 
-def measure_level(n: int) -> dict[str, Any]:
+def measure_level(n: int, passivate_after_s: float | None = None) -> dict[str, Any]:
     quiet_logs()
     import corvid_actors
     from bench._runtime import real_runtime
@@ -148,7 +148,8 @@ def measure_level(n: int) -> dict[str, Any]:
         db_url = f"sqlite:///{workdir / 'corvid.db'}"
         prepare(db_url, workdir, n)
         cpu0, t0 = time.process_time(), now()
-        runtime = real_runtime(url, workdir, max_parallel=1000)
+        runtime = real_runtime(url, workdir, max_parallel=1000, **(
+            {} if passivate_after_s is None else {"session": {"passivate_after_s": passivate_after_s}}))
         stale = len(runtime.stale_session_ids)
         t1 = now()
         resumed = runtime.resume_pending_sessions()
@@ -202,8 +203,9 @@ def growth(levels: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _run_level(tree: Path, n: int) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "bench.lifecycle", "--level", str(n)], cwd=tree,
+def _run_level(tree: Path, n: int, passivate_after_s: float | None = None) -> dict[str, Any]:
+    extra = [] if passivate_after_s is None else ["--passivate-after", str(passivate_after_s)]
+    done = subprocess.run([sys.executable, "-m", "bench.lifecycle", "--level", str(n), *extra], cwd=tree,
                           capture_output=True, text=True, timeout=LEVEL_TIMEOUT_S + 600)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith(RESULT_MARKER)]
     if lines:
@@ -213,7 +215,7 @@ def _run_level(tree: Path, n: int) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.level:
-        return measure_level(args.level)
+        return measure_level(args.level, args.passivate_after)
     levels = tuple(args.sessions) if args.sessions else (QUICK_LEVELS if args.quick else LEVELS)
     trials = args.trials or (1 if args.quick else TRIALS)
     before_ref = None if args.no_before else args.before
@@ -223,7 +225,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         before_commit = checkout_tree(before_ref, Path(tmp)) if before_ref else None
         for n in levels:
             def level(tree: Path, n: int = n) -> Outcome:
-                result = _run_level(tree, n)
+                result = _run_level(tree, n, args.passivate_after)
                 if "error" in result:
                     raise RuntimeError(result["error"])
                 return Outcome(n, result)
@@ -254,7 +256,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "met": (bool(top.get("sessions") == 10000 and top.get("complete") and top.get("startup_s", 1e9) <= GOAL_S
                      and top.get("shutdown_s", 1e9) <= GOAL_S) if top.get("sessions") == 10000 else None),
         "command": ".venv/bin/python -m bench.lifecycle --sessions " + " ".join(str(n) for n in levels)
-                   + f" --trials {trials}",
+                   + f" --trials {trials}"
+                   + ("" if args.passivate_after is None else f" --passivate-after {args.passivate_after:g}"),
     }
 
 
@@ -264,6 +267,11 @@ def _flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--before", default=BASELINE_COMMIT,
                         help=f"the git ref measured as 'before' (default the recorded baseline {BASELINE_COMMIT[:10]})")
     parser.add_argument("--no-before", action="store_true", help="measure this tree only")
+    parser.add_argument("--passivate-after", type=float, default=None,
+                        help="[session] passivate_after_s for both sides (0: off, every session built and "
+                             "live; default: the config's, under which this tree resumes waiting sessions "
+                             "passivated; a tree older than passivation does not know the key: "
+                             "with --no-before or a later --before)")
     parser.add_argument("--trials", type=int, default=0, help=f"rounds per level (default {TRIALS})")
 
 

@@ -207,12 +207,12 @@ def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, 
 
 
 def session_labels(live: LiveSessions, store: Store, session_id: str) -> SessionLabels:
-    """A session's agent, provider and model for its metrics: its live incarnation's (no
-    store read), else — an incarnation already gone when its first event is counted — the
+    """A session's agent, provider and model for its metrics: its live (or passivated)
+    incarnation's (no store read), else — an incarnation already gone when its first event is counted — the
     agent row's."""
-    entry = live.get(session_id)
-    if entry is not None:
-        return entry.labels
+    labels = live.labels_of(session_id)
+    if labels is not None:
+        return labels
     row = store.get_session(session_id)
     return agent_labels(None if row is None or row.agent_id is None else store.get_agent(row.agent_id))
 

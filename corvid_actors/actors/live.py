@@ -106,12 +106,19 @@ class LiveSessions:
         #: start to its end)
         self._incarnated: dict[str, int] = {}
         #: sessions passivated by the supervisor (issue 37): no incarnation, yet a message
-        #: to them goes to the supervisor, which reactivates them
-        self._passivated: set[str] = set()
+        #: to them goes to the supervisor, which reactivates them; with their metrics'
+        #: labels (the metrics of a passivated session's events read no row)
+        self._passivated: dict[str, SessionLabels] = {}
 
     def get(self, session_id: str) -> LiveSession | None:
         with self._lock:
             return self._by_id.get(session_id)
+
+    def labels_of(self, session_id: str) -> SessionLabels | None:
+        """The metrics labels of a live or passivated session (None: neither)."""
+        with self._lock:
+            entry = self._by_id.get(session_id)
+            return entry.labels if entry is not None else self._passivated.get(session_id)
 
     def put(self, entry: LiveSession) -> None:
         with self._lock:
@@ -142,13 +149,19 @@ class LiveSessions:
                 if entry._delivered != received:
                     return False
                 entry.lifeline.refuse_input()
-            self._passivated.add(session_id)
+            self._passivated[session_id] = entry.labels
             return True
+
+    def mark_passivated(self, session_id: str, labels: SessionLabels) -> None:
+        """Note a session passivated without a live incarnation to retire (a start-up
+        resume's, ``supervisor._dormant``): a message to it goes to the supervisor."""
+        with self._lock:
+            self._passivated[session_id] = labels
 
     def unpassivate(self, session_id: str) -> None:
         """The session is no longer passivated (reactivated, stopped or lost)."""
         with self._lock:
-            self._passivated.discard(session_id)
+            self._passivated.pop(session_id, None)
 
     def passivated_count(self) -> int:
         with self._lock:

@@ -58,7 +58,7 @@ def offered(core: SupervisorCore, offer: WantsPassivation) -> bool:
     inc.tally.asked_slots_or_approvals = False
     core.kill(sid)  # silent: the lifeline closes, the actor stops, its resources are closed
     core.passivated[sid] = rec
-    _schedule(core, sid, rec)
+    schedule(core, sid, rec)
     logger.bind(session_id=sid).debug("session passivated (generation {})", offer.generation)
     core.ensure_housekeeping()
     return True
@@ -68,7 +68,8 @@ def _seconds_until(moment: datetime, now: datetime) -> float:
     return max((moment - now).total_seconds(), 0.0)
 
 
-def _schedule(core: SupervisorCore, sid: str, rec: Passivated) -> None:
+def schedule(core: SupervisorCore, sid: str, rec: Passivated) -> None:
+    """One timer for the passivated session: its idle exit or inactivity deadline, the earlier."""
     due = rec.deadline_at if rec.idle_at is None else min(rec.deadline_at, rec.idle_at)
     tell(core.timers, ScheduleTimer((sid, "passivated"), max(due - core.clock.monotonic(), 0.0), core.ref,
                                     _PassivatedDue(sid, rec.seq)))
@@ -88,7 +89,7 @@ def due(core: SupervisorCore, sid: str, seq: int) -> None:
             error_type="timeout", severity="warning", recoverable=True,
             message=f"Session stopped after {rec.timeout_s:g}s without activity. Send a message to resume."))
     else:
-        _schedule(core, sid, rec)  # an extension moved the deadline
+        schedule(core, sid, rec)  # an extension moved the deadline
 
 
 def _idle_exit(core: SupervisorCore, sid: str, rec: Passivated, now: float) -> None:
@@ -114,5 +115,5 @@ def extend(core: SupervisorCore, sid: str, additional_s: float) -> bool:
         now, mono = core.clock.now(), core.clock.monotonic()
         idle = None if rec.idle_at is None else now + timedelta(seconds=max(rec.idle_at - mono, 0.0))
         core.cluster.note_deadline(sid, now + timedelta(seconds=rec.timeout_s), idle)
-    _schedule(core, sid, rec)
+    schedule(core, sid, rec)
     return True

@@ -19,6 +19,7 @@ from loguru import logger
 
 from corvid_actors.actors.session_messages import Begin, UserInput
 from corvid_actors.actors.supervisor._core import SupervisorCore
+from corvid_actors.actors.supervisor._dormant import ResumeBatch, register_dormant
 from corvid_actors.actors.supervisor._messages import StartTicket
 from corvid_actors.actors.supervisor._start import claim_here, start
 from corvid_actors.content import UserContent, content_blocks, image_blocks, text_parts
@@ -47,13 +48,16 @@ def _warm_path_failed(core: SupervisorCore, sid: str) -> None:
 def resume(core: SupervisorCore, sid: str, prompt: UserContent | None, *,
            idle_deadline: datetime | None = None,
            idle_exit_deadline: datetime | None = None,
-           session: Any | None = None, last_role: str | None | object = UNREAD) -> StartTicket | int | None:
+           session: Any | None = None, last_role: str | None | object = UNREAD,
+           dormant: ResumeBatch | None = None) -> StartTicket | int | None:
     """Deliver ``prompt`` to the running incarnation, or start one with the history.
     Replies as :class:`~corvid_actors.actors.supervisor.ResumeProcess` says.
     ``idle_deadline``: a session taken over from another daemon — if it comes up waiting
     for its user, it keeps this inactivity deadline (the one its old owner stored), and
     ``idle_exit_deadline`` as its idle exit's (issue 36). ``session`` and ``last_role``:
-    the session's row and the role that spoke last, read already (a bulk resume)."""
+    the session's row and the role that spoke last, read already (a bulk resume).
+    ``dormant``: a start-up's bulk resume — a session that comes up waiting for its user
+    is registered passivated, without a build or an actor (``_dormant``)."""
     session_cfg = core.cfg.session
     rec = core.passivated.get(sid)
     if rec is not None and not prompt:
@@ -99,6 +103,11 @@ def resume(core: SupervisorCore, sid: str, prompt: UserContent | None, *,
         inherited = inherited_inactivity_deadline(idle_deadline, last_write, core.sup.session_timeout_s)
         # the idle exit is counted from the same turn's end, so the same rule applies
         idle_exit = inherited_inactivity_deadline(idle_exit_deadline, last_write, core.sup.session_idle_timeout_s)
+        if dormant is not None:
+            pid = register_dormant(core, sid, session, turns, dormant, inherited_deadline=inherited,
+                                   inherited_idle_deadline=idle_exit)
+            if pid is not None:
+                return pid
         return start(core, sid, None, begin=False, turns=turns, session=session, inherited_deadline=inherited,
                      inherited_idle_deadline=idle_exit)
     blocks = content_blocks(prompt) if prompt else ()
@@ -242,21 +251,27 @@ def send(core: SupervisorCore, sid: str, text: UserContent, *, fallback: int = 0
 def resume_many(core: SupervisorCore, sids: Sequence[str]) -> dict[str, StartTicket | int | None]:
     """Resume each of ``sids`` as ``resume(sid, None)`` does (a daemon's start-up, issue 37
     item 5), with what every resume reads first read for all of them at once: their rows
-    and the role that spoke last, one statement each. An unknown session or one that
+    and the role that spoke last, one statement each. A session that comes up waiting for
+    its user is registered passivated, without a build (``_dormant``; passivation off:
+    started as ``resume`` starts it). An unknown session or one that
     cannot start (``CorvidError``) is logged and left out (None); the others go on."""
     core.refuse_if_stopping()
     rows = core.store.sessions_by_id(sids)
     roles = core.store.last_message_roles(sids)
+    batch = ResumeBatch(core.store)
     out: dict[str, StartTicket | int | None] = {}
-    for sid in sids:
-        row = rows.get(sid)
-        try:
-            if row is None:
-                raise NotFoundError(f"no session with id {sid!r}")
-            out[sid] = resume(core, sid, None, session=row, last_role=roles.get(sid))
-        except CorvidError as exc:  # one bad row must not keep the others down
-            logger.bind(session_id=sid).warning("could not resume session: {}", exc)
-            out[sid] = None
+    try:
+        for sid in sids:
+            row = rows.get(sid)
+            try:
+                if row is None:
+                    raise NotFoundError(f"no session with id {sid!r}")
+                out[sid] = resume(core, sid, None, session=row, last_role=roles.get(sid), dormant=batch)
+            except CorvidError as exc:  # one bad row must not keep the others down
+                logger.bind(session_id=sid).warning("could not resume session: {}", exc)
+                out[sid] = None
+    finally:
+        batch.finish(core)  # the rows of those registered passivated, then their events
     return out
 
 

@@ -132,7 +132,8 @@ def start(core: SupervisorCore, sid: str, prompt: UserContent | None, *, begin: 
     passivated = core.passivated.get(sid)
     inc = core.running[sid] = Incarnation(gen, ref, lifeline, 0, core.clock.monotonic(), "", timeout_s, entry,
                                           tally, ticket=ticket, first=first,
-                                          quiet_pid=passivated.pid if quiet and passivated is not None else 0)
+                                          quiet_pid=passivated.pid if quiet and passivated is not None else 0,
+                                          first_build=quiet and passivated is not None and not passivated.built)
     core.unpassivate(sid)  # after live.starting: a send in between still finds the session
     core.track_due(sid, inc)
     core.ensure_housekeeping()
@@ -173,6 +174,8 @@ def on_built(core: SupervisorCore, sid: str, built: Any) -> None:
             SystemEvent(subtype="provider_selected", message=built.provider_selected
                         or f"Provider: {built.provider_name} ({built.model})"),
             *built.notices))
+    elif inc.first_build and built.notices:  # passivated at start-up, built only now (``_dormant``)
+        core.publish_all(sid, built.notices)
     if inc.first is not None:
         tell(inc.ref, inc.first)
     # messages sent while it was building, in their order

@@ -100,6 +100,9 @@ class Incarnation:
     #: a passivated session's reactivation (issue 37): the pid it keeps; it is built
     #: quietly (no start events, no row write, no ``Ready``). 0: an ordinary start
     quiet_pid: int = 0
+    #: a quiet reactivation of a session passivated at start-up without a build
+    #: (``_dormant``): this build's notices are published, as that start would have
+    first_build: bool = False
 
 
 @dataclass
@@ -137,3 +140,6 @@ class Passivated:
     #: monotonic: the inactivity deadline, and the idle exit (None: the loop has none)
     deadline_at: float
     idle_at: float | None
+    #: False: registered passivated at start-up without a build (``_dormant``): its first
+    #: build, at reactivation, publishes the build's notices a start would have
+    built: bool = True
