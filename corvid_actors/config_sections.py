@@ -71,6 +71,8 @@ class ProvidersConfig:
     ollama_num_predict: int = field(metadata=POSITIVE)
     ollama_keep_alive: str
     ollama_request_timeout_s: float = field(metadata=POSITIVE)
+    #: the async client's connection cap (httpx ``max_connections``); 0: no cap
+    ollama_max_connections: int = field(metadata=NON_NEGATIVE)
     #: passed to the Ollama provider as is: empty means "no model gets text-based tools"
     ollama_text_tool_families: tuple[str, ...]
     anthropic_base_url: str

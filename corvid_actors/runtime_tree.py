@@ -120,7 +120,7 @@ def default_providers(config: Config) -> dict[str, Provider]:
         "ollama": OllamaProvider(
             p.ollama_host, num_ctx=p.ollama_num_ctx, num_predict=p.ollama_num_predict,
             keep_alive=p.ollama_keep_alive, text_tool_families=p.ollama_text_tool_families,
-            request_timeout_s=p.ollama_request_timeout_s,
+            request_timeout_s=p.ollama_request_timeout_s, max_connections=p.ollama_max_connections or None,
         )
     }
     if p.anthropic_api_key:
