@@ -60,6 +60,8 @@ class SessionConfig:
     zero_turn_breaker_threshold: int = field(metadata=AT_LEAST_ONE)
     #: idle this long (no turn in flight), a session loses its actor (issue 37); 0: never
     passivate_after_s: float = field(metadata=NON_NEGATIVE)
+    #: agents (by revision) whose rows and built parts a process keeps (issue 37); 0: none
+    build_cache_entries: int = field(metadata=NON_NEGATIVE)
 
 
 @section("providers")

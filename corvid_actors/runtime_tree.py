@@ -155,7 +155,8 @@ def open_store(config: Config, clock: Clock, store_url: str | None = None) -> St
     return Store(store_url or sc.resolved_url(), busy_timeout_ms=sc.sqlite_busy_timeout_ms,
                  reconnect_backoff_s=(sc.reconnect_backoff_initial_s, sc.reconnect_backoff_max_s),
                  message_writes=sc.message_writes, max_message_batch=sc.max_message_batch,
-                 file_check_interval_s=sc.file_check_interval_s, monotonic=clock.monotonic, now=clock.now)
+                 file_check_interval_s=sc.file_check_interval_s, monotonic=clock.monotonic, now=clock.now,
+                 build_cache_entries=config.session.build_cache_entries)
 
 
 def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, store: Store,
