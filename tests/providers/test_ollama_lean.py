@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import ollama
 import pydantic
 import pytest
@@ -17,6 +18,7 @@ from corvid_actors.config import Config
 from corvid_actors.providers._ollama_lean import (
     LeanAsyncChatClient,
     LeanChatClient,
+    SetCookieOnly,
     TextPart,
     chat_part,
 )
@@ -267,3 +269,35 @@ def test_streams_beyond_the_cap_wait_for_a_connection_and_all_complete(stub: Oll
         return [r.text for r in replies]
 
     assert asyncio.run(three()) == ["one two three"] * 3
+
+
+# --- cookies: read only off a response that sets one (issue 37) ---------------------------
+
+
+@pytest.mark.parametrize("make", [LeanChatClient, LeanAsyncChatClient], ids=["sync", "async"])
+def test_the_lean_clients_keep_a_cookie_a_response_sets_and_read_no_other(make: Any) -> None:
+    answers = iter([httpx.Response(200, json={"models": []}, headers={"Set-Cookie": "route=a; Path=/"}),
+                    httpx.Response(200, json={"models": []}),
+                    httpx.Response(200, json={"models": []}, headers={"Set-Cookie": "route=b; Path=/"})])
+    sent: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request.headers.get("cookie"))
+        return next(answers)
+
+    transport = httpx.MockTransport(handler)
+    if make is LeanChatClient:
+        client = make(host="http://127.0.0.1:9", transport=transport)
+        for _ in range(3):
+            client.list()
+    else:
+        client = make(host="http://127.0.0.1:9", transport=transport)
+
+        async def three() -> None:
+            for _ in range(3):
+                await client.list()
+
+        asyncio.run(three())
+    assert isinstance(client._client.cookies, SetCookieOnly)
+    assert sent == [None, "route=a", "route=a"]  # the cookie set is sent back, as httpx does
+    assert client._client.cookies.get("route") == "b"
