@@ -117,6 +117,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_ms_per_turn": {side: spread([t.per_unit("cpu") * 1e3 for t in ts]) for side, ts in rows.items()},
         "wall_ms_per_turn": {side: spread([t.per_unit("wall") * 1e3 for t in ts]) for side, ts in rows.items()},
         "incarnations": {side: ts[0].extra["incarnations"] for side, ts in rows.items()},
+        "cpu_ms_per_trial": {side: [round(t.per_unit("cpu") * 1e3, 3) for t in ts] for side, ts in rows.items()},
         "load_per_trial": {side: [round(t.extra["load"], 2) for t in ts] for side, ts in rows.items()},
         "goal": f"≤ {GOAL_MS:g} ms of CPU per warm threaded turn",
     }
