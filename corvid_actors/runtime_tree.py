@@ -120,7 +120,10 @@ def default_providers(config: Config) -> dict[str, Provider]:
         "ollama": OllamaProvider(
             p.ollama_host, num_ctx=p.ollama_num_ctx, num_predict=p.ollama_num_predict,
             keep_alive=p.ollama_keep_alive, text_tool_families=p.ollama_text_tool_families,
-            request_timeout_s=p.ollama_request_timeout_s, max_connections=p.ollama_max_connections or None,
+            request_timeout_s=p.ollama_request_timeout_s,
+            # never below the calls the slot pool lets run at once (each holds a slot)
+            max_connections=max(p.ollama_max_connections, config.slots.max_parallel) if p.ollama_max_connections
+            else None,
         )
     }
     if p.anthropic_api_key:

@@ -53,8 +53,6 @@ from corvid_actors.vocabulary import CancelToken, StreamCancelled
 
 #: idle connections the async client keeps open for the next call
 ASYNC_KEEPALIVE = 64
-#: the async client's connection cap when none is given (``[providers] ollama_max_connections``)
-ASYNC_MAX_CONNECTIONS = 256
 
 
 class OllamaProvider:
@@ -65,7 +63,9 @@ class OllamaProvider:
     httpx's per-operation timeout (so, for a stream, the longest silence between
     chunks); ``None`` waits for ever and relies on cancellation. ``probe_timeout_s``
     bounds the health, model-info and listing calls. ``max_connections`` caps the async
-    client's pool (None: no cap); a stream beyond it waits for a free connection. All
+    client's pool (None: no cap); a stream beyond it waits for a free connection, so keep
+    it at or above the calls that run at once (the runtime's default provider gets
+    ``[providers] ollama_max_connections``, raised to ``[slots] max_parallel``). All
     methods block: call them on a worker thread. The instance holds no connection, so one
     may serve many threads.
     """
@@ -84,7 +84,7 @@ class OllamaProvider:
         text_tool_families: tuple[str, ...] = DEFAULT_TEXT_TOOL_FAMILIES,
         request_timeout_s: float | None = None,
         probe_timeout_s: float = 3.0,
-        max_connections: int | None = ASYNC_MAX_CONNECTIONS,
+        max_connections: int | None = None,
     ) -> None:
         self.host = host
         self.num_ctx = num_ctx
@@ -206,10 +206,12 @@ class OllamaProvider:
 
     def _new_async_client(self) -> ollama.AsyncClient:
         # One per provider and I/O loop (its connection pool), made on the loop's thread.
-        # Capped (issue 37): httpcore walks every connection of the pool on each request,
-        # so an unbounded pool makes every call cost more. Not httpx's default of 100: its
-        # pool timeout is the request timeout, and the 101st of many slow streams would
-        # wait for a free connection that long.
+        # Capped when asked (issue 37): httpcore walks every connection of the pool on each
+        # request, so an unbounded pool makes every call cost more as it grows. Never below
+        # the calls that run at once (the runtime raises the cap to the slot pool's size):
+        # with 1,000 streams through a pool of 256 the e2e test of 1,000 concurrent streams
+        # did not finish; and not httpx's default of 100, whose pool timeout is the request
+        # timeout.
         keepalive = ASYNC_KEEPALIVE if self.max_connections is None else min(ASYNC_KEEPALIVE, self.max_connections)
         return LeanAsyncChatClient(host=self.host, timeout=self.request_timeout_s,
                                    limits=httpx.Limits(max_connections=self.max_connections,

@@ -247,12 +247,17 @@ def _pool_cap(provider: OllamaProvider) -> tuple[int | None, int | None]:
     return asyncio.run(make())
 
 
-def test_the_async_clients_pool_is_capped_by_default_and_as_configured(stub: OllamaStubServer) -> None:
-    assert _pool_cap(OllamaProvider(stub.url)) == (256, 64)
+def test_the_async_clients_pool_is_capped_as_configured_never_below_the_slots(stub: OllamaStubServer) -> None:
+    assert _pool_cap(OllamaProvider(stub.url)) == (sys.maxsize, 64)  # a provider made by hand: no cap
     assert _pool_cap(OllamaProvider(stub.url, max_connections=8)) == (8, 8)
+    assert _pool_cap(default_providers(Config().replace(providers={"ollama_host": stub.url}))["ollama"]) \
+        == (256, 64)  # type: ignore[arg-type]
     configured = default_providers(Config().replace(providers={"ollama_host": stub.url,
                                                                "ollama_max_connections": 32}))
     assert _pool_cap(configured["ollama"]) == (32, 32)  # type: ignore[arg-type]
+    more_slots = default_providers(Config().replace(providers={"ollama_host": stub.url, "ollama_max_connections": 32},
+                                                    slots={"max_parallel": 500}))
+    assert _pool_cap(more_slots["ollama"])[0] == 500  # type: ignore[arg-type]
     uncapped = default_providers(Config().replace(providers={"ollama_host": stub.url,
                                                              "ollama_max_connections": 0}))
     assert _pool_cap(uncapped["ollama"])[0] == sys.maxsize  # httpcore's "no cap"  # type: ignore[arg-type]
