@@ -60,6 +60,8 @@ class SessionConfig:
     zero_turn_breaker_threshold: int = field(metadata=AT_LEAST_ONE)
     #: idle this long (no turn in flight), a session loses its actor (issue 37); 0: never
     passivate_after_s: float = field(metadata=NON_NEGATIVE)
+    #: agents (by revision) whose rows and built parts a process keeps (issue 37); 0: none
+    build_cache_entries: int = field(metadata=NON_NEGATIVE)
 
 
 @section("providers")
@@ -71,6 +73,8 @@ class ProvidersConfig:
     ollama_num_predict: int = field(metadata=POSITIVE)
     ollama_keep_alive: str
     ollama_request_timeout_s: float = field(metadata=POSITIVE)
+    #: the async client's connection cap (httpx ``max_connections``); 0: no cap
+    ollama_max_connections: int = field(metadata=NON_NEGATIVE)
     #: passed to the Ollama provider as is: empty means "no model gets text-based tools"
     ollama_text_tool_families: tuple[str, ...]
     anthropic_base_url: str

@@ -121,6 +121,9 @@ def default_providers(config: Config) -> dict[str, Provider]:
             p.ollama_host, num_ctx=p.ollama_num_ctx, num_predict=p.ollama_num_predict,
             keep_alive=p.ollama_keep_alive, text_tool_families=p.ollama_text_tool_families,
             request_timeout_s=p.ollama_request_timeout_s,
+            # never below the calls the slot pool lets run at once (each holds a slot)
+            max_connections=max(p.ollama_max_connections, config.slots.max_parallel) if p.ollama_max_connections
+            else None,
         )
     }
     if p.anthropic_api_key:
@@ -155,7 +158,8 @@ def open_store(config: Config, clock: Clock, store_url: str | None = None) -> St
     return Store(store_url or sc.resolved_url(), busy_timeout_ms=sc.sqlite_busy_timeout_ms,
                  reconnect_backoff_s=(sc.reconnect_backoff_initial_s, sc.reconnect_backoff_max_s),
                  message_writes=sc.message_writes, max_message_batch=sc.max_message_batch,
-                 file_check_interval_s=sc.file_check_interval_s, monotonic=clock.monotonic, now=clock.now)
+                 file_check_interval_s=sc.file_check_interval_s, monotonic=clock.monotonic, now=clock.now,
+                 build_cache_entries=config.session.build_cache_entries)
 
 
 def start_actor_tree(*, config: Config, clock: Clock, tracker: ActivityTracker, store: Store,

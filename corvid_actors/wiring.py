@@ -19,6 +19,7 @@ from loguru import logger
 
 from corvid_actors.clock import Clock, io_clock
 from corvid_actors.config import Config
+from corvid_actors.db.lru import LruCache
 from corvid_actors.db.session_context import SessionContext
 from corvid_actors.errors import ConfigError, NotFoundError
 from corvid_actors.events import SystemEvent
@@ -88,6 +89,18 @@ class BuiltSession:
     #: the ``provider_selected`` note: "Provider: ollama (fallback: no_claude_access)" when
     #: routing fell back (the original's wording); empty lets the supervisor say its own
     provider_selected: str = ""
+
+
+@dataclass(frozen=True)
+class AgentParts:
+    """What an incarnation builds from its agent and project alone, the same for every
+    incarnation of the same key (:meth:`SessionBuilder.agent_parts`): kept in the builder's
+    :class:`~corvid_actors.db.lru.LruCache` across incarnations (issue 37)."""
+
+    decision: RoutingDecision
+    model: str
+    loop_kind: str
+    system_prompt: str
 
 
 @dataclass(frozen=True)
@@ -165,6 +178,8 @@ class SessionBuilder:
         self.workspace_dir = workspace_dir or Path(config.store.data_dir).expanduser() / "workspace"
         self.extra_tools = extra_tools
         self.sandbox = build_sandbox(config)
+        #: what incarnations built from their agent (:class:`AgentParts`), by agent revision
+        self.parts: LruCache[AgentParts] = LruCache(config.session.build_cache_entries)
 
     # --- routing ------------------------------------------------------------------------
 
@@ -214,6 +229,32 @@ class SessionBuilder:
     def bind_store(self, store: Any) -> None:
         self._store_context = store.session_context
         self._store = store
+        store.on_agent_change(lambda agent_id: self.parts.drop(lambda key: key[0] == agent_id))  # type: ignore[index]
+
+    def agent_parts(self, ctx: SessionContext) -> AgentParts:
+        """Routing, model, loop kind and system prompt of
+        ``ctx``'s incarnation: from the cache when an incarnation of the same agent
+        revision, project, role, source and lease epoch built them (a context reset, a
+        restart, a reactivation), else made and kept. A host's providers and factories
+        are asked as before on a miss; an agent written by any process has a new revision."""
+        session, agent = ctx.session, ctx.agent
+        epoch = self._store.epoch_of(session.id) if self._store is not None else None
+        key = (getattr(agent, "id", None), getattr(agent, "name", None), ctx.agent_revision,
+               getattr(ctx.project, "working_dir", None), ctx.skill_prompt, session.council_role,
+               session.source, epoch)
+        parts = self.parts.get(key) if agent is None or ctx.agent_revision is not None else None
+        if parts is not None:
+            return parts
+        decision = self.routing(agent)
+        model = self.model_for(decision.provider, agent, session.council_role, fallback=decision.fallback)
+        parts = AgentParts(
+            decision, model, self.loop_for_provider.get(decision.provider, "conversation"),
+            compose_system_prompt(agent.system_prompt if agent is not None else "",
+                                  agent.append_prompt if agent is not None else "",
+                                  compose_persona_prompt(ctx.personas), ctx.skill_prompt))
+        if agent is None or ctx.agent_revision is not None:
+            self.parts.put(key, parts)
+        return parts
 
     # --- building ----------------------------------------------------------------------------
 
@@ -231,14 +272,13 @@ class SessionBuilder:
     def _build(self, ctx: SessionContext, resources: list[Callable[[], None]]) -> BuiltSession:
         session, agent = ctx.session, ctx.agent
         notices: list[Any] = []
-        decision = self.routing(agent)
+        parts = self.agent_parts(ctx)
+        decision, model, loop_kind = parts.decision, parts.model, parts.loop_kind
         provider_name = decision.provider
         provider = self.provider(provider_name)
         before_start = getattr(provider, BEFORE_START_HOOK, None)
         if before_start is not None:
             before_start(session.id)  # raising fails the start (spawn_error)
-        model = self.model_for(provider_name, agent, session.council_role, fallback=decision.fallback)
-        loop_kind = self.loop_for_provider.get(provider_name, "conversation")
         if loop_kind not in self.loops:
             raise ConfigError(f"unknown loop {loop_kind!r} for provider {provider_name!r}")
         project_dir = Path(ctx.project.working_dir) if ctx.project is not None else self.workspace_dir
@@ -272,19 +312,14 @@ class SessionBuilder:
             if session.source == "agent" and self.config.corvid_tools.restrict_agent_sessions:
                 tools = tools.filtered([n for n in tools.names() if n not in AGENT_RESTRICTED_TOOLS])
 
-        info = provider.model_info(model)
+        info = provider.model_info(model)  # the provider keeps what its server said
         mode = agent.permission_mode if agent is not None else "default"
         if session.source == "agent":  # delegated: never more than the sender (corvid_tools)
             mode = effective_agent_mode(self._store, session, mode)
         protected = self.config.tools.protected_patterns
         agent_name = agent.name if agent is not None else ""
         permission_check = self._permission_check(mode, tools, project_dir, protected, agent_name)
-        system_prompt = compose_system_prompt(
-            agent.system_prompt if agent is not None else "",
-            agent.append_prompt if agent is not None else "",
-            compose_persona_prompt(ctx.personas),
-            ctx.skill_prompt,
-        )
+        system_prompt = parts.system_prompt
         # the OpenAgent rules' inputs (agent, mode, command tools, stored plan) are in the
         # spec the policy factories get; their policies are laid on top
         spec = LoopSpec(model, system_prompt, tools, permission_check, info.context_window,

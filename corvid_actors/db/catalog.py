@@ -4,7 +4,7 @@ configs (what sessions are made from)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,8 @@ def _check_double_texting(fields: dict[str, Any]) -> None:
 
 class CatalogRows(StoreBase):
     """Reads and writes of the catalog tables (a part of :class:`~corvid_actors.db.store.Store`)."""
+
+    _agent_listeners: list[Callable[[str], None]]
 
     # --- projects, agents, personas, bundles -------------------------------------------
 
@@ -107,11 +109,33 @@ class CatalogRows(StoreBase):
         _check_double_texting(fields)
         if "tool_permissions" in fields and fields["tool_permissions"] is not None:
             fields["tool_permissions"] = json.dumps(list(fields["tool_permissions"]))
+        A = self.m.Agent
         with self.transaction():
-            if self.m.Agent.update(**fields, updated_at=self.m.Agent.updated_at.default()).where(
-                    self.m.Agent.id == agent_id).execute() == 0:
+            # the revision moves in the same statement: no reader sees the new settings
+            # under the old revision (a cached build, wiring.BuildCache)
+            if A.update(**fields, updated_at=A.updated_at.default(), revision=A.revision + 1).where(
+                    A.id == agent_id).execute() == 0:
                 raise NotFoundError(f"no agent {agent_id!r}")
-            return self.m.Agent.get_by_id(agent_id)
+            agent = A.get_by_id(agent_id)
+        self._agent_changed(agent_id)
+        return agent
+
+    def on_agent_change(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(agent_id)`` after each write of an agent through this store (its
+        settings, personas or skills), on the writer's thread: an in-process cache drops
+        what it holds of the agent at once. Writes by other processes are seen through the
+        agent's ``revision``, which every such write bumps."""
+        self._agent_listeners.append(listener)
+
+    def _agent_changed(self, agent_id: str) -> None:
+        self.agent_rows.drop(lambda key: key[0] == agent_id)  # type: ignore[index]
+        for listener in tuple(self._agent_listeners):
+            listener(agent_id)
+
+    def _bump_revision(self, agent_id: str) -> None:
+        """+1 on the agent's revision (call inside the transaction of the write)."""
+        A = self.m.Agent
+        A.update(revision=A.revision + 1).where(A.id == agent_id).execute()
 
     @store_op
     def get_agent(self, agent_id: str) -> Any | None:
@@ -166,6 +190,8 @@ class CatalogRows(StoreBase):
     def assign_persona(self, agent_id: str, persona_id: str, sort_order: int = 0) -> None:
         with self.transaction():
             self.m.AgentPersona.create(agent=agent_id, persona=persona_id, sort_order=sort_order)
+            self._bump_revision(agent_id)  # the agent's sessions build another prompt
+        self._agent_changed(agent_id)
 
     @store_op
     def create_skill_bundle(self, name: str, *, tools: Sequence[str] = (), prompt_additions: str = "",
@@ -180,6 +206,8 @@ class CatalogRows(StoreBase):
     def assign_agent_skill(self, agent_id: str, bundle_id: str, sort_order: int = 0) -> None:
         with self.transaction():
             self.m.AgentSkill.create(agent=agent_id, bundle=bundle_id, sort_order=sort_order)
+            self._bump_revision(agent_id)  # the agent's sessions build other tools
+        self._agent_changed(agent_id)
 
     @store_op
     def assign_project_skill(self, project_id: str, bundle_id: str, sort_order: int = 0) -> None:

@@ -301,6 +301,17 @@ def _session_message_closes_turn(models: SimpleNamespace, db: pw.Database) -> No
     install_turn_closing(db)
 
 
+def _agent_revision(models: SimpleNamespace, db: pw.Database) -> None:
+    # Issue 37 item 1: every agent write bumps its revision in the same statement, and a
+    # session's start reads it with the session's row, so each process caches what an
+    # incarnation builds from its agent (wiring.BuildCache) and an agent changed by any
+    # daemon on the same database is never served stale. NOT NULL DEFAULT 0: the previous
+    # release's writes leave it alone (its caches are none). A database made by this
+    # version's baseline has the column already.
+    if "revision" not in {c.name for c in db.get_columns("agents")}:
+        db.execute_sql('ALTER TABLE "agents" ADD COLUMN "revision" INTEGER NOT NULL DEFAULT 0')
+
+
 MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session_message_content_blocks,
                                _session_open_turns, _webhook_replays, _cluster_leases, _cluster_bus,
                                _cluster_commands_created_at, _session_message_role_index,
@@ -308,7 +319,7 @@ MIGRATIONS: list[Migration] = [_baseline, _session_message_order_index, _session
                                _agent_kind, _agent_double_texting, _session_lease_idle_due,
                                _session_ownership, _api_tokens_and_session_pages,
                                _session_message_opens_turn, _journal_entries,
-                               _held_messages, _session_message_closes_turn]
+                               _held_messages, _session_message_closes_turn, _agent_revision]
 
 
 #: key of the PostgreSQL advisory lock that serialises migrations across processes

@@ -133,6 +133,9 @@ def build_models(database: pw.Database, now: Callable[[], datetime] | None = Non
         # a message that arrives mid-turn: enqueue, interrupt or reject
         # (corvid_actors.double_texting); NULL: [agents] double_texting, else by kind
         double_texting = pw.CharField(null=True, max_length=20)
+        # +1 in the statement of every write of the agent (or its personas and skills): a
+        # cached build of its sessions is current while the revision is (wiring.BuildCache)
+        revision = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
         created_at = pw.DateTimeField(default=stamp)
         updated_at = pw.DateTimeField(default=stamp)
 

@@ -28,6 +28,7 @@ from corvid_actors.db.faults import (
 from corvid_actors.db.figures import WriteFigures
 from corvid_actors.db.file_watch import FileWatch
 from corvid_actors.db.group_commit import GroupCommitter
+from corvid_actors.db.lru import LruCache
 from corvid_actors.db.memory_schema import copy_memory_schema
 from corvid_actors.db.message_batches import MessageRow
 from corvid_actors.db.migrations import MIGRATIONS, Migration, migrate, running_schema_verdict
@@ -43,6 +44,8 @@ DEFAULT_MAX_MESSAGE_BATCH = 500
 DEFAULT_RECONNECT_BACKOFF_S = (0.5, 5.0)
 #: seconds between two checks of a SQLite file (gone, replaced, read-only) before writes
 DEFAULT_FILE_CHECK_INTERVAL_S = 1.0
+#: agents (by revision) whose rows a store keeps for session starts (``[session] build_cache_entries``)
+DEFAULT_BUILD_CACHE_ENTRIES = 256
 
 
 def store_op(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -66,7 +69,8 @@ class StoreBase:
                  reconnect_backoff_s: tuple[float, float] = DEFAULT_RECONNECT_BACKOFF_S,
                  monotonic: Callable[[], float] | None = None, now: Callable[[], datetime] | None = None,
                  migrations: Sequence[Migration] | None = None, release: str | None = None,
-                 file_check_interval_s: float = DEFAULT_FILE_CHECK_INTERVAL_S) -> None:
+                 file_check_interval_s: float = DEFAULT_FILE_CHECK_INTERVAL_S,
+                 build_cache_entries: int = DEFAULT_BUILD_CACHE_ENTRIES) -> None:
         # ``migrations``: the schema this code knows (default: all of them); ``release``:
         # which release this code is (default: the installed one). Seams for the
         # rolling-upgrade tests, which open a database as another release would.
@@ -97,6 +101,11 @@ class StoreBase:
         self._sql_cache: dict[Any, str] = {}  # see _sql
         #: session id -> the lease epoch this process's writes for it carry (issue 20; see fence)
         self._epochs: dict[str, int] = {}
+        #: (agent id, revision) -> its rows a session start reads (``session_context``),
+        #: kept across incarnations (issue 37; ``[session] build_cache_entries``)
+        self.agent_rows: LruCache[Any] = LruCache(build_cache_entries)
+        #: called with an agent's id after this store wrote it (``CatalogRows.on_agent_change``)
+        self._agent_listeners: list[Callable[[str], None]] = []
         #: the hand-written reads' rows as model objects, each statement's column mapping kept (see _rows)
         self._row_reader = RowReader()
         self._message_commits: GroupCommitter[tuple[MessageRow, ...], list[int]] = GroupCommitter(

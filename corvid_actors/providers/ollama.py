@@ -62,8 +62,12 @@ class OllamaProvider:
     (``request.max_tokens`` overrides ``num_predict``). ``request_timeout_s`` is
     httpx's per-operation timeout (so, for a stream, the longest silence between
     chunks); ``None`` waits for ever and relies on cancellation. ``probe_timeout_s``
-    bounds the health, model-info and listing calls. All methods block: call them on a
-    worker thread. The instance holds no connection, so one may serve many threads.
+    bounds the health, model-info and listing calls. ``max_connections`` caps the async
+    client's pool (None: no cap); a stream beyond it waits for a free connection, so keep
+    it at or above the calls that run at once (the runtime's default provider gets
+    ``[providers] ollama_max_connections``, raised to ``[slots] max_parallel``). All
+    methods block: call them on a worker thread. The instance holds no connection, so one
+    may serve many threads.
     """
 
     name = "ollama"
@@ -80,6 +84,7 @@ class OllamaProvider:
         text_tool_families: tuple[str, ...] = DEFAULT_TEXT_TOOL_FAMILIES,
         request_timeout_s: float | None = None,
         probe_timeout_s: float = 3.0,
+        max_connections: int | None = None,
     ) -> None:
         self.host = host
         self.num_ctx = num_ctx
@@ -88,6 +93,7 @@ class OllamaProvider:
         self.text_tool_families = text_tool_families
         self.request_timeout_s = request_timeout_s
         self.probe_timeout_s = probe_timeout_s
+        self.max_connections = max_connections
         self._info_lock = threading.Lock()
         self._info_cache: dict[str, ModelInfo] = {}
 
@@ -200,10 +206,16 @@ class OllamaProvider:
 
     def _new_async_client(self) -> ollama.AsyncClient:
         # One per provider and I/O loop (its connection pool), made on the loop's thread.
-        # No cap on connections (httpx's default is 100, so the 101st stream would wait for
-        # a free one and time out): the slot pool bounds how many calls run at once.
+        # Capped when asked (issue 37): httpcore walks every connection of the pool on each
+        # request, so an unbounded pool makes every call cost more as it grows. Never below
+        # the calls that run at once (the runtime raises the cap to the slot pool's size):
+        # with 1,000 streams through a pool of 256 the e2e test of 1,000 concurrent streams
+        # did not finish; and not httpx's default of 100, whose pool timeout is the request
+        # timeout.
+        keepalive = ASYNC_KEEPALIVE if self.max_connections is None else min(ASYNC_KEEPALIVE, self.max_connections)
         return LeanAsyncChatClient(host=self.host, timeout=self.request_timeout_s,
-                                   limits=httpx.Limits(max_connections=None, max_keepalive_connections=ASYNC_KEEPALIVE))
+                                   limits=httpx.Limits(max_connections=self.max_connections,
+                                                       max_keepalive_connections=keepalive))
 
     def _takes_images(self, request: ModelRequest) -> bool:
         """Send images only to a model whose ``/api/show`` lists ``vision`` (others get

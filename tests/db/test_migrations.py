@@ -351,7 +351,7 @@ def test_a_version_20_database_gets_the_turn_closing_column_and_trigger(tmp_path
 
     store = Store(url)
     try:
-        assert recorded_versions(store)[-1] == len(migrations.MIGRATIONS) == 21
+        assert recorded_versions(store)[-1] == len(migrations.MIGRATIONS) >= 21
         assert "closes_turn" in {c.name for c in store.db.get_columns("session_messages")}
         assert store.get_session(session.id).open_turns == 1  # the old rows change nothing
         store.append_message(session.id, "assistant", "as the previous release replies")

@@ -5,16 +5,20 @@ with the real clients, and through the provider."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import ollama
 import pydantic
 import pytest
 
+from corvid_actors.config import Config
 from corvid_actors.providers._ollama_lean import (
     LeanAsyncChatClient,
     LeanChatClient,
+    SetCookieOnly,
     TextPart,
     chat_part,
 )
@@ -28,6 +32,7 @@ from corvid_actors.providers.base import (
     TextDelta,
 )
 from corvid_actors.providers.ollama import OllamaProvider
+from corvid_actors.runtime_tree import default_providers
 from corvid_actors.testing.ollama_stub import OllamaStubServer, Turn
 from corvid_actors.vocabulary import CancelToken
 
@@ -222,3 +227,82 @@ def test_a_reply_of_text_parts_and_chat_responses_is_read_whole(
         e.text for e in events if isinstance(e, TextDelta))
     assert response.stop_reason == "length" and response.usage.output_tokens == 4
     assert response.model == MODEL and response.usage.input_tokens > 0
+
+
+# --- the async client's connection cap (issue 37) -----------------------------------------
+
+
+def _pool_cap(provider: OllamaProvider) -> tuple[int | None, int | None]:
+    """The (max_connections, max_keepalive) httpcore's pool of the provider's real async
+    client was made with."""
+
+    async def make() -> tuple[int | None, int | None]:
+        client = provider._new_async_client()
+        try:
+            pool = client._client._transport._pool  # the httpx transport's httpcore pool
+            return pool._max_connections, pool._max_keepalive_connections
+        finally:
+            await client.close()
+
+    return asyncio.run(make())
+
+
+def test_the_async_clients_pool_is_capped_as_configured_never_below_the_slots(stub: OllamaStubServer) -> None:
+    assert _pool_cap(OllamaProvider(stub.url)) == (sys.maxsize, 64)  # a provider made by hand: no cap
+    assert _pool_cap(OllamaProvider(stub.url, max_connections=8)) == (8, 8)
+    assert _pool_cap(default_providers(Config().replace(providers={"ollama_host": stub.url}))["ollama"]) \
+        == (256, 64)  # type: ignore[arg-type]
+    configured = default_providers(Config().replace(providers={"ollama_host": stub.url,
+                                                               "ollama_max_connections": 32}))
+    assert _pool_cap(configured["ollama"]) == (32, 32)  # type: ignore[arg-type]
+    more_slots = default_providers(Config().replace(providers={"ollama_host": stub.url, "ollama_max_connections": 32},
+                                                    slots={"max_parallel": 500}))
+    assert _pool_cap(more_slots["ollama"])[0] == 500  # type: ignore[arg-type]
+    uncapped = default_providers(Config().replace(providers={"ollama_host": stub.url,
+                                                             "ollama_max_connections": 0}))
+    assert _pool_cap(uncapped["ollama"])[0] == sys.maxsize  # httpcore's "no cap"  # type: ignore[arg-type]
+
+
+def test_streams_beyond_the_cap_wait_for_a_connection_and_all_complete(stub: OllamaStubServer) -> None:
+    for _ in range(3):
+        stub.add_turn(Turn(text="one two three"))
+    provider = OllamaProvider(stub.url, request_timeout_s=5.0, max_connections=1)
+
+    async def three() -> list[str]:
+        replies = await asyncio.gather(*(provider.astream(REQUEST, lambda e: None, CancelToken())
+                                         for _ in range(3)))
+        return [r.text for r in replies]
+
+    assert asyncio.run(three()) == ["one two three"] * 3
+
+
+# --- cookies: read only off a response that sets one (issue 37) ---------------------------
+
+
+@pytest.mark.parametrize("make", [LeanChatClient, LeanAsyncChatClient], ids=["sync", "async"])
+def test_the_lean_clients_keep_a_cookie_a_response_sets_and_read_no_other(make: Any) -> None:
+    answers = iter([httpx.Response(200, json={"models": []}, headers={"Set-Cookie": "route=a; Path=/"}),
+                    httpx.Response(200, json={"models": []}),
+                    httpx.Response(200, json={"models": []}, headers={"Set-Cookie": "route=b; Path=/"})])
+    sent: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request.headers.get("cookie"))
+        return next(answers)
+
+    transport = httpx.MockTransport(handler)
+    if make is LeanChatClient:
+        client = make(host="http://127.0.0.1:9", transport=transport)
+        for _ in range(3):
+            client.list()
+    else:
+        client = make(host="http://127.0.0.1:9", transport=transport)
+
+        async def three() -> None:
+            for _ in range(3):
+                await client.list()
+
+        asyncio.run(three())
+    assert isinstance(client._client.cookies, SetCookieOnly)
+    assert sent == [None, "route=a", "route=a"]  # the cookie set is sent back, as httpx does
+    assert client._client.cookies.get("route") == "b"
