@@ -93,6 +93,8 @@ class _Connection:
     idle: bool = True
     idle_since: float = 0.0
     evicted: bool = False
+    #: a reply is being written: an eviction meanwhile is carried out by the writer, after it
+    replying: bool = False
     #: who is connected (``admin:<user>``, by the peer's uid): an approval's answerer
     caller: str = "admin"
 
@@ -208,16 +210,21 @@ class AdminSocketServer:
             return False
         victim.evicted = True
         del self._connections[victim.sock]
-        with contextlib.suppress(OSError):
-            # MSG_DONTWAIT: a peer that never reads must not block the accept loop
-            victim.sock.send(encode(error_reply(None, BUSY, "evicted: the admin connection cap was reached "
-                                                            "and this connection was idle")),
-                             socket.MSG_DONTWAIT)
-        with contextlib.suppress(OSError):
-            victim.sock.shutdown(socket.SHUT_RDWR)  # its thread wakes up and closes it
+        if not victim.replying:  # else its thread notifies it once the reply is out (_reply)
+            self._notify_evicted(victim.sock)
         logger.info("admin socket: evicted an idle {} connection to make room",
                     "authenticated" if victim.authenticated else "unauthenticated")
         return True
+
+    @staticmethod
+    def _notify_evicted(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            # MSG_DONTWAIT: a peer that never reads must not block the accept loop
+            sock.send(encode(error_reply(None, BUSY, "evicted: the admin connection cap was reached "
+                                                     "and this connection was idle")),
+                      socket.MSG_DONTWAIT)
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)  # its thread wakes up and closes it
 
     @staticmethod
     def _refuse(conn: socket.socket, code: str, message: str) -> None:
@@ -286,7 +293,7 @@ class AdminSocketServer:
                 self._send(conn, encode(error_reply(None, TOO_LARGE, f"request longer than {limit} bytes")))
                 if not reader.discard_line(deadline):
                     return
-            elif line.strip() and self._answer(conn, reader, line, state):
+            elif line.strip() and self._answer(conn, reader, line, state, asked_at):
                 return
             with self._lock:
                 if state.evicted:
@@ -309,8 +316,9 @@ class AdminSocketServer:
                            type(exc).__name__, exc)
             raise RequestRejected(BAD_REQUEST, f"request could not be read ({type(exc).__name__})") from None
 
-    def _answer(self, conn: socket.socket, reader: LineReader, line: bytes, state: _Connection) -> bool:
-        """Answer one line; True when the connection is done (a follow ended)."""
+    def _answer(self, conn: socket.socket, reader: LineReader, line: bytes, state: _Connection,
+                asked_at: float) -> bool:
+        """Answer one line; True when the connection is done (a follow ended, or evicted)."""
         small = self.settings.max_request_bytes
         try:
             request = self._parse(line)
@@ -339,8 +347,25 @@ class AdminSocketServer:
             reply = error_reply(request.id, INTERNAL, f"{type(exc).__name__}: {exc}")
         else:
             reply = ok_reply(request.id, result)
-        self._send(conn, encode(reply))
-        return False
+        return self._reply(conn, state, asked_at, encode(reply))
+
+    def _reply(self, conn: socket.socket, state: _Connection, asked_at: float, data: bytes) -> bool:
+        """Write a reply, the connection idle from the moment it goes out: a client that has
+        read its answer finds its connection evictable even if this thread is descheduled
+        between the write and its bookkeeping (under load it was, and the cap refused the
+        next operator as "all busy"). An eviction meanwhile is carried out here, after the
+        reply, never interleaved with it. True when evicted."""
+        with self._lock:
+            state.idle, state.idle_since, state.replying = True, asked_at, True
+        try:
+            self._send(conn, data)
+        finally:
+            with self._lock:
+                state.replying = False
+                evicted = state.evicted
+        if evicted:
+            self._notify_evicted(conn)
+        return evicted
 
     # --- follow -------------------------------------------------------------------------------
 
