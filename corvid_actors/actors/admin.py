@@ -11,7 +11,8 @@ answers on this thread) and reads rows from the store (while the store cannot be
 on, so a slow provider never blocks this mailbox. The commands that only relay to the
 ApprovalBroker or the CreditBank are functions in ``_admin_commands`` (with the ask every
 command makes), the health report in ``_admin_health``, the operator's views of sessions
-and events in ``_admin_views``.
+and events in ``_admin_views``, the commands that start, stop and resume sessions in
+``_admin_lifecycle``.
 
 It also keeps the last events of recent sessions (for ``admin session ID``), logs session
 lifecycle events with ``session_id`` and ``agent`` bound, and registers followers
@@ -40,12 +41,12 @@ from corvid_actors.actors._admin_cluster import (
     RemoteEvents,
     deliver_here,
     route,
-    send_anywhere,
 )
 from corvid_actors.actors._admin_commands import ask_actor
 from corvid_actors.actors._admin_followers import Followers, Sink
 from corvid_actors.actors._admin_health import health_report, process_stats
 from corvid_actors.actors._admin_history import merged, select, stored_items
+from corvid_actors.actors._admin_lifecycle import SessionCommands
 from corvid_actors.actors._admin_sessions import SessionViews
 from corvid_actors.actors._admin_views import (
     UNRECORDED_EVENTS,
@@ -62,12 +63,9 @@ from corvid_actors.clock import Clock, iso_utc
 from corvid_actors.config_sections import AccessConfig, DaemonConfig
 from corvid_actors.errors import (
     BAD_REQUEST,
-    CONFLICT,
-    NOT_FOUND,
     SHUTTING_DOWN,
     UNAVAILABLE,
     AdminError,
-    ConflictError,
 )
 from corvid_actors.events import Event, to_dict
 from corvid_actors.telemetry.metrics import RuntimeMetrics
@@ -123,9 +121,9 @@ class Ready:
 
 @dataclass(frozen=True)
 class BeginShutdown:
-    """Told by the daemon when its graceful shutdown begins (``Daemon._graceful``); runs on
-    the actor's thread; no reply. From then on the commands of :data:`MUTATING_COMMANDS`
-    are refused with ``shutting_down``."""
+    """Told by the daemon when its graceful shutdown begins
+    (``daemon.shutdown.stop_gracefully``); runs on the actor's thread; no reply. From then
+    on the commands of :data:`MUTATING_COMMANDS` are refused with ``shutting_down``."""
 
     reason: str = "server_shutdown"
 
@@ -182,18 +180,19 @@ class AdminActor(TrackedActor):
         self._followers = Followers(wiring.bus, wiring.clock, self._recent)
         self._views = SessionViews(wiring.store, wiring.supervisor, wiring.approvals, wiring.router,
                                    wiring.access, self.s, self._recent)
+        life = SessionCommands(wiring.store, wiring.supervisor, wiring.router)
         self._stopping = False
         broker, bank = wiring.approvals, wiring.credits
         self._commands: dict[str, Callable[[Mapping[str, Any]], Any]] = {
             "health": self._cmd_health, "stats": self._cmd_stats, "agents": self._cmd_agents,
-            "sessions": self._cmd_sessions, "sessions_page": self._views.page, "session": self._cmd_session, "start": self._cmd_start_session,
-            "send": self._cmd_send, "stop": self._cmd_stop, "resume": self._cmd_resume, "extend": self._cmd_extend,
+            "sessions": self._cmd_sessions, "sessions_page": self._views.page, "session": self._cmd_session,
+            "start": life.start, "send": life.send, "stop": life.stop, "resume": life.resume, "extend": life.extend,
             "approvals": self._cmd_approvals, "approve": partial(cmd.approve, broker),
             "deny": partial(cmd.deny, broker), "mode": partial(cmd.mode, broker),
             "credits_balance": partial(cmd.credits_balance, bank),
             "credits_grant": partial(cmd.credits_grant, bank, self.s.max_credit_grant),
             "shutdown": self._cmd_shutdown, "drain": self._cmd_drain, "rebalance": self._cmd_rebalance,
-            "history": self._cmd_history, "restart": self._cmd_restart,
+            "history": self._cmd_history, "restart": life.restart,
             "crash": lambda args: cmd.crash(self.w.supervisor, self.s.allow_fault_commands, lambda: self._sid(args)),
             # internal (no protocol command): another daemon held a message for a session here
             "deliver_held": lambda args: deliver_here(self.w.router, self.w.supervisor, self._sid(args)),
@@ -271,80 +270,6 @@ class AdminActor(TrackedActor):
 
     def _cmd_approvals(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
         return cmd.list_approvals(self.w.approvals, self._sid(args) if args.get("session") else None)
-
-    def _cmd_start_session(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        store = self.w.store
-        if store.schema_refusal is not None:  # issue 36: nothing is created here
-            raise AdminError(UNAVAILABLE, f"this daemon takes no new work: {store.schema_refusal}")
-        agent = store.find_agent(args["agent"])
-        created = agent is None
-        settings = {k: args[k] for k in ("provider", "model", "permission_mode", "kind", "conversation_mode",
-                                         "max_budget_usd", "max_total_budget_usd") if k in args}
-        if agent is None and not args.get("create"):
-            names = ", ".join(a.name for a in store.list_agents()) or "none yet"
-            raise AdminError(NOT_FOUND, f"no agent {args['agent']!r} (agents: {names}); add --create to create it "
-                                        "(with --provider, --model, --permission-mode, --kind)")
-        if created or settings:
-            try:
-                agent = store.ensure_agent(args["agent"], **settings)
-            except ConflictError as exc:
-                raise AdminError(CONFLICT, str(exc)) from None
-        session = store.create_session(agent_id=agent.id, source=args.get("source", "web"),
-                                       name=args.get("name", ""), participant=args.get("participant", ""),
-                                       initial_prompt=args["prompt"])
-        pid = ask_actor(self.w.supervisor, sv.StartProcess(session.id, args["prompt"]))
-        if pid is None:
-            raise AdminError(CONFLICT, f"session {session.id} could not start; "
-                                       f"see `corvid-actors admin session {session.id[:8]}`")
-        return {"session": session.id, "pid": pid, "agent": agent.name, "created_agent": created}
-
-    def _cmd_send(self, args: Mapping[str, Any]) -> Any:
-        sid = self._sid(args)
-        if self.w.router is not None:  # several daemons: stored wherever the session is (issue 36)
-            return send_anywhere(self.w.router, self.w.supervisor, sid, args["text"])
-        # ResumeProcess delivers to a running session, or resumes an ended one with its
-        # history; either way the message is persisted before this reply (acknowledged).
-        pid = ask_actor(self.w.supervisor, sv.ResumeProcess(sid, args["text"]))
-        return {"session": sid, "delivered": pid is not None, "pid": pid}
-
-    def _cmd_stop(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        sid = self._sid(args)
-        was_running = bool(ask_actor(self.w.supervisor, sv.IsRunning(sid)))
-        was_paused = bool(ask_actor(self.w.supervisor, sv.IsPaused(sid)))
-        # a session stopped already is left as it is: no second session_stopped
-        stopped = bool(ask_actor(self.w.supervisor, sv.StopProcess(sid, "user_stop")))
-        return {"session": sid, "was_running": was_running, "was_paused": was_paused,
-                "already_stopped": not stopped}
-
-    def _cmd_resume(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        sid = self._sid(args)
-        if ask_actor(self.w.supervisor, sv.IsPaused(sid)):
-            ask_actor(self.w.supervisor, sv.ResumeSession(sid))
-            return {"session": sid, "how": "resumed_paused"}
-        if ask_actor(self.w.supervisor, sv.IsRunning(sid)):
-            return {"session": sid, "how": "already_running"}
-        pid = ask_actor(self.w.supervisor, sv.ResumeProcess(sid, None))
-        if pid is None:
-            raise AdminError(CONFLICT, f"session {sid} could not resume; see `corvid-actors admin session {sid[:8]}`")
-        return {"session": sid, "how": "resumed_with_history", "pid": pid}
-
-    def _cmd_extend(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        sid = self._sid(args)
-        requested_s = float(args["minutes"]) * 60
-        if not ask_actor(self.w.supervisor, sv.ExtendSessionTimeout(sid, requested_s)):
-            raise AdminError(CONFLICT, f"session {sid} is not running")
-        after = ask_actor(self.w.supervisor, sv.SessionInfo(sid)).get(sid, {}).get("timeout_s")
-        # The new deadline is now + the request, capped at 4x the default timeout
-        # (supervision.extended_timeout): say so when the cap applied.
-        capped = after is not None and after < requested_s - 1e-6
-        return {"session": sid, "timeout_s": after, "requested_s": requested_s, "capped": capped}
-
-    def _cmd_restart(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        """``admin restart ID``: stop (``user_stop``, when it runs) then resume with its history."""
-        stopped = self._cmd_stop(args)
-        resumed = self._cmd_resume({**args, "session": stopped["session"]})
-        return {"session": stopped["session"], "was_running": stopped["was_running"],
-                "was_paused": stopped["was_paused"], "how": resumed["how"], "pid": resumed.get("pid")}
 
     # --- daemon -------------------------------------------------------------------------------
 

@@ -20,13 +20,14 @@ starts it again and the sessions resume: never a daemon that is up but dead insi
 
 Signals reach the main thread through a self-pipe: handlers only write a byte, and the
 main thread blocks reading it — no polling, no sleeping.
+
+The way down (the graceful shutdown, a drain's hand-over, the last-resort close) is
+:mod:`~corvid_actors.daemon.shutdown`; closing the process to same-uid readers is
+:mod:`~corvid_actors.daemon.hardening`.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import functools
 import importlib.util
 import json
 import os
@@ -42,19 +43,12 @@ from typing import Any, TextIO
 import pykka
 from loguru import logger
 
-from corvid_actors.actors.admin import (
-    AdminActor,
-    AdminCommand,
-    AdminWiring,
-    BeginShutdown,
-    Follow,
-    Ready,
-)
-from corvid_actors.actors.base import tell
-from corvid_actors.actors.cluster import HandOverIdle
+from corvid_actors.actors.admin import AdminActor, AdminCommand, AdminWiring, Follow, Ready
 from corvid_actors.clock import io_clock
 from corvid_actors.config import Config
 from corvid_actors.daemon.cluster_link import ClusterLink
+from corvid_actors.daemon.hardening import dumpable as _dumpable
+from corvid_actors.daemon.hardening import forbid_memory_access
 from corvid_actors.daemon.http_listener import start_http_listener
 from corvid_actors.daemon.logs import DaemonLogs
 from corvid_actors.daemon.model_server import ModelServer, start_model_server
@@ -76,9 +70,10 @@ from corvid_actors.daemon.settings import (
     load_daemon_config,
     package_version,
 )
+from corvid_actors.daemon.shutdown import DRAIN_POLL_S as DRAIN_POLL_S
+from corvid_actors.daemon.shutdown import Drain, close_quietly, stop_gracefully
 from corvid_actors.daemon.socket_server import AdminSocketServer, SocketSettings
 from corvid_actors.daemon.systemd import SystemdNotifier
-from corvid_actors.db.models import DaemonState
 from corvid_actors.errors import SHUTTING_DOWN, AdminError
 from corvid_actors.runtime import Runtime
 from corvid_actors.runtime_lifecycle import freeze_startup_heap
@@ -89,8 +84,6 @@ from corvid_actors.telemetry.tracing import tracer_provider_from_environment
 
 #: exit code after a core actor died and the runtime shut itself down (EX_SOFTWARE)
 EXIT_CORE_FAILURE = 70
-#: how often a drain looks for turns still in flight (seconds)
-DRAIN_POLL_S = 0.05
 #: Wakeup byte: the runtime failed (posted by its fatal listener)
 _FATAL = b"f"
 
@@ -292,103 +285,27 @@ class Daemon:
                 os._exit(1)
 
     def _graceful(self, runtime: Runtime) -> None:
+        """The shutdown thread (:func:`~corvid_actors.daemon.shutdown.stop_gracefully`);
+        the main thread hears DONE whatever happens."""
         try:
-            tell(self._live_admin(), BeginShutdown())
-            reason = "server_shutdown"
-            if self._shutdown_reason == "drain" and runtime.internals.cluster is not None:
-                reason = "drain"
-                self._drain(runtime)
-                if self.server is not None:
-                    # issue 36: from here on a client is refused at connect (its send was never
-                    # accepted: it goes to another daemon), not answered with an error; the
-                    # commands already read are answered first (the admin's mailbox is FIFO)
-                    self.server.close("daemon drained")
-                    self._live_admin().ask(Ready())
-            runtime.shutdown(reason, settle_timeout_s=self.settings.shutdown_timeout_s)
-            if self.server is not None:
-                self.server.close("daemon stopped")
-            if self.http is not None:
-                self.http.stop()
+            tree = runtime.internals
+            drain = None
+            if self._shutdown_reason == "drain" and tree.cluster is not None:
+                drain = Drain(tree.cluster, tree.supervisor)
+            stop_gracefully(runtime, self._live_admin(), self.server, self.http, drain=drain,
+                            shutdown_timeout_s=self.settings.shutdown_timeout_s)
         except Exception:  # noqa: BLE001 - the main thread must hear DONE whatever happened
             logger.exception("error during shutdown")
         finally:
             self.wake.post(Wakeup.DONE)
 
-    def _drain(self, runtime: Runtime) -> None:
-        """Several daemons: say so (no new session is placed here; this daemon sweeps and
-        takes nothing, and every message sent to its sessions is held for their next owner:
-        issue 36), hand the sessions waiting for their user over at once, then each
-        mid-turn one as its turn ends — for at most half the shutdown bound; the shutdown
-        that follows hands the rest over (a turn still running then is resumed once by its
-        new owner)."""
-        seat = runtime.internals.cluster
-        assert seat is not None
-        seat.draining = True
-        seat.cluster.set_daemon_state(seat.daemon_id, DaemonState.DRAINING)
-        clock, supervisor = runtime.clock, runtime.internals.supervisor
-        deadline = clock.monotonic() + self.settings.shutdown_timeout_s / 2
-        while clock.monotonic() < deadline:
-            handed: list[str] = supervisor.ask(HandOverIdle("drain"), block=True)
-            if handed:
-                logger.info("drain: handed {} session(s) over", len(handed))
-            if not runtime.get_active_session_ids():
-                break
-            clock.wait(DRAIN_POLL_S)  # the daemon's shutdown thread: nothing else waits on it
-        logger.info("drain: handing {} session(s) over to the other daemons",
-                    len(runtime.get_active_session_ids()))
-
     def _close_quietly(self) -> None:
-        if self.runtime is not None:
-            self.runtime.mark_stopping()  # actors stopped from here on are no failure
-        steps: list[Callable[[], object]] = []
-        if self.server is not None:
-            steps.append(functools.partial(self.server.close, "daemon stopped"))
-        if self.http is not None:
-            steps.append(self.http.stop)
-        if self.admin is not None:
-            steps.append(self.admin.stop)
-        if self.runtime is not None:
-            steps.append(functools.partial(self.runtime.shutdown, "server_shutdown"))
-        if self.link is not None:
-            steps.append(self.link.stop)
-        if self.metrics_server is not None:
-            steps.append(self.metrics_server.close)
-        if self.models is not None:
-            steps.append(self.models.close)
-        for step in steps:
-            try:
-                step()
-            except Exception:  # noqa: BLE001 - best effort on the way out
-                logger.opt(exception=True).debug("cleanup step failed")
+        close_quietly(self.runtime, server=self.server, http=self.http, admin=self.admin, link=self.link,
+                      metrics_server=self.metrics_server, models=self.models)
 
 
 def _credits_available() -> bool:
     return importlib.util.find_spec("corvid_actors.actors.credits") is not None
-
-
-_PR_SET_DUMPABLE, _PR_GET_DUMPABLE = 4, 3
-
-
-def forbid_memory_access() -> bool:
-    """``prctl(PR_SET_DUMPABLE, 0)``: no process of the same uid may read this one's
-    memory or ``/proc/<pid>/environ`` (where the API keys read at start-up stay visible
-    even after they leave ``os.environ``), nor ptrace it. Linux only; False elsewhere."""
-    libc = _libc()
-    return libc is not None and libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
-
-
-def _dumpable() -> bool | None:
-    libc = _libc()
-    return None if libc is None else bool(libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0))
-
-
-def _libc() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return None
 
 
 def serve(options: ServeOptions, out: TextIO | None = None) -> int:

@@ -1,7 +1,9 @@
 """Several daemons on one database (issue 20): daemon registry, session leases, claims.
 
 Each daemon registers a row in ``daemons`` and renews it every ``[cluster] heartbeat_s``
-(:meth:`ClusterStore.heartbeat`), which also renews every lease it owns, in one statement.
+(:meth:`ClusterStore.heartbeat`), which also renews every lease it owns, in one statement;
+those operations are the registry's (:mod:`corvid_actors.db.daemon_registry`), which the
+cluster store holds as ``daemons``.
 A running session has one owner under a lease (``session_leases``: owner, expiry, fencing
 epoch, durable timers). :meth:`ClusterStore.claim` takes sessions (``SELECT … FOR UPDATE
 SKIP LOCKED`` on PostgreSQL, so claiming daemons never wait for each other) and adds one to
@@ -32,14 +34,16 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 import peewee as pw
 
 from corvid_actors.db.cluster_sql import statements
+from corvid_actors.db.daemon_registry import DaemonRegistry
 from corvid_actors.db.models import DaemonState, SessionStatus
-from corvid_actors.db.ownership import FAILOVER, HANDOVER, STOP, Ownership, OwnershipLog, Taken
+from corvid_actors.db.naive_utc import aware, naive, naive_or_none
+from corvid_actors.db.ownership import HANDOVER, STOP, Ownership, OwnershipLog, Taken
 from corvid_actors.db.store import Store
 from corvid_actors.db.store_base import store_op
 from corvid_actors.errors import FencedWrite
@@ -97,23 +101,6 @@ def fair_share(expired: int, live_daemons: int, max_sessions: int, owned: int) -
     return max(0, min(share, expired, max_sessions - owned))
 
 
-def _naive(moment: datetime) -> datetime:
-    # the columns hold naive UTC (models._now); an aware time is converted, a naive one is UTC
-    return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
-
-
-def _naive_or_none(moment: datetime | None) -> datetime | None:
-    return None if moment is None else _naive(moment)
-
-
-def _aware(value: Any) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, str):  # SQLite hands text back
-        value = datetime.fromisoformat(value)
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
 class ClusterStore:
     """The cluster tables of a :class:`~corvid_actors.db.store.Store` (its connection, lock
     and reconnects). Each method is one transaction; thread-safe as the store is. Several
@@ -124,99 +111,38 @@ class ClusterStore:
         self._sql = statements(store.is_sqlite)
         #: where each session ran, written with each lease change (issue 36; 0: not written)
         self.history = OwnershipLog(store, history_max)
+        #: the ``daemons`` table: registration, heartbeat, state
+        self.daemons = DaemonRegistry(store, self._sql, self.history)
 
-    # --- daemons --------------------------------------------------------------------------
+    # --- daemons: the registry (:class:`~corvid_actors.db.daemon_registry.DaemonRegistry`) ----
 
-    @store_op
     def register_daemon(self, daemon_id: str, host: str, pid: int | None, version: str, now: datetime) -> list[str]:
-        """Register (or re-register) the daemon as live. A daemon id is one process: every
-        lease still held under this id by an earlier life (a restart, or a life that was
-        declared gone and stopped its sessions) loses its owner and expires now at the
-        latest — nothing of theirs runs here — so any daemon's sweep, this one's included,
-        or an explicit :meth:`claim` takes them over with a new epoch. (Kept under this id,
-        an expired lease would be renewed by the next heartbeat with nothing running.)
-        Returns the ids of those whose lease had not expired yet."""
-        at = _naive(now)
-        with self.store.transaction():
-            self._execute(self._sql.register, daemon_id, host, pid, at, at, version)
-            earlier = [row[0] for row in self._execute(self._sql.leases_of, at, daemon_id).fetchall()]
-            self._execute(self._sql.release_leases_of, at, at, daemon_id)
-            self.history.ended(daemon_id, None, at, FAILOVER)  # nothing of its earlier life runs
-        return sorted(earlier)
+        """Register the daemon as live: :meth:`DaemonRegistry.register_daemon`."""
+        return self.daemons.register_daemon(daemon_id, host, pid, version, now)
 
-    @store_op
     def heartbeat(self, daemon_id: str, now: datetime, lease_s: float) -> int:
-        """Renew the daemon's heartbeat and every lease it owns until ``now + lease_s``; the
-        number of leases renewed. One statement on PostgreSQL (two in one transaction on
-        SQLite). Leases another daemon claimed are no longer this one's and stay as they are.
+        """Renew the heartbeat and the daemon's leases: :meth:`DaemonRegistry.heartbeat`."""
+        return self.daemons.heartbeat(daemon_id, now, lease_s)
 
-        Raises :class:`FencedWrite` if the daemon is not registered or was declared gone:
-        its sessions may be running elsewhere, so it must stop them and register again.
-        """
-        at, until = _naive(now), _naive(now + timedelta(seconds=lease_s))
-        with self.store.transaction():
-            if self.store.is_sqlite:
-                beats = self._execute(self._sql.heartbeat, at, daemon_id).rowcount
-                renewed = self._execute(self._sql.heartbeat_leases, until, daemon_id).rowcount if beats else 0
-            else:
-                beats, renewed = self._execute(self._sql.heartbeat, at, daemon_id, until).fetchone()
-        if not beats:
-            raise FencedWrite(f"daemon {daemon_id!r} is not registered or was declared gone (no heartbeat "
-                              "for too long): stop its sessions and register it again")
-        return int(renewed)
-
-    @store_op
     def set_daemon_state(self, daemon_id: str, state: str) -> bool:
-        """Set the daemon's state (``DaemonState``: live, draining, gone); False if unknown."""
-        if state not in (DaemonState.LIVE, DaemonState.DRAINING, DaemonState.GONE):
-            raise ValueError(f"a daemon's state is live, draining or gone (got {state!r})")
-        D = self.store.m.Daemon
-        with self.store.transaction():
-            return bool(D.update(state=state).where(D.id == daemon_id).execute())
+        """Set the daemon's state: :meth:`DaemonRegistry.set_daemon_state`."""
+        return self.daemons.set_daemon_state(daemon_id, state)
 
-    @store_op
     def daemon_state(self, daemon_id: str) -> str | None:
-        """The daemon's state, or None if it is not registered."""
-        with self.store.transaction():
-            row = self._execute(self._sql.daemon_state, daemon_id).fetchone()
-        return None if row is None else str(row[0])
+        """The daemon's state: :meth:`DaemonRegistry.daemon_state`."""
+        return self.daemons.daemon_state(daemon_id)
 
-    @store_op
     def live_daemons(self, now: datetime, grace_s: float) -> list[str]:
-        """Ids of the live daemons whose heartbeat is at most ``grace_s`` old, sorted."""
-        cutoff = _naive(now - timedelta(seconds=grace_s))
-        with self.store.transaction():
-            return [row[0] for row in self._execute(self._sql.live_daemons, cutoff).fetchall()]
+        """Ids of the live daemons: :meth:`DaemonRegistry.live_daemons`."""
+        return self.daemons.live_daemons(now, grace_s)
 
-    @store_op
     def live_daemon_versions(self, now: datetime, grace_s: float) -> dict[str, str]:
-        """The software version each live daemon registered with (as :meth:`live_daemons`),
-        by id: during a rolling upgrade, two releases run side by side."""
-        D = self.store.m.Daemon
-        cutoff = _naive(now - timedelta(seconds=grace_s))
-        with self.store.transaction():
-            query = (D.select(D.id, D.version).where((D.state == DaemonState.LIVE) & (D.heartbeat_at >= cutoff))
-                     .order_by(D.id).tuples())
-            return {daemon_id: version for daemon_id, version in query}
+        """The live daemons' versions: :meth:`DaemonRegistry.live_daemon_versions`."""
+        return self.daemons.live_daemon_versions(now, grace_s)
 
-    @store_op
     def expire_dead_daemons(self, now: datetime, grace_s: float, *, sparing: str = "") -> list[str]:
-        """Declare gone every daemon whose heartbeat is older than ``grace_s``; their ids.
-        Their leases expired long before (``grace_s`` ≥ ``lease_s``) and are swept as any
-        expired lease; a gone daemon's next heartbeat raises :class:`FencedWrite`.
-
-        ``sparing``: the sweeping daemon's id. A daemon that sweeps is alive, however late
-        its own heartbeat is (a loaded host): declaring itself gone would only make it stop
-        and restart every session it holds."""
-        cutoff = _naive(now - timedelta(seconds=grace_s))
-        with self.store.transaction():
-            if self.store.is_sqlite:
-                ids = [row[0] for row in self._execute(self._sql.dead_daemons, cutoff, sparing).fetchall()]
-                if ids:
-                    self._execute(self._sql.mark_gone, cutoff, sparing)
-            else:
-                ids = [row[0] for row in self._execute(self._sql.mark_gone, cutoff, sparing).fetchall()]
-        return sorted(ids)
+        """Declare silent daemons gone: :meth:`DaemonRegistry.expire_dead_daemons`."""
+        return self.daemons.expire_dead_daemons(now, grace_s, sparing=sparing)
 
     # --- claims ---------------------------------------------------------------------------
 
@@ -242,7 +168,7 @@ class ClusterStore:
             if not args and not isinstance(sessions, pw.SelectQuery):
                 return []
             self._execute(self._sql.ensure_leases.format(candidates=candidates), *args)
-            return self._claim(f"session_id IN ({candidates})", args, self._sql.claimable, (daemon_id, _naive(now)),
+            return self._claim(f"session_id IN ({candidates})", args, self._sql.claimable, (daemon_id, naive(now)),
                                "session_id", limit, daemon_id, now, lease_s)
 
     @store_op
@@ -251,7 +177,7 @@ class ClusterStore:
         """The failover sweep: claim expired and released leases of other daemons, oldest
         first, at most ``fair_share(expired, live_daemons, max_sessions, owned)`` of them
         (``live_daemons``: how many daemons sweep, this one included)."""
-        at = _naive(now)
+        at = naive(now)
         with self.store.transaction():
             if not self._may_claim(daemon_id):
                 return []
@@ -287,7 +213,7 @@ class ClusterStore:
             candidates, args = self._candidates(pending)
             self._execute(self._sql.ensure_leases.format(candidates=candidates), *args)
             claims = self._claim(f"session_id IN ({candidates})", args, self._sql.claimable,
-                                 (daemon_id, _naive(now)), "session_id", limit, daemon_id, now, lease_s)
+                                 (daemon_id, naive(now)), "session_id", limit, daemon_id, now, lease_s)
             ids = [claim.session_id for claim in claims]
             if ids:
                 S.update(restart_pending=False).where(S.id.in_(ids)).execute()
@@ -296,7 +222,7 @@ class ClusterStore:
 
     def _claim(self, scope: str, args: Sequence[Any], claimable: str, claimable_args: tuple[Any, ...],
                order: str, limit: int | None, daemon_id: str, now: datetime, lease_s: float) -> list[Claim]:
-        until = _naive(now + timedelta(seconds=lease_s))
+        until = naive(now + timedelta(seconds=lease_s))
         sql = self._sql.claim.format(scope=scope, claimable=claimable, order=order,
                                      limit="" if limit is None else f"LIMIT {int(limit)}")
         if not self.store.is_sqlite:
@@ -310,7 +236,7 @@ class ClusterStore:
             self._execute(self._sql.claim_update.format(candidates=self._sql.ids_param), daemon_id, until, ids)
             rows = self._execute(self._sql.claim_read.format(candidates=self._sql.ids_param), ids).fetchall()
             taken = [Taken(str(sid), int(epoch), *before[sid]) for sid, epoch in rows]
-        self.history.taken(taken, daemon_id, _naive(now))
+        self.history.taken(taken, daemon_id, naive(now))
         return sorted(Claim(row.session_id, row.epoch) for row in taken)
 
     def _may_claim(self, daemon_id: str) -> bool:
@@ -339,7 +265,7 @@ class ClusterStore:
             else:
                 sql = self._sql.release.format(candidates=self._sql.ids_param)
                 count = int(self._execute(sql, offered_to, daemon_id, self._ids_arg(session_ids)).rowcount)
-            self.history.ended(daemon_id, session_ids, _naive(now), reason)
+            self.history.ended(daemon_id, session_ids, naive(now), reason)
             return count
 
     @store_op
@@ -353,7 +279,7 @@ class ClusterStore:
         with self.store.transaction():
             sql = self._sql.finish.format(candidates=self._sql.ids_param)
             count = int(self._execute(sql, daemon_id, self._ids_arg(session_ids)).rowcount)
-            self.history.ended(daemon_id, session_ids, _naive(now), STOP)
+            self.history.ended(daemon_id, session_ids, naive(now), STOP)
             return count
 
     @store_op
@@ -368,7 +294,7 @@ class ClusterStore:
         if not due:
             return True
         L = self.store.m.SessionLease
-        values = {getattr(L, name): None if at is None else _naive(at) for name, at in due.items()}
+        values = {getattr(L, name): None if at is None else naive(at) for name, at in due.items()}
         with self.store.transaction():
             query = L.update(values).where((L.session == session_id) & (L.owner == daemon_id) & (L.epoch == epoch))
             return bool(query.execute())
@@ -384,12 +310,12 @@ class ClusterStore:
             return 0
         with self.store.transaction():
             if self.store.is_sqlite:
-                return sum(self._execute(self._sql.inactivity_deadlines, _naive_or_none(due), _naive_or_none(idle),
+                return sum(self._execute(self._sql.inactivity_deadlines, naive_or_none(due), naive_or_none(idle),
                                          sid, epoch, daemon_id).rowcount for sid, epoch, due, idle in deadlines)
             ids = [str(row.session_id) for row in deadlines]
             epochs = [int(row.epoch) for row in deadlines]
-            dues = [_naive_or_none(row.due) for row in deadlines]
-            idles = [_naive_or_none(row.idle_due) for row in deadlines]
+            dues = [naive_or_none(row.due) for row in deadlines]
+            idles = [naive_or_none(row.idle_due) for row in deadlines]
             return int(self._execute(self._sql.inactivity_deadlines, ids, epochs, dues, idles, daemon_id).rowcount)
 
     # --- reads ----------------------------------------------------------------------------
@@ -408,8 +334,8 @@ class ClusterStore:
         with self.store.transaction():
             sql = self._sql.leases.format(candidates=self._sql.ids_param)
             rows = self._execute(sql, self._ids_arg(session_ids)).fetchall()
-        return [Lease(str(r[0]), r[1], int(r[2]), _aware(r[3]), _aware(r[4]), _aware(r[5]), _aware(r[6]),
-                      _aware(r[7])) for r in rows]
+        return [Lease(str(r[0]), r[1], int(r[2]), aware(r[3]), aware(r[4]), aware(r[5]), aware(r[6]),
+                      aware(r[7])) for r in rows]
 
     @store_op
     def ownership(self, session_id: str) -> list[Ownership]:
@@ -428,7 +354,7 @@ class ClusterStore:
     def load(self, now: datetime, grace_s: float) -> dict[str, int]:
         """The live daemons (as :meth:`live_daemons`) and how many leases each holds or has
         been offered (a rebalance's hand-over not yet taken), by id."""
-        cutoff = _naive(now - timedelta(seconds=grace_s))
+        cutoff = naive(now - timedelta(seconds=grace_s))
         with self.store.transaction():
             return {str(d): int(n) for d, n in self._execute(self._sql.load, cutoff).fetchall()}
 
@@ -436,7 +362,7 @@ class ClusterStore:
     def place_new_session(self, now: datetime, grace_s: float, max_sessions: int | None = None) -> str | None:
         """The live daemon (heartbeat at most ``grace_s`` old) with the fewest leases, below
         ``max_sessions`` when given; ties go to the smallest id. None: no daemon has room."""
-        cutoff = _naive(now - timedelta(seconds=grace_s))
+        cutoff = naive(now - timedelta(seconds=grace_s))
         bound = _NO_BOUND if max_sessions is None else max_sessions
         with self.store.transaction():
             row = self._execute(self._sql.place, cutoff, bound).fetchone()
