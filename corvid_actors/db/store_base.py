@@ -157,13 +157,13 @@ class StoreBase:
                     yield
                     committing = outer
             except (pw.DatabaseError, pw.InterfaceError) as exc:
-                raise self._write_error(exc, committing) from exc
+                raise self.write_error(exc, committing) from exc
             finally:
                 self._local.depth -= 1
 
-    def _write_error(self, exc: pw.DatabaseError | pw.InterfaceError, committing: bool) -> Exception:
+    def write_error(self, exc: pw.DatabaseError | pw.InterfaceError, committing: bool) -> Exception:
         """The error a failed write raises to its caller (see :meth:`transaction`)."""
-        if committing and self._is_lost(exc):
+        if committing and self.is_lost(exc):
             # Cut off in COMMIT: the server may have committed or not. Never replay.
             return self._mark_unavailable(
                 f"the connection was lost while committing ({one_line(exc)}); "
@@ -194,7 +194,7 @@ class StoreBase:
             try:
                 return self.db.execute_sql(sql, params)
             except (pw.DatabaseError, pw.InterfaceError) as exc:
-                raise self._write_error(exc, True) from exc
+                raise self.write_error(exc, True) from exc
 
     # --- availability: the store survives its server ----------------------------------------
 
@@ -238,7 +238,7 @@ class StoreBase:
             try:
                 return fn(*args, **kwargs)
             except (pw.DatabaseError, pw.InterfaceError, StoreError) as exc:
-                if not self._is_lost(exc):
+                if not self.is_lost(exc):
                     raise
                 first = exc
             logger.warning("store: the connection was lost ({}); reconnecting and retrying once", one_line(first))
@@ -251,7 +251,7 @@ class StoreBase:
             try:
                 return fn(*args, **kwargs)
             except (pw.DatabaseError, pw.InterfaceError, StoreError) as exc:
-                if self._is_lost(exc):
+                if self.is_lost(exc):
                     raise self._mark_unavailable(f"the connection to the database was lost ({one_line(exc)})") from exc
                 raise
         finally:
@@ -296,7 +296,7 @@ class StoreBase:
         if fault is not None:
             raise self._mark_unavailable(fault)
 
-    def _is_lost(self, exc: BaseException) -> bool:
+    def is_lost(self, exc: BaseException) -> bool:
         """Is ``exc`` a lost connection (to reconnect and replay), not an error of the query?"""
         if isinstance(exc, StoreUnavailableError) or self.is_sqlite:
             return False
@@ -389,6 +389,11 @@ class StoreBase:
                 listener(reason)
             except Exception:  # noqa: BLE001 - a listener must not break the store
                 logger.opt(exception=True).error("store availability listener {} raised", listener)
+
+    @property
+    def sql_cache(self) -> dict[Any, str]:
+        """Generated SQL by query shape (see :meth:`_sql`), shared with the write helpers."""
+        return self._sql_cache
 
     @property
     def lock(self) -> threading.RLock:
