@@ -19,6 +19,12 @@ answers of SlotPool, ApprovalBroker, CreditBank and Timers (each defined by the 
 of the actor that sends it: ``slots``, ``approvals``, ``credits``). What it is built
 with is :mod:`.session_wiring`; the blocking work its workers run, :mod:`.session_work`.
 
+The actor keeps the mailbox, the build, the turn accounting and the budget; the rest is
+done by collaborators it holds, each handed the incarnation's books
+(:class:`~.session_state.SessionState`) at the call: the effect performer
+(:mod:`.session_effects`, which starts model calls and tools through :mod:`.session_calls`),
+the inactivity timeout (:mod:`.session_deadline`) and passivation (:mod:`.session_passivation`).
+
 User messages go to the loop as they arrive: the loop queues those that come mid-turn
 (``corvid_actors.loop.effects.Loop``); the actor only counts how many turns are open.
 With the double-texting policy ``interrupt`` (``wiring.double_texting``, see
