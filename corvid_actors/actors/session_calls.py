@@ -55,6 +55,10 @@ class Calls:
         self._sid, self._gen = w.session_id, w.generation
         self._clock, self._tracker, self._trace, self._ref, self._touch = clock, tracker, trace, self_ref, touch
 
+    def rewire(self, w: SessionWiring) -> None:
+        """The incarnation's build finished: ``w`` has its provider, tools and journal."""
+        self.w = w
+
     def model_call(self, state: SessionState, request: ModelRequest, purpose: str) -> None:
         """Start the model call ``request`` (``purpose`` "turn": its text is streamed to subscribers)."""
         w, sid = self.w, self._sid

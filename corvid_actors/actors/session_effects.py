@@ -77,7 +77,7 @@ class EffectPerformer:
         self.w = w
         self._loop: fx.Loop = w.loop
         self._tally = w.tally
-        self._calls.w = w
+        self._calls.rewire(w)
 
     def write(self, what: str, write: Any) -> None:
         """Store something (``write()``), retried with backoff if it fails (never raises)."""
