@@ -19,6 +19,12 @@ answers of SlotPool, ApprovalBroker, CreditBank and Timers (each defined by the 
 of the actor that sends it: ``slots``, ``approvals``, ``credits``). What it is built
 with is :mod:`.session_wiring`; the blocking work its workers run, :mod:`.session_work`.
 
+The actor keeps the mailbox, the build, the turn accounting and the budget; the rest is
+done by collaborators it holds, each handed the incarnation's books
+(:class:`~.session_state.SessionState`) at the call: the effect performer
+(:mod:`.session_effects`, which starts model calls and tools through :mod:`.session_calls`),
+the inactivity timeout (:mod:`.session_deadline`) and passivation (:mod:`.session_passivation`).
+
 User messages go to the loop as they arrive: the loop queues those that come mid-turn
 (``corvid_actors.loop.effects.Loop``); the actor only counts how many turns are open.
 With the double-texting policy ``interrupt`` (``wiring.double_texting``, see
@@ -53,9 +59,7 @@ the message to end the running turn, and the check comes when it arrives.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
-from datetime import datetime, timedelta
 from typing import Any
 
 from loguru import logger
@@ -66,7 +70,8 @@ from corvid_actors.actors.cluster import SessionsLost
 from corvid_actors.actors.credits import CreditsExhausted
 from corvid_actors.actors.retry import PendingWrites, RetryWrites
 from corvid_actors.actors.session_budget import TurnBudget, budget_events
-from corvid_actors.actors.session_effects import SessionEffects
+from corvid_actors.actors.session_deadline import Deadlines
+from corvid_actors.actors.session_effects import EffectPerformer
 from corvid_actors.actors.session_messages import (
     Abort,
     Begin,
@@ -83,26 +88,24 @@ from corvid_actors.actors.session_messages import (
     Ready,
     SessionCrashed,
     StopRequested,
-    TimedOut,
     TimeoutDue,
     UserInput,
     WorkerDone,
 )
-from corvid_actors.actors.session_passivation import SessionPassivation
+from corvid_actors.actors.session_passivation import Passivation
+from corvid_actors.actors.session_state import SessionState
 from corvid_actors.actors.session_wiring import SessionWiring
 from corvid_actors.actors.session_work import ExitRequested
 from corvid_actors.actors.slots import SlotAnswer, SlotQueued
-from corvid_actors.actors.timers import ScheduleTimer
 from corvid_actors.clock import iso_after
 from corvid_actors.double_texting import INTERRUPT
 from corvid_actors.events import ApprovalRequestEvent, ApprovalResolved, QueueStatus, Thinking
 from corvid_actors.loop import effects as fx
 from corvid_actors.telemetry.tracing import TurnTrace
-from corvid_actors.vocabulary import CancelToken
 from corvid_actors.wiring import close_resources
 
 
-class SessionActor(SessionEffects, SessionPassivation, TrackedActor):
+class SessionActor(TrackedActor):
     """``wiring`` complete, or — with ``build`` — a partial one (no provider, loop, tools
     yet) that ``build()`` (run on a worker) returns complete, with the ``BuiltSession``."""
 
@@ -115,52 +118,15 @@ class SessionActor(SessionEffects, SessionPassivation, TrackedActor):
         self.gen = wiring.generation
         self._loop = wiring.loop
         self._clock = wiring.clock
-        self._last_activity = self._clock.monotonic()
-        #: counts activity (events): an extension holds only while no event came after it
-        self._activity_seq = 0
-        self._timeout_s = wiring.timeout_s
-        #: (activity_seq when granted, monotonic deadline) of the last extend_timeout
-        self._extension: tuple[int, float] | None = None
-        #: when the inactivity timer is due (monotonic): re-armed when a turn ends only if
-        #: activity moved the deadline past it (see :meth:`_rearm_timeout`)
-        self._timeout_at = 0.0
-        self._worker_seq = 0
-        #: an idle timer is scheduled (cancel it only then: one message fewer per turn)
-        self._idle_armed = False
-        #: when the armed idle exit is due (wall clock, stored by the cluster seat), or None
-        self._idle_due: datetime | None = None
-        #: passivation (issue 37, :mod:`.session_passivation`): its timer is armed; the user
-        #: messages taken; the loop's timers in flight (tokens)
-        self._passivate_armed = False
-        self._received = 0
-        self._loop_timers: set[str] = set()
-        self._worker_cancel: CancelToken | None = None
-        #: the text the model call in flight has streamed so far (for StopModelCall)
-        self._streamed: list[str] = []
-        #: user messages handed to the loop whose turn has not finished: the loop queues
-        #: those that arrive mid-turn, and each starts exactly one turn, in order
-        self._turns_open = 0
-        self._turn_seq = 0
-        self._slot_request = 0
-        self._slot_state = "none"  # none | waiting | held
-        #: a queue_status with the waiting text was published for the current request
-        self._slot_queued = False
-        self._ended = False
-        self._awaiting_approval: set[str] = set()
-        #: call id → (call, description, kind) of requests not yet announced by the broker
-        self._approval_details: dict[str, tuple[Any, str, str]] = {}
-        #: approval ids published as ``approval_request`` (their resolution is published too)
-        self._announced: set[str] = set()
-        self._approval_seq = 0
-        self._turn_started = self._clock.monotonic()
-        self._begun = False
-        self._last_error = ""
+        ref = self.actor_ref
+        #: the inactivity timeout (its own books: the last activity, an extension, the timer)
+        self._deadlines = Deadlines(self.sid, self.gen, self._clock, wiring.timeout_s, timers=wiring.timers,
+                                    supervisor=wiring.supervisor, deadline_sink=wiring.deadline_sink, self_ref=ref)
+        #: the incarnation's books, passed to its collaborators (see :mod:`.session_state`)
+        self._state = SessionState(turn_started=self._clock.monotonic())
         self._tally = wiring.tally
         #: the spending caps, checked before each turn (see :mod:`.session_budget`)
         self._budget = TurnBudget(self.sid, wiring.budget, wiring.access, wiring.store)
-        #: user messages that came mid-turn to a capped session: each starts its turn after
-        #: the running one, once the caps are checked (uncapped, the loop queues them)
-        self._held: deque[tuple[str, tuple[dict[str, Any], ...], bool]] = deque()
         #: the span of the turn in flight (OpenTelemetry), across the turn's messages
         self._trace = TurnTrace(wiring.tracing, session_id=self.sid, agent=wiring.agent, source=wiring.source,
                                 generation=self.gen)
@@ -168,12 +134,19 @@ class SessionActor(SessionEffects, SessionPassivation, TrackedActor):
                                      publish=lambda _sid, event: self.w.lifeline.publish(event),
                                      schedule=wiring.write_retry,
                                      on_fenced=lambda sid: tell(self.w.supervisor, SessionsLost((sid,))))
+        self._passivation = Passivation(self.sid, self.gen, self._clock, wiring.passivate_after_s,
+                                        timers=wiring.timers, supervisor=wiring.supervisor, self_ref=ref,
+                                        deadline=self._deadlines.deadline)
+        #: performs what the loop returns (events, model calls, tools, slots, approvals, timers)
+        self._effects = EffectPerformer(wiring, self._clock, tracker, self._trace, self._writes, ref,
+                                        deadlines=self._deadlines, passivation=self._passivation,
+                                        start_held_turn=self._start_held_turn)
 
     # --- lifecycle ------------------------------------------------------------------------
 
     def on_start(self) -> None:
         self._writes.bind(self.actor_ref)
-        self._schedule_timeout(self._timeout_s)
+        self._deadlines.schedule(self.w.timeout_s)
         if self._build is not None:
             self._start_build(self._build)
 
@@ -195,12 +168,13 @@ class SessionActor(SessionEffects, SessionPassivation, TrackedActor):
     def _built(self, done: BuildDone) -> None:
         self._build = None
         if done.wiring is None:
-            self._ended = True
+            self._state.ended = True
             tell(self.w.supervisor, BuildFailed(self.sid, self.gen, done.error))
-            self._release_everything()
+            self._effects.release_everything(self._state)
             self.actor_ref.stop(block=False)
             return
         self.w = done.wiring
+        self._effects.rewire(done.wiring)
         self._loop = done.wiring.loop
         self._tally = done.wiring.tally
         tell(self.w.supervisor, Built(self.sid, self.gen, done.built))
@@ -213,21 +187,22 @@ class SessionActor(SessionEffects, SessionPassivation, TrackedActor):
             self.w.journal.crash(f"{exception_type.__name__}: {exception_value}")
         self.w.lifeline.refuse_input()
         self._trace.end("crashed")
-        self._release_everything()
+        self._effects.release_everything(self._state)
         tell(self.w.supervisor, SessionCrashed(self.sid, self.gen, f"{exception_type.__name__}: {exception_value}"))
 
     def on_receive(self, message: Any) -> Any:
-        if self._ended or self.w.lifeline.closed:
+        state = self._state
+        if state.ended or self.w.lifeline.closed:
             if isinstance(message, BuildDone) and message.built is not None:
                 # stopped during the build: what it made is closed (blocking: on a worker)
                 resources, sid = message.built.resources, self.sid
                 self._tracker.run_tracked(lambda: close_resources(resources, sid), f"close-{sid[:8]}", never_parks=True)
             if isinstance(message, SlotAnswer) and message.granted:
-                self._give_back_slot()  # granted during the abort: release it (race-safe)
+                self._effects.give_back_slot(state)  # granted during the abort: release it (race-safe)
             if isinstance(message, Abort):
-                self._abort()
+                self._effects.abort(state)
             return None
-        self._count_received(message)
+        Passivation.count_received(state, message)
         match message:
             case BuildDone():
                 self._built(message)
@@ -242,88 +217,87 @@ class SessionActor(SessionEffects, SessionPassivation, TrackedActor):
                     self._begin(prompt, blocks)
             case Ready():
                 self._wait_for_user()
-            case UserInput(text, blocks, opened) if not self._begun:
+            case UserInput(text, blocks, opened) if not state.begun:
                 if not self._over_budget(opened):
                     self._count_turn(opened)
                     self._begin(text, blocks)  # the supervisor sends Begin first; never lose a message
-            case UserInput(text, blocks, opened) if self._turns_open and self._budget.capped and (
+            case UserInput(text, blocks, opened) if state.turns_open and self._budget.capped and (
                     self.w.double_texting != INTERRUPT):
                 # capped: it waits here, not in the loop, so that its turn is checked when it
                 # would start (the loop would start it right after the running turn)
-                self._held.append((text, blocks, opened))
+                state.held.append((text, blocks, opened))
             case UserInput(text, blocks, opened):
                 self._user_turn(text, blocks, opened)
             case WorkerDone(seq, result):
-                if seq == self._worker_seq:
-                    self._worker_cancel = None
-                    self._touch()
+                if seq == state.worker_seq:
+                    state.worker_cancel = None
+                    self._deadlines.touch()
                     if self.w.journal is not None:  # the outside world's answer, as the loop gets it
                         self.w.journal.outcome(result)
                     if isinstance(result, ExitRequested):
-                        self._end(result.code)
+                        self._effects.end(state, result.code)
                     else:
-                        self._perform(self._loop.handle(result))
+                        self._effects.perform(state, self._loop.handle(result))
             case SlotAnswer(request_id, granted):
-                if request_id != self._slot_request or self._slot_state != "waiting":
+                if request_id != state.slot_request or state.slot_state != "waiting":
                     if granted:
-                        self._give_back_slot()
+                        self._effects.give_back_slot(state)
                     return None
-                self._slot_state = "held" if granted else "none"
-                if self._slot_queued:
+                state.slot_state = "held" if granted else "none"
+                if state.slot_queued:
                     # "no longer waiting" only after a real wait (an immediate grant says nothing)
-                    self._slot_queued = False
+                    state.slot_queued = False
                     self.w.lifeline.publish(QueueStatus(status_message=""))
-                self._perform(self._loop.handle(fx.SlotGranted() if granted else fx.SlotTimedOut()))
+                self._effects.perform(state, self._loop.handle(fx.SlotGranted() if granted else fx.SlotTimedOut()))
             case SlotQueued(request_id, status):
-                if request_id == self._slot_request and self._slot_state == "waiting":
-                    self._slot_queued = True
+                if request_id == state.slot_request and state.slot_state == "waiting":
+                    state.slot_queued = True
                     self.w.lifeline.publish(QueueStatus(status_message=status))
             case ApprovalAsked(call_id, approval_id, created_at, expires):
-                details = self._approval_details.pop(call_id, None)
-                if call_id in self._awaiting_approval and details is not None:
+                details = state.approval_details.pop(call_id, None)
+                if call_id in state.awaiting_approval and details is not None:
                     call, description, kind = details
-                    self._announced.add(approval_id)
+                    state.announced.add(approval_id)
                     self.w.lifeline.publish(ApprovalRequestEvent(
                         id=approval_id, session_id=self.sid, tool_name=call.name, description=description,
                         created_at=created_at or iso_after(self._clock, 0),
                         timeout_s=self.w.approval_timeout_s if expires else 0.0, kind=kind,
                     ))
             case ApprovalAnswer(call_id, allowed, text, updated, scope, approval_id, answered_by):
-                if call_id not in self._awaiting_approval:
+                if call_id not in state.awaiting_approval:
                     return None
-                self._awaiting_approval.discard(call_id)
-                self._approval_details.pop(call_id, None)
+                state.awaiting_approval.discard(call_id)
+                state.approval_details.pop(call_id, None)
                 self._trace.decided(call_id, allowed)
-                self._touch()
+                self._deadlines.touch()
                 if self.w.journal is not None:
-                    self.w.journal.approval(call_id, allowed, text, scope, asked=approval_id in self._announced,
+                    self.w.journal.approval(call_id, allowed, text, scope, asked=approval_id in state.announced,
                                             answered_by=answered_by)
-                if approval_id in self._announced:
+                if approval_id in state.announced:
                     # a request answered at once was never shown, so its answer is not either
-                    self._announced.discard(approval_id)
+                    state.announced.discard(approval_id)
                     self.w.lifeline.publish(ApprovalResolved(
                         id=approval_id, behavior="allow" if allowed else "deny", message=text,
                         answered_by=answered_by))
-                self._perform(self._loop.handle(fx.ApprovalDecided(call_id, allowed, text, updated, scope)))
+                self._effects.perform(state, self._loop.handle(fx.ApprovalDecided(call_id, allowed, text, updated, scope)))
             case LoopTimerDue(gen, token) if gen == self.gen:
-                self._loop_timers.discard(token)
-                self._perform(self._loop.handle(fx.TimerFired(token)))
+                state.loop_timers.discard(token)
+                self._effects.perform(state, self._loop.handle(fx.TimerFired(token)))
             case IdleDue(gen, turn_seq) if gen == self.gen:
-                if not self._turns_open and turn_seq == self._turn_seq:
-                    self._end(0)
+                if not state.turns_open and turn_seq == state.turn_seq:
+                    self._effects.end(state, 0)
             case PassivateDue(gen, turn_seq) if gen == self.gen:
-                self._passivate_due(turn_seq)
+                self._passivation.due(state, turn_seq)
             case TimeoutDue(gen) if gen == self.gen:
-                self._check_timeout()
+                self._deadlines.check()
             case CheckTimeout():
-                self._check_timeout()
+                self._deadlines.check()
             case ExtendTimeout(timeout_s):
-                self._extension = (self._activity_seq, self._clock.monotonic() + max(timeout_s, 0.0))
-                self._schedule_timeout(min(timeout_s, self._timeout_s))
-                if not self._turns_open:
-                    self._note_deadline()
+                self._deadlines.extend(timeout_s)
+                if not state.turns_open:
+                    self._deadlines.note(state)
             case Abort():
-                self._abort()
+                self._effects.abort(state)
             case CreditsExhausted(sid) if sid == self.sid:
                 tell(self.w.supervisor, StopRequested(self.sid, self.gen, "credits_exhausted"))
             case RetryWrites():
@@ -333,12 +307,12 @@ class SessionActor(SessionEffects, SessionPassivation, TrackedActor):
     def _wait_for_user(self) -> None:
         """No turn: wait for the first message as after a finished turn (a late subscriber
         hears "not thinking", as between turns)."""
-        self._touch()
+        self._deadlines.touch()
         if self.w.inherited_deadline is not None:
-            self._inherit_deadline(self.w.inherited_deadline)
+            self._deadlines.inherit(self.w.inherited_deadline)
         self.w.lifeline.publish(Thinking(thinking=False))
-        self._schedule_idle(self.w.inherited_idle_deadline)
-        self._note_deadline()
+        self._effects.schedule_idle(self._state, self.w.inherited_idle_deadline)
+        self._deadlines.note(self._state)
 
     def _user_turn(self, text: str, blocks: tuple[dict[str, Any], ...], opened: bool = False) -> None:
         """A user message for the begun loop: its turn starts now (idle), or it waits in the
@@ -347,31 +321,31 @@ class SessionActor(SessionEffects, SessionPassivation, TrackedActor):
         if self._over_budget(opened):
             return
         self._count_turn(opened)
-        self._touch()
-        if not self._turns_open:
-            self._turn_started = self._clock.monotonic()
-            self._cancel_idle()
-            self._note_deadline(busy=True)
+        self._deadlines.touch()
+        if not self._state.turns_open:
+            self._state.turn_started = self._clock.monotonic()
+            self._effects.cancel_idle(self._state)
+            self._deadlines.note(self._state, busy=True)
             self._trace.start(self._tally.turns)
         # mid-turn, the loop queues it: its turn starts after TurnFinished
-        mid_turn = self._turns_open > 0
-        self._turns_open += 1
+        mid_turn = self._state.turns_open > 0
+        self._state.turns_open += 1
         if self.w.journal is not None:
             self.w.journal.user(text, False)
         self._tally.in_turn = True
-        self._perform(self._loop.handle(fx.UserMessage(text, blocks)))
+        self._effects.perform(self._state, self._loop.handle(fx.UserMessage(text, blocks)))
         if mid_turn and self.w.double_texting == INTERRUPT:
             # double texting: the running turn ends at its next safe point instead
-            self._perform(self._loop.handle(fx.InterruptTurn()))
+            self._effects.perform(self._state, self._loop.handle(fx.InterruptTurn()))
 
     def _start_held_turn(self) -> bool:
         """The last turn finished: the oldest message held for the budget check starts its
         turn (True), or — a cap reached — each held message is refused in turn (False:
         the session waits for its user)."""
-        while self._held and not self._ended:
-            text, blocks, opened = self._held.popleft()
+        while self._state.held and not self._state.ended:
+            text, blocks, opened = self._state.held.popleft()
             self._user_turn(text, blocks, opened)
-            if self._turns_open:
+            if self._state.turns_open:
                 return True
         return False
 
@@ -383,7 +357,7 @@ class SessionActor(SessionEffects, SessionPassivation, TrackedActor):
         if spend is None:
             return False
         if opened:
-            self._write("the turn count", lambda: self.w.store.uncount_opened_turn(self.sid))
+            self._effects.write("the turn count", lambda: self.w.store.uncount_opened_turn(self.sid))
         logger.bind(session_id=self.sid, event="budget_exceeded").info("turn not started: {}", spend.message())
         for event in budget_events(spend):
             self.w.lifeline.publish(event)
@@ -396,82 +370,18 @@ class SessionActor(SessionEffects, SessionPassivation, TrackedActor):
         if opened:
             return
         turns = self._tally.turns
-        self._write("the turn count", lambda: self.w.store.open_turn(self.sid, total_turns=turns))
-
-    def _write(self, what: str, write: Any) -> None:
-        self._writes.run(self.sid, what, write)
+        self._effects.write("the turn count", lambda: self.w.store.open_turn(self.sid, total_turns=turns))
 
     def _begin(self, prompt: str, blocks: tuple[dict[str, Any], ...] = ()) -> None:
-        self._begun = True
-        self._touch()
-        self._cancel_idle()
-        self._note_deadline(busy=True)
-        self._turn_started = self._clock.monotonic()
-        self._turns_open = 1
+        self._state.begun = True
+        self._deadlines.touch()
+        self._effects.cancel_idle(self._state)
+        self._deadlines.note(self._state, busy=True)
+        self._state.turn_started = self._clock.monotonic()
+        self._state.turns_open = 1
         self._tally.in_turn = True
         self._trace.start(self._tally.turns)
         if self.w.journal is not None:
             self.w.journal.user(prompt, True)
         # a plain string unless multimodal: loops written for strings keep working
-        self._perform(self._loop.start(fx.UserMessage(prompt, blocks) if blocks else prompt))
-
-    # --- timeout ------------------------------------------------------------------------
-
-    def _touch(self) -> None:
-        """An event: re-arms the default inactivity timeout (ends any extension)."""
-        self._last_activity = self._clock.monotonic()
-        self._activity_seq += 1
-
-    def _deadline(self) -> float:
-        extension = self._extension
-        if extension is not None and extension[0] == self._activity_seq:
-            return extension[1]
-        return self._last_activity + self._timeout_s
-
-    def _inherit_deadline(self, due: datetime) -> None:
-        """Wait until ``due`` (the deadline another daemon stored for this waiting session)
-        instead of a full timeout; held as an extension is: the next event re-arms the
-        default. A deadline already past ends the session at once, as it would have there."""
-        remaining = (due - self._clock.now()).total_seconds()
-        self._extension = (self._activity_seq, self._clock.monotonic() + remaining)
-        self._schedule_timeout(max(min(remaining, self._timeout_s), 0.0))
-
-    def _note_deadline(self, *, busy: bool = False) -> None:
-        """Several daemons: tell the seat the wall-clock inactivity deadline while the
-        session waits for its user, or None when a turn starts (``busy``): kept in memory,
-        stored by the next heartbeat. Called at those transitions only, never per event."""
-        sink = self.w.deadline_sink
-        if sink is None:
-            return
-        if busy:
-            sink(self.sid, None, None)
-        else:
-            now = self._clock.now()
-            sink(self.sid, now + timedelta(seconds=self._deadline() - self._clock.monotonic()), self._idle_due)
-
-    def _schedule_timeout(self, delay_s: float) -> None:
-        delay_s = max(delay_s, 0.0)
-        self._timeout_at = self._clock.monotonic() + delay_s
-        tell(self.w.timers, ScheduleTimer((self.sid, "timeout", self.gen), delay_s,
-                                          self.actor_ref, TimeoutDue(self.gen)))
-
-    def _rearm_timeout(self) -> None:
-        """The session goes quiet (its last turn finished): move the inactivity timer to
-        the deadline, so that it fires once, when the session is due, instead of firing at
-        the old time to find the deadline moved and re-arm then (a timer firing and a
-        message per incarnation). The deadline is the one :meth:`_check_timeout` would
-        compute; activity only moves it later, and the check still re-arms if it has."""
-        now = self._clock.monotonic()
-        due = min(self._deadline(), now + self._timeout_s)
-        if due > self._timeout_at:
-            self._schedule_timeout(due - now)
-
-    def _check_timeout(self) -> None:
-        now = self._clock.monotonic()
-        deadline = self._deadline()
-        if now >= deadline:
-            tell(self.w.supervisor, TimedOut(self.sid, self.gen))
-        else:
-            # An event may re-arm the default before an extension's deadline: check again
-            # no later than one default timeout from now (activity only pushes it later).
-            self._schedule_timeout(min(deadline, now + self._timeout_s) - now)
+        self._effects.perform(self._state, self._loop.start(fx.UserMessage(prompt, blocks) if blocks else prompt))

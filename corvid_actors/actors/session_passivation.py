@@ -7,71 +7,63 @@ approval or loop timer in flight — it tells the supervisor
 :class:`~corvid_actors.actors.session_messages.WantsPassivation` with the number of user
 messages it has taken and its deadlines. The supervisor decides (see
 ``actors/supervisor/_passivation.py``); a message that reached the actor meanwhile starts
-a turn as usual and the offer is declined there. A mixin of
-:class:`~corvid_actors.actors.session.SessionActor`.
+a turn as usual and the offer is declined there. :class:`Passivation` is held by
+:class:`~corvid_actors.actors.session.SessionActor` and works on its
+:class:`~corvid_actors.actors.session_state.SessionState`.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pykka
 
 from corvid_actors.actors.base import tell
 from corvid_actors.actors.session_messages import Begin, PassivateDue, UserInput, WantsPassivation
-from corvid_actors.actors.session_wiring import SessionWiring
+from corvid_actors.actors.session_state import SessionState
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
 from corvid_actors.clock import Clock
-from corvid_actors.vocabulary import CancelToken
 
 
-class SessionPassivation:
-    """See the module docstring. State: ``_passivate_armed`` (a timer is scheduled),
-    ``_received`` (user messages taken), ``_loop_timers`` (the loop's timers in flight)."""
+class Passivation:
+    """See the module docstring. Its books are the state's ``passivate_armed`` (a timer is
+    scheduled), ``received`` (user messages taken) and ``loop_timers`` (in flight);
+    ``deadline()`` is the incarnation's inactivity deadline (monotonic)."""
 
-    w: SessionWiring
-    sid: str
-    gen: int
-    _clock: Clock
-    _ended: bool
-    _turns_open: int
-    _turn_seq: int
-    _held: Any
-    _awaiting_approval: set[str]
-    _worker_cancel: CancelToken | None
-    _slot_state: str
-    _idle_due: datetime | None
-    _passivate_armed: bool
-    _received: int
-    _loop_timers: set[str]
+    def __init__(self, sid: str, gen: int, clock: Clock, after_s: float | None, *, timers: Any, supervisor: Any,
+                 self_ref: pykka.ActorRef[Any], deadline: Callable[[], float]) -> None:
+        self._sid, self._gen, self._clock, self._after_s = sid, gen, clock, after_s
+        self._timers, self._supervisor, self._ref, self._deadline = timers, supervisor, self_ref, deadline
 
-    if TYPE_CHECKING:  # the actor's own (SessionActor / pykka)
-        actor_ref: Any
-
-        def _deadline(self) -> float: ...
-
-    def _count_received(self, message: Any) -> None:
+    @staticmethod
+    def count_received(state: SessionState, message: Any) -> None:
         """A user message reached the actor (what its live entry counts as delivered)."""
         if type(message) is UserInput or (type(message) is Begin and message.counts_turn):
-            self._received += 1
+            state.received += 1
 
-    def _schedule_passivation(self) -> None:
-        after = self.w.passivate_after_s
+    def schedule(self, state: SessionState) -> None:
+        """Between turns: arm the passivation timer (when the incarnation has one)."""
+        after = self._after_s
         if not after:
             return
-        self._passivate_armed = True
-        tell(self.w.timers, ScheduleTimer((self.sid, "passivate", self.gen), after, self.actor_ref,
-                                          PassivateDue(self.gen, self._turn_seq)))
+        state.passivate_armed = True
+        tell(self._timers, ScheduleTimer((self._sid, "passivate", self._gen), after, self._ref,
+                                         PassivateDue(self._gen, state.turn_seq)))
 
-    def _cancel_passivation(self) -> None:
-        if self._passivate_armed:
-            self._passivate_armed = False
-            tell(self.w.timers, CancelTimer((self.sid, "passivate", self.gen)))
+    def cancel(self, state: SessionState) -> None:
+        """A turn starts or the incarnation ends: the armed timer goes."""
+        if state.passivate_armed:
+            state.passivate_armed = False
+            tell(self._timers, CancelTimer((self._sid, "passivate", self._gen)))
 
-    def _passivate_due(self, turn_seq: int) -> None:
-        self._passivate_armed = False
-        if (self._ended or self._turns_open or turn_seq != self._turn_seq or self._held or self._awaiting_approval
-                or self._worker_cancel is not None or self._slot_state != "none" or self._loop_timers):
+    def due(self, state: SessionState, turn_seq: int) -> None:
+        """The timer fired: still idle since turn ``turn_seq``, offer the supervisor to passivate."""
+        state.passivate_armed = False
+        if (state.ended or state.turns_open or turn_seq != state.turn_seq or state.held or state.awaiting_approval
+                or state.worker_cancel is not None or state.slot_state != "none" or state.loop_timers):
             return
         now = self._clock.now()
         deadline = now + timedelta(seconds=self._deadline() - self._clock.monotonic())
-        tell(self.w.supervisor, WantsPassivation(self.sid, self.gen, self._received, deadline, self._idle_due))
+        tell(self._supervisor, WantsPassivation(self._sid, self._gen, state.received, deadline, state.idle_due))

@@ -11,12 +11,11 @@ batch inside a caller's transaction, and PostgreSQL use one explicit transaction
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import peewee as pw
 
-if TYPE_CHECKING:
-    from corvid_actors.db.store_base import StoreBase
+from corvid_actors.db.store_core import StoreCore
 
 #: (session_id, role, content, cost_usd, closes_turn): ``closes_turn``, a reply that closes
 #: its session's turn in its own statement (db/turn_opening.py)
@@ -28,7 +27,7 @@ MAX_ROWS_PER_STATEMENT = 1000
 CACHED_INSERT_ROWS = 16
 
 
-def insert_messages(store: StoreBase, rows: Sequence[MessageRow]) -> list[int]:
+def insert_messages(store: StoreCore, rows: Sequence[MessageRow]) -> list[int]:
     """Insert ``rows`` atomically (all or none); their ids, in row order."""
     if not rows:
         return []
@@ -39,7 +38,7 @@ def insert_messages(store: StoreBase, rows: Sequence[MessageRow]) -> list[int]:
             try:
                 return _insert_chunk(store, chunks[0])
             except pw.DatabaseError as exc:  # the store's errors (a file fault found now: unavailable)
-                raise store._write_error(exc, True) from exc
+                raise store.write_error(exc, True) from exc
     ids: list[int] = []
     with store.transaction():
         for chunk in chunks:
@@ -47,11 +46,11 @@ def insert_messages(store: StoreBase, rows: Sequence[MessageRow]) -> list[int]:
     return ids
 
 
-def _insert_sql(store: StoreBase, n: int) -> str:
+def _insert_sql(store: StoreCore, n: int) -> str:
     """The INSERT of ``n`` message rows (cached per store for the small batches that most
     commits are: a lone message, a turn)."""
     key = ("insert_messages", n)
-    sql = store._sql_cache.get(key)
+    sql = store.sql_cache.get(key)
     if sql is None:
         M = store.m.SessionMessage
         fields = (M.session, M.role, M.content, M.cost_usd, M.timestamp, M.writer_epoch, M.closes_turn)
@@ -59,11 +58,11 @@ def _insert_sql(store: StoreBase, n: int) -> str:
         columns = ", ".join(f'"{f.column_name}"' for f in fields)
         sql = f'INSERT INTO "{M._meta.table_name}" ({columns}) VALUES ' + ", ".join([group] * n)
         if n <= CACHED_INSERT_ROWS:
-            store._sql_cache[key] = sql
+            store.sql_cache[key] = sql
     return sql
 
 
-def _insert_chunk(store: StoreBase, rows: Sequence[MessageRow]) -> list[int]:
+def _insert_chunk(store: StoreCore, rows: Sequence[MessageRow]) -> list[int]:
     M = store.m.SessionMessage
     sql = _insert_sql(store, len(rows))
     # The rows of a batch share one timestamp (their commit's); text and numbers go to the

@@ -25,17 +25,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import peewee as pw
 
 from corvid_actors.db.connect import open_database
 from corvid_actors.db.faults import drop_connection
 from corvid_actors.db.group_commit import GroupCommitter
+from corvid_actors.db.store_core import StoreCore
 from corvid_actors.db.writer import WriterClosed
-
-if TYPE_CHECKING:
-    from corvid_actors.db.store_base import StoreBase
 
 #: (session_id, content): a user message that opens a turn
 TurnRow = tuple[str, str]
@@ -45,7 +43,7 @@ class SendLane:
     """Commits user turns on a connection of their own (see the module docstring).
     Thread-safe; opened at the first send, closed with the store."""
 
-    def __init__(self, store: StoreBase, *, busy_timeout_ms: int, max_batch: int) -> None:
+    def __init__(self, store: StoreCore, *, busy_timeout_ms: int, max_batch: int) -> None:
         self._store = store
         self._busy_timeout_ms = busy_timeout_ms
         self._db: pw.Database | None = None
@@ -90,7 +88,7 @@ class SendLane:
             try:
                 return self._insert(store.db, rows)
             except (pw.DatabaseError, pw.InterfaceError) as exc:
-                raise store._write_error(exc, not store.in_transaction()) from exc
+                raise store.write_error(exc, not store.in_transaction()) from exc
 
     def _commit(self, rows: Sequence[TurnRow]) -> list[int]:
         """One batch, on the lane's connection (the GroupCommitter's leader runs it)."""
@@ -100,10 +98,10 @@ class SendLane:
         try:
             return self._insert(db, rows)
         except (pw.DatabaseError, pw.InterfaceError) as exc:
-            if store._is_lost(exc):
+            if store.is_lost(exc):
                 drop_connection(db, close=True)  # the next batch opens a new one
             # a single autocommit statement: cut off, it may have committed (never replayed)
-            raise store._write_error(exc, True) from exc
+            raise store.write_error(exc, True) from exc
 
     def _connection(self) -> pw.Database:
         with self._open_lock:

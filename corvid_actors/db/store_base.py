@@ -17,6 +17,7 @@ import peewee as pw
 from loguru import logger
 
 from corvid_actors.clock import RealClock
+from corvid_actors.db.availability import Availability
 from corvid_actors.db.connect import enable_wal, open_database
 from corvid_actors.db.faults import (
     drop_connection,
@@ -78,15 +79,11 @@ class StoreBase:
         # timestamps, aware UTC: a simulation's rows carry simulated times); default: real.
         self.url = url
         self._lock = threading.RLock()
-        # Availability (see the module docstring): why the store is down, or None.
-        self._down: str | None = None
-        self._backoff_first, self._backoff_max = reconnect_backoff_s
-        self._backoff = self._backoff_first
-        self._retry_at = 0.0
         self._monotonic = monotonic or RealClock().monotonic
+        #: why the store is down, the reconnect backoff and the listeners (db/availability.py)
+        self._availability = Availability(self._lock, self._monotonic, reconnect_backoff_s)
         #: commits, replays and fenced writes, for the metrics
         self.figures = WriteFigures()
-        self._listeners: list[Callable[[str | None], None]] = []
         #: a SQLite file's checks (db/file_watch.py), None for ``:memory:`` and PostgreSQL
         self._file: FileWatch | None = None
         # Which threads are inside transaction(): their appends must join that transaction,
@@ -166,13 +163,13 @@ class StoreBase:
                     yield
                     committing = outer
             except (pw.DatabaseError, pw.InterfaceError) as exc:
-                raise self._write_error(exc, committing) from exc
+                raise self.write_error(exc, committing) from exc
             finally:
                 self._local.depth -= 1
 
-    def _write_error(self, exc: pw.DatabaseError | pw.InterfaceError, committing: bool) -> Exception:
+    def write_error(self, exc: pw.DatabaseError | pw.InterfaceError, committing: bool) -> Exception:
         """The error a failed write raises to its caller (see :meth:`transaction`)."""
-        if committing and self._is_lost(exc):
+        if committing and self.is_lost(exc):
             # Cut off in COMMIT: the server may have committed or not. Never replay.
             return self._mark_unavailable(
                 f"the connection was lost while committing ({one_line(exc)}); "
@@ -203,29 +200,28 @@ class StoreBase:
             try:
                 return self.db.execute_sql(sql, params)
             except (pw.DatabaseError, pw.InterfaceError) as exc:
-                raise self._write_error(exc, True) from exc
+                raise self.write_error(exc, True) from exc
 
     # --- availability: the store survives its server ----------------------------------------
 
     @property
     def available(self) -> bool:
         """False while the store is known to be unreachable (see :attr:`unavailable_reason`)."""
-        return self._down is None
+        return self._availability.down is None
 
     @property
     def unavailable_reason(self) -> str | None:
         """Why the store is unavailable ("the connection to the server was lost: …"), or None."""
-        return self._down
+        return self._availability.down
 
     def add_listener(self, listener: Callable[[str | None], None]) -> None:
         """``listener(reason)`` when the store becomes unavailable, ``listener(None)`` when it
         is back. Called on the thread that noticed, possibly under the store lock: keep it
         cheap (tell an actor)."""
-        self._listeners.append(listener)
+        self._availability.add_listener(listener)
 
     def remove_listener(self, listener: Callable[[str | None], None]) -> None:
-        if listener in self._listeners:
-            self._listeners.remove(listener)
+        self._availability.remove_listener(listener)
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` (one store operation) surviving a lost connection.
@@ -242,12 +238,12 @@ class StoreBase:
             return fn(*args, **kwargs)
         local.op = True
         try:
-            if self._down is not None:
-                self._recover_if_due()
+            if self._availability.down is not None:
+                self._availability.recover_if_due(self._recover)
             try:
                 return fn(*args, **kwargs)
             except (pw.DatabaseError, pw.InterfaceError, StoreError) as exc:
-                if not self._is_lost(exc):
+                if not self.is_lost(exc):
                     raise
                 first = exc
             logger.warning("store: the connection was lost ({}); reconnecting and retrying once", one_line(first))
@@ -260,7 +256,7 @@ class StoreBase:
             try:
                 return fn(*args, **kwargs)
             except (pw.DatabaseError, pw.InterfaceError, StoreError) as exc:
-                if self._is_lost(exc):
+                if self.is_lost(exc):
                     raise self._mark_unavailable(f"the connection to the database was lost ({one_line(exc)})") from exc
                 raise
         finally:
@@ -274,17 +270,15 @@ class StoreBase:
         met yet is found too. Cheap: meant for health checks and the runtime's probe timer.
         """
         try:
-            if self._down is not None:
-                with self._lock:
-                    self._retry_at = 0.0
-                    self._recover_if_due()
+            if self._availability.down is not None:
+                self._availability.recover_if_due(self._recover, now=True)
             else:
                 self.run(self._select_one)
         except StoreError as exc:
-            return self._down or str(exc)
+            return self._availability.down or str(exc)
         except Exception as exc:  # noqa: BLE001 - a probe reports, it does not raise
             return f"store probe failed: {one_line(exc)}"
-        return self._down
+        return self._availability.down
 
     def _select_one(self) -> None:
         with self._lock:
@@ -305,7 +299,7 @@ class StoreBase:
         if fault is not None:
             raise self._mark_unavailable(fault)
 
-    def _is_lost(self, exc: BaseException) -> bool:
+    def is_lost(self, exc: BaseException) -> bool:
         """Is ``exc`` a lost connection (to reconnect and replay), not an error of the query?"""
         if isinstance(exc, StoreUnavailableError) or self.is_sqlite:
             return False
@@ -344,60 +338,26 @@ class StoreBase:
             self.schema_refusal = refusal
         return self.schema_refusal
 
-    def _recover_if_due(self) -> None:
-        """While down: raise at once until the backoff passed, then try to recover."""
-        with self._lock:
-            reason = self._down
-            if reason is None:
-                return
-            if self._monotonic() < self._retry_at:
-                raise StoreUnavailableError(f"store unavailable: {reason}")
-            try:
-                if self.is_sqlite:
-                    # No server to reconnect to (and reconnecting would drop a :memory:
-                    # database): the file must be back, then the connection must answer.
-                    fault = self._file.look() if self._file is not None else None
-                    if fault is not None:
-                        raise StoreUnavailableError(f"store unavailable: {fault}")
-                    self.db.execute_sql("SELECT 1").fetchone()
-                else:
-                    self._reconnect()
-            except Exception as exc:
-                self._backoff = min(self._backoff * 2, self._backoff_max)
-                self._retry_at = self._monotonic() + self._backoff
-                if isinstance(exc, StoreUnavailableError):
-                    raise
-                raise StoreUnavailableError(f"store unavailable: {reason}") from exc
-        self._mark_available()
+    def _recover(self) -> None:
+        """One attempt to end an outage (under the lock; raises while still down)."""
+        if self.is_sqlite:
+            # No server to reconnect to (and reconnecting would drop a :memory:
+            # database): the file must be back, then the connection must answer.
+            fault = self._file.look() if self._file is not None else None
+            if fault is not None:
+                raise StoreUnavailableError(f"store unavailable: {fault}")
+            self.db.execute_sql("SELECT 1").fetchone()
+        else:
+            self._reconnect()
 
     def _mark_unavailable(self, reason: str) -> StoreUnavailableError:
         """Record the outage (the first reason wins until it is over); the error to raise."""
-        with self._lock:
-            first = self._down is None
-            if first:
-                self._down = reason
-                self._backoff = self._backoff_first
-                self._retry_at = self._monotonic() + self._backoff
-            current = self._down
-        if first:
-            logger.error("store unavailable: {} (writes are refused until it is back)", reason)
-            self._notify(reason)
-        return StoreUnavailableError(f"store unavailable: {current}")
+        return self._availability.mark_unavailable(reason)
 
-    def _mark_available(self) -> None:
-        with self._lock:
-            was, self._down = self._down, None
-            self._backoff = self._backoff_first
-        if was is not None:
-            logger.info("store available again (it was down: {})", was)
-            self._notify(None)
-
-    def _notify(self, reason: str | None) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(reason)
-            except Exception:  # noqa: BLE001 - a listener must not break the store
-                logger.opt(exception=True).error("store availability listener {} raised", listener)
+    @property
+    def sql_cache(self) -> dict[Any, str]:
+        """Generated SQL by query shape (see :meth:`_sql`), shared with the write helpers."""
+        return self._sql_cache
 
     @property
     def lock(self) -> threading.RLock:
