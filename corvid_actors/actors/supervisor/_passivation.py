@@ -111,7 +111,7 @@ def extend(core: SupervisorCore, sid: str, additional_s: float) -> bool:
         return False
     rec.timeout_s = extended_timeout(core.sup, additional_s)
     rec.deadline_at = core.clock.monotonic() + rec.timeout_s
-    if core.cluster is not None:  # as the actor's _note_deadline: stored by the next heartbeat
+    if core.cluster is not None:  # as the actor's Deadlines.note: stored by the next heartbeat
         now, mono = core.clock.now(), core.clock.monotonic()
         idle = None if rec.idle_at is None else now + timedelta(seconds=max(rec.idle_at - mono, 0.0))
         core.cluster.note_deadline(sid, now + timedelta(seconds=rec.timeout_s), idle)
