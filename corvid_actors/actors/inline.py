@@ -25,7 +25,6 @@ from pykka._threading import ThreadingFuture
 from corvid_actors.errors import SettleTimeout
 
 
-
 class InlineHost(Protocol):
     """The work accounting the inline dispatcher runs against (``ActivityTracker`` is one).
     Every member is used with the lock the dispatcher was given held."""
