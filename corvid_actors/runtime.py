@@ -9,35 +9,38 @@ EventBus thread — hand work to another thread or use ``tell``-style methods th
     runtime.start_process(session.id, "hello")
     runtime.settle()
 
-It is a facade: programs use its methods, never its actors or its store. It is assembled
-from three parts, one module each:
+It is a facade: programs use its methods, never its actors or its store. It holds its
+parts, one module each, and forwards their public methods (same names and signatures):
 
 - :mod:`corvid_actors.runtime_tree` builds the store, the providers and the actor tree,
   held in one :class:`~corvid_actors.runtime_tree.RuntimeInternals` (``runtime.internals``:
   for ``corvid_actors.testing``, the daemon's admin wiring and tests only);
-- :mod:`corvid_actors.runtime_reads`: the read-only queries;
-- :mod:`corvid_actors.runtime_lifecycle`: settle, stop, shut down, and the root policy (a
-  core actor that dies shuts the whole runtime down; every later call raises
-  ``RuntimeStoppedError`` naming the failure).
+- :mod:`corvid_actors.runtime_lifecycle`: a :class:`RuntimeLifecycle` starts the tree and
+  settles, stops and shuts it down, with the root policy (a core actor that dies shuts the
+  whole runtime down; every later call raises ``RuntimeStoppedError`` naming the failure);
+- :mod:`corvid_actors.runtime_reads`: a :class:`RuntimeReads` answers the read-only queries,
+  a :class:`RuntimeRecords` writes the stored agents, projects, sessions and MCP servers,
+  and the credit ledger.
 
 This module adds the commands: sessions started, resumed, stopped and messaged, events
-subscribed, approvals resolved, credits granted and charged, agents and sessions created.
+subscribed, approvals resolved, one tool run as a session would.
 """
 
 from __future__ import annotations
 
-import threading
+import functools
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar, cast
 
 from opentelemetry.trace import TracerProvider
 
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
-from corvid_actors.actors.base import ActivityAware, ActivityTracker, DispatcherKind
-from corvid_actors.actors.credits import ChargeTurn, GrantCredits, OpenAccount
+from corvid_actors.actors.base import ActivityTracker, DispatcherKind
 from corvid_actors.actors.events import (
     EventCallback,
     Subscribe,
@@ -49,7 +52,6 @@ from corvid_actors.actors.session_messages import UserInput
 from corvid_actors.clock import Clock, RealClock
 from corvid_actors.config import Config, load_config
 from corvid_actors.content import UserContent, content_blocks, text_parts
-from corvid_actors.db.replays import ReplayStore
 from corvid_actors.db.store import Store
 from corvid_actors.errors import RuntimeStoppedError, SessionBusyError
 from corvid_actors.loop.direct_tools import model_view
@@ -61,17 +63,43 @@ from corvid_actors.loop_factories import (
 )
 from corvid_actors.providers.base import Provider, ToolCall
 from corvid_actors.runtime_lifecycle import RuntimeLifecycle
+from corvid_actors.runtime_reads import RuntimeReads, RuntimeRecords
 from corvid_actors.runtime_tree import open_store, resolve_providers, start_actor_tree
 from corvid_actors.session_control import RuntimeSessionControl, session_tools_hook
 from corvid_actors.tools.base import ToolRegistry
-from corvid_actors.tools.mcp_client import add_mcp_server
 from corvid_actors.vocabulary import PermissionCheck, ToolKind
 from corvid_actors.wiring import SessionBuilder, ToolRun
 
 __all__ = ["Runtime", "LoopSpec", "model_view"]
 
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
 
-class Runtime(RuntimeLifecycle):
+
+def _forward(part: str, method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
+    """A Runtime method that calls ``method`` on the part held in the attribute ``part``,
+    with ``method``'s name, signature and docstring (``inspect``, ``help()``, mypy and the
+    aio twins see the part's own)."""
+    bound = operator.attrgetter(f"{part}.{method.__name__}")
+
+    def forward(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return cast(R, bound(self)(*args, **kwargs))
+
+    functools.update_wrapper(forward, method)  # __wrapped__: the signature and type hints
+    forward.__qualname__ = f"Runtime.{method.__name__}"
+    return forward
+
+
+def _forward_property(part: str, prop: Callable[[Any], T]) -> T:
+    """A read-only Runtime property reading the property of the same name of the part held
+    in the attribute ``part`` (with its docstring); typed, for mypy, as the value read."""
+    getter = cast(property, prop).fget
+    assert getter is not None
+    return cast(T, property(operator.attrgetter(f"{part}.{getter.__name__}"), doc=getter.__doc__))
+
+
+class Runtime:
     """The runtime. See the module docstring; every collaborator is injectable.
 
     Args:
@@ -131,12 +159,12 @@ class Runtime(RuntimeLifecycle):
         tracer_provider: TracerProvider | None = None,
     ) -> None:
         self._config = config = config or load_config()
-        self._clock = clock = clock or RealClock()
+        clock = clock or RealClock()
         if dispatcher == "inline" and getattr(clock, "attach", None) is None:
             raise ValueError("the inline dispatcher needs a simulated clock (one that runs the timers on "
                              "the thread that advances it): use dispatcher='threads' with a real clock")
-        self._tracker = tracker = ActivityTracker(dispatcher, seed=seed, explore=explore)
-        self._owns_store = store is None
+        tracker = ActivityTracker(dispatcher, seed=seed, explore=explore)
+        owns_store = store is None
         store = store or open_store(config, clock, store_url)
         providers = resolve_providers(providers, config, extra_providers)
         # corvid_* tools (over a SessionControl of this runtime) and the agents' external MCP
@@ -151,27 +179,74 @@ class Runtime(RuntimeLifecycle):
             approval_policy_factory=approval_policy_factory, history_policy_factory=history_policy_factory,
         )
         builder.bind_store(store)
-        self._stopped = False
         #: the sessions this start-up found left ``running`` (reset and marked for resume);
         #: with several daemons none are: a row left running may be another daemon's, and a
         #: dead daemon's sessions come back through their expired leases (the cluster sweep)
         self.stale_session_ids: list[str] = (store.reset_stale_sessions()
                                              if reset_stale and not config.cluster.enabled else [])
+        # attaches the clock, sets the root policy's hooks, starts the tree, watches its core actors
+        self._lifecycle = RuntimeLifecycle(clock, tracker, owns_store=owns_store, start=partial(
+            start_actor_tree, config=config, clock=clock, tracker=tracker, store=store, builder=builder,
+            with_credits=with_credits, is_owner=is_owner, tracer_provider=tracer_provider))
+        self._internals = self._lifecycle.internals
+        self._reads = RuntimeReads(config, clock, self._internals, self._lifecycle.ask)
+        self._records = RuntimeRecords(self._internals, self._lifecycle.ask)
 
-        if isinstance(clock, ActivityAware):  # the simulated clock settles us after each timer
-            clock.attach(tracker, self.settle)
-        clock.start()
-        self._failure: str | None = None
-        self._fatal_listeners: list[Callable[[str], None]] = []
-        self._core: dict[str, str] = {}
-        self._fail_lock = threading.Lock()
-        tracker.on_actor_exit = self._actor_exited
-        tracker.on_message_error = self._message_failed
-        self._internals = start_actor_tree(config=config, clock=clock, tracker=tracker, store=store,
-                                           builder=builder, with_credits=with_credits, is_owner=is_owner,
-                                           tracer_provider=tracer_provider)
-        for name, ref in self._internals.core_actors():
-            self.watch(ref, name)
+    # --- what the runtime was made with; its lifecycle (RuntimeLifecycle) --------------------
+    config = _forward_property("_reads", RuntimeReads.config)
+    clock = _forward_property("_reads", RuntimeReads.clock)
+    metrics = _forward_property("_reads", RuntimeReads.metrics)
+    internals = _forward_property("_reads", RuntimeReads.internals)
+    credits_enabled = _forward_property("_reads", RuntimeReads.credits_enabled)
+    database_url = _forward_property("_reads", RuntimeReads.database_url)
+    failure = _forward_property("_lifecycle", RuntimeLifecycle.failure)
+    mark_stopping = _forward("_lifecycle", RuntimeLifecycle.mark_stopping)
+    resume_all = _forward("_lifecycle", RuntimeLifecycle.resume_all)
+    resume_pending_sessions = _forward("_lifecycle", RuntimeLifecycle.resume_pending_sessions)
+    take_restart_pending = _forward("_lifecycle", RuntimeLifecycle.take_restart_pending)
+    work_tracker = _forward("_lifecycle", RuntimeLifecycle.work_tracker)
+    settle = _forward("_lifecycle", RuntimeLifecycle.settle)
+    stop_sessions = _forward("_lifecycle", RuntimeLifecycle.stop_sessions)
+    shutdown = _forward("_lifecycle", RuntimeLifecycle.shutdown)
+    watch = _forward("_lifecycle", RuntimeLifecycle.watch)
+    add_fatal_listener = _forward("_lifecycle", RuntimeLifecycle.add_fatal_listener)
+    _ask = _forward("_lifecycle", RuntimeLifecycle.ask)
+    _die = _forward("_lifecycle", RuntimeLifecycle.die)  # corvid_actors.testing.faults.kill_runtime
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # --- reads (RuntimeReads) -------------------------------------------------------------------
+    sandbox_status = _forward("_reads", RuntimeReads.sandbox_status)
+    route = _forward("_reads", RuntimeReads.route)
+    has_provider = _forward("_reads", RuntimeReads.has_provider)
+    provider = _forward("_reads", RuntimeReads.provider)
+    agent = _forward("_reads", RuntimeReads.agent)
+    agents = _forward("_reads", RuntimeReads.agents)
+    project = _forward("_reads", RuntimeReads.project)
+    session = _forward("_reads", RuntimeReads.session)
+    find_session = _forward("_reads", RuntimeReads.find_session)
+    agent_access = _forward("_reads", RuntimeReads.agent_access)
+    spend = _forward("_reads", RuntimeReads.spend)
+    check_budget = _forward("_reads", RuntimeReads.check_budget)
+    history = _forward("_reads", RuntimeReads.history)
+    message_count = _forward("_reads", RuntimeReads.message_count)
+    is_running = _forward("_reads", RuntimeReads.is_running)
+    get_active_session_ids = _forward("_reads", RuntimeReads.get_active_session_ids)
+    is_paused = _forward("_reads", RuntimeReads.is_paused)
+    get_paused_session_ids = _forward("_reads", RuntimeReads.get_paused_session_ids)
+    get_memory_stats = _forward("_reads", RuntimeReads.get_memory_stats)
+    session_info = _forward("_reads", RuntimeReads.session_info)
+    get_plan = _forward("_reads", RuntimeReads.get_plan)
+    get_tool_outputs = _forward("_reads", RuntimeReads.get_tool_outputs)
+    list_approvals = _forward("_reads", RuntimeReads.list_approvals)
+    approval_mode = _forward("_reads", RuntimeReads.approval_mode)
+    slot_stats = _forward("_reads", RuntimeReads.slot_stats)
+    credit_balance = _forward("_reads", RuntimeReads.credit_balance)
+    credit_transactions = _forward("_reads", RuntimeReads.credit_transactions)
 
     # --- the seed's ProcessManager API ------------------------------------------------------
 
@@ -212,8 +287,8 @@ class Runtime(RuntimeLifecycle):
         ending), or when the incarnation ended between the lookup and the delivery: then the
         message is taken back and the supervisor cold-starts the session with it."""
         checked = content if isinstance(content, str) else content_blocks(content)
-        if self._stopped:
-            raise RuntimeStoppedError(self._stopped_message())
+        if self._lifecycle.stopped:
+            raise RuntimeStoppedError(self._lifecycle.stopped_message())
         live = self._internals.live
         entry = live.get(session_id)
         if entry is not None and entry.refuses_mid_turn():
@@ -280,8 +355,8 @@ class Runtime(RuntimeLifecycle):
         A call that needs approval (``ask``) runs only with ``approve=True``, as if approved.
         Blocks the calling thread for the tool's run; publishes and stores nothing.
         """
-        if self._stopped:
-            raise RuntimeStoppedError(self._stopped_message())
+        if self._lifecycle.stopped:
+            raise RuntimeStoppedError(self._lifecycle.stopped_message())
         agent_name = agent if isinstance(agent, str) else str(getattr(agent, "name", "") or "")
         run = self._internals.builder.run_tool(Path(project_dir), tool, args or {}, mode=mode, agent_name=agent_name,
                                                approve=approve)
@@ -292,7 +367,7 @@ class Runtime(RuntimeLifecycle):
         commands = tuple(t.name for t in self._internals.builder.tool_registry_factory() if t.kind is ToolKind.COMMAND)
         return replace(run, model_sees=model_view(call, run.result, self._config, window, commands))
 
-    # --- approvals, slots ---------------------------------------------------------------------
+    # --- approvals ------------------------------------------------------------------------------
     def resolve_approval(self, approval_id: str, behavior: str, message: str = "", updated_input: dict[str, Any]
                          | None = None, *, answered_by: str = "library") -> dict[str, Any] | None:
         """allow | deny | allow_session, by ``answered_by`` (journaled); the request's info or None."""
@@ -302,95 +377,17 @@ class Runtime(RuntimeLifecycle):
         """Set the approval mode (normal, queued or paused); returns the mode in force."""
         return str(self._ask(ap.SetMode(mode), self._internals.approvals))
 
-    # --- credits (Runtime(with_credits=True)) -------------------------------------------------
-    def grant_credits(self, participant: str, amount: int, *, type: str = "grant", reference: str = "") -> int:
-        """Add ``amount`` (> 0) credits (``type``: grant | purchase | refund); returns the balance."""
-        return int(self._ask(GrantCredits(participant, amount, type, reference), self._credit_bank()))
-
-    def open_credit_account(self, participant: str) -> Any:
-        """Open the account with the first-time free credits if it has none (idempotent).
-        Returns an ``Account(participant, balance, created)``."""
-        return self._ask(OpenAccount(participant), self._credit_bank())
-
-    def charge_turn(self, session_id: str) -> Any:
-        """Charge one model turn of ``session_id`` now, exactly as the end of a turn does
-        (``credits.credits_per_turn`` from the session's participant when its source is
-        charged and the participant is no owner; ``credits_low`` / ``credits_exhausted``
-        events, and an exhausted running session is stopped).
-
-        Returns the ``Deduction(success, remaining, is_low, is_exhausted)``, or None when
-        the turn is not charged (source not charged, an owner, no participant). Raises
-        NotFoundError for an unknown session.
-        """
-        session = self._internals.store.require_session(session_id)
-        # an exhausted session is stopped: the bank tells the supervisor CreditsExhausted
-        return self._ask(ChargeTurn(session_id, session.source, self._internals.supervisor), self._credit_bank())
-
-    # --- sessions ----------------------------------------------------------------------------
-
-    def create_session(self, **fields: Any) -> Any:
-        """Create a session row (``agent_id``, ``project_id``, ``source``, ``name``, …)."""
-        return self._internals.store.create_session(**fields)
-
-    def resume_pending_sessions(self) -> list[str]:
-        """Resume every session marked for resume (stale at start-up or stopped by shutdown),
-        in batches (``resume_all``: one that cannot start is logged, the others go on)."""
-        ids = self.take_restart_pending()
-        self.resume_all(ids)
-        return ids
-
-    def take_restart_pending(self) -> list[str]:
-        """The sessions marked for resume, unmarked: the caller resumes them (one by one,
-        as :meth:`resume_pending_sessions` does). With several daemons, those a run without
-        leases left to resume (marked, or left running), claimed here — each by one daemon
-        only; the sessions a cluster daemon's shutdown stopped are handed over by their
-        released leases instead (the cluster sweep)."""
-        seat = self._internals.cluster
-        if seat is not None:
-            return seat.claim_unleased_resumes()
-        return list(self._internals.store.take_restart_pending())
-
-    # --- agents and projects -------------------------------------------------------------------
-    def create_agent(self, name: str, **settings: Any) -> Any:
-        """Create an agent (``provider``, ``model``, ``system_prompt``, ``permission_mode``,
-        ``kind``, …). ``kind``: ``"task"`` (nudged to act with its tools) or ``"chat"`` (a
-        conversational agent, never nudged); not given, the ``[agents] default_kind`` (and
-        ``chat`` in the sessions of a chat bridge). Who may talk to it and its caps:
-        ``conversation_mode``, ``conversation_allowlist``, ``conversation_rate_limit_window_s``,
-        ``conversation_rate_limit_max``, ``max_budget_usd``, ``max_total_budget_usd`` (see
-        :mod:`corvid_actors.access`); what a message sent mid-turn does: ``double_texting``
-        (see :mod:`corvid_actors.double_texting`)."""
-        return self._internals.store.create_agent(name, **settings)
-
-    def ensure_agent(self, name: str, **settings: Any) -> Any:
-        """The agent of that name (case-insensitive), created with ``settings`` when there is
-        none; ConflictError naming each given setting that differs from the stored one."""
-        return self._internals.store.ensure_agent(name, **settings)
-
-    def update_agent(self, agent_id: str, **settings: Any) -> Any:
-        """Change a stored agent's settings; returns the updated agent."""
-        return self._internals.store.update_agent(agent_id, **settings)
-
-    def add_mcp_server(self, name: str, command: str, **options: Any) -> Any:
-        """Store an MCP server config (``args``, ``env``, ``cwd``, ``agent_id`` — None: every
-        agent —, ``enabled``; see :func:`corvid_actors.tools.mcp_client.add_mcp_server`)."""
-        return add_mcp_server(self._internals.store, name, command, **options)
-
-    def create_project(self, name: str, working_dir: str | Path, **fields: Any) -> Any:
-        """Create a project (``env_vars``, ``description``): the directory its sessions work in."""
-        return self._internals.store.create_project(name, working_dir, **fields)
-
-    # --- for hosts: replay keys, work settle() waits for ---------------------------------------
-
-    def replay_store(self) -> ReplayStore:
-        """Durable replay keys (a chat transport's dedupe window) in this runtime's store."""
-        return ReplayStore(self._internals.store)
-
-    def work_tracker(self) -> ActivityTracker:
-        """The count :meth:`settle` waits on: ``begin()`` / ``end()`` around a host's work
-        outside the actors (a chat outbox's deliveries) makes settle() wait for it too."""
-        return self._tracker
-
+    # --- stored records and credits (RuntimeRecords) ------------------------------------------
+    create_agent = _forward("_records", RuntimeRecords.create_agent)
+    ensure_agent = _forward("_records", RuntimeRecords.ensure_agent)
+    update_agent = _forward("_records", RuntimeRecords.update_agent)
+    create_project = _forward("_records", RuntimeRecords.create_project)
+    create_session = _forward("_records", RuntimeRecords.create_session)
+    add_mcp_server = _forward("_records", RuntimeRecords.add_mcp_server)
+    replay_store = _forward("_records", RuntimeRecords.replay_store)
+    grant_credits = _forward("_records", RuntimeRecords.grant_credits)
+    open_credit_account = _forward("_records", RuntimeRecords.open_credit_account)
+    charge_turn = _forward("_records", RuntimeRecords.charge_turn)
 
 def _checked(content: UserContent | None) -> UserContent | None:
     """Content blocks checked (InvalidContentError) and copied on the caller's thread, so

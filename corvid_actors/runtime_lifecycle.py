@@ -1,7 +1,10 @@
 """The Runtime's lifecycle and root policy: settle, stop, shut down, fail as a whole.
 
-:class:`RuntimeLifecycle` is the part of :class:`~corvid_actors.runtime.Runtime` that ends
-it, and every facade call's gate (``_ask``: RuntimeStoppedError once it is stopped).
+:class:`RuntimeLifecycle` is the part of :class:`~corvid_actors.runtime.Runtime` that starts
+the actor tree and ends it, and every facade call's gate (:meth:`RuntimeLifecycle.ask`:
+RuntimeStoppedError once it is stopped). The Runtime holds one and forwards its public
+methods to it, same names and signatures; it owns the state it changes (stopped, the
+failure, the core actors watched, the fatal listeners).
 
 Root policy (issue 16): the core actors (supervisor, slot pool, approval broker, credit
 bank, event bus, store watch — and whatever a host adds with :meth:`RuntimeLifecycle.watch`,
@@ -20,19 +23,20 @@ from __future__ import annotations
 import gc
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Self
+from typing import Any
 
 import pykka
 from loguru import logger
 
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
-from corvid_actors.actors.base import ActivityTracker, tell
+from corvid_actors.actors.base import ActivityAware, ActivityTracker, tell
 from corvid_actors.actors.events import Publish
+from corvid_actors.clock import Clock
 from corvid_actors.db.ownership import DRAIN, SHUTDOWN
 from corvid_actors.errors import RuntimeStoppedError, StoreError
 from corvid_actors.events import ErrorEvent, SessionError
-from corvid_actors.runtime_reads import RuntimeReads
+from corvid_actors.runtime_tree import RuntimeInternals
 
 __all__ = ["RESUME_BATCH", "RuntimeLifecycle", "freeze_startup_heap"]
 
@@ -41,16 +45,45 @@ __all__ = ["RESUME_BATCH", "RuntimeLifecycle", "freeze_startup_heap"]
 RESUME_BATCH = 500
 
 
-class RuntimeLifecycle(RuntimeReads):
-    """Settle, stop and shut down a Runtime; its root policy (see the module docstring)."""
+class RuntimeLifecycle:
+    """Start, settle, stop and shut down a Runtime; its root policy (see the module docstring).
 
-    _tracker: ActivityTracker
-    _owns_store: bool
-    _stopped: bool
-    _failure: str | None
-    _fatal_listeners: list[Callable[[str], None]]
-    _core: dict[str, str]
-    _fail_lock: threading.Lock
+    Made by the Runtime from its ``clock``, its ``tracker``, whether it opened its store
+    itself (``owns_store``: shutdown closes it) and ``start``, which starts the actor tree
+    (:func:`~corvid_actors.runtime_tree.start_actor_tree`). The constructor attaches a
+    simulated clock to the tracker, starts the clock, sets the tracker's failure hooks
+    (an actor may end as soon as it starts), calls ``start`` and watches the core actors
+    it returns (:attr:`internals`).
+    """
+
+    def __init__(self, clock: Clock, tracker: ActivityTracker, *, owns_store: bool,
+                 start: Callable[[], RuntimeInternals]) -> None:
+        self._clock = clock
+        self._tracker = tracker
+        self._owns_store = owns_store
+        self._stopped = False
+        self._failure: str | None = None
+        self._fatal_listeners: list[Callable[[str], None]] = []
+        self._core: dict[str, str] = {}
+        self._fail_lock = threading.Lock()
+        if isinstance(clock, ActivityAware):  # the simulated clock settles us after each timer
+            clock.attach(tracker, self.settle)
+        clock.start()
+        tracker.on_actor_exit = self._actor_exited
+        tracker.on_message_error = self._message_failed
+        self._internals = start()
+        for name, ref in self._internals.core_actors():
+            self.watch(ref, name)
+
+    @property
+    def internals(self) -> RuntimeInternals:
+        """The actor tree ``start`` returned."""
+        return self._internals
+
+    @property
+    def stopped(self) -> bool:
+        """Shut down (or killed): every gated call raises RuntimeStoppedError."""
+        return self._stopped
 
     @property
     def failure(self) -> str | None:
@@ -62,6 +95,24 @@ class RuntimeLifecycle(RuntimeReads):
         self._tracker.stopping = True
 
     # --- lifecycle -----------------------------------------------------------------------------
+
+    def resume_pending_sessions(self) -> list[str]:
+        """Resume every session marked for resume (stale at start-up or stopped by shutdown),
+        in batches (``resume_all``: one that cannot start is logged, the others go on)."""
+        ids = self.take_restart_pending()
+        self.resume_all(ids)
+        return ids
+
+    def take_restart_pending(self) -> list[str]:
+        """The sessions marked for resume, unmarked: the caller resumes them (one by one,
+        as :meth:`resume_pending_sessions` does). With several daemons, those a run without
+        leases left to resume (marked, or left running), claimed here — each by one daemon
+        only; the sessions a cluster daemon's shutdown stopped are handed over by their
+        released leases instead (the cluster sweep)."""
+        seat = self._internals.cluster
+        if seat is not None:
+            return seat.claim_unleased_resumes()
+        return list(self._internals.store.take_restart_pending())
 
     def resume_all(self, session_ids: Sequence[str]) -> None:
         """Resume ``session_ids`` (no new message: each comes back ready, or answers what
@@ -76,12 +127,17 @@ class RuntimeLifecycle(RuntimeReads):
         gc.disable()
         try:
             for i in range(0, len(session_ids), RESUME_BATCH):
-                replies = self._ask(sv.ResumeMany(tuple(session_ids[i:i + RESUME_BATCH])))
+                replies = self.ask(sv.ResumeMany(tuple(session_ids[i:i + RESUME_BATCH])))
                 for reply in replies.values():  # every start of the batch built (or refused)
                     sv.started_pid(reply)
         finally:
             if enabled:
                 gc.enable()
+
+    def work_tracker(self) -> ActivityTracker:
+        """The count :meth:`settle` waits on: ``begin()`` / ``end()`` around a host's work
+        outside the actors (a chat outbox's deliveries) makes settle() wait for it too."""
+        return self._tracker
 
     def settle(self, timeout_s: float | None = 30.0) -> None:
         """Return when no actor has a message in flight and no worker is running.
@@ -102,12 +158,12 @@ class RuntimeLifecycle(RuntimeReads):
         afterwards, as always. Unlike shutdown, a step that fails raises.
         """
         if self._stopped:
-            raise RuntimeStoppedError(self._stopped_message())
+            raise RuntimeStoppedError(self.stopped_message())
         for _, step in self._session_stop_steps(reason, settle_timeout_s):
             try:
                 step()
             except pykka.ActorDeadError:
-                raise RuntimeStoppedError(self._stopped_message()) from None
+                raise RuntimeStoppedError(self.stopped_message()) from None
 
     def _session_stop_steps(self, reason: str, settle_timeout_s: float) -> tuple[tuple[str, Callable[[], Any]], ...]:
         """What stopping the sessions takes (shutdown's first half, and stop_sessions)."""
@@ -159,7 +215,7 @@ class RuntimeLifecycle(RuntimeReads):
         if self._owns_store:
             self._internals.store.close()
 
-    def _die(self, failure: str) -> None:
+    def die(self, failure: str) -> None:
         """End this runtime as ``kill -9`` ends its process: for
         :func:`corvid_actors.testing.faults.kill_runtime` (see there), never for a host.
 
@@ -258,21 +314,19 @@ class RuntimeLifecycle(RuntimeReads):
             except Exception:  # noqa: BLE001 - one listener must not keep the others from hearing
                 logger.opt(exception=True).error("fatal listener {} raised", listener)
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
-    def _ask(self, message: Any, ref: pykka.ActorRef[Any] | None = None) -> Any:
+    def ask(self, message: Any, ref: pykka.ActorRef[Any] | None = None) -> Any:
+        """Ask ``ref`` (default: the supervisor) ``message`` and return its answer: every
+        facade call's gate (RuntimeStoppedError once the runtime is stopped, or when the
+        actor is dead)."""
         if self._stopped:
-            raise RuntimeStoppedError(self._stopped_message())
+            raise RuntimeStoppedError(self.stopped_message())
         try:
             return (ref or self._internals.supervisor).ask(message)
         except pykka.ActorDeadError:
-            raise RuntimeStoppedError(self._stopped_message()) from None
+            raise RuntimeStoppedError(self.stopped_message()) from None
 
-    def _stopped_message(self) -> str:
+    def stopped_message(self) -> str:
+        """What RuntimeStoppedError says: shut down, and the failure if there was one."""
         if self.failure is not None:
             return f"the runtime is shut down: {self.failure} (see the log; restart to resume)"
         return "the runtime is shut down"

@@ -1,16 +1,22 @@
-"""The Runtime's read-only side: what a host may ask without changing anything.
+"""The Runtime's data side: what a host may ask without changing anything, and the records it writes.
 
-:class:`RuntimeReads` is the half of :class:`~corvid_actors.runtime.Runtime` that only
+:class:`RuntimeReads` is the part of :class:`~corvid_actors.runtime.Runtime` that only
 reads: the supervisor's in-memory facts (running, paused, timeouts), the stored plan and
 full tool outputs, statistics, pending approvals, credit balances, and the stored agents,
-sessions and messages a host needs (so that no host reaches into the store). Every method
-is synchronous and thread-safe; none may be called from an actor thread or an event
-callback (see :mod:`corvid_actors.runtime`).
+sessions and messages a host needs (so that no host reaches into the store).
+:class:`RuntimeRecords` is the part that writes what a host creates and changes outside a
+session's run: the stored agents, projects, sessions and MCP server configs, the replay
+keys, and the credit accounts (granted, opened, charged).
+
+The Runtime holds one of each and forwards their methods, same names and signatures.
+Every method is synchronous and thread-safe; none may be called from an actor thread or an
+event callback (see :mod:`corvid_actors.runtime`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import pykka
 
@@ -18,12 +24,19 @@ from corvid_actors.access import AgentAccess, Spend, agent_access
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
 from corvid_actors.actors.base import tell
-from corvid_actors.actors.credits import GetBalance, GetTransactions
+from corvid_actors.actors.credits import (
+    ChargeTurn,
+    GetBalance,
+    GetTransactions,
+    GrantCredits,
+    OpenAccount,
+)
 from corvid_actors.actors.events import BusStats, Publish
 from corvid_actors.actors.slots import SlotStats
 from corvid_actors.clock import Clock
 from corvid_actors.config import Config
 from corvid_actors.db.messages import StoredMessage
+from corvid_actors.db.replays import ReplayStore
 from corvid_actors.errors import BudgetExceededError, ConfigError, NotFoundError
 from corvid_actors.events import SessionError
 from corvid_actors.loop.observation import OPERATOR_OUTPUT_ROLE, parse_operator_record
@@ -31,19 +44,37 @@ from corvid_actors.loop.plan import plan_from_json
 from corvid_actors.providers.base import Provider
 from corvid_actors.runtime_tree import RuntimeInternals
 from corvid_actors.telemetry.metrics import RuntimeMetrics
+from corvid_actors.tools.mcp_client import add_mcp_server
 
-__all__ = ["RuntimeReads"]
+__all__ = ["Ask", "RuntimeReads", "RuntimeRecords", "credit_bank"]
+
+
+class Ask(Protocol):
+    """How the reads ask an actor: the lifecycle's gate
+    (:meth:`~corvid_actors.runtime_lifecycle.RuntimeLifecycle.ask`: the supervisor when
+    ``ref`` is None; RuntimeStoppedError once the runtime is stopped)."""
+
+    def __call__(self, message: Any, ref: pykka.ActorRef[Any] | None = None) -> Any:
+        """Ask ``ref`` (default: the supervisor) ``message``; its answer."""
+        ...
+
+
+def credit_bank(internals: RuntimeInternals) -> pykka.ActorRef[Any]:
+    """The credit bank's ref; ConfigError when the runtime runs without one."""
+    if internals.credits is None:
+        raise ConfigError("credits are not enabled: create the runtime with Runtime(with_credits=True)")
+    return internals.credits
 
 
 class RuntimeReads:
-    """The read-only queries of a Runtime (mixed into :class:`~corvid_actors.runtime.Runtime`)."""
+    """The read-only queries of a Runtime, over the values it was made with: ``config``,
+    ``clock``, the actor tree (``internals``) and ``ask`` (see :class:`Ask`)."""
 
-    _config: Config
-    _clock: Clock
-    _internals: RuntimeInternals
-
-    def _ask(self, message: Any, ref: pykka.ActorRef[Any] | None = None) -> Any:
-        raise NotImplementedError  # the Runtime's: asks an actor, RuntimeStoppedError once stopped
+    def __init__(self, config: Config, clock: Clock, internals: RuntimeInternals, ask: Ask) -> None:
+        self._config = config
+        self._clock = clock
+        self._internals = internals
+        self._ask = ask
 
     # --- what the runtime was made with ---------------------------------------------------------
 
@@ -177,18 +208,25 @@ class RuntimeReads:
     # --- the supervisor's facts -------------------------------------------------------------------
 
     def is_running(self, session_id: str) -> bool:
+        """Whether ``session_id`` has an incarnation (also while it builds)."""
         return bool(self._ask(sv.IsRunning(session_id)))
 
     def get_active_session_ids(self) -> list[str]:
+        """The ids of the sessions that have an incarnation."""
         return list(self._ask(sv.ActiveSessionIds()))
 
     def is_paused(self, session_id: str) -> bool:
+        """Whether ``session_id`` is paused by an outage (see :meth:`resume_session`)."""
         return bool(self._ask(sv.IsPaused(session_id)))
 
     def get_paused_session_ids(self) -> list[str]:
+        """The ids of every session paused by an outage."""
         return list(self._ask(sv.PausedSessionIds()))
 
     def get_memory_stats(self) -> dict[str, int]:
+        """Counts of what the runtime holds in memory: the supervisor's (``processes``,
+        ``session_meta``, ``paused_sessions``, ``stable_timers``, ``passivated_sessions``),
+        the event bus's, ``timers`` (the timer table's entries) and ``session_timeouts``."""
         stats = dict(self._ask(sv.SupervisorStats()))
         stats.update(self._ask(BusStats(), self._internals.bus))
         timers = self._internals.timers.stats()  # the table answers on this thread
@@ -230,6 +268,7 @@ class RuntimeReads:
     # --- approvals, slots, credits ----------------------------------------------------------------
 
     def list_approvals(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        """The pending approval requests (of ``session_id``, or of every session)."""
         return list(self._ask(ap.ListPending(session_id), self._internals.approvals))
 
     def approval_mode(self) -> str:
@@ -237,17 +276,88 @@ class RuntimeReads:
         return str(self._ask(ap.GetMode(), self._internals.approvals))
 
     def slot_stats(self) -> dict[str, Any]:
+        """The slot pool's figures: ``capacity``, ``in_use``, ``held``, ``waiting``,
+        ``peak_in_use``, ``grants``, ``wait_s_total`` and ``wait_timeouts`` (see
+        :class:`~corvid_actors.actors.slots.SlotStats`)."""
         return dict(self._ask(SlotStats(), self._internals.slot_pool))
 
     def credit_balance(self, participant: str) -> int:
         """The participant's balance (0 without an account)."""
-        return int(self._ask(GetBalance(participant), self._credit_bank()))
+        return int(self._ask(GetBalance(participant), credit_bank(self._internals)))
 
     def credit_transactions(self, participant: str, limit: int = 10) -> list[dict[str, Any]]:
         """The latest ``limit`` ledger rows of ``participant``, newest first."""
-        return list(self._ask(GetTransactions(participant, limit), self._credit_bank()))
+        return list(self._ask(GetTransactions(participant, limit), credit_bank(self._internals)))
 
-    def _credit_bank(self) -> pykka.ActorRef[Any]:
-        if self._internals.credits is None:
-            raise ConfigError("credits are not enabled: create the runtime with Runtime(with_credits=True)")
-        return self._internals.credits
+
+class RuntimeRecords:
+    """The record writes of a Runtime, over its actor tree (``internals``: the store and the
+    credit bank) and ``ask`` (see :class:`Ask`)."""
+
+    def __init__(self, internals: RuntimeInternals, ask: Ask) -> None:
+        self._internals = internals
+        self._ask = ask
+
+    # --- agents, projects, sessions, MCP servers ------------------------------------------------
+
+    def create_agent(self, name: str, **settings: Any) -> Any:
+        """Create an agent (``provider``, ``model``, ``system_prompt``, ``permission_mode``,
+        ``kind``, …). ``kind``: ``"task"`` (nudged to act with its tools) or ``"chat"`` (a
+        conversational agent, never nudged); not given, the ``[agents] default_kind`` (and
+        ``chat`` in the sessions of a chat bridge). Who may talk to it and its caps:
+        ``conversation_mode``, ``conversation_allowlist``, ``conversation_rate_limit_window_s``,
+        ``conversation_rate_limit_max``, ``max_budget_usd``, ``max_total_budget_usd`` (see
+        :mod:`corvid_actors.access`); what a message sent mid-turn does: ``double_texting``
+        (see :mod:`corvid_actors.double_texting`)."""
+        return self._internals.store.create_agent(name, **settings)
+
+    def ensure_agent(self, name: str, **settings: Any) -> Any:
+        """The agent of that name (case-insensitive), created with ``settings`` when there is
+        none; ConflictError naming each given setting that differs from the stored one."""
+        return self._internals.store.ensure_agent(name, **settings)
+
+    def update_agent(self, agent_id: str, **settings: Any) -> Any:
+        """Change a stored agent's settings; returns the updated agent."""
+        return self._internals.store.update_agent(agent_id, **settings)
+
+    def create_project(self, name: str, working_dir: str | Path, **fields: Any) -> Any:
+        """Create a project (``env_vars``, ``description``): the directory its sessions work in."""
+        return self._internals.store.create_project(name, working_dir, **fields)
+
+    def create_session(self, **fields: Any) -> Any:
+        """Create a session row (``agent_id``, ``project_id``, ``source``, ``name``, …)."""
+        return self._internals.store.create_session(**fields)
+
+    def add_mcp_server(self, name: str, command: str, **options: Any) -> Any:
+        """Store an MCP server config (``args``, ``env``, ``cwd``, ``agent_id`` — None: every
+        agent —, ``enabled``; see :func:`corvid_actors.tools.mcp_client.add_mcp_server`)."""
+        return add_mcp_server(self._internals.store, name, command, **options)
+
+    def replay_store(self) -> ReplayStore:
+        """Durable replay keys (a chat transport's dedupe window) in this runtime's store."""
+        return ReplayStore(self._internals.store)
+
+    # --- credits (Runtime(with_credits=True)) ---------------------------------------------------
+
+    def grant_credits(self, participant: str, amount: int, *, type: str = "grant", reference: str = "") -> int:
+        """Add ``amount`` (> 0) credits (``type``: grant | purchase | refund); returns the balance."""
+        return int(self._ask(GrantCredits(participant, amount, type, reference), credit_bank(self._internals)))
+
+    def open_credit_account(self, participant: str) -> Any:
+        """Open the account with the first-time free credits if it has none (idempotent).
+        Returns an ``Account(participant, balance, created)``."""
+        return self._ask(OpenAccount(participant), credit_bank(self._internals))
+
+    def charge_turn(self, session_id: str) -> Any:
+        """Charge one model turn of ``session_id`` now, exactly as the end of a turn does
+        (``credits.credits_per_turn`` from the session's participant when its source is
+        charged and the participant is no owner; ``credits_low`` / ``credits_exhausted``
+        events, and an exhausted running session is stopped).
+
+        Returns the ``Deduction(success, remaining, is_low, is_exhausted)``, or None when
+        the turn is not charged (source not charged, an owner, no participant). Raises
+        NotFoundError for an unknown session.
+        """
+        session = self._internals.store.require_session(session_id)
+        # an exhausted session is stopped: the bank tells the supervisor CreditsExhausted
+        return self._ask(ChargeTurn(session_id, session.source, self._internals.supervisor), credit_bank(self._internals))

@@ -9,19 +9,23 @@ its event bus through ``runtime.internals``: this module is the runtime's own si
 the agent's external MCP servers — in that order (later names win).
 
 The control is made before the Runtime's actors start (the builder needs the hook) and
-reaches them only when a tool runs, on a session's worker thread.
+reaches them only when a tool runs, on a session's worker thread. What it uses of the
+Runtime is named by :class:`ControlledRuntime` (the Runtime is one): this module does not
+import :mod:`corvid_actors.runtime`, which imports it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from corvid_actors.actors.base import tell
-from corvid_actors.actors.events import Publish
-from corvid_actors.clock import Cancellable
+from corvid_actors.actors.events import EventCallback, Publish
+from corvid_actors.clock import Cancellable, Clock
 from corvid_actors.config import Config
+from corvid_actors.content import UserContent
 from corvid_actors.events import Event
+from corvid_actors.runtime_tree import RuntimeInternals
 from corvid_actors.tools.base import ToolRegistry
 from corvid_actors.tools.corvid_tools import CorvidTools
 from corvid_actors.tools.mcp_client import McpToolSource, SessionTools
@@ -32,9 +36,6 @@ from corvid_actors.tools.session_control import (
     SessionTimeout,
 )
 
-if TYPE_CHECKING:  # the Runtime owns its control: a type-only reference back, same layer
-    from corvid_actors.runtime import Runtime
-
 #: the ``extra_tools`` hook's type: a session's stored context in, the tools it adds out
 ToolsHook = Callable[[Any], ToolRegistry]
 
@@ -44,10 +45,76 @@ def _agent_info(row: Any) -> AgentInfo:
                      default_project_id=row.default_project_id)
 
 
+class ControlledRuntime(Protocol):
+    """The part of :class:`~corvid_actors.runtime.Runtime` a :class:`RuntimeSessionControl`
+    uses (the Runtime's methods of the same names; see there)."""
+
+    @property
+    def config(self) -> Config:
+        """The runtime's configuration."""
+        ...
+
+    @property
+    def clock(self) -> Clock:
+        """The runtime's clock."""
+        ...
+
+    @property
+    def internals(self) -> RuntimeInternals:
+        """The actors behind the facade (the control publishes on its event bus)."""
+        ...
+
+    @property
+    def credits_enabled(self) -> bool:
+        """Whether the credit bank runs."""
+        ...
+
+    def agents(self) -> list[Any]:
+        """Every stored agent."""
+        ...
+
+    def agent(self, id_or_name: str) -> Any | None:
+        """The stored agent of that id or name, or None."""
+        ...
+
+    def find_session(self, *, source: str, channel: str, agent_id: str | None = None, name: str | None = None,
+                     participant: str | None = None) -> str | None:
+        """The id of the newest stored session with these fields, or None."""
+        ...
+
+    def create_session(self, **fields: Any) -> Any:
+        """Create a session row."""
+        ...
+
+    def resume_process(self, session_id: str, prompt: UserContent | None = None) -> int | None:
+        """Resume a session with its history; its pid, or None."""
+        ...
+
+    def subscribe(self, session_id: str, callback: EventCallback) -> None:
+        """``callback(session_id, event)`` for this session's events."""
+        ...
+
+    def unsubscribe(self, session_id: str, callback: EventCallback) -> None:
+        """Remove a callback given to :meth:`subscribe`."""
+        ...
+
+    def extend_timeout(self, session_id: str, additional_s: float) -> bool:
+        """Add ``additional_s`` to a running session's timeout."""
+        ...
+
+    def session_info(self, session_id: str | None = None) -> dict[str, Any]:
+        """In-memory facts per session."""
+        ...
+
+    def credit_balance(self, participant: str) -> int:
+        """The participant's credit balance."""
+        ...
+
+
 class RuntimeSessionControl:
     """:class:`~corvid_actors.tools.session_control.SessionControl` over a Runtime."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: ControlledRuntime) -> None:
         self._runtime = runtime
 
     def list_agents(self) -> list[AgentInfo]:

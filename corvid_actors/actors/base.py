@@ -68,7 +68,7 @@ class ActivityTracker:
         #: the inline dispatcher, or None when every actor has its own thread
         self.inline: InlineDispatcher | None = None
         if dispatcher == "inline":
-            self.inline = InlineDispatcher(self, seed=seed, explore=explore)
+            self.inline = InlineDispatcher(self, self._lock, seed=seed, explore=explore)
         elif dispatcher != "threads":
             raise ValueError(f"dispatcher must be 'threads' or 'inline' (got {dispatcher!r})")
         elif explore:
@@ -88,6 +88,10 @@ class ActivityTracker:
     def begin(self, n: int = 1) -> None:
         with self._lock:
             self._busy += n
+
+    def begin_locked(self) -> None:
+        """One more item in flight, for a caller that holds the lock (an inline inbox's put)."""
+        self._busy += 1
 
     def end(self, n: int = 1) -> None:
         with self._lock:
@@ -262,7 +266,7 @@ class TrackedActor(pykka.ThreadingActor):
 
     def _create_actor_inbox(self) -> Any:  # type: ignore[override]
         if self._tracker.inline is not None:
-            inbox = _InlineInbox(self._tracker, self._tracker.inline)
+            inbox = _InlineInbox(self._tracker.inline)
             inbox.actor = self
             return inbox
         return _TrackingInbox(self._tracker)
@@ -296,7 +300,7 @@ class TrackedActor(pykka.ThreadingActor):
             if not inbox.items or inbox.closed:
                 return
             envelope = inbox.items.popleft()
-        dispatcher = inbox._dispatcher
+        dispatcher = inbox.dispatcher
         dispatcher.handled += 1
         if dispatcher.trace is not None:
             dispatcher.trace.append((type(self).__name__, type(getattr(envelope, "message", envelope)).__name__))

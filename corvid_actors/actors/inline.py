@@ -5,6 +5,10 @@ The seam :class:`~corvid_actors.actors.base.TrackedActor` and
 (``ActivityTracker(dispatcher="inline")``): the dispatcher, the inbox of an actor without
 a thread, and the Pykka future whose ``get`` runs the dispatcher. Real-clock runtimes keep
 a Pykka thread per actor; nothing here runs for them.
+
+What the dispatcher uses of the tracker and of an actor is named here, as the protocols
+:class:`InlineHost` and :class:`InlineActor` (``actors/base.py`` implements both and
+imports this module; this module does not import it back).
 """
 
 from __future__ import annotations
@@ -13,21 +17,64 @@ import random
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pykka
 from pykka._threading import ThreadingFuture
 
 from corvid_actors.errors import SettleTimeout
 
-if TYPE_CHECKING:
-    from corvid_actors.actors.base import ActivityTracker, TrackedActor
+
+class InlineHost(Protocol):
+    """The work accounting the inline dispatcher runs against (``ActivityTracker`` is one).
+    Every member is used with the lock the dispatcher was given held."""
+
+    #: worker threads running now (not parked on the simulated clock)
+    workers: int
+
+    @property
+    def on_worker(self) -> bool:
+        """Is the calling thread one of the workers?"""
+        ...
+
+    @property
+    def busy(self) -> int:
+        """Items in flight."""
+        ...
+
+    def begin_locked(self) -> None:
+        """One more item in flight (a message put into an inbox)."""
+        ...
+
+    def wake(self) -> None:
+        """Wake the threads waiting in :meth:`wait_for_change`."""
+        ...
+
+    def wait_for_change(self, timeout_s: float | None) -> bool:
+        """Wait until :meth:`wake` or ``timeout_s`` real seconds; False on the timeout."""
+        ...
+
+
+class InlineActor(Protocol):
+    """An actor the inline dispatcher runs (``TrackedActor`` is one): its side of the
+    pair, private to the two modules."""
+
+    #: in the dispatcher's run queue now (read and written with the host's lock held)
+    _inline_queued: bool
+
+    def _inline_step(self) -> None:
+        """Handle the actor's next message."""
+        ...
+
+    def _inline_inbox_has_more(self) -> bool:
+        """Whether the actor has another message to handle."""
+        ...
 
 
 class InlineDispatcher:
     """Runs every actor's messages on the thread that waits for them (simulations).
 
-    Under it, a :class:`TrackedActor` has no thread: a message put into its inbox makes the
+    Under it, a ``TrackedActor`` has no thread: a message put into its inbox makes the
     actor *ready*, and the thread that waits — ``Runtime.settle()`` (so ``SimClock.advance``
     after each timer), or an ``ask`` — takes ready actors one message at a time and handles
     it, until what it waits for holds. The order is deterministic: ready actors in the order
@@ -47,12 +94,16 @@ class InlineDispatcher:
     Supervision is the same as with threads: a told message that raises stops a plain
     actor (``survive_errors`` actors go on), asks get their exception, and the tracker's
     ``on_actor_exit`` hears of every actor that ends.
+
+    ``host`` is the tracker and ``lock`` its lock: one lock for the work count and the run
+    queue.
     """
 
-    def __init__(self, tracker: ActivityTracker, *, seed: int | None = None, explore: bool = False) -> None:
-        self._tracker = tracker
-        self._lock = tracker._lock  # one lock for the work count and the run queue
-        self._ready: deque[TrackedActor] = deque()
+    def __init__(self, host: InlineHost, lock: threading.RLock, *, seed: int | None = None,
+                 explore: bool = False) -> None:
+        self.host = host
+        self.lock = lock
+        self._ready: deque[InlineActor] = deque()
         self._on_stack: set[int] = set()
         self._owner: threading.Thread | None = None
         self._depth = 0
@@ -67,33 +118,33 @@ class InlineDispatcher:
     def explores(self) -> bool:
         return self._rng is not None
 
-    def make_ready(self, actor: TrackedActor) -> None:
+    def make_ready(self, actor: InlineActor) -> None:
         """``actor`` has a message (called with the tracker's lock held)."""
         if not actor._inline_queued:
             actor._inline_queued = True
             self._ready.append(actor)
-        self._tracker.wake()
+        self.host.wake()
 
     def run_until(self, done: Callable[[], bool], timeout_s: float | None = None, *, what: str = "wait") -> None:
         """Handle ready actors' messages on this thread until ``done()`` (checked under the
         tracker's lock). ``timeout_s``: real seconds without any progress → SettleTimeout."""
         me = threading.current_thread()
         while True:
-            with self._lock:
+            with self.lock:
                 if done():
                     return
                 # while a worker runs, its tells are still coming: wait for it to end or park
                 # (a worker waiting for an answer itself does not hold the others up)
-                workers_running = self._tracker.workers
-                if workers_running and self._tracker.on_worker:  # (a thread-local read: only if any)
+                workers_running = self.host.workers
+                if workers_running and self.host.on_worker:  # (a thread-local read: only if any)
                     workers_running -= 1
                 actor = self._pick() if self._owner in (None, me) and workers_running <= 0 else None
                 if actor is None:
                     # nothing this thread may run now: another thread drains, or only
                     # workers are busy; both notify when something changes
-                    if not self._tracker.wait_for_change(timeout_s):
+                    if not self.host.wait_for_change(timeout_s):
                         raise SettleTimeout(f"runtime still busy after {timeout_s}s without progress "
-                                            f"({self._tracker._busy} items in flight, {what})")
+                                            f"({self.host.busy} items in flight, {what})")
                     continue
                 self._owner = me
                 self._depth += 1
@@ -101,7 +152,7 @@ class InlineDispatcher:
             try:
                 actor._inline_step()
             finally:
-                with self._lock:
+                with self.lock:
                     self._on_stack.discard(id(actor))
                     self._depth -= 1
                     if self._depth == 0:
@@ -110,9 +161,9 @@ class InlineDispatcher:
                         self._ready.append(actor)
                     else:
                         actor._inline_queued = False
-                    self._tracker.wake()
+                    self.host.wake()
 
-    def _pick(self) -> TrackedActor | None:
+    def _pick(self) -> InlineActor | None:
         # under the lock
         ready = self._ready
         if not ready:
@@ -149,19 +200,20 @@ class _InlineInbox:
     """The inbox of an actor under the inline dispatcher: its messages, in order; putting
     one counts it as work in flight and makes the actor ready."""
 
-    def __init__(self, tracker: ActivityTracker, dispatcher: InlineDispatcher) -> None:
-        self._tracker = tracker
-        self._dispatcher = dispatcher
+    def __init__(self, dispatcher: InlineDispatcher) -> None:
+        self._host = dispatcher.host
+        self._lock = dispatcher.lock
+        self.dispatcher = dispatcher
         self.items: deque[Any] = deque()
-        self.actor: TrackedActor | None = None
+        self.actor: InlineActor | None = None
         self.closed = False
         self.current_is_ask = False
 
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
         reply_to = getattr(item, "reply_to", None)
         if isinstance(reply_to, _PumpFuture):
-            reply_to.dispatcher = self._dispatcher
-        with self._tracker._lock:
+            reply_to.dispatcher = self.dispatcher
+        with self._lock:
             self.items.append(item)
             if self.closed:
                 # the actor is gone: nothing will handle it (an ask gets ActorDeadError now)
@@ -170,9 +222,9 @@ class _InlineInbox:
                     reply_to.set_exception(exc_info=(pykka.ActorDeadError, pykka.ActorDeadError(
                         "the actor stopped before handling the message"), None))
                 return
-            self._tracker._busy += 1
+            self._host.begin_locked()
             assert self.actor is not None
-            self._dispatcher.make_ready(self.actor)
+            self.dispatcher.make_ready(self.actor)
 
     def empty(self) -> bool:
         return not self.items

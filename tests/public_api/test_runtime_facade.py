@@ -9,6 +9,7 @@ has a method, tested here.
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ import pytest
 import corvid_actors
 from corvid_actors.errors import ConfigError, ConflictError
 from corvid_actors.runtime import Runtime
+from corvid_actors.runtime_lifecycle import RuntimeLifecycle
+from corvid_actors.runtime_reads import RuntimeReads, RuntimeRecords
 from corvid_actors.testing import arrange, sim_runtime
 
 PACKAGE = Path(corvid_actors.__file__).parent
@@ -156,8 +159,17 @@ def test_the_runtime_modules_stay_small():
         assert len(path.read_text().splitlines()) <= 400, path.name
 
 
-def test_the_runtime_is_assembled_from_its_parts():
-    from corvid_actors.runtime_lifecycle import RuntimeLifecycle
-    from corvid_actors.runtime_reads import RuntimeReads
+def test_the_runtime_holds_its_parts_instead_of_inheriting_them(runtime):
+    assert Runtime.__bases__ == (object,)
+    parts = {type(runtime._lifecycle), type(runtime._reads), type(runtime._records)}
+    assert parts == {RuntimeLifecycle, RuntimeReads, RuntimeRecords}
+    assert runtime.internals is runtime._lifecycle.internals  # one actor tree, shared by the parts
 
-    assert Runtime.__mro__[1:3] == (RuntimeLifecycle, RuntimeReads)
+
+def test_a_forwarded_member_is_the_parts_own_api():
+    """What a part's method says (name, signature, docstring) is what Runtime's says:
+    ``inspect``, ``help()``, the aio twins and the docstring check read the forwards."""
+    assert inspect.signature(Runtime.find_session) == inspect.signature(RuntimeReads.find_session)
+    assert Runtime.settle.__doc__ == RuntimeLifecycle.settle.__doc__
+    assert Runtime.settle.__qualname__ == "Runtime.settle"
+    assert isinstance(vars(Runtime)["config"], property) and Runtime.config.__doc__ == RuntimeReads.config.__doc__
