@@ -110,7 +110,7 @@ class SlotCycles:
         from corvid_actors.actors.slots import SlotPool
         from corvid_actors.actors.timers import Timers
         from corvid_actors.clock import RealClock
-        from corvid_actors.config_sections import SlotsConfig
+        from corvid_actors.schema.sections import SlotsConfig
 
         self.tracker, self.clock = ActivityTracker(), RealClock()
         self.timers = Timers(self.clock)

@@ -5,7 +5,7 @@ own public module (``corvid_actors.testing`` for simulations and stub servers,
 ``corvid_actors.chat`` for the chat bridge, ``corvid_actors.aio`` for asyncio hosts) or is
 internal. As httpx does, the names report ``corvid_actors`` as their module, so reprs and
 documentation show the public path (``corvid_actors.ToolSpec``, not
-``corvid_actors.vocabulary.ToolSpec``).
+``corvid_actors.core.vocabulary.ToolSpec``).
 
 ``Runtime``, ``AsyncRuntime`` and the two real providers load the actors, the store and
 the providers' HTTP clients; they, the configuration and the providers' and tools' base
@@ -27,6 +27,17 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
+from corvid_actors.core.vocabulary import (
+    ApprovalPolicy,
+    CancelToken,
+    Permission,
+    PermissionDecision,
+    Review,
+    StreamCancelled,
+    ToolKind,
+    ToolResult,
+    ToolSpec,
+)
 from corvid_actors.errors import (
     AdminError,
     ConfigError,
@@ -66,17 +77,6 @@ from corvid_actors.events import (
     SystemEvent,
     Thinking,
     ToolStatus,
-)
-from corvid_actors.vocabulary import (
-    ApprovalPolicy,
-    CancelToken,
-    Permission,
-    PermissionDecision,
-    Review,
-    StreamCancelled,
-    ToolKind,
-    ToolResult,
-    ToolSpec,
 )
 
 if TYPE_CHECKING:

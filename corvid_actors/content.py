@@ -23,8 +23,8 @@ import copy
 import re
 from collections.abc import Mapping, Sequence
 
+from corvid_actors.core.jsontypes import WireJson
 from corvid_actors.errors import InvalidContentError
-from corvid_actors.jsontypes import WireJson
 
 #: a user message: a string, or content blocks (text and image)
 UserContent = str | Sequence[Mapping[str, object]]

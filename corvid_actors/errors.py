@@ -121,14 +121,14 @@ class AgentSettingError(CorvidError, ValueError):
 class SessionBusyError(CorvidError):
     """A user message was refused, not stored: its session is still answering the previous
     one and its agent's ``double_texting`` policy is ``reject`` (see
-    :mod:`corvid_actors.double_texting`). Send it again when the turn's ``result`` came."""
+    :mod:`corvid_actors.core.double_texting`). Send it again when the turn's ``result`` came."""
 
 
 class BudgetExceededError(CorvidError):
     """A turn was not started: its session, or its agent over all its sessions, has spent
     its cap (``max_budget_usd`` / ``max_total_budget_usd``). The session got a
     ``session_error`` of type ``budget_exceeded`` with the same message; ``spend`` is the
-    :class:`~corvid_actors.access.Spend` that says which cap, what was spent and the caps."""
+    :class:`~corvid_actors.policy.access.Spend` that says which cap, what was spent and the caps."""
 
     def __init__(self, message: str, spend: Any = None) -> None:
         super().__init__(message)

@@ -29,7 +29,7 @@ FORWARDS = ("_forward", "_forward_property")
 
 class ForwardedMembers(griffe.Extension):
     """Shows a facade's one-line forwards (``name = _forward("_part", Part.name)``, see
-    ``corvid_actors/runtime.py``) as the part's own method or property: its signature and
+    ``corvid_actors/runtime/facade.py``) as the part's own method or property: its signature and
     docstring, under the facade's name."""
 
     def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:

@@ -30,7 +30,7 @@ import pykka
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer, Timers
 from corvid_actors.clock import Clock, iso_after
-from corvid_actors.jsontypes import WireJson
+from corvid_actors.core.jsontypes import WireJson
 
 MODES = ("normal", "queued", "paused")
 

@@ -47,10 +47,10 @@ from loguru import logger
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.events import Publish
 from corvid_actors.actors.timers import ScheduleTimer, Timers
-from corvid_actors.config_sections import CreditsConfig
 from corvid_actors.db.ledger import Account, Deduction, Ledger
 from corvid_actors.errors import StoreError
 from corvid_actors.events import CreditsLow, ErrorEvent, SessionError
+from corvid_actors.schema.sections import CreditsConfig
 
 __all__ = [
     "BindSupervisor", "ChargeTurn", "CreditBank", "CreditsExhausted", "GetBalance", "GetTransactions",

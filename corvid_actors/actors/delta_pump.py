@@ -33,7 +33,7 @@ import pykka
 
 from corvid_actors.actors.base import tell
 from corvid_actors.actors.events import DeltaBuffer, PublishDeltaBatch
-from corvid_actors.io_loop import IoLoop
+from corvid_actors.core.io_loop import IoLoop
 
 
 class DeltaPump:

@@ -27,11 +27,11 @@ from typing import Any
 
 from corvid_actors.clock import Clock
 from corvid_actors.config import Config, to_dict
-from corvid_actors.config_sections import JournalConfig
 from corvid_actors.db.journal import JournalStore
 from corvid_actors.events import Event
 from corvid_actors.loop import effects as fx
 from corvid_actors.providers.base import ModelRequest, ProviderError, ToolCall
+from corvid_actors.schema.sections import JournalConfig
 
 #: event types not journaled: streamed text is in the model entries, the rest is chatter
 #: a replay need not assert

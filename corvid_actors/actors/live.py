@@ -22,8 +22,8 @@ import pykka
 from corvid_actors.actors.session import SessionActor
 from corvid_actors.actors.session_messages import Begin, UserInput
 from corvid_actors.actors.session_wiring import Lifeline, TurnTally
-from corvid_actors.double_texting import ENQUEUE, REJECT
-from corvid_actors.supervision import needs_context_reset
+from corvid_actors.core.double_texting import ENQUEUE, REJECT
+from corvid_actors.policy.supervision import needs_context_reset
 from corvid_actors.telemetry.metrics import SessionLabels
 
 
@@ -38,7 +38,7 @@ class LiveSession:
         self.ref = ref
         self.lifeline = lifeline
         self.tally = tally
-        #: the incarnation's double-texting policy (:mod:`corvid_actors.double_texting`)
+        #: the incarnation's double-texting policy (:mod:`corvid_actors.core.double_texting`)
         self.double_texting = double_texting
         #: what its metrics are labelled by (its agent's name, provider, model): read from
         #: here, the metrics need no store read per incarnation

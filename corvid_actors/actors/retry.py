@@ -7,7 +7,7 @@ happen (a session's status, an exit note, a conversation message, a turn's usage
 :class:`PendingWrites` runs such a write at once; when it fails, the write is queued,
 the session concerned gets a ``session_error`` event (``store_error``) and the queue is
 flushed later, in order, on the ``[store.write_retry]`` schedule
-(:class:`~corvid_actors.config_sections.RetrySchedule`, the type the credit bank's charge
+(:class:`~corvid_actors.schema.sections.RetrySchedule`, the type the credit bank's charge
 retry uses too) — a write queued behind a failed one waits for it, so the store sees them
 in their order. A write whose tries run out is dropped with an ``error`` event.
 
@@ -26,9 +26,9 @@ from loguru import logger
 
 from corvid_actors.actors.base import tell
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer, Timers
-from corvid_actors.config_sections import RetrySchedule
 from corvid_actors.errors import FencedWrite
 from corvid_actors.events import ErrorEvent, SessionError
+from corvid_actors.schema.sections import RetrySchedule
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ the inactivity timeout (:mod:`.session_deadline`) and passivation (:mod:`.sessio
 User messages go to the loop as they arrive: the loop queues those that come mid-turn
 (``corvid_actors.loop.effects.Loop``); the actor only counts how many turns are open.
 With the double-texting policy ``interrupt`` (``wiring.double_texting``, see
-:mod:`corvid_actors.double_texting`) a mid-turn message is followed by ``InterruptTurn``;
+:mod:`corvid_actors.core.double_texting`) a mid-turn message is followed by ``InterruptTurn``;
 the loop may answer ``StopModelCall``, and the actor cancels the model call and tells it
 what was streamed (``ModelStopped``). A running tool is never cancelled for it.
 
@@ -98,11 +98,11 @@ from corvid_actors.actors.session_wiring import SessionWiring
 from corvid_actors.actors.session_work import ExitRequested
 from corvid_actors.actors.slots import SlotAnswer, SlotQueued
 from corvid_actors.clock import iso_after
-from corvid_actors.double_texting import INTERRUPT
+from corvid_actors.core.double_texting import INTERRUPT
 from corvid_actors.events import ApprovalRequestEvent, ApprovalResolved, QueueStatus, Thinking
 from corvid_actors.loop import effects as fx
 from corvid_actors.telemetry.tracing import TurnTrace
-from corvid_actors.wiring import close_resources
+from corvid_actors.wiring.builder import close_resources
 
 
 class SessionActor(TrackedActor):

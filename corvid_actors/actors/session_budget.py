@@ -1,7 +1,7 @@
 """The session actor's spending check: before each turn, whoever started it.
 
 :class:`TurnBudget` holds the caps an incarnation resolved when it started
-(:class:`~corvid_actors.access.SessionBudget`) and answers, before a turn starts, whether
+(:class:`~corvid_actors.policy.access.SessionBudget`) and answers, before a turn starts, whether
 a cap is reached. It costs nothing for a session without caps (no check, no read); the
 session's own spend is counted in memory (its :class:`~.session_wiring.TurnTally`), and
 the store is read only for the agent's total when the agent caps it, and — once a cap
@@ -15,9 +15,9 @@ from typing import Any
 
 from loguru import logger
 
-from corvid_actors.access import SessionBudget, Spend, agent_access
-from corvid_actors.config_sections import AccessConfig
 from corvid_actors.events import ErrorEvent, Event, SessionError
+from corvid_actors.policy.access import SessionBudget, Spend, agent_access
+from corvid_actors.schema.sections import AccessConfig
 
 __all__ = ["TurnBudget", "budget_events"]
 

@@ -30,7 +30,8 @@ from corvid_actors.actors.session_work import (
     tool_run,
 )
 from corvid_actors.clock import Clock
-from corvid_actors.io_loop import IoLoop, IoLoopStopped
+from corvid_actors.core.io_loop import IoLoop, IoLoopStopped
+from corvid_actors.core.vocabulary import CancelToken, StreamCancelled
 from corvid_actors.providers.base import (
     AsyncStreaming,
     CallDone,
@@ -42,7 +43,6 @@ from corvid_actors.providers.base import (
     streams_on_clock,
 )
 from corvid_actors.telemetry.tracing import ModelCallSpan, TurnTrace
-from corvid_actors.vocabulary import CancelToken, StreamCancelled
 
 
 class Calls:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from corvid_actors.vocabulary import CancelToken
+from corvid_actors.core.vocabulary import CancelToken
 
 
 @dataclass(slots=True, eq=False)

@@ -18,21 +18,21 @@ from typing import Any
 
 import pykka
 
-from corvid_actors.access import SessionBudget
 from corvid_actors.actors.base import tell
 from corvid_actors.actors.delta_pump import DeltaPump
 from corvid_actors.actors.events import DeltaBuffer, Publish, PublishDeltas, PublishMany
 from corvid_actors.actors.timers import Timers
 from corvid_actors.clock import Clock
-from corvid_actors.config_sections import AccessConfig, RetrySchedule
-from corvid_actors.double_texting import ENQUEUE
+from corvid_actors.core.double_texting import ENQUEUE
+from corvid_actors.core.io_loop import IoLoop
+from corvid_actors.core.vocabulary import CancelToken
 from corvid_actors.events import ContentBlockDelta, Event
-from corvid_actors.io_loop import IoLoop
 from corvid_actors.loop import effects as fx
+from corvid_actors.policy.access import SessionBudget
 from corvid_actors.providers.base import Provider
+from corvid_actors.schema.sections import AccessConfig, RetrySchedule
 from corvid_actors.telemetry.tracing import NO_TRACING, Tracing
 from corvid_actors.tools.base import ToolContext, ToolRegistry
-from corvid_actors.vocabulary import CancelToken
 
 
 class Lifeline:
@@ -232,7 +232,7 @@ class SessionWiring:
     #: daemon stored, kept until the session's next event (None: a full timeout)
     inherited_deadline: datetime | None = None
     #: what a user message that arrives mid-turn does: ``enqueue``, ``interrupt`` or
-    #: ``reject`` (:mod:`corvid_actors.double_texting`, resolved at the start)
+    #: ``reject`` (:mod:`corvid_actors.core.double_texting`, resolved at the start)
     double_texting: str = ENQUEUE
     #: ... and its idle exit's deadline (issue 36; None: a full ``idle_timeout_s``)
     inherited_idle_deadline: datetime | None = None

@@ -18,6 +18,7 @@ from pathlib import Path
 from loguru import logger
 from opentelemetry.trace import INVALID_SPAN, Span
 
+from corvid_actors.core.vocabulary import CancelToken, StreamCancelled, ToolResult
 from corvid_actors.loop import effects as fx
 from corvid_actors.loop.payload_guard import request_size
 from corvid_actors.providers.base import (
@@ -33,7 +34,6 @@ from corvid_actors.providers.base import (
 )
 from corvid_actors.telemetry.tracing import ModelCallSpan, activated, note_tool_result
 from corvid_actors.tools.base import Tool, ToolContext
-from corvid_actors.vocabulary import CancelToken, StreamCancelled, ToolResult
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from loguru import logger
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer, Timers
 from corvid_actors.clock import Clock
-from corvid_actors.config_sections import SlotsConfig
+from corvid_actors.schema.sections import SlotsConfig
 
 
 @dataclass(frozen=True)

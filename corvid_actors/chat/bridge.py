@@ -24,7 +24,7 @@ Incoming (on the transport's threads, see :mod:`corvid_actors.chat.transport`):
   the resume, finds it. With credits enabled, a non-owner whose balance cannot pay a turn
   is told so and the message is not taken; a first-time participant's account opens with
   the free credits. A message that comes while the session still answers the previous
-  one follows the agent's double-texting policy (:mod:`corvid_actors.double_texting`):
+  one follows the agent's double-texting policy (:mod:`corvid_actors.core.double_texting`):
   queued, interrupting the answer, or (``reject``) answered with ``busy_notice``.
 
 Outgoing: the bridge subscribes to *every* session (``subscribe_all``: global subscribers
@@ -53,7 +53,6 @@ from typing import TypeAlias
 
 from loguru import logger
 
-from corvid_actors.access import AgentAccess, refusal_text
 from corvid_actors.chat.bridge_settings import RELAYED_EVENT_TYPES, BridgeSettings
 from corvid_actors.chat.commands import (
     ApprovalReply,
@@ -73,10 +72,11 @@ from corvid_actors.chat.transport import (
     OutgoingMessage,
     is_storable_text,
 )
+from corvid_actors.core.vocabulary import TASK_AGENT
 from corvid_actors.errors import BudgetExceededError, RuntimeStoppedError, SessionBusyError
 from corvid_actors.events import ApprovalRequestEvent, ApprovalResolved, CreditsLow, Event, Thinking
+from corvid_actors.policy.access import AgentAccess, refusal_text
 from corvid_actors.runtime import Runtime
-from corvid_actors.vocabulary import TASK_AGENT
 
 
 def _id_key(seen_key: str) -> str:

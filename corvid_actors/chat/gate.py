@@ -1,5 +1,5 @@
 """The chat bridge's door: who may talk to its agent, how often, and whether the agent may
-still spend (the policy is :mod:`corvid_actors.access`; this holds its state and notices).
+still spend (the policy is :mod:`corvid_actors.policy.access`; this holds its state and notices).
 
 - **Owners** are the participants the bridge's ``is_owner`` admits; they always get in,
   are never rate limited, and are the only ones a ``private`` agent talks to. An
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 
-from corvid_actors.access import AgentAccess, RateWindow, Spend, rate_limited_text, usd
+from corvid_actors.policy.access import AgentAccess, RateWindow, Spend, rate_limited_text, usd
 from corvid_actors.runtime import Runtime
 
 __all__ = ["ChatGate", "budget_notice", "spend_line"]

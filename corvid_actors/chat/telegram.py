@@ -83,8 +83,8 @@ from corvid_actors.chat.transport import (
     TransportError,
 )
 from corvid_actors.clock import Clock, RealClock
+from corvid_actors.core.jsontypes import WireJson
 from corvid_actors.errors import RuntimeStoppedError
-from corvid_actors.jsontypes import WireJson
 
 try:
     import telegram

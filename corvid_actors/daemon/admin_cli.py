@@ -20,12 +20,12 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from corvid_actors.core.vocabulary import CONVERSATION_MODES
 from corvid_actors.daemon.client import AdminClient, AdminUnavailable, NoDaemon
 from corvid_actors.daemon.protocol import AGENT_KINDS, AGENT_PROVIDERS, PERMISSION_MODES
 from corvid_actors.daemon.token_cli import add_token_parser
 from corvid_actors.db.statuses import SESSION_STATUSES
 from corvid_actors.errors import CorvidError
-from corvid_actors.vocabulary import CONVERSATION_MODES
 
 COMMON_HELP = "options: --data-dir DIR, --config FILE, --token TOKEN, --json"
 

@@ -3,7 +3,7 @@
 One :class:`~corvid_actors.db.pg_bus.PgBus` per daemon: commands other daemons forward to
 this one are run by its AdminActor as its own operator's would be (on a short-lived thread
 each: the bus's listener must return at once), and answered with ``{"ok": …}`` (see
-:mod:`corvid_actors.actors._admin_cluster`); every event of this daemon's sessions is
+:mod:`corvid_actors.actors.admin._cluster`); every event of this daemon's sessions is
 published for the others (batched by a publisher thread: whatever queued while the last
 batch was sent goes in the next NOTIFYs), and theirs are handed to the AdminActor, so
 ``corvid-actors events`` on any daemon shows every session. The bus purges its stale
@@ -21,17 +21,17 @@ from typing import Any
 import pykka
 from loguru import logger
 
-from corvid_actors.actors._admin_cluster import ClusterRouter, RemoteEvents
 from corvid_actors.actors.admin import AdminCommand
+from corvid_actors.actors.admin._cluster import ClusterRouter, RemoteEvents
 from corvid_actors.actors.base import tell
 from corvid_actors.actors.cluster import ClusterSeat
 from corvid_actors.clock import iso_utc
-from corvid_actors.config_sections import ClusterBusConfig
 from corvid_actors.db.pg_bus import PgBus, Reply
 from corvid_actors.db.pg_bus_purge import PurgePolicy
 from corvid_actors.errors import INTERNAL, AdminError, ConfigError, CorvidError, admin_code
 from corvid_actors.events import Event, to_dict
 from corvid_actors.runtime import Runtime
+from corvid_actors.schema.sections import ClusterBusConfig
 
 #: most events one publish call carries (the bus splits them into NOTIFYs under 8000 bytes)
 PUBLISH_BATCH = 200

@@ -26,7 +26,7 @@ from loguru import logger
 from corvid_actors.config import Config
 from corvid_actors.errors import ConfigError
 from corvid_actors.providers.ollama import OllamaProvider
-from corvid_actors.runtime_tree import default_providers
+from corvid_actors.runtime.tree import default_providers
 from corvid_actors.testing.ollama_stub import OllamaStubServer, Turn
 
 #: the banner printed when the stub stands in for a real model

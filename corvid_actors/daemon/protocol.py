@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from corvid_actors.core.vocabulary import AGENT_KINDS, CONVERSATION_MODES
 from corvid_actors.db.statuses import SESSION_STATUSES
 from corvid_actors.errors import BAD_REQUEST, UNAUTHORIZED, UNKNOWN_COMMAND, AdminError
-from corvid_actors.vocabulary import AGENT_KINDS, CONVERSATION_MODES
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from corvid_actors.actors._admin_views import LIFECYCLE_LOG
+from corvid_actors.actors.admin._views import LIFECYCLE_LOG
 
 #: C0 and C1 control characters but tab and newline (a model's "\x1b[2J" must not clear the screen)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

@@ -76,7 +76,7 @@ from corvid_actors.daemon.socket_server import AdminSocketServer, SocketSettings
 from corvid_actors.daemon.systemd import SystemdNotifier
 from corvid_actors.errors import SHUTTING_DOWN, AdminError
 from corvid_actors.runtime import Runtime
-from corvid_actors.runtime_lifecycle import freeze_startup_heap
+from corvid_actors.runtime.lifecycle import freeze_startup_heap
 from corvid_actors.telemetry.metrics import MetricsServer
 from corvid_actors.telemetry.tracing import tracer_provider_from_environment
 

@@ -15,7 +15,7 @@ from collections import deque
 from typing import Any
 
 from corvid_actors.clock import Clock
-from corvid_actors.deadline_io import DeadlineSocketIO
+from corvid_actors.daemon.deadline_io import DeadlineSocketIO
 
 #: the last item of a follower's queue: the stream ends after what was queued before it
 HANGUP = object()
@@ -60,7 +60,7 @@ DISCARD_CHUNK = 65536
 
 class LineReader:
     """``\\n``-terminated lines from a socket against a total deadline (a slow drip does
-    not extend it): :class:`~corvid_actors.deadline_io.DeadlineSocketIO`, buffered."""
+    not extend it): :class:`~corvid_actors.daemon.deadline_io.DeadlineSocketIO`, buffered."""
 
     def __init__(self, sock: socket.socket, clock: Clock) -> None:
         self._raw = DeadlineSocketIO(sock, clock)

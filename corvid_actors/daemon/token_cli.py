@@ -24,7 +24,7 @@ def _tokens(args: argparse.Namespace) -> Any:
     # the store (peewee) and the configuration load when a token command runs, not for `--help`
     from corvid_actors.daemon.settings import load_daemon_config
     from corvid_actors.db.api_tokens import ApiTokenStore
-    from corvid_actors.runtime_tree import open_store
+    from corvid_actors.runtime.tree import open_store
 
     config = load_daemon_config(args.config, data_dir=args.data_dir)
     clock = RealClock()

@@ -10,11 +10,11 @@ from typing import Any
 
 import peewee as pw
 
-from corvid_actors.access import agent_access_fields
+from corvid_actors.core.double_texting import checked_double_texting
+from corvid_actors.core.vocabulary import AGENT_KINDS
 from corvid_actors.db.store_base import StoreBase, store_op
-from corvid_actors.double_texting import checked_double_texting
 from corvid_actors.errors import ConflictError, NotFoundError, StoreError
-from corvid_actors.vocabulary import AGENT_KINDS
+from corvid_actors.policy.access import agent_access_fields
 
 
 def _check_kind(fields: dict[str, Any]) -> None:

@@ -120,7 +120,7 @@ def build_models(database: pw.Database, now: Callable[[], datetime] | None = Non
         # JSON list of tool names, or NULL for the defaults (seed invariant 4)
         tool_permissions = pw.TextField(null=True)
         default_project = pw.ForeignKeyField(Project, null=True, on_delete="SET NULL")
-        # who may talk to the agent, how often, for how much (corvid_actors.access);
+        # who may talk to the agent, how often, for how much (corvid_actors.policy.access);
         # NULL: the [access] config's value
         conversation_mode = pw.CharField(null=True, max_length=20)
         conversation_allowlist = pw.TextField(null=True)  # JSON list of participant ids
@@ -131,7 +131,7 @@ def build_models(database: pw.Database, now: Callable[[], datetime] | None = Non
         # "task" or "chat" (vocabulary.AGENT_KINDS); NULL: the [agents] default_kind
         kind = pw.CharField(null=True, max_length=20)
         # a message that arrives mid-turn: enqueue, interrupt or reject
-        # (corvid_actors.double_texting); NULL: [agents] double_texting, else by kind
+        # (corvid_actors.core.double_texting); NULL: [agents] double_texting, else by kind
         double_texting = pw.CharField(null=True, max_length=20)
         # +1 in the statement of every write of the agent (or its personas and skills): a
         # cached build of its sessions is current while the revision is (wiring.BuildCache)

@@ -41,6 +41,7 @@ from typing import Any
 from loguru import logger
 
 from corvid_actors.clock import Clock
+from corvid_actors.core.jsontypes import JsonObject, JsonValue
 from corvid_actors.db.models import new_id
 from corvid_actors.db.pg_bus_purge import BusPurger, PurgePolicy, PurgeResult, purge_bus_tables
 from corvid_actors.db.pg_bus_wire import (
@@ -71,7 +72,6 @@ from corvid_actors.errors import (
     RuntimeStoppedError,
     StoreError,
 )
-from corvid_actors.jsontypes import JsonObject, JsonValue
 
 #: how long a ``cluster_events`` row (one oversized event) is kept for late readers
 DEFAULT_EVENT_RETENTION_S = 60.0

@@ -26,7 +26,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from corvid_actors.jsontypes import JsonObject, WireJson
+from corvid_actors.core.jsontypes import JsonObject, WireJson
 
 #: PostgreSQL refuses a NOTIFY payload of 8000 bytes or more (default build)
 MAX_NOTIFY_PAYLOAD_BYTES = 7999

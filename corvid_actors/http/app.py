@@ -28,7 +28,6 @@ from starlette.routing import Mount, Route
 from starlette.types import ASGIApp
 
 from corvid_actors.clock import Clock
-from corvid_actors.config_sections import HttpConfig
 from corvid_actors.errors import (
     BAD_REQUEST,
     BUSY,
@@ -52,6 +51,7 @@ from corvid_actors.http.gateway import AdminGateway
 from corvid_actors.http.openapi import openapi_document
 from corvid_actors.http.routes import API_ROUTES, EVENT_ROUTES, ApiRoute
 from corvid_actors.http.sse import EventHub
+from corvid_actors.schema.sections import HttpConfig
 
 #: the HTTP status of each admin error code
 HTTP_STATUS = {

@@ -25,11 +25,11 @@ from loguru import logger
 from starlette.types import ASGIApp
 
 from corvid_actors.clock import Clock, RealClock
-from corvid_actors.config_sections import HttpConfig
 from corvid_actors.errors import ConfigError
 from corvid_actors.http.app import create_app
 from corvid_actors.http.auth import is_loopback
 from corvid_actors.http.gateway import AdminGateway
+from corvid_actors.schema.sections import HttpConfig
 
 #: seconds uvicorn waits for open requests when the listener stops
 GRACEFUL_SHUTDOWN_S = 5.0

@@ -50,6 +50,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from corvid_actors.core.vocabulary import AGENT_KINDS, TASK_AGENT, PermissionCheck, ToolSpec
 from corvid_actors.events import (
     Assistant,
     ErrorEvent,
@@ -105,7 +106,6 @@ from corvid_actors.loop.turn import (
     interrupted_reply,
 )
 from corvid_actors.providers.base import ChatMessage, ModelRequest
-from corvid_actors.vocabulary import AGENT_KINDS, TASK_AGENT, PermissionCheck, ToolSpec
 
 
 class DirectLoop:

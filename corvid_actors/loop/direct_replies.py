@@ -13,6 +13,7 @@ turns until a success) and whether the model refused tools.
 
 from __future__ import annotations
 
+from corvid_actors.core.vocabulary import TASK_AGENT, ToolSpec
 from corvid_actors.events import Assistant, ContextWarning, MessageStop, RetryScheduled, SystemEvent
 from corvid_actors.loop.direct_context import SUMMARY_REQUEST
 from corvid_actors.loop.direct_turn import DirectTurn, Fatal, Next, Outage, Retry, Verdict
@@ -32,7 +33,6 @@ from corvid_actors.loop.tiers import TierCaps
 from corvid_actors.loop.tool_walk import ToolWalk
 from corvid_actors.loop.trimming import overflow_recovery
 from corvid_actors.providers.base import ChatMessage, ErrorKind, ModelResponse, ProviderError
-from corvid_actors.vocabulary import TASK_AGENT, ToolSpec
 
 #: a step's effects and what the loop does next
 Step = tuple[list[Effect], Verdict]

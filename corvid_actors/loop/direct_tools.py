@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from corvid_actors.core.vocabulary import PermissionCheck, ToolResult
 from corvid_actors.events import MessageStop
 from corvid_actors.loop.direct_turn import DirectTurn, Next
 from corvid_actors.loop.effects import ApprovalDecided, AskApproval, Effect, Emit, RunTool
@@ -28,7 +29,6 @@ from corvid_actors.loop.tool_results import TruncationShape, cap_tool_result, ma
 from corvid_actors.loop.tool_walk import announce, check_call, finished_status, gate, running_status
 from corvid_actors.loop.turn import NOT_RUN_INTERRUPTED
 from corvid_actors.providers.base import ChatMessage, ToolCall
-from corvid_actors.vocabulary import PermissionCheck, ToolResult
 
 
 def denied(name: str, message: str) -> ToolResult:

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from corvid_actors.core.vocabulary import ToolResult
 from corvid_actors.events import Assistant, Event, Result
 from corvid_actors.providers.base import (
     ChatMessage,
@@ -32,7 +33,6 @@ from corvid_actors.providers.base import (
     ProviderError,
     ToolCall,
 )
-from corvid_actors.vocabulary import ToolResult
 
 # --- effects (loop -> actor) ----------------------------------------------------------
 

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from corvid_actors.vocabulary import ToolSpec
+from corvid_actors.core.vocabulary import ToolSpec
 
 
 class PlanStatus(enum.StrEnum):

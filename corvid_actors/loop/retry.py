@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from corvid_actors.config_schema import AT_LEAST_ONE, POSITIVE, section
 from corvid_actors.providers.base import ProviderError
+from corvid_actors.schema.fields import AT_LEAST_ONE, POSITIVE, section
 
 
 @section("sdk_loop.retry")

@@ -20,8 +20,8 @@ A loop owns one :class:`LoopRules` and calls it at a few fixed points:
 The rules themselves are pure functions in :mod:`.plan` (the ``update_plan`` tool's
 schema included), :mod:`.payload_guard`, :mod:`.observation` and :mod:`.memory_policy`;
 the approval policy is injected through the ``ApprovalPolicy`` protocol of
-:mod:`corvid_actors.vocabulary` (the runtime's default, the command policy of
-:mod:`corvid_actors.tools.command_policy`, is chosen by ``corvid_actors.wiring``: the loop
+:mod:`corvid_actors.core.vocabulary` (the runtime's default, the command policy of
+:mod:`corvid_actors.tools.command_policy`, is chosen by ``corvid_actors.wiring.builder``: the loop
 never imports a tool). This class only holds their state for one session incarnation. Like the loops it is
 driven from the session actor's thread only. ``LoopRules.off()`` turns everything off
 (the loops' default, so a bare loop behaves as its own seed says); the runtime builds
@@ -34,6 +34,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from corvid_actors.core.vocabulary import (
+    ApprovalPolicy,
+    PassThroughPolicy,
+    PermissionDecision,
+    Review,
+    ToolResult,
+    ToolSpec,
+)
 from corvid_actors.events import ErrorEvent, PlanEvent
 from corvid_actors.loop.effects import ApprovalDecided, Effect, Emit, ModelSucceeded, PersistMessage
 from corvid_actors.loop.memory_policy import HistoryPolicy, memory_policy_for
@@ -67,14 +75,6 @@ from corvid_actors.loop.plan import (
     summarize_update,
 )
 from corvid_actors.providers.base import ChatMessage, ModelRequest, ToolCall
-from corvid_actors.vocabulary import (
-    ApprovalPolicy,
-    PassThroughPolicy,
-    PermissionDecision,
-    Review,
-    ToolResult,
-    ToolSpec,
-)
 
 TAIL_LINES_DESCRIPTION = "Show only the last N lines of the output (default 200)"
 
@@ -239,7 +239,7 @@ class LoopRules:
                 [PersistMessage(role=OPERATOR_OUTPUT_ROLE, content=record)])
 
 
-# --- building from the configuration (used by corvid_actors.wiring) ----------------------------
+# --- building from the configuration (used by corvid_actors.wiring.builder) ----------------------------
 
 
 def settings_from_config(config: Any) -> LoopRulesSettings:
@@ -262,7 +262,7 @@ def default_history_policy(spec: Any) -> HistoryPolicy | None:
 
 
 def rules_for(spec: Any) -> LoopRules:
-    """The rules of one incarnation from its :class:`~corvid_actors.loop_factories.LoopSpec`."""
+    """The rules of one incarnation from its :class:`~corvid_actors.wiring.loop_factories.LoopSpec`."""
     return LoopRules(settings_from_config(spec.config), approval_policy=spec.approval_policy,
                      history_policy=spec.history_policy, initial_plan=spec.initial_plan,
                      command_tools=spec.command_tools)

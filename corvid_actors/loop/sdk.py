@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from corvid_actors.core.vocabulary import PermissionCheck, ToolSpec
 from corvid_actors.events import Assistant, ErrorEvent, Result, RetryScheduled, Thinking
 from corvid_actors.loop.effects import (
     ApprovalDecided,
@@ -76,7 +77,6 @@ from corvid_actors.providers.base import (
     ProviderError,
     ToolCall,
 )
-from corvid_actors.vocabulary import PermissionCheck, ToolSpec
 
 
 class SdkLoop:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
+from corvid_actors.core.vocabulary import PermissionCheck, ToolResult
 from corvid_actors.loop.doom import is_doom_loop
 from corvid_actors.loop.effects import ApprovalDecided, AskApproval, Effect, RunTool
 from corvid_actors.loop.rules import LoopRules
@@ -33,7 +34,6 @@ from corvid_actors.loop.tool_walk import (
 )
 from corvid_actors.loop.turn import NOT_RUN_INTERRUPTED
 from corvid_actors.providers.base import ChatMessage, ToolCall
-from corvid_actors.vocabulary import PermissionCheck, ToolResult
 
 DEFAULT_DENIAL_MESSAGE = "Permission denied by user"
 DOOM_DENIAL_MESSAGE = "Repeated call denied by user (doom-loop guard)"

@@ -15,7 +15,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import field
 
-from corvid_actors.config_schema import (
+from corvid_actors.loop.nudges import NudgeRules
+from corvid_actors.loop.retry import RetrySettings
+from corvid_actors.loop.tiers import DEFAULT_TIER_CAPS, ModelTier, TierCaps, TierRules
+from corvid_actors.loop.tokens import TokenSettings
+from corvid_actors.loop.tool_results import TruncationShape
+from corvid_actors.loop.trimming import TrimTiers
+from corvid_actors.schema.fields import (
     AT_LEAST_ONE,
     FRACTION,
     NON_NEGATIVE,
@@ -25,12 +31,6 @@ from corvid_actors.config_schema import (
     one_of,
     section,
 )
-from corvid_actors.loop.nudges import NudgeRules
-from corvid_actors.loop.retry import RetrySettings
-from corvid_actors.loop.tiers import DEFAULT_TIER_CAPS, ModelTier, TierCaps, TierRules
-from corvid_actors.loop.tokens import TokenSettings
-from corvid_actors.loop.tool_results import TruncationShape
-from corvid_actors.loop.trimming import TrimTiers
 
 
 @section("direct_loop")

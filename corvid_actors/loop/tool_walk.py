@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from corvid_actors.core.vocabulary import Permission, PermissionCheck, ToolResult
 from corvid_actors.events import ContentBlockStart, ToolStatus
 from corvid_actors.loop.effects import Emit
 from corvid_actors.loop.rules import LoopRules
 from corvid_actors.providers.base import ToolCall
-from corvid_actors.vocabulary import Permission, PermissionCheck, ToolResult
 
 #: how much of a failed tool's first output line its ``tool_status`` message shows
 TOOL_STATUS_ERROR_CHARS = 200

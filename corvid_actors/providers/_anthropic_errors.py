@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import anthropic
 import httpx2
 
-from corvid_actors.jsontypes import WireJson
+from corvid_actors.core.jsontypes import WireJson
 from corvid_actors.providers.base import ErrorKind, ProviderError
 
 #: statuses below 500 that are worth retrying (timeout, conflict, rate limit)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from corvid_actors.core.vocabulary import ToolSpec
 from corvid_actors.providers.base import ChatMessage
-from corvid_actors.vocabulary import ToolSpec
 
 
 def to_anthropic_messages(messages: tuple[ChatMessage, ...]) -> tuple[list[dict[str, Any]], str]:

@@ -15,13 +15,13 @@ from typing import Any
 import ollama
 from loguru import logger
 
+from corvid_actors.core.vocabulary import ToolSpec
 from corvid_actors.providers.base import ChatMessage, ModelRequest
 from corvid_actors.providers.text_tools import (
     format_tool_calls,
     tool_instructions,
     wrap_tool_output,
 )
-from corvid_actors.vocabulary import ToolSpec
 
 
 def ollama_tool(spec: ToolSpec) -> dict[str, Any]:

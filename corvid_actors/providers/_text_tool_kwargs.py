@@ -13,7 +13,7 @@ import ast
 import json
 import re
 
-from corvid_actors.jsontypes import JsonScalar, WireJson
+from corvid_actors.core.jsontypes import JsonScalar, WireJson
 
 #: the original's fallback for arguments Python cannot parse (e.g. a raw newline in quotes)
 _KWARG = re.compile(

@@ -27,7 +27,8 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 
-from corvid_actors.jsontypes import WireJson
+from corvid_actors.core.jsontypes import WireJson
+from corvid_actors.core.vocabulary import ToolSpec
 from corvid_actors.providers._text_tool_kwargs import closing_paren, parse_kwargs
 from corvid_actors.providers._text_tool_repair import (
     is_offered,
@@ -36,7 +37,6 @@ from corvid_actors.providers._text_tool_repair import (
     specs_by_name,
 )
 from corvid_actors.providers.base import ToolCall
-from corvid_actors.vocabulary import ToolSpec
 
 #: Keys under which models put a call's arguments.
 _ARGUMENT_KEYS = ("arguments", "parameters", "args", "input")

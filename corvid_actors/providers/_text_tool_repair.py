@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from corvid_actors.jsontypes import WireJson
+from corvid_actors.core.jsontypes import WireJson
+from corvid_actors.core.vocabulary import ToolSpec
 from corvid_actors.providers.base import ToolCall
-from corvid_actors.vocabulary import ToolSpec
 
 #: A fuzzy (substring) name or argument match must be at least this long, so that "a"
 #: or "get" never pick a tool (reference §6: "substring >= 4 chars").

@@ -17,7 +17,7 @@ closes the stream, so the blocked read on the worker returns at once and the ser
 the client go away; the call then raises :class:`StreamCancelled`.
 
 :meth:`AnthropicProvider.astream` is the same call on the runtime's I/O loop
-(:mod:`corvid_actors.io_loop`) through ``anthropic.AsyncAnthropic`` (one client per provider
+(:mod:`corvid_actors.core.io_loop`) through ``anthropic.AsyncAnthropic`` (one client per provider
 and loop, made on the loop); cancelling its task closes the stream at its current read.
 """
 from __future__ import annotations
@@ -30,7 +30,8 @@ from typing import Any
 import anthropic
 import httpx2
 
-from corvid_actors.io_loop import IoLoop
+from corvid_actors.core.io_loop import IoLoop
+from corvid_actors.core.vocabulary import CancelToken, StreamCancelled
 from corvid_actors.providers._anthropic_errors import classify_anthropic_error
 from corvid_actors.providers._anthropic_pricing import (
     ModelPrice,
@@ -48,7 +49,6 @@ from corvid_actors.providers.base import (
     ProviderTraits,
     StreamCallback,
 )
-from corvid_actors.vocabulary import CancelToken, StreamCancelled
 
 __all__ = ["AnthropicProvider", "ModelPrice", "classify_anthropic_error", "cost_usd"]
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeGuard, runtime_checkable
 
+from corvid_actors.core.vocabulary import CancelToken, ToolSpec
 from corvid_actors.errors import CorvidError
-from corvid_actors.vocabulary import CancelToken, ToolSpec
 
 Role = Literal["user", "assistant", "tool", "system"]
 
@@ -262,7 +262,7 @@ class AsyncStreaming(Protocol):
     """A provider that can also stream on the runtime's I/O loop (issue 18).
 
     ``astream`` is :meth:`Provider.stream` as a coroutine: the session actor runs it as a
-    task on the runtime's one asyncio loop (:mod:`corvid_actors.io_loop`) instead of on a
+    task on the runtime's one asyncio loop (:mod:`corvid_actors.core.io_loop`) instead of on a
     worker thread. It must not block the loop (no synchronous I/O; a rare blocking lookup
     goes to ``run_in_executor``); cancelling its task must close the HTTP stream and raise
     :class:`StreamCancelled`; ``on_event`` is called on the loop's thread, and may get the

@@ -7,7 +7,7 @@ response's socket down from the cancelling thread, the blocked read returns, and
 server sees the disconnect and stops generating.
 
 :meth:`OllamaProvider.astream` is the same call on the runtime's I/O loop
-(:mod:`corvid_actors.io_loop`) through ``ollama.AsyncClient``: one client (one connection
+(:mod:`corvid_actors.core.io_loop`) through ``ollama.AsyncClient``: one client (one connection
 pool) per provider and loop, made on the loop; cancelling the task closes the stream at
 its current read, so the server sees the disconnect. The lines of one network chunk reach
 ``on_event`` as one ``TextDelta`` (``ReplyCollector``'s deferred mode): per line, only the
@@ -30,7 +30,8 @@ import httpx
 import ollama
 from loguru import logger
 
-from corvid_actors.io_loop import IoLoop
+from corvid_actors.core.io_loop import IoLoop
+from corvid_actors.core.vocabulary import CancelToken, StreamCancelled
 from corvid_actors.providers._ollama_errors import classify_ollama_error, classify_text
 from corvid_actors.providers._ollama_lean import LeanAsyncChatClient, LeanChatClient
 from corvid_actors.providers._ollama_reply import (
@@ -49,7 +50,6 @@ from corvid_actors.providers.base import (
     StreamCallback,
 )
 from corvid_actors.providers.text_tools import DEFAULT_TEXT_TOOL_FAMILIES, uses_text_tools
-from corvid_actors.vocabulary import CancelToken, StreamCancelled
 
 #: idle connections the async client keeps open for the next call
 ASYNC_KEEPALIVE = 64

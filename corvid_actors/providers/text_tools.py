@@ -18,6 +18,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 
+from corvid_actors.core.vocabulary import ToolSpec
 from corvid_actors.providers._text_tool_parser import parse_tool_calls
 from corvid_actors.providers._text_tool_repair import (
     ARGUMENT_ALIASES,
@@ -29,7 +30,6 @@ from corvid_actors.providers._text_tool_repair import (
     repair_tool_name,
 )
 from corvid_actors.providers.base import StreamCallback, TextDelta, ToolCall
-from corvid_actors.vocabulary import ToolSpec
 
 #: Families that never get the native ``tools`` parameter (reference §6).
 DEFAULT_TEXT_TOOL_FAMILIES: tuple[str, ...] = (

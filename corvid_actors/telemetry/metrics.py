@@ -36,7 +36,6 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from corvid_actors.config_sections import TelemetryConfig
 from corvid_actors.errors import ConfigError
 from corvid_actors.events import (
     ApprovalRequestEvent,
@@ -52,6 +51,7 @@ from corvid_actors.events import (
     SessionStopped,
     ToolStatus,
 )
+from corvid_actors.schema.sections import TelemetryConfig
 
 __all__ = ["LabelCap", "MetricsServer", "RuntimeMetrics", "SessionLabels", "agent_labels", "OTHER", "UNKNOWN"]
 

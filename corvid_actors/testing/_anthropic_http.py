@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
 
-from corvid_actors.jsontypes import JsonValue, WireJson
+from corvid_actors.core.jsontypes import JsonValue, WireJson
 from corvid_actors.testing._anthropic_wire import (
     ERROR_STATUS,
     Turn,

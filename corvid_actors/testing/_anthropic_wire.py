@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from corvid_actors.jsontypes import JsonObject, WireJson
+from corvid_actors.core.jsontypes import JsonObject, WireJson
 
 # --- the script: what one /v1/messages request gets ------------------------------------
 

@@ -5,7 +5,7 @@ connection dropped after some chunks, or an error line in place of the rest.
 
 from __future__ import annotations
 
-from corvid_actors.jsontypes import JsonObject
+from corvid_actors.core.jsontypes import JsonObject
 from corvid_actors.testing._ollama_http import StubHandler
 from corvid_actors.testing._ollama_wire import (
     Turn,

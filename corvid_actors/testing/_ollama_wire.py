@@ -11,7 +11,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from corvid_actors.jsontypes import JsonObject, JsonValue, WireJson
+from corvid_actors.core.jsontypes import JsonObject, JsonValue, WireJson
 
 #: Fault kinds understood by ``OllamaStubServer.add_fault``.
 FAULT_KINDS = frozenset(

@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from corvid_actors.clock import Clock
+from corvid_actors.core.vocabulary import ToolKind, ToolResult, ToolSpec
 from corvid_actors.providers.base import ErrorKind, ModelRequest, ProviderError, ToolCall, Usage
 from corvid_actors.testing.scripted import ScriptedProvider, ScriptedTurn
 from corvid_actors.tools.base import Tool, ToolRegistry
-from corvid_actors.vocabulary import ToolKind, ToolResult, ToolSpec
 
 #: a reply the recording never saw end (the call was stopped): it never comes
 NEVER_S = 10.0 * 365 * 86400

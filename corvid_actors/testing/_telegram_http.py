@@ -10,7 +10,7 @@ import urllib.parse
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 
-from corvid_actors.jsontypes import WireJson
+from corvid_actors.core.jsontypes import WireJson
 from corvid_actors.testing._telegram_wire import api_error, request_params
 
 #: answers one Bot API call: ``(method, params)`` → ``(status, JSON body)``

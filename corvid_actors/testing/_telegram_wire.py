@@ -8,7 +8,7 @@ import json
 import time
 import urllib.parse
 
-from corvid_actors.jsontypes import WireJson
+from corvid_actors.core.jsontypes import WireJson
 
 #: characters MarkdownV2 reserves; outside entities they must be escaped with a backslash
 MARKDOWN_V2_RESERVED = frozenset("_*[]()~`>#+-=|{}.!")

@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from corvid_actors.jsontypes import WireJson
+from corvid_actors.core.jsontypes import WireJson
 from corvid_actors.testing._anthropic_http import (
     Disconnect,
     RecordedRequest,

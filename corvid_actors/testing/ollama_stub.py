@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from corvid_actors.jsontypes import JsonObject, WireJson
+from corvid_actors.core.jsontypes import JsonObject, WireJson
 from corvid_actors.testing._ollama_http import ClientGone, RealTime, StubHandler, StubHTTPServer
 from corvid_actors.testing._ollama_stream import stream_turn
 from corvid_actors.testing._ollama_wire import (

@@ -47,6 +47,7 @@ from dataclasses import replace
 from typing import Any
 
 from corvid_actors.clock import Clock
+from corvid_actors.core.vocabulary import CancelToken, StreamCancelled
 from corvid_actors.providers.base import (
     CallDone,
     ErrorKind,
@@ -61,7 +62,6 @@ from corvid_actors.providers.base import (
     Usage,
 )
 from corvid_actors.testing._script_turns import ScriptedTurn, ToolCallLike, Turn, turn_chunks
-from corvid_actors.vocabulary import CancelToken, StreamCancelled
 
 __all__ = ["ScriptError", "ScriptedProvider", "ScriptedTurn", "ScriptedStartFailure", "Turn"]
 

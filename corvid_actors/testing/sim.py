@@ -16,7 +16,7 @@ from corvid_actors.providers.anthropic import AnthropicProvider
 from corvid_actors.providers.base import Provider
 from corvid_actors.providers.ollama import OllamaProvider
 from corvid_actors.runtime import Runtime
-from corvid_actors.runtime_lifecycle import freeze_startup_heap
+from corvid_actors.runtime.lifecycle import freeze_startup_heap
 from corvid_actors.testing.anthropic_stub import AnthropicStubServer
 from corvid_actors.testing.clock import SimClock
 from corvid_actors.testing.ollama_stub import OllamaStubServer
@@ -63,7 +63,7 @@ def sim_runtime(clock: SimClock | None = None, provider: Provider | None = None,
     turn it on or a ``Config`` is given: a simulation's sessions keep their actors.
 
     The first call in a process freezes the heap it finds (``gc.freeze()``, as the daemon
-    does after start-up: :func:`~corvid_actors.runtime_lifecycle.freeze_startup_heap`):
+    does after start-up: :func:`~corvid_actors.runtime.lifecycle.freeze_startup_heap`):
     the imported modules' ~190,000 objects are never walked again by a full collection,
     which cost 120-150 ms, in about one 100-session simulated day out of three, and 20-30
     ms after the freeze. Later calls freeze nothing: what earlier simulations left stays

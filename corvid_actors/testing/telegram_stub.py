@@ -35,7 +35,7 @@ from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 from typing import TypeVar
 
-from corvid_actors.jsontypes import WireJson
+from corvid_actors.core.jsontypes import WireJson
 from corvid_actors.testing._telegram_http import handler_class
 from corvid_actors.testing._telegram_wire import (
     MARKDOWN_V2_RESERVED,

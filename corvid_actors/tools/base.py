@@ -1,6 +1,6 @@
 """The tool layer's contracts: a tool, the context it runs in, and the registry of tools.
 (A tool's result and the permission types the loops share are in
-:mod:`corvid_actors.vocabulary`.)
+:mod:`corvid_actors.core.vocabulary`.)
 
 Tools run on a session's worker thread. A tool must honour ``ctx.cancel`` (kill its
 process group when cancelled) and schedule any timeout through ``ctx.call_later`` —
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corvid_actors.vocabulary import CancelToken, ToolKind, ToolResult, ToolSpec
+from corvid_actors.core.vocabulary import CancelToken, ToolKind, ToolResult, ToolSpec
 
 
 class ToolError(Exception):

@@ -25,6 +25,7 @@ import os
 import stat
 from typing import Any
 
+from corvid_actors.core.vocabulary import ToolKind, ToolResult, ToolSpec
 from corvid_actors.tools.base import Tool, ToolContext
 from corvid_actors.tools.coding_base import (
     DEFAULT_SETTINGS,
@@ -47,7 +48,6 @@ from corvid_actors.tools.file_search import list_files, search_files
 from corvid_actors.tools.paths import project_parts
 from corvid_actors.tools.run_command import run_command
 from corvid_actors.tools.safe_open import READ_FLAGS, ProjectTree
-from corvid_actors.vocabulary import ToolKind, ToolResult, ToolSpec
 
 # --- file tools -------------------------------------------------------------------------
 # Each opens its path once, relative to the project's fd (safe_open), and works on that

@@ -9,13 +9,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from corvid_actors.core.vocabulary import ToolResult
 from corvid_actors.tools.base import Handler, PathDenied, ToolContext, ToolError
 from corvid_actors.tools.paths import DEFAULT_PROTECTED_PATTERNS, compile_patterns
 from corvid_actors.tools.safe_open import Check, special_kind
 from corvid_actors.tools.shell_guard import (
     GuardSettings,
 )
-from corvid_actors.vocabulary import ToolResult
 
 
 @dataclass(frozen=True)

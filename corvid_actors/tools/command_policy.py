@@ -24,7 +24,7 @@ here instead.
 
 The rules are pure functions; :class:`CommandApprovalPolicy` is the small stateful
 object (one per session incarnation) the loops call through the
-:class:`~corvid_actors.vocabulary.ApprovalPolicy` protocol, which a host may replace
+:class:`~corvid_actors.core.vocabulary.ApprovalPolicy` protocol, which a host may replace
 (``Runtime(approval_policy_factory=…)``); :func:`default_approval_policy` builds it from
 the configuration.
 """
@@ -38,8 +38,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from corvid_actors.core.vocabulary import COMMAND_APPROVAL, Permission, PermissionDecision, Review
 from corvid_actors.tools.paths import is_within
-from corvid_actors.vocabulary import COMMAND_APPROVAL, Permission, PermissionDecision, Review
 
 DEFAULT_ALLOWLIST: tuple[str, ...] = (
     "ls", "pwd", "cat", "head", "tail", "wc", "grep", "find", "tree", "file", "stat", "du",
@@ -232,7 +232,7 @@ class CommandApprovalPolicy:
 
 def default_approval_policy(spec: Any) -> CommandApprovalPolicy:
     """The configured command approval policy for one incarnation, from its
-    :class:`~corvid_actors.loop_factories.LoopSpec` (the Runtime's default ``approval_policy_factory``)."""
+    :class:`~corvid_actors.wiring.loop_factories.LoopSpec` (the Runtime's default ``approval_policy_factory``)."""
     c = spec.config.command_policy
     settings = CommandPolicySettings(enabled=c.enabled, allowlist=c.allowlist,
                                      auto_approve_modes=c.auto_approve_modes)

@@ -19,7 +19,7 @@ a send names the recipient and shows the message (:func:`describe_send_message`)
 Their kind is ``OTHER``: permission modes and approvals treat them like any tool, and
 the permission chain (agent list → agent bundles → project bundles) decides which ones
 a session gets. :class:`CorvidTools` is an ``extra_tools`` hook; the runtime composes it
-with the MCP servers and a host's own hook (``corvid_actors.session_control``, the seed's
+with the MCP servers and a host's own hook (``corvid_actors.runtime.session_control``, the seed's
 ``setMcpServices``).
 
 The tools see the runtime only through the narrow
@@ -36,12 +36,12 @@ from collections.abc import Callable
 from typing import Any
 
 from corvid_actors.clock import Cancellable
+from corvid_actors.core.vocabulary import CancelToken, ToolKind, ToolResult, ToolSpec
 from corvid_actors.errors import CorvidError
 from corvid_actors.events import Assistant, ErrorEvent, Event, Result
-from corvid_actors.tool_sections import CorvidToolsConfig
+from corvid_actors.schema.tool_sections import CorvidToolsConfig
 from corvid_actors.tools.base import Tool, ToolContext, ToolRegistry
 from corvid_actors.tools.session_control import AgentInfo, SessionControl
-from corvid_actors.vocabulary import CancelToken, ToolKind, ToolResult, ToolSpec
 
 #: the names of the runtime's own tools
 CORVID_TOOL_NAMES = ("corvid_list_agents", "corvid_send_message", "corvid_extend_timeout", "corvid_check_credits")

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from corvid_actors.core.vocabulary import ToolResult
 from corvid_actors.tools.base import ToolContext, ToolError
 from corvid_actors.tools.coding_base import (
     CodingToolSettings,
@@ -43,7 +44,6 @@ from corvid_actors.tools.safe_open import (
 from corvid_actors.tools.shell_guard import (
     expand_braces,
 )
-from corvid_actors.vocabulary import ToolResult
 
 
 def _capped(lines: list[str], total: int, limit: int, what: str) -> str:

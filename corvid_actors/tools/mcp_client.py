@@ -41,15 +41,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from loguru import logger
 
+from corvid_actors.core.jsontypes import JsonObject, WireJson
+from corvid_actors.core.vocabulary import ToolKind, ToolResult, ToolSpec
 from corvid_actors.events import Event, SystemEvent
-from corvid_actors.jsontypes import JsonObject, WireJson
-from corvid_actors.tool_sections import McpConfig
+from corvid_actors.schema.tool_sections import McpConfig
 from corvid_actors.tools.base import Tool, ToolContext, ToolRegistry
 from corvid_actors.tools.coding_base import truncate_middle
 from corvid_actors.tools.env import safe_env
 from corvid_actors.tools.mcp_connection import McpConnection, McpLimits, McpServerSpec, McpToolInfo
 from corvid_actors.tools.sandbox import Sandbox, SandboxUnavailable, current_sandbox
-from corvid_actors.vocabulary import ToolKind, ToolResult, ToolSpec
 
 if TYPE_CHECKING:  # the MCP SDK is an optional dependency
     from mcp.types import CallToolResult

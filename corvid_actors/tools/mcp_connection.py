@@ -36,9 +36,9 @@ from typing import Any
 
 from loguru import logger
 
+from corvid_actors.core.vocabulary import CancelToken, ToolResult
 from corvid_actors.tools.mcp_loop import McpLoop
 from corvid_actors.tools.proc_tree import find_child_with_marker, kill_marked, kill_session_tree
-from corvid_actors.vocabulary import CancelToken, ToolResult
 
 #: the variable that marks a server process as ours, so its pid is found
 MARKER_VARIABLE = "CORVID_MCP_SERVER_ID"

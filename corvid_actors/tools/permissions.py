@@ -17,12 +17,12 @@ import enum
 import os
 from collections.abc import Iterable, Iterator, Mapping
 
-from corvid_actors.jsontypes import WireJson
+from corvid_actors.core.jsontypes import WireJson
+from corvid_actors.core.vocabulary import Permission, PermissionCheck, PermissionDecision, ToolKind
 from corvid_actors.tools.base import Tool
 from corvid_actors.tools.coding import describe_tool_call
 from corvid_actors.tools.paths import DEFAULT_PROTECTED_PATTERNS, is_protected
 from corvid_actors.tools.shell_guard import blocked_command, protected_write_target
-from corvid_actors.vocabulary import Permission, PermissionCheck, PermissionDecision, ToolKind
 
 
 class PermissionMode(enum.Enum):

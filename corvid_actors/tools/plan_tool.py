@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sized
 from typing import Any
 
+from corvid_actors.core.vocabulary import ToolKind, ToolResult, ToolSpec
 from corvid_actors.tools.base import Tool, ToolContext
-from corvid_actors.vocabulary import ToolKind, ToolResult, ToolSpec
 
 #: ``parse(arguments) -> steps``; raises ValueError (the loop's PlanUpdateError) naming the problem
 PlanParser = Callable[[Mapping[str, Any]], Sized]

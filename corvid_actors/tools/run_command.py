@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
+from corvid_actors.core.vocabulary import ToolResult
 from corvid_actors.telemetry.tracing import note_command
 from corvid_actors.tools.base import ToolContext
 from corvid_actors.tools.coding_base import (
@@ -27,7 +28,6 @@ from corvid_actors.tools.shell_guard import (
     blocked_command,
     protected_write_target,
 )
-from corvid_actors.vocabulary import ToolResult
 
 
 class _Capture:

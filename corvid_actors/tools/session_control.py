@@ -3,7 +3,7 @@
 The runtime's own tools (:mod:`corvid_actors.tools.corvid_tools`) act beyond their
 session — they message another agent's session and wait for its reply, extend their
 session's timeout, read a credit balance. They do it through this narrow protocol, which
-the runtime layer implements (``corvid_actors.session_control.RuntimeSessionControl``),
+the runtime layer implements (``corvid_actors.runtime.session_control.RuntimeSessionControl``),
 so the tool layer imports no actor and holds no ``Runtime``: a test can hand the tools a
 fake control as httpx tests hand a client a ``MockTransport``.
 

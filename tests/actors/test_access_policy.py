@@ -1,4 +1,4 @@
-"""corvid_actors/access.py: the plain functions of who may talk to an agent, how often and
+"""corvid_actors/policy/access.py: the plain functions of who may talk to an agent, how often and
 for how much (the chat conversations are in tests/sim/test_chat_access.py)."""
 
 from __future__ import annotations
@@ -8,7 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from corvid_actors.access import (
+from corvid_actors.config import Config
+from corvid_actors.errors import AgentSettingError
+from corvid_actors.policy.access import (
     RateWindow,
     Spend,
     agent_access,
@@ -17,8 +19,6 @@ from corvid_actors.access import (
     session_budget,
     usd,
 )
-from corvid_actors.config import Config
-from corvid_actors.errors import AgentSettingError
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CFG = Config().access

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from corvid_actors.actors._admin_history import merged, select, stored_items
+from corvid_actors.actors.admin._history import merged, select, stored_items
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from corvid_actors.config import ENV_OVERRIDES, Config, from_dict, load_config, to_dict
-from corvid_actors.config_schema import default_toml_text
-from corvid_actors.config_sections import SupervisorConfig
 from corvid_actors.errors import ConfigError, CorvidError
 from corvid_actors.providers.text_tools import DEFAULT_TEXT_TOOL_FAMILIES
+from corvid_actors.schema.fields import default_toml_text
+from corvid_actors.schema.sections import SupervisorConfig
 from corvid_actors.tools.paths import DEFAULT_PROTECTED_PATTERNS
 
 REPO_TOML = Path(__file__).resolve().parents[2] / "config" / "default.toml"

@@ -7,18 +7,18 @@ from pathlib import Path
 import pytest
 
 from corvid_actors.config import Config, from_dict, load_config
-from corvid_actors.config_schema import section
-from corvid_actors.config_sections import (
+from corvid_actors.errors import ConfigError
+from corvid_actors.loop.retry import RetrySettings
+from corvid_actors.loop.settings import DirectLoopSettings, SdkLoopSettings
+from corvid_actors.schema.fields import section
+from corvid_actors.schema.sections import (
     CreditsConfig,
     RetrySchedule,
     SlotsConfig,
     SupervisorConfig,
 )
-from corvid_actors.errors import ConfigError
-from corvid_actors.loop.retry import RetrySettings
-from corvid_actors.loop.settings import DirectLoopSettings, SdkLoopSettings
 from corvid_actors.testing import SimClock
-from corvid_actors.wiring import SessionBuilder
+from corvid_actors.wiring.builder import SessionBuilder
 
 
 def test_a_section_class_is_the_packaged_table() -> None:

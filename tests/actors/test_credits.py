@@ -21,10 +21,10 @@ from corvid_actors.actors.credits import (
     payer_for,
 )
 from corvid_actors.config import Config, load_config
-from corvid_actors.config_sections import CreditsConfig
 from corvid_actors.db.ledger import Ledger
 from corvid_actors.db.store import Store
 from corvid_actors.errors import ConfigError
+from corvid_actors.schema.sections import CreditsConfig
 from corvid_actors.testing import EventRecorder, sim_runtime
 from tests.db.conftest import run_together
 

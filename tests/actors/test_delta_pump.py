@@ -27,9 +27,9 @@ from corvid_actors.actors.events import (
 )
 from corvid_actors.actors.session_wiring import Lifeline
 from corvid_actors.config import Config
+from corvid_actors.core.io_loop import IoLoop
 from corvid_actors.errors import ConfigError
 from corvid_actors.events import ContentBlockDelta, Event, SessionStopped, Thinking
-from corvid_actors.io_loop import IoLoop
 
 WAIT_S = 5.0
 #: long enough that no test sees the pump's timer fire unless it waits for it

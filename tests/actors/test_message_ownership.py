@@ -56,7 +56,7 @@ ALLOWED = {
     # `admin token --help` loads no store: the token commands open it when they run
     ("daemon/token_cli.py", "corvid_actors.daemon.settings"): "loaded when a token command runs",
     ("daemon/token_cli.py", "corvid_actors.db.api_tokens"): "the store, when a token command runs",
-    ("daemon/token_cli.py", "corvid_actors.runtime_tree"): "the store, when a token command runs",
+    ("daemon/token_cli.py", "corvid_actors.runtime.tree"): "the store, when a token command runs",
     # the demo's SimClock needs freezegun, an optional dependency (the test extra)
     ("daemon/demo.py", "corvid_actors.testing"): "SimClock needs freezegun",
 }

@@ -8,8 +8,8 @@ from typing import Any
 
 from corvid_actors.events import SystemEvent
 from corvid_actors.loop import effects as fx
-from corvid_actors.loop_factories import LoopSpec, conversation_loop
 from corvid_actors.testing import EventRecorder, sim_runtime
+from corvid_actors.wiring.loop_factories import LoopSpec, conversation_loop
 
 
 class CleaningLoop:

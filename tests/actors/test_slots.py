@@ -19,7 +19,7 @@ from corvid_actors.actors.slots import (
     admit,
 )
 from corvid_actors.actors.timers import Timers
-from corvid_actors.config_sections import SlotsConfig
+from corvid_actors.schema.sections import SlotsConfig
 from corvid_actors.testing import SimClock
 
 

@@ -5,9 +5,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from corvid_actors.config_sections import SupervisorConfig
 from corvid_actors.errors import CorvidError, StoreUnavailableError
-from corvid_actors.supervision import (
+from corvid_actors.policy.supervision import (
     active_turns,
     auto_resume_delay,
     auto_resume_exhausted,
@@ -23,6 +22,7 @@ from corvid_actors.supervision import (
     restart_count_after_uptime,
     zero_turn_breaker_trips,
 )
+from corvid_actors.schema.sections import SupervisorConfig
 
 CFG = SupervisorConfig()
 

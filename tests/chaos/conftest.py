@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from corvid_actors.loop import effects as fx
-from corvid_actors.loop_factories import LoopFactory, LoopSpec
+from corvid_actors.wiring.loop_factories import LoopFactory, LoopSpec
 
 DEFAULT_SEED = 20261121
 #: in a user message, makes the session's loop raise on its actor thread (an actor crash)

@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corvid_actors.config import Config
-from corvid_actors.loop_factories import direct_loop, sdk_loop
 from corvid_actors.providers.anthropic import AnthropicProvider
 from corvid_actors.providers.ollama import OllamaProvider
 from corvid_actors.runtime import Runtime
 from corvid_actors.testing import EventRecorder, SimClock
 from corvid_actors.testing.anthropic_stub import AnthropicStubServer
 from corvid_actors.testing.ollama_stub import OllamaStubServer, Turn
+from corvid_actors.wiring.loop_factories import direct_loop, sdk_loop
 from tests.chaos.conftest import CRASH_AT_START, CRASH_ON_REPLY, chaotic, check_event_log
 
 FULL_SESSIONS = 200

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from corvid_actors.actors._admin_cluster import ClusterRouter
 from corvid_actors.actors.admin import AdminActor, AdminCommand, AdminWiring, Ready
+from corvid_actors.actors.admin._cluster import ClusterRouter
 from corvid_actors.daemon.render import show_result
 from corvid_actors.db.cluster import ClusterStore
 from corvid_actors.db.pg_bus import PgBus
@@ -26,7 +26,7 @@ MICROSECOND = 1e-6
 
 def sweep_times(daemon_id: str, until: float) -> list[float]:
     """When the ClusterMember of ``daemon_id`` sweeps (simulated seconds): its jitter comes
-    from a generator seeded with its id (actors/cluster.py), so the instants are known."""
+    from a generator seeded with its id (actors/cluster/_member.py), so the instants are known."""
     rng = random.Random(daemon_id)
     at, out = rng.uniform(0.0, SIM_CLUSTER["sweep_jitter_s"]), []
     while at <= until:

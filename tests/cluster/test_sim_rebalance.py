@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from corvid_actors.actors._admin_cluster import ClusterRouter
 from corvid_actors.actors.admin import AdminActor, AdminCommand, AdminWiring, Ready
+from corvid_actors.actors.admin._cluster import ClusterRouter
 from corvid_actors.actors.cluster import Rebalance
 from corvid_actors.daemon.render import show_result
 from corvid_actors.db.balance import rebalance_moves

@@ -20,10 +20,10 @@ pytest.importorskip("psycopg2")
 import psycopg2  # noqa: E402 - after the skip
 
 from corvid_actors.clock import Cancellable, RealClock  # noqa: E402
+from corvid_actors.core.jsontypes import JsonObject  # noqa: E402
 from corvid_actors.db.pg_bus import CommandFailed, CommandTimeout, PgBus, Reply  # noqa: E402
 from corvid_actors.db.pg_bus_wire import MAX_NOTIFY_PAYLOAD_BYTES  # noqa: E402
 from corvid_actors.errors import NotFoundError, RuntimeStoppedError  # noqa: E402
-from corvid_actors.jsontypes import JsonObject  # noqa: E402
 from tests.db.pg_bus_fixtures import sql  # noqa: E402
 
 pytestmark = pytest.mark.postgres

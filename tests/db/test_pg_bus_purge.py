@@ -17,12 +17,12 @@ pytest.importorskip("psycopg2")
 
 
 from corvid_actors.clock import RealClock  # noqa: E402
-from corvid_actors.config_sections import ClusterBusConfig  # noqa: E402
+from corvid_actors.core.jsontypes import JsonObject  # noqa: E402
 from corvid_actors.daemon.cluster_link import purge_policy  # noqa: E402
 from corvid_actors.db.pg_bus import PgBus, Reply  # noqa: E402
 from corvid_actors.db.pg_bus_purge import BusPurger, PurgePolicy, PurgeResult, purge_cutoffs  # noqa: E402
 from corvid_actors.errors import ConfigError, StoreError  # noqa: E402
-from corvid_actors.jsontypes import JsonObject  # noqa: E402
+from corvid_actors.schema.sections import ClusterBusConfig  # noqa: E402
 from tests.db.pg_bus_fixtures import sql  # noqa: E402
 
 pytestmark = pytest.mark.postgres

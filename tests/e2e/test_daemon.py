@@ -388,7 +388,7 @@ def test_extend_mode_credits_and_stats_over_the_socket(shared):
 
 def test_the_daemon_freezes_its_start_up_heap_out_of_the_cyclic_collector(shared):
     # gc.freeze() after start-up: the long-lived start-up objects are never walked again by
-    # a full collection (corvid_actors.runtime_lifecycle.freeze_startup_heap)
+    # a full collection (corvid_actors.runtime.lifecycle.freeze_startup_heap)
     assert shared.call("health")["daemon"]["gc_frozen_objects"] > 10_000
 
 

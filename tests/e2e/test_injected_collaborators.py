@@ -10,12 +10,7 @@ from typing import Any
 import pytest
 
 from corvid_actors.config import Config
-from corvid_actors.db.store import Store
-from corvid_actors.providers.ollama import OllamaProvider
-from corvid_actors.testing.ollama_stub import OllamaStubServer
-from corvid_actors.tools.base import Tool, ToolRegistry
-from corvid_actors.tools.coding import coding_tools
-from corvid_actors.vocabulary import (
+from corvid_actors.core.vocabulary import (
     Permission,
     PermissionDecision,
     Review,
@@ -23,6 +18,11 @@ from corvid_actors.vocabulary import (
     ToolResult,
     ToolSpec,
 )
+from corvid_actors.db.store import Store
+from corvid_actors.providers.ollama import OllamaProvider
+from corvid_actors.testing.ollama_stub import OllamaStubServer
+from corvid_actors.tools.base import Tool, ToolRegistry
+from corvid_actors.tools.coding import coding_tools
 
 MODEL = "llama3.1:8b"
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from corvid_actors.config import Config
-from corvid_actors.io_loop import IoLoop
+from corvid_actors.core.io_loop import IoLoop
 from corvid_actors.providers.ollama import OllamaProvider
 from corvid_actors.testing.ollama_stub import OllamaStubServer, StubModel, Turn
 

@@ -100,7 +100,7 @@ import httpx
 from corvid_actors.daemon import service as dm
 from corvid_actors.db.api_tokens import ApiTokenStore
 from corvid_actors.clock import RealClock
-from corvid_actors.runtime_tree import open_store
+from corvid_actors.runtime.tree import open_store
 
 data_dir, listen = sys.argv[1], sys.argv[2]
 config = dm.load_daemon_config(None, data_dir=data_dir, provider="stub")

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import pytest
 
+from corvid_actors.core.vocabulary import (
+    COMMAND_APPROVAL,
+    TOOL_APPROVAL,
+    PassThroughPolicy,
+    Permission,
+    PermissionDecision,
+)
 from corvid_actors.tools.command_policy import (
     CommandApprovalPolicy,
     CommandPolicySettings,
     auto_approval_refusal,
     command_signature,
     is_auto_approvable,
-)
-from corvid_actors.vocabulary import (
-    COMMAND_APPROVAL,
-    TOOL_APPROVAL,
-    PassThroughPolicy,
-    Permission,
-    PermissionDecision,
 )
 
 S = CommandPolicySettings()

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from corvid_actors.core.vocabulary import Permission, PermissionDecision, ToolResult, ToolSpec
 from corvid_actors.events import (
     Assistant,
     ContentBlockStart,
@@ -65,7 +66,6 @@ from corvid_actors.providers.base import (
     ToolCall,
     Usage,
 )
-from corvid_actors.vocabulary import Permission, PermissionDecision, ToolResult, ToolSpec
 
 TOOLS = tuple(
     ToolSpec(name, f"{name} tool")

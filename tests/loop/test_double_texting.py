@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from corvid_actors.double_texting import checked_double_texting, double_texting_policy
+from corvid_actors.core.double_texting import checked_double_texting, double_texting_policy
+from corvid_actors.core.vocabulary import Permission, PermissionDecision, ToolResult, ToolSpec
 from corvid_actors.errors import AgentSettingError
 from corvid_actors.events import Assistant, Result, Thinking
 from corvid_actors.loop.conversation import ConversationLoop
@@ -44,7 +45,6 @@ from corvid_actors.loop.turn import (
     interrupted_reply,
 )
 from corvid_actors.providers.base import ErrorKind, ModelResponse, ProviderError, ToolCall
-from corvid_actors.vocabulary import Permission, PermissionDecision, ToolResult, ToolSpec
 
 # --- the policy in force -----------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from corvid_actors.core.vocabulary import Permission, PermissionDecision, ToolResult, ToolSpec
 from corvid_actors.events import ErrorEvent, Event, PlanEvent, SessionError, SystemEvent, ToolStatus
 from corvid_actors.loop.direct import DirectLoop
 from corvid_actors.loop.effects import (
@@ -37,7 +38,6 @@ from corvid_actors.loop.sdk import SdkLoop
 from corvid_actors.loop.summaries import CONTEXT_SUMMARY_HEADER
 from corvid_actors.providers.base import ChatMessage, ModelResponse, ToolCall
 from corvid_actors.tools.command_policy import CommandApprovalPolicy
-from corvid_actors.vocabulary import Permission, PermissionDecision, ToolResult, ToolSpec
 
 TOOLS = (ToolSpec("read_file", "read", {"type": "object", "properties": {"path": {"type": "string"}}}),
          ToolSpec("run_command", "run", {"type": "object", "properties": {"command": {"type": "string"}}}))

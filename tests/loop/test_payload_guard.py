@@ -7,6 +7,7 @@ import json
 import pytest
 
 from corvid_actors.actors.session_work import request_bytes
+from corvid_actors.core.vocabulary import ToolSpec
 from corvid_actors.loop.payload_guard import (
     GrowthGuard,
     GuardSettings,
@@ -21,7 +22,6 @@ from corvid_actors.loop.payload_guard import (
 )
 from corvid_actors.loop.summaries import CONTEXT_SUMMARY_HEADER
 from corvid_actors.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolCall
-from corvid_actors.vocabulary import ToolSpec
 
 DEFAULTS = GuardSettings()
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from corvid_actors.core.vocabulary import Permission, PermissionDecision, ToolResult, ToolSpec
 from corvid_actors.events import (
     Assistant,
     ContentBlockStart,
@@ -51,7 +52,6 @@ from corvid_actors.providers.base import (
     ToolCall,
     Usage,
 )
-from corvid_actors.vocabulary import Permission, PermissionDecision, ToolResult, ToolSpec
 
 TOOLS = (ToolSpec("read_file", "read"), ToolSpec("write_file", "write"))
 EDIT_TOOLS = {"write_file", "edit_file"}

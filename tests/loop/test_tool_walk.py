@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from corvid_actors.core.vocabulary import Permission, PermissionDecision, ToolResult, ToolSpec
 from corvid_actors.events import ContentBlockStart, ToolStatus
 from corvid_actors.loop.direct import DirectLoop
 from corvid_actors.loop.effects import (
@@ -29,7 +30,6 @@ from corvid_actors.loop.tool_walk import (
     running_status,
 )
 from corvid_actors.providers.base import ChatMessage, ModelResponse, ToolCall
-from corvid_actors.vocabulary import Permission, PermissionDecision, ToolResult, ToolSpec
 
 READ = ToolCall("c1", "read_file", {"path": "a.py"})
 LIST = ToolCall("c2", "list_files", {"path": "."})

@@ -13,6 +13,7 @@ import freezegun
 import httpx2
 import pytest
 
+from corvid_actors.core.vocabulary import CancelToken, StreamCancelled, ToolSpec
 from corvid_actors.providers.anthropic import (
     AnthropicProvider,
     ModelPrice,
@@ -32,7 +33,6 @@ from corvid_actors.providers.base import (
     Usage,
 )
 from corvid_actors.testing.anthropic_stub import AnthropicStubServer
-from corvid_actors.vocabulary import CancelToken, StreamCancelled, ToolSpec
 
 MODEL = "claude-sonnet-5-5"
 WAIT_S = 1.0

@@ -15,6 +15,7 @@ import pydantic
 import pytest
 
 from corvid_actors.config import Config
+from corvid_actors.core.vocabulary import CancelToken
 from corvid_actors.providers._ollama_lean import (
     LeanAsyncChatClient,
     LeanChatClient,
@@ -32,9 +33,8 @@ from corvid_actors.providers.base import (
     TextDelta,
 )
 from corvid_actors.providers.ollama import OllamaProvider
-from corvid_actors.runtime_tree import default_providers
+from corvid_actors.runtime.tree import default_providers
 from corvid_actors.testing.ollama_stub import OllamaStubServer, Turn
-from corvid_actors.vocabulary import CancelToken
 
 MODEL = "llama3.1:8b"
 CREATED_AT = "2024-07-01T12:00:00.000000Z"

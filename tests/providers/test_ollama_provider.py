@@ -11,6 +11,7 @@ import httpx
 import ollama
 import pytest
 
+from corvid_actors.core.vocabulary import CancelToken, StreamCancelled, ToolSpec
 from corvid_actors.providers.base import (
     ChatMessage,
     ErrorKind,
@@ -30,7 +31,6 @@ from corvid_actors.providers.ollama import (
 )
 from corvid_actors.providers.text_tools import TOOL_OUTPUT_CLOSE, TOOL_OUTPUT_OPEN
 from corvid_actors.testing.ollama_stub import OllamaStubServer, Turn, split_chunks
-from corvid_actors.vocabulary import CancelToken, StreamCancelled, ToolSpec
 
 WAIT_S = 1.0
 NATIVE = "llama3.1:8b"

@@ -12,6 +12,7 @@ from typing import Any
 import ollama
 import pytest
 
+from corvid_actors.core.vocabulary import CancelToken, ToolSpec
 from corvid_actors.providers._ollama_reply import ReplyCollector
 from corvid_actors.providers.base import (
     ModelRequest,
@@ -22,7 +23,6 @@ from corvid_actors.providers.base import (
 )
 from corvid_actors.providers.ollama import OllamaProvider
 from corvid_actors.testing.ollama_stub import OllamaStubServer, Turn
-from corvid_actors.vocabulary import CancelToken, ToolSpec
 from tests.providers.manual_soon import Soon
 
 MODEL = "llama3.2:1b"

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from corvid_actors.core.vocabulary import ToolSpec
 from corvid_actors.providers.base import TextDelta, ToolCall
 from corvid_actors.providers.text_tools import (
     TOOL_OUTPUT_CLOSE,
@@ -20,7 +21,6 @@ from corvid_actors.providers.text_tools import (
     uses_text_tools,
     wrap_tool_output,
 )
-from corvid_actors.vocabulary import ToolSpec
 
 
 def _spec(name: str, *props: str) -> ToolSpec:

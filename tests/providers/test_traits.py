@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from corvid_actors.config import Config
+from corvid_actors.policy.routing import choose_provider, default_model
 from corvid_actors.providers.anthropic import AnthropicProvider
 from corvid_actors.providers.base import DEFAULT_TRAITS, ProviderTraits, traits_of
 from corvid_actors.providers.ollama import OllamaProvider
-from corvid_actors.routing import choose_provider, default_model
 from corvid_actors.testing import ScriptedProvider, sim_runtime
 
 

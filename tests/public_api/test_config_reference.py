@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from corvid_actors.config import Config
-from corvid_actors.config_schema import is_config_key
+from corvid_actors.schema.fields import is_config_key
 
 ROOT = Path(__file__).resolve().parents[2]
 

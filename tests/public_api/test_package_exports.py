@@ -36,8 +36,8 @@ def test_type_hints_of_public_classes_still_resolve():
 
 
 def test_the_public_names_are_the_defining_modules_objects():
+    from corvid_actors.core.vocabulary import ToolSpec
     from corvid_actors.runtime import Runtime
-    from corvid_actors.vocabulary import ToolSpec
 
     assert corvid_actors.Runtime is Runtime
     assert corvid_actors.ToolSpec is ToolSpec

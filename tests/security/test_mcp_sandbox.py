@@ -15,7 +15,7 @@ def test_a_sandboxed_server_sees_the_sandbox_not_the_host(project, data_dir):
     with sandboxed_echo_server(sandbox, project) as (conn, argv):
         assert argv[0] in (sandbox.status.binary, "/bin/sh")
         assert conn.wait_ready(), conn.error
-        from corvid_actors.vocabulary import CancelToken
+        from corvid_actors.core.vocabulary import CancelToken
 
         def read(path: str) -> str:
             return conn.call("read", {"path": path}, CancelToken()).output
@@ -53,7 +53,7 @@ def test_a_server_script_under_a_hidden_path_stays_readable_but_not_its_folder(t
     assert any(str(script).startswith(h) for h in sandbox.hidden)  # the premise: /tmp is hidden
     with sandboxed_echo_server(sandbox, project, script) as (conn, _):
         assert conn.wait_ready(), conn.error
-        from corvid_actors.vocabulary import CancelToken
+        from corvid_actors.core.vocabulary import CancelToken
 
         assert "not for the server" not in conn.call(
             "read", {"path": str(hidden_dir / "neighbour.txt")}, CancelToken()).output

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from corvid_actors.core.vocabulary import COMMAND_APPROVAL, Permission, PermissionDecision
 from corvid_actors.tools.coding import coding_tools
 from corvid_actors.tools.command_policy import (
     CommandApprovalPolicy,
@@ -15,7 +16,6 @@ from corvid_actors.tools.command_policy import (
 )
 from corvid_actors.tools.permissions import PermissionMode, make_permission_check
 from corvid_actors.tools.shell_guard import protected_write_target
-from corvid_actors.vocabulary import COMMAND_APPROVAL, Permission, PermissionDecision
 
 ASK = PermissionDecision(Permission.ASK, description="Run command")
 

@@ -10,9 +10,9 @@ import sys
 import textwrap
 import time
 
+from corvid_actors.core.vocabulary import CancelToken
 from corvid_actors.tools.env import safe_env
 from corvid_actors.tools.sandbox import Sandbox, SandboxSettings
-from corvid_actors.vocabulary import CancelToken
 from tests.security.as_user import readable_copy
 from tests.security.conftest import SECRET, sandboxed_echo_server
 

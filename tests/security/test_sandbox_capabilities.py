@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from corvid_actors.vocabulary import CancelToken
+from corvid_actors.core.vocabulary import CancelToken
 from tests.security.as_user import setpriv_argv, unprivileged_env
 from tests.security.conftest import ENV, SECRET, make_sandbox, sandboxed_echo_server
 

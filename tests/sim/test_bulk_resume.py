@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from corvid_actors.runtime_lifecycle import RESUME_BATCH
+from corvid_actors.runtime.lifecycle import RESUME_BATCH
 from corvid_actors.testing import EventRecorder, sim_runtime
 from corvid_actors.testing.arrangement import arrange as arrange_for
 
@@ -59,7 +59,7 @@ def test_restart_reads_the_rows_and_last_speakers_once_per_batch(rt, n):
 
 
 def test_batches_are_of_resume_batch_sessions(rt, monkeypatch):
-    import corvid_actors.runtime_lifecycle as lifecycle
+    import corvid_actors.runtime.lifecycle as lifecycle
     monkeypatch.setattr(lifecycle, "RESUME_BATCH", 4)
     assert RESUME_BATCH == 500  # the default
     ids = marked_sessions(rt, 10)

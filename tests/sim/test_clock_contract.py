@@ -8,8 +8,8 @@ import time
 
 from corvid_actors.actors.base import ActivityAware, ActivityTracker
 from corvid_actors.clock import Clock, RealClock
+from corvid_actors.core.vocabulary import CancelToken
 from corvid_actors.testing import sim_runtime
-from corvid_actors.vocabulary import CancelToken
 
 
 def test_the_clock_protocol_is_time_only():

@@ -12,11 +12,11 @@ from __future__ import annotations
 import pytest
 
 from corvid_actors.chat import BridgeSettings, ChatBridge, MemoryTransport
+from corvid_actors.core.vocabulary import ToolResult, ToolSpec
 from corvid_actors.errors import SessionBusyError
 from corvid_actors.loop.turn import APPROVAL_WITHDRAWN, INTERRUPTED_MARKER, NOT_RUN_INTERRUPTED
 from corvid_actors.testing import EventRecorder, Turn, sim_runtime
 from corvid_actors.tools.base import Tool, ToolContext, ToolKind, ToolRegistry
-from corvid_actors.vocabulary import ToolResult, ToolSpec
 
 FIRST = "Paris is large, and old."  # streamed as "Paris is" | " large, " | "and old."
 SLOW = Turn.reply(FIRST, deltas=3, latency_s=1, delta_interval_s=1)

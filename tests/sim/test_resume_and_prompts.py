@@ -78,7 +78,7 @@ def test_persona_and_skill_prompts_are_injected_in_order(runtime, scripted, arra
 
 
 def test_provider_routing_explicit_wins_and_falls_back_to_ollama_without_anthropic_credentials(sim_clock):
-    from corvid_actors.wiring import SessionBuilder
+    from corvid_actors.wiring.builder import SessionBuilder
 
     scripted = ScriptedProvider(sim_clock)
     builder = SessionBuilder(config=Config(), clock=sim_clock, providers={"scripted": scripted})

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from corvid_actors.core.vocabulary import CancelToken
 from corvid_actors.providers.base import ModelRequest, ModelResponse, StreamCallback
 from corvid_actors.testing import ScriptedProvider, SimClock, Turn, sim_runtime
-from corvid_actors.vocabulary import CancelToken
 
 
 @pytest.fixture

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from corvid_actors.core.vocabulary import CancelToken, ToolKind
 from corvid_actors.tools.base import ToolContext
 from corvid_actors.tools.coding import CODING_TOOL_NAMES, coding_tools, describe_tool_call
 from corvid_actors.tools.coding_base import CodingToolSettings, truncate_middle
 from corvid_actors.tools.env import safe_env
-from corvid_actors.vocabulary import CancelToken, ToolKind
 
 
 class RealTimers:

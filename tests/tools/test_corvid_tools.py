@@ -11,7 +11,7 @@ from corvid_actors.config import Config
 from corvid_actors.testing import arrange, sim_runtime
 from corvid_actors.tools.corvid_tools import CORVID_TOOL_NAMES
 from corvid_actors.tools.mcp_client import SessionTools
-from corvid_actors.wiring import default_tool_registry
+from corvid_actors.wiring.builder import default_tool_registry
 
 #: the runtime's default registry (the coding tools, and whatever else it offers every session)
 CODING = set(default_tool_registry().names())
@@ -105,8 +105,8 @@ def test_runtime_tools_can_be_left_out(make_rt):
 
 
 def test_a_hosts_extra_tools_hook_is_kept_next_to_the_runtime_tools(make_rt):
+    from corvid_actors.core.vocabulary import ToolKind, ToolResult, ToolSpec
     from corvid_actors.tools.base import Tool, ToolRegistry
-    from corvid_actors.vocabulary import ToolKind, ToolResult, ToolSpec
 
     extra = Tool(ToolSpec("host_tool", "a host's own tool"), ToolKind.READ, lambda a, c: ToolResult("ok"))
     rt = make_rt(extra_tools=lambda ctx: ToolRegistry([extra]))

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from corvid_actors.config import CorvidToolsConfig
+from corvid_actors.core.vocabulary import CancelToken
 from corvid_actors.errors import RuntimeStoppedError
 from corvid_actors.events import Assistant, Event, Result
 from corvid_actors.tools.base import ToolContext
@@ -25,7 +26,6 @@ from corvid_actors.tools.session_control import (
     SessionListener,
     SessionTimeout,
 )
-from corvid_actors.vocabulary import CancelToken
 
 ALICE = AgentInfo("a1", "alice", "writes code", default_project_id="p-alice")
 BOB = AgentInfo("b1", "bob", "reviews", default_project_id=None)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from corvid_actors.core.vocabulary import Permission
 from corvid_actors.tools.base import ToolContext
 from corvid_actors.tools.coding import coding_tools
 from corvid_actors.tools.env import ENV_ALLOWLIST, looks_secret, safe_env
 from corvid_actors.tools.permissions import PermissionMode, make_permission_check
-from corvid_actors.vocabulary import Permission
 
 SECRETS = {
     "MY_SECRET_TOKEN": "tok-123456",

@@ -12,9 +12,10 @@ import mcp_types
 import pytest
 
 from corvid_actors.config import Config
+from corvid_actors.core.vocabulary import CancelToken
 from corvid_actors.db.store import Store
 from corvid_actors.errors import ConfigError
-from corvid_actors.tool_sections import McpConfig
+from corvid_actors.schema.tool_sections import McpConfig
 from corvid_actors.tools.base import ToolContext
 from corvid_actors.tools.env import safe_env
 from corvid_actors.tools.mcp_client import (
@@ -29,7 +30,6 @@ from corvid_actors.tools.mcp_client import (
     servers_for_agent,
 )
 from corvid_actors.tools.mcp_connection import McpConnection, McpLimits, McpServerSpec
-from corvid_actors.vocabulary import CancelToken
 from tests.fixtures.mcp_servers import live_processes, new_tag, server_command
 
 SECRET = "WALLET_ENCRYPTION_KEY"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from corvid_actors.core.vocabulary import Permission, ToolKind, ToolResult, ToolSpec
 from corvid_actors.tools.base import Tool
 from corvid_actors.tools.coding import coding_tools
 from corvid_actors.tools.permissions import (
@@ -12,7 +13,6 @@ from corvid_actors.tools.permissions import (
     PermissionMode,
     make_permission_check,
 )
-from corvid_actors.vocabulary import Permission, ToolKind, ToolResult, ToolSpec
 
 A, Q, D = Permission.ALLOW, Permission.ASK, Permission.DENY
 MODES = list(PermissionMode)

@@ -4,7 +4,7 @@ It owns every running :class:`~corvid_actors.actors.session.SessionActor`, one p
 session (1:1), and decides what happens when one ends: clean exit, crash with
 backoff restart (chat sessions), pause on an upstream outage with health-probed
 auto-resume, timeout, stop. The decisions are pure functions in
-``corvid_actors.supervision``; this package performs them.
+``corvid_actors.policy.supervision``; this package performs them.
 
 Invariants kept here (seed numbering): 1 one actor per session (a new incarnation
 has a new generation; messages and timers of an old one are ignored), 2 stale sessions

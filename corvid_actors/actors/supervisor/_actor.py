@@ -86,9 +86,9 @@ from corvid_actors.actors.timers import ScheduleTimer, Timers
 from corvid_actors.clock import Clock
 from corvid_actors.config import Config
 from corvid_actors.content import UserContent
+from corvid_actors.core.io_loop import IoLoop
 from corvid_actors.events import SessionError
-from corvid_actors.io_loop import IoLoop
-from corvid_actors.supervision import extended_timeout, failure_kind
+from corvid_actors.policy.supervision import extended_timeout, failure_kind
 from corvid_actors.telemetry.tracing import NO_TRACING, Tracing
 
 #: a restart or resume due when the store failed is due again this much later (seconds)

@@ -39,13 +39,13 @@ from corvid_actors.actors.supervisor._state import (
 from corvid_actors.actors.timers import CancelTimer, CancelTimers, ScheduleTimer, Timers
 from corvid_actors.clock import Clock
 from corvid_actors.config import Config
+from corvid_actors.core.io_loop import IoLoop
 from corvid_actors.errors import RuntimeStoppedError
 from corvid_actors.events import Event, SessionStopped
-from corvid_actors.io_loop import IoLoop
 from corvid_actors.loop.payload_guard import snapshot_dir
-from corvid_actors.supervision import fallback_check_at, overdue_after
+from corvid_actors.policy.supervision import fallback_check_at, overdue_after
 from corvid_actors.telemetry.tracing import NO_TRACING, Tracing
-from corvid_actors.wiring import close_resources
+from corvid_actors.wiring.builder import close_resources
 
 
 class SupervisorCore:

@@ -40,8 +40,8 @@ from corvid_actors.actors.supervisor._state import Meta, Passivated
 from corvid_actors.actors.timers import CancelTimer
 from corvid_actors.errors import CorvidError
 from corvid_actors.events import Event, SessionStarted, SystemEvent, Thinking
+from corvid_actors.policy.routing import provider_selected_message
 from corvid_actors.providers.base import traits_of
-from corvid_actors.routing import provider_selected_message
 from corvid_actors.telemetry.metrics import SessionLabels, agent_labels
 
 

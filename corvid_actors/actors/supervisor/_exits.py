@@ -2,7 +2,7 @@
 
 Seed invariants 8 (crash auto-restart, 5 s × 3^n for chat sessions, at most 3, the
 count reset after a stable period) and 10 (timeouts). The decisions are
-:mod:`corvid_actors.supervision`'s; these functions perform them, on the supervisor's
+:mod:`corvid_actors.policy.supervision`'s; these functions perform them, on the supervisor's
 thread.
 """
 
@@ -14,7 +14,7 @@ from corvid_actors.actors.supervisor._resume import resume
 from corvid_actors.actors.supervisor._state import _RestartDue
 from corvid_actors.actors.timers import ScheduleTimer
 from corvid_actors.events import ErrorEvent, SessionError, SessionExited, SessionRestarting
-from corvid_actors.supervision import (
+from corvid_actors.policy.supervision import (
     completed_note,
     crashed_note,
     restart_after_crash,

@@ -17,7 +17,7 @@ from corvid_actors.actors.events import PruneSessions
 from corvid_actors.actors.session_messages import CheckTimeout
 from corvid_actors.actors.supervisor._core import SupervisorCore
 from corvid_actors.actors.timers import CancelTimer
-from corvid_actors.supervision import restart_count_after_uptime
+from corvid_actors.policy.supervision import restart_count_after_uptime
 
 
 def fallback_check(core: SupervisorCore) -> None:

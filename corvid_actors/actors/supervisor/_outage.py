@@ -4,7 +4,7 @@ An incarnation that reports an upstream outage is paused (not restarted) and its
 session's subscribers are removed, as the original's pause does: due for a resume after 5 min × 3^resumes (capped). When due, the provider's health probe runs on
 a tracked worker; healthy resumes the session, unhealthy keeps it due one check interval
 later; after ``auto_resume_max_attempts`` resumes it is given up. The decisions are
-:mod:`corvid_actors.supervision`'s; these functions run on the supervisor's thread.
+:mod:`corvid_actors.policy.supervision`'s; these functions run on the supervisor's thread.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from corvid_actors.actors.supervisor._state import Paused, _ProbeResult, _Resume
 from corvid_actors.actors.timers import CancelTimer, ScheduleTimer
 from corvid_actors.clock import iso_after
 from corvid_actors.events import ErrorEvent, SessionPaused, SessionResumed
-from corvid_actors.supervision import auto_resume_delay, auto_resume_exhausted
+from corvid_actors.policy.supervision import auto_resume_delay, auto_resume_exhausted
 
 
 def pause_for_outage(core: SupervisorCore, sid: str, reason: str) -> None:

@@ -35,7 +35,7 @@ from corvid_actors.actors.supervisor._core import SupervisorCore
 from corvid_actors.actors.supervisor._state import Passivated, _PassivatedDue
 from corvid_actors.actors.timers import ScheduleTimer
 from corvid_actors.events import SessionError, SessionExited
-from corvid_actors.supervision import completed_note, extended_timeout
+from corvid_actors.policy.supervision import completed_note, extended_timeout
 
 
 def offered(core: SupervisorCore, offer: WantsPassivation) -> bool:

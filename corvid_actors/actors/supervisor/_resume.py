@@ -27,13 +27,13 @@ from corvid_actors.errors import CorvidError, NotFoundError
 from corvid_actors.events import SessionError, SystemEvent
 from corvid_actors.loop.prompts import build_resume_prompt, with_context_summary
 from corvid_actors.loop.summaries import summarize_conversation
-from corvid_actors.providers.base import ChatMessage
-from corvid_actors.supervision import (
+from corvid_actors.policy.supervision import (
     active_turns,
     inherited_inactivity_deadline,
     needs_context_reset,
     zero_turn_breaker_trips,
 )
+from corvid_actors.providers.base import ChatMessage
 
 #: how many of a session's latest system messages the zero-turn breaker reads
 BREAKER_NOTES_WINDOW = 50

@@ -13,7 +13,6 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from corvid_actors.access import session_budget
 from corvid_actors.actors.base import tell
 from corvid_actors.actors.live import LiveSession
 from corvid_actors.actors.session import SessionActor
@@ -24,9 +23,10 @@ from corvid_actors.actors.supervisor._messages import StartTicket
 from corvid_actors.actors.supervisor._state import Incarnation, Meta
 from corvid_actors.actors.timers import CancelTimer
 from corvid_actors.content import UserContent, content_blocks, text_parts
-from corvid_actors.double_texting import double_texting_policy
+from corvid_actors.core.double_texting import double_texting_policy
 from corvid_actors.errors import SchemaTooNew
 from corvid_actors.events import ErrorEvent, SessionError, SessionStarted, SystemEvent
+from corvid_actors.policy.access import session_budget
 from corvid_actors.telemetry.metrics import agent_labels
 
 

@@ -92,7 +92,7 @@ Thread-safety: a :class:`Sandbox` is immutable after construction except for its
 probe cache (guarded); ``wrap`` may be called from any worker thread.
 """
 
-from corvid_actors.tool_sections import SANDBOX_BACKENDS, SANDBOX_MODES
+from corvid_actors.schema.tool_sections import SANDBOX_BACKENDS, SANDBOX_MODES
 from corvid_actors.tools.sandbox._cgroups import SessionCgroup
 from corvid_actors.tools.sandbox._landlock import probe_landlock
 from corvid_actors.tools.sandbox._launcher import Launch, Sandbox, current_sandbox, tmpfs_sizes

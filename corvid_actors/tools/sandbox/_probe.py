@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from corvid_actors.tool_sections import SandboxConfig
+from corvid_actors.schema.tool_sections import SandboxConfig
 from corvid_actors.tools.sandbox._landlock import probe_landlock
 
 #: ``[tools.sandbox]`` is the sandbox's settings type: its defaults are config/default.toml's

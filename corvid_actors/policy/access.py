@@ -1,7 +1,7 @@
 """Who may talk to an agent, how often, and for how much: the policy, as plain functions.
 
 An agent carries six settings (the original's agents carry them too); each NULL column
-takes the ``[access]`` config's value (:class:`~corvid_actors.config_sections.AccessConfig`):
+takes the ``[access]`` config's value (:class:`~corvid_actors.schema.sections.AccessConfig`):
 
 - ``conversation_mode``: ``private`` (owners only), ``allowlist`` (owners and the
   participant ids in ``conversation_allowlist``) or ``public`` (anyone). *Owners* are the
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from corvid_actors.config_sections import CONVERSATION_MODES, AccessConfig
 from corvid_actors.errors import AgentSettingError
+from corvid_actors.schema.sections import CONVERSATION_MODES, AccessConfig
 
 __all__ = ["AgentAccess", "RateWindow", "SessionBudget", "Spend", "agent_access", "agent_access_fields",
            "duration_text", "rate_limited_text", "refusal_text", "session_budget", "usd"]

@@ -9,21 +9,21 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from corvid_actors.access import agent_access
-from corvid_actors.actors import _admin_commands as cmd
+import corvid_actors.actors.admin._commands as cmd
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
-from corvid_actors.actors._admin_cluster import ClusterRouter
-from corvid_actors.actors._admin_commands import ask_actor
-from corvid_actors.actors._admin_views import (
+from corvid_actors.actors.admin._cluster import ClusterRouter
+from corvid_actors.actors.admin._commands import ask_actor
+from corvid_actors.actors.admin._views import (
     RecentEvents,
     local_view,
     session_detail,
     session_summary,
 )
 from corvid_actors.clock import iso_utc
-from corvid_actors.config_sections import AccessConfig, DaemonConfig
 from corvid_actors.errors import BAD_REQUEST, AdminError, StoreError, StoreUnavailableError
+from corvid_actors.policy.access import agent_access
+from corvid_actors.schema.sections import AccessConfig, DaemonConfig
 
 
 class SessionViews:

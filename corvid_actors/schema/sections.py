@@ -1,10 +1,10 @@
 """The runtime's config sections: each key's name, type and check (values: default.toml).
 
 One frozen dataclass per ``[section]`` of ``config/default.toml``; :func:`section` fills
-their defaults from that file (see :mod:`corvid_actors.config_schema`). The actors take
+their defaults from that file (see :mod:`corvid_actors.schema.fields`). The actors take
 their section directly (the slot pool its :class:`SlotsConfig`, the credit bank its
 :class:`CreditsConfig`). The loops' sections live in :mod:`corvid_actors.loop.settings`,
-the tools' in :mod:`corvid_actors.tool_sections`; :class:`corvid_actors.config.Config`
+the tools' in :mod:`corvid_actors.schema.tool_sections`; :class:`corvid_actors.config.Config`
 holds them all.
 """
 
@@ -13,7 +13,10 @@ from __future__ import annotations
 from dataclasses import field
 from pathlib import Path
 
-from corvid_actors.config_schema import (
+from corvid_actors.core.double_texting import DOUBLE_TEXTING_POLICIES
+from corvid_actors.core.vocabulary import AGENT_KINDS, CHAT_AGENT, CONVERSATION_MODES  # noqa: F401 - re-exported
+from corvid_actors.errors import ConfigError
+from corvid_actors.schema.fields import (
     AT_LEAST_ONE,
     NON_NEGATIVE,
     POSITIVE,
@@ -22,9 +25,6 @@ from corvid_actors.config_schema import (
     one_of,
     section,
 )
-from corvid_actors.double_texting import DOUBLE_TEXTING_POLICIES
-from corvid_actors.errors import ConfigError
-from corvid_actors.vocabulary import AGENT_KINDS, CHAT_AGENT, CONVERSATION_MODES  # noqa: F401 - re-exported
 
 
 @section("supervisor")
@@ -147,7 +147,7 @@ class CreditsConfig:
 @section("access")
 class AccessConfig:
     """Who may talk to an agent, how often, and for how much: the values an agent uses when
-    its own column is NULL (``corvid_actors.access``; the original's agents carry them)."""
+    its own column is NULL (``corvid_actors.policy.access``; the original's agents carry them)."""
 
     #: private: owners only; allowlist: owners and ``conversation_allowlist``; public: anyone
     conversation_mode: str = field(metadata=one_of(*CONVERSATION_MODES))
@@ -295,7 +295,7 @@ class AgentsConfig:
     #: bridge (source ``chat``) whose agent does not say is ``chat`` whatever this is
     default_kind: str = field(metadata=one_of(*AGENT_KINDS))
     #: enqueue, interrupt or reject; "" (the default): by the agent's kind
-    #: (``corvid_actors.double_texting``: a task agent enqueues, a chat agent interrupts)
+    #: (``corvid_actors.core.double_texting``: a task agent enqueues, a chat agent interrupts)
     double_texting: str = field(metadata=one_of("", *DOUBLE_TEXTING_POLICIES))
 
     def kind_for(self, stored: str | None, source: str) -> str:
@@ -329,7 +329,7 @@ class WebhookConfig:
 class ClusterBusConfig:
     """``[cluster.bus]``: the purge of the daemon-to-daemon bus's tables
     (:mod:`corvid_actors.db.pg_bus_purge`) and how long a read waits for a session's owner
-    (:mod:`corvid_actors.actors._admin_cluster`)."""
+    (:mod:`corvid_actors.actors.admin._cluster`)."""
 
     purge_interval_s: float = field(metadata=POSITIVE)
     finished_retention_s: float = field(metadata=POSITIVE)

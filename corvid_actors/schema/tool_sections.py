@@ -1,7 +1,7 @@
 """The tools' config sections: ``[tools]``, ``[tools.sandbox]``, ``[mcp]``,
 ``[corvid_tools]``, ``[command_policy]`` (names, types, checks; values: default.toml).
 
-See :mod:`corvid_actors.config_schema` for how the defaults are filled.
+See :mod:`corvid_actors.schema.fields` for how the defaults are filled.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
-from corvid_actors.config_schema import AT_LEAST_ONE, POSITIVE, one_of, section
 from corvid_actors.errors import ConfigError
+from corvid_actors.schema.fields import AT_LEAST_ONE, POSITIVE, one_of, section
 
 #: the sandbox modes (docs/site/concepts/security-model.md)
 SANDBOX_MODES = ("auto", "required", "off")

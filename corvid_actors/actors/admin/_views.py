@@ -15,9 +15,9 @@ from typing import Any
 
 from loguru import logger
 
-from corvid_actors.access import AgentAccess
 from corvid_actors.clock import iso_utc
 from corvid_actors.errors import BAD_REQUEST, NOT_FOUND, UNAVAILABLE, AdminError
+from corvid_actors.policy.access import AgentAccess
 
 #: events too frequent to keep or log per session (a follower still gets them)
 UNRECORDED_EVENTS = frozenset({"content_block_delta", "thinking", "context_usage"})

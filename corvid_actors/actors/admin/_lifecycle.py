@@ -13,9 +13,9 @@ from typing import Any
 import pykka
 
 from corvid_actors.actors import supervisor as sv
-from corvid_actors.actors._admin_cluster import ClusterRouter, send_anywhere
-from corvid_actors.actors._admin_commands import ask_actor
-from corvid_actors.actors._admin_views import resolve_session_id
+from corvid_actors.actors.admin._cluster import ClusterRouter, send_anywhere
+from corvid_actors.actors.admin._commands import ask_actor
+from corvid_actors.actors.admin._views import resolve_session_id
 from corvid_actors.errors import CONFLICT, NOT_FOUND, UNAVAILABLE, AdminError, ConflictError
 
 

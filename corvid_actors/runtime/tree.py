@@ -5,13 +5,13 @@ The :class:`~corvid_actors.runtime.Runtime` is a facade: programs use its method
 its actors. What it is built from sits in one :class:`RuntimeInternals` object,
 ``runtime.internals``, for the few places that must wire into the tree itself:
 
-- the runtime's own modules (``runtime*.py``, ``session_control.py``);
+- the runtime's own modules (the ``corvid_actors.runtime`` package);
 - ``corvid_actors.testing`` (fault hooks reach the store and the actors on purpose);
 - the daemon's admin-actor wiring (``daemon/service.py``: the AdminActor is one more
   actor of the same tree, started on the same tracker);
 - tests.
 
-``tests/test_runtime_facade.py`` fails when other package code reaches into it.
+``tests/public_api/test_runtime_facade.py`` fails when other package code reaches into it.
 """
 
 from __future__ import annotations
@@ -39,14 +39,14 @@ from corvid_actors.actors.timers import Timers
 from corvid_actors.actors.watchdog import StoreWatch
 from corvid_actors.clock import Clock
 from corvid_actors.config import Config
+from corvid_actors.core.io_loop import IoLoop
 from corvid_actors.db.cluster import ClusterStore
 from corvid_actors.db.store import Store
 from corvid_actors.errors import ConfigError
-from corvid_actors.io_loop import IoLoop
 from corvid_actors.providers.base import Provider
 from corvid_actors.telemetry.metrics import RuntimeMetrics, SessionLabels, agent_labels
 from corvid_actors.telemetry.tracing import Tracing
-from corvid_actors.wiring import SessionBuilder
+from corvid_actors.wiring.builder import SessionBuilder
 
 __all__ = ["RuntimeInternals", "default_providers", "open_store", "resolve_providers", "start_actor_tree"]
 

@@ -15,7 +15,6 @@ from datetime import datetime, timedelta
 from loguru import logger
 
 from corvid_actors.clock import Clock
-from corvid_actors.config_sections import ClusterConfig
 from corvid_actors.content import UserContent
 from corvid_actors.db.cluster import ClusterStore, Deadline
 from corvid_actors.db.held import HeldMessages, TakenMessage
@@ -23,6 +22,7 @@ from corvid_actors.db.models import DaemonState
 from corvid_actors.db.ownership import REBALANCE, SHUTDOWN
 from corvid_actors.db.store import Store
 from corvid_actors.errors import StoreError
+from corvid_actors.schema.sections import ClusterConfig
 
 __all__ = ["ClusterSeat", "sweep_resumes_at"]
 

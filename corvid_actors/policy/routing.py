@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from corvid_actors.config_sections import ProvidersConfig
+from corvid_actors.schema.sections import ProvidersConfig
 
 #: provider name -> the ``[providers]`` key naming its default model
 DEFAULT_MODEL_KEYS: Mapping[str, str] = {

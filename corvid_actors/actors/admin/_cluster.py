@@ -31,7 +31,7 @@ from typing import Any
 
 import pykka
 
-from corvid_actors.actors._admin_commands import ask_actor
+from corvid_actors.actors.admin._commands import ask_actor
 from corvid_actors.actors.cluster import ClusterSeat, DeliverHeld, SendOrHold
 from corvid_actors.actors.supervisor import started_pid
 from corvid_actors.db.pg_bus import PgBus

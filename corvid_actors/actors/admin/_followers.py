@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from corvid_actors.actors._admin_commands import ask_actor
-from corvid_actors.actors._admin_views import UNRECORDED_EVENTS, RecentEvents
+from corvid_actors.actors.admin._commands import ask_actor
+from corvid_actors.actors.admin._views import UNRECORDED_EVENTS, RecentEvents
 from corvid_actors.actors.base import tell
 from corvid_actors.actors.events import SubscribeAll, UnsubscribeAll
 from corvid_actors.clock import Clock, iso_utc

@@ -5,7 +5,7 @@ The tool layer declares what its runtime tools may ask
 over one :class:`~corvid_actors.runtime.Runtime`'s public API (publishing alone goes to
 its event bus through ``runtime.internals``: this module is the runtime's own side), and
 :func:`session_tools_hook` composes the ``extra_tools`` hook the Runtime hands its
-:class:`~corvid_actors.wiring.SessionBuilder`: a host's own hook, the corvid_* tools, and
+:class:`~corvid_actors.wiring.builder.SessionBuilder`: a host's own hook, the corvid_* tools, and
 the agent's external MCP servers — in that order (later names win).
 
 The control is made before the Runtime's actors start (the builder needs the hook) and
@@ -25,7 +25,7 @@ from corvid_actors.clock import Cancellable, Clock
 from corvid_actors.config import Config
 from corvid_actors.content import UserContent
 from corvid_actors.events import Event
-from corvid_actors.runtime_tree import RuntimeInternals
+from corvid_actors.runtime.tree import RuntimeInternals
 from corvid_actors.tools.base import ToolRegistry
 from corvid_actors.tools.corvid_tools import CorvidTools
 from corvid_actors.tools.mcp_client import McpToolSource, SessionTools

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from corvid_actors.config_sections import SupervisorConfig
 from corvid_actors.errors import StoreError
+from corvid_actors.schema.sections import SupervisorConfig
 
 
 @dataclass(frozen=True)

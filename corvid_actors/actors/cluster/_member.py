@@ -42,7 +42,7 @@ import pykka
 from loguru import logger
 
 from corvid_actors.actors.base import ActivityTracker, TrackedActor, tell
-from corvid_actors.actors.cluster_seat import ClusterSeat, sweep_resumes_at
+from corvid_actors.actors.cluster._seat import ClusterSeat, sweep_resumes_at
 from corvid_actors.actors.timers import ScheduleTimer, Timers
 from corvid_actors.db.models import DaemonState
 from corvid_actors.errors import FencedWrite, StoreError

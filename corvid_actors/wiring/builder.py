@@ -19,6 +19,13 @@ from loguru import logger
 
 from corvid_actors.clock import Clock, io_clock
 from corvid_actors.config import Config
+from corvid_actors.core.vocabulary import (
+    Permission,
+    PermissionCheck,
+    PermissionDecision,
+    ToolKind,
+    ToolResult,
+)
 from corvid_actors.db.lru import LruCache
 from corvid_actors.db.session_context import SessionContext
 from corvid_actors.errors import ConfigError, NotFoundError
@@ -27,15 +34,7 @@ from corvid_actors.loop.effects import Loop
 from corvid_actors.loop.plan import plan_from_json
 from corvid_actors.loop.prompts import compose_persona_prompt, compose_system_prompt
 from corvid_actors.loop.rules import default_history_policy
-from corvid_actors.loop_factories import (
-    DEFAULT_LOOPS,
-    ApprovalPolicyFactory,
-    HistoryPolicyFactory,
-    LoopFactory,
-    LoopSpec,
-)
-from corvid_actors.providers.base import BEFORE_START_HOOK, Provider, traits_of
-from corvid_actors.routing import (
+from corvid_actors.policy.routing import (
     DEFAULT_LOOP_FOR_PROVIDER,
     RoutingDecision,
     choose_provider,
@@ -43,7 +42,8 @@ from corvid_actors.routing import (
     looks_like_ollama_model,
     provider_selected_message,
 )
-from corvid_actors.tool_sections import ToolsConfig
+from corvid_actors.providers.base import BEFORE_START_HOOK, Provider, traits_of
+from corvid_actors.schema.tool_sections import ToolsConfig
 from corvid_actors.tools.base import ToolContext, ToolRegistry, as_mapping
 from corvid_actors.tools.coding import coding_tools
 from corvid_actors.tools.coding_base import CodingToolSettings
@@ -52,12 +52,12 @@ from corvid_actors.tools.delegation import effective_agent_mode
 from corvid_actors.tools.env import safe_env
 from corvid_actors.tools.permissions import PermissionMode, make_permission_check
 from corvid_actors.tools.sandbox import Sandbox, current_sandbox
-from corvid_actors.vocabulary import (
-    Permission,
-    PermissionCheck,
-    PermissionDecision,
-    ToolKind,
-    ToolResult,
+from corvid_actors.wiring.loop_factories import (
+    DEFAULT_LOOPS,
+    ApprovalPolicyFactory,
+    HistoryPolicyFactory,
+    LoopFactory,
+    LoopSpec,
 )
 
 #: roles that deliberate and get no tools (direct-process seed invariant 10)

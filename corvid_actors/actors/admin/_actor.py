@@ -33,22 +33,21 @@ from typing import Any
 
 import pykka
 
-from corvid_actors.access import agent_access
-from corvid_actors.actors import _admin_commands as cmd
+import corvid_actors.actors.admin._commands as cmd
 from corvid_actors.actors import supervisor as sv
-from corvid_actors.actors._admin_cluster import (
+from corvid_actors.actors.admin._cluster import (
     ClusterRouter,
     RemoteEvents,
     deliver_here,
     route,
 )
-from corvid_actors.actors._admin_commands import ask_actor
-from corvid_actors.actors._admin_followers import Followers, Sink
-from corvid_actors.actors._admin_health import health_report, process_stats
-from corvid_actors.actors._admin_history import merged, select, stored_items
-from corvid_actors.actors._admin_lifecycle import SessionCommands
-from corvid_actors.actors._admin_sessions import SessionViews
-from corvid_actors.actors._admin_views import (
+from corvid_actors.actors.admin._commands import ask_actor
+from corvid_actors.actors.admin._followers import Followers, Sink
+from corvid_actors.actors.admin._health import health_report, process_stats
+from corvid_actors.actors.admin._history import merged, select, stored_items
+from corvid_actors.actors.admin._lifecycle import SessionCommands
+from corvid_actors.actors.admin._sessions import SessionViews
+from corvid_actors.actors.admin._views import (
     UNRECORDED_EVENTS,
     RecentEvents,
     agent_summary,
@@ -60,7 +59,6 @@ from corvid_actors.actors.events import BusStats, SubscribeAll, UnsubscribeAll
 from corvid_actors.actors.slots import SlotStats
 from corvid_actors.actors.timers import Timers
 from corvid_actors.clock import Clock, iso_utc
-from corvid_actors.config_sections import AccessConfig, DaemonConfig
 from corvid_actors.errors import (
     BAD_REQUEST,
     SHUTTING_DOWN,
@@ -68,6 +66,8 @@ from corvid_actors.errors import (
     AdminError,
 )
 from corvid_actors.events import Event, to_dict
+from corvid_actors.policy.access import agent_access
+from corvid_actors.schema.sections import AccessConfig, DaemonConfig
 from corvid_actors.telemetry.metrics import RuntimeMetrics
 
 #: commands refused once the daemon is shutting down (they start or change work)

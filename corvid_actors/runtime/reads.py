@@ -1,57 +1,49 @@
-"""The Runtime's data side: what a host may ask without changing anything, and the records it writes.
+"""The Runtime's reads: what a host may ask without changing anything.
 
 :class:`RuntimeReads` is the part of :class:`~corvid_actors.runtime.Runtime` that only
 reads: the supervisor's in-memory facts (running, paused, timeouts), the stored plan and
 full tool outputs, statistics, pending approvals, credit balances, and the stored agents,
 sessions and messages a host needs (so that no host reaches into the store).
-:class:`RuntimeRecords` is the part that writes what a host creates and changes outside a
-session's run: the stored agents, projects, sessions and MCP server configs, the replay
-keys, and the credit accounts (granted, opened, charged).
+The writes are :class:`~corvid_actors.runtime.records.RuntimeRecords`.
 
-The Runtime holds one of each and forwards their methods, same names and signatures.
+The Runtime holds one and forwards its methods, same names and signatures.
 Every method is synchronous and thread-safe; none may be called from an actor thread or an
 event callback (see :mod:`corvid_actors.runtime`).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Protocol
 
 import pykka
 
-from corvid_actors.access import AgentAccess, Spend, agent_access
 from corvid_actors.actors import approvals as ap
 from corvid_actors.actors import supervisor as sv
 from corvid_actors.actors.base import tell
 from corvid_actors.actors.credits import (
-    ChargeTurn,
     GetBalance,
     GetTransactions,
-    GrantCredits,
-    OpenAccount,
 )
 from corvid_actors.actors.events import BusStats, Publish
 from corvid_actors.actors.slots import SlotStats
 from corvid_actors.clock import Clock
 from corvid_actors.config import Config
 from corvid_actors.db.messages import StoredMessage
-from corvid_actors.db.replays import ReplayStore
 from corvid_actors.errors import BudgetExceededError, ConfigError, NotFoundError
 from corvid_actors.events import SessionError
 from corvid_actors.loop.observation import OPERATOR_OUTPUT_ROLE, parse_operator_record
 from corvid_actors.loop.plan import plan_from_json
+from corvid_actors.policy.access import AgentAccess, Spend, agent_access
 from corvid_actors.providers.base import Provider
-from corvid_actors.runtime_tree import RuntimeInternals
+from corvid_actors.runtime.tree import RuntimeInternals
 from corvid_actors.telemetry.metrics import RuntimeMetrics
-from corvid_actors.tools.mcp_client import add_mcp_server
 
-__all__ = ["Ask", "RuntimeReads", "RuntimeRecords", "credit_bank"]
+__all__ = ["Ask", "RuntimeReads", "credit_bank"]
 
 
 class Ask(Protocol):
     """How the reads ask an actor: the lifecycle's gate
-    (:meth:`~corvid_actors.runtime_lifecycle.RuntimeLifecycle.ask`: the supervisor when
+    (:meth:`~corvid_actors.runtime.lifecycle.RuntimeLifecycle.ask`: the supervisor when
     ``ref`` is None; RuntimeStoppedError once the runtime is stopped)."""
 
     def __call__(self, message: Any, ref: pykka.ActorRef[Any] | None = None) -> Any:
@@ -97,7 +89,7 @@ class RuntimeReads:
     @property
     def internals(self) -> RuntimeInternals:
         """The store, actors and builder behind this facade: for ``corvid_actors.testing``,
-        the daemon's admin-actor wiring and tests only (see :mod:`corvid_actors.runtime_tree`)."""
+        the daemon's admin-actor wiring and tests only (see :mod:`corvid_actors.runtime.tree`)."""
         return self._internals
 
     @property
@@ -182,7 +174,7 @@ class RuntimeReads:
                      access.max_total_budget_usd if agent_id else 0.0)
 
     def check_budget(self, session_id: str) -> Spend:
-        """Before a new turn of ``session_id``: its :class:`~corvid_actors.access.Spend` when
+        """Before a new turn of ``session_id``: its :class:`~corvid_actors.policy.access.Spend` when
         no cap is reached; else the session gets a ``session_error`` of type
         ``budget_exceeded`` (a warning, not recoverable by sending) and this raises
         :class:`~corvid_actors.errors.BudgetExceededError` with the same message, so the
@@ -288,76 +280,3 @@ class RuntimeReads:
     def credit_transactions(self, participant: str, limit: int = 10) -> list[dict[str, Any]]:
         """The latest ``limit`` ledger rows of ``participant``, newest first."""
         return list(self._ask(GetTransactions(participant, limit), credit_bank(self._internals)))
-
-
-class RuntimeRecords:
-    """The record writes of a Runtime, over its actor tree (``internals``: the store and the
-    credit bank) and ``ask`` (see :class:`Ask`)."""
-
-    def __init__(self, internals: RuntimeInternals, ask: Ask) -> None:
-        self._internals = internals
-        self._ask = ask
-
-    # --- agents, projects, sessions, MCP servers ------------------------------------------------
-
-    def create_agent(self, name: str, **settings: Any) -> Any:
-        """Create an agent (``provider``, ``model``, ``system_prompt``, ``permission_mode``,
-        ``kind``, …). ``kind``: ``"task"`` (nudged to act with its tools) or ``"chat"`` (a
-        conversational agent, never nudged); not given, the ``[agents] default_kind`` (and
-        ``chat`` in the sessions of a chat bridge). Who may talk to it and its caps:
-        ``conversation_mode``, ``conversation_allowlist``, ``conversation_rate_limit_window_s``,
-        ``conversation_rate_limit_max``, ``max_budget_usd``, ``max_total_budget_usd`` (see
-        :mod:`corvid_actors.access`); what a message sent mid-turn does: ``double_texting``
-        (see :mod:`corvid_actors.double_texting`)."""
-        return self._internals.store.create_agent(name, **settings)
-
-    def ensure_agent(self, name: str, **settings: Any) -> Any:
-        """The agent of that name (case-insensitive), created with ``settings`` when there is
-        none; ConflictError naming each given setting that differs from the stored one."""
-        return self._internals.store.ensure_agent(name, **settings)
-
-    def update_agent(self, agent_id: str, **settings: Any) -> Any:
-        """Change a stored agent's settings; returns the updated agent."""
-        return self._internals.store.update_agent(agent_id, **settings)
-
-    def create_project(self, name: str, working_dir: str | Path, **fields: Any) -> Any:
-        """Create a project (``env_vars``, ``description``): the directory its sessions work in."""
-        return self._internals.store.create_project(name, working_dir, **fields)
-
-    def create_session(self, **fields: Any) -> Any:
-        """Create a session row (``agent_id``, ``project_id``, ``source``, ``name``, …)."""
-        return self._internals.store.create_session(**fields)
-
-    def add_mcp_server(self, name: str, command: str, **options: Any) -> Any:
-        """Store an MCP server config (``args``, ``env``, ``cwd``, ``agent_id`` — None: every
-        agent —, ``enabled``; see :func:`corvid_actors.tools.mcp_client.add_mcp_server`)."""
-        return add_mcp_server(self._internals.store, name, command, **options)
-
-    def replay_store(self) -> ReplayStore:
-        """Durable replay keys (a chat transport's dedupe window) in this runtime's store."""
-        return ReplayStore(self._internals.store)
-
-    # --- credits (Runtime(with_credits=True)) ---------------------------------------------------
-
-    def grant_credits(self, participant: str, amount: int, *, type: str = "grant", reference: str = "") -> int:
-        """Add ``amount`` (> 0) credits (``type``: grant | purchase | refund); returns the balance."""
-        return int(self._ask(GrantCredits(participant, amount, type, reference), credit_bank(self._internals)))
-
-    def open_credit_account(self, participant: str) -> Any:
-        """Open the account with the first-time free credits if it has none (idempotent).
-        Returns an ``Account(participant, balance, created)``."""
-        return self._ask(OpenAccount(participant), credit_bank(self._internals))
-
-    def charge_turn(self, session_id: str) -> Any:
-        """Charge one model turn of ``session_id`` now, exactly as the end of a turn does
-        (``credits.credits_per_turn`` from the session's participant when its source is
-        charged and the participant is no owner; ``credits_low`` / ``credits_exhausted``
-        events, and an exhausted running session is stopped).
-
-        Returns the ``Deduction(success, remaining, is_low, is_exhausted)``, or None when
-        the turn is not charged (source not charged, an owner, no participant). Raises
-        NotFoundError for an unknown session.
-        """
-        session = self._internals.store.require_session(session_id)
-        # an exhausted session is stopped: the bank tells the supervisor CreditsExhausted
-        return self._ask(ChargeTurn(session_id, session.source, self._internals.supervisor), credit_bank(self._internals))

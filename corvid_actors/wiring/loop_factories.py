@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from corvid_actors.config import Config
+from corvid_actors.core.vocabulary import TASK_AGENT, PermissionCheck
 from corvid_actors.loop.conversation import ConversationLoop
 from corvid_actors.loop.direct import DirectLoop
 from corvid_actors.loop.effects import Loop
 from corvid_actors.loop.rules import rules_for
 from corvid_actors.loop.sdk import SdkLoop
 from corvid_actors.tools.base import ToolRegistry
-from corvid_actors.vocabulary import TASK_AGENT, PermissionCheck
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class LoopSpec:
     #: whether this incarnation's commands run in the OS sandbox (auto-approval needs it)
     sandboxed: bool = False
     project_dir: Path | None = None
-    #: ``task`` or ``chat`` (corvid_actors.vocabulary.AGENT_KINDS): only task agents are nudged
+    #: ``task`` or ``chat`` (corvid_actors.core.vocabulary.AGENT_KINDS): only task agents are nudged
     agent_kind: str = TASK_AGENT
 
 

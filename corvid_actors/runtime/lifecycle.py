@@ -36,7 +36,7 @@ from corvid_actors.clock import Clock
 from corvid_actors.db.ownership import DRAIN, SHUTDOWN
 from corvid_actors.errors import RuntimeStoppedError, StoreError
 from corvid_actors.events import ErrorEvent, SessionError
-from corvid_actors.runtime_tree import RuntimeInternals
+from corvid_actors.runtime.tree import RuntimeInternals
 
 __all__ = ["RESUME_BATCH", "RuntimeLifecycle", "freeze_startup_heap"]
 
@@ -50,7 +50,7 @@ class RuntimeLifecycle:
 
     Made by the Runtime from its ``clock``, its ``tracker``, whether it opened its store
     itself (``owns_store``: shutdown closes it) and ``start``, which starts the actor tree
-    (:func:`~corvid_actors.runtime_tree.start_actor_tree`). The constructor attaches a
+    (:func:`~corvid_actors.runtime.tree.start_actor_tree`). The constructor attaches a
     simulated clock to the tracker, starts the clock, sets the tracker's failure hooks
     (an actor may end as soon as it starts), calls ``start`` and watches the core actors
     it returns (:attr:`internals`).

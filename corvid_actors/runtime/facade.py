@@ -12,13 +12,13 @@ EventBus thread — hand work to another thread or use ``tell``-style methods th
 It is a facade: programs use its methods, never its actors or its store. It holds its
 parts, one module each, and forwards their public methods (same names and signatures):
 
-- :mod:`corvid_actors.runtime_tree` builds the store, the providers and the actor tree,
-  held in one :class:`~corvid_actors.runtime_tree.RuntimeInternals` (``runtime.internals``:
+- :mod:`corvid_actors.runtime.tree` builds the store, the providers and the actor tree,
+  held in one :class:`~corvid_actors.runtime.tree.RuntimeInternals` (``runtime.internals``:
   for ``corvid_actors.testing``, the daemon's admin wiring and tests only);
-- :mod:`corvid_actors.runtime_lifecycle`: a :class:`RuntimeLifecycle` starts the tree and
+- :mod:`corvid_actors.runtime.lifecycle`: a :class:`RuntimeLifecycle` starts the tree and
   settles, stops and shuts it down, with the root policy (a core actor that dies shuts the
   whole runtime down; every later call raises ``RuntimeStoppedError`` naming the failure);
-- :mod:`corvid_actors.runtime_reads`: a :class:`RuntimeReads` answers the read-only queries,
+- :mod:`corvid_actors.runtime.reads`: a :class:`RuntimeReads` answers the read-only queries,
   a :class:`RuntimeRecords` writes the stored agents, projects, sessions and MCP servers,
   and the credit ledger.
 
@@ -52,23 +52,24 @@ from corvid_actors.actors.session_messages import UserInput
 from corvid_actors.clock import Clock, RealClock
 from corvid_actors.config import Config, load_config
 from corvid_actors.content import UserContent, content_blocks, text_parts
+from corvid_actors.core.vocabulary import PermissionCheck, ToolKind
 from corvid_actors.db.store import Store
 from corvid_actors.errors import RuntimeStoppedError, SessionBusyError
 from corvid_actors.loop.direct_tools import model_view
-from corvid_actors.loop_factories import (
+from corvid_actors.providers.base import Provider, ToolCall
+from corvid_actors.runtime.lifecycle import RuntimeLifecycle
+from corvid_actors.runtime.reads import RuntimeReads
+from corvid_actors.runtime.records import RuntimeRecords
+from corvid_actors.runtime.session_control import RuntimeSessionControl, session_tools_hook
+from corvid_actors.runtime.tree import open_store, resolve_providers, start_actor_tree
+from corvid_actors.tools.base import ToolRegistry
+from corvid_actors.wiring.builder import SessionBuilder, ToolRun
+from corvid_actors.wiring.loop_factories import (
     ApprovalPolicyFactory,
     HistoryPolicyFactory,
     LoopFactory,
     LoopSpec,
 )
-from corvid_actors.providers.base import Provider, ToolCall
-from corvid_actors.runtime_lifecycle import RuntimeLifecycle
-from corvid_actors.runtime_reads import RuntimeReads, RuntimeRecords
-from corvid_actors.runtime_tree import open_store, resolve_providers, start_actor_tree
-from corvid_actors.session_control import RuntimeSessionControl, session_tools_hook
-from corvid_actors.tools.base import ToolRegistry
-from corvid_actors.vocabulary import PermissionCheck, ToolKind
-from corvid_actors.wiring import SessionBuilder, ToolRun
 
 __all__ = ["Runtime", "LoopSpec", "model_view"]
 
@@ -127,7 +128,7 @@ class Runtime:
         ``store`` and ``tool_registry_factory`` these are the collaborators a host replaces
         without patching the core (the OpenAgent seed's DI hooks).
         runtime_tools: offer the corvid_* tools and the agents' MCP servers besides
-            ``extra_tools`` (``corvid_actors.session_control``: the tools reach this runtime
+            ``extra_tools`` (``corvid_actors.runtime.session_control``: the tools reach this runtime
             only through a ``SessionControl``).
         tracer_provider: where its OpenTelemetry spans go (default: the global provider).
     """
@@ -345,7 +346,7 @@ class Runtime:
         network choice (``agent``: an agent or its name, for ``[tools.sandbox]
         network_agents``). For tests, and for operators asking why a call is denied.
 
-        Returns a :class:`~corvid_actors.wiring.ToolRun`: ``decision`` (allow / ask /
+        Returns a :class:`~corvid_actors.wiring.builder.ToolRun`: ``decision`` (allow / ask /
         deny) and ``reason``; when it ran, ``output`` (what the tool produced), ``is_error``
         and ``model_sees``: what the direct loop gives the model of it, after the loop's
         caps, applied by the loop's own functions in the loop's order — the observation

@@ -1,9 +1,9 @@
 """Typed configuration: ``config/default.toml`` < a user file < environment variables.
 
 :func:`load_config` returns a frozen :class:`Config`, one section object per ``[table]``.
-The sections are declared beside what reads them (:mod:`corvid_actors.config_sections`,
-:mod:`corvid_actors.tool_sections`, :mod:`corvid_actors.loop.settings`) and take their
-defaults from the packaged TOML (:mod:`corvid_actors.config_schema`), the only place a
+The sections are declared beside what reads them (:mod:`corvid_actors.schema.sections`,
+:mod:`corvid_actors.schema.tool_sections`, :mod:`corvid_actors.loop.settings`) and take their
+defaults from the packaged TOML (:mod:`corvid_actors.schema.fields`), the only place a
 default is written. Every value is checked against its declared type and range; a bad
 value raises :class:`ConfigError` naming the key, so a daemon fails at start-up rather
 than hours later.
@@ -21,8 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corvid_actors.config_schema import build_section, default_toml_text, values_of
-from corvid_actors.config_sections import (
+from corvid_actors.errors import ConfigError
+from corvid_actors.loop.settings import (
+    DirectLoopSettings,
+    MemoryConfig,
+    ObservationConfig,
+    PayloadGuardConfig,
+    PlanConfig,
+    SdkLoopSettings,
+)
+from corvid_actors.schema.fields import build_section, default_toml_text, values_of
+from corvid_actors.schema.sections import (
     AccessConfig,
     AgentsConfig,
     ApprovalsConfig,
@@ -39,16 +48,7 @@ from corvid_actors.config_sections import (
     TelemetryConfig,
     WebhookConfig,
 )
-from corvid_actors.errors import ConfigError
-from corvid_actors.loop.settings import (
-    DirectLoopSettings,
-    MemoryConfig,
-    ObservationConfig,
-    PayloadGuardConfig,
-    PlanConfig,
-    SdkLoopSettings,
-)
-from corvid_actors.tool_sections import (
+from corvid_actors.schema.tool_sections import (
     PERMISSION_MODE_NAMES,
     CommandPolicyConfig,
     CorvidToolsConfig,
