@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 from typing import Any, cast
 
@@ -27,7 +26,8 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from corvid_actors.chat.webhook_asgi import DEADLINE_EXTENSION, Caps
-from corvid_actors.clock import RealClock
+from corvid_actors.core.io_loop import RealTimeEventLoop
+from corvid_actors.core.tcp import tcp_listener
 
 #: seconds start() waits for uvicorn to serve, and stop() for its thread to end
 _START_STOP_S = 10.0
@@ -119,16 +119,6 @@ def _capped_protocol(caps: Caps, read_timeout_s: float) -> type[H11Protocol]:
     return _CappedH11
 
 
-class _RealTimeLoop(asyncio.SelectorEventLoop):
-    """The server's loop keeps real time even while a simulation freezes ``time.monotonic``
-    (the webhook is I/O: its deadlines are real seconds)."""
-
-    _real = RealClock()  # monotonic() only: its timer thread never starts
-
-    def time(self) -> float:
-        return self._real.monotonic()
-
-
 class WebhookServer:
     """uvicorn serving ``app`` on ``host:port`` (0: a free one) on a thread; ``start()``,
     ``server_address``, ``stop()``."""
@@ -138,17 +128,7 @@ class WebhookServer:
         self.app = app
         self.read_timeout_s = read_timeout_s
         self._caps = Caps(max_connections, max_connections_per_client)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        # IPPROTO_TCP named: asyncio sets TCP_NODELAY on accepted sockets only then (uvicorn's
-        # header and body writes would otherwise wait on the client's delayed ACK)
-        self._sock = sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-            sock.listen(128)  # a burst of connections reaches accept() and is answered (429 or served)
-        except OSError:
-            sock.close()
-            raise
+        self._sock = sock = tcp_listener(host, port)
         self.server_address: tuple[str, int] = sock.getsockname()[:2]
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -171,7 +151,7 @@ class WebhookServer:
 
         def run() -> None:
             try:
-                with asyncio.Runner(loop_factory=_RealTimeLoop) as runner:
+                with asyncio.Runner(loop_factory=RealTimeEventLoop) as runner:
                     runner.run(serve())
             except BaseException as exc:  # noqa: BLE001 - reported to start()'s caller
                 failure.append(exc)

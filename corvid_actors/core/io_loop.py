@@ -127,8 +127,7 @@ class IoLoop(Generic[T]):
         ready.wait()
 
     def _run(self, ready: threading.Event) -> None:
-        loop = asyncio.new_event_loop()
-        loop.time = _real_time  # type: ignore[method-assign]  # see the module docstring
+        loop = RealTimeEventLoop()  # see the module docstring
         _current.io_loop = self
         self._loop = loop
         asyncio.set_event_loop(loop)
@@ -232,9 +231,15 @@ class IoLoop(Generic[T]):
             thread.join()
 
 
-def _real_time() -> float:
-    """The loop's clock: CLOCK_MONOTONIC, which a SimClock's freezegun does not freeze."""
-    return time.clock_gettime(time.CLOCK_MONOTONIC)
+class RealTimeEventLoop(asyncio.SelectorEventLoop):
+    """An event loop whose timers keep real time (``CLOCK_MONOTONIC``) even while a
+    :class:`~corvid_actors.testing.SimClock`'s freezegun has frozen ``time.monotonic``, which
+    asyncio's own ``time()`` reads. Every loop of the package that does real I/O runs on it:
+    the runtime's I/O loop, the MCP clients' loop, the HTTP listener and the chat webhook
+    server (their timeouts, keep-alives and heartbeats are real seconds)."""
+
+    def time(self) -> float:
+        return time.clock_gettime(time.CLOCK_MONOTONIC)
 
 
 async def _guarded(make: Callable[[], Awaitable[T]]) -> T:

@@ -24,7 +24,9 @@ import uvicorn
 from loguru import logger
 from starlette.types import ASGIApp
 
-from corvid_actors.clock import Clock, RealClock
+from corvid_actors.clock import Clock
+from corvid_actors.core.io_loop import RealTimeEventLoop
+from corvid_actors.core.tcp import tcp_listener
 from corvid_actors.errors import ConfigError
 from corvid_actors.http.app import create_app
 from corvid_actors.http.auth import is_loopback
@@ -89,7 +91,7 @@ class HttpListener:
 
         def run() -> None:
             try:
-                with asyncio.Runner(loop_factory=_RealTimeLoop) as runner:
+                with asyncio.Runner(loop_factory=RealTimeEventLoop) as runner:
                     runner.run(self._serve(server, sock))
             except BaseException as exc:  # noqa: BLE001 - reported to start()'s caller
                 failure.append(exc)
@@ -127,31 +129,12 @@ class HttpListener:
             self._sock = None
 
 
-class _RealTimeLoop(asyncio.SelectorEventLoop):
-    """The listener's event loop, its timers (keep-alive, heartbeats, uvicorn's ticks) on
-    the real monotonic clock even while a simulation freezes ``time.monotonic`` for the
-    process (the listener is I/O, like the runtime's I/O clock)."""
-
-    _real = RealClock()  # monotonic() only: its timer thread never starts
-
-    def time(self) -> float:
-        return self._real.monotonic()
-
-
 def _bind(host: str, port: int, listen: str) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP named: asyncio then sets TCP_NODELAY on each accepted socket (it checks the
-    # protocol). uvicorn writes a response's headers and body in two sends; with Nagle on, the
-    # body waited for the client's delayed ACK (~40 ms a request)
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host, port))
+        sock = tcp_listener(host, port)
     except OSError as exc:
-        sock.close()
         raise ConfigError(f"[http] listen = {listen!r}: cannot listen there ({exc.strerror or exc}); "
                           "choose a free host:port, or \"\" for no HTTP listener") from None
-    sock.listen(128)
     sock.set_inheritable(True)
     return sock
 

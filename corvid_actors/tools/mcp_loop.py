@@ -18,10 +18,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from corvid_actors.clock import RealClock
-
-#: RealClock reads time.monotonic through a class attribute, which freezegun leaves alone
-_REAL_TIME = RealClock()
+from corvid_actors.core.io_loop import RealTimeEventLoop
 
 
 class Closable(Protocol):
@@ -31,13 +28,6 @@ class Closable(Protocol):
         ...
 
 
-class _RealTimeLoop(asyncio.SelectorEventLoop):
-    """An event loop whose clock is real time even while freezegun freezes the process."""
-
-    def time(self) -> float:
-        return _REAL_TIME.monotonic()
-
-
 class McpLoop:
     """The process-wide loop thread (:meth:`get` starts it on first use)."""
 
@@ -45,7 +35,7 @@ class McpLoop:
     _guard = threading.Lock()
 
     def __init__(self) -> None:
-        self.loop = _RealTimeLoop()
+        self.loop = RealTimeEventLoop()
         #: the connections started on it and not yet collected (closed at exit)
         self.live: weakref.WeakSet[Closable] = weakref.WeakSet()
         self.thread = threading.Thread(target=self._run, name="corvid-mcp", daemon=True)
