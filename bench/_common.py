@@ -166,3 +166,15 @@ def checkout_tree(ref: str, into: Path) -> str:
     shutil.rmtree(into / "bench", ignore_errors=True)
     shutil.copytree(ROOT / "bench", into / "bench", ignore=shutil.ignore_patterns("__pycache__", "results.json"))
     return commit
+
+
+def md_table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    """A Markdown table's lines (and a blank line after it)."""
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return out + [""]
+
+
+def min_median_max(x: dict[str, float]) -> str:
+    """``min / **median** / max`` of a spread."""
+    return f"{x['min']:g} / **{x['median']:g}** / {x['max']:g}"

@@ -6,15 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return out + [""]
-
-
-def _mmm(x: dict[str, float]) -> str:
-    return f"{x['min']:g} / **{x['median']:g}** / {x['max']:g}"
+from bench._common import md_table, min_median_max
 
 
 def pace(r: dict[str, Any]) -> list[str]:
@@ -23,15 +15,15 @@ def pace(r: dict[str, Any]) -> list[str]:
         for name, x in lv["readers"].items():
             rows.append([f"{lv['streams']:,} × {lv['rate_per_stream']:g} tok/s", name,
                          f"{x['delivered_tokens_per_s']:,}", f"**{x['cpu_us_per_token']}**",
-                         _mmm(x["cpu_us_per_token_spread"]), f"**{x['csw_per_token']}**", x["deltas_per_token"],
-                         _mmm(x["latency_ms_p50"]), _mmm(x["latency_ms_p99"]), x["lost"],
+                         min_median_max(x["cpu_us_per_token_spread"]), f"**{x['csw_per_token']}**", x["deltas_per_token"],
+                         min_median_max(x["latency_ms_p50"]), min_median_max(x["latency_ms_p99"]), x["lost"],
                          f"{lv['load_before'][0]} → {lv['load_after'][0]}"])
     return [f"{r['trials']} paired rounds per level after one warm-up of each reader; the stub (another process) "
             "writes one stamped token per network write on an absolute schedule. CPU is this process's "
             "(every thread), context switches are `ru_nvcsw + ru_nivcsw` of the process, both per token "
             "delivered; deltas per token is how many `content_block_delta` events (runtime) or parts (raw) "
             "carried them. Latency is stub write → reader, from the stamps.", "",
-            *_table(["level", "reader", "delivered tok/s", "CPU µs/token (median)", "CPU µs/token min / med / max",
+            *md_table(["level", "reader", "delivered tok/s", "CPU µs/token (median)", "CPU µs/token min / med / max",
                      "context switches / token", "deltas / token", "latency p50 ms", "latency p99 ms", "lost",
                      "load"], rows)]
 
@@ -53,15 +45,15 @@ def send_burst(r: dict[str, Any]) -> list[str]:
     for lv in r["levels"]:
         for side in ("raw_append", "send_message"):
             x = lv[side]
-            rows.append([f"{lv['sessions']:,}", side, _mmm(x["sends_per_s"]), _mmm(x["p50_ms"]), _mmm(x["p99_ms"]),
-                         _mmm(x["cpu_ms_per_send_calls"]),
-                         _mmm(x["cpu_ms_per_send_settled"]) if "cpu_ms_per_send_settled" in x else "—",
+            rows.append([f"{lv['sessions']:,}", side, min_median_max(x["sends_per_s"]), min_median_max(x["p50_ms"]), min_median_max(x["p99_ms"]),
+                         min_median_max(x["cpu_ms_per_send_calls"]),
+                         min_median_max(x["cpu_ms_per_send_settled"]) if "cpu_ms_per_send_settled" in x else "—",
                          f"{lv['load_before'][0]} → {lv['load_after'][0]}"])
     return [f"Tree `{r.get('tree')}` at {r.get('commit')}; {r['trials']} paired rounds per level (min / median / max "
             "over the rounds). `send_message` to live, idle chat sessions, each send starting a one-token turn; "
             "`raw_append` is the store's `append_message` to other sessions of the same database. CPU per send: "
             "during the calls, and until every triggered turn ended and the runtime settled.", "",
-            *_table(["sessions = sends", "path", "sends/s", "p50 ms per call", "p99 ms per call", "CPU ms/send (calls)",
+            *md_table(["sessions = sends", "path", "sends/s", "p50 ms per call", "p99 ms per call", "CPU ms/send (calls)",
                      "CPU ms/send (until settled)", "load"], rows)]
 
 
@@ -95,5 +87,5 @@ def sandbox_run_tool(r: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     return ["Through `Runtime.run_tool` (sandbox `required` vs `off`, alternating; **judged: added CPU**):", "",
-            *_table(["command", "pairs", "added CPU ms p10 / median / p90", "CPU ms per call off → sandbox",
+            *md_table(["command", "pairs", "added CPU ms p10 / median / p90", "CPU ms per call off → sandbox",
                      "wall p50 ms off → sandbox", "added wall p50 ms (follows the load)"], rows)]

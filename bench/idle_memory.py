@@ -39,6 +39,7 @@ from bench._common import (
     machine,
     now,
     os_threads,
+    proc_status,
     quiet_logs,
     rss_bytes,
 )
@@ -62,9 +63,7 @@ def _kib(n: float) -> float:
 
 def rss_parts() -> dict[str, int]:
     """RssAnon and RssFile of this process (KiB): heap and stacks against mapped files."""
-    with open("/proc/self/status") as status:
-        return {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in status)
-                if k in ("RssAnon", "RssFile")}
+    return {key: proc_status("self", key) for key in ("RssAnon", "RssFile")}
 
 
 def measure(n: int, active: int, trace: bool, passivate_after_s: float) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import _report_hot_path as hot
+from bench._common import md_table, min_median_max
 
 BEGIN = "<!-- BEGIN GENERATED: python -m bench rewrites this part -->"
 END = "<!-- END GENERATED -->"
@@ -29,16 +30,6 @@ def _load(result: dict[str, Any]) -> str:
     return f"load {before[0] if before else '?'} → {after[0] if after else '?'}"
 
 
-def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return out + [""]
-
-
-def _cell(x: dict[str, float]) -> str:
-    return f"{x['min']:g} / **{x['median']:g}** / {x['max']:g}"
-
-
 def _side(m: dict[str, Any], kind: str) -> str:
     return (f"{m['units_per_s']:,.0f}/s" if kind == "rate" else f"{m['wall_us_per_unit']:,} µs") + \
         f" (CPU {m['cpu_us_per_unit']:,} µs)"
@@ -49,10 +40,10 @@ def paired_table(comparisons: list[dict[str, Any]], with_bench: bool = False) ->
     if not comparisons:
         return []
     rows = [([c.get("bench", "")] if with_bench else []) + [
-        c["label"], c["pairs"], _cell(c["wall"]), _cell(c["cpu"]),
+        c["label"], c["pairs"], min_median_max(c["wall"]), min_median_max(c["cpu"]),
         f"{c['a']}: {_side(c['a_median'], c['kind'])}", f"{c['b']}: {_side(c['b_median'], c['kind'])}"]
         for c in comparisons]
-    return _table((["benchmark"] if with_bench else []) + [
+    return md_table((["benchmark"] if with_bench else []) + [
         "paired comparison (B vs A)", "pairs", "ratio, wall: min / median / max", "ratio, CPU: min / median / max",
         "A median (per unit: wall, CPU)", "B median"], rows)
 
@@ -64,7 +55,7 @@ def _streaming(r: dict[str, Any]) -> list[str]:
     return [f"{r['trials']} paired rounds × {r['tokens_per_trial']:,} tokens after {r.get('warmup', 1)} warm-up. "
             f"**Runtime / raw = {r['ratio_cpu']:.0%}** in CPU time per token ({r['ratio_total']:.0%} in wall "
             "time; paired medians).", "",
-            *_table(["path", "tokens/s (request→last)", "tokens/s (first→last)", "CPU µs/token (this process)",
+            *md_table(["path", "tokens/s (request→last)", "tokens/s (first→last)", "CPU µs/token (this process)",
                      "per trial"], rows)]
 
 
@@ -73,7 +64,7 @@ def _messaging(r: dict[str, Any]) -> list[str]:
             for group, sides in r["sides"].items() for side, m in sides.items()]
     out = [f"{r['trials']} paired rounds after {r['warmup']} warm-up; sizes per trial: "
            + ", ".join(f"{k} {v:,}" for k, v in r["sizes"].items()) + ".", "",
-           *_table(["path", "side", "per s (median)", "wall µs each", "CPU µs each"], rows)]
+           *md_table(["path", "side", "per s (median)", "wall µs each", "CPU µs each"], rows)]
     ag = r.get("autogen", {})
     out.append(f"autogen-core {ag.get('autogen_core', '')} runs in its own venv with Pykka {ag.get('pykka', '')}: "
                f"send_message {ag.get('send_message_rtt_us')} µs vs a plain Pykka ask {ag.get('pykka_ask_rtt_us')} µs "
@@ -88,8 +79,8 @@ def _streams(r: dict[str, Any]) -> list[str]:
         for side in ("raw", "runtime"):
             x = e[side]
             rows.append([f"{e['rate_per_stream']:g} tok/s × {r['streams']:,}", side, f"{e['offered_tokens_per_s']:,}",
-                         _cell(x["steady_tokens_per_s"]), _cell(x["latency_ms_p50"]), _cell(x["latency_ms_p99"]),
-                         _cell(x["all_chunks_latency_ms_p99"]) if "all_chunks_latency_ms_p99" in x else "—",
+                         min_median_max(x["steady_tokens_per_s"]), min_median_max(x["latency_ms_p50"]), min_median_max(x["latency_ms_p99"]),
+                         min_median_max(x["all_chunks_latency_ms_p99"]) if "all_chunks_latency_ms_p99" in x else "—",
                          x["cpu_us_per_token"], "yes" if x["sustained"] else "no", x["lost"]])
     high = r["highest_sustained_tokens_per_s"]
     return [f"{r['streams']:,} streams at once, {r['stream_s']:g} s each, {r['trials']} paired round(s) per rate; "
@@ -98,7 +89,7 @@ def _streams(r: dict[str, Any]) -> list[str]:
             f"tokens/s, runtime {high['runtime']:,} tokens/s. Latencies are of the chunks that arrived in the "
             "steady window (every stream open); the last p99 counts every chunk, the ramp's included (1,000 "
             "connections opened; the runtime also stores and hands over 1,000 messages).", "",
-            *_table(["streams", "reader", "offered tok/s", "delivered tok/s (steady)", "p50 ms", "p99 ms",
+            *md_table(["streams", "reader", "offered tok/s", "delivered tok/s (steady)", "p50 ms", "p99 ms",
                      "p99 ms, ramp included", "CPU µs/token", "sustained", "lost"], rows)]
 
 
@@ -117,7 +108,7 @@ def _scale(r: dict[str, Any]) -> list[str]:
     rows.append(["load before → after"] + [f"{lv.get('load_before', ['?'])[0]} → {lv.get('load_after', ['?'])[0]}"
                                            for lv in r["levels"]])
     return [f"Phase B: each streamed reply is {r['chunks']} chunks, {r['delay_s']} s apart.", "",
-            *_table(["", *[f"{lv.get('sessions')}" for lv in r["levels"]]], rows)]
+            *md_table(["", *[f"{lv.get('sessions')}" for lv in r["levels"]]], rows)]
 
 
 def _control(r: dict[str, Any]) -> list[str]:
@@ -129,7 +120,7 @@ def _control(r: dict[str, Any]) -> list[str]:
                      f"{idle.get('p50', '')} / {idle.get('p99', '')}",
                      f"{c['p50']} / {c['p99']}", f"{x['offered_chunks_per_s']:,} / {x['deltas_per_s_during_stops']:,}",
                      x["streaming_after_last_stop"], f"{x['load_before'][0]} → {x['load_after'][0]}"])
-    return _table(["streams", "p50 ms", "p90 ms", "p99 ms", "max ms", "idle session's stop p50 / p99 ms",
+    return md_table(["streams", "p50 ms", "p90 ms", "p99 ms", "max ms", "idle session's stop p50 / p99 ms",
                    "stop call p50 / p99 ms",
                    "chunks/s offered / delivered", "still streaming after", "load"], rows) + [
         f"{r['runs'][0]['stops']} stops, one at a time, among {r['runs'][0]['sessions']} streaming sessions: "
@@ -137,7 +128,7 @@ def _control(r: dict[str, Any]) -> list[str]:
 
 
 def _simtime(r: dict[str, Any]) -> list[str]:
-    out = _table(["run", "sessions", "simulated span", "wall s", "CPU s", "CPU ms / turn", "events", "incarnations",
+    out = md_table(["run", "sessions", "simulated span", "wall s", "CPU s", "CPU ms / turn", "events", "incarnations",
                   "simulated h / wall s", "wall ms / simulated h"],
                  [[x.get("run", ""), x["sessions"], f"{x['hours']:g} h + 1 h", x["wall_s"], x.get("cpu_s", ""),
                    x.get("cpu_ms_per_turn", ""), x["events"], x.get("incarnations", ""), x["simulated_hours_per_s"],
@@ -165,7 +156,7 @@ def _persistence(r: dict[str, Any]) -> list[str]:
             f"(synchronous=NORMAL). Writer thread vs group commit (paired): blocking callers "
             f"×{r['speedup_writer']}, acknowledgements as futures ×{r['speedup_async']}, "
             f"turn-sized appends ({r['turn_messages']} messages per call) ×{r['speedup_turns']}.", "",
-            *_table(["mode", "messages/s (median)", "CPU µs/message", "messages/commit", "acknowledged",
+            *md_table(["mode", "messages/s (median)", "CPU µs/message", "messages/commit", "acknowledged",
                      "missing on re-read", "errors",
                      "'database is locked'"], rows)]
 
@@ -174,7 +165,7 @@ def _sandbox(r: dict[str, Any]) -> list[str]:
     kinds = [k for k in ("plain", "sandbox", "sandbox_no_cgroup", "landlock") if k in r["rows"][0]]
     rows = [[x["command"], *[f"{x[k]['p50']} / {x[k]['p99']}" for k in kinds], x["added_p50_ms"]]
             for x in r["rows"]]
-    return _table(["command", *[f"{k.replace('_', ' ')} p50 / p99 ms" for k in kinds], "added at p50 ms"],
+    return md_table(["command", *[f"{k.replace('_', ' ')} p50 / p99 ms" for k in kinds], "added at p50 ms"],
                   rows) + [
         f"run_command through the same handler, {r['rows'][0]['runs']} calls each, alternating, in a project "
         f"of {r['files_in_project']} files; bwrap {r['bwrap']}"
@@ -197,14 +188,14 @@ def _soak(r: dict[str, Any]) -> list[str]:
     out = ["A `corvid-actors serve` subprocess churned through its admin socket: each lane starts a session, "
            "waits for the reply, sends two more messages (waiting for each reply) and stops it. Slopes are "
            "least-squares fits over the samples after the warm-up.", "",
-           *_table(["model server", "sessions", "live", "warm-up", "time", "RSS MiB after warm-up → end",
+           *md_table(["model server", "sessions", "live", "warm-up", "time", "RSS MiB after warm-up → end",
                     "RSS MiB / 1,000 sessions", "threads min–max (/1,000)", "fds min–max (/1,000)",
                     "database MiB / 1,000", "daemon CPU ms / session", "late replies / errors"], rows)]
     for x in r["runs"]:
         step = max(1, len(x["samples"]) // 10)
         picked = x["samples"][::step] + ([x["samples"][-1]] if (len(x["samples"]) - 1) % step else [])
         out += [f"Samples, {_SOAK_SERVERS.get(x['provider'], x['provider'])}:", "",
-                *_table(["sessions", "s", "RSS MiB", "threads", "fds", "database MiB", "timers / clock handles",
+                *md_table(["sessions", "s", "RSS MiB", "threads", "fds", "database MiB", "timers / clock handles",
                          "bus sessions", "admin recent"],
                         [[f"{s['sessions']:,}", s["t_s"], s["rss_mib"], s["threads"], s["fds"], s["db_mib"],
                           f"{s['timers']} / {s['clock_handles']}", s["bus_sessions"], s["admin_recent"]]
@@ -228,7 +219,7 @@ def _lifecycle(r: dict[str, Any]) -> list[str]:
     before = (f"before = `{r['before_ref']}` at {str(r['before_commit'])[:10]}, checked out in a temporary directory "
               "and run with the same bench code; " if r.get("before_commit") else "")
     return [f"{before}after = {str(r.get('after_commit'))[:10]} (this tree). Each level and side in its own process, "
-            "SQLite WAL file, one after the other.", "", *_table(header, rows), *hot.lifecycle_growth(r)]
+            "SQLite WAL file, one after the other.", "", *md_table(header, rows), *hot.lifecycle_growth(r)]
 
 
 def _cluster(r: dict[str, Any]) -> list[str]:
@@ -239,7 +230,7 @@ def _cluster(r: dict[str, Any]) -> list[str]:
     fo = claim["failover"]
     return [f"PostgreSQL {r.get('postgresql', '?')}. Heartbeat (lease renewal), {r['runs']} runs; "
             f"{hb.get('hot_update_share', 0):.0%} of the lease updates were HOT.", "",
-            *_table(["heartbeat of", "leases", "statement p50 ms", "p99 ms", "call with commit p50 ms"], rows),
+            *md_table(["heartbeat of", "leases", "statement p50 ms", "p99 ms", "call with commit p50 ms"], rows),
             f"Claims: {claim['single_claims_per_s']:,}/s one at a time, {claim['batch_100_claims_per_s']:,}/s in "
             f"batches of 100; failover: {fo['sweepers']} daemons swept {fo['expired_leases']:,} expired leases at "
             f"{fo['claims_per_s']:,} claims/s, {fo['claimed_twice']} claimed twice. The fencing trigger adds "
@@ -261,7 +252,7 @@ def _failover(r: dict[str, Any]) -> list[str]:
     d = r["downtime_s"]
     return [f"{r['sessions']:,} sessions of a daemon cut off from the database; lease {r['lease_s']} s, "
             f"heartbeat {r['heartbeat_s']} s, sweep every {r['sweep_interval_s']} s; one surviving daemon.", "",
-            *_table(["first back s", "p50 s", "p99 s", "max s", "spread of the resumes s", "turns given"],
+            *md_table(["first back s", "p50 s", "p99 s", "max s", "spread of the resumes s", "turns given"],
                     [[d["first"], d["p50"], d["p99"], d["max"], r["resume_spread_s"], r["turns_given_on_b"]]])]
 
 
@@ -365,7 +356,7 @@ def render(results: dict[str, dict[str, Any]], machine: dict[str, Any], *, quick
            f"Machine: {machine['nproc']} cores, {machine['ram_gib']} GiB RAM, {machine['implementation']} "
            f"{machine['python']}, Linux {machine['kernel']}; " + ", ".join(f"{k} {v}" for k, v in p.items()) + ".",
            "Other work shared the machine during the run: the load average (1 min) is given next to each figure.", "",
-           *_table(["#", "benchmark", "figure", "goal", "verdict", "load", "reproduce"],
+           *md_table(["#", "benchmark", "figure", "goal", "verdict", "load", "reproduce"],
                    [[SECTIONS[n][0].split(".")[0], SECTIONS[n][0].split(". ")[1], _headline(n, r),
                      r.get("goal", ""), _verdict(r), _load(r), f"`{r.get('command', '')}`"]
                     for n, r in results.items()]),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from corvid_actors.db.naive_utc import naive
 from corvid_actors.db.store import Store
 from corvid_actors.db.store_base import store_op
 from corvid_actors.errors import ConflictError, NotFoundError
@@ -61,7 +62,7 @@ class ApiTokenStore:
                 raise ConflictError(f"a token named {name!r} exists already (revoked or not): choose another name")
             row = T(name=name, scope=scope, token_hash=token_hash(secret))
             if now is not None:
-                row.created_at = _naive_utc(now)
+                row.created_at = naive(now)
             row.save(force_insert=True)
         return secret
 
@@ -85,7 +86,7 @@ class ApiTokenStore:
                 raise NotFoundError(f"no API token named {name!r} (`admin token list` shows them)")
             if row.revoked_at is not None:
                 return False
-            T.update(revoked_at=_naive_utc(now)).where(T.name == name).execute()
+            T.update(revoked_at=naive(now)).where(T.name == name).execute()
             return True
 
     @store_op
@@ -101,15 +102,11 @@ class ApiTokenStore:
         """Record that ``name`` was used at ``now`` (the caller throttles how often)."""
         T = self.m.ApiToken
         with self.store.transaction():
-            T.update(last_used_at=_naive_utc(now)).where(T.name == name).execute()
+            T.update(last_used_at=naive(now)).where(T.name == name).execute()
 
     def count_active(self) -> int:
         """How many tokens are not revoked."""
         return len(self.active())
-
-
-def _naive_utc(moment: datetime) -> datetime:
-    return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
 
 
 def _iso(moment: datetime | None) -> str | None:

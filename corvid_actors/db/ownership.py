@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 
 import peewee as pw
 
+from corvid_actors.db.naive_utc import aware
 from corvid_actors.db.store import Store
 
 START = "start"
@@ -74,14 +75,6 @@ class Ownership:
         return {"daemon": self.daemon_id, "epoch": self.epoch, "since": self.since.isoformat(),
                 "until": None if self.until is None else self.until.isoformat(),
                 "reason_in": self.reason_in, "reason_out": self.reason_out}
-
-
-def _aware(value: Any) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, str):  # SQLite hands text back
-        value = datetime.fromisoformat(value)
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 class OwnershipLog:
@@ -140,7 +133,7 @@ class OwnershipLog:
         H = self.store.m.SessionOwnership
         query = (H.select(H.daemon_id, H.epoch, H.started_at, H.ended_at, H.reason_in, H.reason_out)
                  .where(H.session == session_id).order_by(H.id.desc()).tuples())
-        rows = [Ownership(str(d), int(e), _aware(s) or datetime.min.replace(tzinfo=UTC), _aware(u), str(i), o)
+        rows = [Ownership(str(d), int(e), aware(s) or datetime.min.replace(tzinfo=UTC), aware(u), str(i), o)
                 for d, e, s, u, i, o in query]
         return rows[::-1]
 

@@ -10,15 +10,11 @@ contract in memory, for a transport used without a store.
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
+from datetime import datetime
 
+from corvid_actors.db.naive_utc import naive
 from corvid_actors.db.store import Store
 from corvid_actors.db.store_base import store_op
-
-
-def _naive_utc(moment: datetime) -> datetime:
-    # the columns hold naive UTC (see models._now)
-    return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
 
 
 class ReplayStore:
@@ -36,9 +32,9 @@ class ReplayStore:
         Expired keys are dropped first, in the same transaction."""
         R = self.m.WebhookReplay
         with self.store.transaction():
-            R.delete().where(R.expires_at < _naive_utc(now)).execute()
+            R.delete().where(R.expires_at < naive(now)).execute()
             cursor = self.store.db.execute(
-                R.insert(key=key, expires_at=_naive_utc(expires_at)).on_conflict_ignore())
+                R.insert(key=key, expires_at=naive(expires_at)).on_conflict_ignore())
             return bool(cursor.rowcount == 1)
 
     @store_op

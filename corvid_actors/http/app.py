@@ -136,7 +136,7 @@ class HttpApp:
 
     async def _run(self, command: str, args: dict[str, Any], caller: Caller | None = None) -> Any:
         checked = self.gateway.check(command, args)
-        if caller is not None and hasattr(checked, "caller"):  # an approval's answerer: the token's name
+        if caller is not None:  # who sent it, as the admin socket says it (approve/deny record it)
             checked = replace(checked, caller=f"http:{caller.name}")
         return await to_thread.run_sync(self.gateway.call, checked)
 

@@ -160,7 +160,7 @@ def _aware(moment: datetime | None) -> datetime | None:
 
 
 def unanswered_request(core: SupervisorCore, sid: str, session: Any,
-                       last_role: str | None | object = None) -> str | None:
+                       last_role: str | None | object = UNREAD) -> str | None:
     """The request a resume without a new message must answer, or None when the session
     was not mid-turn: a turn was open when its last incarnation ended, or its newest
     user/assistant message is the user's, or it never had one and has an initial prompt.
